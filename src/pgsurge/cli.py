@@ -1,0 +1,2 @@
+def main() -> int:
+    raise NotImplementedError  # TODO(cli helper)

@@ -1,0 +1,148 @@
+"""Plain, frozen configuration values: what the command line asked for.
+
+``cli.py`` turns argv into one of these once, ``validate_*`` functions (in
+``cli.py``) hold pgbench's cross-option rules, and everything downstream
+receives these values and never looks at argv. They are picklable, because
+a run's configuration crosses into worker processes (``-j``) and, later,
+onto other hosts.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class QueryMode(enum.Enum):
+    """``-M``: how SQL commands are sent."""
+
+    SIMPLE = "simple"
+    EXTENDED = "extended"
+    PREPARED = "prepared"
+
+
+class PartitionMethod(enum.Enum):
+    NONE = "none"
+    RANGE = "range"
+    HASH = "hash"
+
+
+@dataclass(frozen=True, slots=True)
+class ConnParams:
+    """Where to connect, as the user gave it. libpq does the rest.
+
+    ``dbname`` may itself be a conninfo string or a URI; libpq expands it.
+    ``None`` means "not given": libpq then falls back to PG* variables,
+    ``.pgpass``, the service file and its compiled-in defaults.
+    """
+
+    host: str | None = None
+    port: str | None = None
+    user: str | None = None
+    dbname: str | None = None
+    #: True when pgsurge started or reused its embedded server for this run
+    embedded: bool = False
+
+    def conninfo_items(self) -> dict[str, str]:
+        """The keywords to hand to libpq (never contains a password)."""
+        items: dict[str, str] = {}
+        if self.host is not None:
+            items["host"] = self.host
+        if self.port is not None:
+            items["port"] = self.port
+        if self.user is not None:
+            items["user"] = self.user
+        if self.dbname is not None:
+            items["dbname"] = self.dbname
+        items["fallback_application_name"] = "pgsurge"
+        return items
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptSource:
+    """One ``-f``/``-b``/``-S``/``-N`` script with its weight, before parsing.
+
+    ``name`` is the file name as given, or the builtin's full name
+    (``tpcb-like``); ``text`` is its content, read once in the parent so
+    workers never touch the file system.
+    """
+
+    name: str
+    text: str
+    weight: int = 1
+    builtin: bool = False
+    #: pgbench's description, e.g. "<builtin: TPC-B (sort of)>", or the file name
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class InitConfig:
+    """``-i``: initialization mode."""
+
+    conn: ConnParams
+    steps: str = "dtgvp"
+    scale: int = 1
+    fillfactor: int = 100
+    quiet: bool = False
+    foreign_keys: bool = False
+    partitions: int = 0
+    partition_method: PartitionMethod = PartitionMethod.NONE
+    unlogged_tables: bool = False
+    tablespace: str | None = None
+    index_tablespace: str | None = None
+    #: pgsurge extension: parallel client-side generation of pgbench_accounts
+    init_jobs: int = 1
+    debug: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    """Benchmark mode: everything a run needs, validated.
+
+    Durations are kept as the user gave them (seconds, ms); engines convert
+    to integer microseconds once.
+    """
+
+    conn: ConnParams
+    scripts: tuple[ScriptSource, ...]
+    clients: int = 1
+    jobs: int = 1
+    #: -t (None when -T is used); pgbench's default is 10
+    transactions: int | None = 10
+    #: -T seconds, or None
+    duration: int | None = None
+    query_mode: QueryMode = QueryMode.SIMPLE
+    connect_each_tx: bool = False  # -C
+    no_vacuum: bool = False  # -n
+    vacuum_all: bool = False  # -v
+    #: -s given in run mode (only changes the reported scale), else None
+    scale: int | None = None
+    #: -D NAME=VALUE, in order; later ones win
+    defines: tuple[tuple[str, str], ...] = ()
+    rate: float | None = None  # -R tps
+    latency_limit_ms: float | None = None  # -L
+    progress_s: int = 0  # -P
+    progress_timestamp: bool = False
+    report_per_command: bool = False  # -r
+    log: bool = False  # -l
+    log_prefix: str | None = None
+    sampling_rate: float | None = None
+    aggregate_interval: int | None = None
+    max_tries: int = 1
+    failures_detailed: bool = False
+    verbose_errors: bool = False
+    exit_on_abort: bool = False
+    continue_on_error: bool = False  # PG19
+    #: --random-seed / PGBENCH_RANDOM_SEED resolved to a uint64 in the parent
+    random_seed: int = 0
+    #: True when the seed was set explicitly (pgbench then prints it)
+    random_seed_explicit: bool = False
+    debug: bool = False
+    # pgsurge extensions (later issues): None/False keeps pgbench's output
+    percentiles: tuple[float, ...] | None = None
+    client_cpu: bool = False
+    json_path: str | None = None
+
+    @property
+    def total_weight(self) -> int:
+        return sum(s.weight for s in self.scripts)
