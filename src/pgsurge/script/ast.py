@@ -13,7 +13,7 @@ Values (see ``values.py``) are ``None`` (NULL), ``bool``, ``int`` (int64),
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 Value = None | bool | int | float | str
 
@@ -24,7 +24,7 @@ Value = None | bool | int | float | str
 
 @dataclass(frozen=True, slots=True)
 class Const:
-    value: None | bool | int | float
+    value: bool | int | float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,16 +36,60 @@ class Var:
 class Call:
     """A function or operator application.
 
-    Operators are calls too, named as pgbench's function table names them
-    internally: ``+ - * / mod`` (for ``%``), ``= <> < <=`` (``>``/``>=`` are
-    swapped ``<``/``<=``), ``& | # << >> ~``, ``and or not``, ``is``
-    (``IS [NOT] NULL/TRUE/FALSE``), ``case``. ``column`` is the 0-based
-    offset in the command line where the call starts, for errors.
+    ``name`` is always lower case. Operators are calls too; the parser
+    desugars them exactly as pgbench's grammar does, so the evaluator sees
+    only these names (the contract with ``evaluate.py``/``functions.py``):
+
+    ===================  ====================================================
+    source               Call
+    ===================  ====================================================
+    ``a + b``            ``"+"(a, b)``
+    ``a - b``            ``"-"(a, b)``
+    ``a * b``            ``"*"(a, b)``
+    ``a / b``            ``"/"(a, b)``
+    ``a % b``            ``"mod"(a, b)`` (same name as the function ``mod``)
+    ``-a``               ``"-"(Const(0), a)`` (no unary minus node; but
+                         ``-9223372036854775808`` is ``Const(INT64_MIN)``)
+    ``+a``               ``a`` itself (no node)
+    ``~a``               ``"#"(Const(-1), a)`` (no ``~`` node)
+    ``a = b``            ``"="(a, b)``
+    ``a <> b``, ``!=``   ``"<>"(a, b)``
+    ``a < b``            ``"<"(a, b)``
+    ``a <= b``           ``"<="(a, b)``
+    ``a > b``            ``"<"(b, a)`` (operands swapped)
+    ``a >= b``           ``"<="(b, a)`` (operands swapped)
+    ``a & b``            ``"&"(a, b)``
+    ``a | b``            ``"|"(a, b)``
+    ``a # b``            ``"#"(a, b)`` (bitwise xor)
+    ``a << b``           ``"<<"(a, b)``
+    ``a >> b``           ``">>"(a, b)``
+    ``a AND b``          ``"and"(a, b)`` (lazy: b only if needed)
+    ``a OR b``           ``"or"(a, b)`` (lazy)
+    ``NOT a``            ``"not"(a)``
+    ``a IS NULL``        ``"is"(a, Const(None))``; ``a ISNULL`` likewise
+    ``a IS TRUE``        ``"is"(a, Const(True))``; ``IS FALSE`` likewise
+    ``a IS NOT x``       ``"not"("is"(a, Const(x)))``; ``a NOTNULL`` is
+                         ``"not"("is"(a, Const(None)))``
+    ``CASE WHEN c1 THEN  ``"case"(c1, r1, c2, r2, ..., e)``: an odd number
+    r1 [WHEN ...]        (>= 3) of arguments, the ELSE part last; a missing
+    [ELSE e] END``       ELSE is ``Const(None)``. Lazy.
+    ===================  ====================================================
+
+    Functions keep their (lower-cased) table names, e.g. ``"abs"``,
+    ``"random_gaussian"``, ``"pow"`` and ``"power"`` (both exist). The
+    parser adds pgbench's implicit seed argument: ``hash(x)``,
+    ``hash_murmur2(x)``, ``hash_fnv1a(x)`` get ``Var("default_seed")`` as
+    a second argument and ``permute(i, n)`` gets it as a third, so the
+    evaluator always sees 2 (hash*) or 3 (permute) arguments.
+
+    ``column`` is the 0-based byte offset, in the command line, of the
+    token that starts the call (for messages only; it takes no part in
+    equality, so parse trees compare structurally).
     """
 
     name: str
     args: tuple[Expr, ...]
-    column: int = -1
+    column: int = field(default=-1, compare=False)
 
 
 Expr = Const | Var | Call
