@@ -1,0 +1,655 @@
+"""Benchmark counters: per-interval/per-worker StatsData, per-command stats,
+and the WorkerResult/RunResult values that cross process boundaries.
+
+Everything here is plain, mergeable data. Workers fill a ``StatsData`` per
+worker (and one per script, and a ``CommandStats`` per script command),
+send a picklable ``WorkerResult`` to the parent, and the parent merges them
+into a ``RunResult``: the one value every report (text, JSON, HTML) renders.
+No live object (connection, process, clock) is ever referenced.
+
+Units: times are integer or float **microseconds** of CLOCK_MONOTONIC
+(``time.monotonic_ns() // 1000``), like pgbench's ``pg_time_usec_t``. On
+Linux that clock is shared by all processes, so worker timestamps compare.
+
+Transaction accounting (pgbench's ``StatsData`` rules), for any StatsData::
+
+    all transactions = skipped + cnt + failures
+    failures         = serialization_failures + deadlock_failures
+                       + other_failures          (other: --continue-on-error)
+    cnt              = directly successful + successfully retried
+    retried          = retried transactions, whether they finally
+                       succeeded or failed            (retried <= cnt + failures)
+    retries          = sum over retried transactions of (tries - 1)
+                                                      (retries >= retried)
+    latency.count    = cnt   (only successes have a latency)
+    lag.count        = cnt when throttling (-R), else 0
+
+All of these identities survive ``merge``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pgsurge.config import RunConfig
+from pgsurge.stats.simple import SimpleStats
+
+
+class FailureKind(enum.Enum):
+    """Why a transaction finally failed (after any retries)."""
+
+    SERIALIZATION = "serialization"  # SQLSTATE 40001
+    DEADLOCK = "deadlock"  # SQLSTATE 40P01
+    OTHER = "other"  # any other SQL error, counted under --continue-on-error
+
+
+_SERIALIZATION = FailureKind.SERIALIZATION
+_DEADLOCK = FailureKind.DEADLOCK
+
+
+@dataclass(slots=True)
+class StatsData:
+    """Transaction counters for a worker, a script, or a time interval.
+
+    ``start_us`` is the start of the interval these stats cover (used by
+    --aggregate-interval logs); merging keeps the accumulator's.
+    """
+
+    start_us: int = 0
+    #: successful transactions (not including skipped or failed ones)
+    cnt: int = 0
+    #: transactions skipped under --rate with --latency-limit
+    skipped: int = 0
+    #: retries of all transactions (successful or failed)
+    retries: int = 0
+    #: transactions that were retried at least once
+    retried: int = 0
+    serialization_failures: int = 0
+    deadlock_failures: int = 0
+    other_failures: int = 0
+    #: latency of successful transactions (µs), from their scheduled start
+    latency: SimpleStats = field(default_factory=SimpleStats)
+    #: schedule lag of successful transactions (µs), only under --rate
+    lag: SimpleStats = field(default_factory=SimpleStats)
+
+    def record(
+        self,
+        latency_us: float,
+        lag_us: float | None = None,
+        *,
+        skipped: bool = False,
+        failure: FailureKind | None = None,
+        tries: int = 1,
+    ) -> None:
+        """Account for one finished transaction (pgbench ``accumStats``).
+
+        * ``skipped``: only ``skipped`` grows; latency, lag and tries are
+          ignored (the transaction never ran).
+        * otherwise ``tries - 1`` is added to ``retries`` and ``retried``
+          grows when ``tries > 1``, for successes and failures alike;
+        * ``failure`` set: the failure counter of that kind grows; no
+          latency is recorded;
+        * success: ``cnt`` grows, ``latency_us`` is recorded, and
+          ``lag_us`` too unless it is ``None``. Callers pass a lag only
+          under --rate (pgbench records lag only when throttling), so that
+          ``lag.count == 0`` means "not throttled".
+        """
+        if skipped:
+            self.skipped += 1
+            return
+        if tries > 1:
+            self.retries += tries - 1
+            self.retried += 1
+        if failure is None:
+            self.cnt += 1
+            self.latency.add(latency_us)
+            if lag_us is not None:
+                self.lag.add(lag_us)
+        elif failure is _SERIALIZATION:
+            self.serialization_failures += 1
+        elif failure is _DEADLOCK:
+            self.deadlock_failures += 1
+        else:
+            self.other_failures += 1
+
+    @property
+    def failures(self) -> int:
+        """All failed transactions (pgbench ``getFailures``)."""
+        return (
+            self.serialization_failures + self.deadlock_failures + self.other_failures
+        )
+
+    @property
+    def total(self) -> int:
+        """All transactions: successful + skipped + failed."""
+        return self.cnt + self.skipped + self.failures
+
+    def merge(self, other: StatsData) -> None:
+        """Add ``other``'s counts into this object."""
+        self.cnt += other.cnt
+        self.skipped += other.skipped
+        self.retries += other.retries
+        self.retried += other.retried
+        self.serialization_failures += other.serialization_failures
+        self.deadlock_failures += other.deadlock_failures
+        self.other_failures += other.other_failures
+        self.latency.merge(other.latency)
+        self.lag.merge(other.lag)
+
+    def copy(self) -> StatsData:
+        return StatsData(
+            self.start_us,
+            self.cnt,
+            self.skipped,
+            self.retries,
+            self.retried,
+            self.serialization_failures,
+            self.deadlock_failures,
+            self.other_failures,
+            self.latency.copy(),
+            self.lag.copy(),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "start_us": self.start_us,
+            "cnt": self.cnt,
+            "skipped": self.skipped,
+            "retries": self.retries,
+            "retried": self.retried,
+            "serialization_failures": self.serialization_failures,
+            "deadlock_failures": self.deadlock_failures,
+            "other_failures": self.other_failures,
+            "latency": self.latency.to_dict(),
+            "lag": self.lag.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StatsData:
+        return cls(
+            int(data["start_us"]),
+            int(data["cnt"]),
+            int(data["skipped"]),
+            int(data["retries"]),
+            int(data["retried"]),
+            int(data["serialization_failures"]),
+            int(data["deadlock_failures"]),
+            int(data["other_failures"]),
+            SimpleStats.from_dict(data["latency"]),
+            SimpleStats.from_dict(data["lag"]),
+        )
+
+
+@dataclass(slots=True)
+class CommandStats:
+    """Per script command, for -r (pgbench keeps these in each Command).
+
+    ``latency`` holds the elapsed time of each execution in µs (pgbench
+    stores seconds; the report converts). ``failures`` counts transactions
+    that failed on this command, ``retries`` the retries it caused.
+    """
+
+    latency: SimpleStats = field(default_factory=SimpleStats)
+    failures: int = 0
+    retries: int = 0
+
+    def merge(self, other: CommandStats) -> None:
+        self.latency.merge(other.latency)
+        self.failures += other.failures
+        self.retries += other.retries
+
+    def copy(self) -> CommandStats:
+        return CommandStats(self.latency.copy(), self.failures, self.retries)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "latency": self.latency.to_dict(),
+            "failures": self.failures,
+            "retries": self.retries,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CommandStats:
+        return cls(
+            SimpleStats.from_dict(data["latency"]),
+            int(data["failures"]),
+            int(data["retries"]),
+        )
+
+
+def _merge_command_tables(
+    acc: list[list[CommandStats]], other: Sequence[Sequence[CommandStats]]
+) -> None:
+    if len(acc) != len(other):
+        raise ValueError("per-command stats of different script lists")
+    for acc_script, other_script in zip(acc, other, strict=True):
+        if len(acc_script) != len(other_script):
+            raise ValueError("per-command stats of different scripts")
+        for acc_cmd, other_cmd in zip(acc_script, other_script, strict=True):
+            acc_cmd.merge(other_cmd)
+
+
+@dataclass(slots=True)
+class WorkerResult:
+    """What one worker process reports when it is done (picklable).
+
+    Timestamps are CLOCK_MONOTONIC µs, comparable across processes:
+
+    * ``conn_start_us``: after the READY barrier, before the initial
+      connections (pgbench: a thread's ``started_time``);
+    * ``bench_start_us``: at GO, after all its clients connected;
+    * ``end_us``: after its clients finished and disconnected.
+
+    ``conn_total_us`` is pgbench's ``conn_duration``: under -C the sum of
+    every connection and disconnection time of its clients; without -C the
+    engine may leave 0 (the report then uses the initial connection time).
+    """
+
+    worker_id: int
+    nclients: int
+    total: StatsData = field(default_factory=StatsData)
+    #: one StatsData per script (filled when several scripts are used)
+    per_script: list[StatsData] = field(default_factory=list)
+    #: [script][command] (filled under -r)
+    per_command: list[list[CommandStats]] = field(default_factory=list)
+    #: successful transactions whose latency exceeded -L
+    latency_late: int = 0
+    conn_total_us: int = 0
+    conn_start_us: int = 0
+    bench_start_us: int = 0
+    end_us: int = 0
+    aborted_clients: int = 0
+    clients_finished: int = 0
+    cpu_user_s: float = 0.0
+    cpu_sys_s: float = 0.0
+    #: transactions processed per client (pgbench ``CState.cnt``), client order
+    client_tx_counts: list[int] = field(default_factory=list)
+
+    @classmethod
+    def empty(
+        cls, worker_id: int, nclients: int, script_commands: Sequence[int]
+    ) -> WorkerResult:
+        """Zeroed counters shaped for scripts of the given command counts."""
+        return cls(
+            worker_id=worker_id,
+            nclients=nclients,
+            per_script=[StatsData() for _ in script_commands],
+            per_command=[[CommandStats() for _ in range(n)] for n in script_commands],
+            client_tx_counts=[0] * nclients,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "worker_id": self.worker_id,
+            "nclients": self.nclients,
+            "total": self.total.to_dict(),
+            "per_script": [s.to_dict() for s in self.per_script],
+            "per_command": [[c.to_dict() for c in s] for s in self.per_command],
+            "latency_late": self.latency_late,
+            "conn_total_us": self.conn_total_us,
+            "conn_start_us": self.conn_start_us,
+            "bench_start_us": self.bench_start_us,
+            "end_us": self.end_us,
+            "aborted_clients": self.aborted_clients,
+            "clients_finished": self.clients_finished,
+            "cpu_user_s": self.cpu_user_s,
+            "cpu_sys_s": self.cpu_sys_s,
+            "client_tx_counts": list(self.client_tx_counts),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WorkerResult:
+        return cls(
+            worker_id=int(data["worker_id"]),
+            nclients=int(data["nclients"]),
+            total=StatsData.from_dict(data["total"]),
+            per_script=[StatsData.from_dict(s) for s in data["per_script"]],
+            per_command=[
+                [CommandStats.from_dict(c) for c in s] for s in data["per_command"]
+            ],
+            latency_late=int(data["latency_late"]),
+            conn_total_us=int(data["conn_total_us"]),
+            conn_start_us=int(data["conn_start_us"]),
+            bench_start_us=int(data["bench_start_us"]),
+            end_us=int(data["end_us"]),
+            aborted_clients=int(data["aborted_clients"]),
+            clients_finished=int(data["clients_finished"]),
+            cpu_user_s=float(data["cpu_user_s"]),
+            cpu_sys_s=float(data["cpu_sys_s"]),
+            client_tx_counts=[int(n) for n in data["client_tx_counts"]],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptInfo:
+    """A script as the report shows it."""
+
+    #: pgbench's description: "<builtin: TPC-B (sort of)>" or the file name
+    desc: str
+    weight: int
+    #: each command's ``first_line`` (what -r prints), in command order
+    commands: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "desc": self.desc,
+            "weight": self.weight,
+            "commands": list(self.commands),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ScriptInfo:
+        return cls(str(data["desc"]), int(data["weight"]), tuple(data["commands"]))
+
+
+@dataclass(frozen=True, slots=True)
+class RunFacts:
+    """The run's settings and environment, as the reports need them.
+
+    Built once by the runner (``from_config``) from the validated
+    ``RunConfig``, the compiled scripts and what the server told us.
+    """
+
+    pgsurge_version: str
+    server_version_num: int
+    #: the server's ``server_version`` parameter, e.g. "18.6"
+    server_version: str
+    scripts: tuple[ScriptInfo, ...]
+    scale: int = 1
+    #: "none", "range" or "hash": what was detected in the database
+    partition_method: str = "none"
+    partitions: int = 0
+    #: "simple", "extended" or "prepared"
+    query_mode: str = "simple"
+    clients: int = 1
+    #: worker count after clamping to the number of clients
+    threads: int = 1
+    #: -t value (None under -T)
+    transactions_per_client: int | None = 10
+    #: -T value in seconds (None under -t)
+    duration_s: int | None = None
+    #: --max-tries; 0 means unlimited
+    max_tries: int = 1
+    #: -L in µs, truncated like pgbench's ``(int64) (ms * 1000)``; 0 = none
+    latency_limit_us: int = 0
+    #: -R in transactions per second, None when not throttling
+    rate: float | None = None
+    progress_s: int = 0
+    log: bool = False
+    failures_detailed: bool = False
+    report_per_command: bool = False
+    connect_each_tx: bool = False
+    continue_on_error: bool = False
+
+    @property
+    def throttled(self) -> bool:
+        return self.rate is not None
+
+    @property
+    def per_script_stats(self) -> bool:
+        """pgbench reports per-script blocks only with several scripts."""
+        return len(self.scripts) > 1
+
+    @property
+    def latency_reported(self) -> bool:
+        """The report shows measured latency average/stddev (-R, -P or -L);
+        otherwise it derives an average from the duration."""
+        return self.throttled or self.progress_s > 0 or self.latency_limit_us > 0
+
+    @property
+    def measure_latency(self) -> bool:
+        """Whether workers must time each transaction (pgbench's
+        ``detailed``): for the report, progress, logs or per-script stats."""
+        return self.latency_reported or self.log or self.per_script_stats
+
+    @property
+    def total_weight(self) -> int:
+        return sum(s.weight for s in self.scripts)
+
+    @classmethod
+    def from_config(
+        cls,
+        config: RunConfig,
+        *,
+        pgsurge_version: str,
+        server_version_num: int,
+        server_version: str,
+        script_commands: Sequence[Sequence[str]],
+        scale: int = 1,
+        partition_method: str = "none",
+        partitions: int = 0,
+    ) -> RunFacts:
+        """Facts of a run of ``config``.
+
+        ``script_commands`` gives each script's command first lines, in
+        script order; ``scale`` and the partitioning are what the runner
+        found in (or was told about) the database.
+        """
+        if len(script_commands) != len(config.scripts):
+            raise ValueError("script_commands must have one entry per script")
+        scripts = tuple(
+            ScriptInfo(src.description or src.name, src.weight, tuple(cmds))
+            for src, cmds in zip(config.scripts, script_commands, strict=True)
+        )
+        limit = config.latency_limit_ms
+        return cls(
+            pgsurge_version=pgsurge_version,
+            server_version_num=server_version_num,
+            server_version=server_version,
+            scripts=scripts,
+            scale=scale,
+            partition_method=partition_method,
+            partitions=partitions,
+            query_mode=config.query_mode.value,
+            clients=config.clients,
+            threads=min(config.jobs, config.clients),
+            transactions_per_client=(
+                None if config.duration else (config.transactions or 10)
+            ),
+            duration_s=config.duration or None,
+            max_tries=config.max_tries,
+            latency_limit_us=int(limit * 1000) if limit else 0,
+            rate=config.rate,
+            progress_s=config.progress_s,
+            log=config.log,
+            failures_detailed=config.failures_detailed,
+            report_per_command=config.report_per_command,
+            connect_each_tx=config.connect_each_tx,
+            continue_on_error=config.continue_on_error,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pgsurge_version": self.pgsurge_version,
+            "server_version_num": self.server_version_num,
+            "server_version": self.server_version,
+            "scripts": [s.to_dict() for s in self.scripts],
+            "scale": self.scale,
+            "partition_method": self.partition_method,
+            "partitions": self.partitions,
+            "query_mode": self.query_mode,
+            "clients": self.clients,
+            "threads": self.threads,
+            "transactions_per_client": self.transactions_per_client,
+            "duration_s": self.duration_s,
+            "max_tries": self.max_tries,
+            "latency_limit_us": self.latency_limit_us,
+            "rate": self.rate,
+            "progress_s": self.progress_s,
+            "log": self.log,
+            "failures_detailed": self.failures_detailed,
+            "report_per_command": self.report_per_command,
+            "connect_each_tx": self.connect_each_tx,
+            "continue_on_error": self.continue_on_error,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunFacts:
+        tpc = data["transactions_per_client"]
+        dur = data["duration_s"]
+        rate = data["rate"]
+        return cls(
+            pgsurge_version=str(data["pgsurge_version"]),
+            server_version_num=int(data["server_version_num"]),
+            server_version=str(data["server_version"]),
+            scripts=tuple(ScriptInfo.from_dict(s) for s in data["scripts"]),
+            scale=int(data["scale"]),
+            partition_method=str(data["partition_method"]),
+            partitions=int(data["partitions"]),
+            query_mode=str(data["query_mode"]),
+            clients=int(data["clients"]),
+            threads=int(data["threads"]),
+            transactions_per_client=None if tpc is None else int(tpc),
+            duration_s=None if dur is None else int(dur),
+            max_tries=int(data["max_tries"]),
+            latency_limit_us=int(data["latency_limit_us"]),
+            rate=None if rate is None else float(rate),
+            progress_s=int(data["progress_s"]),
+            log=bool(data["log"]),
+            failures_detailed=bool(data["failures_detailed"]),
+            report_per_command=bool(data["report_per_command"]),
+            connect_each_tx=bool(data["connect_each_tx"]),
+            continue_on_error=bool(data["continue_on_error"]),
+        )
+
+
+@dataclass(slots=True)
+class RunResult:
+    """A finished run: its facts and the measurements merged over workers.
+
+    Durations follow pgbench's ``main``/``printResults``:
+
+    * ``total_duration_us``: from the earliest worker GO (``bench_start``)
+      to the end of the run (all workers finished and disconnected); tps
+      is ``cnt`` over this;
+    * ``conn_elapsed_us``: "initial connection time", from the start of
+      connecting (see ``from_workers``) to the earliest GO;
+    * ``conn_total_us``: under -C, all (re)connection and disconnection
+      time summed over clients ("average connection time" divides it by
+      the executed transactions).
+    """
+
+    facts: RunFacts
+    total: StatsData = field(default_factory=StatsData)
+    per_script: list[StatsData] = field(default_factory=list)
+    per_command: list[list[CommandStats]] = field(default_factory=list)
+    latency_late: int = 0
+    total_duration_us: int = 0
+    conn_total_us: int = 0
+    conn_elapsed_us: int = 0
+    bench_start_us: int = 0
+    end_us: int = 0
+    aborted_clients: int = 0
+    clients_finished: int = 0
+    cpu_user_s: float = 0.0
+    cpu_sys_s: float = 0.0
+    workers: int = 0
+
+    @property
+    def aborted(self) -> bool:
+        """Some client did not finish normally (pgbench exits with 2).
+
+        Workers count every client that ended in any state but "finished"
+        (errors, failed connections, --exit-on-abort) in ``aborted_clients``.
+        """
+        return self.aborted_clients > 0
+
+    @classmethod
+    def from_workers(
+        cls,
+        workers: Sequence[WorkerResult],
+        facts: RunFacts,
+        *,
+        start_us: int | None = None,
+        end_us: int | None = None,
+    ) -> RunResult:
+        """Merge the workers' results.
+
+        ``start_us`` is when connecting began; pgbench takes its clock
+        before creating threads, so thread start-up counts as connection
+        time. Process start-up is far slower than a thread's, so by default
+        we start from the earliest worker ``conn_start_us`` (after the
+        READY barrier) instead; pass ``start_us`` to override. ``end_us``
+        defaults to the latest worker ``end_us``.
+        """
+        if not workers:
+            raise ValueError("no worker results to merge")
+        nscripts = len(facts.scripts)
+        total = StatsData()
+        per_script = [StatsData() for _ in range(nscripts)]
+        per_command = [
+            [CommandStats() for _ in script.commands] for script in facts.scripts
+        ]
+        result = cls(
+            facts=facts, total=total, per_script=per_script, per_command=per_command
+        )
+        for w in workers:
+            total.merge(w.total)
+            if w.per_script:
+                if len(w.per_script) != nscripts:
+                    raise ValueError("worker per-script stats do not match the scripts")
+                for acc, s in zip(per_script, w.per_script, strict=True):
+                    acc.merge(s)
+            if w.per_command:
+                _merge_command_tables(per_command, w.per_command)
+            result.latency_late += w.latency_late
+            result.conn_total_us += w.conn_total_us
+            result.aborted_clients += w.aborted_clients
+            result.clients_finished += w.clients_finished
+            result.cpu_user_s += w.cpu_user_s
+            result.cpu_sys_s += w.cpu_sys_s
+        bench_start = min(w.bench_start_us for w in workers)
+        end = end_us if end_us is not None else max(w.end_us for w in workers)
+        start = (
+            start_us if start_us is not None else min(w.conn_start_us for w in workers)
+        )
+        result.bench_start_us = bench_start
+        result.end_us = end
+        result.total_duration_us = end - bench_start
+        result.conn_elapsed_us = bench_start - start
+        result.workers = len(workers)
+        return result
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "facts": self.facts.to_dict(),
+            "total": self.total.to_dict(),
+            "per_script": [s.to_dict() for s in self.per_script],
+            "per_command": [[c.to_dict() for c in s] for s in self.per_command],
+            "latency_late": self.latency_late,
+            "total_duration_us": self.total_duration_us,
+            "conn_total_us": self.conn_total_us,
+            "conn_elapsed_us": self.conn_elapsed_us,
+            "bench_start_us": self.bench_start_us,
+            "end_us": self.end_us,
+            "aborted_clients": self.aborted_clients,
+            "clients_finished": self.clients_finished,
+            "cpu_user_s": self.cpu_user_s,
+            "cpu_sys_s": self.cpu_sys_s,
+            "workers": self.workers,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunResult:
+        return cls(
+            facts=RunFacts.from_dict(data["facts"]),
+            total=StatsData.from_dict(data["total"]),
+            per_script=[StatsData.from_dict(s) for s in data["per_script"]],
+            per_command=[
+                [CommandStats.from_dict(c) for c in s] for s in data["per_command"]
+            ],
+            latency_late=int(data["latency_late"]),
+            total_duration_us=int(data["total_duration_us"]),
+            conn_total_us=int(data["conn_total_us"]),
+            conn_elapsed_us=int(data["conn_elapsed_us"]),
+            bench_start_us=int(data["bench_start_us"]),
+            end_us=int(data["end_us"]),
+            aborted_clients=int(data["aborted_clients"]),
+            clients_finished=int(data["clients_finished"]),
+            cpu_user_s=float(data["cpu_user_s"]),
+            cpu_sys_s=float(data["cpu_sys_s"]),
+            workers=int(data["workers"]),
+        )
