@@ -8,7 +8,7 @@ write to stderr. ``ProgressReporter`` keeps that state for the caller.
 The arithmetic follows pgbench operation by operation (C double semantics,
 see ``cfloat``), so that the printed digits match, including its oddities:
 latency and stddev print as 0.000 when no transaction finished in the
-interval, and a stddev whose radicand rounds below zero prints ``-nan``.
+interval, and a stddev whose radicand rounds below zero prints ``NaN``.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pgsurge.stats.cfloat import DEFAULT_NAN, c_sqrt
+from pgsurge.stats.cfloat import NAN, c_sqrt
 
 
 @dataclass(slots=True)
@@ -70,7 +70,7 @@ class SimpleStats:
     def mean(self) -> float:
         """``sum / count``; NaN (C's ``0/0``) when empty."""
         if self.count == 0:
-            return DEFAULT_NAN
+            return NAN
         return self.sum / self.count
 
     @property
@@ -79,10 +79,10 @@ class SimpleStats:
 
         Computed exactly as pgbench does, including its weakness: with
         nearly equal values rounding can make the radicand slightly
-        negative, and the result is then C's ``-nan``, as pgbench prints.
+        negative, and the result is then NaN, as pgbench prints.
         """
         if self.count == 0:
-            return DEFAULT_NAN
+            return NAN
         mean = self.sum / self.count
         return c_sqrt(self.sum2 / self.count - mean * mean)
 
