@@ -93,6 +93,9 @@ class InitConfig:
     #: pgsurge extension: parallel client-side generation of pgbench_accounts
     init_jobs: int = 1
     debug: bool = False
+    #: pgsurge extension (--embedded): use the embedded server even if a
+    #: host/port is configured; ``conn.embedded`` tells what was chosen
+    force_embedded: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,9 +138,13 @@ class RunConfig:
     continue_on_error: bool = False  # PG19
     #: --random-seed / PGBENCH_RANDOM_SEED resolved to a uint64 in the parent
     random_seed: int = 0
-    #: True when the seed was set explicitly (pgbench then prints it)
+    #: True when the seed was set explicitly (--random-seed or
+    #: PGBENCH_RANDOM_SEED); the CLI has then already printed pgbench's
+    #: "setting random seed to N" line, nobody prints it again
     random_seed_explicit: bool = False
     debug: bool = False
+    #: pgsurge extension (--embedded), as in InitConfig
+    force_embedded: bool = False
     # pgsurge extensions (later issues): None/False keeps pgbench's output
     percentiles: tuple[float, ...] | None = None
     client_cpu: bool = False

@@ -1,0 +1,167 @@
+"""Option values read the way pgbench's C library calls read them.
+
+pgbench parses its option values with ``strtol``, ``atoi``, ``atof`` and
+``sscanf("%lu")``, and users' command lines depend on what those accept:
+leading blanks, a ``+`` sign, trailing garbage after a number for ``atof``
+(``-L 1x`` is 1 ms), ``nan``/``inf``/hex floats, wrap-around of negative
+seeds. Python's ``int()``/``float()`` differ on all of these, so this
+module reimplements the C semantics (C locale, 64-bit ``long``) in small,
+pure functions that ``cli.py`` calls.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+from pgsurge.errors import UsageError
+
+INT32_MIN = -(1 << 31)
+INT32_MAX = (1 << 31) - 1
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+UINT64_MAX = (1 << 64) - 1
+
+#: C's isspace() in the C locale
+C_SPACE = " \t\n\v\f\r"
+
+_DIGITS = re.compile(r"[0-9]*")
+_FLOAT = re.compile(
+    r"""[+-]?(?:
+        (?P<hex>0[xX](?:[0-9a-fA-F]+(?:\.[0-9a-fA-F]*)?|\.[0-9a-fA-F]+)
+            (?:[pP][+-]?[0-9]+)?)
+      | (?P<inf>[iI][nN][fF](?:[iI][nN][iI][tT][yY])?)
+      | (?P<nan>[nN][aA][nN](?:\([0-9A-Za-z_]*\))?)
+      | (?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?
+    )""",
+    re.VERBOSE,
+)
+
+
+def wrap_int32(value: int) -> int:
+    """The int32 that C gets when it stores ``value`` in an ``int``."""
+    return (value - INT32_MIN) % (1 << 32) + INT32_MIN
+
+
+def _skip_space(s: str) -> int:
+    i = 0
+    while i < len(s) and s[i] in C_SPACE:
+        i += 1
+    return i
+
+
+def _bounded_int(digits: str) -> int:
+    """``int(digits)``, capped far above 64 bits (Python refuses huge strings)."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 40 else 1 << 140
+
+
+def strtol(s: str) -> tuple[int, int, bool]:
+    """``strtol(s, &end, 10)``: (value, end index, overflowed).
+
+    Without digits the end is 0 (C sets ``endptr`` to the string start).
+    On overflow the value is clamped to the 64-bit ``long`` range.
+    """
+    i = _skip_space(s)
+    negative = False
+    if i < len(s) and s[i] in "+-":
+        negative = s[i] == "-"
+        i += 1
+    m = _DIGITS.match(s, i)
+    assert m is not None
+    if m.end() == i:
+        return 0, 0, False
+    value = _bounded_int(m.group())
+    if negative:
+        value = -value
+    if value > INT64_MAX:
+        return INT64_MAX, m.end(), True
+    if value < INT64_MIN:
+        return INT64_MIN, m.end(), True
+    return value, m.end(), False
+
+
+def atoi(s: str) -> int:
+    """glibc's ``atoi``: ``(int) strtol(s, NULL, 10)``, wrapping like C."""
+    return wrap_int32(strtol(s)[0])
+
+
+def atof(s: str) -> float:
+    """``atof``: the longest prefix ``strtod`` accepts, else 0.0."""
+    i = _skip_space(s)
+    m = _FLOAT.match(s, i)
+    if m is None:
+        return 0.0
+    text = m.group()
+    if m.group("hex"):
+        sign = -1.0 if text.startswith("-") else 1.0
+        try:
+            return sign * float.fromhex(m.group("hex"))
+        except OverflowError:
+            return sign * float("inf")
+    if m.group("nan"):
+        return float("-nan") if text.startswith("-") else float("nan")
+    if m.group("inf"):
+        return float("-inf") if text.startswith("-") else float("inf")
+    return float(text)
+
+
+def to_int64(value: float) -> int:
+    """C's ``(int64) value`` on x86-64: truncation, INT64_MIN when out of range."""
+    if value != value or not (INT64_MIN <= value < 2.0**63):
+        return INT64_MIN
+    return int(value)
+
+
+def parse_int_option(value: str, optname: str, lo: int, hi: int) -> int:
+    """PostgreSQL's ``option_parse_int``, with its two messages."""
+    number, end, overflow = strtol(value)
+    if value[end:].lstrip(C_SPACE):
+        raise UsageError(f'invalid value "{value}" for option {optname}')
+    if overflow or not (INT32_MIN <= number <= INT32_MAX) or not lo <= number <= hi:
+        raise UsageError(f"{optname} must be in range {lo}..{hi}")
+    return number
+
+
+def parse_weight(option: str) -> tuple[str, int]:
+    """``NAME[@W]`` of ``-b``/``-f``: the last ``@`` separates the weight."""
+    name, sep, spec = option.rpartition("@")
+    if not sep:
+        return option, 1
+    weight, end, overflow = strtol(spec)
+    if overflow or end == 0 or end != len(spec):
+        raise UsageError(f"invalid weight specification: @{spec}")
+    if not 0 <= weight <= INT32_MAX:
+        raise UsageError(
+            f"weight specification out of range (0 .. {INT32_MAX}): {weight}"
+        )
+    return name, weight
+
+
+def parse_random_seed(value: str | None) -> int | None:
+    """``--random-seed``/``PGBENCH_RANDOM_SEED`` → the uint64 seed, None if bad.
+
+    None or ``time``: the current monotonic time in µs (pgbench's
+    ``pg_time_now()``); ``rand``: 8 strong random bytes; otherwise an
+    unsigned integer as ``sscanf("%lu%c")`` reads it: blanks first, a sign
+    (negative numbers wrap modulo 2**64), saturating at 2**64 - 1, and
+    nothing at all after it.
+    """
+    if value is None or value == "time":
+        return time.monotonic_ns() // 1000
+    if value == "rand":
+        return int.from_bytes(os.urandom(8), "little")
+    i = _skip_space(value)
+    negative = False
+    if i < len(value) and value[i] in "+-":
+        negative = value[i] == "-"
+        i += 1
+    m = _DIGITS.match(value, i)
+    assert m is not None
+    if m.end() == i or m.end() != len(value):
+        return None
+    magnitude = _bounded_int(m.group())
+    if magnitude > UINT64_MAX:
+        return UINT64_MAX
+    return (-magnitude if negative else magnitude) % (1 << 64)
