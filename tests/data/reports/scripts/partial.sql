@@ -1,0 +1,4 @@
+\if :client_id = 1
+SELECT * FROM no_such_table_here;
+\endif
+SELECT 1;
