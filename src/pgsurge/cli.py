@@ -757,7 +757,10 @@ def _parse_script(source_name: str, text: str) -> Any:
         if e.name == "pgsurge.script.parser":
             return None
         raise
-    return parser.parse_script(source_name, text)
+    parse_script = getattr(parser, "parse_script", None)
+    if parse_script is None:
+        return None
+    return parse_script(source_name, text)
 
 
 def _check_sql_params(parsed: Sequence[Any]) -> None:

@@ -14,7 +14,7 @@ tested in test_cli_parse.py.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +22,16 @@ import pytest
 
 from tests.fix_cli import base_env, run_cli, run_pgbench
 
-HAVE_PARSER = importlib.util.find_spec("pgsurge.script.parser") is not None
+
+def _have_parser() -> bool:
+    try:
+        parser = importlib.import_module("pgsurge.script.parser")
+    except ImportError:
+        return False
+    return hasattr(parser, "parse_script")
+
+
+HAVE_PARSER = _have_parser()
 
 
 @dataclass(frozen=True)
