@@ -20,7 +20,7 @@ run() {
 run t10 "$DB" -t 10
 run t10_c4_j2 "$DB" -t 10 -c 4 -j 2
 run time_progress "$DB" -T 2 -P 1 -c 2
-run progress_t "$DB" -t 200 -P 1 -S
+run progress_t "$DB" -t 2000 -P 1 -S -c 2
 run rate_limit "$DB" -R 50 -L 5 -T 2 -P 1
 run rate_only "$DB" -R 100 -T 3 -c 2 -j 2 -P 1
 run limit_only "$DB" -L 0.5 -T 1 -S
@@ -46,5 +46,6 @@ run aborted_partial "$DB" -f scripts/partial.sql -t 5 -c 2 -n -r
 run custom_scale "$DB" -f scripts/select.sql -s 7 -t 5 -n
 run aborted "$DB" -f scripts/broken.sql -t 3 -c 2 -n
 run partitioned "$PDB" -T 2 -S -c 2 --progress-timestamp -P 1
-run skipped_many "$DB" -R 5000 -L 0.05 -T 1 -S -n
+run skipped_many "$DB" -R 5000 -L 0.05 -T 2 -S -n -P 1 --max-tries 0
+run progress_idle "$DB" -f scripts/sleep.sql -T 4 -P 1 -n
 rm -f /tmp/pgsurge_capture_log.*

@@ -1,0 +1,2 @@
+\sleep 1500 ms
+SELECT 1;
