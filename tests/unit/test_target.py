@@ -1,0 +1,153 @@
+"""The connection-target rule: user's server or the embedded one (no server)."""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pgsurge.config import ConnParams
+from pgsurge.errors import UsageError
+from pgsurge.server import target
+from pgsurge.server.target import (
+    TARGET_ENV_VARS,
+    embedded_conn,
+    libpq_default_address,
+    named_target,
+    resolve_target,
+    wants_embedded,
+)
+
+NOTHING = ConnParams()
+
+
+def _never() -> bool:
+    raise AssertionError("the default-server probe must not run here")
+
+
+@pytest.mark.parametrize(
+    ("conn", "env", "expected"),
+    [
+        (NOTHING, {}, None),
+        (ConnParams(host="/tmp"), {}, "-h"),
+        (ConnParams(port="5433"), {}, "-p"),
+        (ConnParams(dbname="bench"), {}, "-d"),
+        (ConnParams(dbname="host=db1 dbname=x"), {}, "-d"),
+        *[(NOTHING, {name: "x"}, name) for name in TARGET_ENV_VARS],
+        # a role is not a server
+        (ConnParams(user="alice"), {"PGUSER": "alice"}, None),
+        # empty variables count as unset; unrelated ones never count
+        (NOTHING, {"PGHOST": "", "PGPORT": ""}, None),
+        (NOTHING, {"PGPASSWORD": "s", "PGSSLMODE": "require"}, None),
+    ],
+)
+def test_named_target(
+    conn: ConnParams, env: dict[str, str], expected: str | None
+) -> None:
+    assert named_target(conn, env) == expected
+
+
+@pytest.mark.parametrize("listening", [True, False])
+def test_no_target_depends_on_default_server(listening: bool) -> None:
+    calls: list[None] = []
+
+    def probe() -> bool:
+        calls.append(None)
+        return listening
+
+    assert (
+        wants_embedded(
+            NOTHING,
+            {"PGUSER": "bob"},
+            force_embedded=False,
+            default_server_listening=probe,
+        )
+        is not listening
+    )
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    ("conn", "env"),
+    [
+        (ConnParams(host="db1"), {}),
+        (ConnParams(dbname="postgresql://db1/x"), {}),
+        (NOTHING, {"PGHOST": "/var/run/postgresql"}),
+        (NOTHING, {"PGSERVICE": "bench"}),
+    ],
+)
+def test_named_target_is_used_without_probe(
+    conn: ConnParams, env: dict[str, str]
+) -> None:
+    assert not wants_embedded(
+        conn, env, force_embedded=False, default_server_listening=_never
+    )
+
+
+@pytest.mark.parametrize(
+    ("conn", "env"),
+    [
+        (NOTHING, {}),
+        (NOTHING, {"PGHOST": "db1", "PGDATABASE": "x"}),  # options beat variables
+        (ConnParams(user="alice", dbname="bench"), {}),
+    ],
+)
+def test_forced_embedded(conn: ConnParams, env: dict[str, str]) -> None:
+    assert wants_embedded(
+        conn, env, force_embedded=True, default_server_listening=_never
+    )
+
+
+@pytest.mark.parametrize("conn", [ConnParams(host="db1"), ConnParams(port="5433")])
+def test_forced_embedded_conflicts_with_host_port(conn: ConnParams) -> None:
+    with pytest.raises(UsageError, match="--embedded cannot be combined"):
+        wants_embedded(conn, {}, force_embedded=True, default_server_listening=_never)
+
+
+def test_embedded_conn_keeps_explicit_role_and_database() -> None:
+    server = ConnParams("/srv/run", "5432", "postgres", "postgres", embedded=True)
+    assert embedded_conn(NOTHING, server) == server
+    got = embedded_conn(ConnParams(user="alice", dbname="bench"), server)
+    assert got == ConnParams("/srv/run", "5432", "alice", "bench", embedded=True)
+
+
+def test_resolve_target_leaves_named_target_alone() -> None:
+    err = io.StringIO()
+    conn = ConnParams(host="db1", user="u")
+    assert resolve_target(conn, force_embedded=False, env={}, stderr=err) is conn
+    assert err.getvalue() == ""
+
+
+@pytest.fixture
+def sock_path() -> Iterator[Path]:
+    tmp = Path(tempfile.mkdtemp(prefix="pgsurge-sock-"))
+    yield tmp / ".s.PGSQL.5432"
+    for f in tmp.iterdir():
+        f.unlink()
+    tmp.rmdir()
+
+
+def test_unix_probe(sock_path: Path) -> None:
+    assert not target._unix_listening(str(sock_path))  # no file
+    with socket.socket(socket.AF_UNIX) as srv:
+        srv.bind(str(sock_path))
+        assert not target._unix_listening(str(sock_path))  # bound, not listening
+        srv.listen(1)
+        assert target._unix_listening(str(sock_path))
+    # a stale socket file left behind by a dead server
+    assert sock_path.exists() and not target._unix_listening(str(sock_path))
+
+
+def test_libpq_default_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    """libpq's defaults as the psycopg in use has them: a socket directory
+    and port 5432 (read without contacting any server)."""
+    for name in TARGET_ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+    host, port = libpq_default_address()
+    assert host is not None and os.path.isabs(host)
+    assert port == 5432
