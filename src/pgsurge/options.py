@@ -1,0 +1,709 @@
+"""argv → a validated ``InitConfig`` or ``RunConfig``, as pgbench 18.6 reads it.
+
+The options are acted on one by one, in command-line order, exactly as
+pgbench's ``main()`` does: values are checked as they come, scripts are
+read and parsed at once (a script syntax error is reported before an error
+in a later option), ``-b list`` and ``--show-script`` print and stop. Then
+come, in pgbench's order: the default script, the total weight, ``-j``
+clamped to ``-c``, the database name operand and "too many command-line
+arguments", the init-vs-benchmarking mode rule, and the run-mode rules.
+The first problem met is the one reported, with pgbench's words.
+
+``cli.py`` prints errors and dispatches; word splitting is ``getopt.py``'s;
+number parsing with C semantics is ``option_values.py``'s.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from pgsurge.config import (
+    ConnParams,
+    InitConfig,
+    PartitionMethod,
+    QueryMode,
+    RunConfig,
+    ScriptSource,
+)
+from pgsurge.errors import PROG, UsageError
+from pgsurge.getopt import Getopt, LongOption
+from pgsurge.option_values import (
+    INT32_MAX,
+    atof,
+    atoi,
+    parse_int_option,
+    parse_random_seed,
+    parse_weight,
+    to_int64,
+    wrap_int32,
+)
+from pgsurge.script import builtins
+
+SHORT_OPTIONS = "b:c:Cd:D:f:F:h:iI:j:lL:M:nNp:P:qrR:s:St:T:U:v"
+
+#: pgbench 18.6's long option table, in its order (glibc lists ambiguous
+#: candidates in table order), then pgsurge's own options.
+LONG_OPTIONS: tuple[LongOption, ...] = (
+    LongOption("builtin", True, "b"),
+    LongOption("client", True, "c"),
+    LongOption("connect", False, "C"),
+    LongOption("dbname", True, "d"),
+    LongOption("define", True, "D"),
+    LongOption("file", True, "f"),
+    LongOption("fillfactor", True, "F"),
+    LongOption("host", True, "h"),
+    LongOption("initialize", False, "i"),
+    LongOption("init-steps", True, "I"),
+    LongOption("jobs", True, "j"),
+    LongOption("log", False, "l"),
+    LongOption("latency-limit", True, "L"),
+    LongOption("no-vacuum", False, "n"),
+    LongOption("port", True, "p"),
+    LongOption("progress", True, "P"),
+    LongOption("protocol", True, "M"),
+    LongOption("quiet", False, "q"),
+    LongOption("report-per-command", False, "r"),
+    LongOption("rate", True, "R"),
+    LongOption("scale", True, "s"),
+    LongOption("select-only", False, "S"),
+    LongOption("skip-some-updates", False, "N"),
+    LongOption("time", True, "T"),
+    LongOption("transactions", True, "t"),
+    LongOption("username", True, "U"),
+    LongOption("vacuum-all", False, "v"),
+    LongOption("unlogged-tables", False, "unlogged-tables"),
+    LongOption("tablespace", True, "tablespace"),
+    LongOption("index-tablespace", True, "index-tablespace"),
+    LongOption("sampling-rate", True, "sampling-rate"),
+    LongOption("aggregate-interval", True, "aggregate-interval"),
+    LongOption("progress-timestamp", False, "progress-timestamp"),
+    LongOption("log-prefix", True, "log-prefix"),
+    LongOption("foreign-keys", False, "foreign-keys"),
+    LongOption("random-seed", True, "random-seed"),
+    LongOption("show-script", True, "show-script"),
+    LongOption("partitions", True, "partitions"),
+    LongOption("partition-method", True, "partition-method"),
+    LongOption("failures-detailed", False, "failures-detailed"),
+    LongOption("max-tries", True, "max-tries"),
+    LongOption("verbose-errors", False, "verbose-errors"),
+    LongOption("exit-on-abort", False, "exit-on-abort"),
+    LongOption("debug", False, "debug"),
+    # pgsurge extensions
+    LongOption("init-jobs", True, "init-jobs", extension=True),
+    LongOption("continue-on-error", False, "continue-on-error", extension=True),
+    LongOption("embedded", False, "embedded", extension=True),
+)
+
+DEFAULT_INIT_STEPS = "dtgvp"
+ALL_INIT_STEPS = "dtgGvpf"
+DEFAULT_TRANSACTIONS = 10
+MAX_SCRIPTS = 128
+#: pgbench's MAX_ARGS - 1: parameters of one SQL command in extended mode
+MAX_SQL_PARAMS = 255
+_HINT = f'Try "{PROG} --help" for more information.'
+
+
+class EarlyExit(Exception):
+    """``-b list`` and ``--show-script``: done, exit with ``status``."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+class MultiLineError(UsageError):
+    """An error pgbench reports as several log lines, e.g. the random seed's."""
+
+    def __init__(self, lines: Sequence[tuple[str, str]]) -> None:
+        super().__init__(lines[0][1])
+        self.lines = tuple(lines)
+
+    def format(self) -> str:
+        return "".join(f"{PROG}: {level}: {text}\n" for level, text in self.lines)
+
+
+def _usage_error(message: str) -> UsageError:
+    """An error followed by pgbench's "Try --help" hint."""
+    return UsageError(message, hint=_HINT)
+
+
+@dataclass(slots=True)
+class _State:
+    """What the options said so far, while they are being read."""
+
+    init_mode: bool = False
+    benchmarking_option_set: bool = False
+    initialization_option_set: bool = False
+    host: str | None = None
+    port: str | None = None
+    user: str | None = None
+    dbname: str | None = None
+    scripts: list[ScriptSource] = field(default_factory=list)
+    parsed: list[Any] = field(default_factory=list)
+    clients: int = 1
+    jobs: int = 1
+    transactions: int = 0
+    duration: int = 0
+    scale: int = 1
+    scale_given: bool = False
+    fillfactor: int = 100
+    init_steps: str | None = None
+    foreign_keys: bool = False
+    no_vacuum: bool = False
+    vacuum_all: bool = False
+    quiet: bool = False
+    connect_each_tx: bool = False
+    defines: list[tuple[str, str]] = field(default_factory=list)
+    query_mode: QueryMode = QueryMode.SIMPLE
+    rate: float | None = None
+    latency_limit_ms: float | None = None
+    latency_limit_us: int = 0
+    progress: int = 0
+    progress_timestamp: bool = False
+    report_per_command: bool = False
+    log: bool = False
+    log_prefix: str | None = None
+    sampling_rate: float = 0.0
+    aggregate_interval: int = 0
+    max_tries: int = 1
+    failures_detailed: bool = False
+    verbose_errors: bool = False
+    exit_on_abort: bool = False
+    continue_on_error: bool = False
+    random_seed: int = 0
+    random_seed_explicit: bool = False
+    partitions: int = 0
+    partition_method: PartitionMethod = PartitionMethod.NONE
+    unlogged_tables: bool = False
+    tablespace: str | None = None
+    index_tablespace: str | None = None
+    init_jobs: int = 1
+    debug: bool = False
+    force_embedded: bool = False
+
+
+class _CommandLine:
+    """Reads the options one by one, acting on each like pgbench does."""
+
+    def __init__(
+        self,
+        environ: Mapping[str, str],
+        stderr: TextIO,
+        read_stdin: Callable[[], bytes],
+    ) -> None:
+        self.environ = environ
+        self.stderr = stderr
+        self.read_stdin = read_stdin
+        self.st = _State()
+
+    # -- helpers ----------------------------------------------------------
+
+    def set_seed(self, value: str | None, origin: str) -> None:
+        seed = parse_random_seed(value)
+        if seed is None:
+            assert value is not None
+            raise MultiLineError(
+                [
+                    ("error", f'unrecognized random seed option "{value}"'),
+                    ("detail", 'Expecting an unsigned integer, "time" or "rand".'),
+                    ("error", f"error while setting random seed from {origin}"),
+                ]
+            )
+        if value is not None:
+            self.stderr.write(f"{PROG}: setting random seed to {seed}\n")
+            self.st.random_seed_explicit = True
+        self.st.random_seed = seed
+
+    def add_script(self, source: ScriptSource) -> None:
+        parsed = _parse_script(source.description, source.text)
+        if parsed is not None and not parsed.commands:
+            raise UsageError(f'empty command list for script "{source.description}"')
+        if len(self.st.scripts) >= MAX_SCRIPTS:
+            raise UsageError(f"at most {MAX_SCRIPTS} SQL scripts are allowed")
+        self.st.scripts.append(source)
+        self.st.parsed.append(parsed)
+
+    def add_builtin(self, name: str, weight: int) -> None:
+        b = builtins.find_builtin(name)
+        source = ScriptSource(
+            b.name, b.text, weight, builtin=True, description=b.description
+        )
+        self.add_script(source)
+
+    def add_file(self, name: str, weight: int) -> None:
+        text = _read_script_file(name, self.read_stdin)
+        self.add_script(ScriptSource(name, text, weight, description=name))
+
+    def check_open_files(self) -> None:
+        """pgbench needs clients + 3 file descriptors and raises the limit."""
+        try:
+            import resource
+        except ImportError:  # pragma: no cover - not on POSIX
+            return
+        needed = wrap_int32(self.st.clients + 3)
+        wanted = needed % (1 << 64)  # C converts the int to an unsigned rlim_t
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        hint = (
+            "Reduce number of clients, or use limit/ulimit to increase the system"
+            " limit."
+        )
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            raise UsageError(
+                f"need at least {needed} open files, but system limit is {hard}",
+                hint=hint,
+            )
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            except (OSError, ValueError, OverflowError) as e:
+                reason = getattr(e, "strerror", None) or "Invalid argument"
+                raise UsageError(
+                    f"need at least {needed} open files, but couldn't raise the "
+                    f"limit: {reason}",
+                    hint=hint,
+                ) from None
+
+    # -- the option loop --------------------------------------------------
+
+    def handle(self, key: str, value: str | None) -> None:
+        st = self.st
+        arg = value if value is not None else ""
+        match key:
+            case "b":
+                if arg == "list":
+                    self.stderr.write(builtins.list_text())
+                    raise EarlyExit(0)
+                name, weight = parse_weight(arg)
+                self.add_builtin(name, weight)
+                st.benchmarking_option_set = True
+            case "c":
+                st.benchmarking_option_set = True
+                st.clients = parse_int_option(arg, "-c/--client", 1, INT32_MAX)
+                self.check_open_files()
+            case "C":
+                st.benchmarking_option_set = True
+                st.connect_each_tx = True
+            case "d":
+                st.dbname = arg
+            case "D":
+                st.benchmarking_option_set = True
+                name, eq, val = arg.partition("=")
+                if not eq or not name or not val:
+                    raise UsageError(f'invalid variable definition: "{arg}"')
+                if not _valid_variable_name(name):
+                    raise UsageError(f'option: invalid variable name: "{name}"')
+                st.defines.append((name, val))
+            case "f":
+                name, weight = parse_weight(arg)
+                self.add_file(name, weight)
+                st.benchmarking_option_set = True
+            case "F":
+                st.initialization_option_set = True
+                st.fillfactor = parse_int_option(arg, "-F/--fillfactor", 10, 100)
+            case "h":
+                st.host = arg
+            case "i":
+                st.init_mode = True
+            case "I":
+                _check_init_steps(arg)
+                st.init_steps = arg
+                st.initialization_option_set = True
+            case "j":
+                st.benchmarking_option_set = True
+                st.jobs = parse_int_option(arg, "-j/--jobs", 1, INT32_MAX)
+            case "l":
+                st.benchmarking_option_set = True
+                st.log = True
+            case "L":
+                limit_ms = atof(arg)
+                if limit_ms <= 0.0:  # NaN passes, as in C
+                    raise UsageError(f'invalid latency limit: "{arg}"')
+                st.benchmarking_option_set = True
+                st.latency_limit_us = to_int64(limit_ms * 1000)
+                st.latency_limit_ms = limit_ms
+            case "M":
+                st.benchmarking_option_set = True
+                try:
+                    st.query_mode = QueryMode(arg)
+                except ValueError:
+                    raise UsageError(f'invalid query mode (-M): "{arg}"') from None
+            case "n":
+                st.no_vacuum = True
+            case "N":
+                self.add_builtin("simple-update", 1)
+                st.benchmarking_option_set = True
+            case "p":
+                st.port = arg
+            case "P":
+                st.benchmarking_option_set = True
+                st.progress = parse_int_option(arg, "-P/--progress", 1, INT32_MAX)
+            case "q":
+                st.initialization_option_set = True
+                st.quiet = True
+            case "r":
+                st.benchmarking_option_set = True
+                st.report_per_command = True
+            case "R":
+                rate = atof(arg)
+                st.benchmarking_option_set = True
+                if rate <= 0.0:
+                    raise UsageError(f'invalid rate limit: "{arg}"')
+                st.rate = rate
+            case "s":
+                st.scale_given = True
+                st.scale = parse_int_option(arg, "-s/--scale", 1, INT32_MAX)
+            case "S":
+                self.add_builtin("select-only", 1)
+                st.benchmarking_option_set = True
+            case "t":
+                st.benchmarking_option_set = True
+                st.transactions = parse_int_option(
+                    arg, "-t/--transactions", 1, INT32_MAX
+                )
+            case "T":
+                st.benchmarking_option_set = True
+                st.duration = parse_int_option(arg, "-T/--time", 1, INT32_MAX)
+            case "U":
+                st.user = arg
+            case "v":
+                st.benchmarking_option_set = True
+                st.vacuum_all = True
+            case _:
+                self.handle_long(key, arg)
+
+    def handle_long(self, key: str, arg: str) -> None:
+        st = self.st
+        match key:
+            case "unlogged-tables":
+                st.initialization_option_set = True
+                st.unlogged_tables = True
+            case "tablespace":
+                st.initialization_option_set = True
+                st.tablespace = arg
+            case "index-tablespace":
+                st.initialization_option_set = True
+                st.index_tablespace = arg
+            case "sampling-rate":
+                st.benchmarking_option_set = True
+                st.sampling_rate = atof(arg)
+                if st.sampling_rate <= 0.0 or st.sampling_rate > 1.0:
+                    raise UsageError(f'invalid sampling rate: "{arg}"')
+            case "aggregate-interval":
+                st.benchmarking_option_set = True
+                st.aggregate_interval = parse_int_option(
+                    arg, "--aggregate-interval", 1, INT32_MAX
+                )
+            case "progress-timestamp":
+                st.progress_timestamp = True
+                st.benchmarking_option_set = True
+            case "log-prefix":
+                st.benchmarking_option_set = True
+                st.log_prefix = arg
+            case "foreign-keys":
+                st.initialization_option_set = True
+                st.foreign_keys = True
+            case "random-seed":
+                st.benchmarking_option_set = True
+                self.set_seed(arg, "--random-seed option")
+            case "show-script":
+                b = builtins.find_builtin(arg)
+                self.stderr.write(builtins.show_text(b))
+                raise EarlyExit(0)
+            case "partitions":
+                st.initialization_option_set = True
+                st.partitions = parse_int_option(arg, "--partitions", 0, INT32_MAX)
+            case "partition-method":
+                st.initialization_option_set = True
+                method = arg.lower() if arg.isascii() else arg
+                if method not in ("range", "hash"):
+                    raise UsageError(
+                        'invalid partition method, expecting "range" or "hash",'
+                        f' got: "{arg}"'
+                    )
+                st.partition_method = PartitionMethod(method)
+            case "failures-detailed":
+                st.benchmarking_option_set = True
+                st.failures_detailed = True
+            case "max-tries":
+                tries = atoi(arg)
+                if tries < 0:
+                    raise UsageError(f'invalid number of maximum tries: "{arg}"')
+                st.benchmarking_option_set = True
+                st.max_tries = tries
+            case "verbose-errors":
+                st.benchmarking_option_set = True
+                st.verbose_errors = True
+            case "exit-on-abort":
+                st.benchmarking_option_set = True
+                st.exit_on_abort = True
+            case "debug":
+                st.debug = True
+            case "init-jobs":
+                st.initialization_option_set = True
+                st.init_jobs = parse_int_option(arg, "--init-jobs", 1, INT32_MAX)
+            case "continue-on-error":
+                st.benchmarking_option_set = True
+                st.continue_on_error = True
+            case "embedded":
+                st.force_embedded = True
+            case _:  # pragma: no cover - the table and this switch disagree
+                raise AssertionError(f"unhandled option {key}")
+
+    # -- after the loop ---------------------------------------------------
+
+    def finish(self, operands: list[str]) -> InitConfig | RunConfig:
+        st = self.st
+        if not st.scripts and not st.init_mode:
+            self.add_builtin("tpcb-like", 1)
+            st.benchmarking_option_set = True
+        if st.query_mode is not QueryMode.SIMPLE:
+            _check_sql_params(st.parsed)
+        if sum(s.weight for s in st.scripts) == 0 and not st.init_mode:
+            raise UsageError("total script weight must not be zero")
+        st.jobs = min(st.jobs, st.clients)
+        if st.dbname is None and operands:
+            st.dbname = operands.pop(0)
+        if operands:
+            raise _usage_error(
+                f'too many command-line arguments (first is "{operands[0]}")'
+            )
+        conn = ConnParams(host=st.host, port=st.port, user=st.user, dbname=st.dbname)
+        if st.init_mode:
+            return self.finish_init(conn)
+        if st.initialization_option_set:
+            raise UsageError(
+                "some of the specified options cannot be used in benchmarking mode"
+            )
+        return self.finish_run(conn)
+
+    def finish_init(self, conn: ConnParams) -> InitConfig:
+        st = self.st
+        if st.benchmarking_option_set:
+            raise UsageError(
+                "some of the specified options cannot be used in initialization"
+                " (-i) mode"
+            )
+        if st.partitions == 0 and st.partition_method is not PartitionMethod.NONE:
+            raise UsageError(
+                "--partition-method requires greater than zero --partitions"
+            )
+        method = st.partition_method
+        if st.partitions > 0 and method is PartitionMethod.NONE:
+            method = PartitionMethod.RANGE
+        steps = st.init_steps if st.init_steps is not None else DEFAULT_INIT_STEPS
+        if st.no_vacuum:
+            steps = steps.replace("v", " ")
+        if st.foreign_keys and "f" not in steps:
+            steps += "f"
+        return InitConfig(
+            conn=conn,
+            steps=steps,
+            scale=st.scale,
+            fillfactor=st.fillfactor,
+            quiet=st.quiet,
+            foreign_keys=st.foreign_keys,
+            partitions=st.partitions,
+            partition_method=method,
+            unlogged_tables=st.unlogged_tables,
+            tablespace=st.tablespace,
+            index_tablespace=st.index_tablespace,
+            init_jobs=st.init_jobs,
+            debug=st.debug,
+            force_embedded=st.force_embedded,
+        )
+
+    def finish_run(self, conn: ConnParams) -> RunConfig:
+        st = self.st
+        if st.transactions > 0 and st.duration > 0:
+            raise UsageError(
+                "specify either a number of transactions (-t) or a duration (-T),"
+                " not both"
+            )
+        if st.transactions <= 0 and st.duration <= 0:
+            st.transactions = DEFAULT_TRANSACTIONS
+        if st.sampling_rate > 0.0 and not st.log:
+            raise UsageError(
+                "log sampling (--sampling-rate) is allowed only when logging"
+                " transactions (-l)"
+            )
+        if st.sampling_rate > 0.0 and st.aggregate_interval > 0:
+            raise UsageError(
+                "log sampling (--sampling-rate) and aggregation (--aggregate-interval)"
+                " cannot be used at the same time"
+            )
+        if st.aggregate_interval > 0 and not st.log:
+            raise UsageError(
+                "log aggregation is allowed only when actually logging transactions"
+            )
+        if not st.log and st.log_prefix is not None:
+            raise UsageError(
+                "log file prefix (--log-prefix) is allowed only when logging"
+                " transactions (-l)"
+            )
+        agg, duration = st.aggregate_interval, st.duration
+        if duration > 0 and agg > duration:
+            raise UsageError(
+                f"number of seconds for aggregation ({agg}) must not be higher than"
+                f" test duration ({duration})"
+            )
+        if duration > 0 and agg > 0 and duration % agg != 0:
+            raise UsageError(
+                f"duration ({duration}) must be a multiple of aggregation interval"
+                f" ({agg})"
+            )
+        if st.progress_timestamp and st.progress == 0:
+            raise UsageError("--progress-timestamp is allowed only under --progress")
+        if st.max_tries == 0 and not st.latency_limit_us and duration <= 0:
+            raise UsageError(
+                "an unlimited number of transaction tries can only be used with"
+                " --latency-limit or a duration (-T)"
+            )
+        return RunConfig(
+            conn=conn,
+            scripts=tuple(st.scripts),
+            clients=st.clients,
+            jobs=st.jobs,
+            transactions=st.transactions if duration <= 0 else None,
+            duration=duration if duration > 0 else None,
+            query_mode=st.query_mode,
+            connect_each_tx=st.connect_each_tx,
+            no_vacuum=st.no_vacuum,
+            vacuum_all=st.vacuum_all,
+            scale=st.scale if st.scale_given else None,
+            defines=tuple(st.defines),
+            rate=st.rate,
+            # a limit that truncates to 0 µs is no limit at all for pgbench
+            latency_limit_ms=st.latency_limit_ms if st.latency_limit_us else None,
+            progress_s=st.progress,
+            progress_timestamp=st.progress_timestamp,
+            report_per_command=st.report_per_command,
+            log=st.log,
+            log_prefix=st.log_prefix,
+            sampling_rate=st.sampling_rate if st.sampling_rate != 0.0 else None,
+            aggregate_interval=agg if agg > 0 else None,
+            max_tries=st.max_tries,
+            failures_detailed=st.failures_detailed,
+            verbose_errors=st.verbose_errors,
+            exit_on_abort=st.exit_on_abort,
+            continue_on_error=st.continue_on_error,
+            random_seed=st.random_seed,
+            random_seed_explicit=st.random_seed_explicit,
+            debug=st.debug,
+            force_embedded=st.force_embedded,
+        )
+
+
+def _valid_variable_name(name: str) -> bool:
+    """pgbench's rule: ASCII letters, ``_``, any non-ASCII; digits after the first."""
+    if not name or name[0] in "0123456789":
+        return False
+    return all(ch == "_" or not ch.isascii() or ch.isalnum() for ch in name)
+
+
+def _check_init_steps(steps: str) -> None:
+    if not steps:
+        raise UsageError("no initialization steps specified")
+    for step in steps:
+        if step not in ALL_INIT_STEPS + " ":
+            raise UsageError(
+                f'unrecognized initialization step "{step}"',
+                detail=f'Allowed step characters are: "{ALL_INIT_STEPS}".',
+            )
+
+
+def _read_script_file(name: str, read_stdin: Callable[[], bytes]) -> str:
+    """The file's text, read as pgbench does (``-`` is stdin).
+
+    pgbench opens with ``fopen`` (so a directory opens, then fails to read)
+    and parses up to the first NUL byte. Bytes that are not UTF-8 survive
+    as surrogate escapes.
+    """
+    if name == "-":
+        try:
+            data = read_stdin()
+        except OSError as e:
+            raise UsageError(f'could not read file "{name}": {e.strerror}') from None
+    else:
+        try:
+            fd = os.open(name, os.O_RDONLY)
+        except OSError as e:
+            raise UsageError(f'could not open file "{name}": {e.strerror}') from None
+        try:
+            chunks = []
+            while chunk := os.read(fd, 1 << 16):
+                chunks.append(chunk)
+            data = b"".join(chunks)
+        except OSError as e:
+            raise UsageError(f'could not read file "{name}": {e.strerror}') from None
+        finally:
+            os.close(fd)
+    return data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+
+
+def _parse_script(source_name: str, text: str) -> Any:
+    """Parse a script now, as pgbench does while reading its options.
+
+    Returns the ``ParsedScript``, or None while the parser does not exist.
+    TODO(parser helper): drop the guard once script/parser.py has landed.
+    """
+    try:
+        parser = importlib.import_module("pgsurge.script.parser")
+    except ImportError as e:
+        if e.name == "pgsurge.script.parser":
+            return None
+        raise
+    parse_script = getattr(parser, "parse_script", None)
+    if parse_script is None:
+        return None
+    return parse_script(source_name, text)
+
+
+def _check_sql_params(parsed: Sequence[Any]) -> None:
+    """Extended/prepared mode: at most 255 ``:var`` parameters per command."""
+    from pgsurge.script.ast import SqlCommand
+
+    for script in parsed:
+        if script is None:
+            continue
+        for cmd in script.commands:
+            if isinstance(cmd, SqlCommand) and len(cmd.param_vars) > MAX_SQL_PARAMS:
+                raise UsageError(
+                    f"statement has too many arguments (maximum is {MAX_SQL_PARAMS}):"
+                    f" {cmd.text}"
+                )
+
+
+def parse_command_line(
+    args: Sequence[str],
+    *,
+    environ: Mapping[str, str] | None = None,
+    stderr: TextIO | None = None,
+    read_stdin: Callable[[], bytes] | None = None,
+) -> InitConfig | RunConfig:
+    """Options (argv without the program name) → validated config.
+
+    Raises :class:`PgsurgeError` for anything pgbench would reject before
+    connecting, and :class:`EarlyExit` after ``-b list``/``--show-script``.
+    Like pgbench it prints "setting random seed to N" on ``stderr`` when
+    the seed is set explicitly.
+    """
+    env = os.environ if environ is None else environ
+    err = sys.stderr if stderr is None else stderr
+    cl = _CommandLine(env, err, read_stdin or (lambda: sys.stdin.buffer.read()))
+    cl.set_seed(
+        env.get("PGBENCH_RANDOM_SEED"), "PGBENCH_RANDOM_SEED environment variable"
+    )
+    getopt = Getopt(
+        args,
+        SHORT_OPTIONS,
+        LONG_OPTIONS,
+        posixly_correct="POSIXLY_CORRECT" in env,
+    )
+    for key, value in getopt:
+        cl.handle(key, value)
+    return cl.finish(getopt.operands)
