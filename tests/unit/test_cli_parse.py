@@ -8,7 +8,9 @@ asserted here too.
 
 from __future__ import annotations
 
+import ctypes
 import io
+import math
 import os
 import re
 import subprocess
@@ -16,8 +18,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
-from pgsurge import cli
+from pgsurge import cli, option_values
 from pgsurge.cli import EarlyExit, parse_command_line
 from pgsurge.config import InitConfig, PartitionMethod, QueryMode, RunConfig
 from pgsurge.script.builtins import BUILTIN_SCRIPTS, find_builtin
@@ -435,3 +439,54 @@ def test_broken_stdout_pipe_is_quiet() -> None:
     os.close(w)
     assert child.stderr == b""
     assert child.returncode == 141
+
+
+# -- C number parsing, checked against the C library itself ---------------------
+
+
+_libc = ctypes.CDLL(None)
+_libc.strtod.restype = ctypes.c_double
+_libc.strtod.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+_libc.atoi.restype = ctypes.c_int
+_libc.atoi.argtypes = [ctypes.c_char_p]
+_libc.strtol.restype = ctypes.c_long
+_libc.strtol.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int]
+
+_number_text = st.text(alphabet="0123456789+-.eEpPxXaAfFiInNtTyY() \t_", max_size=24)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_number_text)
+@example("0x1.8p3")
+@example(" -inf")
+@example("nan(abc)x")
+@example("1e")
+@example("0x")
+@example(".e5")
+@example("infinity")
+@example("infinit")
+@example("1e999")
+@example("0x1p99999")
+@example("-0x.8P-1")
+@example("+.5e+3x")
+@example("1_0")
+@example("00012")
+def test_atof_matches_libc(text: str) -> None:
+    expected = _libc.strtod(text.encode(), None)
+    got = option_values.atof(text)
+    if math.isnan(expected):
+        assert math.isnan(got)
+    else:
+        assert got == expected
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(_number_text, st.integers().map(str)))
+def test_atoi_and_strtol_match_libc(text: str) -> None:
+    raw = text.encode()
+    assert option_values.atoi(text) == _libc.atoi(raw)
+    buf = ctypes.create_string_buffer(raw)
+    end = ctypes.c_void_p()
+    value = _libc.strtol(ctypes.addressof(buf), ctypes.byref(end), 10)
+    assert end.value is not None
+    assert option_values.strtol(text)[:2] == (value, end.value - ctypes.addressof(buf))
