@@ -13,8 +13,10 @@ import io
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -490,3 +492,40 @@ def test_atoi_and_strtol_match_libc(text: str) -> None:
     value = _libc.strtol(ctypes.addressof(buf), ctypes.byref(end), 10)
     assert end.value is not None
     assert option_values.strtol(text)[:2] == (value, end.value - ctypes.addressof(buf))
+
+
+def _wait_blocked_reading(pid: int) -> None:
+    """Until the process sleeps in a pipe read (Linux), or a few seconds."""
+    wchan = Path(f"/proc/{pid}/wchan")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            if "pipe" in wchan.read_text():
+                return
+        except OSError:
+            break
+        time.sleep(0.02)
+    time.sleep(1.0)
+
+
+def test_ctrl_c_exits_130_without_traceback() -> None:
+    # ``-f -`` blocks reading stdin, which stays open: interrupt it there
+    code = "import sys; from pgsurge.cli import main; raise SystemExit(main())"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, "-f", "-"],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _wait_blocked_reading(child.pid)
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=30)
+    finally:
+        child.kill()
+    assert (child.returncode, err) == (130, b"")
+
+
+def test_server_subcommand_is_dispatched() -> None:
+    result = run_cli(["server", "--help"])
+    assert result.status == 0
+    assert "pgsurge server" in result.stdout
