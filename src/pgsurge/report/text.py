@@ -5,6 +5,11 @@ conditions, same number formatting as pgbench (C ``printf`` of doubles that
 are computed with the same operations in the same order; see
 ``stats.cfloat`` for the few places where Python needs help).
 
+pgbench prints its banner when it connects, before the run, and the rest
+at the end; the runner does the same with ``render_banner`` first and
+``render_text(result, banner=False)`` last, then ``render_abort_notice``
+on stderr (exit status 2 when it is not empty).
+
 Differences from pgbench, on purpose:
 
 * the banner always reads ``pgsurge (<pgsurge version>, server <server
