@@ -239,6 +239,12 @@ CASES = [
     c("file-syntax-before-option", "-f", "{tmp}/bad.sql", "-c", "abc", parser=True),
     c("file-option-before-syntax", "-c", "abc", "-f", "{tmp}/bad.sql"),
     c("file-missing-endif", "-f", "{tmp}/noendif.sql", parser=True),
+    c("params-extended", "-M", "extended", "-f", "{tmp}/params.sql", parser=True),
+    c(
+        "params-before-weight",
+        *("-f", "{tmp}/params.sql", "-M", "prepared", "-b", "t@0"),
+        parser=True,
+    ),
     # -- random seed ----------------------------------------------------------
     c("seed-word", "--random-seed=one"),
     c("seed-hex", "--random-seed=0x5"),
@@ -277,6 +283,8 @@ def script_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (d / "bad.sql").write_text("\\set i 1 +\n")
     (d / "noendif.sql").write_text("\\if 1\nSELECT 1;\n")
     (d / "a@b.sql").write_text("SELECT 1;\n")
+    params = ", ".join([":a"] * 256)
+    (d / "params.sql").write_text(f"-- c\n  SELECT 1 \n, {params};  -- x\n")
     return d
 
 
