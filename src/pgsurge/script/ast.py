@@ -24,7 +24,19 @@ Value = None | bool | int | float | str
 
 @dataclass(frozen=True, slots=True)
 class Const:
+    """A literal. Equality is type-strict: ``Const(1) != Const(True)``
+    and ``Const(1) != Const(1.0)`` (plain dataclass equality would say
+    they are equal, since ``1 == True == 1.0`` in Python)."""
+
     value: bool | int | float | None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Const):
+            return NotImplemented
+        return type(self.value) is type(other.value) and self.value == other.value
+
+    def __hash__(self) -> int:
+        return hash((type(self.value).__name__, self.value))
 
 
 @dataclass(frozen=True, slots=True)

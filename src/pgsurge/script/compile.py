@@ -1,0 +1,380 @@
+"""Script text -> :class:`ParsedScript`: pgbench's ParseScript, meta commands
+and the static ``\\if`` check.
+
+The loop mirrors pgbench: the SQL scanner (``splitter.py``) collects text
+up to a ``;``, a backslash or the end; what it collected becomes an SQL
+command unless it is only whitespace and ``--`` comments; a backslash
+command is then read by the meta-command lexer (``lexer.py``) and the
+expression parser (``parser.py``). ``\\gset``/``\\aset`` attach to the
+command just before them, which must be an SQL command without one.
+
+Errors are raised as :class:`~pgsurge.errors.ScriptError` with pgbench's
+texts, in pgbench's order: the first syntax error met while reading, then
+an empty script, then the ``\\if``/``\\endif`` structure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import NoReturn, Protocol
+
+from pgsurge.config import QueryMode
+from pgsurge.errors import ScriptError
+from pgsurge.script.ast import (
+    Command,
+    ElseCommand,
+    EndifCommand,
+    GsetKind,
+    IfCommand,
+    ParsedScript,
+    PipelineCommand,
+    PipelineOp,
+    SetCommand,
+    ShellCommand,
+    SleepCommand,
+    SqlCommand,
+)
+from pgsurge.script.fatal import PlainScriptError
+from pgsurge.script.lexer import MetaLexer, byte_len
+from pgsurge.script.parser import ExprParser
+from pgsurge.script.splitter import SqlScanner, Stop, skip_sql_comments, sql_first_line
+from pgsurge.script.sqlvars import (
+    MAX_SQL_PARAMS,
+    split_variables,
+    to_params,
+    too_many_params,
+)
+
+#: pgbench's MAX_ARGS: words of a meta command, the command name included
+MAX_META_WORDS = 256
+
+_META_NAMES = (
+    "set",
+    "setshell",
+    "shell",
+    "sleep",
+    "if",
+    "elif",
+    "else",
+    "endif",
+    "gset",
+    "aset",
+    "startpipeline",
+    "syncpipeline",
+    "endpipeline",
+)
+_SLEEP_UNITS = {"us": 1, "ms": 1_000, "s": 1_000_000}
+_SLEEP_NUMBER = re.compile(r"[+-]?([0-9]*)")
+
+
+class _Fail(Protocol):
+    def __call__(
+        self, message: str, detail: str | None = None, column: int = -1
+    ) -> NoReturn: ...
+
+
+@dataclasses.dataclass(slots=True)
+class _Gset:
+    """A ``\\gset``/``\\aset`` read from the script, to merge."""
+
+    kind: GsetKind
+    prefix: str
+    lineno: int
+
+
+def _c_atoi(text: str) -> int:
+    """C's ``atoi`` as glibc does it: leading blanks, a sign, digits; the
+    value saturates to a long and is then truncated to an int."""
+    m = re.match(r"[ \t\n\v\f\r]*([+-]?[0-9]+)", text)
+    if not m:
+        return 0
+    value = max(min(int(m.group(1)), 2**63 - 1), -(2**63))
+    value &= 0xFFFFFFFF
+    return value - 2**32 if value >= 2**31 else value
+
+
+class _ScriptCompiler:
+    def __init__(self, source: str, text: str) -> None:
+        # pgbench reads the file as a C string: a NUL byte ends it
+        self.src = text.split("\0", 1)[0]
+        self.source = source
+        self.commands: list[Command] = []
+
+    # ------------------------------------------------------------------
+
+    def run(self) -> ParsedScript:
+        scanner = SqlScanner(self.src)
+        while True:
+            res = scanner.scan()
+            sql, skipped = skip_sql_comments(res.text)
+            if sql:
+                lineno = self._lineno(res.start) + res.text.count("\n", 0, skipped)
+                self.commands.append(self._sql_command(sql, lineno, res.nqueries))
+            if res.stop is Stop.BACKSLASH:
+                scanner.pos = self._meta_command(res.end)
+            elif res.stop is Stop.EOF:
+                break
+        if not self.commands:
+            raise PlainScriptError(
+                self.source, f'empty command list for script "{self.source}"'
+            )
+        self._check_conditionals()
+        return ParsedScript(self.source, self._link_conditionals())
+
+    def _lineno(self, pos: int) -> int:
+        return self.src.count("\n", 0, max(pos, 0)) + 1
+
+    def _sql_command(self, sql: str, lineno: int, nqueries: int) -> SqlCommand:
+        parts = split_variables(sql)
+        param_text, param_vars = to_params(parts)
+        return SqlCommand(
+            lineno=lineno,
+            first_line=sql_first_line(sql),
+            text=sql,
+            param_text=param_text,
+            param_vars=param_vars,
+            simple_parts=parts,
+            nqueries=nqueries,
+        )
+
+    # ------------------------------------------------------------------
+    # backslash commands (pgbench's process_backslash_command)
+
+    def _meta_command(self, start: int) -> int:
+        """Read the backslash command at ``start``; return where SQL
+        scanning resumes."""
+        lineno = self._lineno(start)
+        lex = MetaLexer(self.src, start, self.source, lineno)
+        first = lex.next_word()
+        if first is None:
+            return lex.pos  # a lone backslash: ignored
+        name = first[0]
+        lex.command = name
+        meta = name.lower() if name.isascii() else ""
+        if meta not in _META_NAMES:
+            meta = ""
+        if meta in ("set", "if", "elif"):
+            self.commands.append(self._expr_command(lex, meta, lineno))
+            return lex.pos
+
+        words = [name]
+        offsets = [first[1]]
+        while (word := lex.next_word()) is not None:
+            if len(words) >= MAX_META_WORDS:
+                self._error(lex, "too many arguments", show_line=False)
+            words.append(word[0])
+            offsets.append(word[1])
+        line = lex.line_text()
+        args = words[1:]
+
+        def fail(message: str, detail: str | None = None, column: int = -1) -> NoReturn:
+            raise ScriptError(
+                self.source,
+                lineno,
+                message,
+                line=line,
+                detail=detail,
+                command=name,
+                column=column,
+            )
+
+        cmd: Command | _Gset
+        if meta == "sleep":
+            cmd = self._sleep(line, lineno, args, offsets, fail)
+        elif meta == "setshell":
+            if len(args) < 2:
+                fail("missing argument")
+            cmd = ShellCommand(lineno, line, args[0], tuple(args[1:]))
+        elif meta == "shell":
+            if not args:
+                fail("missing command")
+            cmd = ShellCommand(lineno, line, None, tuple(args))
+        elif meta in ("else", "endif", "startpipeline", "syncpipeline", "endpipeline"):
+            if args:
+                fail("unexpected argument")
+            if meta == "else":
+                cmd = ElseCommand(lineno, line, -1)
+            elif meta == "endif":
+                cmd = EndifCommand(lineno, line)
+            else:
+                cmd = PipelineCommand(lineno, line, PipelineOp(meta))
+        elif meta in ("gset", "aset"):
+            if len(args) > 1:
+                fail("too many arguments")
+            kind = GsetKind.GSET if meta == "gset" else GsetKind.ASET
+            cmd = _Gset(kind, args[0] if args else "", lineno)
+        else:
+            fail("invalid command")
+
+        if isinstance(cmd, _Gset):
+            self._attach_gset(cmd)
+        else:
+            self.commands.append(cmd)
+        return lex.pos
+
+    def _error(self, lex: MetaLexer, message: str, *, show_line: bool) -> NoReturn:
+        raise ScriptError(
+            self.source,
+            lex.lineno,
+            message,
+            line=lex.line_text() if show_line else None,
+            command=lex.command,
+        )
+
+    def _expr_command(self, lex: MetaLexer, meta: str, lineno: int) -> Command:
+        var = ""
+        if meta == "set":
+            word = lex.next_word()
+            if word is None:
+                # pgbench has no line to show yet at this point
+                self._error(lex, "missing argument", show_line=False)
+            var = word[0]
+        expr = ExprParser(lex).parse()
+        line = lex.line_text()
+        if meta == "set":
+            return SetCommand(lineno, line, var, expr)
+        # jumps are filled in by _link_conditionals
+        return IfCommand(lineno, line, expr, meta == "elif", -1, -1)
+
+    def _sleep(
+        self,
+        line: str,
+        lineno: int,
+        args: list[str],
+        offsets: list[int],
+        fail: _Fail,
+    ) -> SleepCommand:
+        if not args:
+            fail("missing argument")
+        if len(args) > 2:
+            fail("too many arguments", column=offsets[3])
+        amount_text = args[0]
+        unit = args[1] if len(args) == 2 else None
+        unit_offset = offsets[2] if unit is not None else -1
+        if not amount_text.startswith(":"):
+            m = _SLEEP_NUMBER.match(amount_text)
+            assert m is not None
+            rest = amount_text[m.end() :]
+            if rest:
+                if unit is None and m.group(1):
+                    # "\sleep 10ms": the number and its unit in one word
+                    amount_text = amount_text[: m.end()]
+                    unit = rest
+                    unit_offset = offsets[1] + byte_len(amount_text)
+                else:
+                    fail(
+                        "invalid sleep time, must be an integer",
+                        args[0],
+                        offsets[1],
+                    )
+        unit_us = 1_000_000
+        if unit is not None:
+            factor = _SLEEP_UNITS.get(unit.lower()) if unit.isascii() else None
+            if factor is None:
+                fail("unrecognized time unit, must be us, ms or s", unit, unit_offset)
+            unit_us = factor
+        amount: int | str
+        if amount_text.startswith(":"):
+            amount = amount_text[1:]
+        else:
+            amount = _c_atoi(amount_text)
+        return SleepCommand(lineno, line, amount, unit_us)
+
+    def _attach_gset(self, gset: _Gset) -> None:
+        """pgbench merges ``\\gset``/``\\aset`` into the previous command."""
+        message = "\\gset must follow an SQL command"
+        if not self.commands:
+            raise ScriptError(self.source, gset.lineno, message)
+        prev = self.commands[-1]
+        if not isinstance(prev, SqlCommand) or prev.gset is not GsetKind.NONE:
+            # pgbench shows the previous command's first line, which an SQL
+            # command does not have yet at that point
+            detail = None if isinstance(prev, SqlCommand) else prev.first_line
+            raise ScriptError(self.source, gset.lineno, message, detail=detail)
+        self.commands[-1] = dataclasses.replace(
+            prev, gset=gset.kind, gset_prefix=gset.prefix
+        )
+
+    # ------------------------------------------------------------------
+    # \if structure
+
+    def _check_conditionals(self) -> None:
+        """pgbench's CheckConditional: the errors it reports, in its order."""
+        stack: list[bool] = []  # True once the level has seen its \else
+
+        def fail(index: int, message: str) -> NoReturn:
+            raise PlainScriptError(
+                self.source,
+                f'condition error in script "{self.source}" '
+                f"command {index + 1}: {message}",
+            )
+
+        for i, cmd in enumerate(self.commands):
+            if isinstance(cmd, IfCommand) and not cmd.is_elif:
+                stack.append(False)
+            elif isinstance(cmd, IfCommand):
+                if not stack:
+                    fail(i, "\\elif without matching \\if")
+                if stack[-1]:
+                    fail(i, "\\elif after \\else")
+            elif isinstance(cmd, ElseCommand):
+                if not stack:
+                    fail(i, "\\else without matching \\if")
+                if stack[-1]:
+                    fail(i, "\\else after \\else")
+                stack[-1] = True
+            elif isinstance(cmd, EndifCommand):
+                if not stack:
+                    fail(i, "\\endif without matching \\if")
+                stack.pop()
+        if stack:
+            fail(len(self.commands), "\\if without matching \\endif")
+
+    def _link_conditionals(self) -> tuple[Command, ...]:
+        """Fill in IfCommand.false_jump/end_jump and ElseCommand.end_jump."""
+        cmds = list(self.commands)
+        # per open \if: indexes of its \if/\elif/\else commands
+        open_blocks: list[list[int]] = []
+        for i, cmd in enumerate(cmds):
+            if isinstance(cmd, IfCommand) and not cmd.is_elif:
+                open_blocks.append([i])
+            elif isinstance(cmd, IfCommand | ElseCommand):
+                open_blocks[-1].append(i)
+            elif isinstance(cmd, EndifCommand):
+                branches = open_blocks.pop()
+                for k, idx in enumerate(branches):
+                    branch = cmds[idx]
+                    if isinstance(branch, ElseCommand):
+                        cmds[idx] = dataclasses.replace(branch, end_jump=i)
+                        continue
+                    assert isinstance(branch, IfCommand)
+                    if k + 1 < len(branches):
+                        nxt = branches[k + 1]
+                        # a false condition goes to the next \elif, or into
+                        # the \else branch (past the \else itself)
+                        false_jump = (
+                            nxt + 1 if isinstance(cmds[nxt], ElseCommand) else nxt
+                        )
+                    else:
+                        false_jump = i
+                    cmds[idx] = dataclasses.replace(
+                        branch, false_jump=false_jump, end_jump=i
+                    )
+        return tuple(cmds)
+
+
+def compile_script(source: str, text: str) -> ParsedScript:
+    """Parse a whole script; see :func:`pgsurge.script.parser.parse_script`."""
+    return _ScriptCompiler(source, text).run()
+
+
+def check_query_mode(script: ParsedScript, mode: QueryMode) -> None:
+    """pgbench's late check (after every script is parsed): under
+    ``-M extended``/``prepared`` an SQL command takes at most 255
+    variables. Raises the ``ScriptError`` pgbench prints."""
+    if mode is QueryMode.SIMPLE:
+        return
+    for cmd in script.commands:
+        if isinstance(cmd, SqlCommand) and len(cmd.param_vars) > MAX_SQL_PARAMS:
+            raise too_many_params(script.source, cmd.text)

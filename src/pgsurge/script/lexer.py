@@ -1,0 +1,297 @@
+"""Lexer for pgbench backslash commands: exprscan.l's role.
+
+A backslash command is lexed in one of two modes, as pgbench does:
+
+* word mode: whitespace-separated words (``\\sleep 10 ms``, the command
+  name itself, the variable name of ``\\set``);
+* expression mode: the tokens of the ``\\set``/``\\if`` expression language.
+
+Both modes stop at the first newline that is not escaped by a trailing
+backslash (``\\`` + ``\\n`` or ``\\r\\n`` continues the command) or at the end
+of the text. Positions are indexes into the whole script text; error
+columns are *byte* offsets from the command's backslash, because pgbench
+counts bytes when it places its ``^ error found here`` caret.
+
+When a lexing or parsing error happens, pgbench first lexes on to the end of
+the command line (to print it whole), and a lexing error met on the way
+replaces the first one. :meth:`MetaLexer.fail` reproduces that.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+import sys
+from dataclasses import dataclass
+from typing import NoReturn
+
+from pgsurge.errors import ScriptError
+
+INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
+
+
+class Tok(enum.Enum):
+    """Expression token kinds (exprparse.y's terminals)."""
+
+    OP = "operator"  # value: the operator text, e.g. "+", "<>", "<<"
+    LPAREN = "("
+    RPAREN = ")"
+    COMMA = ","
+    INT = "integer"
+    DOUBLE = "double"
+    MAXINT_PLUS_ONE = "9223372036854775808"
+    VARIABLE = "variable"
+    FUNCTION = "identifier"
+    NULL = "NULL"
+    BOOLEAN = "boolean"
+    AND = "AND"
+    OR = "OR"
+    NOT = "NOT"
+    IS = "IS"
+    ISNULL = "ISNULL"
+    NOTNULL = "NOTNULL"
+    CASE = "CASE"
+    WHEN = "WHEN"
+    THEN = "THEN"
+    ELSE = "ELSE"
+    END = "END"
+    EOL = "end of command"
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    kind: Tok
+    #: operator text, identifier/variable name, or the numeric/boolean value
+    value: object
+    start: int
+    end: int
+
+
+# Keywords are matched case-insensitively, ASCII only, and only when the
+# whole identifier is the keyword ("andx" is an identifier).
+_KEYWORDS: dict[str, Tok] = {
+    "and": Tok.AND,
+    "or": Tok.OR,
+    "not": Tok.NOT,
+    "is": Tok.IS,
+    "isnull": Tok.ISNULL,
+    "notnull": Tok.NOTNULL,
+    "case": Tok.CASE,
+    "when": Tok.WHEN,
+    "then": Tok.THEN,
+    "else": Tok.ELSE,
+    "end": Tok.END,
+    "null": Tok.NULL,
+    "true": Tok.BOOLEAN,
+    "false": Tok.BOOLEAN,
+}
+
+# Two-character operators are tried before one-character ones (flex takes
+# the longest match).
+_OPS2 = ("<>", "!=", "<=", ">=", "<<", ">>")
+_OPS1 = "+-*/%=<>|&#~"
+
+# Whitespace inside a command; a newline ends it. pgbench's flex classes
+# work on bytes and count every byte >= 0x80 as a letter; on decoded text
+# that is "every non-ASCII character".
+_SPACE = " \t\r\f\v"
+_IDENT_RE = re.compile(r"[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ffff]*")
+_ALNUM_RE = re.compile(r"[A-Za-z0-9_\x80-\U0010ffff]+")
+# {digit}+(\.{digit}*)?([eE][-+]?{digit}+)?  and  \.{digit}+([eE][-+]?{digit}+)?
+_NUMBER_RE = re.compile(
+    r"[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?|\.[0-9]+([eE][-+]?[0-9]+)?"
+)
+_CONTINUATION_RE = re.compile(r"\\\r?\n")
+_NONSPACE_RE = re.compile(r"[^ \t\r\f\v\n]+")
+
+
+def byte_len(text: str) -> int:
+    """Length of ``text`` in bytes, as pgbench sees the file."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-8", "surrogateescape"))
+
+
+def parse_double(text: str) -> float | None:
+    """``strtod`` with pgbench's range check: None when out of range.
+
+    glibc reports ERANGE for overflow and for results that underflow to a
+    subnormal number or to zero; pgbench rejects both.
+    """
+    value = float(text)
+    if math.isinf(value):
+        return None
+    if value == 0.0:
+        mantissa = text.lower().split("e")[0]
+        if any(ch in "123456789" for ch in mantissa):
+            return None
+    elif abs(value) < sys.float_info.min:
+        return None
+    return value
+
+
+class MetaLexer:
+    """Lexes one backslash command of ``src`` starting at ``cmd_start``.
+
+    ``pos`` starts just after the backslash. ``command`` (the command name,
+    for messages) is set by the caller once the first word is known.
+    """
+
+    def __init__(self, src: str, cmd_start: int, source: str, lineno: int) -> None:
+        self.src = src
+        self.cmd_start = cmd_start
+        self.pos = cmd_start + 1
+        self.source = source
+        self.lineno = lineno
+        self.command: str | None = None
+        #: did the last token read end the command with a newline?
+        self.last_was_newline = False
+
+    # ------------------------------------------------------------------
+    # positions and messages
+
+    def column(self, pos: int) -> int:
+        """Byte offset of ``pos`` from the command's backslash."""
+        return byte_len(self.src[self.cmd_start : pos])
+
+    def line_text(self) -> str:
+        """The command text read so far, without trailing newlines."""
+        return self.src[self.cmd_start : self.pos].rstrip("\r\n")
+
+    def fail(self, message: str, detail: str | None = None) -> NoReturn:
+        """Report an error at the end of the last token read, like pgbench."""
+        column = self.column(self.pos) - 1
+        if not self.last_was_newline:
+            # pgbench lexes on to the end of the line to show it whole; a
+            # lexing error found on the way is the one reported.
+            while self.next_token().kind is not Tok.EOL:
+                pass
+        raise ScriptError(
+            self.source,
+            self.lineno,
+            message,
+            line=self.line_text(),
+            detail=detail,
+            command=self.command,
+            column=column,
+        )
+
+    # ------------------------------------------------------------------
+    # word mode
+
+    def next_word(self) -> tuple[str, int] | None:
+        """Next whitespace-separated word and its byte column, or None at
+        the end of the command (the newline is consumed)."""
+        src = self.src
+        n = len(src)
+        self.last_was_newline = False
+        while True:
+            pos = self.pos
+            if pos >= n:
+                return None
+            ch = src[pos]
+            if ch in _SPACE:
+                self.pos = pos + 1
+                continue
+            if ch == "\n":
+                self.pos = pos + 1
+                self.last_was_newline = True
+                return None
+            m = _CONTINUATION_RE.match(src, pos)
+            if m:
+                self.pos = m.end()
+                continue
+            m = _NONSPACE_RE.match(src, pos)
+            assert m is not None
+            word = m.group()
+            end = m.end()
+            if word.endswith("\\"):
+                cont = _CONTINUATION_RE.match(src, end - 1)
+                if cont:
+                    # "word\<newline>": the word without its backslash, and
+                    # the continuation is eaten with it.
+                    word = word[:-1]
+                    end = cont.end()
+            self.pos = end
+            # pgbench computes the word's offset as "end - length", which
+            # is off when a continuation was eaten; keep that quirk.
+            return word, self.column(end) - byte_len(word)
+
+    # ------------------------------------------------------------------
+    # expression mode
+
+    def next_token(self) -> Token:
+        """Next expression token; lexing errors are reported via fail()."""
+        src = self.src
+        n = len(src)
+        self.last_was_newline = False
+        while True:
+            pos = self.pos
+            if pos >= n:
+                return Token(Tok.EOL, None, pos, pos)
+            ch = src[pos]
+            if ch in _SPACE:
+                self.pos = pos + 1
+                continue
+            if ch == "\n":
+                self.pos = pos + 1
+                self.last_was_newline = True
+                return Token(Tok.EOL, None, pos, pos + 1)
+            if ch == "\\":
+                m = _CONTINUATION_RE.match(src, pos)
+                if m:
+                    self.pos = m.end()
+                    continue
+            break
+        two = src[pos : pos + 2]
+        if two in _OPS2:
+            return self._take(Tok.OP, two, pos, pos + 2)
+        if ch in _OPS1:
+            return self._take(Tok.OP, ch, pos, pos + 1)
+        if ch == "(":
+            return self._take(Tok.LPAREN, ch, pos, pos + 1)
+        if ch == ")":
+            return self._take(Tok.RPAREN, ch, pos, pos + 1)
+        if ch == ",":
+            return self._take(Tok.COMMA, ch, pos, pos + 1)
+        if ch == ":":
+            m = _ALNUM_RE.match(src, pos + 1)
+            if m:
+                return self._take(Tok.VARIABLE, m.group(), pos, m.end())
+        elif (ch.isascii() and ch.isdigit()) or ch == ".":
+            m = _NUMBER_RE.match(src, pos)
+            if m:
+                return self._number(m.group(), pos, m.end())
+        else:
+            m = _IDENT_RE.match(src, pos)
+            if m:
+                word = m.group()
+                kind = _KEYWORDS.get(word.lower()) if word.isascii() else None
+                if kind is None:
+                    return self._take(Tok.FUNCTION, word, pos, m.end())
+                value: object = word.lower() == "true" if kind is Tok.BOOLEAN else None
+                return self._take(kind, value, pos, m.end())
+        # any other single character
+        self.pos = pos + 1
+        self.fail("unexpected character", ch)
+
+    def _take(self, kind: Tok, value: object, start: int, end: int) -> Token:
+        self.pos = end
+        return Token(kind, value, start, end)
+
+    def _number(self, text: str, start: int, end: int) -> Token:
+        self.pos = end
+        if text.isdigit():
+            if text == "9223372036854775808":
+                # INT64_MIN's magnitude: only valid right after a unary minus
+                return Token(Tok.MAXINT_PLUS_ONE, None, start, end)
+            value = int(text)
+            if value > INT64_MAX:
+                self.fail("bigint constant overflow", text)
+            return Token(Tok.INT, value, start, end)
+        dvalue = parse_double(text)
+        if dvalue is None:
+            self.fail("double constant overflow", text)
+        return Token(Tok.DOUBLE, dvalue, start, end)

@@ -1,0 +1,358 @@
+"""Expression parser for ``\\set``, ``\\if`` and ``\\elif``: exprparse.y's role.
+
+Grammar (pgbench 18), lowest precedence first::
+
+    expr    := expr OR expr                      left
+             | expr AND expr                     left
+             | NOT expr                          right (prefix)
+             | expr IS [NOT] (NULL|TRUE|FALSE)   postfix, also ISNULL, NOTNULL
+             | expr (= | <> | != | < | <= | > | >=) expr     non-associative
+             | expr (| | # | & | << | >>) expr   left;  ~ expr (prefix, same level)
+             | expr (+ | -) expr                 left
+             | expr (* | / | %) expr             left
+             | (+ | -) expr                      prefix, highest
+             | - 9223372036854775808             INT64_MIN, only after a unary -
+             | ( expr )
+             | NULL | TRUE | FALSE | INTEGER | DOUBLE | :variable
+             | function ( [ [,] expr {, expr} ] )   note: one leading comma is
+                                                     accepted, as in pgbench
+             | CASE WHEN expr THEN expr {WHEN expr THEN expr} [ELSE expr] END
+
+Keywords are case-insensitive. The parser is a precedence climber that
+behaves like pgbench's LALR parser in everything a user can observe:
+
+* the same trees (see ``ast.Call`` for how operators are desugared);
+* the error is found at the same token: a prefix operator's operand takes
+  every operator that binds tighter than the prefix operator's own level
+  (so ``~ a + b`` is ``~(a + b)`` and ``NOT a = b`` is ``NOT (a = b)``);
+  chained comparisons are an error, chained postfix ``IS`` are not;
+* function names and argument counts are checked when pgbench checks them:
+  the name right after it is read, the count right after the ``)``; so
+  the messages and caret columns match.
+
+``parse_expr(text)`` parses a standalone expression (tests, evaluator);
+``format_expr(expr)`` prints a tree back so that
+``parse_expr(format_expr(e)) == e`` for every tree the parser can build.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from pgsurge.script.ast import Call, Const, Expr, ParsedScript, Var
+from pgsurge.script.functions import ARITY
+from pgsurge.script.lexer import INT64_MIN, MetaLexer, Tok, Token
+
+# Function names and argument counts come from functions.ARITY (the
+# evaluator's table). These take pgbench's implicit last argument.
+SEEDED_FUNCTIONS = frozenset({"hash", "hash_murmur2", "hash_fnv1a", "permute"})
+DEFAULT_SEED = Var("default_seed")
+
+# Precedence levels, as in exprparse.y (higher binds tighter).
+OR, AND, NOT, IS, CMP, BIT, ADD, MUL, UNARY = range(1, 10)
+
+# binary operator text -> (level, Call name, swap operands)
+_BINARY: dict[str, tuple[int, str, bool]] = {
+    "=": (CMP, "=", False),
+    "<>": (CMP, "<>", False),
+    "!=": (CMP, "<>", False),
+    "<": (CMP, "<", False),
+    "<=": (CMP, "<=", False),
+    ">": (CMP, "<", True),
+    ">=": (CMP, "<=", True),
+    "|": (BIT, "|", False),
+    "#": (BIT, "#", False),
+    "&": (BIT, "&", False),
+    "<<": (BIT, "<<", False),
+    ">>": (BIT, ">>", False),
+    "+": (ADD, "+", False),
+    "-": (ADD, "-", False),
+    "*": (MUL, "*", False),
+    "/": (MUL, "/", False),
+    "%": (MUL, "mod", False),
+}
+
+
+class ExprParser:
+    """Parses one expression from a :class:`MetaLexer` in expression mode.
+
+    Tokens are read lazily, one lookahead at most, so that lexing errors
+    surface exactly when pgbench's parser would meet them.
+    """
+
+    def __init__(self, lexer: MetaLexer) -> None:
+        self.lexer = lexer
+        self._tok: Token | None = None
+
+    # -- token helpers -------------------------------------------------
+
+    def peek(self) -> Token:
+        if self._tok is None:
+            self._tok = self.lexer.next_token()
+        return self._tok
+
+    def advance(self) -> Token:
+        tok = self.peek()
+        self._tok = None
+        return tok
+
+    def expect(self, kind: Tok) -> Token:
+        if self.peek().kind is not kind:
+            self.syntax_error()
+        return self.advance()
+
+    def syntax_error(self) -> None:
+        self.peek()  # the offending token must have been read
+        self.lexer.fail("syntax error")
+
+    def col(self, tok: Token) -> int:
+        return self.lexer.column(tok.start)
+
+    # -- grammar ---------------------------------------------------------
+
+    def parse(self) -> Expr:
+        """``expr`` followed by the end of the command."""
+        expr = self.expr(OR)
+        self.expect(Tok.EOL)
+        return expr
+
+    def expr(self, min_level: int) -> Expr:
+        left = self.prefix()
+        # Was the last operator applied at this level a comparison? Then
+        # another comparison is an error (they are non-associative).
+        after_cmp = False
+        while True:
+            tok = self.peek()
+            if tok.kind in (Tok.IS, Tok.ISNULL, Tok.NOTNULL):
+                if min_level > IS:
+                    break
+                left = self.postfix(left)
+                after_cmp = False
+                continue
+            if tok.kind is Tok.AND or tok.kind is Tok.OR:
+                level = AND if tok.kind is Tok.AND else OR
+                if level < min_level:
+                    break
+                self.advance()
+                right = self.expr(level + 1)
+                name = "and" if level == AND else "or"
+                left = Call(name, (left, right), self.col(tok))
+                after_cmp = False
+                continue
+            if tok.kind is not Tok.OP or tok.value == "~":
+                break
+            level, name, swap = _BINARY[str(tok.value)]
+            if level < min_level:
+                break
+            if level == CMP and after_cmp:
+                self.syntax_error()
+            self.advance()
+            right = self.expr(level + 1)
+            args = (right, left) if swap else (left, right)
+            left = Call(name, args, self.col(tok))
+            after_cmp = level == CMP
+        return left
+
+    def postfix(self, operand: Expr) -> Expr:
+        tok = self.advance()
+        col = self.col(tok)
+        if tok.kind is Tok.ISNULL:
+            return Call("is", (operand, Const(None)), col)
+        if tok.kind is Tok.NOTNULL:
+            return Call("not", (Call("is", (operand, Const(None)), col),), col)
+        negate = False
+        if self.peek().kind is Tok.NOT:
+            self.advance()
+            negate = True
+        nxt = self.peek()
+        if nxt.kind is Tok.NULL:
+            value: bool | None = None
+        elif nxt.kind is Tok.BOOLEAN:
+            value = bool(nxt.value)
+        else:
+            self.syntax_error()
+        self.advance()
+        test = Call("is", (operand, Const(value)), col)
+        return Call("not", (test,), col) if negate else test
+
+    def prefix(self) -> Expr:
+        tok = self.advance()
+        kind = tok.kind
+        col = self.col(tok)
+        if kind is Tok.OP:
+            if tok.value == "-":
+                if self.peek().kind is Tok.MAXINT_PLUS_ONE:
+                    self.advance()
+                    return Const(INT64_MIN)
+                return Call("-", (Const(0), self.expr(UNARY + 1)), col)
+            if tok.value == "+":
+                return self.expr(UNARY + 1)
+            if tok.value == "~":
+                return Call("#", (Const(-1), self.expr(BIT + 1)), col)
+        elif kind is Tok.NOT:
+            return Call("not", (self.expr(NOT + 1),), col)
+        elif kind is Tok.LPAREN:
+            inner = self.expr(OR)
+            self.expect(Tok.RPAREN)
+            return inner
+        elif kind is Tok.INT or kind is Tok.DOUBLE or kind is Tok.BOOLEAN:
+            assert isinstance(tok.value, int | float)
+            return Const(tok.value)
+        elif kind is Tok.NULL:
+            return Const(None)
+        elif kind is Tok.VARIABLE:
+            return Var(str(tok.value))
+        elif kind is Tok.FUNCTION:
+            return self.function(tok)
+        elif kind is Tok.CASE:
+            return self.case(col)
+        self._tok = tok  # put it back: the error is reported at this token
+        self.syntax_error()
+        raise AssertionError("unreachable")
+
+    def function(self, tok: Token) -> Expr:
+        typed = str(tok.value)
+        name = typed.lower() if typed.isascii() else typed
+        arity = ARITY.get(name)
+        if arity is None:
+            # checked as soon as the name is read, before the "("
+            self.lexer.fail("unexpected function name", typed)
+        self.expect(Tok.LPAREN)
+        args: list[Expr] = []
+        if self.peek().kind is not Tok.RPAREN:
+            if self.peek().kind is Tok.COMMA:
+                # pgbench's "elist: <empty> | elist ',' expr" accepts it
+                self.advance()
+            args.append(self.expr(OR))
+            while self.peek().kind is Tok.COMMA:
+                self.advance()
+                args.append(self.expr(OR))
+        self.expect(Tok.RPAREN)
+        low, high = arity
+        if len(args) < low or (high is not None and len(args) > high):
+            message = (
+                "at least one argument expected"
+                if high is None
+                else "unexpected number of arguments"
+            )
+            self.lexer.fail(message, name)
+        if name in SEEDED_FUNCTIONS and len(args) == low:
+            args.append(DEFAULT_SEED)
+        return Call(name, tuple(args), self.col(tok))
+
+    def case(self, col: int) -> Expr:
+        args: list[Expr] = []
+        self.expect(Tok.WHEN)
+        while True:
+            args.append(self.expr(OR))
+            self.expect(Tok.THEN)
+            args.append(self.expr(OR))
+            kind = self.peek().kind
+            if kind is Tok.WHEN:
+                self.advance()
+                continue
+            if kind is Tok.ELSE:
+                self.advance()
+                args.append(self.expr(OR))
+                self.expect(Tok.END)
+            elif kind is Tok.END:
+                self.advance()
+                args.append(Const(None))
+            else:
+                self.syntax_error()
+            return Call("case", tuple(args), col)
+
+
+def parse_script(source_name: str, text: str) -> ParsedScript:
+    """Parse a whole pgbench script (the text of a ``-f`` file or a builtin).
+
+    ``source_name`` is what pgbench calls the script in messages (the file
+    name as given, or the builtin's description). Raises
+    :class:`~pgsurge.errors.ScriptError` with pgbench's message for any
+    error pgbench 18.6 reports while reading scripts.
+    """
+    from pgsurge.script.compile import compile_script
+
+    return compile_script(source_name, text)
+
+
+def parse_expr(text: str, *, source: str = "<expression>") -> Expr:
+    """Parse a standalone expression (raises ``ScriptError``).
+
+    Errors are laid out as for a ``\\set`` whose command line is ``text``.
+    """
+    text = text.split("\0", 1)[0]
+    lexer = MetaLexer(text, 0, source, 1)
+    lexer.pos = 0
+    lexer.command = "set"
+    return ExprParser(lexer).parse()
+
+
+# --------------------------------------------------------------------------
+# printing
+
+_INFIX = {
+    "+": "+",
+    "-": "-",
+    "*": "*",
+    "/": "/",
+    "mod": "%",
+    "=": "=",
+    "<>": "<>",
+    "<": "<",
+    "<=": "<=",
+    "&": "&",
+    "|": "|",
+    "#": "#",
+    "<<": "<<",
+    ">>": ">>",
+    "and": "AND",
+    "or": "OR",
+}
+
+
+def _format_const(value: bool | int | float | None) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        if value < 0:
+            # only INT64_MIN comes out of the parser as a negative literal
+            return f"(-{-value})"
+        return str(value)
+    if math.isnan(value) or math.isinf(value):
+        raise ValueError(f"no literal for double {value!r}")
+    text = repr(value)
+    if value < 0:
+        return f"(0 - {text[1:]})"
+    return text
+
+
+def format_expr(expr: Expr) -> str:
+    """Source text for ``expr``, fully parenthesized."""
+    fmt: Callable[[Expr], str] = format_expr
+    if isinstance(expr, Const):
+        return _format_const(expr.value)
+    if isinstance(expr, Var):
+        return ":" + expr.name
+    name, args = expr.name, expr.args
+    first = args[0] if args else None
+    if name == "#" and len(args) == 2 and first == Const(-1):
+        return f"(~{fmt(args[1])})"
+    if name in _INFIX and len(args) == 2:
+        if name == "-" and first == Const(0):
+            return f"(-{fmt(args[1])})"
+        return f"({fmt(args[0])} {_INFIX[name]} {fmt(args[1])})"
+    if name == "not" and len(args) == 1:
+        return f"(NOT {fmt(args[0])})"
+    if name == "is" and len(args) == 2 and isinstance(args[1], Const):
+        return f"({fmt(args[0])} IS {_format_const(args[1].value)})"
+    if name == "case" and len(args) >= 3 and len(args) % 2 == 1:
+        whens = [
+            f"WHEN {fmt(args[i])} THEN {fmt(args[i + 1])}"
+            for i in range(0, len(args) - 1, 2)
+        ]
+        return " ".join(["(CASE", *whens, f"ELSE {fmt(args[-1])} END)"])
+    return f"{name}({', '.join(fmt(a) for a in args)})"

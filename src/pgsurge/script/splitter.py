@@ -1,0 +1,444 @@
+"""Split script text into SQL commands and backslash commands: psqlscan's role.
+
+pgbench runs the script through psql's SQL lexer (``psqlscan.l``), which
+collects text into a query buffer until one of:
+
+* a ``;`` outside quotes, comments and parentheses (and outside a
+  ``CREATE FUNCTION ... BEGIN ATOMIC ... END`` body) — the ``;`` is kept;
+* a backslash outside quotes and comments, wherever it is on the line —
+  the backslash command is then lexed separately (``lexer.py``) and SQL
+  scanning resumes after it;
+* the end of the text — whatever was collected is still a command, even
+  inside an unterminated quote or comment (pgbench reports nothing).
+
+On the way the lexer drops whitespace before the first token and every
+``--`` comment, keeps ``/* */`` comments (nested), turns ``\\;`` into ``;``
+(so one command may hold several queries) and ``\\:`` into ``:``. Its
+state (parenthesis depth, ``BEGIN`` depth, quote state) carries over from
+one command to the next, exactly as in pgbench, so an unbalanced ``(``
+swallows later semicolons.
+
+Standard-conforming strings are assumed on (as pgbench does): ``'...'``
+has no backslash escapes, ``E'...'`` has.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from typing import Protocol
+
+from pgsurge.script.lexer import byte_len
+
+
+class _Emit(Protocol):
+    def __call__(self, text: str, at: int, significant: bool = True) -> None: ...
+
+
+class Stop(enum.Enum):
+    """Why :meth:`SqlScanner.scan` returned."""
+
+    SEMICOLON = 1
+    BACKSLASH = 2
+    EOF = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    stop: Stop
+    #: the collected query buffer (psqlscan's output)
+    text: str
+    #: index in the source of the first collected character, or -1
+    start: int
+    #: index of the backslash (BACKSLASH), else where scanning stopped
+    end: int
+    #: number of ``\\;``-separated parts that hold something to run
+    nqueries: int
+
+
+class _Mode(enum.Enum):
+    INITIAL = 0
+    XC = 1  # /* comment */
+    XB = 2  # b'...'
+    XH = 3  # x'...'
+    XQ = 4  # '...'
+    XE = 5  # E'...'
+    XUS = 6  # U&'...'
+    XD = 7  # "..."
+    XUI = 8  # U&"..."
+    XDOLQ = 9  # $tag$...$tag$
+
+
+_SPACE = " \t\n\r\f"
+_IDENT_START = re.compile(r"[A-Za-z_\x80-\U0010ffff]")
+_IDENT = re.compile(r"[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_$\x80-\U0010ffff]*")
+_DOLQ_DELIM = re.compile(
+    r"\$(?:[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ffff]*)?\$"
+)
+_DOLQ_FAILED = re.compile(r"\$[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ffff]*")
+_PARAM = re.compile(r"\$[0-9]+")
+# psql variable references: ":name", ":'name'", ':"name"', ":{?name}"
+_VARCHARS = r"[A-Za-z0-9_\x80-\U0010ffff]"
+_PSQL_VAR = re.compile(
+    rf":(?:{_VARCHARS}+|'{_VARCHARS}+'|\"{_VARCHARS}+\"|\{{\?{_VARCHARS}+\}})"
+)
+# Numbers, including PostgreSQL 16's non-decimal integers and underscores;
+# trailing identifier characters are "junk" of the same token.
+_NUMBER = re.compile(
+    r"(?:0[xX][0-9A-Fa-f_]+|0[oO][0-7_]+|0[bB][01_]+"
+    r"|(?:[0-9][0-9_]*(?:\.(?!\.)[0-9_]*)?|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9][0-9_]*)?)"
+    r"[A-Za-z0-9_$\x80-\U0010ffff]*"
+)
+# After a closing quote: whitespace holding a newline, then a quote, makes
+# the string continue (SQL's string continuation). Possessive quantifiers
+# keep the regex linear on hostile input.
+_QUOTE_CONTINUE = re.compile(
+    r"(?:[ \t\f]|--[^\n\r]*+)*+[\n\r](?:[ \t\n\r\f]|--[^\n\r]*+[\n\r])*+'"
+)
+_FUNC_WORDS = {
+    "create": "c",
+    "function": "f",
+    "procedure": "p",
+    "or": "o",
+    "replace": "r",
+}
+
+
+class SqlScanner:
+    """psqlscan's state over one script; call :meth:`scan` repeatedly."""
+
+    def __init__(self, src: str) -> None:
+        self.src = src
+        self.pos = 0
+        self.mode = _Mode.INITIAL
+        self.paren_depth = 0
+        self.begin_depth = 0
+        self.xc_depth = 0
+        self.dolq_start = ""
+        # CREATE [OR REPLACE] FUNCTION|PROCEDURE detection, for BEGIN ATOMIC
+        self.ident_count = 0
+        self.idents = ["", "", "", ""]
+
+    def scan(self) -> ScanResult:
+        """Collect text from :attr:`pos` up to the next stop."""
+        src = self.src
+        n = len(src)
+        out: list[str] = []
+        start = -1
+        nqueries = 0
+        content = False  # the current \;-separated part has something to run
+
+        def emit(text: str, at: int, significant: bool = True) -> None:
+            nonlocal start, content
+            if start < 0:
+                start = at
+            out.append(text)
+            if significant:
+                content = True
+
+        while True:
+            pos = self.pos
+            mode = self.mode
+            if pos >= n:
+                stop = Stop.EOF
+                break
+            ch = src[pos]
+
+            if mode is not _Mode.INITIAL:
+                self._scan_quoted(pos, emit)
+                continue
+
+            # ---- INITIAL
+            if ch in _SPACE:
+                end = pos + 1
+                while end < n and src[end] in _SPACE:
+                    end += 1
+                if out:
+                    emit(src[pos:end], pos, significant=False)
+                self.pos = end
+                continue
+            two = src[pos : pos + 2]
+            if two == "--":
+                end = pos + 2
+                while end < n and src[end] not in "\n\r":
+                    end += 1
+                self.pos = end  # "--" comments are never kept
+                continue
+            if two == "/*":
+                self.mode = _Mode.XC
+                self.xc_depth = 0
+                emit(two, pos, significant=False)
+                self.pos = pos + 2
+                continue
+            if ch == "(":
+                self.paren_depth += 1
+                emit(ch, pos)
+                self.pos = pos + 1
+                continue
+            if ch == ")":
+                if self.paren_depth > 0:
+                    self.paren_depth -= 1
+                emit(ch, pos)
+                self.pos = pos + 1
+                continue
+            if ch == ";":
+                emit(ch, pos, significant=False)
+                self.pos = pos + 1
+                if self.paren_depth == 0 and self.begin_depth == 0:
+                    self.ident_count = 0
+                    stop = Stop.SEMICOLON
+                    break
+                continue
+            if ch == "\\":
+                nxt = src[pos + 1 : pos + 2]
+                if nxt in (";", ":") and nxt:
+                    emit(nxt, pos, significant=nxt == ":")
+                    self.pos = pos + 2
+                    if nxt == ";":
+                        self.ident_count = 0
+                        nqueries += content
+                        content = False
+                    continue
+                stop = Stop.BACKSLASH
+                break
+            if ch == ":":
+                m = _PSQL_VAR.match(src, pos)
+                end = m.end() if m else pos + (2 if two in ("::", ":=") else 1)
+                emit(src[pos:end], pos)
+                self.pos = end
+                continue
+            if ch == "'":
+                self._open(_Mode.XQ, pos, 1, emit)
+                continue
+            if ch == '"':
+                self._open(_Mode.XD, pos, 1, emit)
+                continue
+            if ch == "$":
+                m = _DOLQ_DELIM.match(src, pos)
+                if m:
+                    self.dolq_start = m.group()
+                    self._open(_Mode.XDOLQ, pos, m.end() - pos, emit)
+                    continue
+                if _PARAM.match(src, pos):
+                    # a parameter "$1" (plus any junk): one token
+                    m2 = _NUMBER.match(src, pos + 1)
+                    assert m2 is not None
+                    emit(src[pos : m2.end()], pos)
+                    self.pos = m2.end()
+                    continue
+                # "$" alone, or "$name" without a closing "$": only the "$"
+                emit(ch, pos)
+                self.pos = pos + 1
+                continue
+            if (ch.isascii() and ch.isdigit()) or (
+                ch == "." and src[pos + 1 : pos + 2].isdigit()
+            ):
+                m = _NUMBER.match(src, pos)
+                assert m is not None
+                emit(m.group(), pos)
+                self.pos = m.end()
+                continue
+            if _IDENT_START.match(ch):
+                if self._quote_prefix(pos, emit):
+                    continue
+                m = _IDENT.match(src, pos)
+                assert m is not None
+                word = m.group()
+                self._track_identifier(word)
+                emit(word, pos)
+                self.pos = m.end()
+                continue
+            # operators and any other single character
+            emit(ch, pos)
+            self.pos = pos + 1
+
+        nqueries += content
+        return ScanResult(stop, "".join(out), start, self.pos, max(nqueries, 1))
+
+    # ------------------------------------------------------------------
+
+    def _open(self, mode: _Mode, pos: int, length: int, emit: _Emit) -> None:
+        self.mode = mode
+        emit(self.src[pos : pos + length], pos)
+        self.pos = pos + length
+
+    def _quote_prefix(self, pos: int, emit: _Emit) -> bool:
+        """b'..', x'..', E'..', n'..', U&'..', U&".." (a one-letter word
+        directly followed by the quote)."""
+        src = self.src
+        ch = src[pos]
+        nxt = src[pos + 1 : pos + 2]
+        low = ch.lower() if ch.isascii() else ""
+        if nxt == "'" and low in ("b", "x", "e"):
+            mode = {"b": _Mode.XB, "x": _Mode.XH, "e": _Mode.XE}[low]
+            self._open(mode, pos, 2, emit)
+            return True
+        if nxt == "'" and low == "n":
+            emit(ch, pos)  # N'..' is a national string: "n" then a quote
+            self.pos = pos + 1
+            return True
+        if nxt == "&" and low == "u":
+            third = src[pos + 2 : pos + 3]
+            if third == "'":
+                self._open(_Mode.XUS, pos, 3, emit)
+            elif third == '"':
+                self._open(_Mode.XUI, pos, 3, emit)
+            else:
+                emit(ch, pos)
+                self.pos = pos + 1
+            return True
+        return False
+
+    def _track_identifier(self, word: str) -> None:
+        """Follow CREATE [OR REPLACE] FUNCTION/PROCEDURE ... BEGIN ... END
+        so that semicolons inside a BEGIN ATOMIC body do not end it."""
+        if self.ident_count == 0:
+            self.idents = ["", "", "", ""]
+        low = word.lower() if word.isascii() else ""
+        if low in _FUNC_WORDS and self.ident_count < 4:
+            self.idents[self.ident_count] = _FUNC_WORDS[low]
+        self.ident_count += 1
+        ids = self.idents
+        if (
+            ids[0] == "c"
+            and (
+                ids[1] in ("f", "p")
+                or (ids[1] == "o" and ids[2] == "r" and ids[3] in ("f", "p"))
+            )
+            and self.paren_depth == 0
+        ):
+            if low == "begin":
+                self.begin_depth += 1
+            elif low == "case":
+                if self.begin_depth >= 1:
+                    self.begin_depth += 1
+            elif low == "end" and self.begin_depth > 0:
+                self.begin_depth -= 1
+
+    def _scan_quoted(self, pos: int, emit: _Emit) -> None:
+        """One step inside a quoted string, identifier or comment."""
+        src = self.src
+        mode = self.mode
+        ch = src[pos]
+        if mode is _Mode.XC:
+            if src.startswith("/*", pos):
+                self.xc_depth += 1
+                emit("/*", pos, significant=False)
+                self.pos = pos + 2
+            elif ch == "*":
+                end = pos
+                while end < len(src) and src[end] == "*":
+                    end += 1
+                if src.startswith("/", end):
+                    end += 1
+                    if self.xc_depth <= 0:
+                        self.mode = _Mode.INITIAL
+                    else:
+                        self.xc_depth -= 1
+                emit(src[pos:end], pos, significant=False)
+                self.pos = end
+            else:
+                end = pos + 1
+                while end < len(src) and src[end] not in "*/":
+                    end += 1
+                emit(src[pos:end], pos, significant=False)
+                self.pos = end
+            return
+        if mode is _Mode.XDOLQ:
+            if ch == "$":
+                m = _DOLQ_DELIM.match(src, pos)
+                if m:
+                    if m.group() == self.dolq_start:
+                        self.mode = _Mode.INITIAL
+                        end = m.end()
+                    else:
+                        end = m.end() - 1  # the last "$" may open the real end
+                else:
+                    m = _DOLQ_FAILED.match(src, pos)
+                    end = m.end() if m else pos + 1
+            else:
+                end = src.find("$", pos)
+                if end < 0:
+                    end = len(src)
+            emit(src[pos:end], pos)
+            self.pos = end
+            return
+        if mode is _Mode.XD or mode is _Mode.XUI:
+            if ch == '"':
+                if src.startswith('""', pos):
+                    emit('""', pos)
+                    self.pos = pos + 2
+                else:
+                    emit(ch, pos)
+                    self.pos = pos + 1
+                    self.mode = _Mode.INITIAL
+                return
+            end = src.find('"', pos)
+            if end < 0:
+                end = len(src)
+            emit(src[pos:end], pos)
+            self.pos = end
+            return
+        # single-quoted kinds: XB XH XQ XE XUS
+        if ch == "'":
+            if (
+                mode is not _Mode.XB
+                and mode is not _Mode.XH
+                and src.startswith("''", pos)
+            ):
+                emit("''", pos)
+                self.pos = pos + 2
+                return
+            emit(ch, pos)
+            m = _QUOTE_CONTINUE.match(src, pos + 1)
+            if m:
+                # the string goes on after whitespace with a newline
+                emit(m.group(), pos + 1)
+                self.pos = m.end()
+            else:
+                self.pos = pos + 1
+                self.mode = _Mode.INITIAL
+            return
+        if ch == "\\" and mode is _Mode.XE:
+            emit(src[pos : pos + 2], pos)  # the escaped character is taken as is
+            self.pos = min(pos + 2, len(src))
+            return
+        stops = "'\\" if mode is _Mode.XE else "'"
+        end = pos + 1
+        while end < len(src) and src[end] not in stops:
+            end += 1
+        emit(src[pos:end], pos)
+        self.pos = end
+
+
+def skip_sql_comments(text: str) -> tuple[str, int]:
+    """pgbench's ``skip_sql_comments``: drop leading whitespace (C's
+    ``isspace``) and ``--`` lines. Returns the rest ("" if nothing is left)
+    and how many characters were dropped."""
+    pos = 0
+    n = len(text)
+    while pos < n:
+        if text[pos] in " \t\n\v\f\r":
+            pos += 1
+        elif text.startswith("--", pos):
+            nl = text.find("\n", pos)
+            if nl < 0:
+                return "", n
+            pos = nl + 1
+        else:
+            break
+    return text[pos:], pos
+
+
+def sql_first_line(text: str) -> str:
+    """What pgbench shows for an SQL command in ``-r`` reports: its first
+    127 bytes, cut at the first newline or carriage return."""
+    if byte_len(text) > 127:
+        text = text.encode("utf-8", "surrogateescape")[:127].decode(
+            "utf-8", "surrogateescape"
+        )
+    for i, ch in enumerate(text):
+        if ch in "\n\r":
+            return text[:i]
+    return text

@@ -1,0 +1,67 @@
+"""``:name`` variable references in SQL text, found the way pgbench finds them.
+
+pgbench does not look at quotes here: ``':x'`` and ``"a:x"`` are references
+too. A reference is a colon followed by a letter (ASCII, ``_`` or any
+non-ASCII character) and then letters and digits; where a colon is not
+followed by such a name, the whole run of colons is skipped, so a cast
+``x::int`` never names a variable.
+
+* extended/prepared modes (pgbench's ``parseQuery``): every reference
+  becomes ``$1``, ``$2``… in order (a variable used twice takes two
+  parameters); at most 255 per statement.
+* simple mode (pgbench's ``assignVariables``): each reference is replaced
+  by the variable's text at run time, or left as written when the variable
+  does not exist.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pgsurge.script.fatal import PlainScriptError
+
+#: pgbench's MAX_ARGS - 1: the statement itself takes one slot
+MAX_SQL_PARAMS = 255
+
+_REFERENCE = re.compile(
+    r":+(?:([A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ffff]*))?"
+)
+
+
+def split_variables(sql: str) -> tuple[str, ...]:
+    """Literal text at even indexes, variable names at odd ones."""
+    parts: list[str] = []
+    literal_start = 0
+    for m in _REFERENCE.finditer(sql):
+        name = m.group(1)
+        if name is None:
+            continue  # colons not followed by a name: plain text
+        # In ":::x" only the last colon introduces the name: pgbench skips
+        # a run of colons only when no name follows the first of them.
+        colon = m.start(1) - 1
+        if colon != m.start():
+            continue
+        parts.append(sql[literal_start:colon])
+        parts.append(name)
+        literal_start = m.end()
+    parts.append(sql[literal_start:])
+    return tuple(parts)
+
+
+def to_params(parts: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """The ``$n`` form of :func:`split_variables`'s result: the SQL text
+    and the variable names in parameter order."""
+    out = [parts[0]]
+    for i in range(1, len(parts), 2):
+        out.append(f"${(i + 1) // 2}")
+        out.append(parts[i + 1])
+    return "".join(out), parts[1::2]
+
+
+def too_many_params(source: str, sql: str) -> PlainScriptError:
+    """pgbench's error for a statement with more than 255 variables under
+    ``-M extended``/``-M prepared`` (found after all scripts are parsed)."""
+    return PlainScriptError(
+        source,
+        f"statement has too many arguments (maximum is {MAX_SQL_PARAMS}): {sql}",
+    )
