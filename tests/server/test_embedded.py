@@ -95,6 +95,10 @@ def test_life_cycle(location: Path) -> None:
     assert _query(items, "SELECT current_setting('server_version')") == server.version
     assert _query(items, "SHOW max_connections") == "1100"
 
+    # pg_ctl put the postmaster in a session of its own: a Ctrl-C meant for
+    # pgsurge does not reach the server
+    assert os.getsid(st.pid) != os.getsid(0)
+
     # a second start reuses the running server (same postmaster)
     again = server.ensure_running()
     assert again == conn and server.status().pid == st.pid
@@ -145,6 +149,20 @@ def test_private_socket_no_tcp(location: Path) -> None:
     if IS_ROOT:
         assert pwd.getpwuid(st.st_uid).pw_name == SYSTEM_USER
         assert stat.S_IMODE(os.stat(location).st_mode) == 0o755
+
+
+def test_unusable_location(location: Path) -> None:
+    """A location that cannot be made, or (as root) that the server's account
+    cannot reach, is a ServerError naming it, and nothing is loosened."""
+    location.parent.joinpath("file").write_text("")
+    with pytest.raises(ServerError, match=r"could not set up .*file/srv: Not a dir"):
+        EmbeddedServer(location.parent / "file" / "srv").ensure_running()
+    if IS_ROOT:
+        closed = location.parent / "closed"
+        closed.mkdir(mode=0o700)
+        with pytest.raises(ServerError, match=f'"{SYSTEM_USER}" .* cannot reach'):
+            EmbeddedServer(closed / "srv").ensure_running()
+        assert stat.S_IMODE(closed.stat().st_mode) == 0o700
 
 
 def test_start_failure_shows_log(location: Path) -> None:
@@ -245,8 +263,9 @@ def test_cli(location: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     status, out, _ = run("uri")
     assert status == 0 and out.startswith("postgresql://postgres@/postgres?host=")
     status, out, err = run("start")
-    assert status == 0 and "running (PID: " in out and err == ""
+    assert status == 0 and " server started (PID: " in out and err == ""
     assert str(location / "data") in out
+    assert " server was already running (PID: " in run("start")[1]
     status, out, err = run("status")
     assert status == 0 and "server is running" in out
     status, uri, err = run("uri")

@@ -56,10 +56,12 @@ def server_main(
     server = EmbeddedServer()
     command = args[0]
     if command == "start":
+        was_running = server.status().running
         conn = server.ensure_running()
         st = server.status()
+        how = "was already running" if was_running else "started"
         out.write(
-            f"{PROG}: embedded PostgreSQL {server.version} server running "
+            f"{PROG}: embedded PostgreSQL {server.version} server {how} "
             f"(PID: {st.pid})\n"
             f"data directory: {st.data_dir}\n"
             f"socket directory: {conn.host}\n"

@@ -209,11 +209,17 @@ class EmbeddedServer:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        _make_dirs(self.location, 0o755 if os.geteuid() == 0 else 0o700)
-        fd = os.open(self.location / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        """Hold the location's lock; file-system errors become ServerError."""
+        try:
+            _make_dirs(self.location, 0o755 if os.geteuid() == 0 else 0o700)
+            fd = os.open(self.location / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise _os_error(exc) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
+        except OSError as exc:
+            raise _os_error(exc) from None
         finally:
             os.close(fd)
 
@@ -452,6 +458,16 @@ def _make_dirs(path: Path, mode: int) -> None:
         with contextlib.suppress(FileExistsError):
             os.mkdir(p, mode)
             os.chmod(p, mode)  # our new directory: undo the umask
+
+
+def _os_error(exc: OSError) -> ServerError:
+    where = f"{exc.filename}: " if exc.filename else ""
+    return ServerError(
+        f"could not set up the embedded PostgreSQL server: {where}"
+        f"{exc.strerror or exc}",
+        hint=f"set {ENV_DATA_DIR} to a directory of your own, or give "
+        "-h/-p/-d to use your own server",
+    )
 
 
 def _socket_path_fits(directory: Path, port: int) -> bool:
