@@ -10,11 +10,14 @@ import io
 import os
 import pwd
 import shutil
+import signal
 import stat
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -195,6 +198,30 @@ def test_stale_pid_file_of_other_program(location: Path) -> None:
     pid_file.write_text("\n".join(content) + "\n")
     server.ensure_running()
     assert server.status().pid != os.getpid()
+
+
+def test_start_while_shutting_down(location: Path) -> None:
+    """A server in a smart shutdown (waiting for its last client) is waited
+    for, then started anew, rather than "reused"."""
+    server = EmbeddedServer(location)
+    conn = psycopg.connect(**server.ensure_running().conninfo_items())  # type: ignore[arg-type]
+    old_pid = server.status().pid
+    assert old_pid is not None
+    os.kill(old_pid, signal.SIGTERM)
+    pid_file = location / "data" / "postmaster.pid"
+    for _ in range(100):
+        if pid_file.read_text().splitlines()[7].strip() == "stopping":
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the server never reported 'stopping'")
+    closer = threading.Timer(0.5, conn.close)
+    closer.start()
+    try:
+        server.ensure_running()
+    finally:
+        closer.join()
+    assert server.status().pid not in (None, old_pid)
 
 
 def test_long_location_uses_short_socket_dir(location: Path) -> None:

@@ -142,7 +142,9 @@ class EmbeddedServer:
         """Start the server (creating the cluster first if needed) or reuse it."""
         with self._locked():
             info = self._read_pid_file()
-            if info is not None and _postmaster_alive(info.pid):
+            if info is not None and info.state == "stopping":
+                _wait_exit(info.pid, _PG_CTL_TIMEOUT)  # then start it anew
+            elif info is not None and _postmaster_alive(info.pid):
                 self._wait_accepting(info)
                 return self._conn_params(info.socket_dir, info.port)
             user = server_user()
@@ -493,6 +495,13 @@ def _postmaster_alive(pid: int) -> bool:
     except OSError:
         return True  # no /proc: trust the PID
     return comm == "postgres"
+
+
+def _wait_exit(pid: int, timeout: float) -> None:
+    """Wait for a postmaster that is shutting down to be gone."""
+    deadline = time.monotonic() + timeout
+    while _postmaster_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def _server_env() -> dict[str, str]:
