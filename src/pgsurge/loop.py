@@ -1,0 +1,316 @@
+"""One worker's event loop: wait on the sockets, advance the clients that can move.
+
+This is pgbench's ``threadRun`` loop, event-driven instead of scanning every
+client each time:
+
+* a client waiting for the server has its socket registered for reading
+  (and for writing while libpq still holds unsent data), and is advanced
+  only when the socket is ready — no client is ever polled in a busy loop;
+* a client in ``\\sleep`` or ``--rate`` throttling sits in a heap of
+  deadlines, and the wait's timeout is the nearest one (or the next
+  progress tick);
+* a client that just finished a transaction is runnable at once; it runs in
+  the next iteration after a non-blocking check of the sockets, so that a
+  script of meta commands only cannot starve the others.
+
+Waiting (:class:`Waiter`) is kept apart from deciding what to do next (the
+``advance`` function from ``client.py``). ``epoll`` has millisecond
+timeouts, too coarse for ``--rate``; for a finite timeout the loop waits on
+the epoll descriptor itself with ``select()``, which takes microseconds,
+as pgbench prefers ``ppoll`` over ``poll`` for the same reason.
+"""
+
+# Chained == on ints beats "in (A, B)" with closure constants (hot path).
+# ruff: noqa: SIM109
+
+from __future__ import annotations
+
+import heapq
+import select
+import selectors
+import time
+from collections.abc import Callable, Sequence
+
+from pgsurge import client as C
+from pgsurge.client import Client
+from pgsurge.pgconn import LibpqError
+
+__all__ = ["EventLoop", "LoopOutcome", "Waiter"]
+
+READ = 1
+WRITE = 4
+_EPOLL = hasattr(select, "epoll")
+
+
+class Waiter:
+    """Readiness of a set of file descriptors, with µs-precision timeouts.
+
+    ``wait(timeout)`` returns ``(fd, mask)`` pairs with ``READ``/``WRITE``
+    bits; ``timeout`` is in seconds, ``None`` to wait without limit.
+    Linux uses epoll; elsewhere the ``selectors`` default.
+    """
+
+    def __init__(self) -> None:
+        if _EPOLL:
+            self._ep = select.epoll()
+            self._sel: selectors.BaseSelector | None = None
+            self._fd = self._ep.fileno()
+        else:  # pragma: no cover - not Linux
+            self._sel = selectors.DefaultSelector()
+
+    def register(self, fd: int, mask: int) -> None:
+        if self._sel is None:
+            self._ep.register(fd, _to_epoll(mask))
+        else:  # pragma: no cover
+            self._sel.register(fd, _to_selectors(mask))
+
+    def modify(self, fd: int, mask: int) -> None:
+        if self._sel is None:
+            self._ep.modify(fd, _to_epoll(mask))
+        else:  # pragma: no cover
+            self._sel.modify(fd, _to_selectors(mask))
+
+    def unregister(self, fd: int) -> None:
+        try:
+            if self._sel is None:
+                self._ep.unregister(fd)
+            else:  # pragma: no cover
+                self._sel.unregister(fd)
+        except (KeyError, OSError, ValueError):
+            pass
+
+    def wait(self, timeout: float | None) -> list[tuple[int, int]]:
+        if self._sel is not None:  # pragma: no cover
+            events = self._sel.select(timeout)
+            return [
+                (
+                    key.fd,
+                    (READ if ev & selectors.EVENT_READ else 0)
+                    | (WRITE if ev & selectors.EVENT_WRITE else 0),
+                )
+                for key, ev in events
+            ]
+        if timeout is None:
+            return self._ep.poll(-1)
+        if timeout <= 0.0:
+            return self._ep.poll(0)
+        # select() on the epoll descriptor: microsecond timeout, then fetch
+        ready, _, _ = select.select([self._fd], [], [], timeout)
+        return self._ep.poll(0) if ready else []
+
+    def close(self) -> None:
+        if self._sel is None:
+            self._ep.close()
+        else:  # pragma: no cover
+            self._sel.close()
+
+
+def _to_epoll(mask: int) -> int:
+    ev = 0
+    if mask & READ:
+        ev |= select.EPOLLIN
+    if mask & WRITE:
+        ev |= select.EPOLLOUT
+    return ev
+
+
+def _to_selectors(mask: int) -> int:  # pragma: no cover - not Linux
+    ev = 0
+    if mask & READ:
+        ev |= selectors.EVENT_READ
+    if mask & WRITE:
+        ev |= selectors.EVENT_WRITE
+    return ev
+
+
+class LoopOutcome:
+    """How :meth:`EventLoop.run` ended."""
+
+    #: every client finished or aborted
+    DONE = 0
+    #: a client aborted under --exit-on-abort
+    EXIT_ON_ABORT = 1
+    #: the control descriptor became readable (the parent went away)
+    STOPPED = 2
+
+
+def _clock() -> int:
+    return time.monotonic_ns() // 1000
+
+
+class EventLoop:
+    """Runs a worker's clients to completion; also the clients' ``IoHooks``.
+
+    ``on_progress(tick, now_us)`` is called once per ``progress_us``
+    interval counted from ``progress_start_us`` (tick 1 at the first
+    interval), so that the parent can merge every worker's figures.
+    """
+
+    def __init__(
+        self,
+        clients: Sequence[Client],
+        *,
+        exit_on_abort: bool = False,
+        progress_us: int = 0,
+        progress_start_us: int = 0,
+        on_progress: Callable[[int, int], None] | None = None,
+        control_fd: int | None = None,
+    ) -> None:
+        self.clients = list(clients)
+        self.waiter = Waiter()
+        self._by_fd: dict[int, Client] = {}
+        self._exit_on_abort = exit_on_abort
+        self._progress_us = progress_us
+        self._progress_start_us = progress_start_us
+        self._on_progress = on_progress
+        self._control_fd = control_fd
+        if control_fd is not None:
+            self.waiter.register(control_fd, READ)
+        self.advance: Callable[[Client], None] | None = None
+
+    # -- IoHooks ----------------------------------------------------------------
+
+    def attach(self, client: Client) -> None:
+        assert client.conn is not None
+        fd = client.conn.socket
+        client.fd = fd
+        client.flush_pending = False
+        self._by_fd[fd] = client
+        self.waiter.register(fd, READ)
+
+    def detach(self, client: Client) -> None:
+        fd = client.fd
+        if fd >= 0:
+            if self._by_fd.get(fd) is client:
+                del self._by_fd[fd]
+                self.waiter.unregister(fd)
+            client.fd = -1
+        client.flush_pending = False
+
+    def want_write(self, client: Client) -> None:
+        client.flush_pending = True
+        if client.fd >= 0:
+            self.waiter.modify(client.fd, READ | WRITE)
+
+    def write_done(self, client: Client) -> None:
+        client.flush_pending = False
+        if client.fd >= 0:
+            self.waiter.modify(client.fd, READ)
+
+    # -- the loop ------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Advance the clients until all are done; returns a LoopOutcome."""
+        advance = self.advance
+        assert advance is not None
+        by_fd = self._by_fd
+        wait = self.waiter.wait
+        control_fd = self._control_fd
+        exit_on_abort = self._exit_on_abort
+        progress_us = self._progress_us
+        on_progress = self._on_progress
+        next_report = self._progress_start_us + progress_us if progress_us else 0
+        heappush = heapq.heappush
+        heappop = heapq.heappop
+        clock = _clock
+        WAIT_RESULT = C.WAIT_RESULT
+        WAIT_ROLLBACK_RESULT = C.WAIT_ROLLBACK_RESULT
+        CHOOSE_SCRIPT = C.CHOOSE_SCRIPT
+        SLEEP = C.SLEEP
+        THROTTLE = C.THROTTLE
+        ABORTED = C.ABORTED
+        FINISHED = C.FINISHED
+        timers: list[tuple[int, int, Client]] = []
+        runq: list[Client] = []
+        remains = 0
+        for st in self.clients:
+            if st.state != FINISHED and st.state != ABORTED:
+                remains += 1
+                runq.append(st)
+
+        while remains > 0:
+            # -- how long may we wait?
+            if runq:
+                timeout: float | None = 0.0
+            else:
+                deadline = timers[0][0] if timers else 0
+                if next_report and (not deadline or next_report < deadline):
+                    deadline = next_report
+                if deadline:
+                    delta = deadline - clock()
+                    timeout = delta / 1e6 if delta > 0 else 0.0
+                else:
+                    timeout = None
+            events = wait(timeout)
+
+            # -- clients whose socket is ready
+            ready: list[Client] = []
+            for fd, _mask in events:
+                owner = by_fd.get(fd)
+                if owner is None:
+                    if fd == control_fd:
+                        return LoopOutcome.STOPPED
+                    continue
+                state = owner.state
+                if state == WAIT_RESULT or state == WAIT_ROLLBACK_RESULT:
+                    ready.append(owner)
+                else:
+                    _absorb(self, owner)
+            # -- clients whose deadline has come
+            if timers:
+                now = clock()
+                while timers and timers[0][0] <= now:
+                    ready.append(heappop(timers)[2])
+            # -- clients that finished a transaction in the previous round
+            if runq:
+                ready.extend(runq)
+                runq = []
+
+            for st in ready:
+                advance(st)
+                state = st.state
+                if state == WAIT_RESULT or state == WAIT_ROLLBACK_RESULT:
+                    continue
+                if state == CHOOSE_SCRIPT:
+                    runq.append(st)
+                elif state == SLEEP:
+                    heappush(timers, (st.sleep_until, st.id, st))
+                elif state == THROTTLE:
+                    heappush(timers, (st.txn_scheduled, st.id, st))
+                elif state == FINISHED or state == ABORTED:
+                    remains -= 1
+                    if exit_on_abort and state == ABORTED:
+                        return LoopOutcome.EXIT_ON_ABORT
+                else:  # pragma: no cover - advance only stops in the states above
+                    raise AssertionError(f"client stopped in state {state}")
+
+            # -- progress ticks (pgbench: thread 0 only; here every worker)
+            if next_report:
+                now = clock()
+                if now >= next_report:
+                    tick = (now - self._progress_start_us) // progress_us
+                    if on_progress is not None:
+                        on_progress(tick, now)
+                    next_report = self._progress_start_us + (tick + 1) * progress_us
+        return LoopOutcome.DONE
+
+    def close(self) -> None:
+        self.waiter.close()
+
+
+def _absorb(loop: EventLoop, st: Client) -> None:
+    """A socket is readable while its client is not waiting for it.
+
+    The server may send a notice or close the connection at any time; read
+    what came so that the level-triggered wait does not fire again, and
+    stop watching a connection that is gone (its client will fail on its
+    next command, as in pgbench).
+    """
+    raw = st.raw
+    if raw is None:
+        loop.detach(st)
+        return
+    try:
+        raw.consume_input()
+    except LibpqError:
+        loop.detach(st)

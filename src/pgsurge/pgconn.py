@@ -1,0 +1,271 @@
+"""The libpq surface pgsurge uses, and nothing more (the only ``psycopg.pq`` user).
+
+The run engine talks to PostgreSQL through non-blocking libpq connections,
+as pgbench does: send a command, wait for the socket to be readable, consume
+what arrived, fetch results only when libpq says a whole one is buffered.
+This module wraps exactly those calls (psycopg's ``pq.abc`` style) so that
+the rest of pgsurge never imports ``psycopg.pq``:
+
+* :func:`connect` opens a connection (blocking, like pgbench at start-up and
+  under ``-C``) and returns a :class:`PgConn`;
+* a :class:`PgConn` exposes libpq's own bound methods as attributes
+  (``send_query_prepared``, ``consume_input``, ``is_busy``, ``get_result``,
+  ``flush``, pipeline calls…), so the hot path pays no wrapper call;
+* result and status codes are plain ``int`` module constants (comparing
+  ints is cheaper than comparing enum members);
+* :func:`error_kind` classifies a failed result by SQLSTATE the way pgbench
+  decides what may be retried (40001 serialization, 40P01 deadlock).
+
+Raised errors: psycopg raises ``psycopg.OperationalError`` when a send,
+consume or flush fails (libpq returned an error); callers catch
+:data:`LibpqError` and read :meth:`PgConn.error_message` for libpq's text.
+Passwords never appear in anything this module prints or raises.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import pq
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from pgsurge.errors import ConnectError
+
+#: what a failed libpq call raises (send, consume, flush, pipeline calls)
+LibpqError = psycopg.OperationalError
+
+# Result statuses (PQresultStatus)
+EMPTY_QUERY = int(pq.ExecStatus.EMPTY_QUERY)
+COMMAND_OK = int(pq.ExecStatus.COMMAND_OK)
+TUPLES_OK = int(pq.ExecStatus.TUPLES_OK)
+COPY_OUT = int(pq.ExecStatus.COPY_OUT)
+COPY_IN = int(pq.ExecStatus.COPY_IN)
+COPY_BOTH = int(pq.ExecStatus.COPY_BOTH)
+NONFATAL_ERROR = int(pq.ExecStatus.NONFATAL_ERROR)
+FATAL_ERROR = int(pq.ExecStatus.FATAL_ERROR)
+PIPELINE_SYNC = int(pq.ExecStatus.PIPELINE_SYNC)
+PIPELINE_ABORTED = int(pq.ExecStatus.PIPELINE_ABORTED)
+
+# Transaction statuses (PQtransactionStatus)
+TRANS_IDLE = int(pq.TransactionStatus.IDLE)
+TRANS_ACTIVE = int(pq.TransactionStatus.ACTIVE)
+TRANS_INTRANS = int(pq.TransactionStatus.INTRANS)
+TRANS_INERROR = int(pq.TransactionStatus.INERROR)
+TRANS_UNKNOWN = int(pq.TransactionStatus.UNKNOWN)
+
+# Pipeline statuses (PQpipelineStatus)
+PIPELINE_OFF = int(pq.PipelineStatus.OFF)
+PIPELINE_ON = int(pq.PipelineStatus.ON)
+PIPELINE_ABORTED_STATUS = int(pq.PipelineStatus.ABORTED)
+
+CONNECTION_OK = int(pq.ConnStatus.OK)
+CONNECTION_BAD = int(pq.ConnStatus.BAD)
+
+_DIAG_SQLSTATE = int(pq.DiagnosticField.SQLSTATE)
+
+# Error kinds, in pgbench's EStatus terms (only the SQL ones come from here)
+ERR_SERIALIZATION = 1  # 40001: may be retried
+ERR_DEADLOCK = 2  # 40P01: may be retried
+ERR_OTHER = 3  # any other SQL error
+ERR_CONNECTION = 4  # the connection is gone
+
+_SQLSTATE_KIND = {b"40001": ERR_SERIALIZATION, b"40P01": ERR_DEADLOCK}
+
+#: libpq's version, e.g. 180006
+LIBPQ_VERSION = pq.version()
+
+
+def _text(data: bytes | None) -> str:
+    return data.decode("utf-8", "replace") if data else ""
+
+
+def strip_newline(message: str) -> str:
+    """libpq messages end with a newline; pgbench's logging drops one."""
+    return message[:-1] if message.endswith("\n") else message
+
+
+class PgConn:
+    """One libpq connection, in non-blocking mode once :meth:`set_nonblocking`.
+
+    The public attributes named after libpq calls are psycopg's bound
+    methods of the underlying ``PGconn`` (bytes in, ``None`` or an ``int``
+    out, :data:`LibpqError` on failure). They are stored, not wrapped,
+    because the engine calls them several times per transaction.
+    """
+
+    __slots__ = (
+        "_pgconn",
+        "consume_input",
+        "enter_pipeline_mode",
+        "exit_pipeline_mode",
+        "flush",
+        "get_result",
+        "is_busy",
+        "pipeline_sync",
+        "send_flush_request",
+        "send_prepare",
+        "send_query",
+        "send_query_params",
+        "send_query_prepared",
+        "socket",
+    )
+
+    def __init__(self, pgconn: Any) -> None:
+        self._pgconn = pgconn
+        self.socket: int = pgconn.socket
+        self.send_query = pgconn.send_query
+        self.send_query_params = pgconn.send_query_params
+        self.send_query_prepared = pgconn.send_query_prepared
+        self.send_prepare = pgconn.send_prepare
+        self.consume_input = pgconn.consume_input
+        self.is_busy = pgconn.is_busy
+        self.get_result = pgconn.get_result
+        self.flush = pgconn.flush
+        self.pipeline_sync = pgconn.pipeline_sync
+        self.send_flush_request = pgconn.send_flush_request
+        self.enter_pipeline_mode = pgconn.enter_pipeline_mode
+        self.exit_pipeline_mode = pgconn.exit_pipeline_mode
+
+    # -- state ------------------------------------------------------------
+
+    def set_nonblocking(self) -> None:
+        self._pgconn.nonblocking = 1
+
+    @property
+    def status(self) -> int:
+        return int(self._pgconn.status)
+
+    @property
+    def bad(self) -> bool:
+        return int(self._pgconn.status) == CONNECTION_BAD
+
+    @property
+    def transaction_status(self) -> int:
+        return int(self._pgconn.transaction_status)
+
+    @property
+    def pipeline_status(self) -> int:
+        return int(self._pgconn.pipeline_status)
+
+    @property
+    def server_version(self) -> int:
+        return int(self._pgconn.server_version)
+
+    @property
+    def dbname(self) -> str:
+        return _text(self._pgconn.db)
+
+    def parameter_status(self, name: str) -> str | None:
+        value = self._pgconn.parameter_status(name.encode())
+        return None if value is None else _text(value)
+
+    def error_message(self) -> str:
+        """``PQerrorMessage``: libpq's text for the last failure, as is."""
+        return _text(self._pgconn.error_message)
+
+    # -- blocking helpers (start-up, -C, the pre-run statements) ------------
+
+    def prepare(self, name: bytes, sql: bytes) -> str | None:
+        """``PQprepare`` (blocking, as pgbench does on first use).
+
+        Returns ``None`` on success, else the error text to report.
+        """
+        res = self._pgconn.prepare(name, sql)
+        if res.status != COMMAND_OK:
+            return self.error_message()
+        return None
+
+    def exec_status(self, sql: str) -> tuple[int, Any]:
+        """``PQexec`` (blocking); returns the result status and result."""
+        res = self._pgconn.exec_(sql.encode())
+        return int(res.status), res
+
+    def finish(self) -> None:
+        self._pgconn.finish()
+
+
+def conninfo(items: dict[str, str], password: str | None = None) -> str:
+    """A conninfo string for ``items`` with pgbench's keyword precedence.
+
+    pgbench calls ``PQconnectdbParams`` with ``expand_dbname``: when the
+    database name is itself a conninfo string or a URI, its settings
+    override the host, port and user given before it (``-h -p -U``).
+    """
+    params: dict[str, str] = {}
+    for key in ("host", "port", "user"):
+        if key in items:
+            params[key] = items[key]
+    if password is not None:
+        params["password"] = password
+    dbname = items.get("dbname")
+    if dbname is not None:
+        if "=" in dbname or dbname.startswith(("postgresql://", "postgres://")):
+            for key, value in conninfo_to_dict(dbname).items():
+                if value is not None:
+                    params[key] = str(value)
+        else:
+            params["dbname"] = dbname
+    for key, value in items.items():
+        if key not in ("host", "port", "user", "dbname"):
+            params.setdefault(key, value)
+    return make_conninfo("", **params)
+
+
+def connect(
+    items: dict[str, str], password: str | None = None
+) -> tuple[PgConn | None, str, bool]:
+    """Open a blocking connection (pgbench's ``doConnect``).
+
+    Returns ``(conn, "", False)`` on success, or ``(None, message, needs)``
+    where ``message`` is libpq's error text (ending in a newline, as libpq
+    gives it) and ``needs`` tells that the server asked for a password
+    that was not supplied (pgbench then prompts once).
+    """
+    pgconn = pq.PGconn.connect(conninfo(items, password).encode())
+    if pgconn.status != pq.ConnStatus.OK:
+        message = _text(pgconn.error_message)
+        needs = bool(pgconn.needs_password) and password is None
+        pgconn.finish()
+        return None, message, needs
+    return PgConn(pgconn), "", False
+
+
+def connect_or_raise(items: dict[str, str], password: str | None = None) -> PgConn:
+    """:func:`connect`, raising :class:`ConnectError` with libpq's text."""
+    conn, message, _needs = connect(items, password)
+    if conn is None:
+        raise ConnectError(strip_newline(message))
+    return conn
+
+
+def error_kind(conn: PgConn, res: Any) -> int:
+    """pgbench's ``getSQLErrorStatus`` for a failed result ``res``.
+
+    A broken connection wins over the SQLSTATE; otherwise 40001 and 40P01
+    are the retryable kinds and everything else is ``ERR_OTHER``.
+    """
+    if conn.bad:
+        return ERR_CONNECTION
+    state = res.error_field(_DIAG_SQLSTATE)
+    return _SQLSTATE_KIND.get(state, ERR_OTHER) if state else ERR_OTHER
+
+
+def sqlstate(res: Any) -> str | None:
+    state = res.error_field(_DIAG_SQLSTATE)
+    return None if state is None else _text(state)
+
+
+def result_error_message(res: Any) -> str:
+    """``PQresultErrorMessage`` text (with libpq's trailing newline)."""
+    return _text(res.error_message)
+
+
+def field_name(res: Any, column: int) -> str:
+    return _text(res.fname(column))
+
+
+def value_text(res: Any, row: int, column: int) -> str:
+    """A cell as text; NULL reads as the empty string, as in pgbench."""
+    value = res.get_value(row, column)
+    return "" if value is None else value.decode("utf-8", "replace")

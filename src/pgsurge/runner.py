@@ -1,0 +1,407 @@
+"""The parent of a benchmark run: pgbench's ``main`` from connecting to the report.
+
+``run(cfg)`` does what pgbench does once its options are parsed:
+
+1. parse the scripts (errors end the program before any connection);
+2. connect once: print the version banner, read ``:scale`` and the
+   partitioning of ``pgbench_accounts`` when a builtin script is used
+   (warning when ``-s`` is overridden), run the pre-run ``vacuum``/
+   ``truncate`` unless ``-n`` (``starting vacuum...end.``; failures there
+   are only warnings), and disconnect;
+3. derive every PRNG state from ``--random-seed`` in pgbench's order and
+   start one worker process per ``-j`` with its share of the clients
+   (pgbench's split: thread ``i`` gets ``(n - dealt + j - i - 1)/(j - i)``);
+4. drive the start-up barriers (READY, STEADY: connect, GO), so that
+   every client starts together and the initial connection time is
+   measured apart from the benchmark;
+5. during the run, merge the workers' progress snapshots and print
+   pgbench's progress line for all clients (``-P``) on stderr;
+6. merge the workers' results and print the report on stdout; exit status
+   2 when a client aborted (with pgbench's notice), 1 for fatal start-up
+   errors.
+
+Only this module (and ``cli.py``) writes to the console for a run;
+workers write their clients' error messages to stderr themselves, as
+pgbench's threads do.
+"""
+
+from __future__ import annotations
+
+import getpass
+import multiprocessing
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any, TextIO
+
+from pgsurge import __version__, pgconn
+from pgsurge.config import RunConfig
+from pgsurge.errors import PROG, ConnectError, ExitStatus, PgsurgeError
+from pgsurge.prng import derive_streams
+from pgsurge.report.text import render_abort_notice, render_banner, render_text
+from pgsurge.script.ast import ParsedScript, Value
+from pgsurge.stats.progress import ProgressReporter
+from pgsurge.stats.results import RunFacts, RunResult, StatsData, WorkerResult
+from pgsurge.worker import WorkerSpec, worker_main
+
+__all__ = ["TableInfo", "run", "split_clients"]
+
+_UNDEFINED_TABLE = "42P01"
+
+
+def split_clients(nclients: int, nthreads: int) -> list[tuple[int, int]]:
+    """``(first client id, count)`` per worker, as pgbench deals clients."""
+    out = []
+    dealt = 0
+    for i in range(nthreads):
+        n = (nclients - dealt + nthreads - i - 1) // (nthreads - i)
+        out.append((dealt, n))
+        dealt += n
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class TableInfo:
+    """What pgbench reads from the database before a builtin script runs."""
+
+    scale: int
+    partition_method: str = "none"
+    partitions: int = 0
+
+
+def _clock() -> int:
+    return time.monotonic_ns() // 1000
+
+
+def _parse_scripts(cfg: RunConfig) -> tuple[ParsedScript, ...]:
+    from pgsurge.script.parser import parse_script
+
+    return tuple(parse_script(s.description or s.name, s.text) for s in cfg.scripts)
+
+
+def _connect_setup(cfg: RunConfig, err: TextIO) -> tuple[pgconn.PgConn, str | None]:
+    """pgbench ``doConnect`` for the setup connection (prompts once for a
+    password if the server asks for one and stdin is a terminal)."""
+    items = cfg.conn.conninfo_items()
+    conn, message, needs = pgconn.connect(items)
+    password = None
+    if conn is None and needs and sys.stdin.isatty():
+        password = getpass.getpass("Password: ")
+        conn, message, needs = pgconn.connect(items, password)
+    if conn is None:
+        err.write(f"{PROG}: error: {pgconn.strip_newline(message)}\n")
+        err.flush()
+        raise ConnectError("could not create connection for setup")
+    return conn, password
+
+
+def _table_info(conn: pgconn.PgConn, cfg: RunConfig, err: TextIO) -> TableInfo:
+    """pgbench ``GetTableInfo``: the scale from ``pgbench_branches`` and the
+    partitioning of the ``pgbench_accounts`` found first in search_path."""
+    hint = (
+        f'Perhaps you need to do initialization ("{PROG} -i") in database '
+        f'"{conn.dbname}".'
+    )
+    status, res = conn.exec_status("select count(*) from pgbench_branches")
+    if status != pgconn.TUPLES_OK:
+        state = pgconn.sqlstate(res)
+        raise PgsurgeError(
+            "could not count number of branches: "
+            + pgconn.strip_newline(conn.error_message()),
+            hint=hint if state == _UNDEFINED_TABLE else None,
+        )
+    scale = int(pgconn.value_text(res, 0, 0))
+    if cfg.scale is not None:
+        err.write(
+            f"{PROG}: warning: scale option ignored, using count from "
+            f"pgbench_branches table ({scale})\n"
+        )
+        err.flush()
+    # The table the unqualified name resolves to, its partition strategy
+    # (NULL when not partitioned) and how many partitions hang off it.
+    status, res = conn.exec_status(
+        "select p.partstrat, "
+        "(select pg_catalog.count(*) from pg_catalog.pg_inherits i"
+        " where i.inhparent = c.oid) "
+        "from pg_catalog.pg_class c "
+        "left join pg_catalog.pg_partitioned_table p on p.partrelid = c.oid "
+        "where c.oid = pg_catalog.to_regclass('pgbench_accounts')"
+    )
+    if status != pgconn.TUPLES_OK:
+        return TableInfo(scale)
+    if res.ntuples == 0:
+        raise PgsurgeError(
+            'no pgbench_accounts table found in "search_path"', hint=hint
+        )
+    strategy = pgconn.value_text(res, 0, 0)
+    partitions = int(pgconn.value_text(res, 0, 1) or 0)
+    if strategy == "":
+        return TableInfo(scale)
+    if strategy == "r":
+        return TableInfo(scale, "range", partitions)
+    if strategy == "h":
+        return TableInfo(scale, "hash", partitions)
+    raise PgsurgeError(f'unexpected partition method: "{strategy}"')
+
+
+def _try_execute(conn: pgconn.PgConn, sql: str, err: TextIO) -> None:
+    """pgbench ``tryExecuteStatement``: a failure is only reported."""
+    status, _res = conn.exec_status(sql)
+    if status != pgconn.COMMAND_OK:
+        err.write(
+            f"{PROG}: error: {pgconn.strip_newline(conn.error_message())}\n"
+            f"{PROG}: detail: (ignoring this error and continuing anyway)\n"
+        )
+        err.flush()
+
+
+def _vacuum(conn: pgconn.PgConn, cfg: RunConfig, err: TextIO) -> None:
+    err.write("starting vacuum...")
+    err.flush()
+    _try_execute(conn, "vacuum pgbench_branches", err)
+    _try_execute(conn, "vacuum pgbench_tellers", err)
+    _try_execute(conn, "truncate pgbench_history", err)
+    err.write("end.\n")
+    if cfg.vacuum_all:
+        err.write("starting vacuum pgbench_accounts...")
+        err.flush()
+        _try_execute(conn, "vacuum analyze pgbench_accounts", err)
+        err.write("end.\n")
+    err.flush()
+
+
+def _initial_variables(
+    cfg: RunConfig, scale: int, default_seed: int | None
+) -> tuple[tuple[tuple[str, Value], ...], bool]:
+    """Every client's starting variables (pgbench ``main``): the -D values
+    as strings, then :scale, :default_seed and :random_seed unless -D gave
+    them; :client_id is per client (the flag says whether to set it)."""
+    variables: dict[str, Value] = dict(cfg.defines)
+    if "scale" not in variables:
+        variables["scale"] = scale
+    set_client_id = "client_id" not in variables
+    if default_seed is not None and "default_seed" not in variables:
+        variables["default_seed"] = default_seed
+    if "random_seed" not in variables:
+        seed = cfg.random_seed & 0xFFFFFFFFFFFFFFFF
+        variables["random_seed"] = seed - (1 << 64) if seed >= 1 << 63 else seed
+    return tuple(variables.items()), set_client_id
+
+
+def _mp_context() -> Any:
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context(
+        "forkserver" if "forkserver" in methods else "spawn"
+    )
+
+
+class _Workers:
+    """The worker processes and their pipes, with clean shutdown."""
+
+    def __init__(self, specs: Sequence[WorkerSpec]) -> None:
+        ctx = _mp_context()
+        self.pipes: list[Connection] = []
+        self.procs: list[Any] = []
+        for spec in specs:
+            parent_end, child_end = ctx.Pipe(duplex=True)
+            proc = ctx.Process(
+                target=worker_main,
+                args=(spec, child_end),
+                name=f"pgsurge-worker-{spec.worker_id}",
+                daemon=True,
+            )
+            proc.start()
+            child_end.close()
+            self.pipes.append(parent_end)
+            self.procs.append(proc)
+
+    def send_all(self, msg: tuple[Any, ...]) -> None:
+        for pipe in self.pipes:
+            pipe.send(msg)
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in self.procs:
+            proc.join(5)
+        for pipe in self.pipes:
+            pipe.close()
+
+    def join(self) -> None:
+        for proc in self.procs:
+            proc.join()
+        for pipe in self.pipes:
+            pipe.close()
+
+
+class _Failed(Exception):
+    def __init__(self, status: ExitStatus) -> None:
+        self.status = status
+
+
+def _recv(workers: _Workers, index: int) -> tuple[Any, ...]:
+    try:
+        msg: tuple[Any, ...] = workers.pipes[index].recv()
+    except (EOFError, OSError):
+        raise _Failed(ExitStatus.RUN_ABORTED) from None
+    if msg[0] == "crash":
+        sys.stderr.write(msg[1])
+        sys.stderr.write(f"{PROG}: error: worker {index} failed\n")
+        raise _Failed(ExitStatus.RUN_ABORTED)
+    return msg
+
+
+def _barrier(workers: _Workers, expected: str) -> None:
+    """Wait for every worker's ``expected`` message (a fatal one ends the run)."""
+    waiting = set(range(len(workers.pipes)))
+    while waiting:
+        ready = wait([workers.pipes[i] for i in waiting])
+        for pipe in ready:
+            index = workers.pipes.index(pipe)  # type: ignore[arg-type]
+            msg = _recv(workers, index)
+            if msg[0] == "fatal":
+                raise _Failed(ExitStatus.ERROR)
+            if msg[0] != expected:
+                raise _Failed(ExitStatus.RUN_ABORTED)
+            waiting.discard(index)
+
+
+def run(
+    cfg: RunConfig, *, stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> ExitStatus:
+    """Run the benchmark ``cfg`` and print pgbench's output; see the module doc."""
+    out = sys.stdout if stdout is None else stdout
+    err = sys.stderr if stderr is None else stderr
+    parsed = _parse_scripts(cfg)
+    nthreads = min(cfg.jobs, cfg.clients)
+
+    conn, password = _connect_setup(cfg, err)
+    try:
+        server_num = conn.server_version
+        server_version = conn.parameter_status("server_version") or str(server_num)
+        out.write(render_banner(__version__, server_version))
+        out.flush()
+        info = TableInfo(cfg.scale or 1)
+        if any(s.builtin for s in cfg.scripts):
+            info = _table_info(conn, cfg, err)
+        defined = {name for name, _ in cfg.defines}
+        plan = derive_streams(
+            cfg.random_seed,
+            cfg.clients,
+            nthreads,
+            draw_default_seed="default_seed" not in defined,
+        )
+        variables, set_client_id = _initial_variables(
+            cfg, info.scale, plan.default_seed
+        )
+        if not cfg.no_vacuum:
+            _vacuum(conn, cfg, err)
+    finally:
+        conn.finish()
+
+    facts = RunFacts.from_config(
+        cfg,
+        pgsurge_version=__version__,
+        server_version_num=server_num,
+        server_version=server_version,
+        script_commands=[[c.first_line for c in p.commands] for p in parsed],
+        scale=info.scale,
+        partition_method=info.partition_method,
+        partitions=info.partitions,
+    )
+    specs = [
+        WorkerSpec(
+            worker_id=i,
+            config=cfg,
+            scripts=parsed,
+            first_client=first,
+            nclients=count,
+            nthreads=nthreads,
+            client_rngs=plan.clients[first : first + count],
+            streams=plan.threads[i],
+            variables=variables,
+            set_client_id=set_client_id,
+            detailed=facts.measure_latency,
+            password=password,
+        )
+        for i, (first, count) in enumerate(split_clients(cfg.clients, nthreads))
+    ]
+    workers = _Workers(specs)
+    try:
+        result = _drive(workers, cfg, facts, err)
+    except _Failed as e:
+        workers.stop()
+        out.flush()
+        err.flush()
+        return e.status
+    except BaseException:
+        workers.stop()
+        raise
+    workers.join()
+
+    out.write(render_text(result, banner=False))
+    out.flush()
+    notice = render_abort_notice(result, PROG)
+    if notice:
+        err.write(notice)
+        err.flush()
+        return ExitStatus.RUN_ABORTED
+    return ExitStatus.SUCCESS
+
+
+def _drive(
+    workers: _Workers, cfg: RunConfig, facts: RunFacts, err: TextIO
+) -> RunResult:
+    """The barriers, the progress lines and the results of a started run."""
+    _barrier(workers, "ready")
+    start_us = _clock()
+    end_us = start_us + cfg.duration * 1000000 if cfg.duration else 0
+    workers.send_all(("steady", start_us, end_us))
+    _barrier(workers, "connected")
+    workers.send_all(("go",))
+
+    reporter = None
+    if cfg.progress_s:
+        shift = time.time_ns() // 1000 - _clock() if cfg.progress_timestamp else None
+        reporter = ProgressReporter.for_run(facts, start_us, epoch_shift_us=shift)
+    n = len(workers.pipes)
+    ticks = [0] * n
+    nows = [start_us] * n
+    snapshots = [StatsData() for _ in range(n)]
+    printed = 0
+    results: dict[int, WorkerResult] = {}
+    pending = set(range(n))
+    while pending:
+        ready = wait([workers.pipes[i] for i in pending])
+        for pipe in ready:
+            index = workers.pipes.index(pipe)  # type: ignore[arg-type]
+            msg = _recv(workers, index)
+            kind = msg[0]
+            if kind == "progress":
+                ticks[index], nows[index], snapshots[index] = msg[1], msg[2], msg[3]
+            elif kind == "done":
+                result = msg[1]
+                results[index] = result
+                snapshots[index] = result.total
+                ticks[index] = sys.maxsize
+                pending.discard(index)
+            elif kind == "exit_on_abort":
+                raise _Failed(ExitStatus.RUN_ABORTED)
+            else:
+                raise _Failed(ExitStatus.RUN_ABORTED)
+        if reporter is not None and pending:
+            tick = min(ticks)
+            if tick > printed:
+                merged = StatsData()
+                for snap in snapshots:
+                    merged.merge(snap)
+                now = max(nows[i] for i in pending)
+                err.write(reporter.report(merged, now) + "\n")
+                err.flush()
+                printed = tick
+    return RunResult.from_workers(
+        [results[i] for i in range(n)], facts, start_us=start_us
+    )

@@ -1,0 +1,348 @@
+"""A worker process: pgbench's thread, as a process (the GIL rules out threads).
+
+The parent (``runner.py``) starts one worker per ``-j`` with a picklable
+:class:`WorkerSpec`: the run configuration, the parsed scripts, the worker's
+range of client ids and the PRNG states pgbench would give its clients and
+thread. The worker then:
+
+1. compiles the scripts once (expression closures, encoded statements,
+   prepared statement names, parameter name tuples, ``\\if`` targets) and
+   builds its clients, and tells the parent it is ready (READY);
+2. on the parent's STEADY, opens all its clients' connections (not under
+   ``-C``) and reports them connected — a failure is fatal for the run, as
+   pgbench's ``could not create connection for client N``;
+3. on GO, records its benchmark start and runs its event loop, sending a
+   cumulative stats snapshot at each progress interval;
+4. sends its :class:`~pgsurge.stats.results.WorkerResult` and exits.
+
+Messages on the pipe (worker → parent): ``("ready",)``,
+``("connected",)``, ``("fatal",)``, ``("progress", tick, now_us, stats)``,
+``("exit_on_abort",)``, ``("crash", text)``, ``("done", result)``; parent
+→ worker: ``("steady", start_us, end_us)``, ``("go",)``.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+from pgsurge import client as C
+from pgsurge import pgconn
+from pgsurge.client import Client, Op, Settings, WorkerState, make_advance
+from pgsurge.config import QueryMode, RunConfig
+from pgsurge.errors import PROG
+from pgsurge.loop import EventLoop, LoopOutcome
+from pgsurge.prng import PgPrng, ThreadStreams
+from pgsurge.script.ast import (
+    Command,
+    ElseCommand,
+    EndifCommand,
+    GsetKind,
+    IfCommand,
+    ParsedScript,
+    PipelineCommand,
+    PipelineOp,
+    SetCommand,
+    ShellCommand,
+    SleepCommand,
+    SqlCommand,
+    Value,
+)
+from pgsurge.script.evaluate import EvalContext, compile_expr
+from pgsurge.stats.results import StatsData, WorkerResult
+from pgsurge.throttle import worker_delay_us
+
+__all__ = ["WorkerSpec", "build_settings", "compile_scripts", "worker_main"]
+
+_MODE = {
+    QueryMode.SIMPLE: C.MODE_SIMPLE,
+    QueryMode.EXTENDED: C.MODE_EXTENDED,
+    QueryMode.PREPARED: C.MODE_PREPARED,
+}
+_GSET = {
+    GsetKind.NONE: C.GSET_NONE,
+    GsetKind.GSET: C.GSET_ONE,
+    GsetKind.ASET: C.GSET_ALL,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    """Everything a worker needs; crosses the process boundary by pickle."""
+
+    worker_id: int
+    config: RunConfig
+    scripts: tuple[ParsedScript, ...]
+    #: the client ids of this worker are first_client .. first_client+n-1
+    first_client: int
+    nclients: int
+    #: total worker count (pgbench's nthreads, after capping at -c)
+    nthreads: int
+    #: one ``random*()`` state per client of this worker
+    client_rngs: tuple[PgPrng, ...]
+    streams: ThreadStreams
+    #: initial variables of every client (-D values, scale, seeds)
+    variables: tuple[tuple[str, Value], ...]
+    #: define :client_id (not when -D client_id=... was given)
+    set_client_id: bool
+    #: whether each transaction is timed (pgbench's ``detailed``)
+    detailed: bool
+    password: str | None = None
+
+
+def compile_scripts(
+    scripts: tuple[ParsedScript, ...], mode: QueryMode
+) -> tuple[tuple[Op, ...], ...]:
+    """Turn parsed scripts into the engine's ``Op`` tuples (once per worker).
+
+    Prepared statement names are ``P_<n>`` numbered over the SQL commands
+    of all scripts in order, as pgbench 18 names them.
+    """
+    prepnum = 0
+    compiled: list[tuple[Op, ...]] = []
+    for script in scripts:
+        commands = script.commands
+        ops: list[Op] = []
+        for index, cmd in enumerate(commands):
+            op, prepnum = _compile_command(cmd, index, commands, mode, prepnum)
+            ops.append(op)
+        # \startpipeline under -M prepared prepares what follows it first
+        for i, op in enumerate(ops):
+            if op.kind == C.K_PSTART:
+                inner: list[Op] = []
+                for nxt in ops[i + 1 :]:
+                    if nxt.kind == C.K_PEND:
+                        break
+                    if nxt.kind == C.K_SQL:
+                        inner.append(nxt)
+                op.pipeline_ops = tuple(inner)
+        compiled.append(tuple(ops))
+    return tuple(compiled)
+
+
+def _compile_command(
+    cmd: Command,
+    index: int,
+    commands: tuple[Command, ...],
+    mode: QueryMode,
+    prepnum: int,
+) -> tuple[Op, int]:
+    line = cmd.first_line
+    if isinstance(cmd, SqlCommand):
+        op = Op(C.K_SQL, index, line, gset=_GSET[cmd.gset], prefix=cmd.gset_prefix)
+        if mode is QueryMode.SIMPLE:
+            op.sql = cmd.text.encode()
+            if len(cmd.simple_parts) > 1:
+                op.parts = cmd.simple_parts
+        else:
+            op.sql = cmd.param_text.encode()
+            op.names = cmd.param_vars
+            if mode is QueryMode.PREPARED:
+                op.prepname = b"P_%d" % prepnum
+                prepnum += 1
+        return op, prepnum
+    if isinstance(cmd, SetCommand):
+        op = Op(C.K_SET, index, line, var=cmd.var, name="set")
+        op.expr = compile_expr(cmd.expr)
+        return op, prepnum
+    if isinstance(cmd, IfCommand):
+        kind = C.K_ELIF if cmd.is_elif else C.K_IF
+        op = Op(kind, index, line, name="elif" if cmd.is_elif else "if")
+        op.expr = compile_expr(cmd.expr)
+        target = cmd.false_jump
+        landing = commands[target] if target < len(commands) else None
+        if isinstance(landing, EndifCommand):
+            # pgbench skips over the \endif of a false branch without running it
+            op.false_next = target + 1
+        else:
+            op.false_next = target
+            op.false_to_elif = isinstance(landing, IfCommand) and landing.is_elif
+        op.end_next = cmd.end_jump + 1
+        return op, prepnum
+    if isinstance(cmd, ElseCommand):
+        return Op(C.K_ELSE, index, line, end_next=cmd.end_jump + 1), prepnum
+    if isinstance(cmd, EndifCommand):
+        return Op(C.K_ENDIF, index, line), prepnum
+    if isinstance(cmd, SleepCommand):
+        return Op(
+            C.K_SLEEP, index, line, amount=cmd.amount, unit_us=cmd.unit_us
+        ), prepnum
+    if isinstance(cmd, ShellCommand):
+        op = Op(C.K_SHELL, index, line, var=cmd.var or "", argv=cmd.argv)
+        op.name = "setshell" if cmd.var is not None else "shell"
+        return op, prepnum
+    if isinstance(cmd, PipelineCommand):
+        kind = {
+            PipelineOp.START: C.K_PSTART,
+            PipelineOp.SYNC: C.K_PSYNC,
+            PipelineOp.END: C.K_PEND,
+        }[cmd.op]
+        return Op(kind, index, line), prepnum
+    raise TypeError(f"unknown command {cmd!r}")
+
+
+def build_settings(spec: WorkerSpec, end_us: int) -> Settings:
+    cfg = spec.config
+    duration = cfg.duration or 0
+    nxacts = 0 if duration else (cfg.transactions or 10)
+    limit = cfg.latency_limit_ms
+    return Settings(
+        nclients=cfg.clients,
+        query_mode=_MODE[cfg.query_mode],
+        nxacts=nxacts,
+        end_us=end_us if duration else 0,
+        throttle_delay=worker_delay_us(cfg.rate, spec.nthreads) if cfg.rate else 0.0,
+        latency_limit_us=int(limit * 1000) if limit else 0,
+        detailed=spec.detailed,
+        per_command=cfg.report_per_command,
+        max_tries=cfg.max_tries,
+        verbose_errors=cfg.verbose_errors,
+        continue_on_error=cfg.continue_on_error,
+        connect_each_tx=cfg.connect_each_tx,
+        weights=tuple(s.weight for s in cfg.scripts),
+        conninfo=cfg.conn.conninfo_items(),
+        password=spec.password,
+    )
+
+
+def _stderr(text: str) -> None:
+    """One write per message, so lines from several workers do not mix."""
+    data = text.encode("utf-8", "replace")
+    while data:
+        n = os.write(2, data)
+        data = data[n:]
+
+
+def _clock() -> int:
+    return time.monotonic_ns() // 1000
+
+
+def _make_clients(spec: WorkerSpec) -> list[Client]:
+    base = dict(spec.variables)
+    clients = []
+    for i in range(spec.nclients):
+        cid = spec.first_client + i
+        variables: dict[str, Value] = dict(base)
+        if spec.set_client_id:
+            variables["client_id"] = cid
+        rng = spec.client_rngs[i]
+        ctx = EvalContext(variables, rng, debug=_stderr)
+        clients.append(Client(cid, variables, rng, ctx))
+    return clients
+
+
+def worker_main(spec: WorkerSpec, pipe: Connection) -> None:
+    """Process entry point (see the module docstring for the protocol)."""
+    try:
+        _run(spec, pipe)
+    except KeyboardInterrupt:
+        os._exit(1)
+    except BaseException:
+        text = traceback.format_exc()
+        try:
+            pipe.send(("crash", text))
+        except Exception:
+            _stderr(text)
+        os._exit(3)
+
+
+def _run(spec: WorkerSpec, pipe: Connection) -> None:
+    cfg = spec.config
+    scripts = compile_scripts(spec.scripts, cfg.query_mode)
+    clients = _make_clients(spec)
+    nscripts = len(scripts)
+    total = StatsData()
+    per_script = [StatsData() for _ in range(nscripts)] if nscripts > 1 else None
+    wstate = WorkerState(
+        stats=total,
+        per_script=per_script,
+        choose_rng=spec.streams.choose,
+        throttle_rng=spec.streams.throttle,
+    )
+    pipe.send(("ready",))
+
+    msg = pipe.recv()
+    assert msg[0] == "steady", msg
+    start_us, end_us = msg[1], msg[2]
+    settings = build_settings(spec, end_us)
+    conn_start = _clock()
+
+    loop = EventLoop(
+        clients,
+        exit_on_abort=cfg.exit_on_abort,
+        progress_us=cfg.progress_s * 1000000,
+        progress_start_us=start_us,
+        on_progress=lambda tick, now: pipe.send(("progress", tick, now, total.copy())),
+        control_fd=pipe.fileno(),
+    )
+    advance = make_advance(settings, wstate, scripts, loop, _stderr)
+    loop.advance = advance
+
+    if not cfg.connect_each_tx:
+        for st in clients:
+            conn, message, _needs = pgconn.connect(settings.conninfo, spec.password)
+            if conn is None:
+                _stderr(f"{PROG}: error: {pgconn.strip_newline(message)}\n")
+                _stderr(
+                    f"{PROG}: error: could not create connection for client {st.id}\n"
+                )
+                for other in clients:
+                    if other.conn is not None:
+                        other.conn.finish()
+                pipe.send(("fatal",))
+                return
+            conn.set_nonblocking()
+            st.conn = conn
+            st.raw = conn._pgconn
+            loop.attach(st)
+    pipe.send(("connected",))
+
+    msg = pipe.recv()
+    assert msg[0] == "go", msg
+    bench_start = _clock()
+    wstate.throttle_trigger = bench_start
+    usage0 = resource.getrusage(resource.RUSAGE_SELF)
+
+    outcome = loop.run()
+
+    if outcome != LoopOutcome.DONE:
+        if outcome == LoopOutcome.EXIT_ON_ABORT:
+            _stderr(
+                f"{PROG}: error: Run was aborted due to an error in thread "
+                f"{spec.worker_id}\n"
+            )
+            pipe.send(("exit_on_abort",))
+        for st in clients:
+            if st.conn is not None:
+                st.conn.finish()
+        return
+    end = _clock()
+    usage1 = resource.getrusage(resource.RUSAGE_SELF)
+    loop.close()
+
+    result = WorkerResult.empty(
+        spec.worker_id, spec.nclients, [len(s) for s in scripts]
+    )
+    result.total = total
+    result.per_script = per_script if per_script is not None else []
+    if cfg.report_per_command:
+        result.per_command = [[op.stats for op in ops] for ops in scripts]
+    else:
+        result.per_command = []
+    result.latency_late = wstate.latency_late
+    result.conn_total_us = wstate.conn_total_us
+    result.conn_start_us = conn_start
+    result.bench_start_us = bench_start
+    result.end_us = end
+    result.aborted_clients = sum(1 for st in clients if st.state != C.FINISHED)
+    result.clients_finished = sum(1 for st in clients if st.state == C.FINISHED)
+    result.cpu_user_s = usage1.ru_utime - usage0.ru_utime
+    result.cpu_sys_s = usage1.ru_stime - usage0.ru_stime
+    result.client_tx_counts = [st.cnt for st in clients]
+    pipe.send(("done", result))
+    sys.stdout.flush()
