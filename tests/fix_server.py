@@ -60,11 +60,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     tmp = _session.pop("tmp", None)
     if tmp is None:
         return
-    server = EmbeddedServer(Path(tmp) / "srv")
-    try:
-        server.stop()
-    except PgsurgeError as exc:  # pragma: no cover - reported, not hidden
-        print(exc.format())
+    location = Path(tmp) / "srv"
+    if (location / "data").exists():
+        try:
+            EmbeddedServer(location).stop()
+        except PgsurgeError as exc:  # reported, not hidden
+            print(exc.format())
     shutil.rmtree(tmp, ignore_errors=True)
     saved = _session.pop("saved", None)
     if saved is None:
