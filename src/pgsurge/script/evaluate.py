@@ -20,7 +20,9 @@ This module does no I/O: ``debug()`` hands its line to the context's
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
+from typing import Any
 
 from pgsurge.errors import EvalError
 from pgsurge.prng import PgPrng
@@ -65,26 +67,48 @@ class EvalContext:
 
 CompiledExpr = Callable[[EvalContext], Value]
 
-# A compiled node: a constant value, or a closure to call.
-_Node = tuple[bool, Value, CompiledExpr | None]
-
 _parse_lazy = V.parse_lazy
 _truth = V.truth
 _coerce_to_bool = V.coerce_to_bool
+_INT64_MIN = V.INT64_MIN
+_INT64_MAX = V.INT64_MAX
+_MISSING: Any = object()
+
+
+class _Node:
+    """A compiled subtree: a constant, a variable read, or a closure.
+
+    Parents specialize on the kind: a constant operand is captured as a
+    value and a variable operand is read inline, so the common shapes
+    (``100000 * :scale``, ``random(1, …)``) cost one closure call.
+    """
+
+    __slots__ = ("const", "fn", "name", "value")
+
+    def __init__(
+        self,
+        *,
+        const: bool = False,
+        value: Value = None,
+        name: str | None = None,
+        fn: CompiledExpr | None = None,
+    ) -> None:
+        self.const = const
+        self.value = value
+        self.name = name
+        self.fn: CompiledExpr = fn if fn is not None else _constant(value)
+
+
+def _constant(value: Value) -> CompiledExpr:
+    def constant(ctx: EvalContext) -> Value:
+        return value
+
+    return constant
 
 
 def compile_expr(expr: Expr) -> CompiledExpr:
     """Build the closure that evaluates ``expr`` in a context."""
-    is_const, value, fn = _compile(expr)
-    if is_const:
-        const = value
-
-        def constant(ctx: EvalContext) -> Value:
-            return const
-
-        return constant
-    assert fn is not None
-    return fn
+    return _compile(expr).fn
 
 
 def evaluate(expr: Expr, ctx: EvalContext) -> Value:
@@ -98,39 +122,31 @@ def evaluate(expr: Expr, ctx: EvalContext) -> Value:
 
 def _compile(expr: Expr) -> _Node:
     if isinstance(expr, Const):
-        return (True, expr.value, None)
+        return _Node(const=True, value=expr.value)
     if isinstance(expr, Var):
-        return (False, None, _var(expr.name))
+        return _Node(name=expr.name, fn=_var(expr.name))
     if isinstance(expr, Call):
         return _call(expr)
     raise TypeError(f"not an expression node: {expr!r}")
 
 
-def _var(name: str) -> CompiledExpr:
-    undefined = f'undefined variable "{name}"'
+def _read_slow(name: str, v: Value) -> Value:
+    """A variable's value when it is missing or still a string."""
+    if v is _MISSING:
+        raise EvalError(f'undefined variable "{name}"')
+    if type(v) is str:
+        return _parse_lazy(name, v)
+    return v
 
+
+def _var(name: str) -> CompiledExpr:
     def var(ctx: EvalContext) -> Value:
-        try:
-            v = ctx.variables[name]
-        except KeyError:
-            raise EvalError(undefined) from None
-        if type(v) is str:
-            return _parse_lazy(name, v)
+        v: Value = ctx.variables.get(name, _MISSING)
+        if v is _MISSING or type(v) is str:
+            return _read_slow(name, v)
         return v
 
     return var
-
-
-def _as_fn(node: _Node) -> CompiledExpr:
-    is_const, value, fn = node
-    if not is_const:
-        assert fn is not None
-        return fn
-
-    def constant(ctx: EvalContext) -> Value:
-        return value
-
-    return constant
 
 
 def _call(call: Call) -> _Node:
@@ -147,25 +163,39 @@ def _call(call: Call) -> _Node:
     elif kind is FuncKind.DEBUG:
         fn = _debug(args[0])
     elif kind is FuncKind.RANDOM:
-        fn = _random(spec.impl, args)  # type: ignore[arg-type]
+        assert spec.impl is not None
+        if call.name == "random":
+            fn = _random_uniform(spec.impl, args[0], args[1])
+        else:
+            fn = _random(spec.impl, args)
     else:
         impl = spec.impl
         assert impl is not None
         if not spec.null_in:
             impl = _null_strict(impl)
-        fn = _apply(impl, args)
-    if kind in _FOLDABLE and all(a[0] for a in args):
+        if nargs == 2:
+            fn = _apply2(impl, args[0], args[1], _INT_FAST.get(call.name))
+        else:
+            fn = _apply(impl, args)
+    if kind in _FOLDABLE and all(a.const for a in args):
         # constant folding: evaluate now, unless it fails (then the error
         # must surface at run time, when pgbench raises it)
         try:
-            return (True, fn(_FOLD_CTX), None)
+            return _Node(const=True, value=fn(_FOLD_CTX))
         except EvalError:
             pass
-    return (False, None, fn)
+    return _Node(fn=fn)
 
 
 _FOLD_CTX = EvalContext()
 _FOLDABLE = (FuncKind.PURE, FuncKind.LAZY)
+# int64 operations done inline (C-level) when both operands are ints; the
+# operator function from values.py still handles everything else
+_INT_FAST: dict[str, Callable[[int, int], int]] = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+}
 
 
 def _null_strict(impl: Callable[..., Value]) -> Callable[..., Value]:
@@ -180,51 +210,124 @@ def _null_strict(impl: Callable[..., Value]) -> Callable[..., Value]:
 
 
 def _apply(impl: Callable[..., Value], args: list[_Node]) -> CompiledExpr:
-    """A closure calling ``impl`` on the evaluated arguments."""
-    n = len(args)
-    if n == 0:
+    """A closure calling ``impl`` on the evaluated arguments (not 2)."""
+    if not args:
         return lambda ctx: impl()
-    if n == 1:
-        c0, v0, f0 = args[0]
-        if c0:
+    if len(args) == 1:
+        a = args[0]
+        if a.const:
+            v0 = a.value
             return lambda ctx: impl(v0)
-        assert f0 is not None
-        g0 = f0
-        return lambda ctx: impl(g0(ctx))
-    if n == 2:
-        (c0, v0, f0), (c1, v1, f1) = args
-        if c0 and not c1:
-            assert f1 is not None
-            h1 = f1
-            return lambda ctx: impl(v0, h1(ctx))
-        if c1 and not c0:
-            assert f0 is not None
-            h0 = f0
-            return lambda ctx: impl(h0(ctx), v1)
-        a0, a1 = _as_fn(args[0]), _as_fn(args[1])
-        return lambda ctx: impl(a0(ctx), a1(ctx))
-    fns = tuple(_as_fn(a) for a in args)
+        f0 = a.fn
+        return lambda ctx: impl(f0(ctx))
+    fns = tuple(a.fn for a in args)
     return lambda ctx: impl(*[f(ctx) for f in fns])
 
 
+def _apply2(
+    impl: Callable[[Value, Value], Value],
+    a: _Node,
+    b: _Node,
+    fast: Callable[[int, int], int] | None,
+) -> CompiledExpr:
+    """A two-operand closure, specialized for a constant operand, an
+    inline variable read and, with ``fast``, an inline int64 result."""
+    lo, hi = _INT64_MIN, _INT64_MAX
+    if a.const and b.name is not None:
+        x, name = a.value, b.name
+        if fast is not None and type(x) is int:
+            op, xi = fast, x
+
+            def const_var_fast(ctx: EvalContext) -> Value:
+                y = ctx.variables.get(name, _MISSING)
+                if type(y) is int:
+                    r = op(xi, y)
+                    if lo <= r <= hi:
+                        return r
+                    return impl(xi, y)  # raises pgbench's overflow error
+                return impl(xi, _read_slow(name, y))
+
+            return const_var_fast
+
+        def const_var(ctx: EvalContext) -> Value:
+            y = ctx.variables.get(name, _MISSING)
+            if y is _MISSING or type(y) is str:
+                y = _read_slow(name, y)
+            return impl(x, y)
+
+        return const_var
+    if b.const and a.name is not None:
+        y, name = b.value, a.name
+        if fast is not None and type(y) is int:
+            op, yi = fast, y
+
+            def var_const_fast(ctx: EvalContext) -> Value:
+                x = ctx.variables.get(name, _MISSING)
+                if type(x) is int:
+                    r = op(x, yi)
+                    if lo <= r <= hi:
+                        return r
+                    return impl(x, yi)
+                return impl(_read_slow(name, x), yi)
+
+            return var_const_fast
+
+        def var_const(ctx: EvalContext) -> Value:
+            x = ctx.variables.get(name, _MISSING)
+            if x is _MISSING or type(x) is str:
+                x = _read_slow(name, x)
+            return impl(x, y)
+
+        return var_const
+    if a.const:
+        x, g = a.value, b.fn
+        return lambda ctx: impl(x, g(ctx))
+    if b.const:
+        y, f = b.value, a.fn
+        return lambda ctx: impl(f(ctx), y)
+    f, g = a.fn, b.fn
+    return lambda ctx: impl(f(ctx), g(ctx))
+
+
+def _random_uniform(impl: Callable[..., Value], a: _Node, b: _Node) -> CompiledExpr:
+    """``random(lo, hi)``: straight to the state when the bounds are valid
+    ints; otherwise ``impl`` coerces, checks and reports."""
+    top = _INT64_MAX
+    if a.const and b.const:
+        x, y = a.value, b.value
+        if type(x) is int and type(y) is int and x <= y and y - x < top:
+            return lambda ctx: ctx.rng.int64_range(x, y)
+        return lambda ctx: impl(ctx.rng, x, y)
+    if a.const and type(a.value) is int:
+        x0: int = a.value
+        g = b.fn
+
+        def const_lo(ctx: EvalContext) -> Value:
+            y = g(ctx)
+            if type(y) is int and x0 <= y and y - x0 < top:
+                return ctx.rng.int64_range(x0, y)
+            return impl(ctx.rng, x0, y)
+
+        return const_lo
+    f, g = a.fn, b.fn
+
+    def general(ctx: EvalContext) -> Value:
+        return impl(ctx.rng, f(ctx), g(ctx))
+
+    return general
+
+
 def _random(impl: Callable[..., Value], args: list[_Node]) -> CompiledExpr:
-    """Like :func:`_apply`, with the client's state as first argument."""
-    if len(args) == 2:
-        (c0, v0, _), (c1, v1, f1) = args
-        if c0 and c1:
-            return lambda ctx: impl(ctx.rng, v0, v1)
-        if c0:
-            assert f1 is not None
-            h1 = f1
-            return lambda ctx: impl(ctx.rng, v0, h1(ctx))
-        a0, a1 = _as_fn(args[0]), _as_fn(args[1])
-        return lambda ctx: impl(ctx.rng, a0(ctx), a1(ctx))
-    fns = tuple(_as_fn(a) for a in args)
+    """A random function: the client's state, then the evaluated arguments."""
+    fns = tuple(a.fn for a in args)
+    if len(fns) == 3:
+        f, g, h = fns
+        return lambda ctx: impl(ctx.rng, f(ctx), g(ctx), h(ctx))
     return lambda ctx: impl(ctx.rng, *[f(ctx) for f in fns])
 
 
 def _debug(arg: _Node) -> CompiledExpr:
-    f = _as_fn(arg)
+    f = arg.fn
     debug_text = V.debug_text
 
     def debug(ctx: EvalContext) -> Value:
@@ -244,7 +347,7 @@ def _debug(arg: _Node) -> CompiledExpr:
 def _lazy(name: str, args: list[_Node]) -> CompiledExpr:
     if name == "case":
         return _case(args)
-    left, right = _as_fn(args[0]), _as_fn(args[1])
+    left, right = args[0].fn, args[1].fn
     if name == "and":
 
         def and_(ctx: EvalContext) -> Value:
@@ -280,7 +383,7 @@ def _case(args: list[_Node]) -> CompiledExpr:
     Conditions use ``valueTruth`` (non-zero numbers are true, NULL false);
     an even argument count is read as a missing ELSE (NULL).
     """
-    fns = [_as_fn(a) for a in args]
+    fns = [a.fn for a in args]
     if len(fns) % 2 == 0:
         fns.append(lambda ctx: None)
     pairs = tuple((fns[i], fns[i + 1]) for i in range(0, len(fns) - 1, 2))

@@ -96,30 +96,58 @@ def permute(val: int, isize: int, seed: int) -> int:
     the largest power-of-two mask <= size) and on the mirrored high part
     (``size - 1 - v``), a random odd multiply, a random XOR and a 1-bit
     rotation within the mask; then a random offset modulo the size.
+
+    The generator is inlined (``PgPrng.uint64``'s arithmetic on locals):
+    a permute draws about 30 numbers, and method calls would double its
+    cost.
     """
     if isize < 2:
         return 0
-    rng = PgPrng(seed)
-    nxt = rng.uint64
+    s0, s1 = PgPrng(seed).getstate()
+    M = _M64
     size = isize
-    v = (val & _M64) % size
+    v = (val & M) % size
     masklen = size.bit_length() - 1
     mask = (1 << masklen) - 1
     top = masklen - 1
+    last = size - 1
+    shift = 64 - last.bit_length()  # for the offset draw in [0, size - 1]
     for _ in range(6):
-        m = (nxt() & mask) | 1
-        r = nxt() & mask
+        # four raw draws: multiplier and XOR for each half; only their bits
+        # under the mask are used, so the output's mask 2**64 - 1 folds in
+        sx = s1 ^ s0
+        m1 = ((s0 * 5760 + ((s0 * 5 >> 57) & 127) * 9) & mask) | 1
+        s0 = ((s0 << 24) ^ sx ^ (sx << 16) ^ (s0 >> 40)) & M
+        s1 = ((sx << 37) | (sx >> 27)) & M
+        sx = s1 ^ s0
+        r1 = (s0 * 5760 + ((s0 * 5 >> 57) & 127) * 9) & mask
+        s0 = ((s0 << 24) ^ sx ^ (sx << 16) ^ (s0 >> 40)) & M
+        s1 = ((sx << 37) | (sx >> 27)) & M
         if v <= mask:
-            v = ((v * m) ^ r) & mask
+            v = ((v * m1) ^ r1) & mask
             v = ((v << 1) & mask) | (v >> top)
-        m = (nxt() & mask) | 1
-        r = nxt() & mask
-        t = size - 1 - v
+        sx = s1 ^ s0
+        m2 = ((s0 * 5760 + ((s0 * 5 >> 57) & 127) * 9) & mask) | 1
+        s0 = ((s0 << 24) ^ sx ^ (sx << 16) ^ (s0 >> 40)) & M
+        s1 = ((sx << 37) | (sx >> 27)) & M
+        sx = s1 ^ s0
+        r2 = (s0 * 5760 + ((s0 * 5 >> 57) & 127) * 9) & mask
+        s0 = ((s0 << 24) ^ sx ^ (sx << 16) ^ (s0 >> 40)) & M
+        s1 = ((sx << 37) | (sx >> 27)) & M
+        t = last - v
         if t <= mask:
-            t = ((t * m) ^ r) & mask
+            t = ((t * m2) ^ r2) & mask
             t = ((t << 1) & mask) | (t >> top)
-            v = size - 1 - t
-        v = (v + rng.uint64_range(0, size - 1)) % size
+            v = last - t
+        # random offset: uint64_range(0, size - 1), bitmask rejection
+        while True:
+            sx = s1 ^ s0
+            r = ((s0 * 5760 + ((s0 * 5 >> 57) & 127) * 9) & M) >> shift
+            s0 = ((s0 << 24) ^ sx ^ (sx << 16) ^ (s0 >> 40)) & M
+            s1 = ((sx << 37) | (sx >> 27)) & M
+            if r <= last:
+                break
+        v = (v + r) % size
     return v
 
 
