@@ -461,6 +461,7 @@ FUNCS = [
     "least(0.0, 0.0 * -1)",
     "greatest(-1)",
     "greatest(2.5)",
+    "least(" + ", ".join(str(i) for i in range(16, 0, -1)) + ")",
     "hash(10, 5432)",
     "hash_fnv1a(10, 5432)",
     "hash_murmur2(-1, 0)",
@@ -711,6 +712,7 @@ ERRORS = [
     "abs(1) + (1 << 63) * 2",
     "1 & true",
     "1.5 << true",
+    "greatest(" + ", ".join(str(i) for i in range(17)) + ")",
 ]
 
 

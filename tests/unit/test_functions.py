@@ -346,6 +346,20 @@ def test_variadic_and_generic_calls() -> None:
     assert evaluate(c("random_zipfian", K(1), Var("a"), K(1.5)), ctx) in range(1, 5)
 
 
+def test_at_most_16_arguments_are_evaluated() -> None:
+    ctx, lines = _ctx()
+    args = [c("debug", K(i)) for i in range(1, 18)]
+    assert evaluate(c("least", *args[:16]), ctx) == 1
+    lines.clear()
+    fn = compile_expr(c("greatest", *args))  # pgbench 18.6 fails at run time
+    with pytest.raises(EvalError) as exc:
+        fn(ctx)
+    assert exc.value.message == "too many function arguments, maximum is 16"
+    assert len(lines) == 16  # the first 16 arguments were evaluated
+    consts = [K(i) for i in range(17)]
+    assert _err(c("greatest", *consts)) == "too many function arguments, maximum is 16"
+
+
 def test_unknown_names_are_programming_errors() -> None:
     with pytest.raises(ValueError):
         compile_expr(c("frobnicate", K(1)))

@@ -221,7 +221,24 @@ def _apply(impl: Callable[..., Value], args: list[_Node]) -> CompiledExpr:
         f0 = a.fn
         return lambda ctx: impl(f0(ctx))
     fns = tuple(a.fn for a in args)
+    if len(fns) > _MAX_FARGS:
+        return _too_many(fns[:_MAX_FARGS])
     return lambda ctx: impl(*[f(ctx) for f in fns])
+
+
+# pgbench evaluates at most 16 arguments (MAX_FARGS), then fails at run time
+_MAX_FARGS = 16
+
+
+def _too_many(first: tuple[CompiledExpr, ...]) -> CompiledExpr:
+    message = f"too many function arguments, maximum is {_MAX_FARGS}"
+
+    def too_many(ctx: EvalContext) -> Value:
+        for f in first:  # evaluated first, for their errors and debug()
+            f(ctx)
+        raise EvalError(message)
+
+    return too_many
 
 
 def _apply2(
