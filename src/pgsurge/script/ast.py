@@ -119,9 +119,14 @@ class GsetKind(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class CommandBase:
-    #: 1-based line number of the command's first line in its source
+    #: 1-based line number in its source: of the backslash for a meta
+    #: command, of the first character sent for an SQL command
     lineno: int
-    #: the first line of the command, as shown by -r and in errors
+    #: what pgbench shows for the command in ``-r`` reports and messages:
+    #: for SQL, the first line of ``text`` (at most 127 bytes, cut at the
+    #: first CR or LF); for a meta command, its whole text from the
+    #: backslash to the end of the command, continuation lines included,
+    #: trailing CR/LF removed (trailing spaces are kept, as pgbench does)
     first_line: str
 
 
@@ -129,13 +134,34 @@ class CommandBase:
 class SqlCommand(CommandBase):
     """One SQL command (possibly a ``\\;`` compound).
 
-    ``text`` is the command as pgbench sends it in simple mode before
-    variable substitution. ``param_text``/``param_vars`` are the
-    extended/prepared form: ``:name`` replaced by ``$1..$n`` and the
-    variable names in parameter order (a variable used twice gets two
-    parameters, as in pgbench). ``simple_parts`` is the substitution plan
-    for simple mode: literal text at even indexes, variable names at odd
-    ones.
+    ``text`` is the command exactly as pgbench sends it in simple mode
+    before variable substitution: from its first token (leading whitespace
+    and ``--`` comments dropped) to its ``;`` included, or to the backslash
+    of a ``\\gset``/other meta command on the same line, or to the end of
+    the file; later ``--`` and ``/* */`` comments are kept; ``\\;`` is
+    written ``;`` and ``\\:`` is written ``:``.
+
+    Variable references (``sqlvars.py``) are found as pgbench finds them,
+    *without* regard to quotes (``':x'`` is a reference too): a single
+    ``:`` followed by ``[A-Za-z_]`` or a non-ASCII character, then
+    ``[A-Za-z0-9_]`` or non-ASCII characters. A run of two or more colons
+    (``x::int``, ``:::x``) is never a reference.
+
+    ``param_text``/``param_vars`` are the extended/prepared form: each
+    reference replaced by ``$1..$n`` and the variable names in parameter
+    order (a variable used twice gets two parameters, as in pgbench). At
+    run time an UNDEFINED variable is sent as a NULL parameter (no error;
+    checked with pgbench 18.6). More than 255 references is an error under
+    ``-M extended/prepared`` only (``compile.check_query_mode``).
+
+    ``simple_parts`` is the substitution plan for simple mode: literal
+    text at even indexes, variable names at odd ones. At run time each
+    defined variable is replaced by its text value; an UNDEFINED variable
+    is left as written (``:name`` is sent to the server as is, which
+    usually makes a syntax error there; checked with pgbench 18.6).
+
+    ``nqueries`` counts the ``\\;``-separated parts that hold something to
+    run (not only whitespace/comments); at least 1.
     """
 
     text: str
@@ -143,8 +169,8 @@ class SqlCommand(CommandBase):
     param_vars: tuple[str, ...]
     simple_parts: tuple[str, ...]
     gset: GsetKind = GsetKind.NONE
+    #: the ``\\gset``/``\\aset`` prefix ("" when none)
     gset_prefix: str = ""
-    #: number of ``\\;``-separated queries (pipelines and \\aset count results)
     nqueries: int = 1
 
 
@@ -156,7 +182,12 @@ class SetCommand(CommandBase):
 
 @dataclass(frozen=True, slots=True)
 class SleepCommand(CommandBase):
-    """``\\sleep N [us|ms|s]``: ``amount`` is an int, or a variable name."""
+    """``\\sleep N [us|ms|s]`` (also ``\\sleep 10ms``; default unit: s).
+
+    ``amount`` is an int (pgbench's ``atoi`` of the word: may be negative
+    or 0, e.g. ``\\sleep -`` is 0) or, for ``\\sleep :name``, the
+    variable name (a str, possibly empty), read at run time.
+    """
 
     amount: int | str
     #: microseconds per unit: 1, 1000 or 1_000_000
@@ -167,8 +198,10 @@ class SleepCommand(CommandBase):
 class ShellCommand(CommandBase):
     """``\\shell`` (``var`` is None) or ``\\setshell var``.
 
-    ``argv`` words are literal, except those starting with a single ``:``
-    which name variables (``::x`` is the literal ``:x``).
+    ``argv`` holds the command's words as written (for ``\\setshell``
+    without the variable name): at run time a word starting with a single
+    ``:`` names a variable, ``::x`` stands for the literal ``:x``, others
+    are literal. The parser checks nothing in them.
     """
 
     var: str | None

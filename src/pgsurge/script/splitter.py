@@ -11,8 +11,8 @@ collects text into a query buffer until one of:
 * the end of the text — whatever was collected is still a command, even
   inside an unterminated quote or comment (pgbench reports nothing).
 
-On the way the lexer drops whitespace before the first token and every
-``--`` comment, keeps ``/* */`` comments (nested), turns ``\\;`` into ``;``
+On the way the lexer drops whitespace and ``--`` comments before the first
+token, keeps them after it, keeps ``/* */`` comments (nested), turns ``\\;`` into ``;``
 (so one command may hold several queries) and ``\\:`` into ``:``. Its
 state (parenthesis depth, ``BEGIN`` depth, quote state) carries over from
 one command to the next, exactly as in pgbench, so an unbalanced ``(``
@@ -77,19 +77,44 @@ _DOLQ_DELIM = re.compile(
     r"\$(?:[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ffff]*)?\$"
 )
 _DOLQ_FAILED = re.compile(r"\$[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ffff]*")
-_PARAM = re.compile(r"\$[0-9]+")
+_PARAM = re.compile(r"\$[0-9](?:_?[0-9])*")
 # psql variable references: ":name", ":'name'", ':"name"', ":{?name}"
 _VARCHARS = r"[A-Za-z0-9_\x80-\U0010ffff]"
 _PSQL_VAR = re.compile(
     rf":(?:{_VARCHARS}+|'{_VARCHARS}+'|\"{_VARCHARS}+\"|\{{\?{_VARCHARS}+\}})"
 )
-# Numbers, including PostgreSQL 16's non-decimal integers and underscores;
-# trailing identifier characters are "junk" of the same token.
-_NUMBER = re.compile(
-    r"(?:0[xX][0-9A-Fa-f_]+|0[oO][0-7_]+|0[bB][01_]+"
-    r"|(?:[0-9][0-9_]*(?:\.(?!\.)[0-9_]*)?|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9][0-9_]*)?)"
-    r"[A-Za-z0-9_$\x80-\U0010ffff]*"
-)
+# Numbers (PostgreSQL 16+ lexer): a number directly followed by an
+# identifier is one "junk" token, and flex takes the longest of the
+# readings, e.g. "1.e5$" is "1." + "e5$", not "1.e5" + "$".
+_DEC = r"[0-9](?:_?[0-9])*"
+_NUM_DEC = re.compile(_DEC)
+_NUM_NUMERIC = re.compile(rf"{_DEC}\.(?:{_DEC})?|\.{_DEC}")
+_NUM_REAL = re.compile(rf"(?:{_DEC}\.(?:{_DEC})?|\.{_DEC}|{_DEC})[eE][-+]?{_DEC}")
+_NUM_FAIL = re.compile(rf"{_DEC}\.\.")
+_JUNK = re.compile(r"[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_$\x80-\U0010ffff]*")
+
+
+def _number_end(src: str, pos: int) -> int:
+    """End of the number token (with any junk) starting at ``pos``."""
+    fail = _NUM_FAIL.match(src, pos)
+    best = pos
+    for regex in (_NUM_DEC, _NUM_NUMERIC, _NUM_REAL):
+        m = regex.match(src, pos)
+        if m is None:
+            continue
+        end = m.end()
+        junk = _JUNK.match(src, end)
+        if junk:
+            end = junk.end()
+        best = max(best, end)
+    if fail and fail.end() > best:
+        # "1..": the integer alone, the ".." is another token
+        dec = _NUM_DEC.match(src, pos)
+        assert dec is not None
+        return dec.end()
+    return best
+
+
 # After a closing quote: whitespace holding a newline, then a quote, makes
 # the string continue (SQL's string continuation). Possessive quantifiers
 # keep the regex linear on hostile input.
@@ -160,10 +185,14 @@ class SqlScanner:
                 continue
             two = src[pos : pos + 2]
             if two == "--":
+                # a "--" comment is whitespace: dropped before the first
+                # token, kept after it (pgbench sends it to the server)
                 end = pos + 2
                 while end < n and src[end] not in "\n\r":
                     end += 1
-                self.pos = end  # "--" comments are never kept
+                if out:
+                    emit(src[pos:end], pos, significant=False)
+                self.pos = end
                 continue
             if two == "/*":
                 self.mode = _Mode.XC
@@ -220,12 +249,15 @@ class SqlScanner:
                     self.dolq_start = m.group()
                     self._open(_Mode.XDOLQ, pos, m.end() - pos, emit)
                     continue
-                if _PARAM.match(src, pos):
+                m = _PARAM.match(src, pos)
+                if m:
                     # a parameter "$1" (plus any junk): one token
-                    m2 = _NUMBER.match(src, pos + 1)
-                    assert m2 is not None
-                    emit(src[pos : m2.end()], pos)
-                    self.pos = m2.end()
+                    end = m.end()
+                    junk = _JUNK.match(src, end)
+                    if junk:
+                        end = junk.end()
+                    emit(src[pos:end], pos)
+                    self.pos = end
                     continue
                 # "$" alone, or "$name" without a closing "$": only the "$"
                 emit(ch, pos)
@@ -234,10 +266,9 @@ class SqlScanner:
             if (ch.isascii() and ch.isdigit()) or (
                 ch == "." and src[pos + 1 : pos + 2].isdigit()
             ):
-                m = _NUMBER.match(src, pos)
-                assert m is not None
-                emit(m.group(), pos)
-                self.pos = m.end()
+                end = _number_end(src, pos)
+                emit(src[pos:end], pos)
+                self.pos = end
                 continue
             if _IDENT_START.match(ch):
                 if self._quote_prefix(pos, emit):
