@@ -12,8 +12,10 @@ vacuum) and the stderr text with times masked.
 from __future__ import annotations
 
 import io
+import os
 import re
 import subprocess
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -343,3 +345,94 @@ def test_reinit_over_existing_tables(
     assert masked(our_err) == masked(their_err)
     assert "NOTICE" not in our_err
     assert_same_database(snapshot(theirs_dsn), snapshot(ours_dsn), same_pages=True)
+
+
+@pytest.fixture
+def tablespace(
+    server_dsn: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A tablespace with a name that needs quoting, in a fresh directory.
+
+    The directory must belong to the server's OS user: possible only when the
+    server runs on this host and we may give it the directory.
+    """
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        datadir = conn.execute("show data_directory").fetchone()
+    assert datadir is not None
+    try:
+        owner = Path(datadir[0]).stat()
+    except OSError:
+        pytest.skip("the server's data directory is not on this host")
+    if os.geteuid() not in (0, owner.st_uid):
+        pytest.skip("cannot give a directory to the server's OS user")
+    location = tmp_path_factory.mktemp("ts") / "space"
+    location.mkdir()
+    os.chown(location, owner.st_uid, owner.st_gid)
+    for parent in location.parents:
+        if parent == Path(tempfile.gettempdir()):
+            break
+        parent.chmod(parent.stat().st_mode | 0o711)
+    name = f'ts "{uuid.uuid4().hex[:8]}"'
+    ident = sql.Identifier(name)
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE TABLESPACE {} LOCATION {}").format(
+                ident, sql.Literal(str(location))
+            )
+        )
+    yield name
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP TABLESPACE IF EXISTS {}").format(ident))
+
+
+def test_tablespaces_same_as_pgbench(
+    pgbench_bin: Path, db_factory: Callable[[], str], tablespace: str
+) -> None:
+    dsns = [db_factory(), db_factory()]
+    case = Case(
+        "tablespaces",
+        [
+            "-s",
+            "1",
+            "--partitions",
+            "2",
+            "--foreign-keys",
+            "--tablespace",
+            tablespace,
+            "--index-tablespace",
+            tablespace,
+        ],
+        {
+            "scale": 1,
+            "partitions": 2,
+            "partition_method": PartitionMethod.RANGE,
+            "foreign_keys": True,
+            "steps": "dtgvpf",
+            "tablespace": tablespace,
+            "index_tablespace": tablespace,
+        },
+    )
+    try:
+        _run_case(case, pgbench_bin, iter(dsns).__next__, same_pages=True)
+        with psycopg.connect(dsns[1]) as conn:
+            rows = conn.execute(
+                "select c.relname, t.spcname from pg_class c"
+                " left join pg_tablespace t on t.oid = c.reltablespace"
+                " where c.relname like 'pgbench%' order by 1"
+            ).fetchall()
+        in_space = {rel for rel, space in rows if space == tablespace}
+        # tables, the partitioned parent, and the primary-key indexes
+        assert {"pgbench_history", "pgbench_accounts", "pgbench_branches_pkey"} <= (
+            in_space
+        )
+    finally:
+        for dsn in dsns:
+            drop_pgbench_tables(dsn)
+
+
+def drop_pgbench_tables(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "drop table if exists pgbench_accounts, pgbench_branches,"
+            " pgbench_history, pgbench_tellers"
+        )
