@@ -9,6 +9,7 @@ same text (``pgbench: `` replaced by ``pgsurge: ``), and accept the rest.
 
 from __future__ import annotations
 
+import random
 import re
 import subprocess
 from pathlib import Path
@@ -207,7 +208,64 @@ ROWS: list[tuple[str, str]] = [
     ("sql-string-continuation", "select 'a'\n'\\foo';\n"),
     ("sql-string-no-continuation", "select 'a' '\\x' \\foo;\n"),
     ("sql-u-amp-string", "select U&'\\foo';\n"),
+    ("sql-param-then-dollar-quote", "select $1$a$ \\foo $a$;\n"),
+    ("sql-number-then-dollar-quote", "select 1$a$ \\foo $a$;\n"),
+    ("sql-number-junk-dollar", "select 1_$a$ \\foo $a$;\n"),
+    ("sql-dollar-no-close", "select $a \\foo\n"),
+    ("sql-newline-then-gset-ok", "select 1\n\\gset\n"),
+    # -- more caret and layout cases
+    ("sleep-utf8-number", "\\sleep \u00e9\u00e9 ms\n"),
+    ("sleep-unit-after-utf8", "\\sleep 1 \u00e9\n"),
+    ("set-gset-inside-expr", "\\set x 1 \\gset\n"),
+    ("set-utf8-var-ok", "\\set \u00e9t\u00e9 :\u00e9t\u00e9 + 1\n"),
+    ("set-var-name-is-checked-later-ok", "\\set 1x 1\n"),
+    ("if-caps-keywords-ok", "\\IF :x IS NOT NULL AND NOT FALSE\n\\ENDIF\n"),
+    ("set-colon-at-eof", "\\set x :"),
+    ("set-error-on-third-line", "select 1;\nselect 2;\n\\set x 1 + * 2\n"),
+    ("setshell-too-many", "\\setshell v" + " a" * 255 + "\n"),
+    ("gset-after-comment-only", "-- c\n\\gset\n"),
+    ("meta-word-continuation", "\\sleep\\\n 1 \\\nms\n"),
 ]
+
+
+def _fuzz_expressions(seed: int, count: int) -> list[str]:
+    """Random expressions from pgbench's grammar, some broken by a random
+    edit, for a seeded (reproducible) differential run."""
+    rnd = random.Random(seed)
+    leaves = ["1", "2.5", ":x", "true", "null", "9223372036854775807", "0", ".5e3"]
+    binops = [" + ", "-", " * ", "/", "%", " = ", "<>", " < ", ">=", " | ", "#"]
+    binops += ["<<", " and ", " OR ", "!=", "<=", ">", ">>", "&"]
+    junk = ["(", ")", ",", "$", "!", ".", ":", "foo", "is", "not", "end", "~", "-"]
+    junk += ["9223372036854775808", "99999999999999999999", "1e-400", "\\\n", "\u00e9"]
+
+    def gen(depth: int) -> str:
+        r = rnd.random()
+        if depth > 3 or r < 0.3:
+            return rnd.choice(leaves)
+        if r < 0.55:
+            return gen(depth + 1) + rnd.choice(binops) + gen(depth + 1)
+        if r < 0.65:
+            return rnd.choice(["-", "+", "~", "not ", "- "]) + gen(depth + 1)
+        if r < 0.72:
+            return gen(depth + 1) + rnd.choice([" is null", " isnull", " notnull"])
+        if r < 0.8:
+            return "(" + gen(depth + 1) + ")"
+        if r < 0.9:
+            name, n = rnd.choice([("abs", 1), ("least", 3), ("hash", 1), ("pi", 0)])
+            return name + "(" + ", ".join(gen(depth + 1) for _ in range(n)) + ")"
+        return "case when " + gen(depth + 1) + " then " + gen(depth + 1) + " end"
+
+    out = []
+    for _ in range(count):
+        toks = re.findall(r"\s+|\w+|[^\w\s]", gen(0))
+        for _ in range(rnd.choice([0, 1, 1, 2])):
+            k = rnd.randrange(len(toks) + 1)
+            if rnd.random() < 0.4 and toks:
+                del toks[min(k, len(toks) - 1)]
+            else:
+                toks.insert(k, rnd.choice(junk))
+        out.append("".join(toks))
+    return out
 
 
 def _run_pgbench(pgbench_bin: Path, tmp_path: Path, text: str, *args: str) -> str:
@@ -253,6 +311,29 @@ def test_same_errors_as_pgbench(pgbench_bin: Path, tmp_path: Path, text: str) ->
         assert e.format() == _as_pgsurge(expected)
     else:
         assert _accepted(expected), f"pgsurge accepts it, pgbench says:\n{expected}"
+
+
+FUZZ = _fuzz_expressions(20251201, 300)
+
+
+def test_random_expressions_like_pgbench(pgbench_bin: Path, tmp_path: Path) -> None:
+    """Seeded random (often broken) expressions in \\set, \\if and \\elif:
+    same acceptance and same message and caret as pgbench."""
+    accepted = 0
+    for i, expr in enumerate(FUZZ):
+        head = ("\\set x ", "\\if ", "\\if 1\n\\elif ")[i % 3]
+        tail = ("\n", "", "\nselect 1;\n")[i % 3 if head == "\\set x " else 0]
+        text = head + expr + tail + ("" if head == "\\set x " else "\\endif\n")
+        expected = _run_pgbench(pgbench_bin, tmp_path, text)
+        try:
+            parse_script(SCRIPT, text)
+        except ScriptError as e:
+            assert e.format() == _as_pgsurge(expected), repr(text)
+        else:
+            assert _accepted(expected), repr(text)
+            accepted += 1
+    # both outcomes are well represented
+    assert 50 < accepted < len(FUZZ) - 50
 
 
 def test_rows_cover_both_outcomes(pgbench_bin: Path, tmp_path: Path) -> None:
