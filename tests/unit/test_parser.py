@@ -27,6 +27,7 @@ from pgsurge.script.ast import (
     SleepCommand,
     Var,
 )
+from pgsurge.script.compile import check_conditionals, compile_script
 from pgsurge.script.parser import format_expr, parse_expr, parse_script
 
 
@@ -259,6 +260,18 @@ def test_if_jumps() -> None:
         11,
         14,
     ]
+
+
+def test_structure_check_can_be_deferred() -> None:
+    script = compile_script("t", "\\if 1\nselect 1;\n", check_structure=False)
+    first = script.commands[0]
+    assert isinstance(first, IfCommand) and first.false_jump == -1
+    with pytest.raises(ScriptError) as info:
+        check_conditionals("t", script.commands)
+    assert info.value.format() == (
+        'pgsurge: error: condition error in script "t" command 3:'
+        " \\if without matching \\endif\n"
+    )
 
 
 def test_script_package_is_pure() -> None:

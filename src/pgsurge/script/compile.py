@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 from typing import NoReturn, Protocol
 
 from pgsurge.config import QueryMode
@@ -103,7 +104,7 @@ class _ScriptCompiler:
 
     # ------------------------------------------------------------------
 
-    def run(self) -> ParsedScript:
+    def run(self, check_structure: bool) -> ParsedScript:
         scanner = SqlScanner(self.src)
         while True:
             res = scanner.scan()
@@ -119,7 +120,11 @@ class _ScriptCompiler:
             raise PlainScriptError(
                 self.source, f'empty command list for script "{self.source}"'
             )
-        self._check_conditionals()
+        if check_structure:
+            check_conditionals(self.source, self.commands)
+        elif not _balanced(self.commands):
+            # unlinkable: the caller must run check_conditionals() later
+            return ParsedScript(self.source, tuple(self.commands))
         return ParsedScript(self.source, self._link_conditionals())
 
     def _lineno(self, pos: int) -> int:
@@ -299,38 +304,6 @@ class _ScriptCompiler:
     # ------------------------------------------------------------------
     # \if structure
 
-    def _check_conditionals(self) -> None:
-        """pgbench's CheckConditional: the errors it reports, in its order."""
-        stack: list[bool] = []  # True once the level has seen its \else
-
-        def fail(index: int, message: str) -> NoReturn:
-            raise PlainScriptError(
-                self.source,
-                f'condition error in script "{self.source}" '
-                f"command {index + 1}: {message}",
-            )
-
-        for i, cmd in enumerate(self.commands):
-            if isinstance(cmd, IfCommand) and not cmd.is_elif:
-                stack.append(False)
-            elif isinstance(cmd, IfCommand):
-                if not stack:
-                    fail(i, "\\elif without matching \\if")
-                if stack[-1]:
-                    fail(i, "\\elif after \\else")
-            elif isinstance(cmd, ElseCommand):
-                if not stack:
-                    fail(i, "\\else without matching \\if")
-                if stack[-1]:
-                    fail(i, "\\else after \\else")
-                stack[-1] = True
-            elif isinstance(cmd, EndifCommand):
-                if not stack:
-                    fail(i, "\\endif without matching \\if")
-                stack.pop()
-        if stack:
-            fail(len(self.commands), "\\if without matching \\endif")
-
     def _link_conditionals(self) -> tuple[Command, ...]:
         """Fill in IfCommand.false_jump/end_jump and ElseCommand.end_jump."""
         cmds = list(self.commands)
@@ -364,9 +337,58 @@ class _ScriptCompiler:
         return tuple(cmds)
 
 
-def compile_script(source: str, text: str) -> ParsedScript:
-    """Parse a whole script; see :func:`pgsurge.script.parser.parse_script`."""
-    return _ScriptCompiler(source, text).run()
+def check_conditionals(source: str, commands: Sequence[Command]) -> None:
+    """pgbench's CheckConditional: the \\if/\\elif/\\else/\\endif structure
+    errors it reports, in its order (1-based command numbers)."""
+    stack: list[bool] = []  # True once the level has seen its \else
+
+    def fail(index: int, message: str) -> NoReturn:
+        raise PlainScriptError(
+            source,
+            f'condition error in script "{source}" command {index + 1}: {message}',
+        )
+
+    for i, cmd in enumerate(commands):
+        if isinstance(cmd, IfCommand) and not cmd.is_elif:
+            stack.append(False)
+        elif isinstance(cmd, IfCommand):
+            if not stack:
+                fail(i, "\\elif without matching \\if")
+            if stack[-1]:
+                fail(i, "\\elif after \\else")
+        elif isinstance(cmd, ElseCommand):
+            if not stack:
+                fail(i, "\\else without matching \\if")
+            if stack[-1]:
+                fail(i, "\\else after \\else")
+            stack[-1] = True
+        elif isinstance(cmd, EndifCommand):
+            if not stack:
+                fail(i, "\\endif without matching \\if")
+            stack.pop()
+    if stack:
+        fail(len(commands), "\\if without matching \\endif")
+
+
+def _balanced(commands: Sequence[Command]) -> bool:
+    try:
+        check_conditionals("", commands)
+    except ScriptError:
+        return False
+    return True
+
+
+def compile_script(
+    source: str, text: str, *, check_structure: bool = True
+) -> ParsedScript:
+    """Parse a whole script; see :func:`pgsurge.script.parser.parse_script`.
+
+    pgbench checks the \\if structure after its "at most 128 scripts" check;
+    a caller that wants that order passes ``check_structure=False`` and
+    calls :func:`check_conditionals` itself (the jumps of a script with a
+    broken structure are then left unset, -1).
+    """
+    return _ScriptCompiler(source, text).run(check_structure)
 
 
 def check_query_mode(script: ParsedScript, mode: QueryMode) -> None:
