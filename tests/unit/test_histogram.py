@@ -1,0 +1,199 @@
+"""Latency histogram: merge identity, percentile error bound against exact
+sorted data, bucket geometry, encoding round trips and bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+import pickle
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pgsurge.stats.histogram import ENCODING, Histogram, merged, nearest_rank
+
+values = st.lists(
+    st.one_of(st.integers(0, 3000), st.integers(0, 10**7), st.integers(0, 2**45)),
+    max_size=60,
+)
+percents = st.one_of(
+    st.sampled_from([0.0, 50.0, 90.0, 99.0, 99.9, 99.99, 100.0]),
+    st.floats(0, 100, allow_nan=False),
+)
+
+
+def hist_of(vals: list[int], digits: int = 3) -> Histogram:
+    h = Histogram(digits)
+    for v in vals:
+        h.record(v)
+    return h
+
+
+@given(st.lists(values, min_size=1, max_size=5))
+def test_merging_parts_equals_recording_the_whole(parts: list[list[int]]) -> None:
+    whole = hist_of([v for part in parts for v in part])
+    acc = Histogram()
+    for part in parts:
+        acc.merge(hist_of(part))
+    assert acc == whole
+    assert merged([hist_of(p) for p in parts]) == whole
+    assert acc.count == whole.count == sum(len(p) for p in parts)
+    assert acc.total == whole.total
+
+
+@settings(deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.integers(0, 10**6), st.integers(0, 2**40)), min_size=1, max_size=80
+    ),
+    percents,
+    st.integers(1, 5),
+)
+def test_percentile_within_stated_precision(
+    vals: list[int], p: float, digits: int
+) -> None:
+    h = hist_of(vals, digits)
+    exact = sorted(vals)[nearest_rank(p, len(vals)) - 1]
+    got = h.percentile(p)
+    assert min(vals) <= got <= max(vals)
+    assert exact <= got <= exact + exact * 10.0**-digits
+    assert h.percentiles([p, 50.0]) == [got, h.percentile(50.0)]
+
+
+def test_exact_region_and_extremes() -> None:
+    vals = list(range(1, 2001))
+    h = hist_of(vals)
+    # below 2048 every value has its own bucket at 3 digits
+    assert h.percentile(50) == 1000
+    assert h.percentile(99.9) == 1998
+    assert h.percentile(0) == 1
+    assert h.percentile(100) == 2000
+    assert (h.min, h.max, h.count) == (1, 2000, 2000)
+    assert h.mean == pytest.approx(1000.5)
+
+
+def test_percentile_is_clamped_to_max_and_min() -> None:
+    h = hist_of([1_000_001])
+    # the bucket of 1000001 reaches higher, but no value was above it
+    assert h.bounds(h.index_of(1_000_001))[1] > 1_000_001
+    assert h.percentile(50) == 1_000_001
+    assert h.percentile(0) == 1_000_001
+
+
+def test_nearest_rank_uses_decimal_percent() -> None:
+    assert nearest_rank(99.9, 1000) == 999
+    assert nearest_rank(50, 3) == 2
+    assert nearest_rank(0, 10) == 1
+    assert nearest_rank(100, 10) == 10
+    with pytest.raises(ValueError):
+        nearest_rank(100.5, 10)
+
+
+@given(st.integers(0, 2**62), st.integers(1, 5))
+def test_bucket_geometry(value: int, digits: int) -> None:
+    h = Histogram(digits)
+    low, high = h.bounds(h.index_of(value))
+    assert low <= value <= high
+    assert high - low <= value * 10.0**-digits
+    # neighbours tile the line without gaps
+    idx = h.index_of(value)
+    if idx > 0:
+        assert h.bounds(idx - 1)[1] == low - 1
+    assert h.bounds(idx + 1)[0] == high + 1
+
+
+def test_empty_histogram() -> None:
+    h = Histogram()
+    assert (h.count, h.min, h.max, h.total) == (0, 0, 0, 0)
+    assert math.isnan(h.mean)
+    assert h.percentile(99) == 0
+    assert h.percentiles([50.0, 99.0]) == [0, 0]
+    assert Histogram.from_dict(h.to_dict()) == h
+    h.merge(Histogram())
+    assert h.count == 0
+
+
+def test_errors() -> None:
+    h = Histogram()
+    with pytest.raises(ValueError, match="negative"):
+        h.record(-1)
+    with pytest.raises(ValueError, match="negative"):
+        h.record(-(10**9))
+    with pytest.raises(ValueError):
+        Histogram(0)
+    with pytest.raises(ValueError):
+        Histogram(6)
+    with pytest.raises(ValueError, match="precision"):
+        h.merge(Histogram(2))
+    with pytest.raises(ValueError):
+        h.percentile(101)
+
+
+def test_huge_values_grow_the_buckets() -> None:
+    h = hist_of([5, 2**62])
+    assert h.max == 2**62
+    assert h.percentile(100) == 2**62
+    assert h.percentile(50) == 5
+
+
+@settings(deadline=None)
+@given(values, st.integers(1, 5))
+def test_dict_round_trip_through_json(vals: list[int], digits: int) -> None:
+    h = hist_of(vals, digits)
+    data = json.loads(json.dumps(h.to_dict()))
+    assert data["encoding"] == ENCODING
+    back = Histogram.from_dict(data)
+    assert back == h
+    assert back.percentiles([50.0, 99.0]) == h.percentiles([50.0, 99.0])
+    # the decoded histogram keeps recording and merging correctly
+    back.record(7)
+    h.record(7)
+    assert back == h
+
+
+def test_pickle_round_trip_keeps_a_working_record() -> None:
+    h = hist_of([1, 50_000, 3])
+    back = pickle.loads(pickle.dumps(h))
+    assert back == h
+    back.record(9)
+    assert back.count == 4
+    assert h.copy() == h
+
+
+def test_reset() -> None:
+    h = hist_of([10, 20, 10**9])
+    h.reset()
+    assert h == Histogram()
+    h.record(4)
+    assert (h.min, h.max, h.count) == (4, 4, 1)
+
+
+def test_encoding_is_compact() -> None:
+    h = hist_of([100 + (i * 7919) % 100_000 for i in range(100_000)])
+    assert len(json.dumps(h.to_dict())) < 40_000
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.update(encoding="raw"), "encoding"),
+        (lambda d: d.update(counts="!!!"), "corrupt"),
+        (lambda d: d.update(count=d["count"] + 1), "add up"),
+        (lambda d: d.update(min=0), "min/max"),
+        (lambda d: d.update(max=10**12), "min/max"),
+    ],
+)
+def test_from_dict_rejects_inconsistent_data(mutate, message) -> None:
+    data = hist_of([500, 7000, 123_456]).to_dict()
+    mutate(data)
+    with pytest.raises(ValueError, match=message):
+        Histogram.from_dict(data)
+
+
+def test_buckets_listing() -> None:
+    h = hist_of([1, 1, 5000])
+    rows = list(h.buckets())
+    assert rows[0] == (1, 1, 2)
+    low, high, n = rows[1]
+    assert low <= 5000 <= high and n == 1
