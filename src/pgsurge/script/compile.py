@@ -101,6 +101,8 @@ class _ScriptCompiler:
         self.src = text.split("\0", 1)[0]
         self.source = source
         self.commands: list[Command] = []
+        self._line_pos = 0
+        self._line_no = 1
 
     # ------------------------------------------------------------------
 
@@ -128,7 +130,13 @@ class _ScriptCompiler:
         return ParsedScript(self.source, self._link_conditionals())
 
     def _lineno(self, pos: int) -> int:
-        return self.src.count("\n", 0, max(pos, 0)) + 1
+        # positions only grow while reading, so count newlines incrementally
+        pos = max(pos, 0)
+        if pos < self._line_pos:
+            self._line_pos, self._line_no = 0, 1
+        self._line_no += self.src.count("\n", self._line_pos, pos)
+        self._line_pos = pos
+        return self._line_no
 
     def _sql_command(self, sql: str, lineno: int, nqueries: int) -> SqlCommand:
         parts = split_variables(sql)
