@@ -15,12 +15,11 @@ number parsing with C semantics is ``option_values.py``'s.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from pgsurge.config import (
     ConnParams,
@@ -43,6 +42,9 @@ from pgsurge.option_values import (
     wrap_int32,
 )
 from pgsurge.script import builtins
+
+if TYPE_CHECKING:
+    from pgsurge.script.ast import ParsedScript
 
 SHORT_OPTIONS = "b:c:Cd:D:f:F:h:iI:j:lL:M:nNp:P:qrR:s:St:T:U:v"
 
@@ -103,8 +105,6 @@ DEFAULT_INIT_STEPS = "dtgvp"
 ALL_INIT_STEPS = "dtgGvpf"
 DEFAULT_TRANSACTIONS = 10
 MAX_SCRIPTS = 128
-#: pgbench's MAX_ARGS - 1: parameters of one SQL command in extended mode
-MAX_SQL_PARAMS = 255
 _HINT = f'Try "{PROG} --help" for more information.'
 
 
@@ -144,7 +144,7 @@ class _State:
     user: str | None = None
     dbname: str | None = None
     scripts: list[ScriptSource] = field(default_factory=list)
-    parsed: list[Any] = field(default_factory=list)
+    parsed: list[ParsedScript] = field(default_factory=list)
     clients: int = 1
     jobs: int = 1
     transactions: int = 0
@@ -220,11 +220,15 @@ class _CommandLine:
         self.st.random_seed = seed
 
     def add_script(self, source: ScriptSource) -> None:
-        parsed = _parse_script(source.description, source.text)
-        if parsed is not None and not parsed.commands:
-            raise UsageError(f'empty command list for script "{source.description}"')
+        """Parse and record a script, with pgbench's checks in its order:
+        syntax and "empty command list" (while parsing), the script count,
+        then the ``\\if`` structure."""
+        from pgsurge.script.compile import check_conditionals, compile_script
+
+        parsed = compile_script(source.description, source.text, check_structure=False)
         if len(self.st.scripts) >= MAX_SCRIPTS:
             raise UsageError(f"at most {MAX_SCRIPTS} SQL scripts are allowed")
+        check_conditionals(parsed.source, parsed.commands)
         self.st.scripts.append(source)
         self.st.parsed.append(parsed)
 
@@ -462,7 +466,10 @@ class _CommandLine:
             self.add_builtin("tpcb-like", 1)
             st.benchmarking_option_set = True
         if st.query_mode is not QueryMode.SIMPLE:
-            _check_sql_params(st.parsed)
+            from pgsurge.script.compile import check_query_mode
+
+            for parsed in st.parsed:
+                check_query_mode(parsed, st.query_mode)
         if sum(s.weight for s in st.scripts) == 0 and not st.init_mode:
             raise UsageError("total script weight must not be zero")
         st.jobs = min(st.jobs, st.clients)
@@ -643,39 +650,6 @@ def _read_script_file(name: str, read_stdin: Callable[[], bytes]) -> str:
         finally:
             os.close(fd)
     return data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-
-
-def _parse_script(source_name: str, text: str) -> Any:
-    """Parse a script now, as pgbench does while reading its options.
-
-    Returns the ``ParsedScript``, or None while the parser does not exist.
-    TODO(parser helper): drop the guard once script/parser.py has landed.
-    """
-    try:
-        parser = importlib.import_module("pgsurge.script.parser")
-    except ImportError as e:
-        if e.name == "pgsurge.script.parser":
-            return None
-        raise
-    parse_script = getattr(parser, "parse_script", None)
-    if parse_script is None:
-        return None
-    return parse_script(source_name, text)
-
-
-def _check_sql_params(parsed: Sequence[Any]) -> None:
-    """Extended/prepared mode: at most 255 ``:var`` parameters per command."""
-    from pgsurge.script.ast import SqlCommand
-
-    for script in parsed:
-        if script is None:
-            continue
-        for cmd in script.commands:
-            if isinstance(cmd, SqlCommand) and len(cmd.param_vars) > MAX_SQL_PARAMS:
-                raise UsageError(
-                    f"statement has too many arguments (maximum is {MAX_SQL_PARAMS}):"
-                    f" {cmd.text}"
-                )
 
 
 def parse_command_line(
