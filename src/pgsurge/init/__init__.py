@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TextIO
 
 import psycopg
@@ -120,6 +120,9 @@ STEPS: dict[str, tuple[str, Callable[[_Run], None]]] = {
 
 def run_init(cfg: InitConfig, *, stream: TextIO | None = None) -> None:
     """Do what ``pgbench -i`` does; progress and summary go to ``stream``."""
+    if cfg.partitions > 0 and cfg.partition_method is PartitionMethod.NONE:
+        # pgbench's default method once partitions are asked for
+        cfg = replace(cfg, partition_method=PartitionMethod.RANGE)
     out = Output(stream if stream is not None else sys.stderr)
     session = Session.open(cfg.conn, out)
     try:
