@@ -1,0 +1,345 @@
+"""-l transaction logs in pgbench 18.6's exact format, one file per worker.
+
+Users feed these files to their own tools, so every byte follows pgbench's
+``doLog`` (PG18 doc "Per-Transaction Logging" / "Aggregated Logging"):
+
+* file ``PREFIX.PID`` for worker 0 and ``PREFIX.PID.N`` for worker N, with
+  PREFIX ``pgbench_log`` unless ``--log-prefix`` and PID the pid of the
+  pgsurge parent process (pgbench's process; its threads are our workers);
+* per transaction: ``client_id transaction_no time script_no time_epoch
+  time_us [schedule_lag] [retries]`` where ``transaction_no`` counts every
+  transaction of the client so far, this one included (skipped and failed
+  ones too: the first line says 1), ``time`` is the latency in µs or, for a
+  transaction that has none, ``skipped``, ``failed`` or, under
+  --failures-detailed, ``serialization``/``deadlock``/``other``;
+  ``time_epoch time_us`` is the Unix time at the END of the transaction
+  (when it was logged); ``schedule_lag`` (µs, 0 unless the transaction
+  succeeded) only under -R, ``retries`` (tries - 1) only when
+  --max-tries is not 1;
+* --sampling-rate: each transaction is kept unless the worker's sampling
+  stream draws ``pg_prng_double > rate`` (one draw per transaction);
+* --aggregate-interval: one line per interval of ``interval_start
+  num_transactions sum_latency sum_latency_2 min_latency max_latency
+  sum_lag sum_lag_2 min_lag max_lag skipped retried retries
+  serialization_failures deadlock_failures``; the lag fields are 0 unless
+  -R, ``skipped`` 0 unless -L, the retry fields 0 unless --max-tries is not
+  1, the failure fields 0 unless --failures-detailed. Under
+  --continue-on-error (a PostgreSQL 19 option) a 16th field,
+  ``other_sql_failures``, follows, gated like the other failure fields, as
+  PG19's pgbench writes it (PG19 always writes 16 fields; without that
+  option we keep 18.6's 15). The first interval starts at the worker's
+  GO time rounded down to a whole Unix second; intervals without
+  transactions are written too, when a later transaction (or the end)
+  passes them; at the end only the intervals that are complete are
+  written: like pgbench, the last, partial one is dropped.
+
+Times: the engine keeps CLOCK_MONOTONIC µs; the writer adds a per-run
+``epoch_shift_us`` (Unix time minus monotonic time, taken once in the
+parent, as pgbench's ``epoch_shift``) to log Unix times.
+
+Performance: the writer chooses its line function once (raw or
+aggregated) so that the hot path is one call with plain ints; lines are
+collected in a list and written in large chunks. ``close`` (or ``flush``)
+must run on every exit path, including aborts, so that the file is
+complete; pgbench itself loses the pending aggregate on --exit-on-abort,
+and so do we (``close()`` without a time).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TextIO
+
+from pgsurge.config import RunConfig
+from pgsurge.errors import PgsurgeError
+from pgsurge.prng import PgPrng
+from pgsurge.stats.results import FailureKind, StatsData
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "LogFunc",
+    "TxLogOptions",
+    "TxLogWriter",
+    "format_aggregate",
+    "log_path",
+]
+
+DEFAULT_PREFIX = "pgbench_log"
+# lines kept in memory before one write() (~0.5 MB of raw lines)
+_BUFFER_LINES = 8192
+
+#: ``log(now_us, client_id, tx_no, script_no, latency_us, lag_us, skipped,
+#: failure, tries)``; see ``TxLogWriter``
+LogFunc = Callable[[int, int, int, int, int, int, bool, FailureKind | None, int], None]
+
+
+def log_path(prefix: str | None, pid: int, worker_id: int) -> str:
+    """The log file name of a worker, as pgbench names a thread's."""
+    base = prefix if prefix is not None else DEFAULT_PREFIX
+    return f"{base}.{pid}" if worker_id == 0 else f"{base}.{pid}.{worker_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class TxLogOptions:
+    """What shapes the log lines (from the validated RunConfig)."""
+
+    prefix: str | None = None
+    throttled: bool = False
+    #: -L given (pgbench's ``latency_limit``: its µs value is not 0)
+    latency_limited: bool = False
+    max_tries: int = 1
+    failures_detailed: bool = False
+    continue_on_error: bool = False
+    #: --sampling-rate, None when not given
+    sample_rate: float | None = None
+    #: --aggregate-interval seconds, None for per-transaction lines
+    aggregate_interval_s: int | None = None
+
+    @classmethod
+    def from_config(cls, config: RunConfig) -> TxLogOptions:
+        limit = config.latency_limit_ms
+        return cls(
+            prefix=config.log_prefix,
+            throttled=config.rate is not None,
+            latency_limited=limit is not None and int(limit * 1000) != 0,
+            max_tries=config.max_tries,
+            failures_detailed=config.failures_detailed,
+            continue_on_error=config.continue_on_error,
+            sample_rate=config.sampling_rate or None,
+            aggregate_interval_s=config.aggregate_interval or None,
+        )
+
+
+def format_aggregate(agg: StatsData, opts: TxLogOptions) -> str:
+    """One --aggregate-interval line (with its newline) for the interval
+    that starts at ``agg.start_us`` (Unix µs)."""
+    lat = agg.latency
+    parts = [
+        f"{agg.start_us // 1000000} {agg.cnt} {lat.sum:.0f} {lat.sum2:.0f} "
+        f"{lat.min:.0f} {lat.max:.0f}"
+    ]
+    if opts.throttled:
+        lag = agg.lag
+        parts.append(f" {lag.sum:.0f} {lag.sum2:.0f} {lag.min:.0f} {lag.max:.0f}")
+    else:
+        parts.append(" 0 0 0 0")
+    parts.append(f" {agg.skipped}" if opts.latency_limited else " 0")
+    parts.append(f" {agg.retried} {agg.retries}" if opts.max_tries != 1 else " 0 0")
+    detailed = opts.failures_detailed
+    if detailed:
+        parts.append(f" {agg.serialization_failures} {agg.deadlock_failures}")
+    else:
+        parts.append(" 0 0")
+    if opts.continue_on_error:
+        parts.append(f" {agg.other_failures}" if detailed else " 0")
+    parts.append("\n")
+    return "".join(parts)
+
+
+def _never() -> float:
+    return 0.0
+
+
+def _sampler(
+    opts: TxLogOptions, rng: PgPrng | None
+) -> tuple[bool, float, Callable[[], float]]:
+    """(sampling?, rate, draw) for the line functions."""
+    if opts.sample_rate is None or rng is None:
+        return False, 1.0, _never
+    return True, opts.sample_rate, rng.double
+
+
+class TxLogWriter:
+    """The -l log of one worker.
+
+    Call ``log(now_us, client_id, tx_no, script_no, latency_us, lag_us,
+    skipped, failure, tries)`` once per finished or skipped transaction,
+    right after accounting it (``tx_no`` is the client's count including
+    this transaction; ``now_us`` the monotonic time it ended; ``lag_us``
+    the schedule lag, ignored unless the transaction succeeded under -R;
+    ``failure`` and ``tries`` as for ``StatsData.record``). Then ``close``
+    with the worker's end time (or ``close()`` when aborting at once).
+
+    ``stream``, when given, is written instead of opening ``path``, and is
+    left open by ``close`` (tests).
+    ``agg_start_us`` (monotonic) is the worker's GO time, required for
+    --aggregate-interval. ``sample_rng`` is the worker's sampling stream,
+    required for --sampling-rate.
+    """
+
+    __slots__ = (
+        "_agg",
+        "_buf",
+        "_file",
+        "_interval_us",
+        "_opts",
+        "_owned",
+        "_shift",
+        "log",
+        "path",
+    )
+
+    log: LogFunc
+
+    def __init__(
+        self,
+        path: str,
+        opts: TxLogOptions,
+        *,
+        epoch_shift_us: int,
+        agg_start_us: int | None = None,
+        sample_rng: PgPrng | None = None,
+        stream: TextIO | None = None,
+        buffer_lines: int = _BUFFER_LINES,
+    ) -> None:
+        self.path = path
+        self._opts = opts
+        self._shift = epoch_shift_us
+        self._buf: list[str] = []
+        self._interval_us = 1000000 * (opts.aggregate_interval_s or 0)
+        self._agg = StatsData()
+        if opts.sample_rate is not None and sample_rng is None:
+            raise ValueError("--sampling-rate needs the worker's sampling stream")
+        if self._interval_us:
+            if agg_start_us is None:
+                raise ValueError("--aggregate-interval needs the worker's start time")
+            # pgbench rounds the first interval down to a whole Unix second
+            self._agg.start_us = (agg_start_us + epoch_shift_us) // 1000000 * 1000000
+            self.log = self._make_aggregate(buffer_lines, sample_rng)
+        else:
+            self.log = self._make_raw(buffer_lines, sample_rng)
+        self._owned = stream is None
+        if stream is not None:
+            self._file: TextIO | None = stream
+        else:
+            try:
+                self._file = open(path, "w", encoding="utf-8")  # noqa: SIM115
+            except OSError as exc:
+                raise PgsurgeError(
+                    f'could not open logfile "{path}": {os.strerror(exc.errno or 0)}'
+                ) from None
+
+    # -- line makers (run once; the closures are the hot path) ----------------
+
+    def _make_raw(self, limit: int, rng: PgPrng | None) -> LogFunc:
+        opts = self._opts
+        shift = self._shift
+        buf = self._buf
+        append = buf.append
+        flush = self.flush
+        sampling, rate, draw = _sampler(opts, rng)
+        throttled = opts.throttled
+        retries = opts.max_tries != 1
+        detailed = opts.failures_detailed
+
+        def log(
+            now_us: int,
+            client_id: int,
+            tx_no: int,
+            script_no: int,
+            latency_us: int,
+            lag_us: int,
+            skipped: bool,
+            failure: FailureKind | None,
+            tries: int,
+        ) -> None:
+            if sampling and draw() > rate:
+                return
+            now = now_us + shift
+            if skipped:
+                what = "skipped"
+            elif failure is None:
+                what = f"{latency_us:.0f}"
+            else:
+                what = failure.value if detailed else "failed"
+            sec, usec = divmod(now, 1000000)
+            line = f"{client_id} {tx_no} {what} {script_no} {sec} {usec}"
+            if throttled:
+                ok = failure is None and not skipped
+                line += f" {lag_us:.0f}" if ok else " 0"
+            if retries:
+                line += f" {tries - 1}"
+            append(line + "\n")
+            if len(buf) >= limit:
+                flush()
+
+        return log
+
+    def _make_aggregate(self, limit: int, rng: PgPrng | None) -> LogFunc:
+        opts = self._opts
+        shift = self._shift
+        sampling, rate, draw = _sampler(opts, rng)
+        throttled = opts.throttled
+        buf = self._buf
+        flush = self.flush
+        roll = self._roll
+
+        def log(
+            now_us: int,
+            client_id: int,
+            tx_no: int,
+            script_no: int,
+            latency_us: int,
+            lag_us: int,
+            skipped: bool,
+            failure: FailureKind | None,
+            tries: int,
+        ) -> None:
+            # pgbench forbids sampling with aggregation, but draws first anyway
+            if sampling and draw() > rate:
+                return
+            roll(now_us + shift)
+            self._agg.record(
+                latency_us,
+                lag_us if throttled else None,
+                skipped=skipped,
+                failure=failure,
+                tries=tries,
+            )
+            if len(buf) >= limit:
+                flush()
+
+        return log
+
+    def _roll(self, now: int) -> None:
+        """Write every interval that ended at or before Unix µs ``now``."""
+        agg = self._agg
+        step = self._interval_us
+        if agg.start_us + step > now:
+            return
+        opts = self._opts
+        append = self._buf.append
+        while agg.start_us + step <= now:
+            append(format_aggregate(agg, opts))
+            agg = StatsData(start_us=agg.start_us + step)
+        self._agg = agg
+
+    # -- end -----------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write the buffered lines to the file."""
+        if self._buf and self._file is not None:
+            self._file.write("".join(self._buf))
+            self._buf.clear()
+            self._file.flush()
+
+    def close(self, now_us: int | None = None) -> None:
+        """Finish the log: with ``now_us`` (monotonic), first write the
+        aggregate intervals complete by then, as pgbench does when a thread
+        ends; then flush and close. Idempotent."""
+        if self._file is None:
+            return
+        if now_us is not None and self._interval_us:
+            self._roll(now_us + self._shift)
+        self.flush()
+        f, self._file = self._file, None
+        if f is not None and self._owned:
+            f.close()
+
+    def __enter__(self) -> TxLogWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
