@@ -331,6 +331,17 @@ def test_rows_are_pgbench_copy_text() -> None:
         account_rows(99999, 100001)
 
 
+@pytest.mark.parametrize("branch", [1, 2, 10, 11, 100, 101, 20000, 21475, 123457])
+def test_whole_branch_blocks_match_row_by_row(branch: int) -> None:
+    start, end = (branch - 1) * 100000, branch * 100000
+    expected = b"".join(
+        b"%d\t%d\t0\t\n" % (k + 1, k // 100000 + 1) for k in range(start, end)
+    )
+    assert account_rows(start, end) == expected
+    first_seven = b"".join(expected.splitlines(keepends=True)[:7])
+    assert account_rows(start, start + 7) == first_seven
+
+
 def test_blocks_and_job_ranges_cover_every_row() -> None:
     assert list(block_bounds(0, 250000)) == [
         (0, 100000),

@@ -3,10 +3,11 @@
 Client-side rows are exactly the text pgbench sends (``aid\\tbid\\t0\\t`` for
 accounts, whose filler is an empty string; ``\\N`` fillers for branches and
 tellers), built a block at a time: a block never crosses a multiple of
-100,000 rows, so every account row of a block has the same ``bid`` and the
-whole block is one ``str.join`` over a ``range``. Rows go into one COPY per
-table, inside the transaction that truncated the tables, with FREEZE where
-pgbench uses it (ordinary tables, server 14 or later).
+100,000 rows, so every account row of a block has the same ``bid``, and a
+whole branch's block is one ``bytes.join`` of precomputed id suffixes.
+Rows go into one COPY per table, inside the transaction that truncated the
+tables, with FREEZE where pgbench uses it (ordinary tables, server 14 or
+later).
 
 ``--init-jobs N`` (a pgsurge extension) loads pgbench_accounts over N
 connections in parallel, each with one contiguous, block-aligned range of
@@ -20,6 +21,7 @@ not either), so nothing is left to freeze there.
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -62,8 +64,39 @@ def account_rows(start: int, end: int) -> bytes:
     bid = start // ACCOUNTS_PER_SCALE + 1
     if end <= start or (end - 1) // ACCOUNTS_PER_SCALE + 1 != bid:
         raise ValueError(f"account block {start}..{end} spans branches")
+    if end - start == ACCOUNTS_PER_SCALE:
+        return _branch_accounts(bid)
     tail = f"\t{bid}\t0\t\n"
     return (tail.join(map(str, range(start + 1, end + 1))) + tail).encode("ascii")
+
+
+@functools.cache
+def _low_digits() -> list[bytes]:
+    """b"00001" … b"99999": the last five digits of an account id."""
+    width = len(str(ACCOUNTS_PER_SCALE)) - 1
+    return [b"%0*d" % (width, i) for i in range(1, ACCOUNTS_PER_SCALE)]
+
+
+@functools.cache
+def _first_branch_accounts() -> bytes:
+    return account_rows(0, ACCOUNTS_PER_SCALE - 1) + b"%d\t1\t0\t\n" % (
+        ACCOUNTS_PER_SCALE
+    )
+
+
+def _branch_accounts(bid: int) -> bytes:
+    """All accounts of branch ``bid``, fast: no int → str per row.
+
+    Branch ``b+1`` holds ids ``b·100000+1 … (b+1)·100000``: all but the last
+    are the digits of ``b`` followed by five fixed digits, so the block is
+    one join of precomputed suffixes (a memcpy, ~15x faster than str()).
+    """
+    if bid == 1:
+        return _first_branch_accounts()
+    tail = b"\t%d\t0\t\n" % bid
+    high = b"%d" % (bid - 1)
+    last = b"%d" % (bid * ACCOUNTS_PER_SCALE)
+    return high + (tail + high).join(_low_digits()) + tail + last + tail
 
 
 @dataclass(frozen=True, slots=True)
