@@ -31,22 +31,25 @@ Invariants:
   ``ceil(p/100 * count)``-th smallest, at least the first) rounded up to
   its bucket's upper bound and clamped to ``[min, max]``, hence
   ``v <= percentile(p) <= v * (1 + 10**-digits)`` for the exact value ``v``;
-* ``from_dict(h.to_dict()) == h``; the encoding is compact (sparse runs
-  of varints, zlib, base64) so JSON results can be merged later.
+* ``from_dict(h.to_dict()) == h``; the encoding is compact (the span of
+  non-empty buckets as uint64, zlib, base64) so JSON results can be
+  merged later, and fast enough to keep closed intervals encoded.
 """
 
 from __future__ import annotations
 
 import base64
 import math
+import sys
 import zlib
+from array import array
 from collections.abc import Callable, Iterator
 from fractions import Fraction
 from types import MethodType
 from typing import Any
 
 #: the encoding tag written in ``to_dict``; readers reject others
-ENCODING = "sparse-varint-zlib-base64"
+ENCODING = "u64le-zlib-base64"
 DEFAULT_DIGITS = 3
 _MAX_DIGITS = 5
 # initial list length: all exact buckets plus the next 8 powers of two
@@ -309,13 +312,18 @@ class Histogram:
     # -- encoding ------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready, compact description (see ``ENCODING``)."""
-        out = bytearray()
-        prev = -1
-        for idx, n in self._nonzero():
-            _put_varint(out, idx - prev - 1)
-            _put_varint(out, n)
-            prev = idx
+        """A JSON-ready, compact description (see ``ENCODING``).
+
+        ``offset`` is the first non-empty bucket; ``counts`` the buckets
+        from there to the last non-empty one as little-endian uint64,
+        zlib-compressed (runs of empty buckets shrink to almost nothing),
+        base64. Encoding and decoding run at C speed (tens of µs).
+        """
+        counts = self._counts
+        first, last = self._span()
+        arr = array("Q", counts[first : last + 1] if last >= first else [])
+        if sys.byteorder == "big":  # pragma: no cover - no such CI machine
+            arr.byteswap()
         return {
             "digits": self.digits,
             "count": self.count,
@@ -323,8 +331,15 @@ class Histogram:
             "max": self.max,
             "sum": self.total,
             "encoding": ENCODING,
-            "counts": base64.b64encode(zlib.compress(bytes(out), 9)).decode("ascii"),
+            "offset": first if last >= first else 0,
+            "counts": base64.b64encode(zlib.compress(arr.tobytes(), 1)).decode("ascii"),
         }
+
+    def _span(self) -> tuple[int, int]:
+        """First and last non-empty bucket indexes ((0, -1) when empty)."""
+        if self.hi < 0:
+            return 0, -1
+        return self.index_of(self.lo), self.index_of(self.hi)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Histogram:
@@ -336,26 +351,33 @@ class Histogram:
             raw = zlib.decompress(base64.b64decode(data["counts"], validate=True))
         except (ValueError, zlib.error) as exc:
             raise ValueError(f"corrupt histogram counts: {exc}") from None
-        pos = 0
-        idx = -1
-        count = 0
+        if len(raw) % 8:
+            raise ValueError("corrupt histogram counts: truncated")
+        arr = array("Q")
+        arr.frombytes(raw)
+        if sys.byteorder == "big":  # pragma: no cover
+            arr.byteswap()
+        offset = int(data["offset"])
+        if offset < 0:
+            raise ValueError("corrupt histogram counts: negative offset")
         counts = hist._counts
-        while pos < len(raw):
-            gap, pos = _get_varint(raw, pos)
-            n, pos = _get_varint(raw, pos)
-            idx += gap + 1
-            if idx >= len(counts):
-                counts.extend([0] * (idx + 1 - len(counts)))
-            counts[idx] = n
-            count += n
+        end = offset + len(arr)
+        if end > len(counts):
+            counts.extend([0] * (end - len(counts)))
+        counts[offset:end] = arr.tolist()
+        count = sum(arr)
         if count != int(data["count"]):
             raise ValueError("histogram counts do not add up to its count")
         hist.total = int(data["sum"])
         if count:
             hist.lo = int(data["min"])
             hist.hi = int(data["max"])
-            first = next(hist._nonzero())[0]
-            if hist.index_of(hist.lo) != first or hist.index_of(hist.hi) != idx:
+            if (
+                not 0 <= hist.lo <= hist.hi
+                or (hist.index_of(hist.lo), hist.index_of(hist.hi)) != (offset, end - 1)
+                or not arr[0]
+                or not arr[-1]
+            ):
                 raise ValueError("histogram min/max do not match its buckets")
         return hist
 
@@ -365,28 +387,6 @@ def _restore(digits: int, counts: list[int], total: int, lo: int, hi: int) -> Hi
     hist._counts = counts
     hist.total, hist.lo, hist.hi = total, lo, hi
     return hist
-
-
-def _put_varint(out: bytearray, value: int) -> None:
-    # unsigned LEB128
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
-def _get_varint(raw: bytes, pos: int) -> tuple[int, int]:
-    value = 0
-    shift = 0
-    while True:
-        if pos >= len(raw):
-            raise ValueError("truncated histogram counts")
-        byte = raw[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
 
 
 def merged(

@@ -32,10 +32,15 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pgsurge.config import RunConfig
+from pgsurge.stats.cpu import WorkerCpu
 from pgsurge.stats.simple import SimpleStats
+
+if TYPE_CHECKING:
+    # series.py builds on StatsData: imported lazily below, not at load time
+    from pgsurge.stats.series import IntervalStats, LatencyHistograms
 
 
 class FailureKind(enum.Enum):
@@ -267,6 +272,12 @@ class WorkerResult:
     cpu_sys_s: float = 0.0
     #: transactions processed per client (pgbench ``CState.cnt``), client order
     client_tx_counts: list[int] = field(default_factory=list)
+    #: latency histograms (stats.series.WorkerRecorder.finish), when recorded
+    histograms: LatencyHistograms | None = None
+    #: per-interval series (WorkerRecorder.finish), when recorded
+    intervals: list[IntervalStats] = field(default_factory=list)
+    #: why clients aborted, one message per aborted client (JSON result)
+    abort_messages: list[str] = field(default_factory=list)
 
     @classmethod
     def empty(
@@ -298,6 +309,11 @@ class WorkerResult:
             "cpu_user_s": self.cpu_user_s,
             "cpu_sys_s": self.cpu_sys_s,
             "client_tx_counts": list(self.client_tx_counts),
+            "histograms": (
+                None if self.histograms is None else self.histograms.to_dict()
+            ),
+            "intervals": [iv.to_dict() for iv in self.intervals],
+            "abort_messages": list(self.abort_messages),
         }
 
     @classmethod
@@ -320,6 +336,9 @@ class WorkerResult:
             cpu_user_s=float(data["cpu_user_s"]),
             cpu_sys_s=float(data["cpu_sys_s"]),
             client_tx_counts=[int(n) for n in data["client_tx_counts"]],
+            histograms=_histograms_from(data.get("histograms")),
+            intervals=_intervals_from(data.get("intervals", [])),
+            abort_messages=[str(m) for m in data.get("abort_messages", [])],
         )
 
 
@@ -547,6 +566,16 @@ class RunResult:
     cpu_user_s: float = 0.0
     cpu_sys_s: float = 0.0
     workers: int = 0
+    #: merged latency histograms, when workers recorded them
+    histograms: LatencyHistograms | None = None
+    #: merged per-interval series (by interval start), when recorded
+    intervals: list[IntervalStats] = field(default_factory=list)
+    #: each worker's CPU over its GO-to-end wall time
+    worker_cpu: list[WorkerCpu] = field(default_factory=list)
+    #: Unix time minus monotonic time in µs (set by the runner) to show the
+    #: monotonic timestamps above as dates
+    epoch_shift_us: int = 0
+    abort_messages: list[str] = field(default_factory=list)
 
     @property
     def aborted(self) -> bool:
@@ -601,6 +630,13 @@ class RunResult:
             result.clients_finished += w.clients_finished
             result.cpu_user_s += w.cpu_user_s
             result.cpu_sys_s += w.cpu_sys_s
+            result.worker_cpu.append(
+                WorkerCpu(
+                    w.worker_id, w.cpu_user_s, w.cpu_sys_s, w.end_us - w.bench_start_us
+                )
+            )
+            result.abort_messages.extend(w.abort_messages)
+        _merge_recordings(result, workers)
         bench_start = min(w.bench_start_us for w in workers)
         end = end_us if end_us is not None else max(w.end_us for w in workers)
         start = (
@@ -630,6 +666,13 @@ class RunResult:
             "cpu_user_s": self.cpu_user_s,
             "cpu_sys_s": self.cpu_sys_s,
             "workers": self.workers,
+            "histograms": (
+                None if self.histograms is None else self.histograms.to_dict()
+            ),
+            "intervals": [iv.to_dict() for iv in self.intervals],
+            "worker_cpu": [c.to_dict() for c in self.worker_cpu],
+            "epoch_shift_us": self.epoch_shift_us,
+            "abort_messages": list(self.abort_messages),
         }
 
     @classmethod
@@ -652,4 +695,43 @@ class RunResult:
             cpu_user_s=float(data["cpu_user_s"]),
             cpu_sys_s=float(data["cpu_sys_s"]),
             workers=int(data["workers"]),
+            histograms=_histograms_from(data.get("histograms")),
+            intervals=_intervals_from(data.get("intervals", [])),
+            worker_cpu=[WorkerCpu.from_dict(c) for c in data.get("worker_cpu", [])],
+            epoch_shift_us=int(data.get("epoch_shift_us", 0)),
+            abort_messages=[str(m) for m in data.get("abort_messages", [])],
         )
+
+
+def _histograms_from(data: dict[str, Any] | None) -> LatencyHistograms | None:
+    if data is None:
+        return None
+    from pgsurge.stats.series import LatencyHistograms
+
+    return LatencyHistograms.from_dict(data)
+
+
+def _intervals_from(data: list[dict[str, Any]]) -> list[IntervalStats]:
+    if not data:
+        return []
+    from pgsurge.stats.series import IntervalStats
+
+    return [IntervalStats.from_dict(d) for d in data]
+
+
+def _merge_recordings(result: RunResult, workers: Sequence[WorkerResult]) -> None:
+    """Merge the workers' histograms and interval series, if any."""
+    hists = [w.histograms for w in workers if w.histograms is not None]
+    if hists:
+        from pgsurge.stats.histogram import Histogram
+        from pgsurge.stats.series import LatencyHistograms
+
+        digits = hists[0].digits
+        acc = LatencyHistograms(digits, Histogram(digits), Histogram(digits))
+        for h in hists:
+            acc.merge(h)
+        result.histograms = acc
+    if any(w.intervals for w in workers):
+        from pgsurge.stats.series import merge_series
+
+        result.intervals = merge_series([w.intervals for w in workers])

@@ -1,0 +1,103 @@
+"""Client CPU accounting: how busy each worker was, to tell a client-bound run.
+
+A benchmark client that saturates its CPU measures itself, not the server
+(pgbench once spent as much time in the kernel as in user code on a shared
+``random()`` lock). Each worker is one Python thread of execution, so its
+CPU time over its wall time is its utilisation: near 100% means the worker
+could not keep up and more workers (-j) would raise the figures.
+
+``CpuMeter`` reads the calling thread's own user and system time
+(``RUSAGE_THREAD``, Linux; the whole process elsewhere, which is the same
+thing for a worker process): start it at GO and stop it when the worker's
+clients are done, on the thread that runs the worker's loop. ``WorkerCpu``
+is the per-worker figure a ``RunResult`` carries to the reports.
+"""
+
+from __future__ import annotations
+
+import resource
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["BUSY_THRESHOLD", "CpuMeter", "CpuTimes", "WorkerCpu", "thread_cpu"]
+
+#: a worker busier than this fraction of its wall time is the bottleneck
+BUSY_THRESHOLD = 0.90
+
+_WHO = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+
+
+@dataclass(frozen=True, slots=True)
+class CpuTimes:
+    """User and system CPU seconds."""
+
+    user_s: float = 0.0
+    sys_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        return self.user_s + self.sys_s
+
+    def __sub__(self, other: CpuTimes) -> CpuTimes:
+        return CpuTimes(self.user_s - other.user_s, self.sys_s - other.sys_s)
+
+
+def thread_cpu() -> CpuTimes:
+    """CPU time used so far by the calling thread (process on non-Linux)."""
+    ru = resource.getrusage(_WHO)
+    return CpuTimes(ru.ru_utime, ru.ru_stime)
+
+
+class CpuMeter:
+    """CPU used by the calling thread between ``start`` and ``stop``."""
+
+    __slots__ = ("_start",)
+
+    def __init__(self) -> None:
+        self._start = CpuTimes()
+
+    def start(self) -> None:
+        self._start = thread_cpu()
+
+    def stop(self) -> CpuTimes:
+        """CPU used since ``start`` (call on the same thread)."""
+        return thread_cpu() - self._start
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerCpu:
+    """One worker's CPU over its benchmark time."""
+
+    worker_id: int
+    user_s: float
+    sys_s: float
+    #: the worker's wall time over which the CPU was measured (GO to end)
+    wall_us: int
+
+    @property
+    def utilisation(self) -> float:
+        """(user + sys) / wall, 0.0 when the wall time is not known."""
+        if self.wall_us <= 0:
+            return 0.0
+        return (self.user_s + self.sys_s) / (self.wall_us / 1e6)
+
+    @property
+    def busy(self) -> bool:
+        return self.utilisation > BUSY_THRESHOLD
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "worker_id": self.worker_id,
+            "user_s": self.user_s,
+            "sys_s": self.sys_s,
+            "wall_us": self.wall_us,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WorkerCpu:
+        return cls(
+            int(data["worker_id"]),
+            float(data["user_s"]),
+            float(data["sys_s"]),
+            int(data["wall_us"]),
+        )
