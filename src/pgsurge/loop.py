@@ -30,6 +30,7 @@ import select
 import selectors
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from pgsurge import client as C
 from pgsurge.client import Client
@@ -51,12 +52,19 @@ class Waiter:
     """
 
     def __init__(self) -> None:
+        self.poll_now: Callable[[], list[tuple[int, int]]]
+        self.wait_forever: Callable[[], list[tuple[int, int]]]
         if _EPOLL:
             self._ep = select.epoll()
             self._sel: selectors.BaseSelector | None = None
             self._fd = self._ep.fileno()
+            # bound C calls: no Python frame on the hot path
+            self.poll_now = partial(self._ep.poll, 0)
+            self.wait_forever = partial(self._ep.poll, -1)
         else:  # pragma: no cover - not Linux
             self._sel = selectors.DefaultSelector()
+            self.poll_now = partial(self.wait, 0.0)
+            self.wait_forever = partial(self.wait, None)
 
     def register(self, fd: int, mask: int) -> None:
         if self._sel is None:
@@ -227,24 +235,44 @@ class EventLoop:
             if st.state != FINISHED and st.state != ABORTED:
                 remains += 1
                 runq.append(st)
+        aborted_exit = False
 
+        def settle(st: Client) -> None:
+            """File a client that ``advance`` left in a state other than
+            waiting for its socket."""
+            nonlocal remains, aborted_exit
+            state = st.state
+            if state == CHOOSE_SCRIPT:
+                runq.append(st)
+            elif state == SLEEP:
+                heappush(timers, (st.sleep_until, st.id, st))
+            elif state == THROTTLE:
+                heappush(timers, (st.txn_scheduled, st.id, st))
+            elif state == FINISHED or state == ABORTED:
+                remains -= 1
+                if exit_on_abort and state == ABORTED:
+                    aborted_exit = True
+            elif state != WAIT_RESULT and state != WAIT_ROLLBACK_RESULT:
+                raise AssertionError(f"client stopped in state {state}")
+
+        poll_now = self.waiter.poll_now
+        wait_forever = self.waiter.wait_forever
         while remains > 0:
-            # -- how long may we wait?
+            # -- wait: not at all when clients are runnable, else until the
+            # nearest deadline (a sleep, a throttle slot, a progress tick)
             if runq:
-                timeout: float | None = 0.0
+                events = poll_now()
             else:
                 deadline = timers[0][0] if timers else 0
                 if next_report and (not deadline or next_report < deadline):
                     deadline = next_report
                 if deadline:
                     delta = deadline - clock()
-                    timeout = delta / 1e6 if delta > 0 else 0.0
+                    events = wait(delta / 1e6 if delta > 0 else 0.0)
                 else:
-                    timeout = None
-            events = wait(timeout)
+                    events = wait_forever()
 
             # -- clients whose socket is ready
-            ready: list[Client] = []
             for fd, _mask in events:
                 owner = by_fd.get(fd)
                 if owner is None:
@@ -252,37 +280,32 @@ class EventLoop:
                         return LoopOutcome.STOPPED
                     continue
                 state = owner.state
-                if state == WAIT_RESULT or state == WAIT_ROLLBACK_RESULT:
-                    ready.append(owner)
-                else:
+                if state != WAIT_RESULT and state != WAIT_ROLLBACK_RESULT:
                     _absorb(self, owner)
+                    continue
+                advance(owner)
+                if owner.state != WAIT_RESULT:
+                    settle(owner)
+                    if aborted_exit:
+                        return LoopOutcome.EXIT_ON_ABORT
             # -- clients whose deadline has come
             if timers:
                 now = clock()
                 while timers and timers[0][0] <= now:
-                    ready.append(heappop(timers)[2])
+                    st = heappop(timers)[2]
+                    advance(st)
+                    settle(st)
+                    if aborted_exit:
+                        return LoopOutcome.EXIT_ON_ABORT
             # -- clients that finished a transaction in the previous round
             if runq:
-                ready.extend(runq)
+                batch = runq
                 runq = []
-
-            for st in ready:
-                advance(st)
-                state = st.state
-                if state == WAIT_RESULT or state == WAIT_ROLLBACK_RESULT:
-                    continue
-                if state == CHOOSE_SCRIPT:
-                    runq.append(st)
-                elif state == SLEEP:
-                    heappush(timers, (st.sleep_until, st.id, st))
-                elif state == THROTTLE:
-                    heappush(timers, (st.txn_scheduled, st.id, st))
-                elif state == FINISHED or state == ABORTED:
-                    remains -= 1
-                    if exit_on_abort and state == ABORTED:
+                for st in batch:
+                    advance(st)
+                    settle(st)
+                    if aborted_exit:
                         return LoopOutcome.EXIT_ON_ABORT
-                else:  # pragma: no cover - advance only stops in the states above
-                    raise AssertionError(f"client stopped in state {state}")
 
             # -- progress ticks (pgbench: thread 0 only; here every worker)
             if next_report:

@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import getpass
 import multiprocessing
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, TextIO
@@ -191,10 +192,21 @@ def _initial_variables(
 
 
 def _mp_context() -> Any:
+    """How workers start.
+
+    ``fork`` where the platform has it: a spawned worker re-imports pgsurge
+    and psycopg, about 0.2 s of CPU each, a few µs per transaction of a
+    10 s run; the parent has no threads and no open connection when it
+    forks. Not ``forkserver``: its children are not this process's
+    children, so their CPU time would escape ``getrusage(RUSAGE_CHILDREN)``
+    of whoever measures pgsurge (bench/compare.py does). Elsewhere
+    ``spawn``. ``PGSURGE_START_METHOD`` overrides (for measurements).
+    """
     methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context(
-        "forkserver" if "forkserver" in methods else "spawn"
+    method = os.environ.get("PGSURGE_START_METHOD") or (
+        "fork" if "fork" in methods else "spawn"
     )
+    return multiprocessing.get_context(method)
 
 
 class _Workers:
@@ -270,9 +282,17 @@ def _barrier(workers: _Workers, expected: str) -> None:
 
 
 def run(
-    cfg: RunConfig, *, stdout: TextIO | None = None, stderr: TextIO | None = None
+    cfg: RunConfig,
+    *,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    on_result: Callable[[RunResult], None] | None = None,
 ) -> ExitStatus:
-    """Run the benchmark ``cfg`` and print pgbench's output; see the module doc."""
+    """Run the benchmark ``cfg`` and print pgbench's output; see the module doc.
+
+    ``on_result`` receives the merged :class:`RunResult` before the report
+    is printed (tests and the benchmark suite read the figures from it).
+    """
     out = sys.stdout if stdout is None else stdout
     err = sys.stderr if stderr is None else stderr
     parsed = _parse_scripts(cfg)
@@ -342,6 +362,8 @@ def run(
         raise
     workers.join()
 
+    if on_result is not None:
+        on_result(result)
     out.write(render_text(result, banner=False))
     out.flush()
     notice = render_abort_notice(result, PROG)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import sys
 import time
 import traceback
@@ -39,9 +40,11 @@ from pgsurge.errors import PROG
 from pgsurge.loop import EventLoop, LoopOutcome
 from pgsurge.prng import PgPrng, ThreadStreams
 from pgsurge.script.ast import (
+    Call,
     Command,
     ElseCommand,
     EndifCommand,
+    Expr,
     GsetKind,
     IfCommand,
     ParsedScript,
@@ -121,6 +124,8 @@ def compile_scripts(
                     if nxt.kind == C.K_SQL:
                         inner.append(nxt)
                 op.pipeline_ops = tuple(inner)
+        # a sentinel: START_COMMAND finds the end without a length test
+        ops.append(Op(C.K_END, len(ops), ""))
         compiled.append(tuple(ops))
     return tuple(compiled)
 
@@ -142,6 +147,8 @@ def _compile_command(
         else:
             op.sql = cmd.param_text.encode()
             op.names = cmd.param_vars
+            if len(cmd.param_vars) == 1:
+                op.param1 = cmd.param_vars[0]
             if mode is QueryMode.PREPARED:
                 op.prepname = b"P_%d" % prepnum
                 prepnum += 1
@@ -149,11 +156,14 @@ def _compile_command(
     if isinstance(cmd, SetCommand):
         op = Op(C.K_SET, index, line, var=cmd.var, name="set")
         op.expr = compile_expr(cmd.expr)
+        op.var_ok = C.valid_variable_name(cmd.var)
+        op.uses_debug = _uses_debug(cmd.expr)
         return op, prepnum
     if isinstance(cmd, IfCommand):
         kind = C.K_ELIF if cmd.is_elif else C.K_IF
         op = Op(kind, index, line, name="elif" if cmd.is_elif else "if")
         op.expr = compile_expr(cmd.expr)
+        op.uses_debug = _uses_debug(cmd.expr)
         target = cmd.false_jump
         landing = commands[target] if target < len(commands) else None
         if isinstance(landing, EndifCommand):
@@ -184,6 +194,12 @@ def _compile_command(
         }[cmd.op]
         return Op(kind, index, line), prepnum
     raise TypeError(f"unknown command {cmd!r}")
+
+
+def _uses_debug(expr: Expr) -> bool:
+    if isinstance(expr, Call):
+        return expr.name == "debug" or any(_uses_debug(a) for a in expr.args)
+    return False
 
 
 def build_settings(spec: WorkerSpec, end_us: int) -> Settings:
@@ -236,6 +252,20 @@ def _make_clients(spec: WorkerSpec) -> list[Client]:
     return clients
 
 
+def _set_alarm(wstate: WorkerState, delay_us: int) -> None:
+    """pgbench's ``setalarm``: flag the end of -T from a SIGALRM handler, so
+    that the clients test a flag instead of reading the clock."""
+
+    def on_alarm(signum: int, frame: object) -> None:
+        wstate.timer_exceeded = True
+
+    if delay_us <= 0:
+        wstate.timer_exceeded = True
+        return
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, delay_us / 1e6)
+
+
 def worker_main(spec: WorkerSpec, pipe: Connection) -> None:
     """Process entry point (see the module docstring for the protocol)."""
     try:
@@ -255,6 +285,8 @@ def _run(spec: WorkerSpec, pipe: Connection) -> None:
     cfg = spec.config
     scripts = compile_scripts(spec.scripts, cfg.query_mode)
     clients = _make_clients(spec)
+    for st in clients:
+        st.ops = scripts[0]  # CHOOSE_SCRIPT only switches with several scripts
     nscripts = len(scripts)
     total = StatsData()
     per_script = [StatsData() for _ in range(nscripts)] if nscripts > 1 else None
@@ -306,9 +338,19 @@ def _run(spec: WorkerSpec, pipe: Connection) -> None:
     assert msg[0] == "go", msg
     bench_start = _clock()
     wstate.throttle_trigger = bench_start
+    if end_us and cfg.duration:
+        _set_alarm(wstate, end_us - bench_start)
     usage0 = resource.getrusage(resource.RUSAGE_SELF)
 
-    outcome = loop.run()
+    profile_dir = os.environ.get("PGSURGE_PROFILE")
+    if profile_dir:  # development aid: cProfile the loop of each worker
+        import cProfile
+
+        prof = cProfile.Profile(time.process_time)
+        outcome = prof.runcall(loop.run)
+        prof.dump_stats(os.path.join(profile_dir, f"worker{spec.worker_id}.prof"))
+    else:
+        outcome = loop.run()
 
     if outcome != LoopOutcome.DONE:
         if outcome == LoopOutcome.EXIT_ON_ABORT:
@@ -325,13 +367,14 @@ def _run(spec: WorkerSpec, pipe: Connection) -> None:
     usage1 = resource.getrusage(resource.RUSAGE_SELF)
     loop.close()
 
+    # per-command figures leave out each script's END sentinel
     result = WorkerResult.empty(
-        spec.worker_id, spec.nclients, [len(s) for s in scripts]
+        spec.worker_id, spec.nclients, [len(s) - 1 for s in scripts]
     )
     result.total = total
     result.per_script = per_script if per_script is not None else []
     if cfg.report_per_command:
-        result.per_command = [[op.stats for op in ops] for ops in scripts]
+        result.per_command = [[op.stats for op in ops[:-1]] for ops in scripts]
     else:
         result.per_command = []
     result.latency_late = wstate.latency_late
