@@ -3,7 +3,7 @@
 Run::
 
     /work/venv/bin/python bench/init_bench.py [CONNINFO] [-s SCALE] [-r ROUNDS]
-        [--jobs N] [--pgbench PATH] [--keep]
+        [--jobs N] [--args "MORE -i OPTIONS"] [--pgbench PATH] [--keep]
 
 CONNINFO names the server and a maintenance database to connect to (default:
 ``$PGSURGE_BENCH_DSN``, else ``$PGSURGE_TEST_DSN``, else the development
@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -98,12 +99,17 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="--init-jobs value")
     parser.add_argument("--pgbench", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the database")
+    parser.add_argument(
+        "--args",
+        default="",
+        help='more -i options for every variant, e.g. --args="--partitions 4"',
+    )
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
 
     pgbench = args.pgbench or default_pgbench()
-    scale = ["-s", str(args.scale)]
+    scale = ["-s", str(args.scale), *shlex.split(args.args)]
     pgsurge = [sys.executable, "-m", "pgsurge", "-i", *scale]
     variants = [
         Variant("pgbench", [str(pgbench), "-i", *scale]),
@@ -119,7 +125,10 @@ def main() -> None:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(name))
         version = admin.info.server_version
     dsn = conninfo.make_conninfo(args.dsn, dbname=BENCH_DB)
-    print(f"server {version}, scale {args.scale}, {args.rounds} rounds, {dsn}")
+    print(
+        f"server {version}, -i -s {args.scale} {args.args}".rstrip()
+        + f", {args.rounds} rounds, {dsn}"
+    )
     samples: list[Sample] = []
     try:
         for round_no in range(1, args.rounds + 1):
