@@ -1,0 +1,140 @@
+"""Opt-in text report lines beyond pgbench's, and the client-limited warning.
+
+The default report stays byte-identical to pgbench's; these lines are
+printed only when asked for, after it:
+
+* ``--percentiles[=50,90,99,99.9]``: a ``latency percentiles:`` line for
+  the run (plus the schedule lag's under -R), and one per script when
+  several are used; values in ms with pgbench's 3 decimals, nearest-rank
+  percentiles from the merged histograms (exact to 3 significant digits,
+  never above the maximum);
+* ``--client-cpu``: the client's CPU (user and system seconds, CPU per
+  transaction) and each worker's utilisation, (user + sys) / wall time.
+
+Whatever the options, ``client_limited_warning`` returns one stderr line
+when a worker was busy more than 90% of its run time: its figures then
+measure the client as much as the server.
+
+All functions are pure functions of a ``RunResult``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pgsurge.stats.cpu import BUSY_THRESHOLD, WorkerCpu
+from pgsurge.stats.histogram import Histogram
+from pgsurge.stats.results import RunResult
+
+__all__ = [
+    "DEFAULT_PERCENTILES",
+    "client_cpu_lines",
+    "client_limited_warning",
+    "percentile_label",
+    "percentile_lines",
+    "render_extras",
+]
+
+#: --percentiles without a value
+DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0, 99.9)
+
+
+def percentile_label(p: float) -> str:
+    """``50`` for 50.0, ``99.9`` for 99.9: as a user would write it."""
+    return f"{p:g}"
+
+
+def _ms(us: int | float) -> str:
+    return f"{us / 1000.0:.3f}"
+
+
+def _values(hist: Histogram, ps: Sequence[float]) -> str:
+    values = hist.percentiles(list(ps))
+    return ", ".join(
+        f"p{percentile_label(p)} = {_ms(v)} ms" for p, v in zip(ps, values, strict=True)
+    )
+
+
+def percentile_lines(
+    result: RunResult, ps: Sequence[float] = DEFAULT_PERCENTILES
+) -> list[str]:
+    """The --percentiles lines (empty when no histograms were recorded)."""
+    hists = result.histograms
+    if hists is None:
+        return []
+    lines = []
+    if hists.latency.count:
+        lines.append(f"latency percentiles: {_values(hists.latency, ps)}")
+    else:
+        lines.append("latency percentiles: no successful transaction")
+    if result.facts.throttled and hists.lag.count:
+        lines.append(f"rate limit schedule lag percentiles: {_values(hists.lag, ps)}")
+    if result.facts.per_script_stats:
+        for i, hist in enumerate(hists.per_script):
+            if hist.count:
+                lines.append(
+                    f"SQL script {i + 1} latency percentiles: {_values(hist, ps)}"
+                )
+    return lines
+
+
+def client_cpu_lines(result: RunResult) -> list[str]:
+    """The --client-cpu lines."""
+    user, system = result.cpu_user_s, result.cpu_sys_s
+    txs = result.total.total
+    per_tx = f"{(user + system) * 1e6 / txs:.1f} us" if txs else "n/a"
+    lines = [
+        f"client CPU: user {user:.3f} s, sys {system:.3f} s, {per_tx} per transaction"
+    ]
+    lines.extend(
+        f"client CPU worker {w.worker_id}: {100.0 * w.utilisation:.1f}% busy "
+        f"(user {w.user_s:.3f} s, sys {w.sys_s:.3f} s, wall {w.wall_us / 1e6:.3f} s)"
+        for w in result.worker_cpu
+    )
+    return lines
+
+
+def busy_workers(workers: Sequence[WorkerCpu]) -> list[WorkerCpu]:
+    """Workers busier than the threshold, busiest first."""
+    return sorted(
+        (w for w in workers if w.utilisation > BUSY_THRESHOLD),
+        key=lambda w: (-w.utilisation, w.worker_id),
+    )
+
+
+def client_limited_warning(result: RunResult, progname: str = "pgsurge") -> str:
+    """One stderr line (with its newline) when the client was the bottleneck,
+    else an empty string."""
+    busy = busy_workers(result.worker_cpu)
+    if not busy:
+        return ""
+    facts = result.facts
+    # more workers only help while some worker has several clients
+    hint = (
+        "try more -j" if facts.threads < facts.clients else "try more client machines"
+    )
+    top = busy[0]
+    pct = f"{100.0 * top.utilisation:.0f}%"
+    if len(busy) == 1:
+        who = f"worker {top.worker_id} was busy {pct} of the run"
+    else:
+        who = (
+            f"{len(busy)} of {len(result.worker_cpu)} workers were busy more than "
+            f"{100 * BUSY_THRESHOLD:.0f}% of the run (worker {top.worker_id}: {pct})"
+        )
+    return f"{progname}: warning: {who}: the client may be the bottleneck ({hint})\n"
+
+
+def render_extras(
+    result: RunResult,
+    *,
+    percentiles: Sequence[float] | None = None,
+    client_cpu: bool = False,
+) -> str:
+    """The extra stdout lines for the options given ('' when none)."""
+    lines: list[str] = []
+    if percentiles is not None:
+        lines.extend(percentile_lines(result, percentiles or DEFAULT_PERCENTILES))
+    if client_cpu:
+        lines.extend(client_cpu_lines(result))
+    return "".join(line + "\n" for line in lines)

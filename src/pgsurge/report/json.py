@@ -1,0 +1,298 @@
+"""--json: the finished run as a versioned, machine-readable document.
+
+``build_document`` is a pure function of a ``RunResult`` and the
+``RunConfig`` that produced it; ``write_json`` writes it to a file or to
+stdout (``-``). The layout is ``"schema": 1`` and is described by the JSON
+Schema ``result.schema.json`` beside this module (tests validate every
+document against it). Within schema 1, fields may be added, never renamed
+or removed.
+
+What it holds: tool and server versions; the effective configuration
+(connection items host/port/user/dbname only: no password ever, not even
+one embedded in a conninfo or URI given as the database name, and nothing
+is read from the environment); start/end times; totals with pgbench's
+counters and the exact sums that make two results mergeable; per-script
+and per-command stats; the per-interval series; encoded histograms
+(``Histogram.to_dict``) so that results can be merged or compared later;
+client CPU per worker; aborts. Undefined figures (a mean of nothing) are
+``null``: the document never contains NaN or infinities.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import sys
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any, TextIO
+
+import psycopg
+
+from pgsurge.config import ConnParams, RunConfig
+from pgsurge.errors import PgsurgeError
+from pgsurge.report.extras import busy_workers, percentile_label
+from pgsurge.stats.histogram import Histogram
+from pgsurge.stats.results import RunResult, StatsData
+from pgsurge.stats.simple import SimpleStats
+
+__all__ = [
+    "JSON_PERCENTILES",
+    "SCHEMA_VERSION",
+    "build_document",
+    "load_schema",
+    "safe_conninfo",
+    "write_json",
+]
+
+SCHEMA_VERSION = 1
+#: percentiles always present in the document (plus any --percentiles)
+JSON_PERCENTILES: tuple[float, ...] = (50.0, 75.0, 90.0, 95.0, 99.0, 99.9, 99.99, 100.0)
+_SECRET_KEYS = frozenset({"password", "passfile", "sslpassword"})
+
+
+def load_schema() -> dict[str, Any]:
+    """The JSON Schema of the document (shipped with the package)."""
+    text = resources.files("pgsurge.report").joinpath("result.schema.json").read_text()
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+def safe_conninfo(params: ConnParams) -> dict[str, str | None]:
+    """host/port/user/dbname, with any secret removed from a dbname that is
+    itself a conninfo string or a URI (libpq expands those)."""
+    dbname = params.dbname
+    if dbname is not None and ("=" in dbname or "://" in dbname):
+        try:
+            items = psycopg.conninfo.conninfo_to_dict(dbname)
+        except psycopg.Error:
+            # libpq would not expand it either: it is a plain name, but keep
+            # nothing that could hide a password
+            dbname = "<unparsable conninfo>"
+        else:
+            kept = {k: v for k, v in items.items() if k not in _SECRET_KEYS}
+            dbname = psycopg.conninfo.make_conninfo(
+                **{k: str(v) for k, v in kept.items()}
+            )
+    return {
+        "host": params.host,
+        "port": params.port,
+        "user": params.user,
+        "dbname": dbname,
+    }
+
+
+def _num(x: float) -> float | None:
+    """A JSON-safe float: None for NaN/infinity."""
+    return None if math.isnan(x) or math.isinf(x) else x
+
+
+def _ms(us: float) -> float | None:
+    return _num(us / 1000.0)
+
+
+def _percentiles(
+    hist: Histogram | None, ps: Sequence[float]
+) -> dict[str, float] | None:
+    if hist is None or hist.count == 0:
+        return None
+    return {
+        percentile_label(p): v / 1000.0
+        for p, v in zip(ps, hist.percentiles(list(ps)), strict=True)
+    }
+
+
+def _summary(
+    ss: SimpleStats, hist: Histogram | None, ps: Sequence[float]
+) -> dict[str, Any] | None:
+    """Latency-like figures in ms, or None when nothing was measured."""
+    if ss.count <= 0:
+        return None
+    return {
+        "count": ss.count,
+        "avg": _ms(ss.mean),
+        "stddev": _ms(ss.stddev),
+        "min": _ms(ss.min),
+        "max": _ms(ss.max),
+        "percentiles": _percentiles(hist, ps),
+    }
+
+
+def _counters(s: StatsData, duration_s: float) -> dict[str, Any]:
+    return {
+        "transactions": s.total,
+        "processed": s.cnt,
+        "failed": s.failures,
+        "serialization_failures": s.serialization_failures,
+        "deadlock_failures": s.deadlock_failures,
+        "other_failures": s.other_failures,
+        "skipped": s.skipped,
+        "retried": s.retried,
+        "retries": s.retries,
+        "tps": _num(s.cnt / duration_s) if duration_s > 0 else None,
+    }
+
+
+def _iso(unix_us: int) -> str:
+    t = dt.datetime.fromtimestamp(unix_us / 1e6, tz=dt.UTC)
+    return t.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _config(config: RunConfig) -> dict[str, Any]:
+    return {
+        "conn": safe_conninfo(config.conn),
+        "embedded_server": config.conn.embedded,
+        "scripts": [
+            {"name": s.name, "weight": s.weight, "builtin": s.builtin}
+            for s in config.scripts
+        ],
+        "clients": config.clients,
+        "jobs": config.jobs,
+        "transactions": None if config.duration else config.transactions,
+        "duration_s": config.duration,
+        "query_mode": config.query_mode.value,
+        "connect_each_tx": config.connect_each_tx,
+        "rate": config.rate,
+        "latency_limit_ms": config.latency_limit_ms,
+        "max_tries": config.max_tries,
+        "progress_s": config.progress_s,
+        "log": config.log,
+        "sampling_rate": config.sampling_rate,
+        "aggregate_interval_s": config.aggregate_interval,
+        "failures_detailed": config.failures_detailed,
+        "continue_on_error": config.continue_on_error,
+        "exit_on_abort": config.exit_on_abort,
+        "report_per_command": config.report_per_command,
+        "random_seed": config.random_seed,
+        "defines": {name: value for name, value in config.defines},
+        "percentiles": None if config.percentiles is None else list(config.percentiles),
+    }
+
+
+def build_document(result: RunResult, config: RunConfig) -> dict[str, Any]:
+    """The --json document of a finished run."""
+    facts = result.facts
+    shift = result.epoch_shift_us
+    duration_s = result.total_duration_us / 1e6
+    ps = tuple(sorted(set(JSON_PERCENTILES) | set(config.percentiles or ())))
+    hists = result.histograms
+
+    totals: dict[str, Any] = _counters(result.total, duration_s)
+    totals.update(
+        latency_late=result.latency_late,
+        latency_ms=_summary(result.total.latency, hists.latency if hists else None, ps),
+        lag_ms=_summary(result.total.lag, hists.lag if hists else None, ps),
+        stats=result.total.to_dict(),
+    )
+
+    scripts = []
+    for i, info in enumerate(facts.scripts):
+        sstats = result.per_script[i] if i < len(result.per_script) else StatsData()
+        shist = hists.per_script[i] if hists and i < len(hists.per_script) else None
+        commands = []
+        for j, line in enumerate(info.commands):
+            cmd = (
+                result.per_command[i][j]
+                if i < len(result.per_command) and j < len(result.per_command[i])
+                else None
+            )
+            chist = (
+                hists.per_command[i][j]
+                if hists
+                and i < len(hists.per_command)
+                and j < len(hists.per_command[i])
+                else None
+            )
+            commands.append(
+                {
+                    "line": line,
+                    "failures": cmd.failures if cmd else 0,
+                    "retries": cmd.retries if cmd else 0,
+                    "latency_ms": _summary(cmd.latency, chist, ps) if cmd else None,
+                }
+            )
+        entry: dict[str, Any] = {"desc": info.desc, "weight": info.weight}
+        if facts.per_script_stats:
+            entry.update(_counters(sstats, duration_s))
+            entry["latency_ms"] = _summary(sstats.latency, shist, ps)
+        entry["commands"] = commands
+        scripts.append(entry)
+
+    intervals = []
+    for iv in result.intervals:
+        length_s = iv.duration_us / 1e6
+        lat = iv.latency_hist()
+        lag = iv.lag_hist()
+        point: dict[str, Any] = {
+            "offset_s": (iv.start_us - result.bench_start_us) / 1e6,
+            "unix_s": (iv.start_us + shift) / 1e6 if shift else None,
+            "duration_s": length_s,
+        }
+        point.update(_counters(iv.stats, length_s))
+        point["latency_ms"] = _summary(iv.stats.latency, lat, ps)
+        point["lag_ms"] = _summary(iv.stats.lag, lag, ps) if facts.throttled else None
+        intervals.append(point)
+
+    cpu_total = result.cpu_user_s + result.cpu_sys_s
+    all_tx = result.total.total
+    doc: dict[str, Any] = {
+        "schema": SCHEMA_VERSION,
+        "tool": {"name": "pgsurge", "version": facts.pgsurge_version},
+        "server": {
+            "version": facts.server_version,
+            "version_num": facts.server_version_num,
+        },
+        "start": _iso(result.bench_start_us + shift) if shift else None,
+        "end": _iso(result.end_us + shift) if shift else None,
+        "duration_s": duration_s,
+        "initial_connection_time_ms": result.conn_elapsed_us / 1000.0,
+        "connection_time_total_ms": result.conn_total_us / 1000.0,
+        "config": _config(config),
+        "run": {
+            "scale": facts.scale,
+            "partition_method": facts.partition_method,
+            "partitions": facts.partitions,
+            "clients": facts.clients,
+            "threads": facts.threads,
+            "max_tries": facts.max_tries,
+        },
+        "totals": totals,
+        "scripts": scripts,
+        "intervals": intervals,
+        "histograms": hists.to_dict() if hists else None,
+        "client_cpu": {
+            "user_s": result.cpu_user_s,
+            "sys_s": result.cpu_sys_s,
+            "us_per_transaction": cpu_total * 1e6 / all_tx if all_tx else None,
+            "client_limited": bool(busy_workers(result.worker_cpu)),
+            "workers": [
+                {**w.to_dict(), "utilisation": w.utilisation} for w in result.worker_cpu
+            ],
+        },
+        "aborted": result.aborted,
+        "aborted_clients": result.aborted_clients,
+        "clients_finished": result.clients_finished,
+        "abort_messages": list(result.abort_messages),
+    }
+    return doc
+
+
+def write_json(
+    result: RunResult, config: RunConfig, path: str, stdout: TextIO | None = None
+) -> None:
+    """Write the document to ``path``, or to ``stdout`` for ``-``."""
+    text = json.dumps(build_document(result, config), indent=2, allow_nan=False) + "\n"
+    if path == "-":
+        out = stdout if stdout is not None else sys.stdout
+        out.write(text)
+        out.flush()
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as exc:
+        raise PgsurgeError(
+            f'could not write JSON result to "{path}": {os.strerror(exc.errno or 0)}'
+        ) from None
