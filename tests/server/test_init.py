@@ -34,7 +34,7 @@ from pgsurge.init.generate import (
 )
 from pgsurge.init.progress import Progress
 from pgsurge.init.schema import create_table_statements, quote_ident
-from pgsurge.init.session import CopyEndError, Output, connect_kwargs
+from pgsurge.init.session import CopyEndError, Output
 
 pytestmark = pytest.mark.server
 
@@ -191,6 +191,26 @@ def test_connection_failure_like_pgbench(
     assert ours.endswith(
         "pgsurge: error: could not create connection for initialization\n"
     )
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"host": "no-such-host.invalid"},
+        {"dbname": "host=/tmp nosuchoption=1"},
+        {"dbname": "host=/tmp connect_timeout=abc"},
+    ],
+    ids=["unknown-host", "bad-option", "bad-value"],
+)
+def test_connection_option_errors_like_pgbench(
+    pgbench_bin: Path, params: dict[str, str]
+) -> None:
+    """libpq's own words, where psycopg alone would word them differently."""
+    argv = ["-h", params["host"]] if "host" in params else [params["dbname"]]
+    theirs = pgbench(pgbench_bin, ["-i", *argv])
+    status, ours = pgsurge(InitConfig(conn=ConnParams(**params)))
+    assert theirs.returncode == status == 1
+    assert ours == theirs.stderr.replace("pgbench:", "pgsurge:")
 
 
 def test_unknown_database_like_pgbench(pgbench_bin: Path, server_dsn: str) -> None:
@@ -388,14 +408,12 @@ def test_quote_ident() -> None:
     assert quote_ident('a"b') == '"a""b"'
 
 
-def test_dbname_conninfo_is_expanded() -> None:
-    params = ConnParams(host="/nowhere", port="1", dbname="host=/tmp/x dbname=db1")
-    kwargs = connect_kwargs(params)
-    assert kwargs["host"] == "/tmp/x" and kwargs["dbname"] == "db1"
-    assert kwargs["port"] == "1"
-    uri = connect_kwargs(ConnParams(dbname="postgresql://u@/db2?host=/tmp/y"))
-    assert (uri["dbname"], uri["host"], uri["user"]) == ("db2", "/tmp/y", "u")
-    assert connect_kwargs(ConnParams(dbname="plain"))["dbname"] == "plain"
+def test_dbname_conninfo_overrides_host_and_port(fresh_db: str) -> None:
+    """As with pgbench's expand_dbname, a conninfo as dbname wins over -h/-p."""
+    params = ConnParams(host="/nowhere", port="1", dbname=fresh_db)
+    buf = io.StringIO()
+    run_init(InitConfig(conn=params, steps="dt"), stream=buf)
+    assert buf.getvalue().startswith("dropping old tables...\n")
 
 
 # ------------------------------------------------------ ensure_initialized

@@ -69,7 +69,7 @@ def _generate_client_side(run: _Run) -> None:
     cfg = run.cfg
 
     def open_session() -> Session:
-        return Session.open(cfg.conn, run.out)
+        return run.session.reopen(cfg.conn)
 
     if not generate_client_side(run.session, cfg, open_session):
         return

@@ -16,14 +16,15 @@ top of high-level psycopg:
 
 from __future__ import annotations
 
-import ipaddress
+import getpass
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
 import psycopg
-from psycopg import conninfo as pg_conninfo
 
+from pgsurge import pgconn
 from pgsurge.config import ConnParams
 from pgsurge.errors import PROG, ConnectError, InitError
 from pgsurge.init.schema import RELKIND_SQL, RELKIND_SQL_SHOWN
@@ -67,59 +68,9 @@ class CopyEndError(InitError):
         return text + super().format()
 
 
-def connect_kwargs(params: ConnParams) -> dict[str, str]:
-    """libpq keywords for ``params``, expanding a conninfo/URI given as dbname.
-
-    pgbench connects with ``expand_dbname`` so ``-d "host=… dbname=…"`` or a
-    URI works; its settings override -h/-p/-U, as they come later in
-    pgbench's keyword array. psycopg would pass it as a literal name.
-    """
-    items = params.conninfo_items()
-    dbname = items.get("dbname")
-    if dbname is not None and (
-        "=" in dbname or dbname.startswith(("postgresql://", "postgres://"))
-    ):
-        del items["dbname"]
-        try:
-            expanded = pg_conninfo.conninfo_to_dict(dbname)
-        except psycopg.ProgrammingError as exc:
-            raise InitConnectError(_plain(str(exc))) from None
-        fallback = items.pop("fallback_application_name", None)
-        items.update({k: str(v) for k, v in expanded.items() if v is not None})
-        if fallback is not None:
-            items["fallback_application_name"] = fallback
-    return items
-
-
 def _plain(text: str) -> str:
     # pg_log_* drops one trailing newline of the message it prints.
     return text[:-1] if text.endswith("\n") else text
-
-
-def _connect_message(exc: psycopg.Error, kwargs: dict[str, str]) -> str:
-    """libpq's own text for a failed connection, as pgbench prints it."""
-    pgconn = exc.pgconn
-    if pgconn is None or not pgconn.error_message:
-        return str(exc)
-    text = _plain(pgconn.error_message.decode("utf-8", "replace"))
-    # psycopg resolves host names itself and hands libpq a hostaddr, so
-    # libpq names only the address; pgbench (one libpq call) names both.
-    host = kwargs.get("host", "")
-    if host and not host.startswith("/") and "," not in host:
-        try:
-            ipaddress.ip_address(host)
-        except ValueError:
-            text = _name_host(text, host)
-    return text
-
-
-def _name_host(text: str, host: str) -> str:
-    prefix = 'connection to server at "'
-    if text.startswith(prefix):
-        addr, sep, rest = text[len(prefix) :].partition('"')
-        if sep and addr != host:
-            return f'{prefix}{host}" ({addr}){rest}'
-    return text
 
 
 def libpq_error_text(exc: psycopg.Error, encoding: str) -> str:
@@ -134,23 +85,47 @@ def libpq_error_text(exc: psycopg.Error, encoding: str) -> str:
 class Session:
     """An autocommit connection running pgbench's init statements."""
 
-    def __init__(self, conn: psycopg.Connection[Any], out: Output) -> None:
+    def __init__(
+        self, conn: psycopg.Connection[Any], out: Output, password: str | None
+    ) -> None:
         self.conn = conn
         self.out = out
+        self.password = password
         conn.add_notice_handler(self._notice)
 
     @classmethod
-    def open(cls, params: ConnParams, out: Output) -> Session:
-        kwargs = connect_kwargs(params)
+    def open(
+        cls, params: ConnParams, out: Output, password: str | None = None
+    ) -> Session:
+        """Connect as pgbench's doConnect does (conninfo in the database
+        name expanded, one password prompt if the server asks for one)."""
+        items = params.conninfo_items()
         try:
             conn = psycopg.connect(
-                pg_conninfo.make_conninfo("", **kwargs),
+                pgconn.conninfo(items, password),
                 autocommit=True,
                 prepare_threshold=None,
             )
         except psycopg.Error as exc:
-            raise InitConnectError(_connect_message(exc, kwargs)) from None
-        return cls(conn, out)
+            first = exc
+        else:
+            return cls(conn, out, password)
+        # psycopg resolves host names and checks some options itself, so its
+        # messages differ from libpq's; on this (failure) path, ask libpq.
+        try:
+            probe, message, needs = pgconn.connect(items, password)
+        except psycopg.Error as exc:  # a conninfo libpq cannot even parse
+            raise InitConnectError(pgconn.strip_newline(str(exc))) from None
+        if probe is not None:  # it worked this time
+            probe.finish()
+            message = str(first)
+        elif needs and password is None and sys.stdin.isatty():
+            return cls.open(params, out, getpass.getpass("Password: "))
+        raise InitConnectError(pgconn.strip_newline(message))
+
+    def reopen(self, params: ConnParams) -> Session:
+        """Another connection like this one (same password, same output)."""
+        return Session.open(params, self.out, self.password)
 
     def close(self) -> None:
         self.conn.close()
