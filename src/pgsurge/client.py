@@ -317,6 +317,8 @@ class WorkerState:
     conn_total_us: int = 0
     #: pgbench's ``timer_exceeded``: set when -T is over (by the worker's alarm)
     timer_exceeded: bool = False
+    #: -l: ``TxLogWriter.log`` of this worker, or None
+    txlog: Callable[..., None] | None = None
 
 
 class IoHooks(Protocol):
@@ -527,6 +529,19 @@ def make_advance(
         if latency_limit and latency > latency_limit:
             w.latency_late += 1
         st.cnt += 1
+        txlog = w.txlog
+        if txlog is not None:
+            txlog(
+                monotonic_ns() // 1000,
+                st.id,
+                st.cnt,
+                st.script,
+                latency,
+                lag,
+                skipped,
+                failure,
+                st.tries,
+            )
         if per_script is not None:
             per_script[st.script].record(
                 latency,

@@ -346,6 +346,8 @@ def run(
             set_client_id=set_client_id,
             detailed=facts.measure_latency,
             password=password,
+            parent_pid=os.getpid(),
+            epoch_shift_us=time.time_ns() // 1000 - _clock(),
         )
         for i, (first, count) in enumerate(split_clients(cfg.clients, nthreads))
     ]

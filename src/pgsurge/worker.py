@@ -58,6 +58,7 @@ from pgsurge.script.ast import (
 )
 from pgsurge.script.evaluate import EvalContext, compile_expr
 from pgsurge.stats.results import StatsData, WorkerResult
+from pgsurge.stats.txlog import TxLogOptions, TxLogWriter, log_path
 from pgsurge.throttle import worker_delay_us
 
 __all__ = ["WorkerSpec", "build_settings", "compile_scripts", "worker_main"]
@@ -96,6 +97,10 @@ class WorkerSpec:
     #: whether each transaction is timed (pgbench's ``detailed``)
     detailed: bool
     password: str | None = None
+    #: the parent's pid, in -l file names (pgbench's process id)
+    parent_pid: int = 0
+    #: Unix time minus monotonic time (µs), for -l timestamps
+    epoch_shift_us: int = 0
 
 
 def compile_scripts(
@@ -266,6 +271,18 @@ def _set_alarm(wstate: WorkerState, delay_us: int) -> None:
     signal.setitimer(signal.ITIMER_REAL, delay_us / 1e6)
 
 
+def _open_log(spec: WorkerSpec, start_us: int | None) -> TxLogWriter:
+    """The worker's -l file (pgbench opens it before the start barriers)."""
+    cfg = spec.config
+    return TxLogWriter(
+        log_path(cfg.log_prefix, spec.parent_pid, spec.worker_id),
+        TxLogOptions.from_config(cfg),
+        epoch_shift_us=spec.epoch_shift_us,
+        agg_start_us=start_us,
+        sample_rng=spec.streams.sample,
+    )
+
+
 def worker_main(spec: WorkerSpec, pipe: Connection) -> None:
     """Process entry point (see the module docstring for the protocol)."""
     try:
@@ -296,6 +313,7 @@ def _run(spec: WorkerSpec, pipe: Connection) -> None:
         choose_rng=spec.streams.choose,
         throttle_rng=spec.streams.throttle,
     )
+    txlog = _open_log(spec, None) if cfg.log and not cfg.aggregate_interval else None
     pipe.send(("ready",))
 
     msg = pipe.recv()
@@ -338,6 +356,11 @@ def _run(spec: WorkerSpec, pipe: Connection) -> None:
     assert msg[0] == "go", msg
     bench_start = _clock()
     wstate.throttle_trigger = bench_start
+    if cfg.log and cfg.aggregate_interval:
+        # aggregate intervals count from this worker's start
+        txlog = _open_log(spec, bench_start)
+    if txlog is not None:
+        wstate.txlog = txlog.log
     if end_us and cfg.duration:
         _set_alarm(wstate, end_us - bench_start)
     usage0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -352,6 +375,9 @@ def _run(spec: WorkerSpec, pipe: Connection) -> None:
     else:
         outcome = loop.run()
 
+    if txlog is not None:
+        # as pgbench: complete intervals at the end; none on --exit-on-abort
+        txlog.close(_clock() if outcome == LoopOutcome.DONE else None)
     if outcome != LoopOutcome.DONE:
         if outcome == LoopOutcome.EXIT_ON_ABORT:
             _stderr(

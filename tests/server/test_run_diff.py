@@ -1,0 +1,476 @@
+"""Differential tests of benchmark runs: pgsurge against the real pgbench 18.6.
+
+Both programs run with the same arguments against the same fresh database
+(initialized by the real ``pgbench -i -s 1``). Their reports must have the
+same lines in the same order once numbers are masked, the same exit
+status, and the same stderr messages (program name normalized, numbers
+masked, compared as multisets since clients interleave). Where runs are
+deterministic (one client, ``--random-seed``), counts are compared
+exactly. The report's accounting identity is checked on every ``-t`` run:
+processed + failed (+ skipped) = clients x transactions.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.server
+
+_NUM = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: int
+    stdout: str
+    stderr: str
+
+    @property
+    def report(self) -> list[str]:
+        """Report lines without the banner, numbers masked."""
+        lines = self.stdout.splitlines()
+        assert lines, self.stderr
+        assert lines[0].startswith(("pgbench (", "pgsurge (")), lines[0]
+        return [mask(line) for line in lines[1:]]
+
+    @property
+    def messages(self) -> Counter[str]:
+        """stderr lines, program name normalized, numbers masked."""
+        text = self.stderr.replace('("pgbench -i")', '("pgsurge -i")')
+        return Counter(
+            mask(line.replace("pgbench: ", "pgsurge: "))
+            for line in text.splitlines()
+            if not line.startswith("progress:")
+        )
+
+    @property
+    def progress(self) -> set[str]:
+        return {
+            mask(line)
+            for line in self.stderr.splitlines()
+            if line.startswith("progress:")
+        }
+
+    def number(self, prefix: str) -> str:
+        for line in self.stdout.splitlines():
+            if line.startswith(prefix):
+                return line[len(prefix) :].strip()
+        raise AssertionError(f"no line {prefix!r} in:\n{self.stdout}")
+
+
+def mask(line: str) -> str:
+    return _NUM.sub("N", line)
+
+
+def base_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    env["LC_ALL"] = "C"
+    return env
+
+
+def run_tool(
+    tool: str, pgbench: Path, args: Sequence[str], dsn: str, cwd: Path, **env: str
+) -> Outcome:
+    if tool == "pgbench":
+        cmd = [str(pgbench), *args, dsn]
+    else:
+        cmd = [sys.executable, "-m", "pgsurge", *args, dsn]
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**base_env(), **env},
+        timeout=120,
+    )
+    return Outcome(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture
+def bench_db(fresh_db: str, pgbench_bin: Path) -> str:
+    """The fresh database, initialized by the real pgbench at scale 1."""
+    subprocess.run(
+        [str(pgbench_bin), "-i", "-s", "1", "-q", fresh_db],
+        check=True,
+        capture_output=True,
+        env=base_env(),
+    )
+    return fresh_db
+
+
+@pytest.fixture
+def both(bench_db: str, pgbench_bin: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
+    def run(*args: str, dsn: str | None = None, **env: str) -> tuple[Outcome, Outcome]:
+        target = dsn or bench_db
+        ref = run_tool("pgbench", pgbench_bin, args, target, tmp_path, **env)
+        ours = run_tool("pgsurge", pgbench_bin, args, target, tmp_path, **env)
+        return ref, ours
+
+    return run
+
+
+def script(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def assert_same(ref: Outcome, ours: Outcome, *, messages: bool = True) -> None:
+    assert ours.status == ref.status, (ref.stderr, ours.stderr)
+    assert ours.report == ref.report, f"pgbench:\n{ref.stdout}\npgsurge:\n{ours.stdout}"
+    if messages:
+        assert ours.messages == ref.messages, (ref.stderr, ours.stderr)
+
+
+def assert_identity(out: Outcome) -> None:
+    """-t runs: processed + failed + skipped = clients x transactions."""
+    processed, total = (
+        int(x)
+        for x in out.number("number of transactions actually processed:").split("/")
+    )
+    failed = int(out.number("number of failed transactions:").split()[0])
+    skipped = 0
+    if "number of transactions skipped:" in out.stdout:
+        skipped = int(out.number("number of transactions skipped:").split()[0])
+    assert processed + failed + skipped == total, out.stdout
+
+
+# -- builtins and query modes -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("-t", "20", "-c", "2"),
+        ("-S", "-M", "extended", "-t", "20", "-c", "3", "-j", "2"),
+        ("-N", "-M", "prepared", "-t", "20", "-c", "2", "-j", "2"),
+        ("-b", "tpcb-like", "-M", "prepared", "-t", "10", "-c", "2", "-r"),
+        ("-S", "-C", "-t", "5", "-c", "2"),
+        ("-S", "-n", "-v", "-t", "5", "-s", "7"),
+    ],
+    ids=[
+        "tpcb-simple",
+        "select-extended",
+        "simple-update-prepared",
+        "tpcb-r",
+        "connect",
+        "vacuum-all-scale",
+    ],
+)
+def test_builtin_runs(both, args: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+    ref, ours = both(*args)
+    assert ref.status == 0
+    assert_same(ref, ours)
+    assert_identity(ours)
+    assert ours.number("scaling factor:") == "1"
+
+
+def test_banner_and_vacuum_messages(both) -> None:  # type: ignore[no-untyped-def]
+    ref, ours = both("-S", "-t", "2")
+    assert re.fullmatch(r"pgsurge \(\S+, server 18\.\d+\)", ours.stdout.splitlines()[0])
+    assert "starting vacuum...end.\n" in ours.stderr
+    assert ours.messages == ref.messages
+
+
+def test_weighted_scripts_same_choices(both) -> None:  # type: ignore[no-untyped-def]
+    # one client: pgbench's script choice is a pure function of the seed
+    ref, ours = both(
+        "-b",
+        "select-only@3",
+        "-b",
+        "simple-update@1",
+        "-t",
+        "40",
+        "-c",
+        "1",
+        "--random-seed",
+        "12345",
+        "-n",
+    )
+    assert_same(ref, ours)
+    for out in (ref, ours):
+        assert "SQL script 2: <builtin: simple update>" in out.stdout
+    ref_counts = re.findall(r" - (\d+) transactions", ref.stdout)
+    ours_counts = re.findall(r" - (\d+) transactions", ours.stdout)
+    assert ours_counts == ref_counts
+
+
+# -- custom scripts: meta commands, \gset/\aset, conditionals ----------------
+
+META_SCRIPT = """\
+\\set n random(1, 100)
+\\set half :n / 2
+SELECT :n AS got, :n * 2 AS twice \\gset g_
+\\if :g_got <> :n
+SELECT 1/0;
+\\elif :g_twice = 2 * :n
+SELECT 'ok' AS branch \\gset
+\\else
+SELECT 1/0;
+\\endif
+SELECT 1 AS one \\; SELECT 2 AS two \\aset
+\\if :one + :two = 3
+\\sleep 1 ms
+\\else
+SELECT 1/0;
+\\endif
+\\setshell shellval echo :n
+\\shell true
+\\set check :shellval - :n
+SELECT :check = 0 AS fine \\gset
+\\if :fine
+\\else
+SELECT 1/0;
+\\endif
+"""
+
+
+@pytest.mark.parametrize("mode", ["simple", "extended", "prepared"])
+def test_meta_commands(both, tmp_path: Path, mode: str) -> None:  # type: ignore[no-untyped-def]
+    path = script(tmp_path, "meta.sql", META_SCRIPT)
+    ref, ours = both("-n", "-f", path, "-M", mode, "-t", "10", "-c", "2", "-r")
+    # a \; compound cannot be a prepared statement: outside simple mode
+    # pgbench aborts every client at the \aset, and so must pgsurge
+    assert ref.status == (0 if mode == "simple" else 2), ref.stderr
+    assert_same(ref, ours)
+    if mode == "simple":
+        assert_identity(ours)
+
+
+PIPELINE_SCRIPT = """\
+\\set aid random(1, 100000)
+\\startpipeline
+SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
+SELECT 1;
+\\syncpipeline
+SELECT 2;
+\\endpipeline
+"""
+
+
+@pytest.mark.parametrize("mode", ["extended", "prepared"])
+def test_pipeline(both, tmp_path: Path, mode: str) -> None:  # type: ignore[no-untyped-def]
+    path = script(tmp_path, "pipe.sql", PIPELINE_SCRIPT)
+    ref, ours = both("-n", "-f", path, "-M", mode, "-t", "20", "-c", "2", "-r")
+    assert ref.status == 0, ref.stderr
+    assert_same(ref, ours)
+    assert_identity(ours)
+
+
+def test_pipeline_simple_mode_aborts(both, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = script(tmp_path, "pipe.sql", PIPELINE_SCRIPT)
+    ref, ours = both("-n", "-f", path, "-t", "2", "-c", "1")
+    assert ref.status == 2
+    assert_same(ref, ours)
+
+
+# -- rate, latency limit, progress -----------------------------------------------
+
+
+def test_rate_and_latency_limit(both) -> None:  # type: ignore[no-untyped-def]
+    ref, ours = both(
+        "-S", "-n", "-R", "300", "-L", "20", "-t", "30", "-c", "2", "-j", "2"
+    )
+    assert_same(ref, ours)
+    assert_identity(ours)
+    assert "rate limit schedule lag: avg" in ours.stdout
+
+
+def test_rate_skipping(both) -> None:  # type: ignore[no-untyped-def]
+    # a schedule far beyond what a sleeping script can follow: slots are late
+    # by more than -L and get skipped
+    ref, ours = both(
+        "-n",
+        "-b",
+        "select-only",
+        "-R",
+        "5000",
+        "-L",
+        "1",
+        "-t",
+        "200",
+        "-c",
+        "1",
+    )
+    assert_same(ref, ours)
+    assert_identity(ours)
+
+
+def test_progress(both) -> None:  # type: ignore[no-untyped-def]
+    ref, ours = both("-S", "-n", "-P", "1", "-T", "2", "-c", "2", "-j", "2")
+    assert_same(ref, ours, messages=False)
+    assert ours.progress, ours.stderr
+    assert ours.progress <= ref.progress | {
+        "progress: N s, N tps, lat N ms stddev N, N failed"
+    }
+
+
+# -- errors, retries, aborts -------------------------------------------------------
+
+SERIALIZATION_SCRIPT = """\
+\\set id random(1, 2)
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT v FROM ser WHERE id = :id;
+SELECT pg_sleep(0.001);
+UPDATE ser SET v = v + 1 WHERE id = :id;
+END;
+"""
+
+
+@pytest.fixture
+def ser_table(bench_db: str) -> str:
+    import psycopg
+
+    with psycopg.connect(bench_db, autocommit=True) as conn:
+        conn.execute("create table ser(id int primary key, v int)")
+        conn.execute("insert into ser values (1, 0), (2, 0)")
+    return bench_db
+
+
+def test_serialization_retries(both, tmp_path: Path, ser_table: str) -> None:  # type: ignore[no-untyped-def]
+    path = script(tmp_path, "ser.sql", SERIALIZATION_SCRIPT)
+    args = (
+        "-n",
+        "-f",
+        path,
+        "-c",
+        "4",
+        "-t",
+        "15",
+        "--max-tries=3",
+        "--failures-detailed",
+        "-r",
+    )
+    ref, ours = both(*args)
+    assert ref.status == 0, ref.stderr
+    assert_same(ref, ours)
+    assert_identity(ours)
+    retried = int(ours.number("number of transactions retried:").split()[0])
+    assert retried > 0, ours.stdout  # the script does provoke 40001
+
+
+def test_serialization_verbose_errors(both, tmp_path: Path, ser_table: str) -> None:  # type: ignore[no-untyped-def]
+    path = script(tmp_path, "ser.sql", SERIALIZATION_SCRIPT)
+    ref, ours = both("-n", "-f", path, "-c", "4", "-t", "10", "--verbose-errors")
+    assert ref.status == 0
+    assert ours.status == 0
+    assert ours.report == ref.report
+    shapes = {
+        "pgsurge: client N got an error in command N (SQL) of script N; "
+        "ERROR:  could not serialize access due to concurrent update",
+        "pgsurge: client N ends the failed transaction (try N/N)",
+    }
+    assert set(ours.messages) <= shapes
+    assert set(ours.messages) == set(ref.messages)
+
+
+def test_client_error_aborts_only_that_client(both, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = script(
+        tmp_path,
+        "err.sql",
+        "SELECT 1;\n\\if :client_id = 1\nSELECT * FROM no_such_table;\n\\endif\n",
+    )
+    ref, ours = both("-n", "-f", path, "-t", "5", "-c", "3")
+    assert ref.status == 2
+    assert_same(ref, ours)
+    # the other two clients did all their transactions
+    assert ours.number("number of transactions actually processed:") == "10/15"
+    assert ours.stderr.endswith(
+        "pgsurge: error: Run was aborted; the above results are incomplete.\n"
+    )
+
+
+def test_open_transaction_at_end_aborts(both, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = script(tmp_path, "open.sql", "BEGIN;\nSELECT 1;\n")
+    ref, ours = both("-n", "-f", path, "-t", "3", "-c", "2")
+    assert ref.status == 2
+    assert_same(ref, ours)
+
+
+def test_meta_command_errors(both, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = script(
+        tmp_path, "bad.sql", "\\set x 1 / (:client_id - :client_id)\nSELECT 1;\n"
+    )
+    ref, ours = both("-n", "-f", path, "-t", "2", "-c", "2")
+    assert ref.status == 2
+    assert_same(ref, ours)
+    gset = script(
+        tmp_path,
+        "gset.sql",
+        "SELECT 1 AS a, 2 AS b FROM generate_series(1, 2) \\gset\n",
+    )
+    ref, ours = both("-n", "-f", gset, "-t", "2", "-c", "1")
+    assert ref.status == 2
+    assert_same(ref, ours)
+
+
+def test_exit_on_abort(both, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = script(
+        tmp_path,
+        "err.sql",
+        "\\if :client_id = 0\nSELECT * FROM no_such_table;\n\\endif\n"
+        "SELECT pg_sleep(0.05);\n",
+    )
+    ref, ours = both(
+        "-n", "-f", path, "-t", "100", "-c", "3", "-j", "3", "--exit-on-abort"
+    )
+    assert ref.status == 2
+    assert ours.status == 2
+    assert ours.stdout.count("\n") == ref.stdout.count("\n") == 1  # banner only
+    assert ours.messages == ref.messages
+
+
+# -- the pre-run steps --------------------------------------------------------------
+
+
+def drop_tables(dsn: str) -> str:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "drop table pgbench_accounts, pgbench_branches, pgbench_history,"
+            " pgbench_tellers"
+        )
+    return dsn
+
+
+def test_custom_script_without_tables(both, bench_db: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = script(tmp_path, "one.sql", "SELECT 1;\n")
+    ref, ours = both("-f", path, "-t", "1", "-v", dsn=drop_tables(bench_db))
+    assert ref.status == 0
+    assert_same(ref, ours)
+    assert "(ignoring this error and continuing anyway)" in ours.stderr
+
+
+def test_builtin_without_tables(both, bench_db: str) -> None:  # type: ignore[no-untyped-def]
+    ref, ours = both("-S", "-t", "1", dsn=drop_tables(bench_db))
+    assert ref.status == 1
+    assert ours.status == 1
+    assert ours.messages == ref.messages
+    assert '("pgsurge -i")' in ours.stderr
+
+
+def test_scale_option_warning(both) -> None:  # type: ignore[no-untyped-def]
+    ref, ours = both("-S", "-s", "5", "-t", "1", "-n")
+    assert_same(ref, ours)
+    assert (
+        "pgsurge: warning: scale option ignored, using count from "
+        "pgbench_branches table (1)" in ours.stderr
+    )
+
+
+def test_connection_failure(both, bench_db: str) -> None:  # type: ignore[no-untyped-def]
+    bad = bench_db + " user=no_such_user_xyz"
+    ref, ours = both("-S", "-t", "1", dsn=bad)
+    assert ref.status == 1
+    assert ours.status == 1
+    assert ours.messages == ref.messages
