@@ -31,7 +31,11 @@ def facts(nscripts: int = 1, **kw) -> RunFacts:
 
 
 def result_with(
-    latencies: list[list[int]], *, cpu: list[tuple[float, float, int]] = (), **kw
+    latencies: list[list[int]],
+    *,
+    cpu: list[tuple[float, float, int]] = (),
+    idle: list[int] = (),
+    **kw,
 ) -> RunResult:
     """One worker per entry of ``cpu`` (or one), script i gets latencies[i]."""
     f = facts(len(latencies), **kw)
@@ -50,6 +54,8 @@ def result_with(
         w.histograms, w.intervals = rec.finish(wall)
         w.cpu_user_s, w.cpu_sys_s = user, system
         w.bench_start_us, w.end_us = 0, wall
+        if idle:
+            w.idle_us = idle[wid]
         workers.append(w)
     return RunResult.from_workers(workers, f)
 
@@ -90,8 +96,17 @@ def test_client_cpu_lines() -> None:
     r = result_with([[100] * 4], cpu=[(1.5, 0.25, 2_000_000), (0.1, 0.0, 1_000_000)])
     assert client_cpu_lines(r) == [
         "client CPU: user 1.600 s, sys 0.250 s, 462500.0 us per transaction",
-        "client CPU worker 0: 87.5% busy (user 1.500 s, sys 0.250 s, wall 2.000 s)",
-        "client CPU worker 1: 10.0% busy (user 0.100 s, sys 0.000 s, wall 1.000 s)",
+        "client CPU worker 0: CPU 87.5% (user 1.500 s, sys 0.250 s, wall 2.000 s)",
+        "client CPU worker 1: CPU 10.0% (user 0.100 s, sys 0.000 s, wall 1.000 s)",
+    ]
+    r = result_with(
+        [[100]], cpu=[(0.5, 0.1, 1_000_000), (0.1, 0.0, 1_000_000)], idle=[20_000, 0]
+    )
+    assert client_cpu_lines(r)[1:] == [
+        "client CPU worker 0: busy 98.0%, CPU 60.0% "
+        "(user 0.500 s, sys 0.100 s, wall 1.000 s)",
+        "client CPU worker 1: busy 100.0%, CPU 10.0% "
+        "(user 0.100 s, sys 0.000 s, wall 1.000 s)",
     ]
     assert render_extras(r) == ""
     assert render_extras(r, percentiles=(), client_cpu=True).splitlines() == [
@@ -127,10 +142,26 @@ def test_client_limited_warning(cpu, clients, threads, expected) -> None:
     assert client_limited_warning(r) == expected
 
 
+def test_client_limited_uses_idle_time_when_measured() -> None:
+    # an oversubscribed machine: 60% CPU, but the loop never waited
+    r = result_with([[100]], cpu=[(0.6, 0.0, 1_000_000)], idle=[30_000], clients=8)
+    assert client_limited_warning(r) == (
+        "pgsurge: warning: worker 0 was busy 97% of the run: "
+        "the client may be the bottleneck (try more -j)\n"
+    )
+    # 95% CPU but mostly waiting: not the client's fault
+    r = result_with([[100]], cpu=[(0.95, 0.0, 1_000_000)], idle=[500_000])
+    assert client_limited_warning(r) == ""
+
+
 def test_worker_cpu_utilisation() -> None:
     assert WorkerCpu(0, 0.5, 0.5, 2_000_000).utilisation == 0.5
     assert WorkerCpu(0, 0.5, 0.5, 0).utilisation == 0.0
     assert WorkerCpu(0, 0.95, 0.0, 1_000_000).busy
+    assert WorkerCpu(0, 0.1, 0.0, 1_000_000, idle_us=50_000).busy_fraction == 0.95
+    assert WorkerCpu.from_dict(WorkerCpu(3, 1.0, 2.0, 5, 1).to_dict()) == WorkerCpu(
+        3, 1.0, 2.0, 5, 1
+    )
 
 
 def test_cpu_meter_measures_this_thread() -> None:

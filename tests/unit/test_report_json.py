@@ -117,6 +117,7 @@ def make_result(
         w.cpu_user_s, w.cpu_sys_s = 0.8, 0.1 * wid
         w.clients_finished = 2
         workers.append(w)
+    workers[1].idle_us = 3_000_000
     workers[1].aborted_clients = 1
     workers[1].clients_finished = 1
     workers[1].abort_messages = ["client 3 aborted in command 0 (SQL) of script 0"]
@@ -186,6 +187,9 @@ def test_totals_series_and_histograms() -> None:
     cpu = doc["client_cpu"]
     assert [w["worker_id"] for w in cpu["workers"]] == [0, 1]
     assert cpu["workers"][1]["utilisation"] == pytest.approx(0.9 / 3.005)
+    assert cpu["workers"][1]["idle_us"] == 3_000_000
+    assert cpu["workers"][1]["busy_fraction"] == pytest.approx(0.005 / 3.005)
+    assert cpu["workers"][0]["busy_fraction"] == cpu["workers"][0]["utilisation"]
     assert not cpu["client_limited"]
     assert doc["aborted"] and doc["aborted_clients"] == 1
     assert doc["abort_messages"] == ["client 3 aborted in command 0 (SQL) of script 0"]

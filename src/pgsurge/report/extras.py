@@ -9,11 +9,13 @@ printed only when asked for, after it:
   percentiles from the merged histograms (exact to 3 significant digits,
   never above the maximum);
 * ``--client-cpu``: the client's CPU (user and system seconds, CPU per
-  transaction) and each worker's utilisation, (user + sys) / wall time.
+  transaction) and each worker's utilisation, (user + sys) / wall time,
+  and its busy share (wall time not spent waiting) when measured.
 
 Whatever the options, ``client_limited_warning`` returns one stderr line
-when a worker was busy more than 90% of its run time: its figures then
-measure the client as much as the server.
+when a worker was busy more than 90% of its run time (not waiting for the
+server or a timer; its CPU share when that was not measured): the figures
+then measure the client as much as the server.
 
 All functions are pure functions of a ``RunResult``.
 """
@@ -86,19 +88,23 @@ def client_cpu_lines(result: RunResult) -> list[str]:
     lines = [
         f"client CPU: user {user:.3f} s, sys {system:.3f} s, {per_tx} per transaction"
     ]
-    lines.extend(
-        f"client CPU worker {w.worker_id}: {100.0 * w.utilisation:.1f}% busy "
-        f"(user {w.user_s:.3f} s, sys {w.sys_s:.3f} s, wall {w.wall_us / 1e6:.3f} s)"
-        for w in result.worker_cpu
-    )
+    lines.extend(_worker_line(w) for w in result.worker_cpu)
     return lines
+
+
+def _worker_line(w: WorkerCpu) -> str:
+    busy = f"busy {100.0 * w.busy_fraction:.1f}%, " if w.idle_us >= 0 else ""
+    return (
+        f"client CPU worker {w.worker_id}: {busy}CPU {100.0 * w.utilisation:.1f}% "
+        f"(user {w.user_s:.3f} s, sys {w.sys_s:.3f} s, wall {w.wall_us / 1e6:.3f} s)"
+    )
 
 
 def busy_workers(workers: Sequence[WorkerCpu]) -> list[WorkerCpu]:
     """Workers busier than the threshold, busiest first."""
     return sorted(
-        (w for w in workers if w.utilisation > BUSY_THRESHOLD),
-        key=lambda w: (-w.utilisation, w.worker_id),
+        (w for w in workers if w.busy),
+        key=lambda w: (-w.busy_fraction, w.worker_id),
     )
 
 
@@ -114,7 +120,7 @@ def client_limited_warning(result: RunResult, progname: str = "pgsurge") -> str:
         "try more -j" if facts.threads < facts.clients else "try more client machines"
     )
     top = busy[0]
-    pct = f"{100.0 * top.utilisation:.0f}%"
+    pct = f"{100.0 * top.busy_fraction:.0f}%"
     if len(busy) == 1:
         who = f"worker {top.worker_id} was busy {pct} of the run"
     else:

@@ -268,7 +268,12 @@ def build_document(result: RunResult, config: RunConfig) -> dict[str, Any]:
             "us_per_transaction": cpu_total * 1e6 / all_tx if all_tx else None,
             "client_limited": bool(busy_workers(result.worker_cpu)),
             "workers": [
-                {**w.to_dict(), "utilisation": w.utilisation} for w in result.worker_cpu
+                {
+                    **w.to_dict(),
+                    "utilisation": w.utilisation,
+                    "busy_fraction": w.busy_fraction,
+                }
+                for w in result.worker_cpu
             ],
         },
         "aborted": result.aborted,

@@ -10,7 +10,10 @@ could not keep up and more workers (-j) would raise the figures.
 (``RUSAGE_THREAD``, Linux; the whole process elsewhere, which is the same
 thing for a worker process): start it at GO and stop it when the worker's
 clients are done, on the thread that runs the worker's loop. ``WorkerCpu``
-is the per-worker figure a ``RunResult`` carries to the reports.
+is the per-worker figure a ``RunResult`` carries to the reports; with the
+time the worker's loop spent blocked waiting (``idle_us``, measured by the
+engine around its poll/select calls) it also gives the busy fraction, which
+stays right when the machine is oversubscribed and CPU time lags wall time.
 """
 
 from __future__ import annotations
@@ -73,6 +76,9 @@ class WorkerCpu:
     sys_s: float
     #: the worker's wall time over which the CPU was measured (GO to end)
     wall_us: int
+    #: time its loop spent blocked waiting for sockets or timers in that
+    #: span; -1 when the engine did not measure it
+    idle_us: int = -1
 
     @property
     def utilisation(self) -> float:
@@ -82,8 +88,18 @@ class WorkerCpu:
         return (self.user_s + self.sys_s) / (self.wall_us / 1e6)
 
     @property
+    def busy_fraction(self) -> float:
+        """Share of the wall time the worker was not waiting: 1 - idle/wall
+        when the idle time is known, else its CPU utilisation. On a loaded
+        machine a runnable worker gets less CPU than wall time, but it is
+        the bottleneck all the same: the idle time tells, the CPU may not."""
+        if self.idle_us < 0 or self.wall_us <= 0:
+            return self.utilisation
+        return max(0.0, 1.0 - self.idle_us / self.wall_us)
+
+    @property
     def busy(self) -> bool:
-        return self.utilisation > BUSY_THRESHOLD
+        return self.busy_fraction > BUSY_THRESHOLD
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -91,6 +107,7 @@ class WorkerCpu:
             "user_s": self.user_s,
             "sys_s": self.sys_s,
             "wall_us": self.wall_us,
+            "idle_us": self.idle_us,
         }
 
     @classmethod
@@ -100,4 +117,5 @@ class WorkerCpu:
             float(data["user_s"]),
             float(data["sys_s"]),
             int(data["wall_us"]),
+            int(data.get("idle_us", -1)),
         )

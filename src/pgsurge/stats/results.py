@@ -278,6 +278,8 @@ class WorkerResult:
     intervals: list[IntervalStats] = field(default_factory=list)
     #: why clients aborted, one message per aborted client (JSON result)
     abort_messages: list[str] = field(default_factory=list)
+    #: µs the loop spent blocked waiting between GO and end; -1: not measured
+    idle_us: int = -1
 
     @classmethod
     def empty(
@@ -314,6 +316,7 @@ class WorkerResult:
             ),
             "intervals": [iv.to_dict() for iv in self.intervals],
             "abort_messages": list(self.abort_messages),
+            "idle_us": self.idle_us,
         }
 
     @classmethod
@@ -339,6 +342,7 @@ class WorkerResult:
             histograms=_histograms_from(data.get("histograms")),
             intervals=_intervals_from(data.get("intervals", [])),
             abort_messages=[str(m) for m in data.get("abort_messages", [])],
+            idle_us=int(data.get("idle_us", -1)),
         )
 
 
@@ -632,7 +636,11 @@ class RunResult:
             result.cpu_sys_s += w.cpu_sys_s
             result.worker_cpu.append(
                 WorkerCpu(
-                    w.worker_id, w.cpu_user_s, w.cpu_sys_s, w.end_us - w.bench_start_us
+                    w.worker_id,
+                    w.cpu_user_s,
+                    w.cpu_sys_s,
+                    w.end_us - w.bench_start_us,
+                    w.idle_us,
                 )
             )
             result.abort_messages.extend(w.abort_messages)
