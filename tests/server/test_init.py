@@ -13,6 +13,7 @@ import itertools
 import os
 import re
 import subprocess
+import sys
 import threading
 import tty
 from collections.abc import Iterator
@@ -461,3 +462,41 @@ def test_ensure_initialized_connection_failure(tmp_path: Path) -> None:
 def test_unknown_step_is_an_init_error(fresh_db: str) -> None:
     with pytest.raises(InitError, match='unrecognized initialization step "x"'):
         run_init(conf(fresh_db, steps="x"), stream=io.StringIO())
+
+
+# --------------------------------------------------------- through the CLI
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["-s", "1", "--foreign-keys"], ["--tablespace", "nosuch"]],
+    ids=["ok", "unknown-tablespace"],
+)
+def test_cli_like_pgbench(pgbench_bin: Path, fresh_db: str, args: list[str]) -> None:
+    """``pgsurge -i …`` as a user runs it: same exit status, same stderr."""
+    drop_tables(fresh_db)
+    theirs = pgbench(pgbench_bin, ["-i", *args, fresh_db])
+    drop_tables(fresh_db)
+    ours = subprocess.run(
+        [sys.executable, "-m", "pgsurge", "-i", *args, fresh_db],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ours.returncode == theirs.returncode
+    assert ours.stdout == theirs.stdout == ""
+    assert mask(ours.stderr) == mask(theirs.stderr).replace("pgbench:", "pgsurge:")
+
+
+def test_cli_init_jobs(fresh_db: str) -> None:
+    ours = subprocess.run(
+        [sys.executable, "-m", "pgsurge", "-i", "-s", "2", "--init-jobs=2", fresh_db],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ours.returncode == 0, ours.stderr
+    assert "200000 of 200000 tuples (100%) of pgbench_accounts done" in ours.stderr
+    with psycopg.connect(fresh_db) as conn:
+        row = conn.execute("select count(*), sum(aid) from pgbench_accounts").fetchone()
+    assert row == (200000, 200000 * 200001 // 2)
