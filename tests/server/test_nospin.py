@@ -1,0 +1,79 @@
+"""The engine never spins: waiting clients cost (almost) no client CPU.
+
+pgbench once burnt a core on ``PQisBusy``/``PQconsumeInput`` while a result
+trickled in over several packets. pgsurge waits on the sockets instead, so
+its CPU time while the server is busy must stay near zero. Each test runs
+the real ``python -m pgsurge`` and measures its whole process tree with
+``getrusage(RUSAGE_CHILDREN)``; start-up costs (interpreter, imports,
+connections) are taken out by subtracting a short run of the same shape.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.server
+
+
+def measured_run(args: list[str], dsn: str, cwd: Path) -> tuple[float, float, str]:
+    """(CPU seconds of the process tree, wall seconds, stdout) of one run."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pgsurge", *args, dsn],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=120,
+    )
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert proc.returncode == 0, proc.stderr
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, wall, proc.stdout
+
+
+def test_sleeping_clients_do_not_spin(fresh_db: str, tmp_path: Path) -> None:
+    sleep = tmp_path / "sleep.sql"
+    sleep.write_text("SELECT pg_sleep(0.5);\n")
+    common = ["-n", "-f", str(sleep), "-c", "8", "-j", "2"]
+    base_cpu, base_wall, _ = measured_run([*common, "-t", "1"], fresh_db, tmp_path)
+    cpu, wall, out = measured_run([*common, "-T", "4"], fresh_db, tmp_path)
+    assert "number of transactions actually processed: " in out
+    extra_cpu, extra_wall = cpu - base_cpu, wall - base_wall
+    assert extra_wall > 2.5
+    # < 5% of one core while 8 clients wait on the server
+    assert extra_cpu < 0.05 * extra_wall, (extra_cpu, extra_wall)
+
+
+def test_large_and_trickling_results_do_not_spin(fresh_db: str, tmp_path: Path) -> None:
+    # 20 rows of 200 kB, one every 0.1 s: the result arrives in many pieces
+    # over 2 s; then a 5 MB value in one go
+    big = tmp_path / "big.sql"
+    big.write_text(
+        "SELECT repeat('x', 200000) || pg_sleep(0.1)::text"
+        " FROM generate_series(1, 20);\n"
+        "SELECT repeat('y', 5000000);\n"
+    )
+    one = tmp_path / "one.sql"
+    one.write_text("SELECT 1;\n")
+    base_cpu, base_wall, _ = measured_run(
+        ["-n", "-f", str(one), "-t", "1"], fresh_db, tmp_path
+    )
+    cpu, wall, out = measured_run(
+        ["-n", "-f", str(big), "-t", "1", "-M", "extended"], fresh_db, tmp_path
+    )
+    assert "number of transactions actually processed: 1/1" in out, out
+    extra_cpu, extra_wall = cpu - base_cpu, wall - base_wall
+    assert extra_wall > 1.8
+    # receiving ~9 MB costs some milliseconds; waiting must cost nothing
+    assert extra_cpu < 0.05 * extra_wall, (extra_cpu, extra_wall)
