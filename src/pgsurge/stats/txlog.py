@@ -138,6 +138,21 @@ def format_aggregate(agg: StatsData, opts: TxLogOptions) -> str:
     return "".join(parts)
 
 
+def _tail(opts: TxLogOptions) -> Callable[[int, int], str] | None:
+    """The optional fields after time_us: ``[ lag][ retries]``, or None.
+
+    The lag of a transaction that did not succeed is passed as 0 (pgbench
+    prints 0 for it)."""
+    throttled = opts.throttled
+    if opts.max_tries != 1:
+        if throttled:
+            return lambda lag, tries: f" {lag} {tries - 1}"
+        return lambda lag, tries: f" {tries - 1}"
+    if throttled:
+        return lambda lag, tries: f" {lag}"
+    return None
+
+
 def _never() -> float:
     return 0.0
 
@@ -155,7 +170,9 @@ class TxLogWriter:
     """The -l log of one worker.
 
     Call ``log(now_us, client_id, tx_no, script_no, latency_us, lag_us,
-    skipped, failure, tries)`` once per finished or skipped transaction,
+    skipped, failure, tries)`` (all ``int`` but the flags: the line prints
+    them as they are, which for integers is pgbench's ``%.0f``) once per
+    finished or skipped transaction,
     right after accounting it (``tx_no`` is the client's count including
     this transaction; ``now_us`` the monotonic time it ended; ``lag_us``
     the schedule lag, ignored unless the transaction succeeded under -R;
@@ -230,9 +247,8 @@ class TxLogWriter:
         append = buf.append
         flush = self.flush
         sampling, rate, draw = _sampler(opts, rng)
-        throttled = opts.throttled
-        retries = opts.max_tries != 1
         detailed = opts.failures_detailed
+        tail = _tail(opts)
 
         def log(
             now_us: int,
@@ -248,20 +264,31 @@ class TxLogWriter:
             if sampling and draw() > rate:
                 return
             now = now_us + shift
-            if skipped:
-                what = "skipped"
-            elif failure is None:
-                what = f"{latency_us:.0f}"
+            if failure is None and not skipped:
+                if tail:
+                    extra = tail(lag_us, tries)
+                    append(
+                        f"{client_id} {tx_no} {latency_us} {script_no} "
+                        f"{now // 1000000} {now % 1000000}{extra}\n"
+                    )
+                else:
+                    # the common case: one f-string, ints printed as pgbench's %.0f
+                    append(
+                        f"{client_id} {tx_no} {latency_us} {script_no} "
+                        f"{now // 1000000} {now % 1000000}\n"
+                    )
             else:
-                what = failure.value if detailed else "failed"
-            sec, usec = divmod(now, 1000000)
-            line = f"{client_id} {tx_no} {what} {script_no} {sec} {usec}"
-            if throttled:
-                ok = failure is None and not skipped
-                line += f" {lag_us:.0f}" if ok else " 0"
-            if retries:
-                line += f" {tries - 1}"
-            append(line + "\n")
+                if skipped:
+                    what = "skipped"
+                elif detailed:
+                    what = failure.value  # type: ignore[union-attr]
+                else:
+                    what = "failed"
+                extra = tail(0, tries) if tail else ""
+                append(
+                    f"{client_id} {tx_no} {what} {script_no} "
+                    f"{now // 1000000} {now % 1000000}{extra}\n"
+                )
             if len(buf) >= limit:
                 flush()
 
