@@ -15,8 +15,12 @@ Deliberate differences from pgbench 18.6:
 * ``-V`` prints ``pgsurge 0.1.0 (pgbench 18.6 compatible)``: our version,
   and the pgbench release whose behaviour we follow;
 * ``--help`` names pgsurge, lists our options (``--init-jobs``,
-  ``--continue-on-error`` from PG19, ``--embedded``) and has no "Report
-  bugs to pgsql-bugs" lines (they would not be PostgreSQL's bugs);
+  ``--continue-on-error`` from PG19, ``--embedded``, the report extras
+  ``--percentiles``, ``--client-cpu``, ``--extended-report``, ``--json``)
+  and has no "Report bugs to pgsql-bugs" lines (they would not be
+  PostgreSQL's bugs);
+* ``--json -`` puts the JSON document on stdout in place of the text
+  report, which then goes to stderr (stdout stays one valid document);
 * ``pgsurge server ...`` is the embedded-server subcommand (pgbench would
   take ``server`` as a database name);
 * our options are new words that never make a pgbench abbreviation
@@ -98,12 +102,17 @@ Benchmarking options:
   -T, --time=NUM           duration of benchmark test in seconds
   -v, --vacuum-all         vacuum all four standard tables before tests
   --aggregate-interval=NUM aggregate data over NUM seconds
+  --client-cpu             report client CPU time and per-thread utilization
   --continue-on-error      continue running after an SQL error
   --exit-on-abort          exit when any client is aborted
+  --extended-report        same as --percentiles --client-cpu
   --failures-detailed      report the failures grouped by basic types
+  --json=FILE              write the result as JSON to FILE
+                           ("-": stdout, the text report then goes to stderr)
   --log-prefix=PREFIX      prefix for transaction time log file
                            (default: "pgbench_log")
   --max-tries=NUM          max number of tries to run transaction (default: 1)
+  --percentiles[=LIST]     report latency percentiles (default: 50,90,99,99.9)
   --progress-timestamp     use Unix epoch timestamps for progress
   --random-seed=SEED       set random seed ("time", "rand", integer)
   --sampling-rate=NUM      fraction of transactions to log (e.g., 0.01 for 1%)

@@ -145,9 +145,13 @@ class RunConfig:
     debug: bool = False
     #: pgsurge extension (--embedded), as in InitConfig
     force_embedded: bool = False
-    # pgsurge extensions (later issues): None/False keeps pgbench's output
+    # pgsurge extensions: None/False keeps pgbench's output
+    #: --percentiles: ascending, distinct, each in (0, 100]; None = not asked
     percentiles: tuple[float, ...] | None = None
+    #: --client-cpu: client CPU lines in the text report
     client_cpu: bool = False
+    #: --json FILE; "-" means the JSON document goes to stdout and the text
+    #: report (everything pgbench prints on stdout) goes to stderr instead
     json_path: str | None = None
 
     @property

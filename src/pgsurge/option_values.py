@@ -6,14 +6,20 @@ leading blanks, a ``+`` sign, trailing garbage after a number for ``atof``
 (``-L 1x`` is 1 ms), ``nan``/``inf``/hex floats, wrap-around of negative
 seeds. Python's ``int()``/``float()`` differ on all of these, so this
 module reimplements the C semantics (C locale, 64-bit ``long``) in small,
-pure functions that ``cli.py`` calls.
+pure functions that ``options.py`` calls.
+
+pgsurge's own option values (``--percentiles``, ``--json``) have no C
+precedent to follow; they are read strictly instead, so that a typo fails
+before the run rather than after it.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import time
+from decimal import Decimal
 
 from pgsurge.errors import UsageError
 
@@ -165,3 +171,87 @@ def parse_random_seed(value: str | None) -> int | None:
     if magnitude > UINT64_MAX:
         return UINT64_MAX
     return (-magnitude if negative else magnitude) % (1 << 64)
+
+
+#: ``--percentiles`` without a value (the text report's default list)
+DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0, 99.9)
+MAX_PERCENTILES = 20
+#: decimals a percentile may have: its label (``p99.9999``) then shows it
+#: exactly, and finer ranks would be below any histogram's resolution anyway
+PERCENTILE_DECIMALS = 4
+_PLAIN_NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+_PERCENTILES_OPT = "--percentiles"
+
+
+def parse_percentiles(value: str | None) -> tuple[float, ...]:
+    """``--percentiles[=LIST]`` → the percentiles, ascending, without repeats.
+
+    None (the option without ``=``) gives :data:`DEFAULT_PERCENTILES`.
+    Each comma-separated item is a plain decimal number (no sign, exponent,
+    ``nan`` or ``inf``; blanks around it are ignored) greater than 0 and at
+    most 100, with at most :data:`PERCENTILE_DECIMALS` decimals; at most
+    :data:`MAX_PERCENTILES` distinct values.
+    """
+    if value is None:
+        return DEFAULT_PERCENTILES
+    found: set[Decimal] = set()
+    for raw in value.split(","):
+        item = raw.strip(C_SPACE)
+        if not _PLAIN_NUMBER.fullmatch(item):
+            raise UsageError(
+                f'invalid percentile "{item}" for option {_PERCENTILES_OPT}',
+                detail="Expecting a comma-separated list of numbers, such as"
+                ' "50,90,99,99.9".',
+            )
+        number = Decimal(item)
+        if not 0 < number <= 100:
+            raise UsageError(
+                f'invalid percentile "{item}" for option {_PERCENTILES_OPT}',
+                detail="A percentile must be greater than 0 and at most 100.",
+            )
+        exponent = number.normalize().as_tuple().exponent
+        assert isinstance(exponent, int)  # finite by the pattern above
+        if -exponent > PERCENTILE_DECIMALS:
+            raise UsageError(
+                f'invalid percentile "{item}" for option {_PERCENTILES_OPT}',
+                detail=f"A percentile may have at most {PERCENTILE_DECIMALS}"
+                " decimal places.",
+            )
+        found.add(number)
+    if len(found) > MAX_PERCENTILES:
+        raise UsageError(
+            f"at most {MAX_PERCENTILES} percentiles are allowed with"
+            f" {_PERCENTILES_OPT}, got {len(found)}"
+        )
+    return tuple(float(n) for n in sorted(found))
+
+
+def check_output_path(path: str, optname: str) -> None:
+    """Fail now, not after the run, when ``path`` clearly cannot be written.
+
+    ``-`` (stdout) is always fine. Nothing is created: the file is written
+    when the run ends. Permission checks use ``os.access``, which may be
+    optimistic (e.g. for root); the final write still reports its error.
+    """
+    if path == "-":
+        return
+    if not path:
+        raise UsageError(
+            f'invalid value "" for option {optname}',
+            detail='Expecting a file name, or "-" for standard output.',
+        )
+    if os.path.isdir(path):
+        reason = os.strerror(errno.EISDIR)
+    elif os.path.exists(path):
+        if os.access(path, os.W_OK):
+            return
+        reason = os.strerror(errno.EACCES)
+    else:
+        parent = os.path.dirname(path) or "."
+        if not os.path.isdir(parent):
+            reason = os.strerror(errno.ENOENT)
+        elif os.access(parent, os.W_OK | os.X_OK):
+            return
+        else:
+            reason = os.strerror(errno.EACCES)
+    raise UsageError(f'cannot write file "{path}" for option {optname}: {reason}')

@@ -9,6 +9,20 @@ clamped to ``-c``, the database name operand and "too many command-line
 arguments", the init-vs-benchmarking mode rule, and the run-mode rules.
 The first problem met is the one reported, with pgbench's words.
 
+pgsurge's own options are extensions in the long option table (see
+``getopt.py``: they never make a pgbench abbreviation ambiguous). The
+report extras are run-mode options, rejected with ``-i`` like pgbench's:
+
+* ``--percentiles[=LIST]`` (an optional value, as getopt_long's
+  ``optional_argument``: only ``--percentiles=LIST`` gives one, the next
+  word is never taken; alone it means 50,90,99,99.9);
+* ``--client-cpu``; ``--extended-report`` is short for both, acting as if
+  ``--percentiles --client-cpu`` stood in its place (a later option still
+  overrides it, like any repeated option);
+* ``--json=FILE``: ``-`` writes the document to stdout *instead of* the
+  text report, which then goes to stderr so that stdout stays valid JSON.
+  A FILE that clearly cannot be written is refused before connecting.
+
 ``cli.py`` prints errors and dispatches; word splitting is ``getopt.py``'s;
 number parsing with C semantics is ``option_values.py``'s.
 """
@@ -35,7 +49,9 @@ from pgsurge.option_values import (
     INT32_MAX,
     atof,
     atoi,
+    check_output_path,
     parse_int_option,
+    parse_percentiles,
     parse_random_seed,
     parse_weight,
     to_int64,
@@ -99,7 +115,15 @@ LONG_OPTIONS: tuple[LongOption, ...] = (
     LongOption("init-jobs", True, "init-jobs", extension=True),
     LongOption("continue-on-error", False, "continue-on-error", extension=True),
     LongOption("embedded", False, "embedded", extension=True),
+    # has_arg is ignored for the optional-value options: see _Getopt
+    LongOption("percentiles", False, "percentiles", extension=True),
+    LongOption("client-cpu", False, "client-cpu", extension=True),
+    LongOption("extended-report", False, "extended-report", extension=True),
+    LongOption("json", True, "json", extension=True),
 )
+
+#: long options with an optional value (getopt_long's optional_argument)
+OPTIONAL_VALUE_OPTIONS = frozenset({"percentiles"})
 
 DEFAULT_INIT_STEPS = "dtgvp"
 ALL_INIT_STEPS = "dtgGvpf"
@@ -185,6 +209,28 @@ class _State:
     init_jobs: int = 1
     debug: bool = False
     force_embedded: bool = False
+    percentiles: tuple[float, ...] | None = None
+    client_cpu: bool = False
+    json_path: str | None = None
+
+
+class _Getopt(Getopt):
+    """``Getopt`` plus glibc's optional-argument long options.
+
+    ``getopt.py`` knows only "no value" and "required value"; for the names
+    in :data:`OPTIONAL_VALUE_OPTIONS` a value is ``--name=VALUE`` (even
+    empty) and the option alone yields None, never taking the next word.
+    Abbreviations and their errors stay ``Getopt``'s.
+    """
+
+    def _long_option(
+        self, body: str, args: list[str], i: int
+    ) -> tuple[str, str | None, int]:
+        name, eq, attached = body.partition("=")
+        option = self._find_long(name, body)
+        if option.name in OPTIONAL_VALUE_OPTIONS:
+            return option.key, attached if eq else None, i
+        return super()._long_option(body, args, i)
 
 
 class _CommandLine:
@@ -276,6 +322,9 @@ class _CommandLine:
 
     def handle(self, key: str, value: str | None) -> None:
         st = self.st
+        if key in OPTIONAL_VALUE_OPTIONS:
+            self.handle_optional(key, value)
+            return
         arg = value if value is not None else ""
         match key:
             case "b":
@@ -380,6 +429,16 @@ class _CommandLine:
             case _:
                 self.handle_long(key, arg)
 
+    def handle_optional(self, key: str, value: str | None) -> None:
+        """Options whose value may be absent (None), unlike an empty one."""
+        st = self.st
+        match key:
+            case "percentiles":
+                st.benchmarking_option_set = True
+                st.percentiles = parse_percentiles(value)
+            case _:  # pragma: no cover - the table and this switch disagree
+                raise AssertionError(f"unhandled option {key}")
+
     def handle_long(self, key: str, arg: str) -> None:
         st = self.st
         match key:
@@ -455,6 +514,15 @@ class _CommandLine:
                 st.continue_on_error = True
             case "embedded":
                 st.force_embedded = True
+            case "client-cpu":
+                st.benchmarking_option_set = True
+                st.client_cpu = True
+            case "extended-report":
+                self.handle_optional("percentiles", None)
+                self.handle_long("client-cpu", "")
+            case "json":
+                st.benchmarking_option_set = True
+                st.json_path = arg
             case _:  # pragma: no cover - the table and this switch disagree
                 raise AssertionError(f"unhandled option {key}")
 
@@ -570,6 +638,9 @@ class _CommandLine:
                 "an unlimited number of transaction tries can only be used with"
                 " --latency-limit or a duration (-T)"
             )
+        # ours, after all of pgbench's checks (which keep their precedence)
+        if st.json_path is not None:
+            check_output_path(st.json_path, "--json")
         return RunConfig(
             conn=conn,
             scripts=tuple(st.scripts),
@@ -602,6 +673,9 @@ class _CommandLine:
             random_seed_explicit=st.random_seed_explicit,
             debug=st.debug,
             force_embedded=st.force_embedded,
+            percentiles=st.percentiles,
+            client_cpu=st.client_cpu,
+            json_path=st.json_path,
         )
 
 
@@ -672,7 +746,7 @@ def parse_command_line(
     cl.set_seed(
         env.get("PGBENCH_RANDOM_SEED"), "PGBENCH_RANDOM_SEED environment variable"
     )
-    getopt = Getopt(
+    getopt = _Getopt(
         args,
         SHORT_OPTIONS,
         LONG_OPTIONS,

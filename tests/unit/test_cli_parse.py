@@ -390,6 +390,14 @@ def test_help_is_pgbench_help_plus_our_options(pgbench_bin: Path) -> None:
         " with NUM parallel connections (default: 1)\n",
         "  --exit-on-abort": "  --continue-on-error      continue running after an"
         " SQL error\n",
+        "  --continue-on-error": "  --client-cpu             report client CPU time"
+        " and per-thread utilization\n",
+        "  --failures-detailed": "  --extended-report        same as --percentiles"
+        " --client-cpu\n",
+        "  --log-prefix": "  --json=FILE              write the result as JSON to"
+        " FILE\n" + " " * 27 + '("-": stdout, the text report then goes to stderr)\n',
+        "  --progress-timestamp": "  --percentiles[=LIST]     report latency"
+        " percentiles (default: 50,90,99,99.9)\n",
         "  -d, --dbname": "  --embedded               use pgsurge's embedded"
         " PostgreSQL server\n",
     }
