@@ -363,6 +363,8 @@ class Settings:
     weights: tuple[int, ...]
     conninfo: dict[str, str]
     password: str | None = None
+    #: -l: every transaction goes to the worker's log
+    log: bool = False
 
 
 def _clock() -> int:
@@ -470,6 +472,8 @@ def make_advance(
     latency_count = stats.latency
     #: whether START_TX must read the clock (latency, lag, -L retry limits)
     tx_clock = detailed or latency_limit > 0 or verbose_errors
+    #: END_TX may account a success inline: no lag, no per-script stats, no log
+    plain_accounting = not throttled and per_script is None and not s.log
     save_rng = max_tries != 1
     clock = _clock
     monotonic_ns = _monotonic_ns
@@ -1184,11 +1188,27 @@ def make_advance(
                 state = END_TX  # falls through
 
             if state == END_TX:
-                if not detailed and st.estatus == E_NONE and st.tries == 1:
-                    # SimpleStats.add(0.0) without the calls: only the count moves
+                if st.estatus == E_NONE and st.tries == 1 and plain_accounting:
+                    # StatsData.record of a first-try success, without the calls
                     stats.cnt += 1
-                    latency_count.count += 1
                     st.cnt += 1
+                    lat_stats = latency_count
+                    if detailed:
+                        if not now:
+                            now = monotonic_ns() // 1000
+                        latency = now - st.txn_scheduled
+                        if lat_stats.count == 0:
+                            lat_stats.min = lat_stats.max = latency
+                        elif latency < lat_stats.min:
+                            lat_stats.min = latency
+                        elif latency > lat_stats.max:
+                            lat_stats.max = latency
+                        lat_stats.sum += latency
+                        lat_stats.sum2 += latency * latency
+                        if latency_limit and latency > latency_limit:
+                            w.latency_late += 1
+                    # not detailed: SimpleStats.add(0.0) moves only the count
+                    lat_stats.count += 1
                 else:
                     now = process_xact(st, now, False)
                 tstatus = st.raw.transaction_status

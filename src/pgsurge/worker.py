@@ -228,6 +228,7 @@ def build_settings(spec: WorkerSpec, end_us: int) -> Settings:
         weights=tuple(s.weight for s in cfg.scripts),
         conninfo=cfg.conn.conninfo_items(),
         password=spec.password,
+        log=cfg.log,
     )
 
 
