@@ -76,7 +76,9 @@ class RunFigures:
 
     @property
     def cpu_us_per_tx(self) -> float:
-        return 1e6 * self.cpu_s / self.transactions if self.transactions else float("nan")
+        return (
+            1e6 * self.cpu_s / self.transactions if self.transactions else float("nan")
+        )
 
 
 @dataclass
