@@ -1,0 +1,207 @@
+"""The arithmetic behind bench/suite.py's verdicts: order, medians, ratios.
+
+bench/ is not a package, so its pure modules are loaded from their files.
+No server and no process is involved.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+stats = _load("_suite_stats")
+report = _load("_suite_report")
+
+PGBENCH_OUTPUT = """\
+pgbench (18.6)
+transaction type: <builtin: select only>
+scaling factor: 10
+query mode: prepared
+number of clients: 8
+number of threads: 2
+maximum number of tries: 1
+duration: 10 s
+number of transactions actually processed: 412345
+number of failed transactions: 0 (0.000%)
+latency average = 0.194 ms
+rate limit schedule lag: avg 0.041 (max 2.513) ms
+initial connection time = 12.345 ms
+tps = 41234.567890 (without initial connection time)
+"""
+
+
+def run(tool: str, tps: float, cpu_s: float, tx: int, **kw: object) -> object:
+    return stats.Run(
+        tool=tool,
+        pair=0,
+        position=0,
+        argv=(),
+        returncode=kw.pop("returncode", 0),
+        wall_s=10.0,
+        user_s=cpu_s,
+        sys_s=0.0,
+        tps=tps,
+        transactions=tx,
+        **kw,
+    )
+
+
+def test_parse_report_reads_pgbench_lines() -> None:
+    rep = stats.parse_report(PGBENCH_OUTPUT)
+    assert rep.tps == pytest.approx(41234.56789)
+    assert rep.transactions == 412345
+    assert rep.latency_ms == pytest.approx(0.194)
+    assert rep.lag_ms == pytest.approx(0.041)
+    assert rep.done_in_s is None
+
+
+def test_parse_report_init_and_missing_lines() -> None:
+    rep = stats.parse_report(
+        "creating tables...\ndone in 12.34 s (drop tables 0.00 s, ...).\n"
+    )
+    assert rep.done_in_s == pytest.approx(12.34)
+    assert rep.tps is None and rep.transactions is None and rep.lag_ms is None
+
+
+def test_abba_order_alternates_and_warmup_runs_ab() -> None:
+    orders = [stats.abba_order(i, "A", "B") for i in range(-1, 6)]
+    assert orders == [
+        ("A", "B"),  # warm-up
+        ("A", "B"),
+        ("B", "A"),
+        ("A", "B"),
+        ("B", "A"),
+        ("A", "B"),
+        ("B", "A"),
+    ]
+    # over an even number of counted pairs each tool runs first equally often
+    firsts = [stats.abba_order(i, "A", "B")[0] for i in range(6)]
+    assert firsts.count("A") == firsts.count("B") == 3
+
+
+def test_rotation_order() -> None:
+    v = ["x", "y", "z"]
+    assert stats.rotation_order(0, v) == v
+    assert stats.rotation_order(1, v) == ["z", "y", "x"]
+    assert stats.rotation_order(2, v) == v
+
+
+def test_median_ignores_nan_and_handles_even_counts() -> None:
+    assert stats.median([3.0, 1.0, 2.0]) == 2.0
+    assert stats.median([4.0, 1.0, 3.0, 2.0]) == 2.5
+    assert stats.median([math.nan, 5.0, 1.0]) == 3.0
+    assert math.isnan(stats.median([]))
+    assert stats.spread([0.9, math.nan, 1.1, 1.0]) == (0.9, 1.1)
+
+
+def test_cpu_per_transaction() -> None:
+    r = run("pgsurge", 1000.0, cpu_s=2.0, tx=100_000)
+    assert r.cpu_us_per_tx == pytest.approx(20.0)
+    assert math.isnan(stats.cpu_us_per_tx(1.0, 0))
+    assert math.isnan(stats.cpu_us_per_tx(1.0, None))
+
+
+def test_ratios_are_per_pair_medians_not_ratio_of_medians() -> None:
+    # the machine halves its speed in the second pair: per-pair ratios stay 0.9
+    pairs = [
+        (run("pgbench", 1000, 1.0, 10_000), run("pgsurge", 900, 1.2, 9_000)),
+        (run("pgbench", 500, 1.0, 5_000), run("pgsurge", 450, 1.2, 4_500)),
+        (run("pgbench", 800, 1.0, 8_000), run("pgsurge", 720, 1.2, 7_200)),
+    ]
+    s = stats.summarize_pairs(pairs)
+    assert s.tps.median == pytest.approx(0.9)
+    assert (s.tps.low, s.tps.high) == (pytest.approx(0.9), pytest.approx(0.9))
+    assert s.tps.n == 3
+    assert s.ref_tps == 800 and s.cand_tps == 720
+    # CPU/tx: pgbench 100, 200, 125 µs; pgsurge 133.3, 266.7, 166.7 µs
+    assert s.ref_cpu_us == pytest.approx(125.0)
+    assert s.cand_cpu_us == pytest.approx(1.2e6 / 7_200)
+    assert s.cpu.median == pytest.approx(1.2 / 0.9)
+    assert s.failed_runs == 0
+
+
+def test_failed_runs_are_left_out_and_counted() -> None:
+    pairs = [
+        (run("pgbench", 1000, 1.0, 10_000), run("pgsurge", 1100, 1.0, 11_000)),
+        (run("pgbench", 1000, 1.0, 10_000), run("pgsurge", 0, 0.1, 0, returncode=2)),
+        (run("pgbench", 1000, 1.0, 10_000), run("pgsurge", 900, 1.0, 9_000)),
+    ]
+    s = stats.summarize_pairs(pairs)
+    assert s.tps.n == 2
+    assert s.tps.median == pytest.approx(1.0)
+    assert (s.tps.low, s.tps.high) == (pytest.approx(0.9), pytest.approx(1.1))
+    assert s.failed_runs == 1
+
+
+def test_latency_and_lag_ratios() -> None:
+    pairs = [
+        (
+            run("pgbench", 2000, 1, 20_000, latency_ms=2.0, lag_ms=0.10),
+            run("pgsurge", 2000, 1, 20_000, latency_ms=2.1, lag_ms=0.12),
+        ),
+    ]
+    s = stats.summarize_pairs(pairs)
+    assert s.latency.median == pytest.approx(1.05)
+    assert s.lag.median == pytest.approx(1.2)
+    assert stats.within(s.latency.median, 1.0, 0.10) is True
+    assert stats.within(s.lag.median, 1.0, 0.10) is False
+    assert stats.within(math.nan, 1.0, 0.10) is None
+    assert stats.within(1.1, 1.0, 0.10) is True  # the edge is inside
+
+
+def test_tps_verdict_uses_floor_and_aa_band() -> None:
+    rs = stats.RatioStats
+    aa = rs(median=1.0, low=0.95, high=1.06, n=6)
+    assert stats.tps_verdict(rs(0.99, 0.9, 1.1, 6), 0.97, aa) is True
+    assert stats.tps_verdict(rs(0.96, 0.9, 1.1, 6), 0.97, aa) is False
+    # above the floor but below what pgbench vs pgbench ever showed
+    narrow = rs(median=1.0, low=0.99, high=1.01, n=6)
+    assert stats.tps_verdict(rs(0.98, 0.9, 1.1, 6), 0.97, narrow) is False
+    # faster than the band is fine
+    assert stats.tps_verdict(rs(1.2, 1.1, 1.3, 6), 0.97, aa) is True
+    assert stats.tps_verdict(rs(0.98, 0.9, 1.1, 6), 0.97, None) is True
+    assert stats.tps_verdict(rs(math.nan, math.nan, math.nan, 0), 0.97, aa) is None
+
+
+def test_ratio_and_verdict_text() -> None:
+    assert stats.ratio(3.0, 2.0) == 1.5
+    assert math.isnan(stats.ratio(None, 2.0))
+    assert math.isnan(stats.ratio(1.0, 0.0))
+    assert stats.at_most(1.3, 1.3) is True
+    assert stats.at_most(1.31, 1.3) is False
+    assert stats.verdict_text(("cpu", True), ("tps", True)) == "yes"
+    assert stats.verdict_text(("cpu", False), ("tps", None)) == "no (cpu)"
+    assert stats.verdict_text(("cpu", True), ("tps", None)) == "? (tps)"
+
+
+def test_tables_render_the_same_rows() -> None:
+    rows = [
+        report.Row(("select-only", "0.981", "0.95–1.02", "x")),
+        report.Row(("tpcb-like", "–", "–", "y")),
+    ]
+    header = ("case", "tps", "range", "note")
+    md = report.markdown_table(header, rows).splitlines()
+    assert md[0] == "| case | tps | range | note |"
+    assert md[1] == "|---|---:|---:|---|"
+    assert md[2] == "| select-only | 0.981 | 0.95–1.02 | x |"
+    text = report.text_table(header, rows).splitlines()
+    assert len(text) == 4 and text[0].startswith("case")
+    assert text[3].split() == ["tpcb-like", "–", "–", "y"]
+    assert report.fmt(math.nan) == "–" and report.fmt(1.23456, 3) == "1.235"
