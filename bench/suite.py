@@ -178,7 +178,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     )
     ap.add_argument("--quick", action="store_true", help="short smoke version")
     ap.add_argument("--cases", help="comma-separated case names (default: all)")
-    ap.add_argument("--pairs", type=int, help="counted pairs per case (default 7)")
+    ap.add_argument("--pairs", type=int, help="counted pairs per case after the warm-up pair (default 6)")
     ap.add_argument("--duration", type=int, help="-T of run cases (default 10)")
     ap.add_argument("--scale", type=int, default=10, help="scale of run cases")
     ap.add_argument("--init-scale", type=int, help="scale of init timing (50)")
@@ -206,7 +206,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
 
     return Options(
         cases=names,
-        pairs=pick(o.pairs, 7, 2),
+        pairs=pick(o.pairs, 6, 2),
         duration=pick(o.duration, 10, 3),
         scale=o.scale,
         init_scale=pick(o.init_scale, 50, 10),
