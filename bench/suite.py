@@ -178,7 +178,11 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     )
     ap.add_argument("--quick", action="store_true", help="short smoke version")
     ap.add_argument("--cases", help="comma-separated case names (default: all)")
-    ap.add_argument("--pairs", type=int, help="counted pairs per case after the warm-up pair (default 6)")
+    ap.add_argument(
+        "--pairs",
+        type=int,
+        help="counted pairs per case after the warm-up pair (default 6)",
+    )
     ap.add_argument("--duration", type=int, help="-T of run cases (default 10)")
     ap.add_argument("--scale", type=int, default=10, help="scale of run cases")
     ap.add_argument("--init-scale", type=int, help="scale of init timing (50)")
@@ -577,7 +581,9 @@ def environment(suite: Suite) -> dict[str, Any]:
         "loadavg_start": os.getloadavg(),
         "python": sys.version,
         "git_commit": out(["git", "rev-parse", "HEAD"]),
-        "git_dirty": bool(out(["git", "status", "--porcelain", "--", "../src"])),
+        "git_dirty_src": out(
+            ["git", "status", "--porcelain", "--", "../src"]
+        ).splitlines(),
         "pgsurge": suite.pgsurge,
         "pgbench": str(suite.bindir / "pgbench"),
         "pgbench_version": out([str(suite.bindir / "pgbench"), "--version"]),
