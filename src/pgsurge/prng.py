@@ -8,11 +8,18 @@ delays, log sampling), all derived from one base state seeded with
 ``--random-seed``. Reproducing pgbench's runs needs the same algorithm,
 the same conversions (doubles from the top 52 bits, Box-Muller normals,
 bitmask rejection for ranges) and the same order of derivation; this
-module has all three. It is pure and has no dependency.
+module has all three.
 
-Python integers are unbounded, so every uint64 result is masked; the hot
-methods bind attributes to locals and fold the masks where the arithmetic
-allows it. The output ``rotl(s0 * 5, 7) * 9`` is computed as
+:class:`PgPrng` is the compiled state of the optional C extension
+``pgsurge._speedups`` when it is built (a draw costs ~40 ns there instead of
+~350 ns), else :class:`PurePgPrng`, the pure-Python reference the extension
+is tested against. Both return the same numbers for every call; setting
+``PGSURGE_PURE=1`` in the environment forces the pure code (for tests and
+comparisons). :data:`speedups` is the loaded extension module, or None.
+
+In the pure code, Python integers are unbounded, so every uint64 result is
+masked; the hot methods bind attributes to locals and fold the masks where
+the arithmetic allows it. The output ``rotl(s0 * 5, 7) * 9`` is computed as
 ``s0 * 5760 + top7(s0 * 5) * 9`` modulo 2**64: the rotation's two parts
 occupy disjoint bits, so OR is addition, and a product's bits above 64
 never reach its low 64 bits. Each big-int operation costs ~20 ns in
@@ -25,16 +32,40 @@ import math
 import os
 import time
 from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 __all__ = [
     "PgPrng",
+    "PurePgPrng",
     "SeedPlan",
     "ThreadStreams",
     "derive_streams",
     "parse_seed_option",
     "resolve_seed",
+    "speedups",
     "to_int64",
 ]
+
+#: the interface version of pgsurge._speedups this code expects; a build of
+#: another version (a stale .so) is ignored
+SPEEDUPS_API = 1
+
+
+def _load_speedups() -> ModuleType | None:
+    """The C extension, unless it is missing, stale or PGSURGE_PURE is set."""
+    if os.environ.get("PGSURGE_PURE", "") not in ("", "0"):
+        return None
+    try:
+        from pgsurge import _speedups
+    except ImportError:
+        return None
+    if getattr(_speedups, "API_VERSION", None) != SPEEDUPS_API:
+        return None
+    return _speedups
+
+
+speedups = _load_speedups()
 
 _M64 = 0xFFFF_FFFF_FFFF_FFFF
 _SIGN = 1 << 63
@@ -66,7 +97,7 @@ def _splitmix64(state: int) -> tuple[int, int]:
     return state, z ^ (z >> 31)
 
 
-class PgPrng:
+class PurePgPrng:
     """One pg_prng state: xoroshiro128** with pg_prng's derived draws.
 
     ``s0``/``s1`` are the two uint64 words. States are cheap, mutable and
@@ -94,7 +125,7 @@ class PgPrng:
         self.s1 = s1
 
     @classmethod
-    def from_words(cls, s0: int, s1: int) -> PgPrng:
+    def from_words(cls, s0: int, s1: int) -> PurePgPrng:
         """A state with these exact words (the all-zero fix applies)."""
         rng = cls.__new__(cls)
         rng.setstate((s0, s1))
@@ -110,14 +141,14 @@ class PgPrng:
         self.s0 = s0
         self.s1 = s1
 
-    def copy(self) -> PgPrng:
-        rng = PgPrng.__new__(PgPrng)
+    def copy(self) -> PurePgPrng:
+        rng = PurePgPrng.__new__(PurePgPrng)
         rng.s0 = self.s0
         rng.s1 = self.s1
         return rng
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, PgPrng):
+        if not isinstance(other, PurePgPrng):
             return NotImplemented
         return self.s0 == other.s0 and self.s1 == other.s1
 
@@ -218,6 +249,13 @@ class PgPrng:
         u1 = 1.0 - self.double()
         u2 = 1.0 - self.double()
         return _sqrt(-2.0 * _log(u1)) * _sin(_TWO_PI * u2)
+
+
+if TYPE_CHECKING:
+    # one static type for both: the compiled class has the same interface
+    PgPrng = PurePgPrng
+else:
+    PgPrng = PurePgPrng if speedups is None else speedups.PgPrng
 
 
 # --------------------------------------------------------------------------

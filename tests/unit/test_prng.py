@@ -3,23 +3,48 @@
 The numbers marked "pgbench 18.6" were printed by the reference binary
 (``debug()`` in a script, ``-n -t N --random-seed=S``); the server tests
 (tests/server/test_eval_diff.py) re-derive such values on every run.
+
+The generator tests run on both implementations: the pure-Python
+``PurePgPrng`` and, when it is built, the compiled ``pgsurge._speedups``
+one (tests/unit/test_speedups.py compares the two directly).
 """
 
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import pytest
 
 from pgsurge.prng import (
     PgPrng,
+    PurePgPrng,
     derive_streams,
     parse_seed_option,
     resolve_seed,
     to_int64,
 )
 
+try:
+    from pgsurge._speedups import PgPrng as CPgPrng
+except ImportError:  # not built: tests/unit/test_speedups.py says whether it must be
+    CPgPrng = None
+
 M64 = (1 << 64) - 1
+
+IMPLS = [
+    pytest.param(PurePgPrng, id="pure"),
+    pytest.param(
+        CPgPrng,
+        id="compiled",
+        marks=pytest.mark.skipif(CPgPrng is None, reason="_speedups not built"),
+    ),
+]
+
+
+@pytest.fixture(params=IMPLS)
+def Prng(request: pytest.FixtureRequest) -> Any:
+    return request.param
 
 
 # A plain, unoptimized transcription of xoroshiro128** and splitmix64, to
@@ -49,27 +74,27 @@ def _ref_seed(seed: int) -> list[int]:
     return out
 
 
-def test_splitmix64_seeding_known_vector() -> None:
+def test_splitmix64_seeding_known_vector(Prng: Any) -> None:
     # splitmix64's published first outputs for seed 0
-    assert PgPrng(0).getstate() == (0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4)
+    assert Prng(0).getstate() == (0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 42, 2**63, M64, 0xDEADBEEF])
-def test_uint64_matches_reference(seed: int) -> None:
+def test_uint64_matches_reference(Prng: Any, seed: int) -> None:
     ref = _ref_seed(seed)
-    rng = PgPrng(seed)
+    rng = Prng(seed)
     assert list(rng.getstate()) == ref
     for _ in range(1000):
         assert rng.uint64() == _ref_next(ref)
 
 
-def test_first_output_from_small_state() -> None:
+def test_first_output_from_small_state(Prng: Any) -> None:
     # rotl(1 * 5, 7) * 9 = 5760
-    assert PgPrng.from_words(1, 2).uint64() == 5760
+    assert Prng.from_words(1, 2).uint64() == 5760
 
 
-def test_all_zero_state_is_replaced() -> None:
-    rng = PgPrng.from_words(0, 0)
+def test_all_zero_state_is_replaced(Prng: Any) -> None:
+    rng = Prng.from_words(0, 0)
     assert rng.getstate() == (0x5851F42D4C957F2D, 0x14057B7EF767814F)
     assert rng.uint64() != 0
 
@@ -78,8 +103,8 @@ def test_all_zero_state_is_replaced() -> None:
     ("rmin", "rmax"),
     [(0, 1), (0, 2), (5, 104), (0, 2**32), (1, 2**63 - 1), (0, M64), (3, 2**40 + 7)],
 )
-def test_uint64_range_is_bitmask_rejection(rmin: int, rmax: int) -> None:
-    rng = PgPrng(99)
+def test_uint64_range_is_bitmask_rejection(Prng: Any, rmin: int, rmax: int) -> None:
+    rng = Prng(99)
     ref = list(rng.getstate())
     span = rmax - rmin
     shift = 63 - (span.bit_length() - 1)
@@ -91,8 +116,8 @@ def test_uint64_range_is_bitmask_rejection(rmin: int, rmax: int) -> None:
         assert rng.uint64_range(rmin, rmax) == rmin + v
 
 
-def test_empty_range_does_not_draw() -> None:
-    rng = PgPrng(7)
+def test_empty_range_does_not_draw(Prng: Any) -> None:
+    rng = Prng(7)
     before = rng.getstate()
     assert rng.uint64_range(10, 10) == 10
     assert rng.uint64_range(10, 3) == 10
@@ -100,8 +125,8 @@ def test_empty_range_does_not_draw() -> None:
     assert rng.getstate() == before
 
 
-def test_int64_range_bounds_and_negative_values() -> None:
-    rng = PgPrng(3)
+def test_int64_range_bounds_and_negative_values(Prng: Any) -> None:
+    rng = Prng(3)
     seen = {rng.int64_range(-3, 3) for _ in range(500)}
     assert seen == set(range(-3, 4))
     lo = -(2**63)
@@ -109,8 +134,8 @@ def test_int64_range_bounds_and_negative_values() -> None:
         assert lo <= rng.int64_range(lo, -2) <= -2
 
 
-def test_double_uses_top_52_bits() -> None:
-    rng = PgPrng(11)
+def test_double_uses_top_52_bits(Prng: Any) -> None:
+    rng = Prng(11)
     ref = list(rng.getstate())
     for _ in range(500):
         d = rng.double()
@@ -118,18 +143,18 @@ def test_double_uses_top_52_bits() -> None:
         assert 0.0 <= d < 1.0
 
 
-def test_derived_draws() -> None:
-    rng = PgPrng(5)
+def test_derived_draws(Prng: Any) -> None:
+    rng = Prng(5)
     ref = list(rng.getstate())
     assert rng.uint32() == _ref_next(ref) >> 32
     assert rng.int64() == to_int64(_ref_next(ref))
     assert rng.bool() == bool(_ref_next(ref) >> 63)
 
 
-def test_double_normal_is_box_muller() -> None:
+def test_double_normal_is_box_muller(Prng: Any) -> None:
     import math
 
-    a, b = PgPrng(8), PgPrng(8)
+    a, b = Prng(8), Prng(8)
     for _ in range(200):
         u1 = 1.0 - b.double()
         u2 = 1.0 - b.double()
@@ -137,8 +162,8 @@ def test_double_normal_is_box_muller() -> None:
         assert a.double_normal() == expected
 
 
-def test_state_save_restore_copy_and_pickle() -> None:
-    rng = PgPrng(1)
+def test_state_save_restore_copy_and_pickle(Prng: Any) -> None:
+    rng = Prng(1)
     rng.uint64()
     saved = rng.getstate()
     first = [rng.uint64() for _ in range(5)]

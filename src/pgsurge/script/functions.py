@@ -13,7 +13,10 @@ functions draw from the client's :class:`~pgsurge.prng.PgPrng` exactly as
 ``getrand``/``getExponentialRand``/``getGaussianRand``/``getZipfianRand``
 do; ``hash_murmur2`` is one 64-bit block of MurmurHash64A; ``hash_fnv1a``
 is FNV-1a over the value's 8 bytes; ``permute`` is pgbench's 6-round
-bijection. Math functions follow C's libm on domain and range errors
+bijection. The three hashing functions have compiled twins in the
+optional extension ``pgsurge._speedups``, used when it is built (see
+:mod:`pgsurge.prng`); the ``pure_*`` versions here are the reference. Math
+functions follow C's libm on domain and range errors
 (``ln(0)`` is -Infinity, ``sqrt(-1)`` is NaN) where Python's ``math``
 would raise.
 """
@@ -27,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pgsurge.errors import EvalError
-from pgsurge.prng import PgPrng
+from pgsurge.prng import PgPrng, PurePgPrng, speedups
 from pgsurge.script import values as V
 from pgsurge.script.ast import Value
 
@@ -39,6 +42,9 @@ __all__ = [
     "hash_fnv1a",
     "hash_murmur2",
     "permute",
+    "pure_hash_fnv1a",
+    "pure_hash_murmur2",
+    "pure_permute",
 ]
 
 INT64_MIN = V.INT64_MIN
@@ -64,7 +70,7 @@ _MM2_ROT = 47
 # Hashing and permutation
 
 
-def hash_fnv1a(val: int, seed: int) -> int:
+def pure_hash_fnv1a(val: int, seed: int) -> int:
     """FNV-1a over the 8 bytes of ``val``, least significant first; the
     offset basis is XORed with the seed."""
     h = _FNV_OFFSET_BASIS ^ (seed & _M64)
@@ -75,7 +81,7 @@ def hash_fnv1a(val: int, seed: int) -> int:
     return h - _TWO64 if h & _SIGN else h
 
 
-def hash_murmur2(val: int, seed: int) -> int:
+def pure_hash_murmur2(val: int, seed: int) -> int:
     """MurmurHash64A of one 8-byte block, from ``seed ^ (mul * 8)``."""
     h = (seed & _M64) ^ _MM2_MUL_TIMES_8
     k = ((val & _M64) * _MM2_MUL) & _M64
@@ -88,7 +94,7 @@ def hash_murmur2(val: int, seed: int) -> int:
     return h - _TWO64 if h & _SIGN else h
 
 
-def permute(val: int, isize: int, seed: int) -> int:
+def pure_permute(val: int, isize: int, seed: int) -> int:
     """pgbench's pseudorandom permutation of ``[0, isize)`` (``isize > 0``).
 
     A private state seeded with ``seed``; ``val`` reduced modulo the size
@@ -103,7 +109,7 @@ def permute(val: int, isize: int, seed: int) -> int:
     """
     if isize < 2:
         return 0
-    s0, s1 = PgPrng(seed).getstate()
+    s0, s1 = PurePgPrng(seed).getstate()
     M = _M64
     size = isize
     v = (val & M) % size
@@ -149,6 +155,18 @@ def permute(val: int, isize: int, seed: int) -> int:
                 break
         v = (v + r) % size
     return v
+
+
+# The compiled twins (pgsurge._speedups) when built: same results, ~10-100x
+# less CPU. ``permute``'s compiled form takes ``isize`` as an int64, which
+# is all the evaluator passes.
+hash_fnv1a: Callable[[int, int], int] = pure_hash_fnv1a
+hash_murmur2: Callable[[int, int], int] = pure_hash_murmur2
+permute: Callable[[int, int, int], int] = pure_permute
+if speedups is not None:
+    hash_fnv1a = speedups.hash_fnv1a
+    hash_murmur2 = speedups.hash_murmur2
+    permute = speedups.permute
 
 
 # --------------------------------------------------------------------------

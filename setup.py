@@ -1,0 +1,63 @@
+"""Build hook for pgsurge's one optional C extension, ``pgsurge._speedups``.
+
+Everything else about the package lives in pyproject.toml. The extension
+only makes the PRNG, hashes and ``permute()`` cheaper (see
+src/pgsurge/_speedups.c); pgsurge runs the same without it, in pure
+Python. So a failed build — no C compiler, no Python headers — must not
+fail the install: :class:`OptionalBuildExt` reports the failure and
+carries on. ``PGSURGE_NO_EXT=1`` skips the build altogether.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext that warns instead of failing when the compiler does."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:  # no compiler at all (DistutilsPlatformError, …)
+            self._skip(exc)
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:  # compile or link error
+            self._skip(exc)
+
+    @staticmethod
+    def _skip(exc: BaseException) -> None:
+        print(
+            f"WARNING: pgsurge's optional C extension was not built ({exc}); "
+            "pgsurge will use its pure-Python code paths (same results, more "
+            "CPU per transaction).",
+            file=sys.stderr,
+        )
+
+
+def _extensions() -> list[Extension]:
+    if os.environ.get("PGSURGE_NO_EXT", "") not in ("", "0"):
+        return []
+    args = []
+    if os.name == "posix":
+        # no fused multiply-add: the double draws must round exactly like
+        # the pure-Python code (and pgbench)
+        args = ["-ffp-contract=off"]
+    return [
+        Extension(
+            "pgsurge._speedups",
+            sources=["src/pgsurge/_speedups.c"],
+            extra_compile_args=args,
+            optional=True,
+        )
+    ]
+
+
+setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})
