@@ -677,6 +677,11 @@ def _paired_row(
     )
 
 
+def _with_range(r: RatioStats) -> str:
+    """The median ratio and, in parentheses, the per-pair range."""
+    return f"{fmt(r.median, 3)} ({fmt_range(r.low, r.high)})"
+
+
 def _accuracy_rows(name: str, tol: float, s: PairedSummary) -> list[Row]:
     band = f"ratio {1 - tol:.2f}–{1 + tol:.2f}"
     return [
@@ -685,7 +690,7 @@ def _accuracy_rows(name: str, tol: float, s: PairedSummary) -> list[Row]:
                 f"{name}: latency average (ms)",
                 fmt(s.cand_latency_ms, 3),
                 fmt(s.ref_latency_ms, 3),
-                fmt(s.latency.median, 3),
+                _with_range(s.latency),
                 band,
                 verdict_text(("lat", within(s.latency.median, 1.0, tol))),
             )
@@ -695,7 +700,7 @@ def _accuracy_rows(name: str, tol: float, s: PairedSummary) -> list[Row]:
                 f"{name}: schedule lag average (ms)",
                 fmt(s.cand_lag_ms, 3),
                 fmt(s.ref_lag_ms, 3),
-                fmt(s.lag.median, 3),
+                _with_range(s.lag),
                 band,
                 verdict_text(("lag", within(s.lag.median, 1.0, tol))),
             )
