@@ -44,6 +44,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _suite_cases import (
+    AA_CASE,
+    ALL_CASES,
+    C1000_CASE,
+    HELP_CASE,
+    INIT_CASE,
+    INIT_DB,
+    PAIRED_CASES,
+    PGBENCH,
+    PGSURGE,
+    RUN_DB,
+    PairedCase,
+)
 from _suite_proc import (
     Measured,
     SuiteServer,
@@ -51,104 +64,16 @@ from _suite_proc import (
     pgsurge_argv,
     run_measured,
 )
-from _suite_report import (
-    MAIN_HEADER,
-    OTHER_HEADER,
-    Row,
-    fmt,
-    fmt_range,
-    markdown_table,
-    text_table,
-)
+from _suite_report import fmt, render, summaries_of
 from _suite_stats import (
     PairedSummary,
-    RatioStats,
     Run,
     abba_order,
-    at_most,
     median,
     parse_report,
     ratio,
     rotation_order,
     summarize_pairs,
-    tps_verdict,
-    verdict_text,
-    within,
-)
-
-RUN_DB = "pgsurge_suite"
-INIT_DB = "pgsurge_suite_init"
-PGBENCH, PGSURGE = "pgbench", "pgsurge"
-#: the tps target of every paired case (issue 6)
-TPS_FLOOR = 0.97
-
-
-@dataclass(frozen=True, slots=True)
-class PairedCase:
-    """A run case: both tools, the same arguments, ABBA pairs."""
-
-    name: str
-    #: the arguments of both tools, without -T (the suite adds it)
-    args: tuple[str, ...]
-    env: tuple[tuple[str, str], ...] = ()
-    #: the CPU-per-transaction ratio target (None: no CPU target)
-    cpu_max: float | None = None
-    #: latency and lag averages within this relative tolerance of pgbench's
-    accuracy: float | None = None
-    clients: int = 8
-
-
-PAIRED_CASES: tuple[PairedCase, ...] = (
-    PairedCase(
-        "select-only-prepared",
-        ("-b", "select-only", "-M", "prepared", "-c", "8", "-j", "2"),
-        cpu_max=1.3,
-    ),
-    PairedCase(
-        "select-only-simple",
-        ("-b", "select-only", "-M", "simple", "-c", "8", "-j", "2"),
-        cpu_max=1.3,
-    ),
-    PairedCase(
-        "tpcb-like-prepared",
-        ("-b", "tpcb-like", "-M", "prepared", "-c", "8", "-j", "2"),
-        env=(("PGOPTIONS", "-c synchronous_commit=off"),),
-        cpu_max=1.3,
-    ),
-    PairedCase(
-        "select-only-prepared-256",
-        ("-b", "select-only", "-M", "prepared", "-c", "256", "-j", "2"),
-        cpu_max=1.0,
-        clients=256,
-    ),
-    # -R accuracy. pgbench itself cannot hold 2000 tps of tpcb-like with
-    # synchronous commit on a small machine (its schedule lag then measures
-    # the server's backlog, tens of ms), so the transaction case commits
-    # asynchronously like tpcb-like-prepared; the select-only case leaves
-    # the server mostly idle, so latency and lag show the client's own timing
-    PairedCase(
-        "rate-2000",
-        ("-b", "tpcb-like", "-R", "2000", "-c", "8", "-j", "2"),
-        env=(("PGOPTIONS", "-c synchronous_commit=off"),),
-        accuracy=0.10,
-    ),
-    PairedCase(
-        "rate-2000-select",
-        ("-b", "select-only", "-M", "prepared", "-R", "2000", "-c", "8", "-j", "2"),
-        accuracy=0.10,
-    ),
-)
-AA_CASE = "aa-control"
-C1000_CASE = "c1000-rss"
-INIT_CASE = "init"
-HELP_CASE = "help-startup"
-ALL_CASES = (
-    *(c.name for c in PAIRED_CASES[:1]),
-    AA_CASE,
-    *(c.name for c in PAIRED_CASES[1:]),
-    C1000_CASE,
-    INIT_CASE,
-    HELP_CASE,
 )
 
 
@@ -169,6 +94,7 @@ class Options:
     out: Path
     keep: bool
     quick: bool
+    report: Path | None
 
 
 def parse_options(argv: Sequence[str] | None = None) -> Options:
@@ -195,6 +121,12 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     ap.add_argument("--data-dir", type=Path, help="parent of the temporary cluster")
     ap.add_argument("--out", type=Path, help="directory of the JSON and .md output")
     ap.add_argument("--keep", action="store_true", help="keep server and databases")
+    ap.add_argument(
+        "--report",
+        type=Path,
+        metavar="JSON",
+        help="only print the tables of a saved run",
+    )
     o = ap.parse_args(argv)
     names = tuple(ALL_CASES)
     if o.cases:
@@ -224,6 +156,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         out=o.out or Path(__file__).resolve().parent / "results",
         keep=o.keep,
         quick=o.quick,
+        report=o.report,
     )
 
 
@@ -424,6 +357,7 @@ class Suite:
         self.results[INIT_CASE] = {
             "kind": "init",
             "scale": self.opts.init_scale,
+            "jobs": self.opts.init_jobs,
             "variants": {n: [*self.tool_argv(t), *a] for n, (t, a) in variants.items()},
             "summary": summary,
             "rounds": [{n: _run_dict(r) for n, r in rd.items()} for rd in rounds],
@@ -599,208 +533,12 @@ def _safe_setting(srv: SuiteServer, name: str) -> str:
         return "?"
 
 
-# -- the tables ------------------------------------------------------------------
-
-
-def build_rows(suite: Suite) -> tuple[list[Row], list[Row]]:
-    res = suite.results
-    aa: RatioStats | None = None
-    if res.get(AA_CASE, {}).get("kind") == "aa":
-        aa = suite.summaries[AA_CASE].tps
-    main: list[Row] = []
-    other: list[Row] = []
-    for name in ALL_CASES:
-        r = res.get(name)
-        if r is None:
-            continue
-        if r["kind"] == "skipped":
-            main.append(Row((name, *["–"] * 5, "", f"skipped: {r['reason']}")))
-            continue
-        if r["kind"] in ("paired", "aa"):
-            case = next((c for c in PAIRED_CASES if c.name == name), PAIRED_CASES[0])
-            s = suite.summaries[name]
-            main.append(_paired_row(name, case, s, aa, r["kind"] == "aa"))
-            if case.accuracy is not None and r["kind"] == "paired":
-                other += _accuracy_rows(name, case.accuracy, s)
-        elif r["kind"] == "memory":
-            other += _memory_rows(r)
-        elif r["kind"] == "init":
-            other += _init_rows(r, suite.opts.init_jobs)
-        elif r["kind"] == "help":
-            w = r["wall_median_s"]
-            other.append(
-                Row(
-                    (
-                        "`--help` start-up, median wall (s)",
-                        fmt(w[PGSURGE], 3),
-                        fmt(w[PGBENCH], 3),
-                        fmt(ratio(w[PGSURGE], w[PGBENCH])),
-                        "< 0.3 s",
-                        verdict_text(("time", at_most(w[PGSURGE], 0.3 - 1e-9))),
-                    )
-                )
-            )
-    return main, other
-
-
-def _paired_row(
-    name: str, case: PairedCase, s: PairedSummary, aa: RatioStats | None, is_aa: bool
-) -> Row:
-    if is_aa:
-        target, met = "noise band (A/A)", "–"
-        name = f"{AA_CASE} (pgbench/pgbench, {case.name})"
-    else:
-        checks: list[tuple[str, bool | None]] = []
-        parts = []
-        if case.cpu_max is not None:
-            parts.append(f"CPU ≤ {case.cpu_max}")
-            checks.append(("cpu", at_most(s.cpu.median, case.cpu_max)))
-        if case.accuracy is not None:
-            parts.append(f"lat & lag ±{case.accuracy:.0%}")
-            checks.append(("lat", within(s.latency.median, 1.0, case.accuracy)))
-            checks.append(("lag", within(s.lag.median, 1.0, case.accuracy)))
-        else:
-            parts.append(f"tps ≥ {TPS_FLOOR} & in A/A band")
-            checks.append(("tps", tps_verdict(s.tps, TPS_FLOOR, aa)))
-        target, met = "; ".join(parts), verdict_text(*checks)
-    return Row(
-        (
-            name,
-            fmt(s.tps.median, 3),
-            fmt_range(s.tps.low, s.tps.high, 3),
-            fmt(s.cand_cpu_us, 1),
-            fmt(s.ref_cpu_us, 1),
-            fmt(s.cpu.median, 3),
-            target,
-            met,
-        )
-    )
-
-
-def _with_range(r: RatioStats) -> str:
-    """The median ratio and, in parentheses, the per-pair range."""
-    return f"{fmt(r.median, 3)} ({fmt_range(r.low, r.high)})"
-
-
-def _accuracy_rows(name: str, tol: float, s: PairedSummary) -> list[Row]:
-    band = f"ratio {1 - tol:.2f}–{1 + tol:.2f}"
-    return [
-        Row(
-            (
-                f"{name}: latency average (ms)",
-                fmt(s.cand_latency_ms, 3),
-                fmt(s.ref_latency_ms, 3),
-                _with_range(s.latency),
-                band,
-                verdict_text(("lat", within(s.latency.median, 1.0, tol))),
-            )
-        ),
-        Row(
-            (
-                f"{name}: schedule lag average (ms)",
-                fmt(s.cand_lag_ms, 3),
-                fmt(s.ref_lag_ms, 3),
-                _with_range(s.lag),
-                band,
-                verdict_text(("lag", within(s.lag.median, 1.0, tol))),
-            )
-        ),
-    ]
-
-
-def _memory_rows(r: dict[str, Any]) -> list[Row]:
-    n = r["clients"]
-    runs = {x["tool"]: x for x in r["runs"]}
-    cand, ref = runs.get(PGSURGE, {}), runs.get(PGBENCH, {})
-
-    def per_client(x: dict[str, Any], key: str) -> float | None:
-        v = x.get(key)
-        return v / n if v else None
-
-    rows = [
-        Row(
-            (
-                f"-c {n} -j 2 `SELECT 1`: tps",
-                fmt(cand.get("tps"), 0),
-                fmt(ref.get("tps"), 0),
-                fmt(ratio(cand.get("tps"), ref.get("tps"))),
-                "–",
-                "–",
-            )
-        )
-    ]
-    for key, label in (("peak_rss_kib", "RSS"), ("peak_pss_kib", "PSS")):
-        c, p = per_client(cand, key), per_client(ref, key)
-        runs_ok = cand.get("returncode") == 0 and cand.get("error") is None
-        rows.append(
-            Row(
-                (
-                    f"-c {n} -j 2 peak {label} per client (KiB)",
-                    fmt(c, 1),
-                    fmt(p, 1),
-                    fmt(ratio(c, p)),
-                    "runs; reported",
-                    "yes" if runs_ok else f"no (exit {cand.get('returncode')})",
-                )
-            )
-        )
-    return rows
-
-
-def _init_rows(r: dict[str, Any], jobs: int) -> list[Row]:
-    summ = r["summary"]
-    base = summ[PGBENCH]["wall_median_s"]
-    rows = []
-    for name, s in summ.items():
-        if name == PGBENCH:
-            continue
-        with_jobs = "--init-jobs" in name
-        target = "≤ 0.7" if with_jobs else "–"
-        met = (
-            verdict_text(("wall", at_most(s["wall_ratio_median"], 0.7)))
-            if with_jobs
-            else "–"
-        )
-        label = f"`-i -s {r['scale']}`" + (
-            f" `--init-jobs {jobs}`" if with_jobs else ""
-        )
-        rows.append(
-            Row(
-                (
-                    f"{label} wall, median (s)",
-                    fmt(s["wall_median_s"]),
-                    fmt(base),
-                    fmt(s["wall_ratio_median"]),
-                    target,
-                    met,
-                )
-            )
-        )
-    return rows
-
-
-def report(suite: Suite) -> str:
-    main, other = build_rows(suite)
-    md = []
-    if main:
-        md.append(markdown_table(MAIN_HEADER, main))
-    if other:
-        md.append(markdown_table(OTHER_HEADER, other))
-    print()
-    if main:
-        print(text_table(MAIN_HEADER, main))
-        print()
-    if other:
-        print(text_table(OTHER_HEADER, other))
-        print()
-    print("Markdown:\n")
-    text = "\n\n".join(md)
-    print(text)
-    return text
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     opts = parse_options(argv)
+    if opts.report is not None:
+        doc = json.loads(opts.report.read_text())
+        render(doc["results"], summaries_of(doc["results"]))
+        return 0
     opts.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     json_path = opts.out / f"suite-{stamp}.json"
@@ -810,7 +548,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             suite.run()
         finally:
-            md = report(suite)
+            md = render(suite.results, suite.summaries)
             json_path.with_suffix(".md").write_text(md + "\n")
             print(f"\nraw runs: {json_path}")
     return 0

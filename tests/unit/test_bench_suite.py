@@ -26,7 +26,9 @@ def _load(name: str) -> ModuleType:
     return module
 
 
+# in dependency order: each module imports the previous ones by name
 stats = _load("_suite_stats")
+cases = _load("_suite_cases")
 report = _load("_suite_report")
 
 PGBENCH_OUTPUT = """\
@@ -205,3 +207,62 @@ def test_tables_render_the_same_rows() -> None:
     assert len(text) == 4 and text[0].startswith("case")
     assert text[3].split() == ["tpcb-like", "–", "–", "y"]
     assert report.fmt(math.nan) == "–" and report.fmt(1.23456, 3) == "1.235"
+
+
+def _doc_run(tool: str, pair: int, tps: float, cpu_s: float) -> dict[str, object]:
+    return {
+        "tool": tool,
+        "pair": pair,
+        "position": 0,
+        "argv": ["x"],
+        "returncode": 0,
+        "wall_s": 10.0,
+        "user_s": cpu_s,
+        "sys_s": 0.0,
+        "tps": tps,
+        "transactions": int(tps * 10),
+        "cpu_us_per_tx": 1e6 * cpu_s / (tps * 10),  # derived; ignored on load
+    }
+
+
+def test_rows_from_a_saved_document() -> None:
+    """--report path: raw runs -> summaries -> rows with verdicts."""
+
+    def pairs(ratios: list[tuple[float, float]]) -> list[list[dict[str, object]]]:
+        return [
+            [_doc_run("pgbench", i, 1000.0, 1.0), _doc_run("pgsurge", i, 1000 * t, c)]
+            for i, (t, c) in enumerate(ratios)
+        ]
+
+    results = {
+        "select-only-prepared": {
+            "kind": "paired",
+            "pairs": pairs([(0.99, 1.2), (1.01, 1.2), (0.98, 1.1)]),
+        },
+        "aa-control": {
+            "kind": "aa",
+            "pairs": pairs([(0.95, 1.0), (1.05, 1.0), (1.0, 1.0)]),
+        },
+        "select-only-prepared-256": {
+            "kind": "paired",
+            "pairs": pairs([(0.99, 1.2), (1.0, 1.2)]),
+        },
+        "help-startup": {
+            "kind": "help",
+            "wall_median_s": {"pgsurge": 0.12, "pgbench": 0.01},
+        },
+    }
+    summaries = report.summaries_of(results)
+    assert summaries["aa-control"].tps.low == pytest.approx(0.95)
+    main, other = report.build_rows(results, summaries)
+    by_case = {r.cells[0].split()[0]: r.cells for r in main}
+    sel = by_case["select-only-prepared"]
+    assert sel[1] == "0.990" and sel[2] == "0.980–1.010"
+    # CPU/tx 1.2/9.9 vs 1.0/10 per pair -> ratios 1.212, 1.188, 1.122
+    assert sel[5] == "1.188"
+    assert sel[-1] == "yes"
+    # 256 clients: CPU target 1.0 -> missed
+    assert by_case["select-only-prepared-256"][-1] == "no (cpu)"
+    assert by_case["aa-control"][-1] == "–"
+    assert other[0].cells[1] == "0.120" and other[0].cells[-1] == "yes"
+    assert cases.PAIRED_CASES[0].name == "select-only-prepared"

@@ -1,0 +1,84 @@
+"""The cases of bench/suite.py: names, arguments and targets (issue 6).
+
+Data, not code: the runner iterates over these and the report reads the
+targets from them, so a case is added or changed here only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RUN_DB = "pgsurge_suite"
+INIT_DB = "pgsurge_suite_init"
+PGBENCH, PGSURGE = "pgbench", "pgsurge"
+#: the tps target of every paired case (issue 6)
+TPS_FLOOR = 0.97
+
+
+@dataclass(frozen=True, slots=True)
+class PairedCase:
+    """A run case: both tools, the same arguments, ABBA pairs."""
+
+    name: str
+    #: the arguments of both tools, without -T (the suite adds it)
+    args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+    #: the CPU-per-transaction ratio target (None: no CPU target)
+    cpu_max: float | None = None
+    #: latency and lag averages within this relative tolerance of pgbench's
+    accuracy: float | None = None
+    clients: int = 8
+
+
+PAIRED_CASES: tuple[PairedCase, ...] = (
+    PairedCase(
+        "select-only-prepared",
+        ("-b", "select-only", "-M", "prepared", "-c", "8", "-j", "2"),
+        cpu_max=1.3,
+    ),
+    PairedCase(
+        "select-only-simple",
+        ("-b", "select-only", "-M", "simple", "-c", "8", "-j", "2"),
+        cpu_max=1.3,
+    ),
+    PairedCase(
+        "tpcb-like-prepared",
+        ("-b", "tpcb-like", "-M", "prepared", "-c", "8", "-j", "2"),
+        env=(("PGOPTIONS", "-c synchronous_commit=off"),),
+        cpu_max=1.3,
+    ),
+    PairedCase(
+        "select-only-prepared-256",
+        ("-b", "select-only", "-M", "prepared", "-c", "256", "-j", "2"),
+        cpu_max=1.0,
+        clients=256,
+    ),
+    # -R accuracy. pgbench itself cannot hold 2000 tps of tpcb-like with
+    # synchronous commit on a small machine (its schedule lag then measures
+    # the server's backlog, tens of ms), so the transaction case commits
+    # asynchronously like tpcb-like-prepared; the select-only case leaves
+    # the server mostly idle, so latency and lag show the client's own timing
+    PairedCase(
+        "rate-2000",
+        ("-b", "tpcb-like", "-R", "2000", "-c", "8", "-j", "2"),
+        env=(("PGOPTIONS", "-c synchronous_commit=off"),),
+        accuracy=0.10,
+    ),
+    PairedCase(
+        "rate-2000-select",
+        ("-b", "select-only", "-M", "prepared", "-R", "2000", "-c", "8", "-j", "2"),
+        accuracy=0.10,
+    ),
+)
+AA_CASE = "aa-control"
+C1000_CASE = "c1000-rss"
+INIT_CASE = "init"
+HELP_CASE = "help-startup"
+ALL_CASES = (
+    *(c.name for c in PAIRED_CASES[:1]),
+    AA_CASE,
+    *(c.name for c in PAIRED_CASES[1:]),
+    C1000_CASE,
+    INIT_CASE,
+    HELP_CASE,
+)
