@@ -53,6 +53,35 @@ def pgsurge_argv() -> list[str]:
     return [sys.executable, "-m", "pgsurge"]
 
 
+def snapshot_source(repo: Path, dest: Path) -> str:
+    """Extract the committed ``src/`` of ``repo`` at HEAD into ``dest``.
+
+    Measuring a snapshot keeps a long suite from picking up edits made to a
+    shared working tree while it runs. Compiled extension modules of the
+    working tree (build products git does not track) are copied beside
+    their committed sources. Returns the commit measured.
+    """
+
+    def git(*args: str) -> bytes:
+        return subprocess.run(
+            ["git", *args], cwd=repo, check=True, capture_output=True
+        ).stdout
+
+    commit = git("rev-parse", "HEAD").decode().strip()
+    with tempfile.TemporaryFile() as tar:
+        tar.write(git("archive", "--format=tar", commit, "src"))
+        tar.seek(0)
+        import tarfile
+
+        with tarfile.open(fileobj=tar) as tf:
+            tf.extractall(dest, filter="data")
+    for built in (repo / "src").rglob("*.so"):
+        rel = built.relative_to(repo)
+        if (dest / rel).parent.is_dir():
+            shutil.copy2(built, dest / rel)
+    return commit
+
+
 # -- one measured child ------------------------------------------------------------
 
 

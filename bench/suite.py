@@ -29,10 +29,12 @@ raw run (``--out``, default bench/results/suite-<timestamp>.json).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -63,6 +65,7 @@ from _suite_proc import (
     pg_bindir,
     pgsurge_argv,
     run_measured,
+    snapshot_source,
 )
 from _suite_report import fmt, render, summaries_of
 from _suite_stats import (
@@ -95,6 +98,8 @@ class Options:
     keep: bool
     quick: bool
     report: Path | None
+    snapshot: bool
+    pgsurge: str | None
 
 
 def parse_options(argv: Sequence[str] | None = None) -> Options:
@@ -121,6 +126,13 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     ap.add_argument("--data-dir", type=Path, help="parent of the temporary cluster")
     ap.add_argument("--out", type=Path, help="directory of the JSON and .md output")
     ap.add_argument("--keep", action="store_true", help="keep server and databases")
+    ap.add_argument(
+        "--snapshot",
+        action="store_true",
+        help="measure the committed HEAD of this repository's src/ (a copy), "
+        "not the live working tree",
+    )
+    ap.add_argument("--pgsurge", metavar="CMD", help="command that starts pgsurge")
     ap.add_argument(
         "--report",
         type=Path,
@@ -157,6 +169,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         keep=o.keep,
         quick=o.quick,
         report=o.report,
+        snapshot=o.snapshot,
+        pgsurge=o.pgsurge,
     )
 
 
@@ -171,9 +185,13 @@ class Suite:
         self.server = server
         self.json_path = json_path
         self.bindir = pg_bindir()
-        self.pgsurge = pgsurge_argv()
+        self.pgsurge = shlex.split(opts.pgsurge) if opts.pgsurge else pgsurge_argv()
+        #: the commit measured when --snapshot was given
+        self.snapshot_commit: str | None = None
         self.results: dict[str, dict[str, Any]] = {}
         self.summaries: dict[str, PairedSummary] = {}
+        #: the uncounted warm-up pair of the latest paired case (kept in the JSON)
+        self._warmup: tuple[Run, ...] = ()
         self.meta: dict[str, Any] = {}
         self.run_dsn = ""
 
@@ -232,6 +250,8 @@ class Suite:
                     print(f"    {r.tool} failed: {r.error}", flush=True)
             if i >= 0:
                 pairs.append((ra, rb))
+            else:
+                self._warmup = (ra, rb)
         return pairs
 
     def run_paired(self, case: PairedCase) -> None:
@@ -270,6 +290,7 @@ class Suite:
             "env": dict(env),
             "summary": dataclasses.asdict(summary),
             "pairs": [[_run_dict(r), _run_dict(c)] for r, c in pairs],
+            "warmup": [_run_dict(r) for r in self._warmup],
         }
         self.save()
 
@@ -515,6 +536,8 @@ def environment(suite: Suite) -> dict[str, Any]:
         "loadavg_start": os.getloadavg(),
         "python": sys.version,
         "git_commit": out(["git", "rev-parse", "HEAD"]),
+        "snapshot_of": suite.snapshot_commit,
+        "pythonpath": os.environ.get("PYTHONPATH"),
         "git_dirty_src": out(
             ["git", "status", "--porcelain", "--", "../src"]
         ).splitlines(),
@@ -542,8 +565,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     json_path = opts.out / f"suite-{stamp}.json"
-    with SuiteServer(opts.dsn, opts.data_dir, opts.keep) as server:
+    with contextlib.ExitStack() as stack:
+        snapshot_commit = None
+        if opts.snapshot:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            repo = Path(__file__).resolve().parent.parent
+            snapshot_commit = snapshot_source(repo, tmp)
+            # children import pgsurge from the copy: PYTHONPATH precedes
+            # the editable install's path (pgbench ignores the variable)
+            old = os.environ.get("PYTHONPATH")
+            os.environ["PYTHONPATH"] = str(tmp / "src") + (f":{old}" if old else "")
+            print(f"measuring a snapshot of {snapshot_commit[:12]} in {tmp}")
+        server = stack.enter_context(SuiteServer(opts.dsn, opts.data_dir, opts.keep))
         suite = Suite(opts, server, json_path)
+        suite.snapshot_commit = snapshot_commit
         suite.prepare()
         try:
             suite.run()
