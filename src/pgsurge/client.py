@@ -77,7 +77,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pgsurge import pgconn
 from pgsurge.errors import PROG, EvalError
@@ -87,6 +87,9 @@ from pgsurge.script.evaluate import EvalContext
 from pgsurge.script.values import to_text, truth
 from pgsurge.stats.results import CommandStats, FailureKind, StatsData
 from pgsurge.throttle import is_late, poisson_delay
+
+if TYPE_CHECKING:
+    from pgsurge.stats.series import WorkerRecorder
 
 __all__ = [
     "Client",
@@ -254,6 +257,8 @@ class Op:
     argv: tuple[str, ...] = ()
     #: \startpipeline under -M prepared: the SQL ops up to \endpipeline
     pipeline_ops: tuple[Op, ...] = ()
+    #: under -r with histograms: records each execution's elapsed µs
+    rec: Callable[[int], None] | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -315,10 +320,18 @@ class WorkerState:
     throttle_trigger: int = 0
     latency_late: int = 0
     conn_total_us: int = 0
+    #: µs spent off the CPU in blocking calls outside the event loop's
+    #: waits (connections under -C, first prepares, shell commands): time
+    #: the worker waited although its loop did not
+    blocked_us: int = 0
     #: pgbench's ``timer_exceeded``: set when -T is over (by the worker's alarm)
     timer_exceeded: bool = False
     #: -l: ``TxLogWriter.log`` of this worker, or None
     txlog: Callable[..., None] | None = None
+    #: latency histograms and interval series, when an output needs them
+    recorder: WorkerRecorder | None = None
+    #: why each aborted client aborted (its last error message)
+    abort_messages: list[str] = field(default_factory=list)
 
 
 class IoHooks(Protocol):
@@ -372,6 +385,7 @@ def _clock() -> int:
 
 
 _monotonic_ns = time.monotonic_ns
+_thread_time_ns = time.thread_time_ns
 
 
 def params_of(
@@ -477,6 +491,7 @@ def make_advance(
     save_rng = max_tries != 1
     clock = _clock
     monotonic_ns = _monotonic_ns
+    thread_time_ns = _thread_time_ns
     libpq_error = pgconn.LibpqError
     TUPLES_OK = pgconn.TUPLES_OK
     COMMAND_OK = pgconn.COMMAND_OK
@@ -486,8 +501,17 @@ def make_advance(
     TRANS_INTRANS = pgconn.TRANS_INTRANS
     TRANS_INERROR = pgconn.TRANS_INERROR
     strip_nl = pgconn.strip_newline
+    rec = w.recorder
+    # histogram recording, bound once: None when no output needs it
+    rec_latency = rec.latency if rec is not None else None
+    rec_lag = rec.lag if rec is not None and throttled else None
+    rec_script = rec.script if rec is not None and nscripts > 1 else None
+    #: the last error message, which tells why a client aborts
+    last_error = ""
 
     def error(message: str) -> None:
+        nonlocal last_error
+        last_error = message
         log(f"{PROG}: error: {message}\n")
 
     def info(message: str) -> None:
@@ -523,6 +547,12 @@ def make_advance(
             latency = now - st.txn_scheduled
             lag = st.txn_begin - st.txn_scheduled
         failure = _FAILURE_OF[estatus] if estatus else None
+        if rec_latency is not None and not skipped and estatus == E_NONE:
+            rec_latency(latency)
+            if rec_lag is not None:
+                rec_lag(lag)
+            if rec_script is not None:
+                rec_script[st.script](latency)
         record(
             latency,
             lag if throttled else None,
@@ -589,9 +619,21 @@ def make_advance(
             return False
         return True
 
+    def blocked_since(start_us: int, cpu_ns: int) -> int:
+        """Account a blocking call that began at ``start_us`` (monotonic)
+        with ``cpu_ns`` of thread CPU: its time off the CPU was waiting.
+        Returns the clock."""
+        now = monotonic_ns() // 1000
+        off_cpu = now - start_us - (thread_time_ns() - cpu_ns) // 1000
+        if off_cpu > 0:
+            w.blocked_us += off_cpu
+        return now
+
     def prepare(st: Client, op: Op) -> None:
         """pgbench ``prepareCommand``: blocking PQprepare on first use."""
+        start, cpu = monotonic_ns() // 1000, thread_time_ns()
         msg = st.conn.prepare(op.prepname, op.sql)  # type: ignore[union-attr]
+        blocked_since(start, cpu)
         if msg is not None:
             error(strip_nl(msg))
         st.prepared.add(op.prepname)
@@ -957,6 +999,7 @@ def make_advance(
     # -- the state machine ----------------------------------------------------
 
     def advance(st: Client) -> None:
+        nonlocal last_error
         now = 0
         jump = -1
         # After a transaction that talked to the server, go straight on with
@@ -972,7 +1015,10 @@ def make_advance(
                 if per_command:
                     if not now:
                         now = monotonic_ns() // 1000
-                    st.ops[st.command].stats.latency.add(now - st.stmt_begin)
+                    op = st.ops[st.command]
+                    op.stats.latency.add(now - st.stmt_begin)
+                    if op.rec is not None:
+                        op.rec(now - st.stmt_begin)
                 if jump >= 0:
                     st.command = jump
                     jump = -1
@@ -1107,7 +1153,10 @@ def make_advance(
                         state = SLEEP
                         continue
                     elif kind == K_SHELL:
-                        if not run_shell(st, op, now):
+                        start, cpu = monotonic_ns() // 1000, thread_time_ns()
+                        ok = run_shell(st, op, now)
+                        blocked_since(start, cpu)
+                        if not ok:
                             command_failed(
                                 st,
                                 "setshell" if op.var else "shell",
@@ -1207,6 +1256,8 @@ def make_advance(
                         lat_stats.sum2 += latency * latency
                         if latency_limit and latency > latency_limit:
                             w.latency_late += 1
+                        if rec_latency is not None:
+                            rec_latency(latency)
                     # not detailed: SimpleStats.add(0.0) moves only the count
                     lat_stats.count += 1
                 else:
@@ -1225,8 +1276,9 @@ def make_advance(
                     continue
                 if connect_each_tx:
                     start = now if now else monotonic_ns() // 1000
+                    cpu = thread_time_ns()
                     disconnect(st)
-                    now = monotonic_ns() // 1000
+                    now = blocked_since(start, cpu)
                     w.conn_total_us += now - start
                 if end_us:
                     if w.timer_exceeded:
@@ -1337,11 +1389,12 @@ def make_advance(
                     now = monotonic_ns() // 1000
                 if st.conn is None:
                     start = now if now else monotonic_ns() // 1000
+                    cpu = thread_time_ns()
                     if not connect(st):
                         error(f"client {st.id} aborted while establishing connection")
                         state = ABORTED
                         continue
-                    now = monotonic_ns() // 1000
+                    now = blocked_since(start, cpu)
                     w.conn_total_us += now - start
                 if save_rng:
                     st.saved_rng = st.rng.getstate()
@@ -1506,6 +1559,9 @@ def make_advance(
                 continue
 
             if state == ABORTED or state == FINISHED:
+                if state == ABORTED:
+                    w.abort_messages.append(last_error or f"client {st.id} aborted")
+                    last_error = ""
                 disconnect(st)
                 st.state = state
                 return

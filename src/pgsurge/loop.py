@@ -31,10 +31,14 @@ import selectors
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import TYPE_CHECKING
 
 from pgsurge import client as C
 from pgsurge.client import Client
 from pgsurge.pgconn import LibpqError
+
+if TYPE_CHECKING:
+    from pgsurge.stats.series import WorkerRecorder
 
 __all__ = ["EventLoop", "LoopOutcome", "Waiter"]
 
@@ -152,6 +156,10 @@ class EventLoop:
     ``on_progress(tick, now_us)`` is called once per ``progress_us``
     interval counted from ``progress_start_us`` (tick 1 at the first
     interval), so that the parent can merge every worker's figures.
+    A ``recorder`` has its intervals closed on time (its ``next_us`` is a
+    deadline of the wait, like a progress tick). ``idle_us`` accumulates
+    the time spent blocked in waits, which tells whether the worker
+    itself was the bottleneck.
     """
 
     def __init__(
@@ -163,6 +171,7 @@ class EventLoop:
         progress_start_us: int = 0,
         on_progress: Callable[[int, int], None] | None = None,
         control_fd: int | None = None,
+        recorder: WorkerRecorder | None = None,
     ) -> None:
         self.clients = list(clients)
         self.waiter = Waiter()
@@ -175,6 +184,9 @@ class EventLoop:
         if control_fd is not None:
             self.waiter.register(control_fd, READ)
         self.advance: Callable[[Client], None] | None = None
+        self.recorder = recorder
+        #: µs spent blocked in waits during ``run``
+        self.idle_us = 0
 
     # -- IoHooks ----------------------------------------------------------------
 
@@ -218,6 +230,12 @@ class EventLoop:
         progress_us = self._progress_us
         on_progress = self._on_progress
         next_report = self._progress_start_us + progress_us if progress_us else 0
+        rec = self.recorder
+        # the nearest periodic deadline (progress tick or interval end), 0: none
+        next_tick = next_report
+        if rec is not None and (not next_tick or rec.next_us < next_tick):
+            next_tick = rec.next_us
+        idle = 0
         heappush = heapq.heappush
         heappop = heapq.heappop
         clock = _clock
@@ -264,19 +282,22 @@ class EventLoop:
                 events = poll_now()
             else:
                 deadline = timers[0][0] if timers else 0
-                if next_report and (not deadline or next_report < deadline):
-                    deadline = next_report
+                if next_tick and (not deadline or next_tick < deadline):
+                    deadline = next_tick
+                t0 = clock()
                 if deadline:
-                    delta = deadline - clock()
+                    delta = deadline - t0
                     events = wait(delta / 1e6 if delta > 0 else 0.0)
                 else:
                     events = wait_forever()
+                idle += clock() - t0
 
             # -- clients whose socket is ready
             for fd, _mask in events:
                 owner = by_fd.get(fd)
                 if owner is None:
                     if fd == control_fd:
+                        self.idle_us = idle
                         return LoopOutcome.STOPPED
                     continue
                 state = owner.state
@@ -287,6 +308,7 @@ class EventLoop:
                 if owner.state != WAIT_RESULT:
                     settle(owner)
                     if aborted_exit:
+                        self.idle_us = idle
                         return LoopOutcome.EXIT_ON_ABORT
             # -- clients whose deadline has come
             if timers:
@@ -296,6 +318,7 @@ class EventLoop:
                     advance(st)
                     settle(st)
                     if aborted_exit:
+                        self.idle_us = idle
                         return LoopOutcome.EXIT_ON_ABORT
             # -- clients that finished a transaction in the previous round
             if runq:
@@ -305,16 +328,25 @@ class EventLoop:
                     advance(st)
                     settle(st)
                     if aborted_exit:
+                        self.idle_us = idle
                         return LoopOutcome.EXIT_ON_ABORT
 
             # -- progress ticks (pgbench: thread 0 only; here every worker)
-            if next_report:
+            # and the end of a recorder interval
+            if next_tick:
                 now = clock()
-                if now >= next_report:
-                    tick = (now - self._progress_start_us) // progress_us
-                    if on_progress is not None:
-                        on_progress(tick, now)
-                    next_report = self._progress_start_us + (tick + 1) * progress_us
+                if now >= next_tick:
+                    if rec is not None and now >= rec.next_us:
+                        rec.advance(now)
+                    if next_report and now >= next_report:
+                        tick = (now - self._progress_start_us) // progress_us
+                        if on_progress is not None:
+                            on_progress(tick, now)
+                        next_report = self._progress_start_us + (tick + 1) * progress_us
+                    next_tick = next_report
+                    if rec is not None and (not next_tick or rec.next_us < next_tick):
+                        next_tick = rec.next_us
+        self.idle_us = idle
         return LoopOutcome.DONE
 
     def close(self) -> None:

@@ -18,7 +18,13 @@
    pgbench's progress line for all clients (``-P``) on stderr;
 6. merge the workers' results and print the report on stdout; exit status
    2 when a client aborted (with pgbench's notice), 1 for fatal start-up
-   errors.
+   errors;
+7. pgsurge's extras after the report: ``--percentiles``/``--client-cpu``
+   lines on stdout, the ``--json`` document, and — whatever the options —
+   the one-line client-limited warning on stderr (runs of 1 s or more).
+   With ``--json -`` the document alone goes to stdout and everything
+   pgbench prints there (the banner, the report and its extra lines) goes
+   to stderr instead.
 
 Only this module (and ``cli.py``) writes to the console for a run;
 workers write their clients' error messages to stderr themselves, as
@@ -41,6 +47,7 @@ from pgsurge import __version__, pgconn
 from pgsurge.config import RunConfig
 from pgsurge.errors import PROG, ConnectError, ExitStatus, PgsurgeError
 from pgsurge.prng import derive_streams
+from pgsurge.report.extras import client_limited_warning, render_extras
 from pgsurge.report.text import render_abort_notice, render_banner, render_text
 from pgsurge.script.ast import ParsedScript, Value
 from pgsurge.stats.progress import ProgressReporter
@@ -50,6 +57,11 @@ from pgsurge.worker import WorkerSpec, worker_main
 __all__ = ["TableInfo", "run", "split_clients"]
 
 _UNDEFINED_TABLE = "42P01"
+
+#: no client-limited warning for a shorter run: over a few milliseconds
+#: (-t 10, a client aborting at once) the busy share measures start-up
+#: and shutdown, not whether the client kept up with the server
+WARN_MIN_DURATION_US = 1_000_000
 
 
 def split_clients(nclients: int, nthreads: int) -> list[tuple[int, int]]:
@@ -295,6 +307,8 @@ def run(
     """
     out = sys.stdout if stdout is None else stdout
     err = sys.stderr if stderr is None else stderr
+    # what pgbench prints on stdout; stderr when the JSON document takes it
+    text_out = err if cfg.json_path == "-" else out
     parsed = _parse_scripts(cfg)
     nthreads = min(cfg.jobs, cfg.clients)
 
@@ -302,8 +316,8 @@ def run(
     try:
         server_num = conn.server_version
         server_version = conn.parameter_status("server_version") or str(server_num)
-        out.write(render_banner(__version__, server_version))
-        out.flush()
+        text_out.write(render_banner(__version__, server_version))
+        text_out.flush()
         info = TableInfo(cfg.scale or 1)
         if any(s.builtin for s in cfg.scripts):
             info = _table_info(conn, cfg, err)
@@ -332,6 +346,7 @@ def run(
         partition_method=info.partition_method,
         partitions=info.partitions,
     )
+    epoch_shift_us = time.time_ns() // 1000 - _clock()
     specs = [
         WorkerSpec(
             worker_id=i,
@@ -347,7 +362,7 @@ def run(
             detailed=facts.measure_latency,
             password=password,
             parent_pid=os.getpid(),
-            epoch_shift_us=time.time_ns() // 1000 - _clock(),
+            epoch_shift_us=epoch_shift_us,
         )
         for i, (first, count) in enumerate(split_clients(cfg.clients, nthreads))
     ]
@@ -363,11 +378,25 @@ def run(
         workers.stop()
         raise
     workers.join()
+    result.epoch_shift_us = epoch_shift_us
 
     if on_result is not None:
         on_result(result)
-    out.write(render_text(result, banner=False))
-    out.flush()
+    text_out.write(render_text(result, banner=False))
+    text_out.write(
+        render_extras(result, percentiles=cfg.percentiles, client_cpu=cfg.client_cpu)
+    )
+    text_out.flush()
+    warning = ""
+    if result.total_duration_us >= WARN_MIN_DURATION_US:
+        warning = client_limited_warning(result, PROG)
+    if warning:
+        err.write(warning)
+        err.flush()
+    if cfg.json_path:
+        from pgsurge.report.json import write_json
+
+        write_json(result, cfg, cfg.json_path, stdout=out)
     notice = render_abort_notice(result, PROG)
     if notice:
         err.write(notice)

@@ -59,6 +59,7 @@ from pgsurge.script.ast import (
 )
 from pgsurge.script.evaluate import EvalContext, compile_expr
 from pgsurge.stats.results import StatsData, WorkerResult
+from pgsurge.stats.series import WorkerRecorder
 from pgsurge.stats.txlog import TxLogOptions, TxLogWriter, log_path
 from pgsurge.throttle import worker_delay_us
 
@@ -208,6 +209,11 @@ def _uses_debug(expr: Expr) -> bool:
     return False
 
 
+def wants_histograms(cfg: RunConfig) -> bool:
+    """Whether an output needs latency histograms (--percentiles, --json)."""
+    return cfg.percentiles is not None or bool(cfg.json_path)
+
+
 def build_settings(spec: WorkerSpec, end_us: int) -> Settings:
     cfg = spec.config
     duration = cfg.duration or 0
@@ -220,7 +226,8 @@ def build_settings(spec: WorkerSpec, end_us: int) -> Settings:
         end_us=end_us if duration else 0,
         throttle_delay=worker_delay_us(cfg.rate, spec.nthreads) if cfg.rate else 0.0,
         latency_limit_us=int(limit * 1000) if limit else 0,
-        detailed=spec.detailed,
+        # histograms need every transaction's latency
+        detailed=spec.detailed or wants_histograms(cfg),
         per_command=cfg.report_per_command,
         max_tries=cfg.max_tries,
         verbose_errors=cfg.verbose_errors,
@@ -322,6 +329,21 @@ def _run(spec: WorkerSpec, pipe: Connection) -> None:
     assert msg[0] == "steady", msg
     start_us, end_us = msg[1], msg[2]
     settings = build_settings(spec, end_us)
+    rec = None
+    if wants_histograms(cfg):
+        # every worker anchors its intervals at the same start_us, so that
+        # the parent merges them by start time
+        rec = WorkerRecorder(
+            total,
+            [len(s) - 1 for s in scripts],
+            anchor_us=start_us,
+            interval_us=1_000_000 * (cfg.progress_s or 1),
+        )
+        wstate.recorder = rec
+        if cfg.report_per_command:
+            for ops, recorders in zip(scripts, rec.command, strict=True):
+                for op, record in zip(ops[:-1], recorders, strict=True):
+                    op.rec = record
     conn_start = _clock()
 
     loop = EventLoop(
@@ -331,6 +353,7 @@ def _run(spec: WorkerSpec, pipe: Connection) -> None:
         progress_start_us=start_us,
         on_progress=lambda tick, now: pipe.send(("progress", tick, now, total.copy())),
         control_fd=pipe.fileno(),
+        recorder=rec,
     )
     advance = make_advance(settings, wstate, scripts, loop, _stderr)
     loop.advance = advance
@@ -420,5 +443,10 @@ def _run(spec: WorkerSpec, pipe: Connection) -> None:
     result.cpu_user_s = usage1.ru_utime - usage0.ru_utime
     result.cpu_sys_s = usage1.ru_stime - usage0.ru_stime
     result.client_tx_counts = [st.cnt for st in clients]
+    # waiting in blocking calls (-C connections, shell commands) is idle too
+    result.idle_us = loop.idle_us + wstate.blocked_us
+    result.abort_messages = wstate.abort_messages
+    if rec is not None:
+        result.histograms, result.intervals = rec.finish(end)
     pipe.send(("done", result))
     sys.stdout.flush()
