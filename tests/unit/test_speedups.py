@@ -311,3 +311,67 @@ def test_derived_streams_match_the_pure_derivation() -> None:
     base = PurePgPrng(1234)
     for rng in plan.clients:
         assert rng.getstate() == PurePgPrng(base.uint64()).getstate()
+
+
+# --------------------------------------------------------------------------
+# Evaluator shortcuts: random(k0, k * :var) computes the product inline
+
+
+def _eval_random(var: object, k: int, lo: int, seed: int = 4) -> tuple[object, object]:
+    """(result or error message, state after) of ``random(lo, k * :v)``."""
+    from pgsurge.errors import EvalError
+    from pgsurge.prng import PgPrng
+    from pgsurge.script.ast import Call, Const, Var
+    from pgsurge.script.evaluate import EvalContext, compile_expr
+
+    variables = {} if var is None else {"v": var}
+    ctx = EvalContext(variables, PgPrng(seed))  # type: ignore[arg-type]
+    fn = compile_expr(Call("random", (Const(lo), Call("*", (Const(k), Var("v"))))))
+    try:
+        out: object = fn(ctx)
+    except EvalError as e:
+        out = e.message
+    return out, ctx.rng.getstate()
+
+
+def _reference_random(
+    var: object, k: int, lo: int, seed: int = 4
+) -> tuple[object, object]:
+    """The same through the unspecialized functions (values.mul, random)."""
+    from pgsurge.errors import EvalError
+    from pgsurge.prng import PgPrng
+    from pgsurge.script import values as V
+
+    rng = PgPrng(seed)
+    try:
+        if var is None:
+            raise EvalError('undefined variable "v"')
+        v = V.parse_lazy("v", var) if isinstance(var, str) else var
+        out: object = F.random_uniform(rng, lo, V.mul(k, v))  # type: ignore[arg-type]
+    except EvalError as e:
+        out = e.message
+    return out, rng.getstate()
+
+
+@pytest.mark.parametrize(
+    ("var", "k", "lo"),
+    [
+        (10, 100000, 1),
+        (1, 1, 1),
+        (10, 10, 1),
+        ("10", 100000, 1),  # a -D string, typed when read
+        (" 7", 3, 1),
+        (2.5, 4, 1),  # a double product
+        (True, 5, 1),  # cannot coerce boolean to int
+        (None, 2, 1),  # undefined variable
+        ("x", 2, 1),  # malformed value
+        (2**62, 4, 1),  # bigint mul out of range
+        (-(2**62), 2, 0),  # INT64_MIN: empty range
+        (0, 7, 1),  # empty range
+        (2**62 - 1, 2, -1),  # range too large
+        (2**62 - 1, 2, 0),  # the largest range allowed
+        (-3, -2, 1),
+    ],
+)
+def test_random_scaled_shortcut_matches_reference(var: object, k: int, lo: int) -> None:
+    assert _eval_random(var, k, lo) == _reference_random(var, k, lo)

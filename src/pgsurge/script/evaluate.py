@@ -83,7 +83,7 @@ class _Node:
     (``100000 * :scale``, ``random(1, …)``) cost one closure call.
     """
 
-    __slots__ = ("const", "fn", "name", "value")
+    __slots__ = ("const", "fn", "name", "scaled", "value")
 
     def __init__(
         self,
@@ -92,11 +92,15 @@ class _Node:
         value: Value = None,
         name: str | None = None,
         fn: CompiledExpr | None = None,
+        scaled: tuple[int, str] | None = None,
     ) -> None:
         self.const = const
         self.value = value
         self.name = name
         self.fn: CompiledExpr = fn if fn is not None else _constant(value)
+        #: (k, name) when the node is ``k * :name`` or ``:name * k`` with an
+        #: int constant k: a parent may compute it inline (``fn`` still works)
+        self.scaled = scaled
 
 
 def _constant(value: Value) -> CompiledExpr:
@@ -184,7 +188,19 @@ def _call(call: Call) -> _Node:
             return _Node(const=True, value=fn(_FOLD_CTX))
         except EvalError:
             pass
-    return _Node(fn=fn)
+    return _Node(fn=fn, scaled=_scaled_var(call.name, args))
+
+
+def _scaled_var(name: str, args: list[_Node]) -> tuple[int, str] | None:
+    """(k, var) for ``k * :var`` and ``:var * k`` with an int constant k."""
+    if name != "*":
+        return None
+    a, b = args
+    if a.const and type(a.value) is int and b.name is not None:
+        return a.value, b.name
+    if b.const and type(b.value) is int and a.name is not None:
+        return b.value, a.name
+    return None
 
 
 _FOLD_CTX = EvalContext()
@@ -325,7 +341,23 @@ def _random_uniform(impl: Callable[..., Value], a: _Node, b: _Node) -> CompiledE
                 return ctx.rng.int64_range(x0, y)
             return impl(ctx.rng, x0, y)
 
-        return const_lo
+        if b.scaled is None:
+            return const_lo
+        # random(1, 100000 * :scale), pgbench's builtins: the product inline.
+        # Anything unusual (a string or missing variable, an overflow, a bad
+        # range) goes through const_lo, which re-reads the variable (no side
+        # effect) and raises or coerces exactly as without this shortcut.
+        k, name = b.scaled
+
+        def const_lo_scaled(ctx: EvalContext) -> Value:
+            y = ctx.variables.get(name, _MISSING)
+            if type(y) is int:
+                hi = k * y
+                if x0 <= hi <= top and hi - x0 < top:
+                    return ctx.rng.int64_range(x0, hi)
+            return const_lo(ctx)
+
+        return const_lo_scaled
     f, g = a.fn, b.fn
 
     def general(ctx: EvalContext) -> Value:
