@@ -1,11 +1,13 @@
-"""Build hook for pgsurge's one optional C extension, ``pgsurge._speedups``.
+"""Build hook for pgsurge's optional C extensions.
 
-Everything else about the package lives in pyproject.toml. The extension
-only makes the PRNG, hashes and ``permute()`` cheaper (see
-src/pgsurge/_speedups.c); pgsurge runs the same without it, in pure
-Python. So a failed build — no C compiler, no Python headers — must not
-fail the install: :class:`OptionalBuildExt` reports the failure and
-carries on. ``PGSURGE_NO_EXT=1`` skips the build altogether.
+Everything else about the package lives in pyproject.toml. The extensions
+only make pgsurge cheaper to run: ``pgsurge._speedups`` (the PRNG, hashes
+and ``permute()``, src/pgsurge/_speedups.c) and ``pgsurge._fastpq`` (the
+run engine's per-transaction libpq calls, src/pgsurge/_fastpq.c).
+pgsurge runs the same without them, in pure Python. So a failed build —
+no C compiler, no Python headers — must not fail the install:
+:class:`OptionalBuildExt` reports the failure and carries on.
+``PGSURGE_NO_EXT=1`` skips the build altogether.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ class OptionalBuildExt(build_ext):
     @staticmethod
     def _skip(exc: BaseException) -> None:
         print(
-            f"WARNING: pgsurge's optional C extension was not built ({exc}); "
+            f"WARNING: an optional C extension of pgsurge was not built ({exc}); "
             "pgsurge will use its pure-Python code paths (same results, more "
             "CPU per transaction).",
             file=sys.stderr,
@@ -56,7 +58,14 @@ def _extensions() -> list[Extension]:
             sources=["src/pgsurge/_speedups.c"],
             extra_compile_args=args,
             optional=True,
-        )
+        ),
+        # dlopen/dlsym live in libdl on glibc before 2.34
+        Extension(
+            "pgsurge._fastpq",
+            sources=["src/pgsurge/_fastpq.c"],
+            libraries=["dl"] if sys.platform.startswith("linux") else [],
+            optional=True,
+        ),
     ]
 
 

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from pgsurge import _native
+
 __all__ = [
     "PgPrng",
     "PurePgPrng",
@@ -54,15 +56,7 @@ SPEEDUPS_API = 1
 
 def _load_speedups() -> ModuleType | None:
     """The C extension, unless it is missing, stale or PGSURGE_PURE is set."""
-    if os.environ.get("PGSURGE_PURE", "") not in ("", "0"):
-        return None
-    try:
-        from pgsurge import _speedups
-    except ImportError:
-        return None
-    if getattr(_speedups, "API_VERSION", None) != SPEEDUPS_API:
-        return None
-    return _speedups
+    return _native.load("_speedups", SPEEDUPS_API)
 
 
 speedups = _load_speedups()

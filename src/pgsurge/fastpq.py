@@ -1,0 +1,122 @@
+"""The run engine's fused libpq calls (``pgsurge._fastpq``), when usable.
+
+A transaction of pgbench's builtins makes about ten calls into libpq
+through psycopg (send, flush, consume, is-busy, get-result, status, ...).
+The optional C extension ``pgsurge._fastpq`` does the send-and-flush and
+the consume-and-read-results sequences in one call each, on the libpq
+psycopg has loaded, and on the same connections (given by address,
+psycopg's ``pgconn_ptr``). This module decides whether it may be used and
+hands its functions to the engine:
+
+* :data:`available` is True when the extension is built and current,
+  ``PGSURGE_PURE`` is unset, and exactly one libpq of psycopg's version is
+  loaded in the process (checked by ``bind``); otherwise the engine keeps
+  calling psycopg, with the same results;
+* :func:`usable_with` checks a live connection (the extension's view of
+  its socket must match psycopg's) before the engine trusts it;
+* :class:`ErrorResult` stands in for a failed result that ``drain`` has
+  read and cleared: it answers the questions pgconn's helpers ask a
+  psycopg result (``status``, ``error_message``, ``error_field``).
+
+Return conventions (see src/pgsurge/_fastpq.c): the send functions return
+0 (all sent), 1 (data left to flush: wait for writability), -1 (the flush
+failed) or -2 (the send failed); ``drain(conn, count)`` returns
+``count * 4 + code`` with code 0 (libpq needs more data), 1 (all results
+read) or 3 (reading from the socket failed), or, for a result that is
+neither rows, command-ok nor empty, a tuple ``(count, status, sqlstate,
+message)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pgsurge import _native, pgconn
+
+__all__ = [
+    "DRAIN_BUSY",
+    "DRAIN_DONE",
+    "DRAIN_FAILED",
+    "FASTPQ_API",
+    "ErrorResult",
+    "available",
+    "drain",
+    "send_params",
+    "send_prepared",
+    "send_query",
+    "usable_with",
+]
+
+#: the interface version of pgsurge._fastpq this code expects
+FASTPQ_API = 1
+
+# drain()'s codes, in the low two bits of its int result
+DRAIN_BUSY = 0
+DRAIN_DONE = 1
+DRAIN_FAILED = 3
+
+#: PG_DIAG_SQLSTATE, the diagnostic field code libpq gives as 'C'
+_DIAG_SQLSTATE = ord("C")
+
+Params = Sequence[bytes | None] | None
+SendPrepared = Callable[[int, bytes, Params], int]
+SendParams = Callable[[int, bytes, Params], int]
+SendQuery = Callable[[int, bytes], int]
+Drain = Callable[[int, int], "int | tuple[int, int, bytes | None, bytes | None]"]
+
+
+def _bind() -> Any:
+    module = _native.load("_fastpq", FASTPQ_API)
+    if module is None or not module.bind(pgconn.LIBPQ_VERSION):
+        return None
+    return module
+
+
+_module = _bind()
+
+#: whether the fused calls may be used at all in this process
+available: bool = _module is not None
+send_prepared: SendPrepared | None = None
+send_params: SendParams | None = None
+send_query: SendQuery | None = None
+drain: Drain | None = None
+if _module is not None:
+    send_prepared = _module.send_prepared
+    send_params = _module.send_params
+    send_query = _module.send_query
+    drain = _module.drain
+
+
+def usable_with(conn: pgconn.PgConn) -> int:
+    """The connection's ``PGconn`` address if the fused calls can drive it,
+    else 0.
+
+    The extension must see the socket psycopg sees: a cheap proof that
+    both work on the same libpq and the same connection structure.
+    """
+    if _module is None:
+        return 0
+    # psycopg's PGconn behind the wrapper (the engine drives it directly too)
+    ptr: int = conn._pgconn.pgconn_ptr or 0
+    if not ptr or _module.socket(ptr) != conn.socket:
+        return 0
+    return ptr
+
+
+class ErrorResult:
+    """A failed result, already read and cleared by ``drain``.
+
+    Only what pgsurge asks of a failed result is kept: its status, libpq's
+    error message and the SQLSTATE (``error_field`` knows no other field).
+    """
+
+    __slots__ = ("_sqlstate", "error_message", "status")
+
+    def __init__(self, status: int, sqlstate: bytes | None, message: bytes | None):
+        self.status = status
+        self._sqlstate = sqlstate
+        self.error_message = message
+
+    def error_field(self, code: int) -> bytes | None:
+        return self._sqlstate if code == _DIAG_SQLSTATE else None

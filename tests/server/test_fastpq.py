@@ -1,0 +1,204 @@
+"""The fused libpq calls (pgsurge._fastpq) against a real server.
+
+Each test drives one non-blocking connection through the extension and
+checks what it reports against what psycopg's own calls report for the
+same commands: result counts, statuses, SQLSTATEs and libpq's messages.
+Only ``SELECT``s and session-local objects are used (no tables).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from psycopg import pq
+
+from pgsurge import fastpq, pgconn
+
+pytestmark = [
+    pytest.mark.server,
+    pytest.mark.skipif(not fastpq.available, reason="pgsurge._fastpq not usable"),
+]
+
+
+def _parse(dsn: str) -> list[tuple[str, str]]:
+    from psycopg.conninfo import conninfo_to_dict
+
+    return [(k, str(v)) for k, v in conninfo_to_dict(dsn).items() if v is not None]
+
+
+@pytest.fixture
+def conn(server_dsn: str) -> Iterator[pgconn.PgConn]:
+    c = pgconn.connect_or_raise(dict(_parse(server_dsn)))
+    c.set_nonblocking()
+    yield c
+    c.finish()
+
+
+def _wait(c: pgconn.PgConn) -> None:
+    select.select([c.socket], [], [], 10.0)
+
+
+def _drain_all(c: pgconn.PgConn, ptr: int) -> Any:
+    """drain() until the command is complete or failed; (count, code)."""
+    assert fastpq.drain is not None
+    count = 0
+    while True:
+        r = fastpq.drain(ptr, count)
+        if isinstance(r, tuple):
+            return r
+        count, code = r >> 2, r & 3
+        if code != fastpq.DRAIN_BUSY:
+            return count, code
+        _wait(c)
+
+
+def _psycopg_results(c: pgconn.PgConn) -> list[Any]:
+    """Every result of the command in flight, through psycopg."""
+    out = []
+    while True:
+        c.consume_input()
+        while not c.is_busy():
+            res = c.get_result()
+            if res is None:
+                return out
+            out.append(res)
+        _wait(c)
+
+
+def test_usable_with_a_live_connection(conn: pgconn.PgConn) -> None:
+    ptr = fastpq.usable_with(conn)
+    assert ptr == conn._pgconn.pgconn_ptr != 0
+
+
+def test_prepared_statement_round_trip(conn: pgconn.PgConn) -> None:
+    assert fastpq.send_prepared is not None
+    assert conn.prepare(b"p1", b"SELECT $1::int + 1") is None
+    ptr = fastpq.usable_with(conn)
+    assert fastpq.send_prepared(ptr, b"p1", [b"41"]) == 0
+    assert _drain_all(conn, ptr) == (1, fastpq.DRAIN_DONE)
+    # the same through psycopg gives one TUPLES_OK result
+    conn.send_query_prepared(b"p1", [b"41"])
+    conn.flush()
+    results = _psycopg_results(conn)
+    assert [r.status for r in results] == [pgconn.TUPLES_OK]
+    assert results[0].get_value(0, 0) == b"42"
+    assert conn.transaction_status == pgconn.TRANS_IDLE
+
+
+def test_parameters_none_and_many(conn: pgconn.PgConn) -> None:
+    assert fastpq.send_prepared is not None and fastpq.send_params is not None
+    ptr = fastpq.usable_with(conn)
+    n = 40  # more than the extension's small array
+    sql = "SELECT " + " + ".join(f"${i + 1}::int" for i in range(n))
+    assert conn.prepare(b"many", sql.encode()) is None
+    assert fastpq.send_prepared(ptr, b"many", [b"1"] * n) == 0
+    assert _drain_all(conn, ptr) == (1, fastpq.DRAIN_DONE)
+    assert fastpq.send_params(ptr, b"SELECT $1::int IS NULL", (None,)) == 0
+    assert _drain_all(conn, ptr) == (1, fastpq.DRAIN_DONE)
+    assert conn.prepare(b"none", b"SELECT 1") is None
+    assert fastpq.send_prepared(ptr, b"none", None) == 0
+    assert _drain_all(conn, ptr) == (1, fastpq.DRAIN_DONE)
+
+
+def test_simple_query_counts_every_result(conn: pgconn.PgConn) -> None:
+    assert fastpq.send_query is not None
+    ptr = fastpq.usable_with(conn)
+    assert fastpq.send_query(ptr, b"SELECT 1; SET search_path = public; ;") == 0
+    assert _drain_all(conn, ptr) == (2, fastpq.DRAIN_DONE)
+    assert fastpq.send_query(ptr, b"") == 0
+    assert _drain_all(conn, ptr) == (1, fastpq.DRAIN_DONE)  # EMPTY_QUERY
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        b"SELECT 1/0",
+        b"SELECT 1; SELECT 1/0; SELECT 3",
+        b"SELEC 1",
+    ],
+)
+def test_failed_result_matches_psycopg(conn: pgconn.PgConn, sql: bytes) -> None:
+    assert fastpq.send_query is not None
+    ptr = fastpq.usable_with(conn)
+    assert fastpq.send_query(ptr, sql) == 0
+    got = _drain_all(conn, ptr)
+    assert isinstance(got, tuple) and len(got) == 4
+    count, status, sqlstate, message = got
+    shim = fastpq.ErrorResult(status, sqlstate, message)
+    # read what is left, as the engine does after an error
+    _psycopg_results(conn)
+
+    conn.send_query(sql)
+    conn.flush()
+    results = _psycopg_results(conn)
+    ok = [r for r in results if r.status in (pgconn.TUPLES_OK, pgconn.COMMAND_OK)]
+    bad = next(r for r in results if r not in ok)
+    assert count == len(ok[: results.index(bad)])
+    assert shim.status == bad.status
+    assert pgconn.sqlstate(shim) == pgconn.sqlstate(bad)
+    assert pgconn.result_error_message(shim) == pgconn.result_error_message(bad)
+    assert shim.error_field(int(pq.DiagnosticField.SEVERITY)) is None
+
+
+def test_copy_result_stops_the_reading(conn: pgconn.PgConn) -> None:
+    # the engine aborts the client on COPY (as pgbench does): drain only has
+    # to report the status (the connection is left in COPY mode, then closed)
+    assert fastpq.send_query is not None
+    ptr = fastpq.usable_with(conn)
+    assert fastpq.send_query(ptr, b"SELECT 1; COPY (SELECT 1) TO STDOUT") == 0
+    assert _drain_all(conn, ptr) == (1, pgconn.COPY_OUT, None, b"")
+
+
+def test_sqlstate_field_code_is_libpqs() -> None:
+    assert int(pq.DiagnosticField.SQLSTATE) == fastpq._DIAG_SQLSTATE
+
+
+def test_consume_failure_is_reported(server_dsn: str) -> None:
+    c = pgconn.connect_or_raise(dict(_parse(server_dsn)))
+    c.set_nonblocking()
+    ptr = fastpq.usable_with(c)
+    assert fastpq.send_query is not None and fastpq.drain is not None
+    assert fastpq.send_query(ptr, b"SELECT pg_terminate_backend(pg_backend_pid())") == 0
+    try:
+        got: Any = None
+        for _ in range(100):
+            _wait(c)
+            got = fastpq.drain(ptr, 0)
+            if isinstance(got, tuple) or got & 3 != fastpq.DRAIN_BUSY:
+                break
+        # the server closed the connection: an error result (FATAL) or a
+        # failed read, as psycopg's consume_input would raise
+        assert isinstance(got, tuple) or got & 3 == fastpq.DRAIN_FAILED
+    finally:
+        c.finish()
+
+
+def test_argument_errors(conn: pgconn.PgConn) -> None:
+    assert fastpq.send_prepared is not None and fastpq.drain is not None
+    ptr = fastpq.usable_with(conn)
+    with pytest.raises(TypeError):
+        fastpq.send_prepared(ptr, "p", None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        fastpq.send_prepared(ptr, b"p", ["1"])  # type: ignore[list-item]
+    with pytest.raises(ValueError):
+        fastpq.drain(0, 0)
+    with pytest.raises(ValueError):
+        fastpq.drain(ptr, -1)
+
+
+def test_pure_mode_disables_it() -> None:
+    env = dict(os.environ, PGSURGE_PURE="1")
+    out = subprocess.run(
+        [sys.executable, "-c", "import pgsurge.fastpq as f; print(f.available)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.strip() == "False"
