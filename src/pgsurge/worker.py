@@ -33,9 +33,10 @@ import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
-from pgsurge import client as C
+from pgsurge import client_state as C
 from pgsurge import pgconn
-from pgsurge.client import Client, Op, Settings, WorkerState, make_advance
+from pgsurge.client import make_advance
+from pgsurge.client_state import Client, Op, Settings, WorkerState
 from pgsurge.config import QueryMode, RunConfig
 from pgsurge.errors import PROG
 from pgsurge.loop import EventLoop, LoopOutcome

@@ -1,0 +1,376 @@
+"""A client's SQL phase: send a command, read its results without blocking.
+
+``make_sql`` builds, once per worker, the steps that talk to the server for
+the state machine in :mod:`pgsurge.client`:
+
+* sending: ``send_sql`` in the run's query mode (simple with ``:var``
+  substitution, extended or prepared with parameters), ``prepare`` on a
+  statement's first use on a connection (blocking, as pgbench's
+  ``prepareCommand``), ``flush_sent`` to push the data or wait for
+  writability;
+* reading: ``read_results`` fetches every result libpq holds, storing
+  ``\\gset``/``\\aset`` variables, reading a whole pipeline up to its last
+  sync, and draining a failed command; ``note_error`` and ``finish_drain``
+  classify the error (serialization, deadlock, other) when the command's
+  results are all in; ``discard_until_sync`` empties an aborted pipeline.
+
+The plain case (no ``\\gset``, no pipeline, no error) is inlined in
+``advance``; these are its general forms. Results codes of the readers:
+0 wait for the socket, 1 the command completed, 2 a retryable (or
+``--continue-on-error``) error, 3 abort the client.
+"""
+
+# ruff: noqa: SIM109
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pgsurge import pgconn
+from pgsurge.client_state import (
+    E_CONN,
+    E_DEADLOCK,
+    E_META,
+    E_OTHER,
+    E_SERIALIZATION,
+    GSET_ALL,
+    GSET_ONE,
+    MISSING,
+    MODE_EXTENDED,
+    MODE_PREPARED,
+    Client,
+    IoHooks,
+    Op,
+    Settings,
+    Support,
+)
+from pgsurge.script.ast import Value
+from pgsurge.script.values import to_text
+
+__all__ = ["SqlSteps", "make_sql", "params_of", "substitute"]
+
+_monotonic_ns = time.monotonic_ns
+_thread_time_ns = time.thread_time_ns
+
+
+def params_of(
+    variables: dict[str, Value], names: tuple[str, ...]
+) -> list[bytes | None]:
+    """Parameter values for ``$1..$n`` (pgbench ``getQueryParams``).
+
+    A variable's text form is sent; an undefined variable is sent as an SQL
+    NULL, as pgbench passes libpq a NULL pointer for it.
+    """
+    out: list[bytes | None] = []
+    append = out.append
+    for name in names:
+        v = variables.get(name, MISSING)
+        t = type(v)
+        if t is int:
+            append(b"%d" % v)
+        elif t is str:
+            append(v.encode())
+        elif v is MISSING:
+            append(None)
+        else:
+            append(to_text(v).encode())
+    return out
+
+
+def substitute(variables: dict[str, Value], parts: tuple[str, ...]) -> bytes:
+    """Simple mode: replace ``:name`` by the variable's text (pgbench
+    ``assignVariables``); an undefined variable is left as written."""
+    out = []
+    for i, part in enumerate(parts):
+        if i & 1:
+            v = variables.get(part, MISSING)
+            out.append(":" + part if v is MISSING else to_text(v))
+        else:
+            out.append(part)
+    return "".join(out).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class SqlSteps:
+    """The SQL steps of one worker's clients (see the module docstring)."""
+
+    #: after a send: push the data, wait for writability if needed; False
+    #: when the connection failed
+    flush_sent: Callable[[Client], bool]
+    prepare: Callable[[Client, Op], None]
+    #: queue the command (the caller flushes); False when libpq refused
+    send_sql: Callable[[Client, Op], bool]
+    read_results: Callable[[Client, Op], int]
+    #: an error result arrived: -1 to go on draining, else a result code
+    note_error: Callable[[Client, Any], int]
+    discard_until_sync: Callable[[Client], int]
+
+
+def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
+    query_mode = s.query_mode
+    verbose_errors = s.verbose_errors
+    continue_on_error = s.continue_on_error
+    libpq_error = pgconn.LibpqError
+    TUPLES_OK = pgconn.TUPLES_OK
+    COMMAND_OK = pgconn.COMMAND_OK
+    EMPTY_QUERY = pgconn.EMPTY_QUERY
+    PIPELINE_SYNC = pgconn.PIPELINE_SYNC
+    strip_nl = pgconn.strip_newline
+    monotonic_ns = _monotonic_ns
+    thread_time_ns = _thread_time_ns
+    error = sup.error
+    info = sup.info
+    store_variable = sup.store_variable
+    blocked_since = sup.blocked_since
+
+    def flush_sent(st: Client) -> bool:
+        try:
+            if st.raw.flush():
+                if not st.flush_pending:
+                    io.want_write(st)
+            elif st.flush_pending:
+                io.write_done(st)
+        except libpq_error:
+            return False
+        return True
+
+    def prepare(st: Client, op: Op) -> None:
+        """pgbench ``prepareCommand``: blocking PQprepare on first use."""
+        start, cpu = monotonic_ns() // 1000, thread_time_ns()
+        msg = st.conn.prepare(op.prepname, op.sql)  # type: ignore[union-attr]
+        blocked_since(start, cpu)
+        if msg is not None:
+            error(strip_nl(msg))
+        st.prepared.add(op.prepname)
+
+    def send_sql(st: Client, op: Op) -> bool:
+        conn = st.conn
+        assert conn is not None
+        try:
+            if query_mode == MODE_PREPARED:
+                if op.prepname not in st.prepared:
+                    prepare(st, op)
+                conn.send_query_prepared(
+                    op.prepname, params_of(st.variables, op.names) if op.names else None
+                )
+            elif query_mode == MODE_EXTENDED:
+                conn.send_query_params(
+                    op.sql, params_of(st.variables, op.names) if op.names else None
+                )
+            elif op.parts is None:
+                conn.send_query(op.sql)
+            else:
+                conn.send_query(substitute(st.variables, op.parts))
+        except libpq_error:
+            return False
+        # the caller flushes; in a pipeline data goes with the next sync
+        return True
+
+    def store_gset(st: Client, op: Op, res: Any, is_last: bool) -> bool:
+        """pgbench ``readCommandResponse``'s \\gset/\\aset handling."""
+        status = res.status
+        gset = op.gset
+        if gset == GSET_ONE and not is_last:
+            return True
+        if status != TUPLES_OK:
+            if gset == GSET_ONE:  # COMMAND_OK / EMPTY_QUERY as the last result
+                error(
+                    f"client {st.id} script {st.script} command {st.command} "
+                    f"query {st.qrynum}: expected one row, got 0"
+                )
+                return False
+            return True
+        ntuples = res.ntuples
+        if gset == GSET_ONE and ntuples != 1:
+            error(
+                f"client {st.id} script {st.script} command {st.command} "
+                f"query {st.qrynum}: expected one row, got {ntuples}"
+            )
+            return False
+        if ntuples <= 0:
+            return True
+        context = "aset" if gset == GSET_ALL else "gset"
+        for col in range(res.nfields):
+            name = op.prefix + pgconn.field_name(res, col)
+            if not store_variable(
+                st, context, name, pgconn.value_text(res, ntuples - 1, col)
+            ):
+                error(
+                    f"client {st.id} script {st.script} command {st.command} "
+                    f"query {st.qrynum}: error storing into variable {name}"
+                )
+                return False
+        return True
+
+    def read_results(st: Client, op: Op) -> int:
+        """Fetch every result libpq holds without blocking.
+
+        In a pipeline (after ``\\endpipeline``) the results of every queued
+        query are read in turn, up to the last sync.
+        """
+        raw = st.raw
+        is_busy = raw.is_busy
+        get_result = raw.get_result
+        gset = op.gset
+        while True:
+            if is_busy():
+                return 0
+            res = get_result()
+            if res is None:
+                if st.drain_state is not None or st.meta_failed:
+                    return finish_drain(st)
+                pending = st.pending
+                if pending is not None:
+                    st.pending = None
+                    if not store_gset(st, op, pending, True):
+                        st.estatus = E_META
+                        return 3
+                    st.qrynum += 1
+                if st.qrynum == 0:
+                    error(f"client {st.id} command {st.command}: no results")
+                    return 3
+                if st.in_pipeline:
+                    st.qrynum = 0  # next queued query
+                    continue
+                return 1
+            if st.drain_state is not None or st.meta_failed:
+                continue  # discarding the rest of a failed command
+            if gset:
+                pending = st.pending
+                if pending is not None:
+                    st.pending = None
+                    if not store_gset(st, op, pending, False):
+                        st.meta_failed = True
+                        continue
+                    st.qrynum += 1
+            status = res.status
+            if status == TUPLES_OK or status == COMMAND_OK or status == EMPTY_QUERY:
+                if gset:
+                    st.pending = res
+                else:
+                    st.qrynum += 1
+                continue
+            if status == PIPELINE_SYNC:
+                st.num_syncs -= 1
+                if st.num_syncs == 0:
+                    try:
+                        raw.exit_pipeline_mode()
+                    except libpq_error:
+                        error(
+                            f"client {st.id} failed to exit pipeline mode: "
+                            f"{strip_nl(pgconn.result_error_message(res))}"
+                        )
+                    else:
+                        st.in_pipeline = False
+                st.qrynum += 1
+                continue
+            r = note_error(st, res)
+            if r != -1:
+                return r
+
+    def note_error(st: Client, res: Any) -> int:
+        """A command got an error (or an unexpected result): remember it.
+
+        Returns -1 to go on reading (and discarding) the command's other
+        results, else what ``read_results`` returns.
+        """
+        status = res.status
+        if (
+            status == pgconn.COPY_IN
+            or status == pgconn.COPY_OUT
+            or (status == pgconn.COPY_BOTH)
+        ):
+            error("COPY is not supported in pgbench, aborting")
+            return 3
+        st.pending = None
+        st.drain_state = pgconn.sqlstate(res) or ""
+        st.drain_msg = pgconn.result_error_message(res)
+        st.drain_fatal = status != pgconn.FATAL_ERROR and status != (
+            pgconn.NONFATAL_ERROR
+        )
+        if st.in_pipeline:
+            # ERROR discards up to a sync; no need to read on here
+            return finish_drain(st)
+        return -1
+
+    def finish_drain(st: Client) -> int:
+        """The failed command's results are all read: classify the error."""
+        if st.meta_failed:
+            st.meta_failed = False
+            st.drain_state = None
+            st.estatus = E_META
+            return 3
+        state = st.drain_state
+        st.drain_state = None
+        message = st.drain_msg
+        if st.drain_fatal:
+            estatus = E_OTHER
+            retry_ok = False
+        else:
+            conn = st.conn
+            assert conn is not None
+            if conn.bad:
+                estatus = E_CONN
+            elif state == "40001":
+                estatus = E_SERIALIZATION
+            elif state == "40P01":
+                estatus = E_DEADLOCK
+            else:
+                estatus = E_OTHER
+            retry_ok = (
+                estatus == E_SERIALIZATION
+                or estatus == E_DEADLOCK
+                or (continue_on_error and estatus == E_OTHER)
+            )
+        st.estatus = estatus
+        if retry_ok:
+            if verbose_errors:
+                info(
+                    f"client {st.id} got an error in command {st.command} (SQL) "
+                    f"of script {st.script}; {strip_nl(message)}"
+                )
+            return 2
+        error(
+            f"client {st.id} script {st.script} aborted in command {st.command} "
+            f"query {st.qrynum}: {strip_nl(message)}"
+        )
+        return 3
+
+    def discard_until_sync(st: Client) -> int:
+        """Non-blocking pgbench ``discardUntilSync``: 0 wait, 1 done, 3 abort."""
+        raw = st.raw
+        while True:
+            if st.conn.bad:  # type: ignore[union-attr]
+                error(
+                    f"client {st.id} aborted while rolling back the transaction "
+                    "after an error; perhaps the backend died while processing"
+                )
+                return 3
+            if raw.is_busy():
+                return 0
+            res = raw.get_result()
+            if res is not None and res.status == PIPELINE_SYNC:
+                st.sync_seen = True
+            elif res is None and st.sync_seen:
+                st.num_syncs = 0
+                break
+            else:
+                st.sync_seen = False
+        try:
+            raw.exit_pipeline_mode()
+        except libpq_error:
+            error(
+                f"client {st.id} aborted: failed to exit pipeline mode for "
+                "rolling back the failed transaction"
+            )
+            return 3
+        st.in_pipeline = False
+        st.discarding = False
+        return 1
+
+    return SqlSteps(
+        flush_sent, prepare, send_sql, read_results, note_error, discard_until_sync
+    )

@@ -1,0 +1,382 @@
+"""The vocabulary of the client state machine: states, compiled commands, structs.
+
+Everything the phase modules of a benchmark client share, and nothing that
+runs: the state numbers (pgbench's ``ConnectionStateEnum``, documented with
+the state machine in :mod:`pgsurge.client`), the compiled script command
+:class:`Op`, the per-client :class:`Client` (pgbench's ``CState``), the
+per-worker :class:`WorkerState` (``TState``), the run :class:`Settings`,
+the :class:`IoHooks` the event loop provides, and :class:`Support`: the
+message sink and the small services every phase uses.
+
+The engine is split by phase: ``client_sql`` sends SQL and reads results,
+``client_meta`` runs meta commands, ``client_tx`` accounts transactions and
+handles errors, retries and (re)connections, and ``client`` dispatches on
+the state, with the hot path inline. Enum members are plain ``int``
+constants here, since comparing ints is what the hot path does.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pgsurge import pgconn
+from pgsurge.errors import PROG
+from pgsurge.prng import PgPrng
+from pgsurge.script.ast import Value
+from pgsurge.script.evaluate import EvalContext
+from pgsurge.stats.results import CommandStats, FailureKind, StatsData
+
+if TYPE_CHECKING:
+    from pgsurge.stats.series import WorkerRecorder
+
+__all__ = [
+    "Client",
+    "ConnectionState",
+    "IoHooks",
+    "Op",
+    "OpKind",
+    "Settings",
+    "Support",
+    "WorkerState",
+    "valid_variable_name",
+]
+
+
+class ConnectionState(enum.IntEnum):
+    """pgbench's ``ConnectionStateEnum`` (documented in ``pgsurge.client``)."""
+
+    CHOOSE_SCRIPT = 0
+    START_TX = 1
+    PREPARE_THROTTLE = 2
+    THROTTLE = 3
+    START_COMMAND = 4
+    WAIT_RESULT = 5
+    SLEEP = 6
+    END_COMMAND = 7
+    SKIP_COMMAND = 8
+    ERROR = 9
+    WAIT_ROLLBACK_RESULT = 10
+    RETRY = 11
+    FAILURE = 12
+    END_TX = 13
+    ABORTED = 14
+    FINISHED = 15
+
+
+# Plain ints on the hot path: comparing ints beats comparing enum members.
+CHOOSE_SCRIPT = int(ConnectionState.CHOOSE_SCRIPT)
+START_TX = int(ConnectionState.START_TX)
+PREPARE_THROTTLE = int(ConnectionState.PREPARE_THROTTLE)
+THROTTLE = int(ConnectionState.THROTTLE)
+START_COMMAND = int(ConnectionState.START_COMMAND)
+WAIT_RESULT = int(ConnectionState.WAIT_RESULT)
+SLEEP = int(ConnectionState.SLEEP)
+END_COMMAND = int(ConnectionState.END_COMMAND)
+SKIP_COMMAND = int(ConnectionState.SKIP_COMMAND)
+ERROR = int(ConnectionState.ERROR)
+WAIT_ROLLBACK_RESULT = int(ConnectionState.WAIT_ROLLBACK_RESULT)
+RETRY = int(ConnectionState.RETRY)
+FAILURE = int(ConnectionState.FAILURE)
+END_TX = int(ConnectionState.END_TX)
+ABORTED = int(ConnectionState.ABORTED)
+FINISHED = int(ConnectionState.FINISHED)
+
+
+class OpKind(enum.IntEnum):
+    """What a compiled command does."""
+
+    SQL = 0
+    SET = 1
+    SLEEP = 2
+    SHELL = 3
+    IF = 4
+    ELIF = 5
+    ELSE = 6
+    ENDIF = 7
+    PIPELINE_START = 8
+    PIPELINE_SYNC = 9
+    PIPELINE_END = 10
+    #: a sentinel after a script's last command
+    END = 11
+
+
+K_SQL = int(OpKind.SQL)
+K_SET = int(OpKind.SET)
+K_SLEEP = int(OpKind.SLEEP)
+K_SHELL = int(OpKind.SHELL)
+K_IF = int(OpKind.IF)
+K_ELIF = int(OpKind.ELIF)
+K_ELSE = int(OpKind.ELSE)
+K_ENDIF = int(OpKind.ENDIF)
+K_PSTART = int(OpKind.PIPELINE_START)
+K_PSYNC = int(OpKind.PIPELINE_SYNC)
+K_PEND = int(OpKind.PIPELINE_END)
+K_END = int(OpKind.END)
+
+# Query modes
+MODE_SIMPLE = 0
+MODE_EXTENDED = 1
+MODE_PREPARED = 2
+
+# \gset kinds
+GSET_NONE = 0
+GSET_ONE = 1
+GSET_ALL = 2
+
+# pgbench's EStatus
+E_NONE = 0
+E_META = 1
+E_CONN = 2
+E_SERIALIZATION = 3
+E_DEADLOCK = 4
+E_OTHER = 5
+
+#: the failure kind a transaction ending in an error status counts as
+FAILURE_OF = {
+    E_SERIALIZATION: FailureKind.SERIALIZATION,
+    E_DEADLOCK: FailureKind.DEADLOCK,
+    E_OTHER: FailureKind.OTHER,
+}
+
+BACKEND_DIED = "perhaps the backend died while processing"
+
+_VALID_NAME = re.compile(r"[A-Za-z_\x80-\U0010ffff][0-9A-Za-z_\x80-\U0010ffff]*")
+
+#: a variable lookup's default: no variable of that name
+MISSING: Any = object()
+
+
+@dataclass(slots=True, eq=False)
+class Op:
+    """One script command, compiled once per worker for the engine.
+
+    Only the fields of its ``kind`` are meaningful. ``stats`` is the
+    worker's per-command accumulator (latency, failures, retries).
+    """
+
+    kind: int
+    index: int
+    #: what -r prints and messages quote
+    first_line: str
+    stats: CommandStats = field(default_factory=CommandStats)
+    # SQL
+    sql: bytes = b""
+    #: simple mode with variables: literal text at even indexes, names at odd
+    parts: tuple[str, ...] | None = None
+    #: extended/prepared parameters: variable names in $n order
+    names: tuple[str, ...] = ()
+    prepname: bytes = b""
+    #: the only parameter's variable name, when there is exactly one
+    param1: str = ""
+    gset: int = GSET_NONE
+    prefix: str = ""
+    # \set, \if, \elif
+    var: str = ""
+    expr: Callable[[EvalContext], Value] | None = None
+    #: meta command name for messages ("set", "if", "elif", "sleep", ...)
+    name: str = ""
+    #: \set target is a valid variable name (checked once, not per run)
+    var_ok: bool = True
+    #: the expression calls debug(), which reports the script and command
+    uses_debug: bool = False
+    #: \if/\elif false: where to go, and whether that is an \elif to evaluate
+    false_next: int = -1
+    false_to_elif: bool = False
+    #: \elif/\else reached after a true branch: past the matching \endif
+    end_next: int = -1
+    # \sleep
+    amount: int | str = 0
+    unit_us: int = 1
+    # \shell/\setshell
+    argv: tuple[str, ...] = ()
+    #: \startpipeline under -M prepared: the SQL ops up to \endpipeline
+    pipeline_ops: tuple[Op, ...] = ()
+    #: under -r with histograms: records each execution's elapsed µs
+    rec: Callable[[int], None] | None = None
+
+
+@dataclass(slots=True, eq=False)
+class Client:
+    """pgbench's ``CState``: one client's connection, variables and progress."""
+
+    id: int
+    variables: dict[str, Value]
+    rng: PgPrng
+    ctx: EvalContext
+    state: int = CHOOSE_SCRIPT
+    conn: pgconn.PgConn | None = None
+    #: the raw libpq connection (hot path attribute access), or None
+    raw: Any = None
+    fd: int = -1
+    script: int = 0
+    ops: tuple[Op, ...] = ()
+    command: int = 0
+    txn_scheduled: int = 0
+    txn_begin: int = 0
+    stmt_begin: int = 0
+    sleep_until: int = 0
+    estatus: int = E_NONE
+    tries: int = 1
+    #: transactions ended (successful, failed or skipped), for -t
+    cnt: int = 0
+    #: PRNG state at the start of the transaction (for retries)
+    saved_rng: tuple[int, int] = (0, 0)
+    #: statements prepared on the current connection
+    prepared: set[bytes] = field(default_factory=set)
+    in_pipeline: bool = False
+    num_syncs: int = 0
+    # result reading
+    qrynum: int = 0
+    pending: Any = None  # \gset lookahead: the previous result
+    #: error seen while draining the rest of a command's results
+    drain_state: str | None = None
+    drain_msg: str = ""
+    drain_fatal: bool = False
+    #: \gset/\aset failed: abort once the results are drained
+    meta_failed: bool = False
+    # ERROR / WAIT_ROLLBACK_RESULT
+    discarding: bool = False
+    sync_seen: bool = False
+    rollback_ok: bool = False
+    flush_pending: bool = False
+    #: the next START_COMMAND evaluates an \elif (reached by a false jump)
+    eval_elif: bool = False
+
+
+@dataclass(slots=True, eq=False)
+class WorkerState:
+    """pgbench's ``TState``: what a worker's clients share and accumulate."""
+
+    stats: StatsData
+    per_script: list[StatsData] | None
+    choose_rng: PgPrng
+    throttle_rng: PgPrng
+    throttle_trigger: int = 0
+    latency_late: int = 0
+    conn_total_us: int = 0
+    #: µs spent off the CPU in blocking calls outside the event loop's
+    #: waits (connections under -C, first prepares, shell commands): time
+    #: the worker waited although its loop did not
+    blocked_us: int = 0
+    #: pgbench's ``timer_exceeded``: set when -T is over (by the worker's alarm)
+    timer_exceeded: bool = False
+    #: -l: ``TxLogWriter.log`` of this worker, or None
+    txlog: Callable[..., None] | None = None
+    #: latency histograms and interval series, when an output needs them
+    recorder: WorkerRecorder | None = None
+    #: why each aborted client aborted (its last error message)
+    abort_messages: list[str] = field(default_factory=list)
+
+
+class IoHooks(Protocol):
+    """What the event loop does for a client's socket."""
+
+    def attach(self, client: Client) -> None:
+        """Start watching a newly opened connection."""
+
+    def detach(self, client: Client) -> None:
+        """Stop watching the connection before it closes."""
+
+    def want_write(self, client: Client) -> None:
+        """``flush()`` could not send everything: wait for writability too
+        (sets ``client.flush_pending``)."""
+
+    def write_done(self, client: Client) -> None:
+        """Everything was sent: wait for readability only again (clears
+        ``client.flush_pending``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The run settings the state machine reads (plain values)."""
+
+    nclients: int
+    query_mode: int
+    #: -t per client, 0 under -T
+    nxacts: int
+    #: -T end (monotonic µs), 0 without -T
+    end_us: int
+    #: per-worker mean Poisson delay in µs (-R), 0.0 when not throttled
+    throttle_delay: float
+    latency_limit_us: int
+    #: time each transaction (-P, -R, -L, -l, several scripts)
+    detailed: bool
+    per_command: bool
+    max_tries: int
+    verbose_errors: bool
+    continue_on_error: bool
+    connect_each_tx: bool
+    #: script weights, in order
+    weights: tuple[int, ...]
+    conninfo: dict[str, str]
+    password: str | None = None
+    #: -l: every transaction goes to the worker's log
+    log: bool = False
+
+
+def valid_variable_name(name: str) -> bool:
+    """pgbench's ``valid_variable_name``: not empty, no leading digit."""
+    return _VALID_NAME.fullmatch(name) is not None
+
+
+_monotonic_ns = time.monotonic_ns
+_thread_time_ns = time.thread_time_ns
+
+
+class Support:
+    """What every phase of a worker's clients shares.
+
+    ``log`` receives complete stderr lines; ``error``/``info`` give them
+    pgbench's prefixes. The last error is kept: when a client aborts, it
+    tells why (``WorkerState.abort_messages``, the JSON result).
+    """
+
+    __slots__ = ("_log", "_w", "last_error")
+
+    def __init__(self, w: WorkerState, log: Callable[[str], None]) -> None:
+        self._w = w
+        self._log = log
+        self.last_error = ""
+
+    def error(self, message: str) -> None:
+        self.last_error = message
+        self._log(f"{PROG}: error: {message}\n")
+
+    def info(self, message: str) -> None:
+        self._log(f"{PROG}: {message}\n")
+
+    def command_failed(self, st: Client, cmd: str, message: str) -> None:
+        self.error(
+            f"client {st.id} aborted in command {st.command} ({cmd}) "
+            f"of script {st.script}; {message}"
+        )
+
+    def aborted(self, st: Client) -> None:
+        """``st`` has just aborted: file the reason."""
+        self._w.abort_messages.append(self.last_error or f"client {st.id} aborted")
+        self.last_error = ""
+
+    def store_variable(self, st: Client, context: str, name: str, value: Value) -> bool:
+        """Assign a variable (``\\set`` to a new name, ``\\setshell``,
+        ``\\gset``): a new name must be valid, as pgbench's ``putVariable``."""
+        variables = st.variables
+        if name not in variables and not valid_variable_name(name):
+            self.error(f'{context}: invalid variable name: "{name}"')
+            return False
+        variables[name] = value
+        return True
+
+    def blocked_since(self, start_us: int, cpu_ns: int) -> int:
+        """Account a blocking call that began at ``start_us`` (monotonic µs)
+        with ``cpu_ns`` of thread CPU used: its time off the CPU was spent
+        waiting although the event loop was not. Returns the clock (µs)."""
+        now = _monotonic_ns() // 1000
+        off_cpu = now - start_us - (_thread_time_ns() - cpu_ns) // 1000
+        if off_cpu > 0:
+            self._w.blocked_us += off_cpu
+        return now
