@@ -351,6 +351,12 @@ class Suite:
             jobs: (PGSURGE, ["-i", "-s", s, "--init-jobs", str(self.opts.init_jobs)]),
         }
         print(f"{INIT_CASE}: -i -s {s}, {self.opts.init_rounds} round(s)", flush=True)
+        # uncounted: afterwards every counted run first drops tables of the
+        # same size (a run into the empty database would drop nothing)
+        warmup = self.measure(
+            PGBENCH, [*variants[PGBENCH][1], dsn], pair=-1, position=0
+        )
+        print(f"  warm-up pgbench: wall {warmup.wall_s:.2f} s", flush=True)
         rounds: list[dict[str, Run]] = []
         for rnd in range(self.opts.init_rounds):
             got: dict[str, Run] = {}
@@ -382,6 +388,7 @@ class Suite:
             "variants": {n: [*self.tool_argv(t), *a] for n, (t, a) in variants.items()},
             "summary": summary,
             "rounds": [{n: _run_dict(r) for n, r in rd.items()} for rd in rounds],
+            "warmup": _run_dict(warmup),
         }
         self.save()
 
