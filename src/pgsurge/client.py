@@ -198,6 +198,14 @@ def make_advance(
 
     # the phases' steps, bound as closure variables of advance
     sup = Support(w, log)
+    # --debug: pgbench's debug lines; the hot path's inline sends and fast
+    # restart are switched off (by the constants below, at no cost in a
+    # normal run), so that the general paths print them
+    debug = s.debug
+    trace = sup.debug
+    descs = s.script_descs
+    inline_mode = -1 if debug else query_mode
+    restart_inline = not (nscripts != 1 or throttled or connect_each_tx or debug)
     error = sup.error
     command_failed = sup.command_failed
     store_variable = sup.store_variable
@@ -279,7 +287,7 @@ def make_advance(
                         try:
                             # the common cases inline: one call into libpq
                             if (
-                                query_mode == MODE_PREPARED
+                                inline_mode == MODE_PREPARED
                                 and op.prepname in st.prepared
                             ):
                                 if op.param1:
@@ -299,7 +307,7 @@ def make_advance(
                                     )
                                 else:
                                     raw.send_query_prepared(op.prepname, None)
-                            elif query_mode == MODE_SIMPLE and op.parts is None:
+                            elif inline_mode == MODE_SIMPLE and op.parts is None:
                                 raw.send_query(op.sql)
                             elif not send_sql(st, op):
                                 raise libpq_error("send failed")
@@ -324,6 +332,8 @@ def make_advance(
                         if op.uses_debug:
                             ctx.script = st.script
                             ctx.command = i
+                            if debug:
+                                trace(f"client {st.id} executing {op.trace}")
                         try:
                             value = op.expr(ctx)  # type: ignore[misc]
                         except EvalError as e:
@@ -347,7 +357,9 @@ def make_advance(
                         now = 0
                         state = END_COMMAND
                         continue
-                    elif kind == K_IF or (kind == K_ELIF and st.eval_elif):
+                    if debug:
+                        trace(f"client {st.id} executing {op.trace}")
+                    if kind == K_IF or (kind == K_ELIF and st.eval_elif):
                         st.eval_elif = False
                         ok, value = evaluate(st, op)
                         if not ok:
@@ -456,7 +468,7 @@ def make_advance(
                 io_done = False
                 budget -= 1
                 now = 0
-                if nscripts != 1 or throttled or connect_each_tx:
+                if not restart_inline:
                     state = CHOOSE_SCRIPT
                     continue
                 # CHOOSE_SCRIPT and START_TX of the common case, inline
@@ -473,6 +485,8 @@ def make_advance(
                 continue
 
             if state == WAIT_RESULT:
+                if debug:
+                    trace(f"client {st.id} receiving")
                 raw = st.raw
                 try:
                     raw.consume_input()
@@ -538,6 +552,8 @@ def make_advance(
                     script = choose_script()
                     st.script = script
                     st.ops = scripts[script]
+                if debug:
+                    trace(f'client {st.id} executing script "{descs[st.script]}"')
                 st.estatus = E_NONE
                 st.tries = 1
                 if w.timer_exceeded:

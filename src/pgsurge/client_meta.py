@@ -95,6 +95,8 @@ def make_meta(s: Settings, w: WorkerState, sup: Support, sql: SqlSteps) -> MetaS
     monotonic_ns = _monotonic_ns
     thread_time_ns = _thread_time_ns
     error = sup.error
+    trace = sup.debug
+    debug = s.debug
     command_failed = sup.command_failed
     store_variable = sup.store_variable
     blocked_since = sup.blocked_since
@@ -153,7 +155,14 @@ def make_meta(s: Settings, w: WorkerState, sup: Support, sql: SqlSteps) -> MetaS
             error(f'{argv[0]}: shell command must return an integer (not "{res}")')
             return False
         number = max(min(number, 2**63 - 1), -(2**63))  # strtol saturates
-        return store_variable(st, "setshell", op.var, c_int(number))
+        if not store_variable(st, "setshell", op.var, c_int(number)):
+            return False
+        if debug:
+            # pgbench names its second shell word, "(null)" when there is
+            # none, as the parameter; the value keeps its newline
+            second = argv[1] if len(argv) > 1 else "(null)"
+            trace(f'{argv[0]}: shell parameter name: "{second}", value: "{res}"')
+        return True
 
     def evaluate(st: Client, op: Op) -> tuple[bool, Value]:
         ctx = st.ctx

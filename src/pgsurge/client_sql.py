@@ -123,6 +123,8 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
     thread_time_ns = _thread_time_ns
     error = sup.error
     info = sup.info
+    trace = sup.debug
+    debug = s.debug
     store_variable = sup.store_variable
     blocked_since = sup.blocked_since
 
@@ -139,6 +141,8 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
 
     def prepare(st: Client, op: Op) -> None:
         """pgbench ``prepareCommand``: blocking PQprepare on first use."""
+        if debug:
+            trace(f"client {st.id} preparing {op.prepname.decode()}")
         start, cpu = monotonic_ns() // 1000, thread_time_ns()
         msg = st.conn.prepare(op.prepname, op.sql)  # type: ignore[union-attr]
         blocked_since(start, cpu)
@@ -168,6 +172,23 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
             return False
         # the caller flushes; in a pipeline data goes with the next sync
         return True
+
+    def send_sql_traced(st: Client, op: Op) -> bool:
+        """``send_sql`` with pgbench's --debug lines (``advance`` sends
+        everything through here under --debug)."""
+        if query_mode == MODE_PREPARED:
+            if op.prepname not in st.prepared:
+                prepare(st, op)
+            shown = op.prepname
+        elif query_mode == MODE_EXTENDED or op.parts is None:
+            shown = op.sql
+        else:
+            shown = substitute(st.variables, op.parts)
+        trace(f"client {st.id} sending {shown.decode('utf-8', 'replace')}")
+        if send_sql(st, op):
+            return True
+        trace(f"client {st.id} could not send {op.sql.decode('utf-8', 'replace')}")
+        return False
 
     def store_gset(st: Client, op: Op, res: Any, is_last: bool) -> bool:
         """pgbench ``readCommandResponse``'s \\gset/\\aset handling."""
@@ -254,6 +275,10 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
                     st.qrynum += 1
                 continue
             if status == PIPELINE_SYNC:
+                if debug:
+                    trace(
+                        f"client {st.id} pipeline ending, ongoing syncs: {st.num_syncs}"
+                    )
                 st.num_syncs -= 1
                 if st.num_syncs == 0:
                     try:
@@ -372,5 +397,10 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
         return 1
 
     return SqlSteps(
-        flush_sent, prepare, send_sql, read_results, note_error, discard_until_sync
+        flush_sent,
+        prepare,
+        send_sql_traced if debug else send_sql,
+        read_results,
+        note_error,
+        discard_until_sync,
     )

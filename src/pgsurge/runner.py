@@ -110,6 +110,22 @@ def _connect_setup(cfg: RunConfig, err: TextIO) -> tuple[pgconn.PgConn, str | No
     return conn, password
 
 
+def _debug_target(conn: pgconn.PgConn, cfg: RunConfig) -> str:
+    """pgbench's --debug line about the setup connection and the run size."""
+    raw = conn._pgconn
+
+    def text(value: bytes | None) -> str:
+        return "(null)" if value is None else value.decode("utf-8", "replace")
+
+    what, count = (
+        ("duration", cfg.duration) if cfg.duration else ("nxacts", cfg.transactions)
+    )
+    return (
+        f"{PROG}: pghost: {text(raw.host)} pgport: {text(raw.port)} "
+        f"nclients: {cfg.clients} {what}: {count} dbName: {text(raw.db)}\n"
+    )
+
+
 def _table_info(conn: pgconn.PgConn, cfg: RunConfig, err: TextIO) -> TableInfo:
     """pgbench ``GetTableInfo``: the scale from ``pgbench_branches`` and the
     partitioning of the ``pgbench_accounts`` found first in search_path."""
@@ -318,6 +334,9 @@ def run(
         server_version = conn.parameter_status("server_version") or str(server_num)
         text_out.write(render_banner(__version__, server_version))
         text_out.flush()
+        if cfg.debug:
+            err.write(_debug_target(conn, cfg))
+            err.flush()
         info = TableInfo(cfg.scale or 1)
         if any(s.builtin for s in cfg.scripts):
             info = _table_info(conn, cfg, err)
