@@ -82,10 +82,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import cast
 
-from pgsurge import pgconn
+from pgsurge import fastpq, pgconn
 from pgsurge.client_meta import make_meta
-from pgsurge.client_sql import make_sql, params_of
+from pgsurge.client_sql import make_sql, params_of, substitute
 from pgsurge.client_state import (
     ABORTED,
     BACKEND_DIED,
@@ -107,6 +108,7 @@ from pgsurge.client_state import (
     K_SLEEP,
     K_SQL,
     MISSING,
+    MODE_EXTENDED,
     MODE_PREPARED,
     MODE_SIMPLE,
     PREPARE_THROTTLE,
@@ -128,6 +130,7 @@ from pgsurge.client_state import (
 )
 from pgsurge.client_tx import make_tx
 from pgsurge.errors import EvalError
+from pgsurge.fastpq import DRAIN_BUSY, DRAIN_DONE, ErrorResult
 from pgsurge.script.values import truth
 from pgsurge.throttle import is_late, poisson_delay
 
@@ -192,20 +195,17 @@ def make_advance(
     TRANS_IDLE = pgconn.TRANS_IDLE
     TRANS_INTRANS = pgconn.TRANS_INTRANS
     TRANS_INERROR = pgconn.TRANS_INERROR
+    # pgsurge._fastpq's calls; used only for clients whose ``ptr`` is set
+    fast_send_prepared = fastpq.send_prepared
+    fast_send_query = fastpq.send_query
+    fast_send_params = fastpq.send_params
+    fast_drain = fastpq.drain
     rec = w.recorder
     # a first-try success's latency into the histograms (None: not asked)
     rec_latency = rec.latency if rec is not None else None
 
     # the phases' steps, bound as closure variables of advance
     sup = Support(w, log)
-    # --debug: pgbench's debug lines; the hot path's inline sends and fast
-    # restart are switched off (by the constants below, at no cost in a
-    # normal run), so that the general paths print them
-    debug = s.debug
-    trace = sup.debug
-    descs = s.script_descs
-    inline_mode = -1 if debug else query_mode
-    restart_inline = not (nscripts != 1 or throttled or connect_each_tx or debug)
     error = sup.error
     command_failed = sup.command_failed
     store_variable = sup.store_variable
@@ -284,34 +284,57 @@ def make_advance(
                             state = END_COMMAND
                             continue
                         raw = st.raw
+                        ptr = st.ptr
                         try:
-                            # the common cases inline: one call into libpq
+                            # the common cases inline: one call into libpq (two
+                            # with its flush), or one into pgsurge._fastpq
                             if (
-                                inline_mode == MODE_PREPARED
+                                query_mode == MODE_PREPARED
                                 and op.prepname in st.prepared
                             ):
+                                params: list[bytes | None] | None
                                 if op.param1:
                                     v = st.variables.get(op.param1, MISSING)
                                     if type(v) is int:
-                                        raw.send_query_prepared(
-                                            op.prepname, [b"%d" % v]
-                                        )
+                                        params = [b"%d" % v]
                                     else:
-                                        raw.send_query_prepared(
-                                            op.prepname,
-                                            params_of(st.variables, op.names),
-                                        )
+                                        params = params_of(st.variables, op.names)
                                 elif op.names:
-                                    raw.send_query_prepared(
-                                        op.prepname, params_of(st.variables, op.names)
-                                    )
+                                    params = params_of(st.variables, op.names)
                                 else:
-                                    raw.send_query_prepared(op.prepname, None)
-                            elif inline_mode == MODE_SIMPLE and op.parts is None:
+                                    params = None
+                                if ptr:
+                                    sent = fast_send_prepared(ptr, op.prepname, params)
+                                else:
+                                    raw.send_query_prepared(op.prepname, params)
+                                    sent = raw.flush()
+                            elif ptr and query_mode == MODE_SIMPLE:
+                                sent = fast_send_query(
+                                    ptr,
+                                    op.sql
+                                    if op.parts is None
+                                    else substitute(st.variables, op.parts),
+                                )
+                            elif ptr and query_mode == MODE_EXTENDED:
+                                sent = fast_send_params(
+                                    ptr,
+                                    op.sql,
+                                    params_of(st.variables, op.names)
+                                    if op.names
+                                    else None,
+                                )
+                            elif query_mode == MODE_SIMPLE and op.parts is None:
                                 raw.send_query(op.sql)
+                                sent = raw.flush()
                             elif not send_sql(st, op):
                                 raise libpq_error("send failed")
-                            if raw.flush():
+                            else:
+                                sent = raw.flush()
+                            # 0: all sent; 1: wait for writability; fastpq's
+                            # -1/-2: the flush/send failed
+                            if sent:
+                                if sent < 0:
+                                    raise libpq_error("send failed")
                                 if not st.flush_pending:
                                     io.want_write(st)
                             elif st.flush_pending:
@@ -332,8 +355,6 @@ def make_advance(
                         if op.uses_debug:
                             ctx.script = st.script
                             ctx.command = i
-                            if debug:
-                                trace(f"client {st.id} executing {op.trace}")
                         try:
                             value = op.expr(ctx)  # type: ignore[misc]
                         except EvalError as e:
@@ -357,9 +378,7 @@ def make_advance(
                         now = 0
                         state = END_COMMAND
                         continue
-                    if debug:
-                        trace(f"client {st.id} executing {op.trace}")
-                    if kind == K_IF or (kind == K_ELIF and st.eval_elif):
+                    elif kind == K_IF or (kind == K_ELIF and st.eval_elif):
                         st.eval_elif = False
                         ok, value = evaluate(st, op)
                         if not ok:
@@ -468,7 +487,7 @@ def make_advance(
                 io_done = False
                 budget -= 1
                 now = 0
-                if not restart_inline:
+                if nscripts != 1 or throttled or connect_each_tx:
                     state = CHOOSE_SCRIPT
                     continue
                 # CHOOSE_SCRIPT and START_TX of the common case, inline
@@ -485,8 +504,55 @@ def make_advance(
                 continue
 
             if state == WAIT_RESULT:
-                if debug:
-                    trace(f"client {st.id} receiving")
+                op = st.ops[st.command]
+                if (
+                    st.ptr
+                    and not op.gset
+                    and not st.in_pipeline
+                    and st.drain_state is None
+                    and not st.flush_pending
+                ):
+                    # a plain command through pgsurge._fastpq: consume and
+                    # count its results in one call (the branch below does
+                    # the same with psycopg's calls)
+                    got = fast_drain(st.ptr, st.qrynum)
+                    if type(got) is int:
+                        q = got >> 2
+                        st.qrynum = q
+                        code = got & 3
+                        if code == DRAIN_BUSY:
+                            st.state = WAIT_RESULT
+                            return
+                        if code == DRAIN_DONE:
+                            if q:
+                                io_done = True
+                                state = END_COMMAND
+                            else:
+                                error(
+                                    f"client {st.id} command {st.command}: no results"
+                                )
+                                state = ABORTED
+                            continue
+                        command_failed(st, "SQL", BACKEND_DIED)
+                        state = ABORTED
+                        continue
+                    # a failed (or unexpected) result, read and cleared
+                    q, status, sqlstate, message = cast(fastpq.Failed, got)
+                    st.qrynum = q
+                    r = note_error(st, ErrorResult(status, sqlstate, message))
+                    if r == -1:
+                        r = read_results(st, op)
+                    if r == 0:
+                        st.state = WAIT_RESULT
+                        return
+                    if r == 1:
+                        io_done = True
+                        state = END_COMMAND
+                    elif r == 2:
+                        state = ERROR
+                    else:
+                        state = ABORTED
+                    continue
                 raw = st.raw
                 try:
                     raw.consume_input()
@@ -498,7 +564,6 @@ def make_advance(
                     command_failed(st, "SQL", BACKEND_DIED)
                     state = ABORTED
                     continue
-                op = st.ops[st.command]
                 if not op.gset and not st.in_pipeline and st.drain_state is None:
                     # a plain command: count its results up to the end
                     q = st.qrynum
@@ -552,8 +617,6 @@ def make_advance(
                     script = choose_script()
                     st.script = script
                     st.ops = scripts[script]
-                if debug:
-                    trace(f'client {st.id} executing script "{descs[st.script]}"')
                 st.estatus = E_NONE
                 st.tries = 1
                 if w.timer_exceeded:

@@ -46,6 +46,7 @@ from pgsurge.client_state import (
     Support,
     WorkerState,
 )
+from pgsurge.fastpq import usable_with
 
 __all__ = ["TxSteps", "make_tx"]
 
@@ -103,8 +104,6 @@ def make_tx(
     strip_nl = pgconn.strip_newline
     error = sup.error
     info = sup.info
-    trace = sup.debug
-    debug = s.debug
     flush_sent = sql.flush_sent
     discard_until_sync = sql.discard_until_sync
 
@@ -177,6 +176,7 @@ def make_tx(
         conn.set_nonblocking()
         st.conn = conn
         st.raw = conn._pgconn
+        st.ptr = usable_with(conn)
         st.prepared = set()
         st.in_pipeline = False
         st.num_syncs = 0
@@ -189,6 +189,7 @@ def make_tx(
             st.conn.finish()
             st.conn = None
             st.raw = None
+            st.ptr = 0
 
     def do_retry(st: Client, now: int) -> bool:
         """pgbench ``doRetry``: may this failed transaction run again?"""
@@ -266,8 +267,6 @@ def make_tx(
 
     def on_rollback_result(st: Client, now: int) -> int:
         """WAIT_ROLLBACK_RESULT: the socket is readable."""
-        if debug:
-            trace(f"client {st.id} receiving")
         raw = st.raw
         try:
             raw.consume_input()

@@ -30,7 +30,7 @@ message)``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from pgsurge import _native, pgconn
 
@@ -40,6 +40,7 @@ __all__ = [
     "DRAIN_FAILED",
     "FASTPQ_API",
     "ErrorResult",
+    "Failed",
     "available",
     "drain",
     "send_params",
@@ -60,10 +61,12 @@ DRAIN_FAILED = 3
 _DIAG_SQLSTATE = ord("C")
 
 Params = Sequence[bytes | None] | None
+#: drain()'s report of a failed result: (count, status, sqlstate, message)
+Failed = tuple[int, int, bytes | None, bytes | None]
 SendPrepared = Callable[[int, bytes, Params], int]
 SendParams = Callable[[int, bytes, Params], int]
 SendQuery = Callable[[int, bytes], int]
-Drain = Callable[[int, int], "int | tuple[int, int, bytes | None, bytes | None]"]
+Drain = Callable[[int, int], "int | Failed"]
 
 
 def _bind() -> Any:
@@ -73,14 +76,20 @@ def _bind() -> Any:
     return module
 
 
+def _unavailable(*args: object) -> NoReturn:
+    raise RuntimeError("pgsurge._fastpq is not in use")
+
+
 _module = _bind()
 
-#: whether the fused calls may be used at all in this process
+#: whether the fused calls may be used at all in this process (when not,
+#: the functions below raise RuntimeError: callers check ``available`` or
+#: a connection's :func:`usable_with` first)
 available: bool = _module is not None
-send_prepared: SendPrepared | None = None
-send_params: SendParams | None = None
-send_query: SendQuery | None = None
-drain: Drain | None = None
+send_prepared: SendPrepared = _unavailable
+send_params: SendParams = _unavailable
+send_query: SendQuery = _unavailable
+drain: Drain = _unavailable
 if _module is not None:
     send_prepared = _module.send_prepared
     send_params = _module.send_params
