@@ -206,6 +206,14 @@ def make_advance(
 
     # the phases' steps, bound as closure variables of advance
     sup = Support(w, log)
+    # --debug: pgbench's debug lines; the hot path's inline sends and fast
+    # restart are switched off (by the constants below, at no cost in a
+    # normal run), so that the general paths print them
+    debug = s.debug
+    trace = sup.debug
+    descs = s.script_descs
+    inline_mode = -1 if debug else query_mode
+    restart_inline = not (nscripts != 1 or throttled or connect_each_tx or debug)
     error = sup.error
     command_failed = sup.command_failed
     store_variable = sup.store_variable
@@ -289,7 +297,7 @@ def make_advance(
                             # the common cases inline: one call into libpq (two
                             # with its flush), or one into pgsurge._fastpq
                             if (
-                                query_mode == MODE_PREPARED
+                                inline_mode == MODE_PREPARED
                                 and op.prepname in st.prepared
                             ):
                                 params: list[bytes | None] | None
@@ -308,14 +316,14 @@ def make_advance(
                                 else:
                                     raw.send_query_prepared(op.prepname, params)
                                     sent = raw.flush()
-                            elif ptr and query_mode == MODE_SIMPLE:
+                            elif ptr and inline_mode == MODE_SIMPLE:
                                 sent = fast_send_query(
                                     ptr,
                                     op.sql
                                     if op.parts is None
                                     else substitute(st.variables, op.parts),
                                 )
-                            elif ptr and query_mode == MODE_EXTENDED:
+                            elif ptr and inline_mode == MODE_EXTENDED:
                                 sent = fast_send_params(
                                     ptr,
                                     op.sql,
@@ -323,7 +331,7 @@ def make_advance(
                                     if op.names
                                     else None,
                                 )
-                            elif query_mode == MODE_SIMPLE and op.parts is None:
+                            elif inline_mode == MODE_SIMPLE and op.parts is None:
                                 raw.send_query(op.sql)
                                 sent = raw.flush()
                             elif not send_sql(st, op):
@@ -355,6 +363,8 @@ def make_advance(
                         if op.uses_debug:
                             ctx.script = st.script
                             ctx.command = i
+                            if debug:
+                                trace(f"client {st.id} executing {op.trace}")
                         try:
                             value = op.expr(ctx)  # type: ignore[misc]
                         except EvalError as e:
@@ -378,7 +388,9 @@ def make_advance(
                         now = 0
                         state = END_COMMAND
                         continue
-                    elif kind == K_IF or (kind == K_ELIF and st.eval_elif):
+                    if debug:
+                        trace(f"client {st.id} executing {op.trace}")
+                    if kind == K_IF or (kind == K_ELIF and st.eval_elif):
                         st.eval_elif = False
                         ok, value = evaluate(st, op)
                         if not ok:
@@ -487,7 +499,7 @@ def make_advance(
                 io_done = False
                 budget -= 1
                 now = 0
-                if nscripts != 1 or throttled or connect_each_tx:
+                if not restart_inline:
                     state = CHOOSE_SCRIPT
                     continue
                 # CHOOSE_SCRIPT and START_TX of the common case, inline
@@ -504,6 +516,8 @@ def make_advance(
                 continue
 
             if state == WAIT_RESULT:
+                if debug:
+                    trace(f"client {st.id} receiving")
                 op = st.ops[st.command]
                 if (
                     st.ptr
@@ -617,6 +631,8 @@ def make_advance(
                     script = choose_script()
                     st.script = script
                     st.ops = scripts[script]
+                if debug:
+                    trace(f'client {st.id} executing script "{descs[st.script]}"')
                 st.estatus = E_NONE
                 st.tries = 1
                 if w.timer_exceeded:

@@ -182,8 +182,12 @@ class Op:
     name: str = ""
     #: \set target is a valid variable name (checked once, not per run)
     var_ok: bool = True
-    #: the expression calls debug(), which reports the script and command
+    #: the expression calls debug(), which reports the script and command;
+    #: also set on every \set under --debug, whose trace line is printed
+    #: there (the branch costs nothing more in a normal run)
     uses_debug: bool = False
+    #: a meta command as --debug shows it: pgbench's argv joined by blanks
+    trace: str = ""
     #: \if/\elif false: where to go, and whether that is an \elif to evaluate
     false_next: int = -1
     false_to_elif: bool = False
@@ -320,6 +324,10 @@ class Settings:
     password: str | None = None
     #: -l: every transaction goes to the worker's log
     log: bool = False
+    #: --debug: pgbench's debug lines (scripts, commands, sends, receives)
+    debug: bool = False
+    #: each script's description, as --debug names it
+    script_descs: tuple[str, ...] = ()
 
 
 def valid_variable_name(name: str) -> bool:
@@ -351,6 +359,13 @@ class Support:
         self._log(f"{PROG}: error: {message}\n")
 
     def info(self, message: str) -> None:
+        self._log(f"{PROG}: {message}\n")
+
+    def debug(self, message: str) -> None:
+        """pgbench's ``pg_log_debug``: no level label; like every
+        ``pg_log_*``, one trailing newline of the message is dropped."""
+        if message.endswith("\n"):
+            message = message[:-1]
         self._log(f"{PROG}: {message}\n")
 
     def command_failed(self, st: Client, cmd: str, message: str) -> None:

@@ -104,6 +104,8 @@ def make_tx(
     strip_nl = pgconn.strip_newline
     error = sup.error
     info = sup.info
+    trace = sup.debug
+    debug = s.debug
     flush_sent = sql.flush_sent
     discard_until_sync = sql.discard_until_sync
 
@@ -267,6 +269,8 @@ def make_tx(
 
     def on_rollback_result(st: Client, now: int) -> int:
         """WAIT_ROLLBACK_RESULT: the socket is readable."""
+        if debug:
+            trace(f"client {st.id} receiving")
         raw = st.raw
         try:
             raw.consume_input()

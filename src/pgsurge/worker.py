@@ -107,12 +107,13 @@ class WorkerSpec:
 
 
 def compile_scripts(
-    scripts: tuple[ParsedScript, ...], mode: QueryMode
+    scripts: tuple[ParsedScript, ...], mode: QueryMode, *, debug: bool = False
 ) -> tuple[tuple[Op, ...], ...]:
     """Turn parsed scripts into the engine's ``Op`` tuples (once per worker).
 
     Prepared statement names are ``P_<n>`` numbered over the SQL commands
-    of all scripts in order, as pgbench 18 names them.
+    of all scripts in order, as pgbench 18 names them. Under ``debug``
+    (--debug) every ``\\set`` takes the branch that prints its trace.
     """
     prepnum = 0
     compiled: list[tuple[Op, ...]] = []
@@ -121,6 +122,8 @@ def compile_scripts(
         ops: list[Op] = []
         for index, cmd in enumerate(commands):
             op, prepnum = _compile_command(cmd, index, commands, mode, prepnum)
+            if debug and op.kind == C.K_SET:
+                op.uses_debug = True
             ops.append(op)
         # \startpipeline under -M prepared prepares what follows it first
         for i, op in enumerate(ops):
@@ -162,14 +165,15 @@ def _compile_command(
                 prepnum += 1
         return op, prepnum
     if isinstance(cmd, SetCommand):
-        op = Op(C.K_SET, index, line, var=cmd.var, name="set")
+        op = Op(C.K_SET, index, line, var=cmd.var, name="set", trace=f"\\set {cmd.var}")
         op.expr = compile_expr(cmd.expr)
         op.var_ok = C.valid_variable_name(cmd.var)
         op.uses_debug = _uses_debug(cmd.expr)
         return op, prepnum
     if isinstance(cmd, IfCommand):
         kind = C.K_ELIF if cmd.is_elif else C.K_IF
-        op = Op(kind, index, line, name="elif" if cmd.is_elif else "if")
+        name = "elif" if cmd.is_elif else "if"
+        op = Op(kind, index, line, name=name, trace="\\" + name)
         op.expr = compile_expr(cmd.expr)
         op.uses_debug = _uses_debug(cmd.expr)
         target = cmd.false_jump
@@ -183,16 +187,19 @@ def _compile_command(
         op.end_next = cmd.end_jump + 1
         return op, prepnum
     if isinstance(cmd, ElseCommand):
-        return Op(C.K_ELSE, index, line, end_next=cmd.end_jump + 1), prepnum
+        op = Op(C.K_ELSE, index, line, end_next=cmd.end_jump + 1, trace="\\else")
+        return op, prepnum
     if isinstance(cmd, EndifCommand):
-        return Op(C.K_ENDIF, index, line), prepnum
+        return Op(C.K_ENDIF, index, line, trace="\\endif"), prepnum
     if isinstance(cmd, SleepCommand):
-        return Op(
-            C.K_SLEEP, index, line, amount=cmd.amount, unit_us=cmd.unit_us
-        ), prepnum
+        op = Op(C.K_SLEEP, index, line, amount=cmd.amount, unit_us=cmd.unit_us)
+        op.trace = _sleep_trace(line)
+        return op, prepnum
     if isinstance(cmd, ShellCommand):
         op = Op(C.K_SHELL, index, line, var=cmd.var or "", argv=cmd.argv)
         op.name = "setshell" if cmd.var is not None else "shell"
+        var = () if cmd.var is None else (cmd.var,)
+        op.trace = "\\" + " ".join((op.name, *var, *cmd.argv))
         return op, prepnum
     if isinstance(cmd, PipelineCommand):
         kind = {
@@ -200,8 +207,23 @@ def _compile_command(
             PipelineOp.SYNC: C.K_PSYNC,
             PipelineOp.END: C.K_PEND,
         }[cmd.op]
-        return Op(kind, index, line), prepnum
+        return Op(kind, index, line, trace="\\" + cmd.op.value), prepnum
     raise TypeError(f"unknown command {cmd!r}")
+
+
+def _sleep_trace(first_line: str) -> str:
+    """``\\sleep`` as --debug shows it: pgbench's words, where ``10ms``
+    (digits glued to a unit) also gives the unit as a third word."""
+    words = first_line.split()
+    if len(words) == 2 and not words[1].startswith(":"):
+        word = words[1]
+        start = 1 if word[:1] in ("+", "-") else 0
+        end = start
+        while end < len(word) and word[end] in "0123456789":
+            end += 1
+        if start < end < len(word):
+            words.append(word[end:])
+    return " ".join(words)
 
 
 def _uses_debug(expr: Expr) -> bool:
@@ -238,6 +260,8 @@ def build_settings(spec: WorkerSpec, end_us: int) -> Settings:
         conninfo=cfg.conn.conninfo_items(),
         password=spec.password,
         log=cfg.log,
+        debug=cfg.debug,
+        script_descs=tuple(s.description or s.name for s in cfg.scripts),
     )
 
 
@@ -310,7 +334,7 @@ def worker_main(spec: WorkerSpec, pipe: Connection) -> None:
 
 def _run(spec: WorkerSpec, pipe: Connection) -> None:
     cfg = spec.config
-    scripts = compile_scripts(spec.scripts, cfg.query_mode)
+    scripts = compile_scripts(spec.scripts, cfg.query_mode, debug=cfg.debug)
     clients = _make_clients(spec)
     for st in clients:
         st.ops = scripts[0]  # CHOOSE_SCRIPT only switches with several scripts
