@@ -41,6 +41,7 @@ from pgsurge.client_state import (
     MISSING,
     MODE_EXTENDED,
     MODE_PREPARED,
+    PREPARING,
     Client,
     IoHooks,
     Op,
@@ -123,6 +124,7 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
     thread_time_ns = _thread_time_ns
     error = sup.error
     info = sup.info
+    command_failed = sup.command_failed
     trace = sup.debug
     debug = s.debug
     store_variable = sup.store_variable
@@ -140,7 +142,8 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
         return True
 
     def prepare(st: Client, op: Op) -> None:
-        """pgbench ``prepareCommand``: blocking PQprepare on first use."""
+        """pgbench ``prepareCommand``: blocking PQprepare, for the commands
+        of a pipeline (prepared before it starts, as pgbench does)."""
         if debug:
             trace(f"client {st.id} preparing {op.prepname.decode()}")
         start, cpu = monotonic_ns() // 1000, thread_time_ns()
@@ -156,6 +159,19 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
         try:
             if query_mode == MODE_PREPARED:
                 if op.prepname not in st.prepared:
+                    if not st.in_pipeline:
+                        # First use on this connection: pgbench prepares
+                        # with a blocking PQprepare; here only the prepare
+                        # is sent, and read_results sends the query once
+                        # its result is in, so that the worker's other
+                        # clients go on meanwhile (every transaction under
+                        # -C prepares anew).
+                        if debug:
+                            trace(f"client {st.id} preparing {op.prepname.decode()}")
+                        conn.send_prepare(op.prepname, op.sql)
+                        st.drain_state = PREPARING
+                        st.drain_msg = ""
+                        return True
                     prepare(st, op)
                 conn.send_query_prepared(
                     op.prepname, params_of(st.variables, op.names) if op.names else None
@@ -178,6 +194,9 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
         everything through here under --debug)."""
         if query_mode == MODE_PREPARED:
             if op.prepname not in st.prepared:
+                if not st.in_pipeline:
+                    # only the prepare goes now; finish_prepare traces the send
+                    return send_sql(st, op)
                 prepare(st, op)
             shown = op.prepname
         elif query_mode == MODE_EXTENDED or op.parts is None:
@@ -226,12 +245,50 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
                 return False
         return True
 
+    def finish_prepare(st: Client, op: Op) -> int:
+        """The prepare sent by ``send_sql``: once its result is in, report a
+        failure as pgbench does (then the query fails, as there), and send
+        the query itself. 0: wait for the socket; 3: abort."""
+        raw = st.raw
+        conn = st.conn
+        assert conn is not None
+        while True:
+            if raw.is_busy():
+                return 0
+            res = raw.get_result()
+            if res is None:
+                break
+            if res.status != COMMAND_OK:
+                # kept until the end of the results: more may take a wait
+                st.drain_msg = conn.error_message()
+        st.drain_state = None
+        if st.drain_msg:
+            error(strip_nl(st.drain_msg))
+            st.drain_msg = ""
+        st.prepared.add(op.prepname)
+        if debug:
+            trace(f"client {st.id} sending {op.prepname.decode()}")
+        try:
+            raw.send_query_prepared(
+                op.prepname, params_of(st.variables, op.names) if op.names else None
+            )
+        except libpq_error:
+            command_failed(st, "SQL", "SQL command send failed")
+            return 3
+        if not flush_sent(st):
+            command_failed(st, "SQL", "SQL command send failed")
+            return 3
+        st.qrynum = 0
+        return 0
+
     def read_results(st: Client, op: Op) -> int:
         """Fetch every result libpq holds without blocking.
 
         In a pipeline (after ``\\endpipeline``) the results of every queued
         query are read in turn, up to the last sync.
         """
+        if st.drain_state is PREPARING:
+            return finish_prepare(st, op)
         raw = st.raw
         is_busy = raw.is_busy
         get_result = raw.get_result

@@ -150,6 +150,10 @@ _VALID_NAME = re.compile(r"[A-Za-z_\x80-\U0010ffff][0-9A-Za-z_\x80-\U0010ffff]*"
 #: a variable lookup's default: no variable of that name
 MISSING: Any = object()
 
+#: ``Client.drain_state`` while a statement's first prepare is in flight
+#: (compared by identity: no SQLSTATE is this object)
+PREPARING = "<preparing>"
+
 
 @dataclass(slots=True, eq=False)
 class Op:
@@ -240,7 +244,9 @@ class Client:
     # result reading
     qrynum: int = 0
     pending: Any = None  # \gset lookahead: the previous result
-    #: error seen while draining the rest of a command's results
+    #: SQLSTATE of an error seen while draining the rest of a command's
+    #: results; PREPARING while the command's prepare is in flight. Either
+    #: keeps WAIT_RESULT off its plain path, at no cost to that path.
     drain_state: str | None = None
     drain_msg: str = ""
     drain_fatal: bool = False

@@ -1,0 +1,116 @@
+"""-M prepared: a statement's first prepare on a connection does not block.
+
+pgbench prepares with a blocking PQprepare, so one slow prepare holds up
+every client of its thread (and under -C every transaction prepares
+anew). pgsurge sends the prepare and the query after its result, while
+the worker's other clients go on. What users see must not change: the
+messages of a failing prepare, the counts, the -r table.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import psycopg
+import pytest
+
+pytestmark = pytest.mark.server
+
+
+def env() -> dict[str, str]:
+    out = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    out["LC_ALL"] = "C"
+    return out
+
+
+def run(
+    program: list[str], args: list[str], dsn: str, cwd: Path
+) -> tuple[int, str, str]:
+    proc = subprocess.run(
+        [*program, *args, dsn],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env(),
+        timeout=60,
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.fixture
+def bench_db(fresh_db: str, pgbench_bin: Path) -> str:
+    subprocess.run(
+        [str(pgbench_bin), "-i", "-s", "1", "-q", fresh_db],
+        check=True,
+        capture_output=True,
+    )
+    return fresh_db
+
+
+def test_failed_prepare_reports_as_pgbench(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "bad.sql"
+    path.write_text("SELECT * FROM no_such_table;\n")
+    args = ["-n", "-M", "prepared", "-f", str(path), "-t", "2", "-c", "2"]
+    ref = run([str(pgbench_bin)], args, bench_db, tmp_path)
+    ours = run([sys.executable, "-m", "pgsurge"], args, bench_db, tmp_path)
+    assert ref[0] == ours[0] == 2
+    # the prepare's error, then the query's, per client (clients interleave)
+    assert Counter(ours[2].splitlines()) == Counter(
+        line.replace("pgbench: ", "pgsurge: ", 1) for line in ref[2].splitlines()
+    )
+
+
+def test_connect_each_transaction_prepared(bench_db: str, tmp_path: Path) -> None:
+    code, out, err = run(
+        [sys.executable, "-m", "pgsurge"],
+        ["-n", "-b", "tpcb-like", "-M", "prepared", "-C", "-r", "-t", "5", "-c", "3"],
+        bench_db,
+        tmp_path,
+    )
+    assert code == 0, err
+    assert "number of transactions actually processed: 15/15" in out
+    table = out[out.index("statement latencies") :].splitlines()[1:]
+    assert len(table) == 11  # the tpcb-like commands, no failure
+    assert all(line.split()[1] == "0" for line in table)
+
+
+def test_prepare_does_not_block_other_clients(bench_db: str, tmp_path: Path) -> None:
+    """Client 0's first prepare waits for a lock held by this test (parsing
+    takes the table's share lock); client 1, on the same worker, runs on."""
+    with psycopg.connect(bench_db, autocommit=True) as conn:
+        conn.execute("create table locked(id int)")
+    path = tmp_path / "s.sql"
+    path.write_text(
+        "\\if :client_id = 0\nSELECT * FROM locked;\n\\else\nSELECT 1;\n\\endif\n"
+    )
+    holder = psycopg.connect(bench_db)
+    try:
+        holder.execute("lock table locked in access exclusive mode")
+        args = ["-n", "-M", "prepared", "-f", str(path), "-c", "2", "-j", "1"]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pgsurge", *args, "-T", "2", "-l", bench_db],
+            cwd=tmp_path,
+            env=env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(3.5)  # past -T: with a blocking prepare, nobody ran
+    finally:
+        holder.rollback()
+        holder.close()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    (log,) = [name for name in os.listdir(tmp_path) if name.startswith("pgbench_log")]
+    per_client = Counter(
+        line.split()[0] for line in (tmp_path / log).read_text().splitlines()
+    )
+    assert per_client["0"] == 1  # its one transaction, after the lock
+    assert per_client["1"] > 20, per_client
