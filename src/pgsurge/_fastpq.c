@@ -11,6 +11,12 @@
  *   drain: PQconsumeInput, then PQisBusy/PQgetResult/PQresultStatus until
  *          the command's results are all read or libpq needs more data.
  *
+ * The *_vars/parts variants also build the parameters (or, in simple mode,
+ * the query text) from the client's variables, as pgsurge.client_sql's
+ * params_of/substitute do, for the common values (ints and strings); for
+ * any other value they send nothing and return FALLBACK, and the caller
+ * does it in Python.
+ *
  * It does not link against libpq. psycopg has already loaded one libpq into
  * the process (its wheel bundles its own copy); bind() finds that library
  * among the loaded objects and takes its functions from it, so both work on
@@ -34,7 +40,7 @@
 #include <link.h>
 #endif
 
-#define FASTPQ_API 1
+#define FASTPQ_API 2
 
 /* libpq's public enum values (stable ABI since libpq 7.x / 14 for pipelines) */
 #define PGRES_EMPTY_QUERY 0
@@ -413,6 +419,258 @@ fastpq_drain(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
     }
 }
 
+
+/* ---------------------------------------------------------------------- */
+/* Parameters and query text from the client's variables                  */
+
+/* nothing sent: a value needs pgsurge.script.values.to_text */
+#define FALLBACK (-3)
+/* room for an int64 in decimal, sign and NUL included */
+#define INT_TEXT 24
+
+/* The text of a variable's value, or NULL with *fallback set (a value only
+ * Python formats) or with an exception set. Ints are written into buf. */
+static const char *
+value_text(PyObject *v, char *buf, Py_ssize_t *len, int *fallback)
+{
+    if (PyLong_CheckExact(v)) {
+        int overflow;
+        long long n = PyLong_AsLongLongAndOverflow(v, &overflow);
+
+        if (overflow || (n == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            *fallback = 1;
+            return NULL;
+        }
+        *len = PyOS_snprintf(buf, INT_TEXT, "%lld", n);
+        return buf;
+    }
+    if (PyUnicode_CheckExact(v))
+        /* UTF-8, strict, as str.encode(); cached in the str object */
+        return PyUnicode_AsUTF8AndSize(v, len);
+    *fallback = 1;
+    return NULL;
+}
+
+/* params_of(variables, names) into values[]: a missing variable is an SQL
+ * NULL. Returns 0, FALLBACK, or -1 with an exception set. */
+static int
+vars_params(PyObject *variables, PyObject *names, const char **values, char *ints)
+{
+    Py_ssize_t i, n = PyTuple_GET_SIZE(names), len;
+    int fallback = 0;
+
+    for (i = 0; i < n; i++) {
+        PyObject *v = PyDict_GetItemWithError(variables, PyTuple_GET_ITEM(names, i));
+
+        if (v == NULL) {
+            if (PyErr_Occurred())
+                return -1;
+            values[i] = NULL;
+            continue;
+        }
+        values[i] = value_text(v, ints + i * INT_TEXT, &len, &fallback);
+        if (values[i] == NULL)
+            return fallback ? FALLBACK : -1;
+    }
+    return 0;
+}
+
+static int
+check_vars_args(PyObject *const *args, const char *what)
+{
+    if (!PyBytes_Check(args[1])) {
+        PyErr_Format(PyExc_TypeError, "%s must be bytes", what);
+        return 0;
+    }
+    if (!PyDict_Check(args[2]) || !PyTuple_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "variables must be a dict, names a tuple");
+        return 0;
+    }
+    return 1;
+}
+
+/* shared by send_prepared_vars and send_params_vars */
+static PyObject *
+send_vars(PyObject *const *args, Py_ssize_t nargs, int prepared)
+{
+    PGconn *conn;
+    const char *small[SMALL_NPARAMS];
+    char small_ints[SMALL_NPARAMS * INT_TEXT];
+    const char **values = small;
+    char *ints = small_ints;
+    Py_ssize_t n;
+    int r, ok;
+
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "takes 4 arguments");
+        return NULL;
+    }
+    if ((conn = as_conn(args[0])) == NULL ||
+        !check_vars_args(args, prepared ? "name" : "sql"))
+        return NULL;
+    n = PyTuple_GET_SIZE(args[3]);
+    if (n > 65535) {
+        PyErr_SetString(PyExc_ValueError, "too many parameters");
+        return NULL;
+    }
+    if (n > SMALL_NPARAMS) {
+        values = PyMem_New(const char *, n);
+        ints = PyMem_Malloc((size_t)n * INT_TEXT);
+        if (values == NULL || ints == NULL) {
+            PyMem_Free((void *)values);
+            PyMem_Free(ints);
+            return PyErr_NoMemory();
+        }
+    }
+    r = vars_params(args[2], args[3], values, ints);
+    if (r == 0) {
+        if (prepared)
+            ok = f_sendQueryPrepared(conn, PyBytes_AS_STRING(args[1]), (int)n,
+                                     n ? values : NULL, NULL, NULL, 0);
+        else
+            ok = f_sendQueryParams(conn, PyBytes_AS_STRING(args[1]), (int)n, NULL,
+                                   n ? values : NULL, NULL, NULL, 0);
+        r = ok ? f_flush(conn) : -2;
+    }
+    if (values != small) {
+        PyMem_Free((void *)values);
+        PyMem_Free(ints);
+    }
+    if (r == -1 && PyErr_Occurred())
+        return NULL;
+    return PyLong_FromLong(r);
+}
+
+PyDoc_STRVAR(send_prepared_vars_doc,
+             "send_prepared_vars(conn, name, variables, names)\n--\n\n"
+             "send_prepared() with params_of(variables, names) built here; -3\n"
+             "(nothing sent) when a value is neither an int nor a str.");
+
+static PyObject *
+fastpq_send_prepared_vars(PyObject *Py_UNUSED(module), PyObject *const *args,
+                          Py_ssize_t nargs)
+{
+    return send_vars(args, nargs, 1);
+}
+
+PyDoc_STRVAR(send_params_vars_doc,
+             "send_params_vars(conn, sql, variables, names)\n--\n\n"
+             "send_params() with params_of(variables, names) built here; -3\n"
+             "(nothing sent) when a value is neither an int nor a str.");
+
+static PyObject *
+fastpq_send_params_vars(PyObject *Py_UNUSED(module), PyObject *const *args,
+                        Py_ssize_t nargs)
+{
+    return send_vars(args, nargs, 0);
+}
+
+/* a growing byte buffer for the query text */
+typedef struct {
+    char *data;
+    size_t len;
+    size_t cap;
+    char small[512];
+} text_buf;
+
+static int
+buf_add(text_buf *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = (b->len + n + 1) * 2;
+        char *data = PyMem_Malloc(cap);
+
+        if (data == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(data, b->data, b->len);
+        if (b->data != b->small)
+            PyMem_Free(b->data);
+        b->data = data;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    return 0;
+}
+
+PyDoc_STRVAR(send_query_parts_doc,
+             "send_query_parts(conn, parts, variables)\n--\n\n"
+             "send_query() of substitute(variables, parts): literal text at even\n"
+             "indexes, variable names at odd ones (a missing variable stays\n"
+             "':name'); -3 (nothing sent) when a value is neither an int nor a\n"
+             "str.");
+
+static PyObject *
+fastpq_send_query_parts(PyObject *Py_UNUSED(module), PyObject *const *args,
+                        Py_ssize_t nargs)
+{
+    PGconn *conn;
+    PyObject *parts, *variables;
+    text_buf b;
+    Py_ssize_t i, n, len;
+    const char *text;
+    char ints[INT_TEXT];
+    int fallback = 0, r = -1;
+
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "send_query_parts() takes 3 arguments");
+        return NULL;
+    }
+    if ((conn = as_conn(args[0])) == NULL)
+        return NULL;
+    parts = args[1];
+    variables = args[2];
+    if (!PyTuple_Check(parts) || !PyDict_Check(variables)) {
+        PyErr_SetString(PyExc_TypeError, "parts must be a tuple, variables a dict");
+        return NULL;
+    }
+    b.data = b.small;
+    b.len = 0;
+    b.cap = sizeof b.small;
+    n = PyTuple_GET_SIZE(parts);
+    for (i = 0; i < n; i++) {
+        PyObject *part = PyTuple_GET_ITEM(parts, i);
+
+        if (!PyUnicode_Check(part)) {
+            PyErr_SetString(PyExc_TypeError, "parts must be strings");
+            goto done;
+        }
+        if (i & 1) {
+            PyObject *v = PyDict_GetItemWithError(variables, part);
+
+            if (v == NULL) {
+                if (PyErr_Occurred())
+                    goto done;
+                if (buf_add(&b, ":", 1) < 0)
+                    goto done;
+                text = PyUnicode_AsUTF8AndSize(part, &len);
+            } else {
+                text = value_text(v, ints, &len, &fallback);
+            }
+        } else {
+            text = PyUnicode_AsUTF8AndSize(part, &len);
+        }
+        if (text == NULL) {
+            if (fallback)
+                r = FALLBACK;
+            goto done;
+        }
+        if (buf_add(&b, text, (size_t)len) < 0)
+            goto done;
+    }
+    b.data[b.len] = '\0';
+    r = f_sendQuery(conn, b.data) ? f_flush(conn) : -2;
+done:
+    if (b.data != b.small)
+        PyMem_Free(b.data);
+    if (r == -1 && PyErr_Occurred())
+        return NULL;
+    return PyLong_FromLong(r);
+}
+
 PyDoc_STRVAR(socket_doc, "socket(conn)\n--\n\nPQsocket (a sanity check of bind()).");
 
 static PyObject *
@@ -433,6 +691,12 @@ static PyMethodDef module_methods[] = {
      send_params_doc},
     {"send_query", (PyCFunction)(void (*)(void))fastpq_send_query, METH_FASTCALL,
      send_query_doc},
+    {"send_prepared_vars", (PyCFunction)(void (*)(void))fastpq_send_prepared_vars,
+     METH_FASTCALL, send_prepared_vars_doc},
+    {"send_params_vars", (PyCFunction)(void (*)(void))fastpq_send_params_vars,
+     METH_FASTCALL, send_params_vars_doc},
+    {"send_query_parts", (PyCFunction)(void (*)(void))fastpq_send_query_parts,
+     METH_FASTCALL, send_query_parts_doc},
     {"drain", (PyCFunction)(void (*)(void))fastpq_drain, METH_FASTCALL, drain_doc},
     {"socket", (PyCFunction)fastpq_socket, METH_O, socket_doc},
     {NULL, NULL, 0, NULL},

@@ -130,7 +130,7 @@ from pgsurge.client_state import (
 )
 from pgsurge.client_tx import make_tx
 from pgsurge.errors import EvalError
-from pgsurge.fastpq import DRAIN_BUSY, DRAIN_DONE, ErrorResult
+from pgsurge.fastpq import DRAIN_BUSY, DRAIN_DONE, SEND_FALLBACK, ErrorResult
 from pgsurge.script.values import truth
 from pgsurge.throttle import is_late, poisson_delay
 
@@ -199,6 +199,9 @@ def make_advance(
     fast_send_prepared = fastpq.send_prepared
     fast_send_query = fastpq.send_query
     fast_send_params = fastpq.send_params
+    fast_send_prepared_vars = fastpq.send_prepared_vars
+    fast_send_params_vars = fastpq.send_params_vars
+    fast_send_query_parts = fastpq.send_query_parts
     fast_drain = fastpq.drain
     rec = w.recorder
     # a first-try success's latency into the histograms (None: not asked)
@@ -294,9 +297,45 @@ def make_advance(
                         raw = st.raw
                         ptr = st.ptr
                         try:
-                            # the common cases inline: one call into libpq (two
-                            # with its flush), or one into pgsurge._fastpq
-                            if (
+                            # the common cases inline: one call into
+                            # pgsurge._fastpq, which also builds the parameters
+                            # (or the query text) unless a value needs Python's
+                            # formatting; else one call into libpq and its flush
+                            if ptr and inline_mode == MODE_PREPARED:
+                                if op.prepname in st.prepared:
+                                    sent = fast_send_prepared_vars(
+                                        ptr, op.prepname, st.variables, op.names
+                                    )
+                                    if sent == SEND_FALLBACK:
+                                        sent = fast_send_prepared(
+                                            ptr,
+                                            op.prepname,
+                                            params_of(st.variables, op.names),
+                                        )
+                                elif send_sql(st, op):  # prepares it first
+                                    sent = raw.flush()
+                                else:
+                                    raise libpq_error("send failed")
+                            elif ptr and inline_mode == MODE_SIMPLE:
+                                if op.parts is None:
+                                    sent = fast_send_query(ptr, op.sql)
+                                else:
+                                    sent = fast_send_query_parts(
+                                        ptr, op.parts, st.variables
+                                    )
+                                    if sent == SEND_FALLBACK:
+                                        sent = fast_send_query(
+                                            ptr, substitute(st.variables, op.parts)
+                                        )
+                            elif ptr and inline_mode == MODE_EXTENDED:
+                                sent = fast_send_params_vars(
+                                    ptr, op.sql, st.variables, op.names
+                                )
+                                if sent == SEND_FALLBACK:
+                                    sent = fast_send_params(
+                                        ptr, op.sql, params_of(st.variables, op.names)
+                                    )
+                            elif (
                                 inline_mode == MODE_PREPARED
                                 and op.prepname in st.prepared
                             ):
@@ -311,26 +350,8 @@ def make_advance(
                                     params = params_of(st.variables, op.names)
                                 else:
                                     params = None
-                                if ptr:
-                                    sent = fast_send_prepared(ptr, op.prepname, params)
-                                else:
-                                    raw.send_query_prepared(op.prepname, params)
-                                    sent = raw.flush()
-                            elif ptr and inline_mode == MODE_SIMPLE:
-                                sent = fast_send_query(
-                                    ptr,
-                                    op.sql
-                                    if op.parts is None
-                                    else substitute(st.variables, op.parts),
-                                )
-                            elif ptr and inline_mode == MODE_EXTENDED:
-                                sent = fast_send_params(
-                                    ptr,
-                                    op.sql,
-                                    params_of(st.variables, op.names)
-                                    if op.names
-                                    else None,
-                                )
+                                raw.send_query_prepared(op.prepname, params)
+                                sent = raw.flush()
                             elif inline_mode == MODE_SIMPLE and op.parts is None:
                                 raw.send_query(op.sql)
                                 sent = raw.flush()

@@ -20,7 +20,11 @@ hands its functions to the engine:
 
 Return conventions (see src/pgsurge/_fastpq.c): the send functions return
 0 (all sent), 1 (data left to flush: wait for writability), -1 (the flush
-failed) or -2 (the send failed); ``drain(conn, count)`` returns
+failed) or -2 (the send failed); ``send_prepared_vars``,
+``send_params_vars`` and ``send_query_parts`` build the parameters (the
+query text) from the client's variables like ``client_sql.params_of``
+(``substitute``) for ints and strings, and return :data:`SEND_FALLBACK`
+without sending for any other value; ``drain(conn, count)`` returns
 ``count * 4 + code`` with code 0 (libpq needs more data), 1 (all results
 read) or 3 (reading from the socket failed), or, for a result that is
 neither rows, command-ok nor empty, a tuple ``(count, status, sqlstate,
@@ -39,18 +43,26 @@ __all__ = [
     "DRAIN_DONE",
     "DRAIN_FAILED",
     "FASTPQ_API",
+    "SEND_FALLBACK",
     "ErrorResult",
     "Failed",
     "available",
     "drain",
     "send_params",
+    "send_params_vars",
     "send_prepared",
+    "send_prepared_vars",
     "send_query",
+    "send_query_parts",
     "usable_with",
 ]
 
 #: the interface version of pgsurge._fastpq this code expects
-FASTPQ_API = 1
+FASTPQ_API = 2
+
+#: what the *_vars/parts senders return when a value needs Python's
+#: formatting (a double, a boolean, NULL): nothing was sent
+SEND_FALLBACK = -3
 
 # drain()'s codes, in the low two bits of its int result
 DRAIN_BUSY = 0
@@ -66,6 +78,8 @@ Failed = tuple[int, int, bytes | None, bytes | None]
 SendPrepared = Callable[[int, bytes, Params], int]
 SendParams = Callable[[int, bytes, Params], int]
 SendQuery = Callable[[int, bytes], int]
+SendVars = Callable[[int, bytes, dict[str, Any], tuple[str, ...]], int]
+SendParts = Callable[[int, tuple[str, ...], dict[str, Any]], int]
 Drain = Callable[[int, int], "int | Failed"]
 
 
@@ -89,11 +103,17 @@ available: bool = _module is not None
 send_prepared: SendPrepared = _unavailable
 send_params: SendParams = _unavailable
 send_query: SendQuery = _unavailable
+send_prepared_vars: SendVars = _unavailable
+send_params_vars: SendVars = _unavailable
+send_query_parts: SendParts = _unavailable
 drain: Drain = _unavailable
 if _module is not None:
     send_prepared = _module.send_prepared
     send_params = _module.send_params
     send_query = _module.send_query
+    send_prepared_vars = _module.send_prepared_vars
+    send_params_vars = _module.send_params_vars
+    send_query_parts = _module.send_query_parts
     drain = _module.drain
 
 

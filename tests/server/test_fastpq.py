@@ -253,3 +253,100 @@ def test_engine_same_with_and_without_extensions(
     assert any(ln.startswith("debug(script=0,command=2)") for ln in pure)
     failed = [ln for ln in pure if ln.startswith("number of failed transactions")]
     assert failed and not failed[0].startswith("number of failed transactions: 0 ")
+
+
+# --------------------------------------------------------------------------
+# Parameters and query text built from the variables
+
+_VARIABLES: dict[str, Any] = {
+    "i": 42,
+    "neg": -7,
+    "lo": -(2**63),
+    "hi": 2**63 - 1,
+    "s": "héllo wörld",
+    "e": "",
+}
+
+
+def _values(conn: pgconn.PgConn) -> list[Any]:
+    results = _psycopg_results(conn)
+    assert [r.status for r in results] == [pgconn.TUPLES_OK]
+    res = results[0]
+    return [res.get_value(0, c) for c in range(res.nfields)]
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ("i", "neg", "lo", "hi", "s", "e", "missing"),
+        ("i",),
+        tuple(f"v{i}" for i in range(30)),  # more than the small arrays
+    ],
+)
+def test_vars_senders_match_params_of(conn: pgconn.PgConn, names: Any) -> None:
+    from pgsurge.client_sql import params_of
+
+    variables = dict(_VARIABLES, **{f"v{i}": i * 1000 - 3 for i in range(30)})
+    ptr = fastpq.usable_with(conn)
+    cols = ", ".join(f"${i + 1}::text" for i in range(len(names)))
+    assert conn.prepare(b"pv", f"SELECT {cols}".encode()) is None
+    expected = params_of(variables, names)
+    assert fastpq.send_prepared_vars(ptr, b"pv", variables, names) == 0
+    assert _values(conn) == expected
+    sql = f"SELECT {cols}".encode()
+    assert fastpq.send_params_vars(ptr, sql, variables, names) == 0
+    assert _values(conn) == expected
+
+
+def test_vars_senders_no_parameters(conn: pgconn.PgConn) -> None:
+    ptr = fastpq.usable_with(conn)
+    assert conn.prepare(b"p0", b"SELECT 1") is None
+    assert fastpq.send_prepared_vars(ptr, b"p0", {}, ()) == 0
+    assert _values(conn) == [b"1"]
+    assert fastpq.send_params_vars(ptr, b"SELECT 2", {}, ()) == 0
+    assert _values(conn) == [b"2"]
+
+
+@pytest.mark.parametrize("value", [1.5, True, False, None, 2**64])
+def test_vars_senders_leave_other_values_to_python(
+    conn: pgconn.PgConn, value: Any
+) -> None:
+    ptr = fastpq.usable_with(conn)
+    assert conn.prepare(b"pf", b"SELECT $1::text, $2::text") is None
+    variables = {"a": 1, "b": value}
+    assert fastpq.send_prepared_vars(ptr, b"pf", variables, ("a", "b")) == -3
+    assert fastpq.send_params_vars(ptr, b"SELECT $1", variables, ("b",)) == -3
+    parts = ("SELECT ", "a", " + 0, '", "b", "'")
+    assert fastpq.send_query_parts(ptr, parts, variables) == -3
+    assert fastpq.SEND_FALLBACK == -3
+    # nothing was sent
+    assert not conn.is_busy() and conn.get_result() is None
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        ("SELECT ", "i", " + ", "neg", ", '", "s", "', '", "e", "'"),
+        ("SELECT '", "missing", '\' AS "ünï"', "lo", ""),
+        ("SELECT 'x'",),
+        ("SELECT ", "hi", ", '" + "y" * 2000 + "'"),  # more than the small buffer
+    ],
+)
+def test_send_query_parts_matches_substitute(
+    conn: pgconn.PgConn, parts: tuple[str, ...]
+) -> None:
+    from pgsurge.client_sql import substitute
+
+    ptr = fastpq.usable_with(conn)
+    assert fastpq.send_query_parts(ptr, parts, _VARIABLES) == 0
+    got = _psycopg_results(conn)
+    conn.send_query(substitute(_VARIABLES, parts))
+    conn.flush()
+    want = _psycopg_results(conn)
+    assert [r.status for r in got] == [r.status for r in want]
+    if want[0].status == pgconn.TUPLES_OK:
+        row = [want[0].get_value(0, c) for c in range(want[0].nfields)]
+        assert [got[0].get_value(0, c) for c in range(got[0].nfields)] == row
+        assert got[0].fname(0) == want[0].fname(0)
+    else:
+        assert got[0].error_message == want[0].error_message
