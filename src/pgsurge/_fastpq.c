@@ -428,6 +428,29 @@ fastpq_drain(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
 /* room for an int64 in decimal, sign and NUL included */
 #define INT_TEXT 24
 
+/* n in decimal, as "%lld" writes it (snprintf costs more than the rest of
+ * a parameter's handling); returns the length, buf NUL-terminated. */
+static Py_ssize_t
+format_int64(long long n, char *buf)
+{
+    char tmp[INT_TEXT];
+    char *p = tmp + sizeof tmp;
+    /* the magnitude as unsigned: -LLONG_MIN does not fit a long long */
+    unsigned long long u = n < 0 ? 0ULL - (unsigned long long)n : (unsigned long long)n;
+    Py_ssize_t len;
+
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (n < 0)
+        *--p = '-';
+    len = (Py_ssize_t)(tmp + sizeof tmp - p);
+    memcpy(buf, p, (size_t)len);
+    buf[len] = '\0';
+    return len;
+}
+
 /* The text of a variable's value, or NULL with *fallback set (a value only
  * Python formats) or with an exception set. Ints are written into buf. */
 static const char *
@@ -442,7 +465,7 @@ value_text(PyObject *v, char *buf, Py_ssize_t *len, int *fallback)
             *fallback = 1;
             return NULL;
         }
-        *len = PyOS_snprintf(buf, INT_TEXT, "%lld", n);
+        *len = format_int64(n, buf);
         return buf;
     }
     if (PyUnicode_CheckExact(v))

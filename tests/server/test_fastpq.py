@@ -260,6 +260,9 @@ def test_engine_same_with_and_without_extensions(
 
 _VARIABLES: dict[str, Any] = {
     "i": 42,
+    "zero": 0,
+    "nine": 9,
+    "ten": -10,
     "neg": -7,
     "lo": -(2**63),
     "hi": 2**63 - 1,
@@ -278,7 +281,7 @@ def _values(conn: pgconn.PgConn) -> list[Any]:
 @pytest.mark.parametrize(
     "names",
     [
-        ("i", "neg", "lo", "hi", "s", "e", "missing"),
+        ("i", "neg", "lo", "hi", "s", "e", "missing", "zero", "nine", "ten"),
         ("i",),
         tuple(f"v{i}" for i in range(30)),  # more than the small arrays
     ],
