@@ -224,3 +224,11 @@ def test_skip_sql_comments() -> None:
     assert skip_sql_comments(" \v\t-- a\n  -- b\nselect") == ("select", 15)
     assert skip_sql_comments("  -- only") == ("", 9)
     assert skip_sql_comments("") == ("", 0)
+
+
+def test_dot_before_non_ascii_digit_does_not_hang() -> None:
+    # "²" and "٣" are str.isdigit() but not SQL digits: the scanner once
+    # stopped advancing on ".²" (found by hypothesis)
+    for text in ("select .\u00b2;", "select .\u0663 ;", "select 1.\u00b2;"):
+        (cmd,) = parse_script("x.sql", text).commands
+        assert cmd.text == text

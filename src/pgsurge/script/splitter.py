@@ -263,13 +263,14 @@ class SqlScanner:
                 emit(ch, pos)
                 self.pos = pos + 1
                 continue
-            if (ch.isascii() and ch.isdigit()) or (
-                ch == "." and src[pos + 1 : pos + 2].isdigit()
-            ):
+            # ASCII digits only: str.isdigit() also accepts "²" or "٣",
+            # which no number regex matches (the scanner would not advance)
+            if "0" <= ch <= "9" or (ch == "." and "0" <= src[pos + 1 : pos + 2] <= "9"):
                 end = _number_end(src, pos)
-                emit(src[pos:end], pos)
-                self.pos = end
-                continue
+                if end > pos:
+                    emit(src[pos:end], pos)
+                    self.pos = end
+                    continue
             if _IDENT_START.match(ch):
                 if self._quote_prefix(pos, emit):
                     continue
