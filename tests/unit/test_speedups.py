@@ -55,6 +55,21 @@ def test_extension_is_built_where_it_can_be() -> None:
     assert C.API_VERSION == prng_mod.SPEEDUPS_API
 
 
+def test_fastpq_is_built_and_current_where_it_can_be() -> None:
+    from pgsurge import fastpq
+
+    try:
+        from pgsurge import _fastpq
+    except ImportError:
+        if _compiler_available() and not os.environ.get("PGSURGE_NO_EXT"):
+            pytest.fail("pgsurge._fastpq is not built although a C compiler exists")
+        pytest.skip("no C compiler: the engine uses psycopg's calls")
+    # a stale build (another API) would silently fall back: catch it here
+    assert _fastpq.API_VERSION == fastpq.FASTPQ_API
+    if sys.platform.startswith("linux") and not os.environ.get("PGSURGE_PURE"):
+        assert fastpq.available  # psycopg's libpq found and bound
+
+
 needs_c = pytest.mark.skipif(C is None, reason="pgsurge._speedups not built")
 
 SEEDS = [
