@@ -211,20 +211,7 @@ class PurePgPrng:
         """
         if rmax <= rmin:
             return rmin
-        span = rmax - rmin
-        shift = 64 - span.bit_length()
-        s0 = self.s0
-        s1 = self.s1
-        while True:
-            sx = s1 ^ s0
-            v = ((s0 * 5760 + ((s0 * 5 >> 57) & 127) * 9) & _M64) >> shift
-            s0 = ((s0 << 24) ^ sx ^ (sx << 16) ^ (s0 >> 40)) & _M64
-            s1 = ((sx << 37) | (sx >> 27)) & _M64
-            if v <= span:
-                break
-        self.s0 = s0
-        self.s1 = s1
-        return rmin + v
+        return rmin + self.uint64_range(0, rmax - rmin)
 
     def double(self) -> float:
         """``pg_prng_double``: uniform in [0, 1) from the top 52 bits."""
