@@ -126,7 +126,15 @@ def server_dsn(request: pytest.FixtureRequest) -> str:
         _no_server(request.config, exc.format().strip())
     items = conn.conninfo_items()
     items.pop("fallback_application_name", None)
-    return psycopg.conninfo.make_conninfo(**items)
+    dsn = psycopg.conninfo.make_conninfo(**items)
+    # This server is the tests' own (a temporary data directory). Autovacuum
+    # off, as on a benchmark server: an autoanalyze of a table a test just
+    # loaded holds back the xmin horizon of that database, so a test's VACUUM
+    # could leave pages not all-visible depending on timing (seen in CI).
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("ALTER SYSTEM SET autovacuum = off")
+        admin.execute("SELECT pg_reload_conf()")
+    return dsn
 
 
 @pytest.fixture
