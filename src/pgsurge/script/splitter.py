@@ -29,7 +29,13 @@ import re
 from dataclasses import dataclass
 from typing import Protocol
 
-from pgsurge.script.lexer import byte_len
+from pgsurge.script.lexer import (
+    ASCII_IDENT_CHARS,
+    IDENT_CHAR,
+    IDENT_START,
+    byte_len,
+    wide_class,
+)
 
 
 class _Emit(Protocol):
@@ -71,15 +77,18 @@ class _Mode(enum.Enum):
 
 
 _SPACE = " \t\n\r\f"
-_IDENT_START = re.compile(r"[A-Za-z_\x80-\U0010ffff]")
-_IDENT = re.compile(r"[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_$\x80-\U0010ffff]*")
-_DOLQ_DELIM = re.compile(
-    r"\$(?:[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ffff]*)?\$"
-)
-_DOLQ_FAILED = re.compile(r"\$[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ffff]*")
+# psqlscan's letter classes: ASCII letters and "_" plus every byte >= 0x80,
+# i.e. every non-ASCII character (see lexer.wide_class for why they are not
+# written with a "\x80-\U0010ffff" range)
+_IDENT_START = re.compile(IDENT_START)
+# identifiers may contain "$"; dollar-quote tags may not
+_IDENT = re.compile(f"{IDENT_START}{wide_class(ASCII_IDENT_CHARS + '$')}*")
+_TAG = f"{IDENT_START}{IDENT_CHAR}*"
+_DOLQ_DELIM = re.compile(rf"\$(?:{_TAG})?\$")
+_DOLQ_FAILED = re.compile(rf"\${_TAG}")
 _PARAM = re.compile(r"\$[0-9](?:_?[0-9])*")
 # psql variable references: ":name", ":'name'", ':"name"', ":{?name}"
-_VARCHARS = r"[A-Za-z0-9_\x80-\U0010ffff]"
+_VARCHARS = IDENT_CHAR
 _PSQL_VAR = re.compile(
     rf":(?:{_VARCHARS}+|'{_VARCHARS}+'|\"{_VARCHARS}+\"|\{{\?{_VARCHARS}+\}})"
 )
@@ -91,7 +100,7 @@ _NUM_DEC = re.compile(_DEC)
 _NUM_NUMERIC = re.compile(rf"{_DEC}\.(?:{_DEC})?|\.{_DEC}")
 _NUM_REAL = re.compile(rf"(?:{_DEC}\.(?:{_DEC})?|\.{_DEC}|{_DEC})[eE][-+]?{_DEC}")
 _NUM_FAIL = re.compile(rf"{_DEC}\.\.")
-_JUNK = re.compile(r"[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_$\x80-\U0010ffff]*")
+_JUNK = _IDENT  # the letters of an identifier, "$" included
 
 
 def _number_end(src: str, pos: int) -> int:

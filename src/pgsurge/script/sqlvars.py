@@ -19,13 +19,12 @@ from __future__ import annotations
 import re
 
 from pgsurge.script.fatal import PlainScriptError
+from pgsurge.script.lexer import IDENT_CHAR, IDENT_START
 
 #: pgbench's MAX_ARGS - 1: the statement itself takes one slot
 MAX_SQL_PARAMS = 255
 
-_REFERENCE = re.compile(
-    r":+(?:([A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ffff]*))?"
-)
+_REFERENCE = re.compile(f":+(?:({IDENT_START}{IDENT_CHAR}*))?")
 
 
 def split_variables(sql: str) -> tuple[str, ...]:
