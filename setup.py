@@ -3,7 +3,9 @@
 Everything else about the package lives in pyproject.toml. The extensions
 only make pgsurge cheaper to run: ``pgsurge._speedups`` (the PRNG, hashes
 and ``permute()``, src/pgsurge/_speedups.c) and ``pgsurge._fastpq`` (the
-run engine's per-transaction libpq calls, src/pgsurge/_fastpq.c).
+run engine's per-transaction libpq calls, src/pgsurge/_fastpq.c) and
+``pgsurge._fastloop`` (a worker's event loop with the common case of its
+clients' state machine, src/pgsurge/_fastloop.c).
 pgsurge runs the same without them, in pure Python. So a failed build —
 no C compiler, no Python headers — must not fail the install:
 :class:`OptionalBuildExt` reports the failure and carries on.
@@ -63,7 +65,15 @@ def _extensions() -> list[Extension]:
         Extension(
             "pgsurge._fastpq",
             sources=["src/pgsurge/_fastpq.c"],
+            depends=["src/pgsurge/_fastpq_api.h"],
             libraries=["dl"] if sys.platform.startswith("linux") else [],
+            optional=True,
+        ),
+        # the worker's event loop in C; takes libpq from _fastpq's capsule
+        Extension(
+            "pgsurge._fastloop",
+            sources=["src/pgsurge/_fastloop.c"],
+            depends=["src/pgsurge/_fastpq_api.h"],
             optional=True,
         ),
     ]

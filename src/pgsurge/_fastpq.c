@@ -40,16 +40,15 @@
 #include <link.h>
 #endif
 
-#define FASTPQ_API 2
+#define FASTPQ_API 3
+
+#include "_fastpq_api.h"
 
 /* libpq's public enum values (stable ABI since libpq 7.x / 14 for pipelines) */
 #define PGRES_EMPTY_QUERY 0
 #define PGRES_COMMAND_OK 1
 #define PGRES_TUPLES_OK 2
 #define PG_DIAG_SQLSTATE 'C'
-
-typedef struct pg_conn PGconn;
-typedef struct pg_result PGresult;
 
 static int (*f_sendQueryPrepared)(PGconn *, const char *, int, const char *const *,
                                   const int *, const int *, int);
@@ -66,6 +65,10 @@ static char *(*f_resultErrorField)(const PGresult *, int);
 static void (*f_clear)(PGresult *);
 static int (*f_socket)(const PGconn *);
 static int (*f_libVersion)(void);
+static int (*f_transactionStatus)(const PGconn *);
+
+/* the same functions, published for pgsurge._fastloop (see _fastpq_api.h) */
+static pgsurge_fastpq_api c_api = {PGSURGE_FASTPQ_TABLE_VERSION, 0};
 
 static int bound = 0;
 
@@ -128,7 +131,27 @@ bind_symbols(void *handle)
     BIND(f_clear, "PQclear");
     BIND(f_socket, "PQsocket");
     BIND(f_libVersion, "PQlibVersion");
+    BIND(f_transactionStatus, "PQtransactionStatus");
     return 1;
+}
+
+/* fill the table other extensions read through the capsule */
+static void
+publish_api(void)
+{
+    c_api.sendQueryPrepared = f_sendQueryPrepared;
+    c_api.sendQueryParams = f_sendQueryParams;
+    c_api.sendQuery = f_sendQuery;
+    c_api.flush = f_flush;
+    c_api.consumeInput = f_consumeInput;
+    c_api.isBusy = f_isBusy;
+    c_api.getResult = f_getResult;
+    c_api.resultStatus = f_resultStatus;
+    c_api.resultErrorMessage = f_resultErrorMessage;
+    c_api.resultErrorField = f_resultErrorField;
+    c_api.clear = f_clear;
+    c_api.transactionStatus = f_transactionStatus;
+    c_api.bound = 1;
 }
 #endif
 
@@ -166,6 +189,7 @@ fastpq_bind(PyObject *Py_UNUSED(module), PyObject *arg)
         }
         /* the handle stays open: psycopg keeps the library loaded anyway */
         bound = 1;
+        publish_api();
         Py_RETURN_TRUE;
     }
 #else
@@ -738,10 +762,17 @@ PyMODINIT_FUNC
 PyInit__fastpq(void)
 {
     PyObject *m = PyModule_Create(&fastpq_module);
+    PyObject *capsule;
 
     if (m == NULL)
         return NULL;
     if (PyModule_AddIntConstant(m, "API_VERSION", FASTPQ_API) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    capsule = PyCapsule_New(&c_api, PGSURGE_FASTPQ_CAPSULE, NULL);
+    if (capsule == NULL || PyModule_AddObject(m, "_C_API", capsule) < 0) {
+        Py_XDECREF(capsule);
         Py_DECREF(m);
         return NULL;
     }

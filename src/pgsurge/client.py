@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import cast
 
 from pgsurge import fastpq, pgconn
@@ -135,14 +136,18 @@ from pgsurge.script.values import truth
 from pgsurge.throttle import is_late, poisson_delay
 
 __all__ = [
+    "RESUME_FLUSH",
+    "RESUME_SEND_FAILED",
     "Client",
     "ConnectionState",
+    "Engine",
     "IoHooks",
     "Op",
     "OpKind",
     "Settings",
     "WorkerState",
     "make_advance",
+    "make_engine",
 ]
 
 #: transactions a client may run in one ``advance`` call when each of them
@@ -153,6 +158,28 @@ _monotonic_ns = time.monotonic_ns
 _thread_time_ns = time.thread_time_ns
 
 
+#: what ``resume`` is told besides a result of ``fastpq.drain`` (>= 0):
+#: the send left data to flush; the send (or its flush) failed
+RESUME_FLUSH = -1
+RESUME_SEND_FAILED = -2
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """A worker's state machine: ``advance``, and ``resume`` for the C loop.
+
+    ``resume(client, event)`` continues a client that ``pgsurge._fastloop``
+    hands back after it has done part of a step itself: ``event`` is what
+    its own ``fastpq.drain`` returned for the command in flight (a failed
+    result, a lost connection, no result at all), or :data:`RESUME_FLUSH`
+    / :data:`RESUME_SEND_FAILED` after a send. It does what ``advance``
+    does at that point, then calls ``advance``.
+    """
+
+    advance: Callable[[Client], None]
+    resume: Callable[[Client, object], None]
+
+
 def make_advance(
     s: Settings,
     w: WorkerState,
@@ -160,7 +187,18 @@ def make_advance(
     io: IoHooks,
     log: Callable[[str], None],
 ) -> Callable[[Client], None]:
-    """Build ``advance(client)`` for one worker.
+    """Build ``advance(client)`` for one worker (see :func:`make_engine`)."""
+    return make_engine(s, w, scripts, io, log).advance
+
+
+def make_engine(
+    s: Settings,
+    w: WorkerState,
+    scripts: tuple[tuple[Op, ...], ...],
+    io: IoHooks,
+    log: Callable[[str], None],
+) -> Engine:
+    """Build ``advance(client)`` (and ``resume``) for one worker.
 
     ``log`` receives complete stderr lines (newline included). Settings are
     bound into the closure once, so the hot path reads locals and cells.
@@ -761,4 +799,38 @@ def make_advance(
 
             raise AssertionError(f"unexpected client state {state}")
 
-    return advance
+    def resume(st: Client, event: object) -> None:
+        """The C loop hands ``st`` back in the middle of a step (``Engine``)."""
+        if event == RESUME_FLUSH:
+            # as after a send in advance: wait for writability, then read
+            io.want_write(st)
+            st.state = WAIT_RESULT
+        elif event == RESUME_SEND_FAILED:
+            command_failed(st, "SQL", "SQL command send failed")
+            st.state = ABORTED
+        elif type(event) is int:
+            # what advance does with these drain() results
+            q = event >> 2
+            st.qrynum = q
+            if event & 3 == DRAIN_DONE:
+                if q:
+                    st.state = END_COMMAND
+                else:
+                    error(f"client {st.id} command {st.command}: no results")
+                    st.state = ABORTED
+            else:
+                command_failed(st, "SQL", BACKEND_DIED)
+                st.state = ABORTED
+        else:
+            q, status, sqlstate, message = cast(fastpq.Failed, event)
+            st.qrynum = q
+            r = note_error(st, ErrorResult(status, sqlstate, message))
+            if r == -1:
+                r = read_results(st, st.ops[st.command])
+            if r == 0:
+                st.state = WAIT_RESULT
+                return
+            st.state = END_COMMAND if r == 1 else ERROR if r == 2 else ABORTED
+        advance(st)
+
+    return Engine(advance, resume)

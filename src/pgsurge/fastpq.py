@@ -58,7 +58,7 @@ __all__ = [
 ]
 
 #: the interface version of pgsurge._fastpq this code expects
-FASTPQ_API = 2
+FASTPQ_API = 3
 
 #: what the *_vars/parts senders return when a value needs Python's
 #: formatting (a double, a boolean, NULL): nothing was sent

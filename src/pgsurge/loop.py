@@ -40,7 +40,7 @@ from pgsurge.pgconn import LibpqError
 if TYPE_CHECKING:
     from pgsurge.stats.series import WorkerRecorder
 
-__all__ = ["EventLoop", "LoopOutcome", "Waiter"]
+__all__ = ["EventLoop", "LoopOutcome", "Waiter", "absorb"]
 
 READ = 1
 WRITE = 4
@@ -109,6 +109,11 @@ class Waiter:
         # select() on the epoll descriptor: microsecond timeout, then fetch
         ready, _, _ = select.select([self._fd], [], [], timeout)
         return self._ep.poll(0) if ready else []
+
+    def epoll_fd(self) -> int:
+        """The epoll instance's descriptor (Linux only), for the C loop of
+        ``pgsurge._fastloop``, which waits on it."""
+        return self._fd
 
     def close(self) -> None:
         if self._sel is None:
@@ -187,6 +192,11 @@ class EventLoop:
         self.recorder = recorder
         #: µs spent blocked in waits during ``run``
         self.idle_us = 0
+
+    @staticmethod
+    def uses_epoll() -> bool:
+        """Whether the Waiter is epoll-based (the C loop needs it)."""
+        return _EPOLL
 
     # -- IoHooks ----------------------------------------------------------------
 
@@ -302,7 +312,7 @@ class EventLoop:
                     continue
                 state = owner.state
                 if state != WAIT_RESULT and state != WAIT_ROLLBACK_RESULT:
-                    _absorb(self, owner)
+                    absorb(self, owner)
                     continue
                 advance(owner)
                 if owner.state != WAIT_RESULT:
@@ -353,7 +363,7 @@ class EventLoop:
         self.waiter.close()
 
 
-def _absorb(loop: EventLoop, st: Client) -> None:
+def absorb(loop: EventLoop, st: Client) -> None:
     """A socket is readable while its client is not waiting for it.
 
     The server may send a notice or close the connection at any time; read

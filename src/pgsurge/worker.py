@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 from pgsurge import client_state as C
-from pgsurge import fastpq, pgconn
-from pgsurge.client import make_advance
+from pgsurge import fastloop, fastpq, pgconn
+from pgsurge.client import make_engine
 from pgsurge.client_state import Client, Op, Settings, WorkerState
 from pgsurge.config import QueryMode, RunConfig
 from pgsurge.errors import PROG
@@ -371,7 +371,12 @@ def _run(spec: WorkerSpec, pipe: Connection) -> None:
                     op.rec = record
     conn_start = _clock()
 
-    loop = EventLoop(
+    # the C loop for the runs it covers (pgsurge.fastloop), else Python's
+    plan = fastloop.plan_for(
+        cfg, spec.scripts, scripts, spec.variables, spec.set_client_id
+    )
+    loop_type = EventLoop if plan is None else fastloop.FastEventLoop
+    loop = loop_type(
         clients,
         exit_on_abort=cfg.exit_on_abort,
         progress_us=cfg.progress_s * 1000000,
@@ -380,8 +385,26 @@ def _run(spec: WorkerSpec, pipe: Connection) -> None:
         control_fd=pipe.fileno(),
         recorder=rec,
     )
-    advance = make_advance(settings, wstate, scripts, loop, _stderr)
-    loop.advance = advance
+    engine = make_engine(settings, wstate, scripts, loop, _stderr)
+    loop.advance = engine.advance
+    if plan is not None:
+        assert isinstance(loop, fastloop.FastEventLoop)
+        tx_clock = (
+            settings.detailed
+            or settings.latency_limit_us > 0
+            or settings.verbose_errors
+        )
+        flags = fastloop.flags_for(
+            settings.query_mode,
+            settings.nxacts,
+            settings.end_us,
+            settings.detailed,
+            tx_clock,
+            settings.max_tries,
+            nscripts,
+            cfg.exit_on_abort,
+        )
+        loop.use_c(plan, engine, wstate, scripts, flags)
 
     if not cfg.connect_each_tx:
         for st in clients:

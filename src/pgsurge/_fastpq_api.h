@@ -1,0 +1,40 @@
+/*
+ * The libpq entry points pgsurge._fastpq has bound, for other extensions.
+ *
+ * pgsurge._fastpq finds the one libpq psycopg loaded and takes its
+ * functions from it (see _fastpq.c). pgsurge._fastloop needs the same
+ * functions on the same PGconn structures; rather than search the process
+ * a second time, it reads them from this table, which _fastpq publishes as
+ * the capsule PGSURGE_FASTPQ_CAPSULE. The pointers are set once bind()
+ * has succeeded (``bound`` is then 1) and never change afterwards.
+ */
+#ifndef PGSURGE_FASTPQ_API_H
+#define PGSURGE_FASTPQ_API_H
+
+#define PGSURGE_FASTPQ_CAPSULE "pgsurge._fastpq._C_API"
+/* bumped whenever the table below changes */
+#define PGSURGE_FASTPQ_TABLE_VERSION 1
+
+typedef struct pg_conn PGconn;
+typedef struct pg_result PGresult;
+
+typedef struct {
+    int version;
+    int bound;
+    int (*sendQueryPrepared)(PGconn *, const char *, int, const char *const *,
+                             const int *, const int *, int);
+    int (*sendQueryParams)(PGconn *, const char *, int, const void *,
+                           const char *const *, const int *, const int *, int);
+    int (*sendQuery)(PGconn *, const char *);
+    int (*flush)(PGconn *);
+    int (*consumeInput)(PGconn *);
+    int (*isBusy)(PGconn *);
+    PGresult *(*getResult)(PGconn *);
+    int (*resultStatus)(const PGresult *);
+    char *(*resultErrorMessage)(const PGresult *);
+    char *(*resultErrorField)(const PGresult *, int);
+    void (*clear)(PGresult *);
+    int (*transactionStatus)(const PGconn *);
+} pgsurge_fastpq_api;
+
+#endif

@@ -1,0 +1,198 @@
+"""The C event loop (pgsurge._fastloop) against the Python engine, on a real server.
+
+Each test runs pgsurge twice with the same arguments, once with the C loop
+(the default where a run is eligible) and once with ``PGSURGE_NO_FASTLOOP=1``,
+and requires the same outcome: the rows the scripts insert (their drawn
+values, per client, in order), the report apart from timing figures, the
+error messages and exit status. A run with one client per worker and
+``--random-seed`` is deterministic, so its rows must be equal exactly; with
+several clients per worker, which client runs which script depends on
+timing, so the per-client value sequences of a script that draws the same
+way in every script, and the per-script counts, are compared instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pgsurge import fastloop
+
+pytestmark = [
+    pytest.mark.server,
+    pytest.mark.skipif(not fastloop.available, reason="pgsurge._fastloop not usable"),
+]
+
+#: lines whose figures depend on timing
+_TIMING = re.compile(r"^( - )?(latency|initial connection time|tps|progress:)")
+_TPS = re.compile(r"tps = [\d.]+")
+_NUM = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def _run(
+    args: list[str], dsn: str, cwd: Path, *, fast: bool
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    env["LC_ALL"] = "C"
+    if not fast:
+        env["PGSURGE_NO_FASTLOOP"] = "1"
+    return subprocess.run(
+        [sys.executable, "-m", "pgsurge", *args, dsn],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def _report(stdout: str) -> list[str]:
+    """The report with timing figures masked (everything else exact)."""
+    return [
+        _NUM.sub("N", line) if _TIMING.match(line) else _TPS.sub("tps = N", line)
+        for line in stdout.splitlines()
+    ]
+
+
+@pytest.fixture
+def db(fresh_db: str) -> Iterator[str]:
+    with psycopg.connect(fresh_db, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE t"
+            " (id bigserial PRIMARY KEY, cid int, s int, a bigint, b bigint)"
+        )
+        conn.execute("CREATE TABLE u (v int)")
+    yield fresh_db
+
+
+def _rows(dsn: str) -> list[tuple[int, int, int, int]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT cid, s, a, b FROM t ORDER BY cid, id").fetchall()
+        conn.execute("TRUNCATE t")
+    return rows
+
+
+def _scripts(tmp_path: Path) -> list[str]:
+    """Three weighted scripts; each draws a then b from the same ranges (with
+    ``-s 1000``), so that a client's draws do not depend on its scripts."""
+    texts = {
+        "one.sql": (
+            "\\set a random(1, 1000000)\n\\set b random(1, 10)\n"
+            "INSERT INTO t (cid, s, a, b) VALUES (:client_id, 1, :a, :b);\n"
+        ),
+        "two.sql": (
+            "\\set a random(1, 1000 * :scale)\n\\set c -7\n\\set b random(1, 10)\n"
+            "INSERT INTO t (cid, s, a, b) VALUES (:client_id, 2, :a, :b);\n"
+            "SELECT CAST(:a AS bigint) + :c;\n"
+        ),
+        "three.sql": (
+            "\\set a random(1, 1000000)\n\\set b random(1, 10)\n"
+            "BEGIN;\nINSERT INTO t (cid, s, a, b) VALUES (:client_id, 3, :a, :b);\n"
+            "SELECT 2;\nEND;\n"
+        ),
+    }
+    out = []
+    for name, weight in (("one.sql", 5), ("two.sql", 3), ("three.sql", 2)):
+        (tmp_path / name).write_text(texts[name])
+        out += ["-f", f"{name}@{weight}"]
+    return out
+
+
+@pytest.mark.parametrize("mode", ["simple", "extended", "prepared"])
+def test_one_client_per_worker_same_rows(db: str, tmp_path: Path, mode: str) -> None:
+    args = [*_scripts(tmp_path), "-M", mode, "-c", "2", "-j", "2", "-t", "150"]
+    args += ["--random-seed", "5", "-n", "-s", "1000"]
+    fast = _run(args, db, tmp_path, fast=True)
+    fast_rows = _rows(db)
+    slow = _run(args, db, tmp_path, fast=False)
+    slow_rows = _rows(db)
+    assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
+    assert len(fast_rows) == 300
+    assert fast_rows == slow_rows
+    assert _report(fast.stdout) == _report(slow.stdout)
+    assert fast.stderr == slow.stderr
+
+
+@pytest.mark.parametrize("mode", ["simple", "prepared"])
+def test_many_clients_same_draws(db: str, tmp_path: Path, mode: str) -> None:
+    args = [*_scripts(tmp_path), "-M", mode, "-c", "6", "-j", "2", "-t", "100"]
+    args += ["--random-seed", "11", "-n", "-s", "1000"]
+    # the per-script counts (in the report) are deterministic: every worker
+    # draws its choices from its own stream, as many times either way
+    fast = _run(args, db, tmp_path, fast=True)
+    fast_rows = _rows(db)
+    slow = _run(args, db, tmp_path, fast=False)
+    slow_rows = _rows(db)
+    assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
+    assert _report(fast.stdout) == _report(slow.stdout)
+    assert len(fast_rows) == len(slow_rows) == 600
+
+    def draws(
+        rows: list[tuple[int, int, int, int]],
+    ) -> dict[int, list[tuple[int, int]]]:
+        per: dict[int, list[tuple[int, int]]] = {}
+        for cid, _s, a, b in rows:
+            per.setdefault(cid, []).append((a, b))
+        return per
+
+    assert draws(fast_rows) == draws(slow_rows)
+
+
+@pytest.mark.parametrize("mode", ["extended", "prepared"])
+def test_error_mid_run_same_messages(db: str, tmp_path: Path, mode: str) -> None:
+    # each client fails when its own stream first draws 5: deterministic
+    (tmp_path / "err.sql").write_text(
+        "\\set a random(1, 12)\nINSERT INTO u VALUES (:a);\nSELECT 1 / (:a - 5);\n"
+    )
+    args = ["-f", "err.sql", "-M", mode, "-c", "4", "-j", "2", "-t", "40"]
+    args += ["--random-seed", "3", "-n"]
+    fast = _run(args, db, tmp_path, fast=True)
+    slow = _run(args, db, tmp_path, fast=False)
+    assert fast.returncode == slow.returncode == 2
+    assert "division by zero" in fast.stderr
+    assert sorted(fast.stderr.splitlines()) == sorted(slow.stderr.splitlines())
+    assert _report(fast.stdout) == _report(slow.stdout)
+
+
+def test_exit_on_abort(db: str, tmp_path: Path) -> None:
+    (tmp_path / "err.sql").write_text("\\set a random(1, 12)\nSELECT 1 / (:a - 5);\n")
+    args = ["-f", "err.sql", "-c", "1", "-j", "1", "-t", "40", "--exit-on-abort"]
+    args += ["--random-seed", "3", "-n"]
+    fast = _run(args, db, tmp_path, fast=True)
+    slow = _run(args, db, tmp_path, fast=False)
+    assert fast.returncode == slow.returncode == 2
+    assert fast.stderr == slow.stderr
+    assert "Run was aborted" in fast.stderr
+
+
+def test_open_transaction_at_script_end(db: str, tmp_path: Path) -> None:
+    (tmp_path / "open.sql").write_text("\\set a 1\nBEGIN;\nSELECT :a;\n")
+    args = ["-f", "open.sql", "-M", "prepared", "-c", "2", "-j", "2", "-t", "5", "-n"]
+    fast = _run(args, db, tmp_path, fast=True)
+    slow = _run(args, db, tmp_path, fast=False)
+    assert fast.returncode == slow.returncode == 2
+    assert sorted(fast.stderr.splitlines()) == sorted(slow.stderr.splitlines())
+    assert "without completing the last transaction" in fast.stderr
+    assert _report(fast.stdout) == _report(slow.stdout)
+
+
+def test_duration_and_progress(db: str, tmp_path: Path) -> None:
+    (tmp_path / "sel.sql").write_text("\\set a random(1, 100)\nSELECT :a;\n")
+    args = ["-f", "sel.sql", "-M", "prepared", "-c", "4", "-j", "2", "-T", "3"]
+    args += ["-P", "1", "-n"]
+    fast = _run(args, db, tmp_path, fast=True)
+    assert fast.returncode == 0, fast.stderr
+    ticks = re.findall(r"^progress: (\d+\.\d) s, ([\d.]+) tps", fast.stderr, re.M)
+    assert [t for t, _ in ticks] == ["1.0", "2.0", "3.0"], fast.stderr
+    assert all(float(tps) > 0 for _, tps in ticks)
+    assert "duration: 3 s" in fast.stdout
+    processed = re.search(r"actually processed: (\d+)", fast.stdout)
+    assert processed is not None and int(processed.group(1)) > 0

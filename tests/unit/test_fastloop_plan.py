@@ -1,0 +1,121 @@
+"""Which runs the C event loop takes (pgsurge.fastloop.plan_for), no server.
+
+Every option the C loop does not implement must leave the run on the
+Python loop, and so must every script it cannot run exactly; the plan of
+an eligible script is checked op by op.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pgsurge import fastloop
+from pgsurge.config import RunConfig
+from pgsurge.options import parse_command_line
+from pgsurge.runner import _parse_scripts
+from pgsurge.worker import compile_scripts
+
+pytestmark = pytest.mark.skipif(
+    not fastloop.available, reason="pgsurge._fastloop not usable"
+)
+
+VARS = (("scale", 10), ("label", "x"))
+
+
+def _plan(args: list[str], tmp_path, text: str | None = None, **env: str):  # type: ignore[no-untyped-def]
+    if text is not None:
+        path = tmp_path / "s.sql"
+        path.write_text(text)
+        args = [*args, "-f", str(path)]
+    cfg = parse_command_line(args, environ=env)
+    assert isinstance(cfg, RunConfig)
+    parsed = _parse_scripts(cfg)
+    ops = compile_scripts(parsed, cfg.query_mode)
+    return fastloop.plan_for(cfg, parsed, ops, VARS, True)
+
+
+@pytest.mark.parametrize("mode", ["simple", "extended", "prepared"])
+@pytest.mark.parametrize("builtin", ["tpcb-like", "simple-update", "select-only"])
+def test_builtins_are_eligible(tmp_path, builtin: str, mode: str) -> None:
+    assert _plan(["-b", builtin, "-M", mode], tmp_path) is not None
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["-r"],
+        ["-l"],
+        ["-R", "100"],
+        ["-L", "5"],
+        ["-C"],
+        ["--debug"],
+        ["--percentiles", "50"],
+        ["--json", "out.json"],
+        ["-R", "100", "-L", "5"],
+    ],
+)
+def test_excluded_options_take_the_python_loop(tmp_path, option: list[str]) -> None:
+    assert _plan(["-b", "select-only", *option], tmp_path) is None
+
+
+def test_switch_off(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PGSURGE_NO_FASTLOOP", "1")
+    assert _plan(["-b", "select-only"], tmp_path) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\\set a random(1, 10)\nSELECT :a \\gset\n",
+        "\\set a random(1, 10)\nSELECT :a \\aset\n",
+        "\\sleep 1 ms\nSELECT 1;\n",
+        "\\shell true\nSELECT 1;\n",
+        "\\setshell v echo 1\nSELECT 1;\n",
+        "\\if 1\nSELECT 1;\n\\endif\n",
+        "\\startpipeline\nSELECT 1;\n\\endpipeline\n",
+        "\\set a random_gaussian(1, 10, 2.5)\nSELECT :a;\n",
+        "\\set a random(1, 10) + 1\nSELECT :a;\n",
+        "\\set a :scale\nSELECT :a;\n",
+        "\\set a 1.5\nSELECT :a;\n",
+        "\\set a random(10, 1)\nSELECT :a;\n",
+        "\\set a random(1, :label * 2)\nSELECT :a;\n",
+        "\\set a random(1, 2 * :b)\n\\set b 3\nSELECT :a;\n",
+        "\\set a debug(1)\nSELECT :a;\n",
+        "\\set a 9223372036854775807 + 1\nSELECT :a;\n",
+        "SELECT :a;\n\\set a 1\n",
+        "SELECT :label;\n",
+        "SELECT :nosuchvar;\n",
+    ],
+)
+def test_ineligible_scripts(tmp_path, text: str) -> None:
+    assert _plan(["-M", "prepared"], tmp_path, text) is None
+    assert _plan(["-M", "simple"], tmp_path, text) is None
+
+
+def test_plan_of_a_script(tmp_path) -> None:
+    text = (
+        "\\set a random(1, 1000 * :scale)\n"
+        "\\set b 2 * 3\n"
+        "\\set c random(-5, 5)\n"
+        "SELECT :a, :b, :client_id, :scale, :c;\n"
+    )
+    names, nset, weights, scripts = _plan(["-M", "prepared"], tmp_path, text)
+    assert names == ("a", "b", "c", "client_id", "scale")
+    assert nset == 3
+    assert weights == (1,)
+    assert scripts == (
+        (
+            (2, 0, 1, 10000),
+            (1, 1, 6),
+            (2, 2, -5, 5),
+            (3, b"P_0", (0, 1, 3, 4, 2), None),
+            (0,),
+        ),
+    )
+    _, _, _, simple = _plan(["-M", "simple"], tmp_path, text)
+    assert simple[0][3] == (
+        3,
+        b"",
+        (0, 1, 3, 4, 2),
+        (b"SELECT ", b", ", b", ", b", ", b", ", b";"),
+    )
