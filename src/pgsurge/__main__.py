@@ -2,7 +2,12 @@
 
 import sys
 
-from pgsurge.cli import main
-
 if __name__ == "__main__":
+    import gc
+
+    # cli.main() turns the collector back on once start-up is over; off
+    # already here, the imports of cli.py itself skip its passes too
+    gc.disable()
+    from pgsurge.cli import main
+
     sys.exit(main())

@@ -15,14 +15,13 @@ structural causes of past regressions instead of timing anything:
 
 from __future__ import annotations
 
-import importlib
+import gc
+import json
 import os
-import pkgutil
 import re
 import subprocess
 import sys
 
-import pgsurge
 from pgsurge.script.lexer import ASCII_IDENT_CHARS, ASCII_LETTERS, wide_class
 
 #: modules a run against an explicit server must not load
@@ -95,20 +94,33 @@ def test_server_package_exports_load_on_access() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
-def _module_patterns() -> list[tuple[str, str, str]]:
-    """(module, name, pattern) for every compiled str pattern bound at
-    module level anywhere in pgsurge."""
-    found = []
-    for info in pkgutil.walk_packages(pgsurge.__path__, "pgsurge."):
-        module = importlib.import_module(info.name)
-        for name, value in vars(module).items():
-            if isinstance(value, re.Pattern) and isinstance(value.pattern, str):
-                found.append((info.name, name, value.pattern))
-    return found
-
-
 def test_no_module_pattern_has_a_wide_unicode_range() -> None:
-    patterns = _module_patterns()
+    # the modules a run loads, plus those of the embedded server and of -i
+    # (importing every module of the package would also need the optional
+    # and work-in-progress ones)
+    code = (
+        "import json, re, sys\n"
+        "from pgsurge.cli import main\n"
+        "main(['pgsurge', '-h', '/nonexistent/pgsurge-startup', '-t', '1', 'x'])\n"
+        "import pgsurge.init, pgsurge.server.cli, pgsurge.server.embedded\n"
+        "print(json.dumps([\n"
+        "    (name, attr, value.pattern)\n"
+        "    for name, module in sorted(sys.modules.items())\n"
+        "    if name.startswith('pgsurge.')\n"
+        "    for attr, value in vars(module).items()\n"
+        "    if isinstance(value, re.Pattern) and isinstance(value.pattern, str)\n"
+        "]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=60,
+    ).stdout
+    patterns = json.loads(out)
     assert any(m == "pgsurge.script.splitter" for m, _, _ in patterns)
     offenders = [
         f"{module}.{name}: {pattern!r}"
@@ -136,3 +148,36 @@ def test_wide_class_is_the_range_it_replaces() -> None:
     ):
         expected = re.findall(spelled_out, every_char)
         assert re.findall(wide_class(members), every_char) == expected
+
+
+def test_program_freezes_start_up_and_collects_during_the_run() -> None:
+    # main() run as the program keeps the collector off while starting,
+    # freezes what start-up built, then turns it on for the engine
+    code = (
+        "import gc, sys\n"
+        "from pgsurge.cli import main\n"
+        "sys.argv = ['pgsurge', '-h', '/nonexistent/pgsurge-startup', '-t', '1', 'x']\n"
+        "main()\n"
+        "print(gc.isenabled(), gc.get_freeze_count() > 1000)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert out == "True True\n"
+
+
+def test_main_with_argv_leaves_the_collector_alone() -> None:
+    # in-process callers (the tests' run_cli) keep their own gc settings
+    from pgsurge.cli import main
+
+    frozen = gc.get_freeze_count()
+    assert main(["pgsurge", "-V"]) == 0
+    assert main(["pgsurge", "-t", "x"]) == 1
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == frozen
