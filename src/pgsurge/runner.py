@@ -33,7 +33,6 @@ pgbench's threads do.
 
 from __future__ import annotations
 
-import getpass
 import multiprocessing
 import os
 import sys
@@ -50,7 +49,6 @@ from pgsurge.prng import derive_streams
 from pgsurge.report.extras import client_limited_warning, render_extras
 from pgsurge.report.text import render_abort_notice, render_banner, render_text
 from pgsurge.script.ast import ParsedScript, Value
-from pgsurge.stats.progress import ProgressReporter
 from pgsurge.stats.results import RunFacts, RunResult, StatsData, WorkerResult
 from pgsurge.worker import WorkerSpec, worker_main
 
@@ -101,6 +99,8 @@ def _connect_setup(cfg: RunConfig, err: TextIO) -> tuple[pgconn.PgConn, str | No
     conn, message, needs = pgconn.connect(items)
     password = None
     if conn is None and needs and sys.stdin.isatty():
+        import getpass  # lazily, as the prompt is rare (it pulls in termios)
+
         password = getpass.getpass("Password: ")
         conn, message, needs = pgconn.connect(items, password)
     if conn is None:
@@ -437,6 +437,8 @@ def _drive(
 
     reporter = None
     if cfg.progress_s:
+        from pgsurge.stats.progress import ProgressReporter  # only for -P
+
         shift = time.time_ns() // 1000 - _clock() if cfg.progress_timestamp else None
         reporter = ProgressReporter.for_run(facts, start_us, epoch_shift_us=shift)
     n = len(workers.pipes)
