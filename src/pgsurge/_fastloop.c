@@ -4,14 +4,17 @@
  *
  * The Python engine (pgsurge.loop.EventLoop.run driving the advance()
  * closure of pgsurge.client) is the reference. For runs that
- * pgsurge.fastloop finds eligible (plain scripts of SQL commands and
- * \set of constants or random(lo, hi), no per-command timing, no logs, no
- * throttling: see there) this module runs the same loop, and runs every
- * transaction that goes as planned without entering Python at all.
+ * pgsurge.fastloop finds eligible (plain scripts of SQL commands, \set of
+ * constants or random(lo, hi) and \sleep, no per-command timing, no logs:
+ * see there) this module runs the same loop, and runs every transaction
+ * that goes as planned without entering Python at all -- throttled ones
+ * (-R, -L) included.
  *
  * Ownership. Each client is, at any time, owned either by Python or by C.
  * Every client starts owned by Python. When a Python-owned client is due
- * to choose its next script (CHOOSE_SCRIPT), C takes it over: it loads the
+ * to choose its next script (CHOOSE_SCRIPT), or its throttle slot has come
+ * (THROTTLE: Python's advance() goes on from a transaction into the next
+ * slot's wait), C takes it over: it loads the
  * client's counters, PRNG state, its constant integer variables and which
  * statements its connection has prepared from the Python Client object.
  * From then on C runs its transactions: script choice with the worker's
@@ -26,8 +29,11 @@
  * does with a result C has already read what advance() would have done.
  * The client stays Python-owned until it reaches CHOOSE_SCRIPT again.
  *
- * Shared worker state. The worker's total and per-script stats and its
- * choose stream are shared between the clients, whoever owns them. C keeps
+ * Shared worker state. The worker's total and per-script stats, its
+ * choose stream and, under -R, its throttle stream and schedule
+ * (throttle_trigger) and -L's late count are shared between the clients,
+ * whoever owns them: a slot is drawn by whichever client reaches
+ * PREPARE_THROTTLE next, Python's or C's. C keeps
  * working copies (the same doubles, added in the same order) and writes
  * them back before any call into Python (advance, resume, absorbing a
  * notice) and before returning; it reloads them afterwards. The SimpleStats
@@ -37,7 +43,10 @@
  *
  * The loop itself follows EventLoop.run step by step: the same epoll
  * instance (Python's Waiter registers and modifies the descriptors, C only
- * waits on it), the same runnable queue and its order, the same wait
+ * waits on it), the same runnable queue and its order, the same heap of
+ * timers ordered by (deadline, client id) for \sleep and throttle slots,
+ * of Python's clients as of C's, the same order of a round (ready sockets,
+ * due timers, the runnable queue, the progress tick), the same wait
  * timeouts and idle accounting, the same clock (CLOCK_MONOTONIC in whole
  * microseconds, as time.monotonic_ns() // 1000). Progress ticks are left
  * to Python: run() returns TICK when one is due and is called again.
@@ -51,6 +60,7 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <stdint.h>
 #include <string.h>
@@ -59,12 +69,16 @@
 
 #include "_fastpq_api.h"
 
-#define FASTLOOP_API 1
+#define FASTLOOP_API 2
 
 /* pgsurge.client_state's numbers (checked by pgsurge.fastloop) */
 #define CHOOSE_SCRIPT 0
+#define START_TX 1
+#define PREPARE_THROTTLE 2
+#define THROTTLE 3
 #define START_COMMAND 4
 #define WAIT_RESULT 5
+#define SLEEP 6
 #define END_COMMAND 7
 #define WAIT_ROLLBACK_RESULT 10
 #define END_TX 13
@@ -94,6 +108,8 @@
 
 /* pgsurge.client.TX_BUDGET */
 #define TX_BUDGET 4
+/* pg_prng_double's scale: 2**-52 */
+#define TWO_M52 (1.0 / 4503599627370496.0)
 /* room for an int64 in decimal, sign and NUL included */
 #define INT_TEXT 24
 /* client variables C keeps as int64 (a bit each in a mask) */
@@ -104,11 +120,19 @@ static const pgsurge_fastpq_api *pq;
 /* ---------------------------------------------------------------------- */
 /* The plan: scripts as C ops                                             */
 
-enum { OP_END = 0, OP_SET_CONST = 1, OP_SET_RANDOM = 2, OP_SQL = 3 };
+enum {
+    OP_END = 0,
+    OP_SET_CONST = 1,
+    OP_SET_RANDOM = 2,
+    OP_SQL = 3,
+    OP_SLEEP_CONST = 4,
+    OP_SLEEP_VAR = 5
+};
 
 typedef struct {
     int kind;
-    /* \set: the variable's slot, the constant or the bounds */
+    /* \set: the variable's slot, the constant or the bounds;
+     * \sleep: the µs (constant), or the variable's slot and a = the unit */
     int slot;
     int64_t a, b;
     /* SQL: prepared statement name (prepared), query text (extended, and
@@ -131,16 +155,28 @@ typedef struct {
     fl_op *ops;
 } fl_script;
 
-/* a SimpleStats and its StatsData's cnt, as working copies */
+/* a SimpleStats, as a working copy */
 typedef struct {
-    PyObject *data;   /* StatsData */
-    PyObject *simple; /* its latency SimpleStats */
-    int64_t cnt, count;
+    PyObject *obj;
+    int64_t count;
     double min, max, sum, sum2;
     int min_int, max_int;
+} fl_simple;
+
+/* a StatsData's counters C moves, as working copies (lag and skipped
+ * only under --rate) */
+typedef struct {
+    PyObject *data; /* StatsData */
+    int64_t cnt, skipped;
+    fl_simple lat, lag;
 } fl_stats;
 
 enum { OWN_PY = 0, OWN_C = 1, OWN_DONE = 2 };
+
+typedef struct {
+    int64_t deadline;
+    int index;
+} fl_timer;
 
 typedef struct {
     PyObject *st; /* the Client */
@@ -149,7 +185,7 @@ typedef struct {
     int owner;
     /* the rest is meaningful while owner == OWN_C */
     int state, script, command, qrynum;
-    int64_t txn_scheduled, txn_begin, cnt;
+    int64_t txn_scheduled, txn_begin, sleep_until, cnt;
     uint64_t s0, s1, saved0, saved1;
     uint64_t assigned; /* slots \set by C, to write back */
     uint64_t prepared; /* statements prepared on the connection */
@@ -167,12 +203,18 @@ typedef struct {
     int64_t *weights;
     int64_t total_weight;
     /* flags of the run */
-    int64_t nxacts;
+    int64_t nxacts, end_us, latency_limit;
     int use_end, detailed, tx_clock, save_rng, restart_inline, exit_on_abort;
-    PyObject *wstate, *choose_rng, *advance, *resume, *absorb;
+    /* --rate: the worker's mean Poisson delay (µs); 0.0 when not throttled */
+    double throttle_delay;
+    int throttled;
+    PyObject *wstate, *choose_rng, *throttle_rng, *advance, *resume, *absorb;
     fl_stats total;
     fl_stats *per_script; /* NULL with one script */
     uint64_t c0, c1;      /* the choose stream */
+    uint64_t t0, t1;      /* the throttle stream (--rate) */
+    int64_t trigger;      /* WorkerState.throttle_trigger */
+    int64_t latency_late; /* WorkerState.latency_late (-L) */
     int timer_exceeded;
     int epfd, control_fd;
     /* fd -> client index + 1 (0: none) */
@@ -184,6 +226,10 @@ typedef struct {
     int remains, aborted_exit, started;
     int64_t idle_us, now_us;
     struct epoll_event *events;
+    /* pgsurge.loop's timers: a heap of (deadline, client) -- a worker's
+     * client ids grow with their index, so the index orders as the id */
+    fl_timer *timers;
+    int ntimers;
 } FastLoop;
 
 /* interned attribute names */
@@ -192,7 +238,8 @@ static PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s_cnt,
     *s_variables, *s_ptr, *s_fd, *s_prepared, *s_flush_pending, *s_drain_state,
     *s_in_pipeline, *s_count, *s_min, *s_max, *s_sum, *s_sum2, *s_latency,
     *s_timer_exceeded, *s_getstate, *s_setstate, *s_stats, *s_per_script,
-    *s_choose_rng;
+    *s_choose_rng, *s_throttle_rng, *s_throttle_trigger, *s_latency_late,
+    *s_skipped, *s_lag, *s_sleep_until;
 
 /* ---------------------------------------------------------------------- */
 /* Small helpers                                                          */
@@ -371,14 +418,24 @@ double_load(PyObject *simple, PyObject *name, double *v)
 }
 
 static int
-stats_load(fl_stats *s)
+simple_load(fl_simple *s)
 {
-    if (get_i64(s->data, s_cnt, &s->cnt) < 0 ||
-        get_i64(s->simple, s_count, &s->count) < 0 ||
-        minmax_load(s->simple, s_min, &s->min, &s->min_int) < 0 ||
-        minmax_load(s->simple, s_max, &s->max, &s->max_int) < 0 ||
-        double_load(s->simple, s_sum, &s->sum) < 0 ||
-        double_load(s->simple, s_sum2, &s->sum2) < 0)
+    if (get_i64(s->obj, s_count, &s->count) < 0 ||
+        minmax_load(s->obj, s_min, &s->min, &s->min_int) < 0 ||
+        minmax_load(s->obj, s_max, &s->max, &s->max_int) < 0 ||
+        double_load(s->obj, s_sum, &s->sum) < 0 ||
+        double_load(s->obj, s_sum2, &s->sum2) < 0)
+        return -1;
+    return 0;
+}
+
+static int
+stats_load(fl_stats *s, int throttled)
+{
+    if (get_i64(s->data, s_cnt, &s->cnt) < 0 || simple_load(&s->lat) < 0)
+        return -1;
+    if (throttled &&
+        (get_i64(s->data, s_skipped, &s->skipped) < 0 || simple_load(&s->lag) < 0))
         return -1;
     return 0;
 }
@@ -397,14 +454,24 @@ set_number(PyObject *obj, PyObject *name, double v, int is_int)
 }
 
 static int
-stats_store(fl_stats *s)
+simple_store(fl_simple *s)
 {
-    if (set_i64(s->data, s_cnt, s->cnt) < 0 ||
-        set_i64(s->simple, s_count, s->count) < 0 ||
-        set_number(s->simple, s_min, s->min, s->min_int) < 0 ||
-        set_number(s->simple, s_max, s->max, s->max_int) < 0 ||
-        set_number(s->simple, s_sum, s->sum, 0) < 0 ||
-        set_number(s->simple, s_sum2, s->sum2, 0) < 0)
+    if (set_i64(s->obj, s_count, s->count) < 0 ||
+        set_number(s->obj, s_min, s->min, s->min_int) < 0 ||
+        set_number(s->obj, s_max, s->max, s->max_int) < 0 ||
+        set_number(s->obj, s_sum, s->sum, 0) < 0 ||
+        set_number(s->obj, s_sum2, s->sum2, 0) < 0)
+        return -1;
+    return 0;
+}
+
+static int
+stats_store(fl_stats *s, int throttled)
+{
+    if (set_i64(s->data, s_cnt, s->cnt) < 0 || simple_store(&s->lat) < 0)
+        return -1;
+    if (throttled &&
+        (set_i64(s->data, s_skipped, s->skipped) < 0 || simple_store(&s->lag) < 0))
         return -1;
     return 0;
 }
@@ -412,7 +479,7 @@ stats_store(fl_stats *s)
 /* SimpleStats.add(latency) of an int latency, as Python does it: min/max
  * become ints, the sums stay floats (float + int rounds the int once) */
 static inline void
-stats_add(fl_stats *s, int64_t latency)
+stats_add(fl_simple *s, int64_t latency)
 {
     double v = (double)latency;
     __int128 sq = (__int128)latency * latency;
@@ -438,15 +505,20 @@ shared_store(FastLoop *fl)
 {
     int i;
 
-    if (stats_store(&fl->total) < 0)
+    if (stats_store(&fl->total, fl->throttled) < 0)
         return -1;
     if (fl->per_script != NULL) {
         for (i = 0; i < fl->nscripts; i++)
-            if (stats_store(&fl->per_script[i]) < 0)
+            if (stats_store(&fl->per_script[i], fl->throttled) < 0)
                 return -1;
         if (rng_store(fl->choose_rng, fl->c0, fl->c1) < 0)
             return -1;
     }
+    if (fl->throttled && (rng_store(fl->throttle_rng, fl->t0, fl->t1) < 0 ||
+                          set_i64(fl->wstate, s_throttle_trigger, fl->trigger) < 0))
+        return -1;
+    if (fl->latency_limit && set_i64(fl->wstate, s_latency_late, fl->latency_late) < 0)
+        return -1;
     return 0;
 }
 
@@ -464,16 +536,73 @@ shared_load(FastLoop *fl)
 {
     int i;
 
-    if (stats_load(&fl->total) < 0)
+    if (stats_load(&fl->total, fl->throttled) < 0)
         return -1;
     if (fl->per_script != NULL) {
         for (i = 0; i < fl->nscripts; i++)
-            if (stats_load(&fl->per_script[i]) < 0)
+            if (stats_load(&fl->per_script[i], fl->throttled) < 0)
                 return -1;
         if (rng_load(fl->choose_rng, &fl->c0, &fl->c1) < 0)
             return -1;
     }
+    if (fl->throttled && (rng_load(fl->throttle_rng, &fl->t0, &fl->t1) < 0 ||
+                          get_i64(fl->wstate, s_throttle_trigger, &fl->trigger) < 0))
+        return -1;
+    if (fl->latency_limit && get_i64(fl->wstate, s_latency_late, &fl->latency_late) < 0)
+        return -1;
     return read_timer(fl);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The timers: pgsurge.loop's heap of (deadline, client id)               */
+
+static inline int
+timer_before(const fl_timer *a, const fl_timer *b)
+{
+    return a->deadline < b->deadline || (a->deadline == b->deadline && a->index < b->index);
+}
+
+/* a client is in the heap at most once, so there is room for all */
+static void
+timer_push(FastLoop *fl, int64_t deadline, int index)
+{
+    fl_timer t = {deadline, index}, *h = fl->timers;
+    int i = fl->ntimers++;
+
+    while (i > 0) {
+        int parent = (i - 1) / 2;
+
+        if (!timer_before(&t, &h[parent]))
+            break;
+        h[i] = h[parent];
+        i = parent;
+    }
+    h[i] = t;
+}
+
+static int
+timer_pop(FastLoop *fl)
+{
+    fl_timer *h = fl->timers, last;
+    int top = h[0].index, n = --fl->ntimers, i = 0;
+
+    if (n == 0)
+        return top;
+    last = h[n];
+    for (;;) {
+        int child = 2 * i + 1;
+
+        if (child >= n)
+            break;
+        if (child + 1 < n && timer_before(&h[child + 1], &h[child]))
+            child++;
+        if (!timer_before(&h[child], &last))
+            break;
+        h[i] = h[child];
+        i = child;
+    }
+    h[i] = last;
+    return top;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -518,10 +647,11 @@ refresh_fd(FastLoop *fl, int index)
     return 0;
 }
 
-/* Take a Python-owned client in CHOOSE_SCRIPT over. 1: done; 0: this
- * client is not for C now (Python keeps it); -1: error. */
+/* Take a Python-owned client in CHOOSE_SCRIPT or THROTTLE (its slot
+ * drawn, waiting for it) over. 1: done; 0: this client is not for C now
+ * (Python keeps it); -1: error. */
 static int
-take_over(FastLoop *fl, int index)
+take_over(FastLoop *fl, int index, int state)
 {
     fl_client *c = &fl->clients[index];
     PyObject *st = c->st, *v, *vars, *prepared;
@@ -582,7 +712,8 @@ take_over(FastLoop *fl, int index)
         }
         Py_DECREF(prepared);
     }
-    if (get_i64(st, s_script, &script) < 0 || get_i64(st, s_cnt, &c->cnt) < 0)
+    if (get_i64(st, s_script, &script) < 0 || get_i64(st, s_cnt, &c->cnt) < 0 ||
+        (state == THROTTLE && get_i64(st, s_txn_scheduled, &c->txn_scheduled) < 0))
         return -1;
     v = PyObject_GetAttr(st, s_rng);
     if (v == NULL)
@@ -594,7 +725,7 @@ take_over(FastLoop *fl, int index)
     c->script = (int)script;
     c->conn = (PGconn *)(intptr_t)ptr;
     c->assigned = 0;
-    c->state = CHOOSE_SCRIPT;
+    c->state = state;
     c->command = 0;
     c->qrynum = 0;
     c->owner = OWN_C;
@@ -670,6 +801,13 @@ settle_py(FastLoop *fl, int index)
         return -1;
     if (state == CHOOSE_SCRIPT) {
         fl->runq[fl->nrunq++] = index;
+    } else if (state == SLEEP || state == THROTTLE) {
+        int64_t deadline;
+
+        if (get_i64(c->st, state == SLEEP ? s_sleep_until : s_txn_scheduled, &deadline) <
+            0)
+            return -1;
+        timer_push(fl, deadline, index);
     } else if (state == FINISHED || state == ABORTED) {
         c->owner = OWN_DONE;
         fl->remains--;
@@ -803,9 +941,66 @@ bytes_or_none(const char *s)
     return PyBytes_FromString(s);
 }
 
+/* pgbench's getPoissonRand (pgsurge.throttle.poisson_delay): the next
+ * delay of the worker's schedule, from its throttle stream. The product
+ * goes through a volatile so that no compiler fuses it with the addition
+ * (an FMA rounds once, Python's code twice), whatever the build flags. */
+static inline int64_t
+poisson_delay(FastLoop *fl)
+{
+    double uniform = 1.0 - (double)(prng_next(&fl->t0, &fl->t1) >> 12) * TWO_M52;
+    volatile double scaled = -log(uniform) * fl->throttle_delay;
+
+    return (int64_t)(scaled + 0.5);
+}
+
+/* StatsData.record of a first-try success, or of a skipped slot */
+static inline void
+record(fl_stats *s, int64_t latency, int64_t lag, int skipped, int throttled)
+{
+    if (skipped) {
+        s->skipped++;
+        return;
+    }
+    s->cnt++;
+    stats_add(&s->lat, latency);
+    if (throttled)
+        stats_add(&s->lag, lag);
+}
+
+/* client_tx's process_xact for what C accounts (a first-try success, or
+ * a slot skipped under -L): returns the clock, read if it was needed */
+static int64_t
+process_xact(FastLoop *fl, fl_client *c, int64_t now, int skipped)
+{
+    int64_t latency = 0, lag = 0;
+
+    if (fl->detailed && !skipped) {
+        if (!now)
+            now = clock_us();
+        latency = now - c->txn_scheduled;
+        lag = c->txn_begin - c->txn_scheduled;
+    }
+    record(&fl->total, latency, lag, skipped, fl->throttled);
+    if (fl->latency_limit && latency > fl->latency_limit)
+        fl->latency_late++;
+    c->cnt++;
+    if (fl->per_script != NULL)
+        record(&fl->per_script[c->script], latency, lag, skipped, fl->throttled);
+    return now;
+}
+
+/* C's int of a C int's bits (client_meta.c_int): how the x86 binary wraps */
+static inline int64_t
+c_int(int64_t v)
+{
+    return (int32_t)(uint32_t)(uint64_t)v;
+}
+
 /* Advance a C-owned client until it must wait, as client.advance does.
- * On return the client either waits for its socket (WAIT_RESULT), is
- * runnable (CHOOSE_SCRIPT, queued), or belongs to Python (filed). */
+ * On return the client either waits for its socket (WAIT_RESULT) or a
+ * deadline (SLEEP, THROTTLE: in the timers), is runnable (CHOOSE_SCRIPT,
+ * queued), or belongs to Python (filed). */
 static int
 c_advance(FastLoop *fl, int index)
 {
@@ -835,6 +1030,25 @@ c_advance(FastLoop *fl, int index)
                 c->assigned |= 1ULL << op->slot;
                 now = 0;
                 state = END_COMMAND;
+                continue;
+            }
+            if (op->kind == OP_SLEEP_CONST || op->kind == OP_SLEEP_VAR) {
+                /* client_meta.sleep_usec; the clock is not re-read after */
+                int64_t usec = op->a;
+
+                if (op->kind == OP_SLEEP_VAR) {
+                    int64_t v = c->vals[op->slot];
+
+                    usec = c_int(v);
+                    if (usec == 0 && v < 0)
+                        /* atoi() of "-...": Python gives pgbench's error */
+                        return to_python(fl, index, START_COMMAND, NULL);
+                    usec = c_int(usec * op->a);
+                }
+                if (!now)
+                    now = clock_us();
+                c->sleep_until = now + usec;
+                state = SLEEP;
                 continue;
             }
             if (fl->mode == MODE_PREPARED && !(c->prepared & (1ULL << op->prep_bit)))
@@ -898,34 +1112,38 @@ c_advance(FastLoop *fl, int index)
             state = END_COMMAND;
             continue;
         }
+        case SLEEP:
+            if (!now)
+                now = clock_us();
+            if (now < c->sleep_until) {
+                c->state = SLEEP;
+                timer_push(fl, c->sleep_until, index);
+                return 0;
+            }
+            state = END_COMMAND;
+            continue;
         case END_TX: {
-            int64_t latency = 0;
-
             if (pq->transactionStatus(c->conn) != PQTRANS_IDLE)
                 /* left open, or a broken connection: Python accounts the
                  * transaction and aborts the client with its message */
                 return to_python(fl, index, END_TX, NULL);
-            fl->total.cnt++;
-            c->cnt++;
-            if (fl->per_script == NULL) {
+            if (!fl->throttled && fl->per_script == NULL) {
                 /* the inline accounting of advance() */
+                fl->total.cnt++;
+                c->cnt++;
                 if (fl->detailed) {
-                    if (!now)
-                        now = clock_us();
-                    stats_add(&fl->total, now - c->txn_scheduled);
-                } else
-                    fl->total.count++;
-            } else {
-                /* process_xact(): record() into the total, then the script */
-                if (fl->detailed) {
+                    int64_t latency;
+
                     if (!now)
                         now = clock_us();
                     latency = now - c->txn_scheduled;
-                }
-                stats_add(&fl->total, latency);
-                fl->per_script[c->script].cnt++;
-                stats_add(&fl->per_script[c->script], latency);
-            }
+                    stats_add(&fl->total.lat, latency);
+                    if (fl->latency_limit && latency > fl->latency_limit)
+                        fl->latency_late++;
+                } else
+                    fl->total.lat.count++;
+            } else
+                now = process_xact(fl, c, now, 0);
             if (fl->use_end ? fl->timer_exceeded : c->cnt >= fl->nxacts)
                 return to_python(fl, index, FINISHED, NULL);
             if (!io_done || !budget) {
@@ -966,14 +1184,49 @@ c_advance(FastLoop *fl, int index)
             }
             if (fl->timer_exceeded)
                 return to_python(fl, index, FINISHED, NULL);
-            /* START_TX */
+            state = fl->throttled ? PREPARE_THROTTLE : START_TX;
+            continue;
+        case PREPARE_THROTTLE:
+            /* the next slot of the worker's schedule */
+            fl->trigger += poisson_delay(fl);
+            c->txn_scheduled = fl->trigger;
+            if (fl->latency_limit) {
+                if (!now)
+                    now = clock_us();
+                if (fl->trigger < now - fl->latency_limit) {
+                    /* too late already: skipped (throttle.is_late) */
+                    now = process_xact(fl, c, now, 1);
+                    if (fl->timer_exceeded || (fl->nxacts > 0 && c->cnt >= fl->nxacts))
+                        return to_python(fl, index, FINISHED, NULL);
+                    continue;
+                }
+            }
+            if (fl->end_us && c->txn_scheduled > fl->end_us)
+                return to_python(fl, index, FINISHED, NULL);
+            state = THROTTLE;
+            /* fall through */
+        case THROTTLE:
+            if (!now)
+                now = clock_us();
+            if (now < c->txn_scheduled) {
+                c->state = THROTTLE;
+                timer_push(fl, c->txn_scheduled, index);
+                return 0;
+            }
+            if (fl->timer_exceeded)
+                return to_python(fl, index, FINISHED, NULL);
+            state = START_TX;
+            /* fall through */
+        case START_TX:
             if (fl->tx_clock && !now)
                 now = clock_us();
             if (fl->save_rng) {
                 c->saved0 = c->s0;
                 c->saved1 = c->s1;
             }
-            c->txn_begin = c->txn_scheduled = now;
+            c->txn_begin = now;
+            if (!fl->throttled)
+                c->txn_scheduled = now;
             c->command = 0;
             state = START_COMMAND;
             continue;
@@ -987,7 +1240,8 @@ c_advance(FastLoop *fl, int index)
 /* ---------------------------------------------------------------------- */
 /* The loop                                                               */
 
-/* Run a client of the runnable queue (pgsurge.loop: advance, settle). */
+/* Run a client of the runnable queue, or whose deadline has come
+ * (pgsurge.loop: advance, settle). */
 static int
 run_client(FastLoop *fl, int index)
 {
@@ -998,7 +1252,9 @@ run_client(FastLoop *fl, int index)
     if (c->owner == OWN_PY) {
         if (get_i64(c->st, s_state, &state) < 0)
             return -1;
-        r = state == CHOOSE_SCRIPT ? take_over(fl, index) : 0;
+        r = state == CHOOSE_SCRIPT || state == THROTTLE
+                ? take_over(fl, index, (int)state)
+                : 0;
         if (r < 0)
             return -1;
         if (!r) {
@@ -1116,9 +1372,13 @@ FastLoop_run(FastLoop *fl, PyObject *arg)
         if (fl->nrunq)
             n = wait_events(fl, 0);
         else {
-            int64_t t0 = clock_us();
+            /* until the nearest deadline: a sleep, a slot, a progress tick */
+            int64_t deadline = fl->ntimers ? fl->timers[0].deadline : 0, t0;
 
-            n = wait_events(fl, next_tick ? (next_tick > t0 ? next_tick - t0 : 0) : -1);
+            if (next_tick && (!deadline || next_tick < deadline))
+                deadline = next_tick;
+            t0 = clock_us();
+            n = wait_events(fl, deadline ? (deadline > t0 ? deadline - t0 : 0) : -1);
             fl->idle_us += clock_us() - t0;
         }
         if (n < 0)
@@ -1141,6 +1401,16 @@ FastLoop_run(FastLoop *fl, PyObject *arg)
                 return NULL;
             if (fl->aborted_exit)
                 return leave(fl, OUT_EXIT_ON_ABORT);
+        }
+        if (fl->ntimers) {
+            int64_t now = clock_us();
+
+            while (fl->ntimers && fl->timers[0].deadline <= now) {
+                if (run_client(fl, timer_pop(fl)) < 0)
+                    return NULL;
+                if (fl->aborted_exit)
+                    return leave(fl, OUT_EXIT_ON_ABORT);
+            }
         }
         if (fl->nrunq) {
             batch = fl->runq;
@@ -1196,6 +1466,23 @@ parse_op(FastLoop *fl, PyObject *spec, fl_op *op, int *nprep)
         if (op->slot < 0 || op->slot >= fl->nset ||
             (op->kind == OP_SET_RANDOM &&
              (op->a > op->b || (uint64_t)op->b - (uint64_t)op->a >= INT64_MAX)))
+            goto bad;
+        return 0;
+    case OP_SLEEP_CONST:
+        /* (4, usec) */
+        if (PyTuple_GET_SIZE(spec) != 2)
+            goto bad;
+        op->a = PyLong_AsLongLong(PyTuple_GET_ITEM(spec, 1));
+        return PyErr_Occurred() ? -1 : 0;
+    case OP_SLEEP_VAR:
+        /* (5, slot, unit in µs) */
+        if (PyTuple_GET_SIZE(spec) != 3)
+            goto bad;
+        op->slot = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 1));
+        op->a = PyLong_AsLongLong(PyTuple_GET_ITEM(spec, 2));
+        if (PyErr_Occurred())
+            return -1;
+        if (op->slot < 0 || op->slot >= fl->nvars || op->a < 1 || op->a > 1000000)
             goto bad;
         return 0;
     case OP_SQL:
@@ -1257,8 +1544,11 @@ stats_init(fl_stats *s, PyObject *data)
 {
     s->data = data;
     Py_INCREF(data);
-    s->simple = PyObject_GetAttr(data, s_latency);
-    return s->simple == NULL ? -1 : 0;
+    s->lat.obj = PyObject_GetAttr(data, s_latency);
+    if (s->lat.obj == NULL)
+        return -1;
+    s->lag.obj = PyObject_GetAttr(data, s_lag);
+    return s->lag.obj == NULL ? -1 : 0;
 }
 
 static void
@@ -1281,22 +1571,26 @@ FastLoop_dealloc(FastLoop *fl)
     if (fl->per_script != NULL) {
         for (k = 0; k < fl->nscripts; k++) {
             Py_XDECREF(fl->per_script[k].data);
-            Py_XDECREF(fl->per_script[k].simple);
+            Py_XDECREF(fl->per_script[k].lat.obj);
+            Py_XDECREF(fl->per_script[k].lag.obj);
         }
         PyMem_Free(fl->per_script);
     }
     Py_XDECREF(fl->total.data);
-    Py_XDECREF(fl->total.simple);
+    Py_XDECREF(fl->total.lat.obj);
+    Py_XDECREF(fl->total.lag.obj);
     PyMem_Free(fl->weights);
     PyMem_Free(fl->by_fd);
     PyMem_Free(fl->runq);
     PyMem_Free(fl->batch);
     PyMem_Free(fl->events);
+    PyMem_Free(fl->timers);
     Py_XDECREF(fl->script_ops);
     Py_XDECREF(fl->var_names);
     Py_XDECREF(fl->keep);
     Py_XDECREF(fl->wstate);
     Py_XDECREF(fl->choose_rng);
+    Py_XDECREF(fl->throttle_rng);
     Py_XDECREF(fl->advance);
     Py_XDECREF(fl->resume);
     Py_XDECREF(fl->absorb);
@@ -1308,8 +1602,9 @@ FastLoop_dealloc(FastLoop *fl)
  *          flags)
  *
  * plan: (var_names, nset, weights, scripts) -- see pgsurge.fastloop;
- * hooks: (advance, resume, absorb); flags: (mode, nxacts, use_end,
- * detailed, tx_clock, save_rng, restart_inline, exit_on_abort).
+ * hooks: (advance, resume, absorb); flags: (mode, nxacts, end_us,
+ * detailed, tx_clock, save_rng, restart_inline, exit_on_abort,
+ * latency_limit_us, throttle_delay) -- the last one a float.
  */
 static PyObject *
 FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -1317,7 +1612,8 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     PyObject *clients, *script_ops, *plan, *wstate, *hooks, *flags;
     PyObject *scripts, *weights, *per_script, *total;
     int epfd, control_fd, nprep = 0;
-    long long f[8];
+    long long f[9];
+    double delay;
     Py_ssize_t i, k;
     FastLoop *fl;
 
@@ -1334,8 +1630,8 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     }
     if (PyTuple_GET_SIZE(hooks) != 3 || PyTuple_GET_SIZE(plan) != 4 ||
-        !PyArg_ParseTuple(flags, "LLLLLLLL", &f[0], &f[1], &f[2], &f[3], &f[4], &f[5],
-                          &f[6], &f[7])) {
+        !PyArg_ParseTuple(flags, "LLLLLLLLLd", &f[0], &f[1], &f[2], &f[3], &f[4], &f[5],
+                          &f[6], &f[7], &f[8], &delay)) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "malformed fast loop arguments");
         return NULL;
@@ -1345,12 +1641,16 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     fl->mode = (int)f[0];
     fl->nxacts = f[1];
-    fl->use_end = (int)f[2];
+    fl->end_us = f[2];
+    fl->use_end = f[2] != 0;
     fl->detailed = (int)f[3];
     fl->tx_clock = (int)f[4];
     fl->save_rng = (int)f[5];
     fl->restart_inline = (int)f[6];
     fl->exit_on_abort = (int)f[7];
+    fl->latency_limit = f[8];
+    fl->throttle_delay = delay;
+    fl->throttled = delay > 0.0;
     fl->epfd = epfd;
     fl->control_fd = control_fd;
     Py_INCREF(plan);
@@ -1465,14 +1765,20 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         goto fail;
     }
     Py_DECREF(per_script);
+    if (fl->throttled) {
+        fl->throttle_rng = PyObject_GetAttr(wstate, s_throttle_rng);
+        if (fl->throttle_rng == NULL)
+            goto fail;
+    }
 
     fl->nclients = (int)PyList_GET_SIZE(clients);
     fl->clients = PyMem_New(fl_client, fl->nclients + 1);
     fl->runq = PyMem_New(int, fl->nclients + 1);
     fl->batch = PyMem_New(int, fl->nclients + 1);
     fl->events = PyMem_New(struct epoll_event, fl->nclients + 2);
+    fl->timers = PyMem_New(fl_timer, fl->nclients + 1);
     if (fl->clients == NULL || fl->runq == NULL || fl->batch == NULL ||
-        fl->events == NULL) {
+        fl->events == NULL || fl->timers == NULL) {
         PyErr_NoMemory();
         goto fail;
     }
@@ -1583,6 +1889,12 @@ PyInit__fastloop(void)
     INTERN(s_stats, "stats");
     INTERN(s_per_script, "per_script");
     INTERN(s_choose_rng, "choose_rng");
+    INTERN(s_throttle_rng, "throttle_rng");
+    INTERN(s_throttle_trigger, "throttle_trigger");
+    INTERN(s_latency_late, "latency_late");
+    INTERN(s_skipped, "skipped");
+    INTERN(s_lag, "lag");
+    INTERN(s_sleep_until, "sleep_until");
     if (PyType_Ready(&FastLoop_Type) < 0)
         return NULL;
     m = PyModule_Create(&fastloop_module);
@@ -1592,6 +1904,10 @@ PyInit__fastloop(void)
     if (PyModule_AddObject(m, "FastLoop", (PyObject *)&FastLoop_Type) < 0 ||
         PyModule_AddIntConstant(m, "API_VERSION", FASTLOOP_API) < 0 ||
         PyModule_AddIntConstant(m, "CHOOSE_SCRIPT", CHOOSE_SCRIPT) < 0 ||
+        PyModule_AddIntConstant(m, "START_TX", START_TX) < 0 ||
+        PyModule_AddIntConstant(m, "PREPARE_THROTTLE", PREPARE_THROTTLE) < 0 ||
+        PyModule_AddIntConstant(m, "THROTTLE", THROTTLE) < 0 ||
+        PyModule_AddIntConstant(m, "SLEEP", SLEEP) < 0 ||
         PyModule_AddIntConstant(m, "START_COMMAND", START_COMMAND) < 0 ||
         PyModule_AddIntConstant(m, "WAIT_RESULT", WAIT_RESULT) < 0 ||
         PyModule_AddIntConstant(m, "END_COMMAND", END_COMMAND) < 0 ||

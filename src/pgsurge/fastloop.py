@@ -10,23 +10,27 @@ eligible, which is exactly:
 * the extension is built and current, ``pgsurge._fastpq`` is bound (its
   libpq functions are the C loop's), epoll is there, and neither
   ``PGSURGE_PURE`` nor ``PGSURGE_NO_FASTLOOP`` is set;
-* the run has none of -r, -l, -R, -L, -C, --debug, and no output that
-  needs latency histograms (--percentiles, --json);
+* the run has none of -r, -l, -C, --debug, and no output that needs
+  latency histograms (--percentiles, --json); -R (the worker's Poisson
+  schedule, from its throttle stream), -L (skipped slots, late
+  transactions) and -T/-t are all supported;
 * every command of every script is an SQL command without ``\\gset`` or
-  ``\\aset``, or a ``\\set`` to a valid name whose expression is an int
+  ``\\aset``, a ``\\sleep`` of a constant or of a variable the SQL
+  commands could read (rule below), or a ``\\set`` to a valid name whose
+  expression is an int
   constant (after folding: no variable, no random function, no
   ``debug()``), or ``random(lo, hi)`` whose bounds are such constants, the
   upper one possibly ``k * :var`` (or ``:var * k``) of an initial int
   variable no ``\\set`` assigns -- pgbench's builtins' ``random(1, 100000 *
   :scale)`` -- with ``lo <= hi`` and a span below 2**63-1 (otherwise the
   Python code raises pgbench's error, so Python runs it);
-* every variable an SQL command reads is assigned by an eligible ``\\set``
-  earlier in the same script, or is never assigned and is an initial int
-  variable (or ``client_id``); at most 64 such variables and 64 SQL
-  commands in all.
+* every variable an SQL command (or a ``\\sleep``) reads is assigned by an
+  eligible ``\\set`` earlier in the same script, or is never assigned and
+  is an initial int variable (or ``client_id``); at most 64 such variables
+  and 64 SQL commands in all.
 
-Anything else (pipelines, ``\\if``, ``\\sleep``, shell commands, string or
-double values, ...) runs on the Python loop unchanged. -P is supported:
+Anything else (pipelines, ``\\if``, shell commands, string or double
+values, ...) runs on the Python loop unchanged. -P is supported:
 the C loop returns at each tick and :class:`FastEventLoop` sends the
 progress snapshot as :class:`~pgsurge.loop.EventLoop` does.
 """
@@ -41,8 +45,18 @@ from typing import TYPE_CHECKING, Any
 
 from pgsurge import _native, fastpq
 from pgsurge import client_state as C
+from pgsurge.client_meta import c_int
 from pgsurge.loop import EventLoop, absorb
-from pgsurge.script.ast import Call, Const, Expr, GsetKind, SetCommand, SqlCommand, Var
+from pgsurge.script.ast import (
+    Call,
+    Const,
+    Expr,
+    GsetKind,
+    SetCommand,
+    SleepCommand,
+    SqlCommand,
+    Var,
+)
 from pgsurge.script.evaluate import EvalContext, evaluate
 from pgsurge.script.functions import FUNCTIONS, FuncKind
 
@@ -64,7 +78,7 @@ __all__ = [
 ]
 
 #: the interface version of pgsurge._fastloop this code expects
-FASTLOOP_API = 1
+FASTLOOP_API = 2
 
 _INT64_MAX = (1 << 63) - 1
 _INT64_MIN = -(1 << 63)
@@ -76,6 +90,8 @@ _OP_END = 0
 _OP_SET_CONST = 1
 _OP_SET_RANDOM = 2
 _OP_SQL = 3
+_OP_SLEEP_CONST = 4
+_OP_SLEEP_VAR = 5
 
 # what _fastloop.FastLoop.run returns besides a LoopOutcome
 _TICK = 3
@@ -95,6 +111,10 @@ def _load() -> ModuleType | None:
     # the state and mode numbers the C code is written for
     expected = {
         "CHOOSE_SCRIPT": C.CHOOSE_SCRIPT,
+        "START_TX": C.START_TX,
+        "PREPARE_THROTTLE": C.PREPARE_THROTTLE,
+        "THROTTLE": C.THROTTLE,
+        "SLEEP": C.SLEEP,
         "START_COMMAND": C.START_COMMAND,
         "WAIT_RESULT": C.WAIT_RESULT,
         "END_COMMAND": C.END_COMMAND,
@@ -129,10 +149,6 @@ def run_excluded(cfg: RunConfig) -> str | None:
         return "-r"
     if cfg.log:
         return "-l"
-    if cfg.rate:
-        return "-R"
-    if cfg.latency_limit_ms:
-        return "-L"
     if cfg.connect_each_tx:
         return "-C"
     if cfg.debug:
@@ -224,6 +240,8 @@ def plan_for(
         for cmd in script.commands:
             if isinstance(cmd, SetCommand):
                 assigned.add(cmd.var)
+            elif isinstance(cmd, SleepCommand):
+                continue
             elif not isinstance(cmd, SqlCommand) or cmd.gset is not GsetKind.NONE:
                 return None
     set_names = sorted(assigned)
@@ -232,6 +250,22 @@ def plan_for(
     mode = cfg.query_mode.name
     scripts: list[tuple[tuple[Any, ...], ...]] = []
     nsql = 0
+
+    def slot_of(name: str, done: set[str]) -> int | None:
+        """The slot of a variable C may read after the ``\\set``s of
+        ``done`` (in this script), or None."""
+        if name in assigned:
+            if name not in done:
+                return None
+        elif name == "client_id" and set_client_id:
+            pass
+        elif type(base.get(name)) is not int:
+            return None
+        if name not in slots:
+            slots[name] = len(set_names) + len(const_names)
+            const_names.append(name)
+        return slots[name]
+
     for script, ops in zip(parsed, compiled, strict=True):
         out: list[tuple[Any, ...]] = []
         done: set[str] = set()
@@ -243,21 +277,24 @@ def plan_for(
                 out.append(spec)
                 done.add(cmd.var)
                 continue
+            if isinstance(cmd, SleepCommand):
+                if type(op.amount) is int:
+                    # client_meta.sleep_usec of a constant, done once
+                    out.append((_OP_SLEEP_CONST, c_int(op.amount * op.unit_us)))
+                    continue
+                slot = slot_of(str(op.amount), done)
+                if slot is None:
+                    return None
+                out.append((_OP_SLEEP_VAR, slot, op.unit_us))
+                continue
             assert isinstance(cmd, SqlCommand)
             names = cmd.simple_parts[1::2] if mode == "SIMPLE" else cmd.param_vars
             refs: list[int] = []
             for name in names:
-                if name in assigned:
-                    if name not in done:
-                        return None
-                elif name == "client_id" and set_client_id:
-                    pass
-                elif type(base.get(name)) is not int:
+                slot = slot_of(name, done)
+                if slot is None:
                     return None
-                if name not in slots:
-                    slots[name] = len(set_names) + len(const_names)
-                    const_names.append(name)
-                refs.append(slots[name])
+                refs.append(slot)
             lits: tuple[bytes, ...] | None = None
             if mode == "SIMPLE":
                 if op.parts is None:
@@ -291,7 +328,7 @@ class FastEventLoop(EventLoop):
         engine: Engine,
         w: WorkerState,
         script_ops: tuple[tuple[Op, ...], ...],
-        flags: tuple[int, ...],
+        flags: tuple[int | float, ...],
     ) -> None:
         """Build the C loop over this loop's clients and epoll instance."""
         assert _module is not None
@@ -341,15 +378,22 @@ def flags_for(
     max_tries: int,
     nscripts: int,
     exit_on_abort: bool,
-) -> tuple[int, ...]:
-    """The C loop's run flags (the same derivations as ``make_advance``)."""
+    latency_limit_us: int = 0,
+    throttle_delay: float = 0.0,
+) -> tuple[int | float, ...]:
+    """The C loop's run flags (the same derivations as ``make_advance``):
+    ``end_us`` is Settings.end_us (0 without -T), ``throttle_delay`` the
+    worker's mean Poisson delay (0.0 without -R)."""
     return (
         query_mode,
         nxacts,
-        int(end_us != 0),
+        end_us,
         int(detailed),
         int(tx_clock),
         int(max_tries != 1),
-        int(nscripts == 1),
+        # restart_inline of make_engine (no -C, no --debug here)
+        int(nscripts == 1 and throttle_delay <= 0.0),
         int(exit_on_abort),
+        latency_limit_us,
+        float(throttle_delay),
     )

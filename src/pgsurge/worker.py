@@ -403,6 +403,8 @@ def _run(spec: WorkerSpec, pipe: Connection) -> None:
             settings.max_tries,
             nscripts,
             cfg.exit_on_abort,
+            settings.latency_limit_us,
+            settings.throttle_delay,
         )
         loop.use_c(plan, engine, wstate, scripts, flags)
 

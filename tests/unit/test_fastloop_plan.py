@@ -45,17 +45,24 @@ def test_builtins_are_eligible(tmp_path, builtin: str, mode: str) -> None:
     [
         ["-r"],
         ["-l"],
-        ["-R", "100"],
-        ["-L", "5"],
         ["-C"],
         ["--debug"],
         ["--percentiles", "50"],
         ["--json", "out.json"],
-        ["-R", "100", "-L", "5"],
+        ["-R", "100", "-l"],
+        ["-R", "100", "--percentiles", "50"],
     ],
 )
 def test_excluded_options_take_the_python_loop(tmp_path, option: list[str]) -> None:
     assert _plan(["-b", "select-only", *option], tmp_path) is None
+
+
+@pytest.mark.parametrize(
+    "option",
+    [["-R", "100"], ["-L", "5"], ["-R", "100", "-L", "5"], ["-R", "100", "-T", "5"]],
+)
+def test_throttled_runs_are_eligible(tmp_path, option: list[str]) -> None:
+    assert _plan(["-b", "tpcb-like", *option], tmp_path) is not None
 
 
 def test_switch_off(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -68,7 +75,10 @@ def test_switch_off(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     [
         "\\set a random(1, 10)\nSELECT :a \\gset\n",
         "\\set a random(1, 10)\nSELECT :a \\aset\n",
-        "\\sleep 1 ms\nSELECT 1;\n",
+        "\\sleep :label ms\nSELECT 1;\n",
+        "\\sleep :nosuchvar\nSELECT 1;\n",
+        "\\sleep :a us\n\\set a 1\nSELECT :a;\n",
+        "\\sleep :b us\n\\set a 1\nSELECT :a;\n\\set b 2\n",
         "\\shell true\nSELECT 1;\n",
         "\\setshell v echo 1\nSELECT 1;\n",
         "\\if 1\nSELECT 1;\n\\endif\n",
@@ -119,3 +129,37 @@ def test_plan_of_a_script(tmp_path) -> None:
         (0, 1, 3, 4, 2),
         (b"SELECT ", b", ", b", ", b", ", b", ", b";"),
     )
+
+
+def test_plan_of_sleeps(tmp_path) -> None:
+    text = (
+        "\\set d random(1, 100)\n"
+        "\\sleep 2 ms\n"
+        "\\sleep :d us\n"
+        "\\sleep :scale s\n"
+        "\\sleep 3000000 s\n"
+        "SELECT :d;\n"
+    )
+    names, nset, _, scripts = _plan(["-M", "prepared", "-R", "50"], tmp_path, text)
+    assert names == ("d", "scale")
+    assert nset == 1
+    # a constant's µs as client_meta.sleep_usec computes it (C int wrap)
+    wrapped = (3000000 * 1000000 + 2**31) % 2**32 - 2**31
+    assert scripts == (
+        (
+            (2, 0, 1, 100),
+            (4, 2000),
+            (5, 0, 1),
+            (5, 1, 1000000),
+            (4, wrapped),
+            (3, b"P_0", (0,), None),
+            (0,),
+        ),
+    )
+
+
+def test_flags() -> None:
+    flags = fastloop.flags_for(2, 0, 123, True, True, 1, 1, False, 5000, 250.0)
+    assert flags == (2, 0, 123, 1, 1, 0, 0, 0, 5000, 250.0)
+    # unthrottled, one script: transactions restart inline
+    assert fastloop.flags_for(0, 10, 0, False, False, 1, 1, False)[6] == 1

@@ -1,0 +1,298 @@
+"""The C event loop under --rate, --latency-limit and \\sleep, against Python's.
+
+Like tests/server/test_fastloop.py, each test runs the same arguments with
+the C loop and with ``PGSURGE_NO_FASTLOOP=1`` and compares what does not
+depend on timing:
+
+* the rows the scripts insert: with one client per worker they are equal
+  exactly; under -L a client's rows are a prefix of its deterministic
+  sequence (a skipped slot draws nothing from the client's stream);
+* the worker's throttle stream and schedule after a -t run: every slot is
+  either run or skipped, and counts in the client's -t either way, so the
+  worker draws exactly -c x -t delays, and its final ``throttle_trigger``
+  (less its start) and stream state are the same whatever the timing.
+  Those are read in-process, by running ``pgsurge.worker._run`` with a pipe
+  and capturing its ``WorkerState``;
+* the report with timing figures (and, under -L, the skip counts) masked,
+  and the accounting identities (processed + skipped = all transactions).
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+import threading
+import time
+from collections.abc import Iterator
+from multiprocessing import Pipe
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgsurge import fastloop, worker
+from pgsurge.client_state import WorkerState
+from pgsurge.config import RunConfig
+from pgsurge.options import parse_command_line
+from pgsurge.prng import derive_streams
+from pgsurge.runner import _parse_scripts
+from pgsurge.stats.results import WorkerResult
+from tests.server.test_fastloop import _rows, _run
+
+pytestmark = [
+    pytest.mark.server,
+    pytest.mark.skipif(not fastloop.available, reason="pgsurge._fastloop not usable"),
+]
+
+#: lines whose figures depend on timing (under -R and -L too)
+_TIMING = re.compile(
+    r"^( - )?(latency|initial connection time|tps|progress:|rate limit schedule lag"
+    r"|number of transactions (skipped|above|actually processed))"
+)
+_NUM = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def _report(stdout: str, per_script: bool = False) -> list[str]:
+    """The report with the timing figures masked; ``per_script``: without
+    the per-script lines (which slots are skipped depends on timing, and a
+    script whose transactions were all skipped has no latency lines)."""
+    return [
+        _NUM.sub("N", line) if _TIMING.match(line) else line
+        for line in stdout.splitlines()
+        if not (per_script and line.startswith(" - "))
+    ]
+
+
+def _figure(pattern: str, stdout: str) -> int:
+    m = re.search(pattern, stdout)
+    assert m is not None, stdout
+    return int(m.group(1))
+
+
+@pytest.fixture
+def db(fresh_db: str) -> Iterator[str]:
+    with psycopg.connect(fresh_db, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE t"
+            " (id bigserial PRIMARY KEY, cid int, s int, a bigint, b bigint)"
+        )
+    yield fresh_db
+
+
+def _scripts(tmp_path: Path, sleep: bool = False) -> list[str]:
+    """Two weighted scripts drawing a then b alike (see test_fastloop)."""
+    pause = "\\sleep 50 us\n\\sleep :b us\n" if sleep else ""
+    texts = {
+        "one.sql": (
+            "\\set a random(1, 1000000)\n\\set b random(1, 10)\n"
+            + pause
+            + "INSERT INTO t (cid, s, a, b) VALUES (:client_id, 1, :a, :b);\n"
+        ),
+        "two.sql": (
+            "\\set a random(1, 1000 * :scale)\n\\set b random(1, 10)\n"
+            "BEGIN;\nINSERT INTO t (cid, s, a, b) VALUES (:client_id, 2, :a, :b);\n"
+            + pause
+            + "END;\n"
+        ),
+    }
+    out = []
+    for name, weight in (("one.sql", 3), ("two.sql", 2)):
+        (tmp_path / name).write_text(texts[name])
+        out += ["-f", f"{name}@{weight}"]
+    return out
+
+
+def _per_client(rows: list[tuple[int, int, int, int]]) -> dict[int, list[Any]]:
+    per: dict[int, list[Any]] = {}
+    for cid, _s, a, b in rows:
+        per.setdefault(cid, []).append((a, b))
+    return per
+
+
+@pytest.mark.parametrize("mode", ["simple", "prepared"])
+@pytest.mark.parametrize("sleep", [False, True])
+def test_rate_one_client_per_worker_same_rows(
+    db: str, tmp_path: Path, mode: str, sleep: bool
+) -> None:
+    args = [*_scripts(tmp_path, sleep), "-M", mode, "-c", "2", "-j", "2", "-t", "120"]
+    args += ["-R", "3000", "--random-seed", "5", "-n", "-s", "1000"]
+    fast = _run(args, db, tmp_path, fast=True)
+    fast_rows = _rows(db)
+    slow = _run(args, db, tmp_path, fast=False)
+    slow_rows = _rows(db)
+    assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
+    assert len(fast_rows) == 240
+    assert fast_rows == slow_rows
+    assert _report(fast.stdout) == _report(slow.stdout)
+    assert "rate limit schedule lag" in fast.stdout
+    assert fast.stderr == slow.stderr
+
+
+def test_sleep_without_rate_same_rows(db: str, tmp_path: Path) -> None:
+    args = [*_scripts(tmp_path, True), "-M", "extended", "-c", "4", "-j", "2"]
+    args += ["-t", "60", "--random-seed", "9", "-n", "-s", "1000"]
+    fast = _run(args, db, tmp_path, fast=True)
+    fast_rows = _rows(db)
+    slow = _run(args, db, tmp_path, fast=False)
+    slow_rows = _rows(db)
+    assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
+    assert _per_client(fast_rows) == _per_client(slow_rows)
+    assert _report(fast.stdout) == _report(slow.stdout)
+
+
+def test_latency_limit_skips(db: str, tmp_path: Path) -> None:
+    # a schedule far faster than the server answers: the clients fall behind
+    # and skip; what is skipped depends on timing, the accounting does not
+    args = [*_scripts(tmp_path), "-M", "prepared", "-c", "4", "-j", "2", "-t", "150"]
+    args += ["-R", "100000", "-L", "0.3", "--random-seed", "7", "-n", "-s", "1000"]
+    for fast in (True, False):
+        out = _run(args, db, tmp_path, fast=fast)
+        rows = _rows(db)
+        assert out.returncode == 0, out.stderr
+        processed = _figure(r"actually processed: (\d+)/600", out.stdout)
+        skipped = _figure(r"transactions skipped: (\d+) ", out.stdout)
+        assert processed + skipped == 600
+        assert skipped > 0
+        assert len(rows) == processed
+        assert "rate limit schedule lag" in out.stdout
+        # each client's rows are a prefix of its own sequence of draws
+        if fast:
+            fast_rows, fast_report = rows, _report(out.stdout, True)
+        else:
+            f, s = _per_client(fast_rows), _per_client(rows)
+            assert f.keys() == s.keys()
+            for cid in f:
+                n = min(len(f[cid]), len(s[cid]))
+                assert f[cid][:n] == s[cid][:n]
+            assert fast_report == _report(out.stdout, True)
+
+
+def test_rate_with_duration(db: str, tmp_path: Path) -> None:
+    args = [*_scripts(tmp_path), "-M", "prepared", "-c", "4", "-j", "2", "-T", "2"]
+    args += ["-R", "400", "-P", "1", "--random-seed", "3", "-n", "-s", "1000"]
+    for fast in (True, False):
+        out = _run(args, db, tmp_path, fast=fast)
+        _rows(db)
+        assert out.returncode == 0, out.stderr
+        processed = _figure(r"actually processed: (\d+)", out.stdout)
+        # 800 slots are scheduled on average; the last slots past the end
+        # finish their clients
+        assert 500 < processed < 1100, out.stdout
+        assert "duration: 2 s" in out.stdout
+        # (the 2.0 tick may not come: the clients finish at their first
+        # slot past the end, which is before it)
+        ticks = re.findall(r"^progress: (\d+\.\d) s.*lag", out.stderr, re.M)
+        assert ticks[:1] == ["1.0"], out.stderr
+
+
+# -- in-process: the worker's throttle stream and schedule -------------------
+
+
+def _run_worker(args: list[str], dsn: str) -> tuple[WorkerState, WorkerResult]:
+    """``worker._run`` for one worker of these arguments, in this process,
+    with the parent's side of its pipe in a thread; returns its state."""
+    cfg = parse_command_line([*args, dsn], environ={})
+    assert isinstance(cfg, RunConfig)
+    parsed = _parse_scripts(cfg)
+    seeds = derive_streams(cfg.random_seed, cfg.clients, 1)
+    spec = worker.WorkerSpec(
+        worker_id=0,
+        config=cfg,
+        scripts=parsed,
+        first_client=0,
+        nclients=cfg.clients,
+        nthreads=1,
+        client_rngs=seeds.clients,
+        streams=seeds.threads[0],
+        variables=(("scale", 1000),),
+        set_client_id=True,
+        detailed=True,
+    )
+    states: list[WorkerState] = []
+    real = worker.WorkerState
+
+    def capture(**kw: Any) -> WorkerState:
+        states.append(real(**kw))
+        return states[-1]
+
+    parent, child = Pipe()
+    got: list[Any] = []
+
+    def drive() -> None:
+        assert parent.recv()[0] == "ready"
+        parent.send(("steady", time.monotonic_ns() // 1000, 0))
+        assert parent.recv()[0] == "connected"
+        parent.send(("go",))
+        got.append(parent.recv())
+
+    thread = threading.Thread(target=drive)
+    thread.start()
+    threshold = gc.get_threshold()
+    worker.WorkerState = capture  # type: ignore[misc, assignment]
+    try:
+        worker._run(spec, child)
+    finally:
+        worker.WorkerState = real  # type: ignore[misc]
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
+        thread.join(30)
+    assert got and got[0][0] == "done", got
+    return states[0], got[0][1]
+
+
+@pytest.mark.parametrize("limit", [None, "0.3"])
+def test_throttle_stream_same_draws(
+    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: str | None
+) -> None:
+    args = [*_scripts(tmp_path), "-M", "prepared", "-c", "3", "-t", "100"]
+    args += ["-R", "20000" if limit is None else "100000", "--random-seed", "21", "-n"]
+    if limit is not None:
+        args += ["-L", limit]
+    args = [
+        a
+        if not a.endswith(".sql@3") and not a.endswith(".sql@2")
+        else str(tmp_path / a)
+        for a in args
+    ]
+    out = {}
+    for fast in (True, False):
+        if fast:
+            monkeypatch.delenv("PGSURGE_NO_FASTLOOP", raising=False)
+        else:
+            monkeypatch.setenv("PGSURGE_NO_FASTLOOP", "1")
+        w, result = _run_worker(args, db)
+        rows = _rows(db)
+        total = w.stats
+        assert total.cnt + total.skipped == 300
+        assert total.lag.count == total.latency.count == total.cnt == len(rows)
+        assert [st for st in result.client_tx_counts] == [100, 100, 100]
+        if limit is None:
+            assert total.skipped == 0
+        else:
+            assert total.skipped > 0
+        out[fast] = (
+            w.throttle_trigger - result.bench_start_us,
+            w.throttle_rng.getstate(),
+            w.choose_rng.getstate(),
+            _per_client(rows),
+        )
+    assert out[True][:2] == out[False][:2]
+    if limit is None:
+        # under -L a skipped slot is followed by the next slot, not by a
+        # new choice of script: the choices made depend on what was skipped
+        assert out[True][2:] == out[False][2:]
+
+
+def test_sleep_of_odd_values_same_outcome(db: str, tmp_path: Path) -> None:
+    # a negative sleep does not wait; a value whose C int is 0 but whose text
+    # is not a number of pgbench's atoi is pgbench's error (Python's message)
+    (tmp_path / "ok.sql").write_text("\\set d -5\n\\sleep :d ms\nSELECT 1;\n")
+    (tmp_path / "bad.sql").write_text("\\set d -4294967296\n\\sleep :d us\nSELECT 1;\n")
+    for name, rc in (("ok.sql", 0), ("bad.sql", 2)):
+        args = ["-f", name, "-M", "prepared", "-c", "2", "-j", "1", "-t", "5", "-n"]
+        fast = _run(args, db, tmp_path, fast=True)
+        slow = _run(args, db, tmp_path, fast=False)
+        assert fast.returncode == slow.returncode == rc, (fast.stderr, slow.stderr)
+        assert sorted(fast.stderr.splitlines()) == sorted(slow.stderr.splitlines())
+        assert _report(fast.stdout) == _report(slow.stdout)
