@@ -74,6 +74,8 @@ def _extensions() -> list[Extension]:
             "pgsurge._fastloop",
             sources=["src/pgsurge/_fastloop.c"],
             depends=["src/pgsurge/_fastpq_api.h"],
+            # latency sums and the --rate schedule must round as Python's
+            extra_compile_args=args,
             optional=True,
         ),
     ]
