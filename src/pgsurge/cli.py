@@ -199,6 +199,26 @@ def _pause_collector() -> None:
     _collector_paused = True
 
 
+#: Python frames a script expression may need. pgbench nests expressions
+#: up to its parser's 10000 states (some 10000 levels), and parsing,
+#: compiling and evaluating a tree take up to 2 frames per level. Not
+#: more: some walks over a tree recurse through C (a generator, a call
+#: with ``*args``), and at about 19000 such levels they overflow an 8 MB C
+#: stack, where the limit must stop them first with a RecursionError.
+_EXPRESSION_FRAMES = 30_000
+
+
+def _allow_deep_expressions() -> None:
+    """Raise Python's recursion limit so that the expressions pgbench
+    accepts can be parsed, compiled and evaluated (the default of 1000
+    fails on a ``\\set`` of a few hundred terms ``1 + 1 + ...``). Python
+    3.11 runs calls between Python functions without growing the C stack,
+    so the limit costs memory only when a script is that deep. Workers are
+    forked and inherit it."""
+    if sys.getrecursionlimit() < _EXPRESSION_FRAMES:
+        sys.setrecursionlimit(_EXPRESSION_FRAMES)
+
+
 def _startup_done() -> None:
     """End of start-up: move everything built so far to the collector's
     permanent generation (it is never scanned again, so forked workers do
@@ -274,6 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv
         _pause_collector()
+    _allow_deep_expressions()
     try:
         status = _main(argv)
         sys.stdout.flush()

@@ -248,6 +248,25 @@ def test_meta_commands(both, tmp_path: Path, mode: str) -> None:  # type: ignore
         assert_identity(ours)
 
 
+def test_deep_expressions(both, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Long operator chains and deep nesting, which pgbench evaluates (the
+    default Python recursion limit stopped pgsurge at a few hundred terms)."""
+    text = (
+        "\\set y random(1, 3)\n"
+        f"\\set x {' + '.join([':y'] * 2000)}\n"
+        f"\\set z {'-' * 2999}(:y * 2)\n"
+        f"\\if :x <> 2000 * :y or {'(' * 3000}:z{')' * 3000} <> -2 * :y\n"
+        "SELECT 1/0;\n"
+        "\\endif\n"
+    )
+    path = script(tmp_path, "deep.sql", text)
+    for mode in ("simple", "prepared"):
+        ref, ours = both("-n", "-f", path, "-M", mode, "-t", "5", "-c", "2")
+        assert ref.status == 0, ref.stderr
+        assert_same(ref, ours)
+        assert_identity(ours)
+
+
 PIPELINE_SCRIPT = """\
 \\set aid random(1, 100000)
 \\startpipeline

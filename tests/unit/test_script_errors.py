@@ -12,10 +12,13 @@ from __future__ import annotations
 import random
 import re
 import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from pgsurge.cli import _allow_deep_expressions
 from pgsurge.config import QueryMode
 from pgsurge.errors import ScriptError
 from pgsurge.script.compile import check_query_mode
@@ -361,3 +364,85 @@ def test_too_many_sql_variables(
         assert e.format() == _as_pgsurge(expected)
     else:
         assert _accepted(expected)
+
+
+def _deep(shape: str, n: int) -> str:
+    """An expression nested ``n`` levels deep in one of several ways."""
+    if shape == "paren":
+        return "(" * n + ":y" + ")" * n
+    if shape == "minus":
+        return "-" * n + ":y"
+    if shape == "not":
+        return "not " * n + ":y"
+    if shape == "abs":
+        return "abs(" * n + ":y" + ")" * n
+    if shape == "greatest":
+        return "greatest(1, " * n + ":y" + ")" * n
+    if shape == "leading-comma":
+        return "abs(," * n + ":y" + ")" * n
+    if shape == "plus-paren":
+        return ":y+(" * n + ":y" + ")" * n
+    if shape == "is-not-null":
+        return "(" * n + ":y is not null" + ")" * n
+    if shape == "case":
+        return "case when :y = 1 then " * n + ":y" + " end" * n
+    if shape == "case-else":
+        return "case when :y then 1 else " * n + ":y" + " end" * n
+    if shape == "case-when-when":
+        return "case when 1 then 2 when " * n + ":y" + " then 3 end" * n
+    raise AssertionError(shape)
+
+
+# (shape, the deepest nesting pgbench 18.6 accepts): its parser keeps at
+# most 10000 states and reports "memory exhausted" past that
+DEEPEST = [
+    ("paren", 9996),
+    ("minus", 9997),
+    ("not", 9997),
+    ("abs", 4998),
+    ("greatest", 2499),
+    ("leading-comma", 2499),
+    ("plus-paren", 3332),
+    ("is-not-null", 9994),
+    ("case", 2499),
+    ("case-else", 3332),
+    ("case-when-when", 3331),
+]
+
+
+@pytest.fixture
+def deep_recursion() -> Iterator[None]:
+    """The recursion limit the program sets for deep expressions."""
+    saved = sys.getrecursionlimit()
+    _allow_deep_expressions()
+    yield
+    sys.setrecursionlimit(saved)
+
+
+@pytest.mark.parametrize(("shape", "deepest"), DEEPEST, ids=[d[0] for d in DEEPEST])
+@pytest.mark.usefixtures("deep_recursion")
+def test_nesting_limit_like_pgbench(
+    pgbench_bin: Path, tmp_path: Path, shape: str, deepest: int
+) -> None:
+    """Nesting up to pgbench's parser stack is accepted (it used to end in
+    a RecursionError); one more level is pgbench's "memory exhausted", with
+    the same caret column."""
+    for n in (deepest, deepest + 1):
+        text = f"\\set y 1\n\\set x {_deep(shape, n)}\n"
+        expected = _run_pgbench(pgbench_bin, tmp_path, text)
+        try:
+            parse_script(SCRIPT, text)
+        except ScriptError as e:
+            assert n > deepest, e.format()[:200]
+            assert e.format() == _as_pgsurge(expected)
+        else:
+            assert n == deepest
+            assert _accepted(expected), expected[:200]
+
+
+@pytest.mark.usefixtures("deep_recursion")
+def test_long_operator_chain_accepted(pgbench_bin: Path, tmp_path: Path) -> None:
+    """Left-associative chains take no parser stack: no length limit."""
+    text = "\\set x " + " + ".join([":y"] * 20000) + "\n"
+    assert _accepted(_run_pgbench(pgbench_bin, tmp_path, text))
+    parse_script(SCRIPT, text)

@@ -160,7 +160,11 @@ def _call(call: Call) -> _Node:
     nargs = len(call.args)
     if spec.nargs >= 0 and nargs != spec.nargs:
         raise ValueError(f"{call.name}: expected {spec.nargs} arguments, got {nargs}")
-    args = [_compile(a) for a in call.args]
+    # a loop, not a comprehension: one Python frame less per level of a
+    # deep tree (pgbench accepts some 10000 levels; see cli's recursion limit)
+    args: list[_Node] = []
+    for a in call.args:
+        args.append(_compile(a))  # noqa: PERF401 (see above)
     kind = spec.kind
     if kind is FuncKind.LAZY:
         fn = _lazy(call.name, args)

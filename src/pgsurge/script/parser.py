@@ -28,7 +28,14 @@ behaves like pgbench's LALR parser in everything a user can observe:
   chained comparisons are an error, chained postfix ``IS`` are not;
 * function names and argument counts are checked when pgbench checks them:
   the name right after it is read, the count right after the ``)``; so
-  the messages and caret columns match.
+  the messages and caret columns match;
+* nesting has pgbench's limit: its parser keeps a stack of at most
+  10000 states and reports ``memory exhausted`` when a shift would fill
+  it. The parser counts the states the LALR parser would hold (one per
+  ``(``, prefix operator, pending left operand and operator, function
+  name, ...) and fails at the token pgbench fails at. Sequences of
+  left-associative operators hold no states, so ``1 + 1 + ... + 1`` has
+  no length limit, as in pgbench.
 
 ``parse_expr(text)`` parses a standalone expression (tests, evaluator);
 ``format_expr(expr)`` prints a tree back so that
@@ -48,6 +55,25 @@ from pgsurge.script.lexer import INT64_MIN, MetaLexer, Tok, Token
 # evaluator's table). These take pgbench's implicit last argument.
 SEEDED_FUNCTIONS = frozenset({"hash", "hash_murmur2", "hash_fnv1a", "permute"})
 DEFAULT_SEED = Var("default_seed")
+
+#: bison's default YYMAXDEPTH: a shift that makes the state stack this deep
+#: fails with "memory exhausted" (the stack starts with one state)
+MAX_PARSER_STATES = 10000
+
+# Tokens that start an operand (besides the prefix operators - + ~).
+_OPERAND_START = frozenset(
+    {
+        Tok.NOT,
+        Tok.LPAREN,
+        Tok.INT,
+        Tok.DOUBLE,
+        Tok.BOOLEAN,
+        Tok.NULL,
+        Tok.VARIABLE,
+        Tok.FUNCTION,
+        Tok.CASE,
+    }
+)
 
 # Precedence levels, as in exprparse.y (higher binds tighter).
 OR, AND, NOT, IS, CMP, BIT, ADD, MUL, UNARY = range(1, 10)
@@ -84,6 +110,9 @@ class ExprParser:
     def __init__(self, lexer: MetaLexer) -> None:
         self.lexer = lexer
         self._tok: Token | None = None
+        #: states pgbench's parser holds for the constructs still open
+        #: around the current point (its stack, less the initial state)
+        self._held = 0
 
     # -- token helpers -------------------------------------------------
 
@@ -102,6 +131,12 @@ class ExprParser:
             self.syntax_error()
         return self.advance()
 
+    def shifted(self, states: int) -> None:
+        """The token just read is shifted with ``states`` states of the
+        current construct on pgbench's stack (the token included)."""
+        if 1 + self._held + states >= MAX_PARSER_STATES:
+            self.lexer.fail("memory exhausted")
+
     def syntax_error(self) -> None:
         self.peek()  # the offending token must have been read
         self.lexer.fail("syntax error")
@@ -117,7 +152,14 @@ class ExprParser:
         self.expect(Tok.EOL)
         return expr
 
-    def expr(self, min_level: int) -> Expr:
+    def expr(self, min_level: int, held: int = 0) -> Expr:
+        """An expression of operators binding at least as tight as
+        ``min_level``, parsed while ``held`` states of the enclosing
+        construct wait on pgbench's stack."""
+        # (counted here rather than by the callers so that each level of
+        # nesting costs two Python frames only, prefix() and expr():
+        # pgbench's deepest expressions then fit cli's recursion limit)
+        self._held += held
         left = self.prefix()
         # Was the last operator applied at this level a comparison? Then
         # another comparison is an error (they are non-associative).
@@ -135,7 +177,8 @@ class ExprParser:
                 if level < min_level:
                     break
                 self.advance()
-                right = self.expr(level + 1)
+                self.shifted(2)
+                right = self.expr(level + 1, 2)
                 name = "and" if level == AND else "or"
                 left = Call(name, (left, right), self.col(tok))
                 after_cmp = False
@@ -148,15 +191,18 @@ class ExprParser:
             if level == CMP and after_cmp:
                 self.syntax_error()
             self.advance()
-            right = self.expr(level + 1)
+            self.shifted(2)
+            right = self.expr(level + 1, 2)
             args = (right, left) if swap else (left, right)
             left = Call(name, args, self.col(tok))
             after_cmp = level == CMP
+        self._held -= held
         return left
 
     def postfix(self, operand: Expr) -> Expr:
         tok = self.advance()
         col = self.col(tok)
+        self.shifted(2)  # the operand and this token
         if tok.kind is Tok.ISNULL:
             return Call("is", (operand, Const(None)), col)
         if tok.kind is Tok.NOTNULL:
@@ -164,6 +210,7 @@ class ExprParser:
         negate = False
         if self.peek().kind is Tok.NOT:
             self.advance()
+            self.shifted(3)
             negate = True
         nxt = self.peek()
         if nxt.kind is Tok.NULL:
@@ -173,6 +220,7 @@ class ExprParser:
         else:
             self.syntax_error()
         self.advance()
+        self.shifted(4 if negate else 3)
         test = Call("is", (operand, Const(value)), col)
         return Call("not", (test,), col) if negate else test
 
@@ -180,21 +228,25 @@ class ExprParser:
         tok = self.advance()
         kind = tok.kind
         col = self.col(tok)
+        if kind in _OPERAND_START or (kind is Tok.OP and tok.value in ("-", "+", "~")):
+            self.shifted(1)
         if kind is Tok.OP:
             if tok.value == "-":
                 if self.peek().kind is Tok.MAXINT_PLUS_ONE:
                     self.advance()
+                    self.shifted(2)
                     return Const(INT64_MIN)
-                return Call("-", (Const(0), self.expr(UNARY + 1)), col)
+                return Call("-", (Const(0), self.expr(UNARY + 1, 1)), col)
             if tok.value == "+":
-                return self.expr(UNARY + 1)
+                return self.expr(UNARY + 1, 1)
             if tok.value == "~":
-                return Call("#", (Const(-1), self.expr(BIT + 1)), col)
+                return Call("#", (Const(-1), self.expr(BIT + 1, 1)), col)
         elif kind is Tok.NOT:
-            return Call("not", (self.expr(NOT + 1),), col)
+            return Call("not", (self.expr(NOT + 1, 1),), col)
         elif kind is Tok.LPAREN:
-            inner = self.expr(OR)
+            inner = self.expr(OR, 1)
             self.expect(Tok.RPAREN)
+            self.shifted(3)
             return inner
         elif kind is Tok.INT or kind is Tok.DOUBLE or kind is Tok.BOOLEAN:
             assert isinstance(tok.value, int | float)
@@ -219,16 +271,25 @@ class ExprParser:
             # checked as soon as the name is read, before the "("
             self.lexer.fail("unexpected function name", typed)
         self.expect(Tok.LPAREN)
+        self.shifted(2)
+        # on pgbench's stack: the function, "(" and then the element list,
+        # which a "," keeps open while the next argument is parsed
         args: list[Expr] = []
+        held = 2
         if self.peek().kind is not Tok.RPAREN:
             if self.peek().kind is Tok.COMMA:
                 # pgbench's "elist: <empty> | elist ',' expr" accepts it
                 self.advance()
-            args.append(self.expr(OR))
+                self.shifted(4)
+                held = 4
+            args.append(self.expr(OR, held))
             while self.peek().kind is Tok.COMMA:
                 self.advance()
-                args.append(self.expr(OR))
+                self.shifted(4)
+                args.append(self.expr(OR, 4))
         self.expect(Tok.RPAREN)
+        # an empty list is reduced (one state) before the ")" too
+        self.shifted(4)
         low, high = arity
         if len(args) < low or (high is not None and len(args) > high):
             message = (
@@ -242,22 +303,32 @@ class ExprParser:
         return Call(name, tuple(args), self.col(tok))
 
     def case(self, col: int) -> Expr:
+        # on pgbench's stack: CASE, the WHEN ... THEN list read so far (one
+        # state once reduced), then the open WHEN, THEN or ELSE part
         args: list[Expr] = []
         self.expect(Tok.WHEN)
+        self.shifted(2)
+        held = 1
         while True:
-            args.append(self.expr(OR))
+            args.append(self.expr(OR, held + 1))
             self.expect(Tok.THEN)
-            args.append(self.expr(OR))
+            self.shifted(held + 3)
+            args.append(self.expr(OR, held + 3))
+            held = 2
             kind = self.peek().kind
             if kind is Tok.WHEN:
                 self.advance()
+                self.shifted(3)
                 continue
             if kind is Tok.ELSE:
                 self.advance()
-                args.append(self.expr(OR))
+                self.shifted(3)
+                args.append(self.expr(OR, 3))
                 self.expect(Tok.END)
+                self.shifted(5)
             elif kind is Tok.END:
                 self.advance()
+                self.shifted(3)
                 args.append(Const(None))
             else:
                 self.syntax_error()
