@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, TextIO
 
+import psycopg
+
 from pgsurge import __version__, pgconn
 from pgsurge.config import RunConfig
 from pgsurge.errors import PROG, ConnectError, ExitStatus, PgsurgeError
@@ -92,17 +94,29 @@ def _parse_scripts(cfg: RunConfig) -> tuple[ParsedScript, ...]:
     return tuple(parse_script(s.description or s.name, s.text) for s in cfg.scripts)
 
 
+def _connect(
+    items: dict[str, str], password: str | None
+) -> tuple[pgconn.PgConn | None, str, bool]:
+    """:func:`pgconn.connect`, with a conninfo string or URI in the database
+    name that cannot even be parsed (``foo=bar``) reported as libpq's
+    message, as pgbench reports it, rather than raised."""
+    try:
+        return pgconn.connect(items, password)
+    except psycopg.Error as exc:
+        return None, str(exc), False
+
+
 def _connect_setup(cfg: RunConfig, err: TextIO) -> tuple[pgconn.PgConn, str | None]:
     """pgbench ``doConnect`` for the setup connection (prompts once for a
     password if the server asks for one and stdin is a terminal)."""
     items = cfg.conn.conninfo_items()
-    conn, message, needs = pgconn.connect(items)
+    conn, message, needs = _connect(items, None)
     password = None
     if conn is None and needs and sys.stdin.isatty():
         import getpass  # lazily, as the prompt is rare (it pulls in termios)
 
         password = getpass.getpass("Password: ")
-        conn, message, needs = pgconn.connect(items, password)
+        conn, message, needs = _connect(items, password)
     if conn is None:
         err.write(f"{PROG}: error: {pgconn.strip_newline(message)}\n")
         err.flush()

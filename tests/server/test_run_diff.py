@@ -495,3 +495,17 @@ def test_connection_failure(both, bench_db: str) -> None:  # type: ignore[no-unt
     assert ref.status == 1
     assert ours.status == 1
     assert ours.messages == ref.messages
+
+
+@pytest.mark.parametrize(
+    "suffix",
+    [" foo=bar", " dbname='unterminated"],
+    ids=["unknown-option", "unterminated-quote"],
+)
+def test_unparsable_conninfo(both, bench_db: str, suffix: str) -> None:  # type: ignore[no-untyped-def]
+    """A conninfo in the database name that libpq cannot parse: its message
+    and pgbench's "could not create connection for setup", not a traceback."""
+    ref, ours = both("-S", "-t", "1", dsn=bench_db + suffix)
+    assert ref.status == 1
+    assert ours.status == 1
+    assert ours.messages == ref.messages, (ref.stderr, ours.stderr)
