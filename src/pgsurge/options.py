@@ -378,7 +378,9 @@ class _CommandLine:
                     raise UsageError(f'invalid latency limit: "{arg}"')
                 st.benchmarking_option_set = True
                 st.latency_limit_us = to_int64(limit_ms * 1000)
-                st.latency_limit_ms = limit_ms
+                # the limit pgbench uses is that int64 (INT64_MIN for inf,
+                # NaN or a huge value: then every transaction is "late")
+                st.latency_limit_ms = st.latency_limit_us / 1000.0
             case "M":
                 st.benchmarking_option_set = True
                 try:
@@ -406,7 +408,9 @@ class _CommandLine:
                 st.benchmarking_option_set = True
                 if rate <= 0.0:
                     raise UsageError(f'invalid rate limit: "{arg}"')
-                st.rate = rate
+                # pgbench throttles when 1e6 / rate µs is not 0: "-R inf"
+                # is accepted and means no rate limit
+                st.rate = rate if 1e6 / rate != 0.0 else None
             case "s":
                 st.scale_given = True
                 st.scale = parse_int_option(arg, "-s/--scale", 1, INT32_MAX)

@@ -509,3 +509,28 @@ def test_unparsable_conninfo(both, bench_db: str, suffix: str) -> None:  # type:
     assert ref.status == 1
     assert ours.status == 1
     assert ours.messages == ref.messages, (ref.stderr, ours.stderr)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("-L", "inf"),
+        ("-L", "nan"),
+        ("-L", "1e300", "-P", "1", "-l"),
+        ("-R", "inf"),
+        ("-R", "inf", "-L", "5", "-l"),
+    ],
+    ids=["L-inf", "L-nan", "L-huge", "R-inf", "R-inf-L"],
+)
+def test_out_of_range_rate_and_limit(both, args: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+    """Values pgbench accepts but turns into odd settings: an -L beyond
+    int64 µs is INT64_MIN (every transaction is late; it crashed pgsurge),
+    -R inf is no rate limit (pgsurge reported a schedule lag)."""
+    ref, ours = both("-n", "-S", "-t", "3", *args)
+    assert ref.status == 0, ref.stderr
+    assert_same(ref, ours)
+    assert_identity(ours)
+    if args[0] == "-L":
+        # "-9223372036854776.0 ms latency limit: 3/3 (100.000%)"
+        limit = "number of transactions above the"
+        assert ours.number(limit) == ref.number(limit)

@@ -110,7 +110,7 @@ class ProgressReporter:
             test_start_us=test_start_us,
             interval_s=facts.progress_s,
             throttled=facts.throttled,
-            latency_limited=facts.latency_limit_us > 0,
+            latency_limited=facts.latency_limit_us != 0,
             max_tries=facts.max_tries,
             epoch_shift_us=epoch_shift_us,
         )

@@ -420,7 +420,7 @@ class RunFacts:
     def latency_reported(self) -> bool:
         """The report shows measured latency average/stddev (-R, -P or -L);
         otherwise it derives an average from the duration."""
-        return self.throttled or self.progress_s > 0 or self.latency_limit_us > 0
+        return self.throttled or self.progress_s > 0 or self.latency_limit_us != 0
 
     @property
     def measure_latency(self) -> bool:
