@@ -7,8 +7,9 @@ into a validated config with pgbench 18.6's rules and messages; then the
 right engine runs, imported lazily so that ``pgsurge --help`` stays fast
 (no psycopg at import time). Every :class:`PgsurgeError` ends here: its
 text goes to stderr and its exit status is returned (1 for anything found
-before the run, 2 for an aborted run); Ctrl-C exits 130, a closed stdout
-141, quietly, like a C program killed by the signal.
+before the run, 2 for an aborted run). Ctrl-C makes the program die of
+SIGINT, as pgbench does (an in-process caller of ``main(argv)`` gets 130);
+a closed stdout exits 141, quietly, like a C program killed by SIGPIPE.
 
 Deliberate differences from pgbench 18.6:
 
@@ -291,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``python -m pgsurge``), which owns the process: it also manages the
     garbage collector for a cheaper start (see :func:`_pause_collector`).
     """
+    own_process = argv is None
     if argv is None:
         argv = sys.argv
         _pause_collector()
@@ -304,7 +306,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.flush()
         return int(e.exit_status)
     except KeyboardInterrupt:
-        # pgbench just dies of SIGINT; a shell reports that as 128 + 2
+        # pgbench just dies of SIGINT. So does the program: a shell running
+        # it in a loop stops the loop only when its child died of the
+        # signal (an exit status of 130 reads as "handled it, go on").
+        if own_process:
+            _die_of_sigint()
         return 130
     except BrokenPipeError:
         # stdout went away (``pgsurge --help | head -1``): a C program would
@@ -313,6 +319,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         return 128 + 13
     return status
+
+
+def _die_of_sigint() -> None:
+    import signal
+
+    _flush_quietly(sys.stdout)
+    _flush_quietly(sys.stderr)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def _flush_quietly(stream: TextIO) -> None:

@@ -29,15 +29,25 @@
 Only this module (and ``cli.py``) writes to the console for a run;
 workers write their clients' error messages to stderr themselves, as
 pgbench's threads do.
+
+A signal that kills pgbench kills all its threads. The workers are
+processes: while they run, SIGTERM and SIGHUP to the parent (``kill``,
+``timeout``, a closed terminal) terminate them first, and the parent then
+dies of the signal, as pgbench would; they would otherwise run on,
+orphaned, to the end of ``-T``/``-t``. (Ctrl-C reaches the whole process
+group, and workers die of SIGINT themselves.)
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, TextIO
@@ -291,6 +301,31 @@ class _Workers:
             pipe.close()
 
 
+#: signals whose default action kills pgbench, threads and all
+_KILLING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def _stop_workers_on_signal(workers: _Workers) -> Iterator[None]:
+    """While the workers run, a killing signal terminates them, then this
+    process dies of it (see the module docstring)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # (run() called from a thread: only the main one has handlers)
+        return
+
+    def die(signum: int, frame: object) -> None:
+        workers.stop()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    previous = {sig: signal.signal(sig, die) for sig in _KILLING_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 class _Failed(Exception):
     def __init__(self, status: ExitStatus) -> None:
         self.status = status
@@ -401,7 +436,8 @@ def run(
     ]
     workers = _Workers(specs)
     try:
-        result = _drive(workers, cfg, facts, err)
+        with _stop_workers_on_signal(workers):
+            result = _drive(workers, cfg, facts, err)
     except _Failed as e:
         workers.stop()
         out.flush()

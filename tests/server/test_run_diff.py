@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 import pytest
 
 pytestmark = pytest.mark.server
@@ -534,3 +537,44 @@ def test_out_of_range_rate_and_limit(both, args: tuple[str, ...]) -> None:  # ty
         # "-9223372036854776.0 ms latency limit: 3/3 (100.000%)"
         limit = "number of transactions above the"
         assert ours.number(limit) == ref.number(limit)
+
+
+def _sessions(dsn: str) -> int:
+    """Other sessions connected to the database of ``dsn``."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _wait_sessions(dsn: str, wanted: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _sessions(dsn) == wanted:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_killed_by_signal(bench_db: str, pgbench_bin: Path, sig: int) -> None:
+    """A signal sent to the program alone (``kill``, ``timeout``) ends the
+    whole run: pgbench dies of it with its threads. pgsurge's worker
+    processes used to run on, orphaned, to the end of -T; and on SIGINT
+    it exited 130 instead of dying of the signal."""
+    args = ["-n", "-S", "-T", "60", "-c", "2", "-j", "2", bench_db]
+    for cmd in ([str(pgbench_bin), *args], [sys.executable, "-m", "pgsurge", *args]):
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=base_env()
+        )
+        try:
+            assert _wait_sessions(bench_db, 2, 20), cmd
+            proc.send_signal(sig)
+            assert proc.wait(20) == -sig, cmd
+            assert _wait_sessions(bench_db, 0, 10), cmd
+        finally:
+            proc.kill()
+            proc.wait()
