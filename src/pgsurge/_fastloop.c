@@ -114,6 +114,9 @@
 #define INT_TEXT 24
 /* client variables C keeps as int64 (a bit each in a mask) */
 #define MAX_VARS 64
+/* parameters of an extended/prepared command: pgbench's limit (a variable
+ * read twice is two); simple mode splices the values in and has none */
+#define MAX_PARAMS 255
 
 static const pgsurge_fastpq_api *pq;
 
@@ -662,9 +665,10 @@ take_over(FastLoop *fl, int index, int state)
         return -1;
     if (ptr == 0)
         return 0; /* psycopg's calls drive this connection */
+    /* data still to flush, or a pipeline: Python's slower paths */
     if ((r = attr_is_true(st, s_flush_pending)) != 0 ||
         (r = attr_is_true(st, s_in_pipeline)) != 0)
-        return r;
+        return r < 0 ? -1 : 0;
     v = PyObject_GetAttr(st, s_drain_state);
     if (v == NULL)
         return -1;
@@ -871,8 +875,8 @@ to_python_code(FastLoop *fl, int index, int state, long code)
 static int
 send_sql(FastLoop *fl, fl_client *c, const fl_op *op)
 {
-    const char *values[MAX_VARS];
-    char ints[MAX_VARS][INT_TEXT];
+    const char *values[MAX_PARAMS];
+    char ints[MAX_PARAMS][INT_TEXT];
     int i, ok;
 
     if (fl->mode == MODE_SIMPLE && op->lits != NULL) {
@@ -1494,7 +1498,7 @@ parse_op(FastLoop *fl, PyObject *spec, fl_op *op, int *nprep)
         op->text = PyBytes_AS_STRING(op->prepname);
         params = PyTuple_GET_ITEM(spec, 2);
         n = PyTuple_GET_SIZE(params);
-        if (n >= MAX_VARS)
+        if (fl->mode != MODE_SIMPLE && n > MAX_PARAMS)
             goto bad;
         op->nparams = (int)n;
         op->params = PyMem_New(int, n + 1);
@@ -1551,13 +1555,73 @@ stats_init(fl_stats *s, PyObject *data)
     return s->lag.obj == NULL ? -1 : 0;
 }
 
+/* The loop holds its hooks, which hold the worker's engine and event loop,
+ * which holds the loop: a cycle the collector must be able to break. */
+static int
+FastLoop_traverse(FastLoop *fl, visitproc visit, void *arg)
+{
+    int i, k;
+
+    for (i = 0; i < fl->nclients && fl->clients != NULL; i++)
+        Py_VISIT(fl->clients[i].st);
+    if (fl->per_script != NULL)
+        for (k = 0; k < fl->nscripts; k++) {
+            Py_VISIT(fl->per_script[k].data);
+            Py_VISIT(fl->per_script[k].lat.obj);
+            Py_VISIT(fl->per_script[k].lag.obj);
+        }
+    Py_VISIT(fl->total.data);
+    Py_VISIT(fl->total.lat.obj);
+    Py_VISIT(fl->total.lag.obj);
+    Py_VISIT(fl->script_ops);
+    Py_VISIT(fl->var_names);
+    Py_VISIT(fl->keep);
+    Py_VISIT(fl->wstate);
+    Py_VISIT(fl->choose_rng);
+    Py_VISIT(fl->throttle_rng);
+    Py_VISIT(fl->advance);
+    Py_VISIT(fl->resume);
+    Py_VISIT(fl->absorb);
+    return 0;
+}
+
+/* Drop every reference (run() is not called again on a cleared loop; the
+ * plan's ops point into ``keep``, which stays until deallocation). */
+static int
+FastLoop_clear(FastLoop *fl)
+{
+    int i, k;
+
+    for (i = 0; i < fl->nclients && fl->clients != NULL; i++)
+        Py_CLEAR(fl->clients[i].st);
+    if (fl->per_script != NULL)
+        for (k = 0; k < fl->nscripts; k++) {
+            Py_CLEAR(fl->per_script[k].data);
+            Py_CLEAR(fl->per_script[k].lat.obj);
+            Py_CLEAR(fl->per_script[k].lag.obj);
+        }
+    Py_CLEAR(fl->total.data);
+    Py_CLEAR(fl->total.lat.obj);
+    Py_CLEAR(fl->total.lag.obj);
+    Py_CLEAR(fl->script_ops);
+    Py_CLEAR(fl->var_names);
+    Py_CLEAR(fl->wstate);
+    Py_CLEAR(fl->choose_rng);
+    Py_CLEAR(fl->throttle_rng);
+    Py_CLEAR(fl->advance);
+    Py_CLEAR(fl->resume);
+    Py_CLEAR(fl->absorb);
+    return 0;
+}
+
 static void
 FastLoop_dealloc(FastLoop *fl)
 {
     int i, k;
 
-    for (i = 0; i < fl->nclients && fl->clients != NULL; i++)
-        Py_XDECREF(fl->clients[i].st);
+    PyObject_GC_UnTrack(fl);
+    FastLoop_clear(fl);
+
     PyMem_Free(fl->clients);
     for (k = 0; k < fl->nscripts && fl->scripts != NULL; k++) {
         for (i = 0; i < fl->scripts[k].nops; i++) {
@@ -1568,32 +1632,14 @@ FastLoop_dealloc(FastLoop *fl)
         PyMem_Free(fl->scripts[k].ops);
     }
     PyMem_Free(fl->scripts);
-    if (fl->per_script != NULL) {
-        for (k = 0; k < fl->nscripts; k++) {
-            Py_XDECREF(fl->per_script[k].data);
-            Py_XDECREF(fl->per_script[k].lat.obj);
-            Py_XDECREF(fl->per_script[k].lag.obj);
-        }
-        PyMem_Free(fl->per_script);
-    }
-    Py_XDECREF(fl->total.data);
-    Py_XDECREF(fl->total.lat.obj);
-    Py_XDECREF(fl->total.lag.obj);
+    PyMem_Free(fl->per_script);
     PyMem_Free(fl->weights);
     PyMem_Free(fl->by_fd);
     PyMem_Free(fl->runq);
     PyMem_Free(fl->batch);
     PyMem_Free(fl->events);
     PyMem_Free(fl->timers);
-    Py_XDECREF(fl->script_ops);
-    Py_XDECREF(fl->var_names);
     Py_XDECREF(fl->keep);
-    Py_XDECREF(fl->wstate);
-    Py_XDECREF(fl->choose_rng);
-    Py_XDECREF(fl->throttle_rng);
-    Py_XDECREF(fl->advance);
-    Py_XDECREF(fl->resume);
-    Py_XDECREF(fl->absorb);
     Py_TYPE(fl)->tp_free((PyObject *)fl);
 }
 
@@ -1688,12 +1734,12 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     fl->nscripts = (int)PyTuple_GET_SIZE(scripts);
     fl->weights = PyMem_New(int64_t, fl->nscripts);
-    fl->scripts = PyMem_New(fl_script, fl->nscripts);
+    /* zeroed: the deallocator walks what was built before a failure */
+    fl->scripts = PyMem_Calloc(fl->nscripts, sizeof(fl_script));
     if (fl->weights == NULL || fl->scripts == NULL) {
         PyErr_NoMemory();
         goto fail;
     }
-    memset(fl->scripts, 0, sizeof(fl_script) * fl->nscripts);
     for (k = 0; k < fl->nscripts; k++) {
         PyObject *ops = PyTuple_GET_ITEM(scripts, k);
 
@@ -1742,13 +1788,12 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             PyErr_SetString(PyExc_ValueError, "per_script must be a list per script");
             goto fail;
         }
-        fl->per_script = PyMem_New(fl_stats, fl->nscripts);
+        fl->per_script = PyMem_Calloc(fl->nscripts, sizeof(fl_stats));
         if (fl->per_script == NULL) {
             Py_DECREF(per_script);
             PyErr_NoMemory();
             goto fail;
         }
-        memset(fl->per_script, 0, sizeof(fl_stats) * fl->nscripts);
         for (k = 0; k < fl->nscripts; k++)
             if (stats_init(&fl->per_script[k], PyList_GET_ITEM(per_script, k)) < 0) {
                 Py_DECREF(per_script);
@@ -1771,8 +1816,12 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             goto fail;
     }
 
+    fl->clients = PyMem_Calloc(PyList_GET_SIZE(clients) + 1, sizeof(fl_client));
+    if (fl->clients == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
     fl->nclients = (int)PyList_GET_SIZE(clients);
-    fl->clients = PyMem_New(fl_client, fl->nclients + 1);
     fl->runq = PyMem_New(int, fl->nclients + 1);
     fl->batch = PyMem_New(int, fl->nclients + 1);
     fl->events = PyMem_New(struct epoll_event, fl->nclients + 2);
@@ -1782,7 +1831,6 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_NoMemory();
         goto fail;
     }
-    memset(fl->clients, 0, sizeof(fl_client) * (fl->nclients + 1));
     for (i = 0; i < fl->nclients; i++) {
         fl->clients[i].st = PyList_GET_ITEM(clients, i);
         Py_INCREF(fl->clients[i].st);
@@ -1825,7 +1873,9 @@ static PyTypeObject FastLoop_Type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pgsurge._fastloop.FastLoop",
     .tp_basicsize = sizeof(FastLoop),
     .tp_dealloc = (destructor)FastLoop_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)FastLoop_traverse,
+    .tp_clear = (inquiry)FastLoop_clear,
     .tp_doc = "A worker's event loop with its clients' common case in C.",
     .tp_new = FastLoop_new,
     .tp_methods = FastLoop_methods,

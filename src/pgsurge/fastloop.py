@@ -84,6 +84,9 @@ _INT64_MAX = (1 << 63) - 1
 _INT64_MIN = -(1 << 63)
 #: the C loop keeps this many variables, and SQL commands, at most
 _MAX_SLOTS = 64
+#: parameters of an extended/prepared command (pgbench's limit, which
+#: script.compile enforces; a variable read twice is two)
+_MAX_PARAMS = 255
 
 # the C plan's op codes (_fastloop.c)
 _OP_END = 0
@@ -289,6 +292,8 @@ def plan_for(
                 continue
             assert isinstance(cmd, SqlCommand)
             names = cmd.simple_parts[1::2] if mode == "SIMPLE" else cmd.param_vars
+            if mode != "SIMPLE" and len(names) > _MAX_PARAMS:
+                return None
             refs: list[int] = []
             for name in names:
                 slot = slot_of(name, done)

@@ -196,3 +196,29 @@ def test_duration_and_progress(db: str, tmp_path: Path) -> None:
     assert "duration: 3 s" in fast.stdout
     processed = re.search(r"actually processed: (\d+)", fast.stdout)
     assert processed is not None and int(processed.group(1)) > 0
+
+
+@pytest.mark.parametrize("mode", ["simple", "extended", "prepared"])
+def test_command_reading_a_variable_many_times(
+    db: str, tmp_path: Path, mode: str
+) -> None:
+    # a reference is a parameter each (pgbench allows 255 per command): the
+    # C loop took a plan of 64 or more as malformed and the worker crashed
+    terms = " + ".join(["CAST(:a AS int)"] * 70)
+    (tmp_path / "many.sql").write_text(
+        f"\\set a random(1, 9)\nINSERT INTO u VALUES ({terms});\n"
+    )
+    args = ["-f", "many.sql", "-M", mode, "-c", "1", "-j", "1", "-t", "20"]
+    args += ["--random-seed", "4", "-n"]
+    fast = _run(args, db, tmp_path, fast=True)
+    with psycopg.connect(db, autocommit=True) as conn:
+        fast_rows = conn.execute("SELECT v FROM u").fetchall()
+        conn.execute("TRUNCATE u")
+    slow = _run(args, db, tmp_path, fast=False)
+    with psycopg.connect(db, autocommit=True) as conn:
+        slow_rows = conn.execute("SELECT v FROM u").fetchall()
+    assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
+    assert fast.stderr == slow.stderr
+    assert len(fast_rows) == 20
+    assert fast_rows == slow_rows
+    assert _report(fast.stdout) == _report(slow.stdout)
