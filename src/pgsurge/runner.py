@@ -35,7 +35,9 @@ processes: while they run, SIGTERM and SIGHUP to the parent (``kill``,
 ``timeout``, a closed terminal) terminate them first, and the parent then
 dies of the signal, as pgbench would; they would otherwise run on,
 orphaned, to the end of ``-T``/``-t``. (Ctrl-C reaches the whole process
-group, and workers die of SIGINT themselves.)
+group, and workers die of SIGINT themselves.) On Linux the kernel also
+kills the workers when the parent dies of a signal no handler sees
+(SIGKILL).
 """
 
 from __future__ import annotations
@@ -261,6 +263,29 @@ def _mp_context() -> Any:
     return multiprocessing.get_context(method)
 
 
+def _worker_entry(spec: WorkerSpec, pipe: Connection, parent: int) -> None:
+    _die_with_parent(parent)
+    worker_main(spec, pipe)
+
+
+def _die_with_parent(parent: int) -> None:
+    """On Linux, have the kernel kill this worker when the parent dies,
+    even of SIGKILL (no handler sees it: ``timeout -s KILL``, a test
+    harness's timeout, the OOM killer); the worker would run on, orphaned."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes  # already loaded with psycopg: no import cost here
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return
+    pr_set_pdeathsig = 1
+    prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # it died before the request: too late
+        os._exit(1)
+
+
 class _Workers:
     """The worker processes and their pipes, with clean shutdown."""
 
@@ -271,8 +296,8 @@ class _Workers:
         for spec in specs:
             parent_end, child_end = ctx.Pipe(duplex=True)
             proc = ctx.Process(
-                target=worker_main,
-                args=(spec, child_end),
+                target=_worker_entry,
+                args=(spec, child_end, os.getpid()),
                 name=f"pgsurge-worker-{spec.worker_id}",
                 daemon=True,
             )

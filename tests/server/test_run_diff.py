@@ -559,7 +559,20 @@ def _wait_sessions(dsn: str, wanted: int, timeout: float) -> bool:
     return False
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+@pytest.mark.parametrize(
+    "sig",
+    [
+        signal.SIGTERM,
+        signal.SIGHUP,
+        signal.SIGINT,
+        pytest.param(
+            signal.SIGKILL,
+            marks=pytest.mark.skipif(
+                not sys.platform.startswith("linux"), reason="prctl is Linux's"
+            ),
+        ),
+    ],
+)
 def test_killed_by_signal(bench_db: str, pgbench_bin: Path, sig: int) -> None:
     """A signal sent to the program alone (``kill``, ``timeout``) ends the
     whole run: pgbench dies of it with its threads. pgsurge's worker
