@@ -24,6 +24,7 @@ Passwords never appear in anything this module prints or raises.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import psycopg
@@ -228,7 +229,25 @@ def connect(
         needs = bool(pgconn.needs_password) and password is None
         pgconn.finish()
         return None, message, needs
+    pgconn.notice_handler = _write_notice
     return PgConn(pgconn), "", False
+
+
+def _write_notice(res: Any) -> None:
+    """Print a server notice or warning as libpq's default processor does.
+
+    pgbench leaves libpq's default in place, which writes the message to
+    stderr as it is (``NOTICE:  …`` with its newline); psycopg's PGconn
+    installs a receiver that drops messages unless a handler is set.
+    Written unbuffered, like C's stderr, so that it lands in order with the
+    rest of a worker's messages.
+    """
+    message = res.error_message
+    if message:
+        try:
+            os.write(2, message)
+        except OSError:  # stderr closed: nothing to tell
+            pass
 
 
 def connect_or_raise(items: dict[str, str], password: str | None = None) -> PgConn:

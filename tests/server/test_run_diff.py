@@ -591,3 +591,21 @@ def test_killed_by_signal(bench_db: str, pgbench_bin: Path, sig: int) -> None:
         finally:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("fastloop", ["", "1"])
+def test_server_notices_printed(both, tmp_path: Path, fastloop: str) -> None:  # type: ignore[no-untyped-def]
+    """pgbench keeps libpq's default notice processor: a NOTICE or WARNING
+    raised during the run goes to stderr as the server sent it. psycopg's
+    PGconn drops them unless a handler is set."""
+    path = script(
+        tmp_path,
+        "notice.sql",
+        "DO $$ BEGIN RAISE NOTICE 'hello %', 1; RAISE WARNING 'careful'; END $$;\n"
+        "SELECT 1;\n",
+    )
+    ref, ours = both(
+        "-n", "-f", path, "-t", "2", "-c", "2", PGSURGE_NO_FASTLOOP=fastloop
+    )
+    assert ref.messages["NOTICE: hello N"] == 4
+    assert_same(ref, ours)
