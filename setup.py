@@ -5,7 +5,8 @@ only make pgsurge cheaper to run: ``pgsurge._speedups`` (the PRNG, hashes
 and ``permute()``, src/pgsurge/_speedups.c) and ``pgsurge._fastpq`` (the
 run engine's per-transaction libpq calls, src/pgsurge/_fastpq.c) and
 ``pgsurge._fastloop`` (a worker's event loop with the common case of its
-clients' state machine, src/pgsurge/_fastloop.c).
+clients' state machine, src/pgsurge/_fastloop*.c; the parts are listed in
+src/pgsurge/_fastloop.h).
 pgsurge runs the same without them, in pure Python. So a failed build —
 no C compiler, no Python headers — must not fail the install:
 :class:`OptionalBuildExt` reports the failure and carries on.
@@ -14,8 +15,10 @@ no C compiler, no Python headers — must not fail the install:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
+from typing import Any
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -46,6 +49,33 @@ class OptionalBuildExt(build_ext):
         )
 
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def source_hash(paths: list[str]) -> str:
+    """A digest of an extension's sources and headers, in the order given.
+
+    It is compiled into the extension (``SOURCE_HASH``), so that
+    tests/unit/test_speedups.py can tell a build of other sources (a stale
+    in-place build after an edit) from a current one, whatever the file
+    times say. The test computes it the same way.
+    """
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(path.encode() + b"\0")
+        with open(os.path.join(_HERE, path), "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()[:16]
+
+
+def _hashed(name: str, sources: list[str], depends: list[str], **kw: Any) -> Extension:
+    """An Extension with its SOURCE_HASH defined (see :func:`source_hash`)."""
+    macro = ("PGSURGE_SOURCE_HASH", f'"{source_hash([*sources, *depends])}"')
+    return Extension(
+        name, sources=sources, depends=depends, define_macros=[macro], **kw
+    )
+
+
 def _extensions() -> list[Extension]:
     if os.environ.get("PGSURGE_NO_EXT", "") not in ("", "0"):
         return []
@@ -62,18 +92,24 @@ def _extensions() -> list[Extension]:
             optional=True,
         ),
         # dlopen/dlsym live in libdl on glibc before 2.34
-        Extension(
-            "pgsurge._fastpq",
+        _hashed(
+            name="pgsurge._fastpq",
             sources=["src/pgsurge/_fastpq.c"],
             depends=["src/pgsurge/_fastpq_api.h"],
             libraries=["dl"] if sys.platform.startswith("linux") else [],
             optional=True,
         ),
         # the worker's event loop in C; takes libpq from _fastpq's capsule
-        Extension(
-            "pgsurge._fastloop",
-            sources=["src/pgsurge/_fastloop.c"],
-            depends=["src/pgsurge/_fastpq_api.h"],
+        _hashed(
+            name="pgsurge._fastloop",
+            sources=[
+                "src/pgsurge/_fastloop.c",
+                "src/pgsurge/_fastloop_plan.c",
+                "src/pgsurge/_fastloop_sync.c",
+                "src/pgsurge/_fastloop_client.c",
+                "src/pgsurge/_fastloop_loop.c",
+            ],
+            depends=["src/pgsurge/_fastloop.h", "src/pgsurge/_fastpq_api.h"],
             # latency sums and the --rate schedule must round as Python's
             extra_compile_args=args,
             optional=True,

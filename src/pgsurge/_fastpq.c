@@ -42,6 +42,11 @@
 
 #define FASTPQ_API 3
 
+/* setup.py's digest of the sources this was built from (see there) */
+#ifndef PGSURGE_SOURCE_HASH
+#define PGSURGE_SOURCE_HASH ""
+#endif
+
 #include "_fastpq_api.h"
 
 /* libpq's public enum values (stable ABI since libpq 7.x / 14 for pipelines) */
@@ -766,7 +771,8 @@ PyInit__fastpq(void)
 
     if (m == NULL)
         return NULL;
-    if (PyModule_AddIntConstant(m, "API_VERSION", FASTPQ_API) < 0) {
+    if (PyModule_AddIntConstant(m, "API_VERSION", FASTPQ_API) < 0 ||
+        PyModule_AddStringConstant(m, "SOURCE_HASH", PGSURGE_SOURCE_HASH) < 0) {
         Py_DECREF(m);
         return NULL;
     }

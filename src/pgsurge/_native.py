@@ -1,13 +1,17 @@
 """Loading pgsurge's optional C extensions, or not.
 
-pgsurge is pure Python; ``pgsurge._speedups`` (PRNG, hashes, permute) and
-``pgsurge._fastpq`` (fused libpq calls of the run engine) only make it
-cheaper to run, and each has a pure-Python twin that gives the same
-results. :func:`load` returns an extension module when it was built, when
-its ``API_VERSION`` is the one this code was written for (a stale build of
-an older source is ignored, not trusted) and when ``PGSURGE_PURE`` is not
-set: ``PGSURGE_PURE=1`` forces the pure-Python code everywhere (tests and
-comparisons use it).
+pgsurge is pure Python; ``pgsurge._speedups`` (PRNG, hashes, permute),
+``pgsurge._fastpq`` (fused libpq calls of the run engine) and
+``pgsurge._fastloop`` (a worker's event loop) only make it cheaper to run,
+and each has a pure-Python twin that gives the same results. :func:`load`
+returns an extension module when it was built, when its ``API_VERSION`` is
+the one this code was written for (a stale build of an older interface is
+ignored, not trusted) and when ``PGSURGE_PURE`` is not set:
+``PGSURGE_PURE=1`` forces the pure-Python code everywhere (tests and
+comparisons use it). A build of other sources with the same interface is
+not detected here (an installed package has no sources to compare with):
+tests/unit/test_speedups.py compares the ``SOURCE_HASH`` that setup.py
+compiles into the extensions with the checkout's files.
 """
 
 from __future__ import annotations

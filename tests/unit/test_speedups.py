@@ -14,7 +14,10 @@ silently testing the pure code twice.
 
 from __future__ import annotations
 
+import ast
 import copy
+import hashlib
+import importlib
 import math
 import os
 import pickle
@@ -22,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from pathlib import Path
 
 import pytest
 
@@ -68,6 +72,80 @@ def test_fastpq_is_built_and_current_where_it_can_be() -> None:
     assert _fastpq.API_VERSION == fastpq.FASTPQ_API
     if sys.platform.startswith("linux") and not os.environ.get("PGSURGE_PURE"):
         assert fastpq.available  # psycopg's libpq found and bound
+
+
+def test_fastloop_is_built_and_current_where_it_can_be() -> None:
+    from pgsurge import fastloop, fastpq
+
+    try:
+        from pgsurge import _fastloop
+    except ImportError:
+        if _compiler_available() and not os.environ.get("PGSURGE_NO_EXT"):
+            pytest.fail("pgsurge._fastloop is not built although a C compiler exists")
+        pytest.skip("no C compiler: workers use the Python event loop")
+    assert _fastloop.API_VERSION == fastloop.FASTLOOP_API
+    if fastpq.available and not os.environ.get("PGSURGE_PURE"):
+        assert fastloop.available
+
+
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _hashed_extensions() -> dict[str, list[str]]:
+    """setup.py's extensions built with a SOURCE_HASH: name -> the files
+    it digests (sources, then depends), read from setup.py's text."""
+    tree = ast.parse((_ROOT / "setup.py").read_text())
+    out: dict[str, list[str]] = {}
+    for node in ast.walk(tree):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "_hashed"
+        ):
+            continue
+        kw = {
+            k.arg: ast.literal_eval(k.value)
+            for k in node.keywords
+            if k.arg in ("name", "sources", "depends")
+        }
+        out[kw["name"]] = [*kw["sources"], *kw.get("depends", [])]
+    return out
+
+
+def _source_hash(paths: list[str]) -> str:
+    """setup.py's source_hash."""
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(path.encode() + b"\0")
+        h.update((_ROOT / path).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def test_built_extensions_are_of_the_current_sources() -> None:
+    # every source and header of an extension counts: an edit to any of
+    # them without a rebuild leaves a stale in-place build behind, which
+    # the API check alone does not see
+    if not (_ROOT / "setup.py").exists():
+        pytest.skip("not a source checkout")
+    hashed = _hashed_extensions()
+    assert {"pgsurge._fastpq", "pgsurge._fastloop"} <= set(hashed)
+    for name, files in hashed.items():
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue  # not built: the tests above say whether it should be
+        assert _source_hash(files) == module.SOURCE_HASH, (
+            f"{name} was built from other sources than {files}: rebuild with "
+            "`python setup.py build_ext --inplace`"
+        )
+
+
+def test_fastloop_imports_on_its_own() -> None:
+    # in a fresh interpreter, before anything imported pgsurge._fastpq
+    # (whose capsule it takes)
+    pytest.importorskip("pgsurge._fastloop")
+    code = "import pgsurge._fastloop"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
 needs_c = pytest.mark.skipif(C is None, reason="pgsurge._speedups not built")

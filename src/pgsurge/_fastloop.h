@@ -1,0 +1,342 @@
+/*
+ * pgsurge._fastloop's private header: what its translation units share.
+ *
+ * The extension is one module built from five files, each with a role
+ * (the design is described at the top of _fastloop.c):
+ *
+ *   _fastloop.c         the module: the FastLoop type, its construction
+ *                       and destruction, the interned attribute names;
+ *   _fastloop_plan.c    pgsurge.fastloop's plan -> the C ops of a script;
+ *   _fastloop_sync.c    the Python side: loading and writing back the
+ *                       shared working copies and a client's state, taking
+ *                       clients over and handing them to advance/resume;
+ *   _fastloop_client.c  a C-owned client's state machine (sends, results,
+ *                       \set, \sleep, throttling, accounting);
+ *   _fastloop_loop.c    the loop: waits, ready sockets, timers, the
+ *                       runnable queue, run().
+ *
+ * The small hot helpers (clock, PRNG, timer heap) are inline here.
+ */
+#ifndef PGSURGE_FASTLOOP_H
+#define PGSURGE_FASTLOOP_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <time.h>
+
+#include "_fastpq_api.h"
+
+/* the units' shared symbols stay inside the extension's shared object */
+#if defined(__GNUC__)
+#define FL_HIDDEN __attribute__((visibility("hidden")))
+#else
+#define FL_HIDDEN
+#endif
+
+#define FASTLOOP_API 2
+
+/* setup.py's digest of the sources this was built from (see there) */
+#ifndef PGSURGE_SOURCE_HASH
+#define PGSURGE_SOURCE_HASH ""
+#endif
+
+/* pgsurge.client_state's numbers (checked by pgsurge.fastloop) */
+#define CHOOSE_SCRIPT 0
+#define START_TX 1
+#define PREPARE_THROTTLE 2
+#define THROTTLE 3
+#define START_COMMAND 4
+#define WAIT_RESULT 5
+#define SLEEP 6
+#define END_COMMAND 7
+#define WAIT_ROLLBACK_RESULT 10
+#define END_TX 13
+#define ABORTED 14
+#define FINISHED 15
+
+#define MODE_SIMPLE 0
+#define MODE_EXTENDED 1
+#define MODE_PREPARED 2
+
+/* run() outcomes: pgsurge.loop.LoopOutcome's, and TICK */
+#define OUT_DONE 0
+#define OUT_EXIT_ON_ABORT 1
+#define OUT_STOPPED 2
+#define OUT_TICK 3
+
+/* what resume() is told besides a drain() result (always >= 0) */
+#define RESUME_FLUSH (-1)
+#define RESUME_SEND_FAILED (-2)
+
+/* libpq values */
+#define PGRES_EMPTY_QUERY 0
+#define PGRES_COMMAND_OK 1
+#define PGRES_TUPLES_OK 2
+#define PQTRANS_IDLE 0
+#define PG_DIAG_SQLSTATE 'C'
+
+/* pgsurge.client.TX_BUDGET */
+#define TX_BUDGET 4
+/* pg_prng_double's scale: 2**-52 */
+#define TWO_M52 (1.0 / 4503599627370496.0)
+/* room for an int64 in decimal, sign and NUL included */
+#define INT_TEXT 24
+/* client variables C keeps as int64 (a bit each in a mask) */
+#define MAX_VARS 64
+/* parameters of an extended/prepared command: pgbench's limit (a variable
+ * read twice is two); simple mode splices the values in and has none */
+#define MAX_PARAMS 255
+
+/* pgsurge._fastpq's libpq functions (set by the module's init) */
+FL_HIDDEN extern const pgsurge_fastpq_api *pq;
+
+/* ---------------------------------------------------------------------- */
+/* The plan: scripts as C ops                                             */
+
+enum {
+    OP_END = 0,
+    OP_SET_CONST = 1,
+    OP_SET_RANDOM = 2,
+    OP_SQL = 3,
+    OP_SLEEP_CONST = 4,
+    OP_SLEEP_VAR = 5
+};
+
+typedef struct {
+    int kind;
+    /* \set: the variable's slot, the constant or the bounds;
+     * \sleep: the µs (constant), or the variable's slot and a = the unit */
+    int slot;
+    int64_t a, b;
+    /* SQL: prepared statement name (prepared), query text (extended, and
+     * simple without variables); NULL in simple mode with variables */
+    const char *text;
+    /* variables ($n order; simple mode: between the literal parts) */
+    int nparams;
+    int *params;
+    /* simple mode with variables: nparams + 1 literal parts */
+    const char **lits;
+    Py_ssize_t *litlens;
+    /* the bit of this statement in a client's prepared mask */
+    int prep_bit;
+    /* prepared: the name as Python bytes, to look up in Client.prepared */
+    PyObject *prepname;
+} fl_op;
+
+typedef struct {
+    int nops;
+    fl_op *ops;
+} fl_script;
+
+/* a SimpleStats, as a working copy */
+typedef struct {
+    PyObject *obj;
+    int64_t count;
+    double min, max, sum, sum2;
+    int min_int, max_int;
+} fl_simple;
+
+/* a StatsData's counters C moves, as working copies (lag and skipped
+ * only under --rate) */
+typedef struct {
+    PyObject *data; /* StatsData */
+    int64_t cnt, skipped;
+    fl_simple lat, lag;
+} fl_stats;
+
+enum { OWN_PY = 0, OWN_C = 1, OWN_DONE = 2 };
+
+typedef struct {
+    int64_t deadline;
+    int index;
+} fl_timer;
+
+typedef struct {
+    PyObject *st; /* the Client */
+    PGconn *conn;
+    int fd;
+    int owner;
+    /* the rest is meaningful while owner == OWN_C */
+    int state, script, command, qrynum;
+    int64_t txn_scheduled, txn_begin, sleep_until, cnt;
+    uint64_t s0, s1, saved0, saved1;
+    uint64_t assigned; /* slots \set by C, to write back */
+    uint64_t prepared; /* statements prepared on the connection */
+    int64_t vals[MAX_VARS];
+} fl_client;
+
+typedef struct {
+    PyObject_HEAD
+    int nclients, nscripts, nvars, nset, mode;
+    fl_client *clients;
+    fl_script *scripts;
+    PyObject *script_ops; /* tuple of the Python Op tuples (Client.ops) */
+    PyObject *var_names;  /* tuple of str */
+    PyObject *keep;       /* the plan, kept alive: ops point into its bytes */
+    int64_t *weights;
+    int64_t total_weight;
+    /* flags of the run */
+    int64_t nxacts, end_us, latency_limit;
+    int use_end, detailed, tx_clock, save_rng, restart_inline, exit_on_abort;
+    /* --rate: the worker's mean Poisson delay (µs); 0.0 when not throttled */
+    double throttle_delay;
+    int throttled;
+    PyObject *wstate, *choose_rng, *throttle_rng, *advance, *resume, *absorb;
+    fl_stats total;
+    fl_stats *per_script; /* NULL with one script */
+    uint64_t c0, c1;      /* the choose stream */
+    uint64_t t0, t1;      /* the throttle stream (--rate) */
+    int64_t trigger;      /* WorkerState.throttle_trigger */
+    int64_t latency_late; /* WorkerState.latency_late (-L) */
+    int timer_exceeded;
+    int epfd, control_fd;
+    /* fd -> client index + 1 (0: none) */
+    int *by_fd;
+    int by_fd_len;
+    /* the runnable queue and the batch being run */
+    int *runq, *batch;
+    int nrunq;
+    int remains, aborted_exit, started;
+    int64_t idle_us, now_us;
+    struct epoll_event *events;
+    /* pgsurge.loop's timers: a heap of (deadline, client) -- a worker's
+     * client ids grow with their index, so the index orders as the id */
+    fl_timer *timers;
+    int ntimers;
+} FastLoop;
+
+/* interned attribute names */
+FL_HIDDEN extern PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s_cnt,
+    *s_txn_scheduled, *s_txn_begin, *s_estatus, *s_tries, *s_saved_rng, *s_rng,
+    *s_variables, *s_ptr, *s_fd, *s_prepared, *s_flush_pending, *s_drain_state,
+    *s_in_pipeline, *s_count, *s_min, *s_max, *s_sum, *s_sum2, *s_latency,
+    *s_timer_exceeded, *s_getstate, *s_setstate, *s_stats, *s_per_script,
+    *s_choose_rng, *s_throttle_rng, *s_throttle_trigger, *s_latency_late,
+    *s_skipped, *s_lag, *s_sleep_until;
+
+static inline int64_t
+clock_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    /* time.monotonic_ns() // 1000: the same clock, floored to µs */
+    return ((int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec) / 1000;
+}
+
+/* pg_prng's xoroshiro128**: the next output, the state moved on */
+static inline uint64_t
+prng_next(uint64_t *s0, uint64_t *s1)
+{
+    uint64_t a = *s0, x = *s1 ^ a;
+    uint64_t r = a * 5;
+
+    r = ((r << 7) | (r >> 57)) * 9;
+    *s0 = ((a << 24) | (a >> 40)) ^ x ^ (x << 16);
+    *s1 = (x << 37) | (x >> 27);
+    return r;
+}
+
+/* PgPrng.int64_range: rmin + a uniform draw in [0, rmax - rmin] by
+ * rejection of the top bits (the caller checked that the span fits) */
+static inline int64_t
+prng_range(uint64_t *s0, uint64_t *s1, int64_t rmin, int64_t rmax)
+{
+    uint64_t span, v;
+    int shift;
+
+    if (rmax <= rmin)
+        return rmin;
+    span = (uint64_t)rmax - (uint64_t)rmin;
+    shift = __builtin_clzll(span);
+    do {
+        v = prng_next(s0, s1) >> shift;
+    } while (v > span);
+    return (int64_t)((uint64_t)rmin + v);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The timers: pgsurge.loop's heap of (deadline, client id)               */
+
+static inline int
+fl_timer_before(const fl_timer *a, const fl_timer *b)
+{
+    return a->deadline < b->deadline || (a->deadline == b->deadline && a->index < b->index);
+}
+
+/* a client is in the heap at most once, so there is room for all */
+static inline void
+fl_timer_push(FastLoop *fl, int64_t deadline, int index)
+{
+    fl_timer t = {deadline, index}, *h = fl->timers;
+    int i = fl->ntimers++;
+
+    while (i > 0) {
+        int parent = (i - 1) / 2;
+
+        if (!fl_timer_before(&t, &h[parent]))
+            break;
+        h[i] = h[parent];
+        i = parent;
+    }
+    h[i] = t;
+}
+
+static inline int
+fl_timer_pop(FastLoop *fl)
+{
+    fl_timer *h = fl->timers, last;
+    int top = h[0].index, n = --fl->ntimers, i = 0;
+
+    if (n == 0)
+        return top;
+    last = h[n];
+    for (;;) {
+        int child = 2 * i + 1;
+
+        if (child >= n)
+            break;
+        if (child + 1 < n && fl_timer_before(&h[child + 1], &h[child]))
+            child++;
+        if (!fl_timer_before(&h[child], &last))
+            break;
+        h[i] = h[child];
+        i = child;
+    }
+    h[i] = last;
+    return top;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Between the units                                                      */
+
+/* _fastloop_plan.c: one op of the plan into *op (-1: error set) */
+FL_HIDDEN int fl_parse_op(FastLoop *fl, PyObject *spec, fl_op *op, int *nprep);
+
+/* _fastloop_sync.c (all -1 with an exception set on error) */
+FL_HIDDEN int fl_get_i64(PyObject *obj, PyObject *name, int64_t *out);
+FL_HIDDEN int fl_shared_store(FastLoop *fl);
+FL_HIDDEN int fl_shared_load(FastLoop *fl);
+FL_HIDDEN int fl_read_timer(FastLoop *fl);
+FL_HIDDEN int fl_refresh_fd(FastLoop *fl, int index);
+FL_HIDDEN int fl_take_over(FastLoop *fl, int index, int state);
+FL_HIDDEN int fl_settle_py(FastLoop *fl, int index);
+FL_HIDDEN int fl_call_python(FastLoop *fl, PyObject *fn, int index, PyObject *arg);
+FL_HIDDEN int fl_to_python(FastLoop *fl, int index, int state, PyObject *event);
+FL_HIDDEN int fl_to_python_code(FastLoop *fl, int index, int state, long code);
+
+/* _fastloop_client.c */
+FL_HIDDEN int fl_advance(FastLoop *fl, int index);
+
+/* _fastloop_loop.c: FastLoop.run and its docstring */
+FL_HIDDEN PyObject *fl_run(FastLoop *fl, PyObject *arg);
+FL_HIDDEN extern const char fl_run_doc[];
+
+#endif

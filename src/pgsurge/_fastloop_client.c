@@ -1,0 +1,423 @@
+/*
+ * pgsurge._fastloop: a C-owned client's state machine.
+ *
+ * fl_advance() is pgsurge.client's advance() for the plain case: script
+ * choice, -R slots and -L skips, \set of constants and random(lo, hi),
+ * \sleep, sending SQL with pgsurge._fastpq's libpq functions, reading the
+ * results, first-try accounting, and the restart of the next transaction.
+ * Anything else hands the client to Python (_fastloop_sync.c).
+ */
+
+#include "_fastloop.h"
+
+/* n in decimal into buf (NUL-terminated); returns buf */
+static const char *
+int_text(int64_t n, char *buf)
+{
+    char tmp[INT_TEXT];
+    char *p = tmp + sizeof tmp;
+    uint64_t u = n < 0 ? 0ULL - (uint64_t)n : (uint64_t)n;
+    size_t len;
+
+    *--p = '\0';
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (n < 0)
+        *--p = '-';
+    len = (size_t)(tmp + sizeof tmp - p);
+    memcpy(buf, p, len);
+    return buf;
+}
+/* SimpleStats.add(latency) of an int latency, as Python does it: min/max
+ * become ints, the sums stay floats (float + int rounds the int once) */
+static inline void
+stats_add(fl_simple *s, int64_t latency)
+{
+    double v = (double)latency;
+    __int128 sq = (__int128)latency * latency;
+
+    if (s->count == 0) {
+        s->min = s->max = v;
+        s->min_int = s->max_int = 1;
+    } else if (v < s->min) {
+        s->min = v;
+        s->min_int = 1;
+    } else if (v > s->max) {
+        s->max = v;
+        s->max_int = 1;
+    }
+    s->count++;
+    s->sum += v;
+    s->sum2 += (double)sq;
+}
+
+static int
+send_sql(FastLoop *fl, fl_client *c, const fl_op *op)
+{
+    const char *values[MAX_PARAMS];
+    char ints[MAX_PARAMS][INT_TEXT];
+    int i, ok;
+
+    if (fl->mode == MODE_SIMPLE && op->lits != NULL) {
+        /* the query text with the variables' values spliced in */
+        char small[1024], *text = small;
+        size_t len = 0, cap = sizeof small;
+
+        for (i = 0; i <= op->nparams; i++) {
+            const char *p = NULL;
+            size_t n, m = (size_t)op->litlens[i];
+
+            if (i < op->nparams) {
+                p = int_text(c->vals[op->params[i]], ints[0]);
+                n = strlen(p);
+            } else
+                n = 0;
+            if (len + m + n + 1 > cap) {
+                char *bigger;
+
+                cap = (len + m + n + 1) * 2;
+                bigger = PyMem_Malloc(cap);
+                if (bigger == NULL) {
+                    if (text != small)
+                        PyMem_Free(text);
+                    PyErr_NoMemory();
+                    return -3;
+                }
+                memcpy(bigger, text, len);
+                if (text != small)
+                    PyMem_Free(text);
+                text = bigger;
+            }
+            memcpy(text + len, op->lits[i], m);
+            len += m;
+            if (p != NULL) {
+                memcpy(text + len, p, n);
+                len += n;
+            }
+        }
+        text[len] = '\0';
+        ok = pq->sendQuery(c->conn, text);
+        if (text != small)
+            PyMem_Free(text);
+    } else if (fl->mode == MODE_SIMPLE) {
+        ok = pq->sendQuery(c->conn, op->text);
+    } else {
+        for (i = 0; i < op->nparams; i++)
+            values[i] = int_text(c->vals[op->params[i]], ints[i]);
+        if (fl->mode == MODE_PREPARED)
+            ok = pq->sendQueryPrepared(c->conn, op->text, op->nparams,
+                                       op->nparams ? values : NULL, NULL, NULL, 0);
+        else
+            ok = pq->sendQueryParams(c->conn, op->text, op->nparams, NULL,
+                                     op->nparams ? values : NULL, NULL, NULL, 0);
+    }
+    /* as pgsurge._fastpq: 0 all sent, 1 data left, -1 flush failed,
+     * -2 send failed */
+    return ok ? pq->flush(c->conn) : -2;
+}
+
+static PyObject *
+bytes_or_none(const char *s)
+{
+    if (s == NULL)
+        Py_RETURN_NONE;
+    return PyBytes_FromString(s);
+}
+
+/* pgbench's getPoissonRand (pgsurge.throttle.poisson_delay): the next
+ * delay of the worker's schedule, from its throttle stream. The product
+ * goes through a volatile so that no compiler fuses it with the addition
+ * (an FMA rounds once, Python's code twice), whatever the build flags. */
+static inline int64_t
+poisson_delay(FastLoop *fl)
+{
+    double uniform = 1.0 - (double)(prng_next(&fl->t0, &fl->t1) >> 12) * TWO_M52;
+    volatile double scaled = -log(uniform) * fl->throttle_delay;
+
+    return (int64_t)(scaled + 0.5);
+}
+
+/* StatsData.record of a first-try success, or of a skipped slot */
+static inline void
+record(fl_stats *s, int64_t latency, int64_t lag, int skipped, int throttled)
+{
+    if (skipped) {
+        s->skipped++;
+        return;
+    }
+    s->cnt++;
+    stats_add(&s->lat, latency);
+    if (throttled)
+        stats_add(&s->lag, lag);
+}
+
+/* client_tx's process_xact for what C accounts (a first-try success, or
+ * a slot skipped under -L): returns the clock, read if it was needed */
+static int64_t
+process_xact(FastLoop *fl, fl_client *c, int64_t now, int skipped)
+{
+    int64_t latency = 0, lag = 0;
+
+    if (fl->detailed && !skipped) {
+        if (!now)
+            now = clock_us();
+        latency = now - c->txn_scheduled;
+        lag = c->txn_begin - c->txn_scheduled;
+    }
+    record(&fl->total, latency, lag, skipped, fl->throttled);
+    if (fl->latency_limit && latency > fl->latency_limit)
+        fl->latency_late++;
+    c->cnt++;
+    if (fl->per_script != NULL)
+        record(&fl->per_script[c->script], latency, lag, skipped, fl->throttled);
+    return now;
+}
+
+/* C's int of a C int's bits (client_meta.c_int): how the x86 binary wraps */
+static inline int64_t
+c_int(int64_t v)
+{
+    return (int32_t)(uint32_t)(uint64_t)v;
+}
+
+/* Advance a C-owned client until it must wait, as client.advance does.
+ * On return the client either waits for its socket (WAIT_RESULT) or a
+ * deadline (SLEEP, THROTTLE: in the timers), is runnable (CHOOSE_SCRIPT,
+ * queued), or belongs to Python (filed). */
+int
+fl_advance(FastLoop *fl, int index)
+{
+    fl_client *c = &fl->clients[index];
+    const fl_script *sc = &fl->scripts[c->script];
+    int64_t now = 0;
+    int io_done = 0, budget = TX_BUDGET, state = c->state;
+
+    for (;;) {
+        switch (state) {
+        case END_COMMAND:
+            c->command++;
+            state = START_COMMAND;
+            /* fall through */
+        case START_COMMAND: {
+            const fl_op *op = &sc->ops[c->command];
+            int sent;
+
+            if (op->kind == OP_END) {
+                state = END_TX;
+                continue;
+            }
+            if (op->kind == OP_SET_CONST || op->kind == OP_SET_RANDOM) {
+                c->vals[op->slot] = op->kind == OP_SET_CONST
+                                        ? op->a
+                                        : prng_range(&c->s0, &c->s1, op->a, op->b);
+                c->assigned |= 1ULL << op->slot;
+                now = 0;
+                state = END_COMMAND;
+                continue;
+            }
+            if (op->kind == OP_SLEEP_CONST || op->kind == OP_SLEEP_VAR) {
+                /* client_meta.sleep_usec; the clock is not re-read after */
+                int64_t usec = op->a;
+
+                if (op->kind == OP_SLEEP_VAR) {
+                    int64_t v = c->vals[op->slot];
+
+                    usec = c_int(v);
+                    if (usec == 0 && v < 0)
+                        /* atoi() of "-...": Python gives pgbench's error */
+                        return fl_to_python(fl, index, START_COMMAND, NULL);
+                    usec = c_int(usec * op->a);
+                }
+                if (!now)
+                    now = clock_us();
+                c->sleep_until = now + usec;
+                state = SLEEP;
+                continue;
+            }
+            if (fl->mode == MODE_PREPARED && !(c->prepared & (1ULL << op->prep_bit)))
+                /* its first use on this connection: Python prepares it */
+                return fl_to_python(fl, index, START_COMMAND, NULL);
+            sent = send_sql(fl, c, op);
+            if (sent == -3)
+                return -1;
+            c->qrynum = 0;
+            if (sent < 0)
+                return fl_to_python_code(fl, index, START_COMMAND, RESUME_SEND_FAILED);
+            if (sent > 0)
+                /* wait for writability: Python's slower path does it */
+                return fl_to_python_code(fl, index, WAIT_RESULT, RESUME_FLUSH);
+            state = WAIT_RESULT;
+            continue;
+        }
+        case WAIT_RESULT: {
+            /* pgsurge._fastpq's drain(), and what advance does with it */
+            PGresult *res;
+            int status, q = c->qrynum;
+
+            if (!pq->consumeInput(c->conn))
+                return fl_to_python_code(fl, index, WAIT_RESULT, (long)q * 4 + 3);
+            for (;;) {
+                if (pq->isBusy(c->conn)) {
+                    c->qrynum = q;
+                    c->state = WAIT_RESULT;
+                    return 0;
+                }
+                res = pq->getResult(c->conn);
+                if (res == NULL)
+                    break;
+                status = pq->resultStatus(res);
+                if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK ||
+                    status == PGRES_EMPTY_QUERY) {
+                    pq->clear(res);
+                    q++;
+                    continue;
+                }
+                {
+                    PyObject *got = Py_BuildValue(
+                        "(iiNN)", q, status,
+                        bytes_or_none(pq->resultErrorField(res, PG_DIAG_SQLSTATE)),
+                        bytes_or_none(pq->resultErrorMessage(res)));
+                    int r;
+
+                    pq->clear(res);
+                    if (got == NULL)
+                        return -1;
+                    c->qrynum = q;
+                    r = fl_to_python(fl, index, WAIT_RESULT, got);
+                    Py_DECREF(got);
+                    return r;
+                }
+            }
+            c->qrynum = q;
+            if (!q)
+                return fl_to_python_code(fl, index, WAIT_RESULT, 1);
+            io_done = 1;
+            state = END_COMMAND;
+            continue;
+        }
+        case SLEEP:
+            if (!now)
+                now = clock_us();
+            if (now < c->sleep_until) {
+                c->state = SLEEP;
+                fl_timer_push(fl, c->sleep_until, index);
+                return 0;
+            }
+            state = END_COMMAND;
+            continue;
+        case END_TX: {
+            if (pq->transactionStatus(c->conn) != PQTRANS_IDLE)
+                /* left open, or a broken connection: Python accounts the
+                 * transaction and aborts the client with its message */
+                return fl_to_python(fl, index, END_TX, NULL);
+            if (!fl->throttled && fl->per_script == NULL) {
+                /* the inline accounting of advance() */
+                fl->total.cnt++;
+                c->cnt++;
+                if (fl->detailed) {
+                    int64_t latency;
+
+                    if (!now)
+                        now = clock_us();
+                    latency = now - c->txn_scheduled;
+                    stats_add(&fl->total.lat, latency);
+                    if (fl->latency_limit && latency > fl->latency_limit)
+                        fl->latency_late++;
+                } else
+                    fl->total.lat.count++;
+            } else
+                now = process_xact(fl, c, now, 0);
+            if (fl->use_end ? fl->timer_exceeded : c->cnt >= fl->nxacts)
+                return fl_to_python(fl, index, FINISHED, NULL);
+            if (!io_done || !budget) {
+                c->state = CHOOSE_SCRIPT;
+                fl->runq[fl->nrunq++] = index;
+                return 0;
+            }
+            io_done = 0;
+            budget--;
+            now = 0;
+            if (!fl->restart_inline) {
+                state = CHOOSE_SCRIPT;
+                continue;
+            }
+            if (fl->tx_clock) {
+                now = clock_us();
+                c->txn_begin = c->txn_scheduled = now;
+            }
+            if (fl->save_rng) {
+                c->saved0 = c->s0;
+                c->saved1 = c->s1;
+            }
+            c->command = 0;
+            state = START_COMMAND;
+            continue;
+        }
+        case CHOOSE_SCRIPT:
+            if (fl->nscripts != 1) {
+                /* client_tx.choose_script */
+                int64_t wv = prng_range(&fl->c0, &fl->c1, 0, fl->total_weight - 1);
+                int i = 0;
+
+                do
+                    wv -= fl->weights[i++];
+                while (wv >= 0);
+                c->script = i - 1;
+                sc = &fl->scripts[c->script];
+            }
+            if (fl->timer_exceeded)
+                return fl_to_python(fl, index, FINISHED, NULL);
+            state = fl->throttled ? PREPARE_THROTTLE : START_TX;
+            continue;
+        case PREPARE_THROTTLE:
+            /* the next slot of the worker's schedule */
+            fl->trigger += poisson_delay(fl);
+            c->txn_scheduled = fl->trigger;
+            if (fl->latency_limit) {
+                if (!now)
+                    now = clock_us();
+                if (fl->trigger < now - fl->latency_limit) {
+                    /* too late already: skipped (throttle.is_late) */
+                    now = process_xact(fl, c, now, 1);
+                    if (fl->timer_exceeded || (fl->nxacts > 0 && c->cnt >= fl->nxacts))
+                        return fl_to_python(fl, index, FINISHED, NULL);
+                    continue;
+                }
+            }
+            if (fl->end_us && c->txn_scheduled > fl->end_us)
+                return fl_to_python(fl, index, FINISHED, NULL);
+            state = THROTTLE;
+            /* fall through */
+        case THROTTLE:
+            if (!now)
+                now = clock_us();
+            if (now < c->txn_scheduled) {
+                c->state = THROTTLE;
+                fl_timer_push(fl, c->txn_scheduled, index);
+                return 0;
+            }
+            if (fl->timer_exceeded)
+                return fl_to_python(fl, index, FINISHED, NULL);
+            state = START_TX;
+            /* fall through */
+        case START_TX:
+            if (fl->tx_clock && !now)
+                now = clock_us();
+            if (fl->save_rng) {
+                c->saved0 = c->s0;
+                c->saved1 = c->s1;
+            }
+            c->txn_begin = now;
+            if (!fl->throttled)
+                c->txn_scheduled = now;
+            c->command = 0;
+            state = START_COMMAND;
+            continue;
+        default:
+            PyErr_Format(PyExc_AssertionError, "C-owned client in state %d", state);
+            return -1;
+        }
+    }
+}

@@ -1,0 +1,205 @@
+/*
+ * pgsurge._fastloop: the loop itself, step by step as pgsurge.loop's
+ * EventLoop.run: one wait on the worker's epoll instance (Python's Waiter
+ * registers the descriptors), then the ready sockets, the due timers, the
+ * runnable queue and the progress tick, in that order.
+ */
+
+#include "_fastloop.h"
+
+/* Run a client of the runnable queue, or whose deadline has come
+ * (pgsurge.loop: advance, settle). */
+static int
+run_client(FastLoop *fl, int index)
+{
+    fl_client *c = &fl->clients[index];
+    int64_t state;
+    int r;
+
+    if (c->owner == OWN_PY) {
+        if (fl_get_i64(c->st, s_state, &state) < 0)
+            return -1;
+        r = state == CHOOSE_SCRIPT || state == THROTTLE
+                ? fl_take_over(fl, index, (int)state)
+                : 0;
+        if (r < 0)
+            return -1;
+        if (!r) {
+            if (fl_call_python(fl, fl->advance, index, NULL) < 0)
+                return -1;
+            return fl_settle_py(fl, index);
+        }
+    }
+    return fl_advance(fl, index);
+}
+
+/* A socket is ready (pgsurge.loop: the events part of run). */
+static int
+socket_ready(FastLoop *fl, int index)
+{
+    fl_client *c = &fl->clients[index];
+    int64_t state;
+
+    if (c->owner == OWN_C) {
+        if (c->state == WAIT_RESULT)
+            return fl_advance(fl, index);
+    } else if (c->owner == OWN_PY) {
+        if (fl_get_i64(c->st, s_state, &state) < 0)
+            return -1;
+        if (state == WAIT_RESULT || state == WAIT_ROLLBACK_RESULT) {
+            if (fl_call_python(fl, fl->advance, index, NULL) < 0)
+                return -1;
+            if (fl_get_i64(c->st, s_state, &state) < 0)
+                return -1;
+            return state == WAIT_RESULT ? fl_refresh_fd(fl, index) : fl_settle_py(fl, index);
+        }
+    }
+    /* not waiting for it: a notice, or the server closed the connection */
+    if (fl_call_python(fl, fl->absorb, index, NULL) < 0)
+        return -1;
+    return fl_refresh_fd(fl, index);
+}
+
+/* Wait on the epoll instance: timeout_us < 0 without limit. epoll_wait
+ * counts milliseconds; like pgsurge.loop.Waiter, a finite timeout waits on
+ * the epoll descriptor with ppoll (nanoseconds), then fetches. */
+static int
+wait_events(FastLoop *fl, int64_t timeout_us)
+{
+    int n, max = fl->nclients + 1;
+
+    if (timeout_us > 0) {
+        struct pollfd pfd = {fl->epfd, POLLIN, 0};
+        struct timespec ts = {(time_t)(timeout_us / 1000000),
+                              (long)(timeout_us % 1000000) * 1000};
+
+        Py_BEGIN_ALLOW_THREADS
+        n = ppoll(&pfd, 1, &ts, NULL);
+        Py_END_ALLOW_THREADS
+        if (n <= 0)
+            return n < 0 && errno != EINTR ? -1 : 0;
+        timeout_us = 0;
+    }
+    if (timeout_us == 0)
+        n = epoll_wait(fl->epfd, fl->events, max, 0);
+    else {
+        Py_BEGIN_ALLOW_THREADS
+        n = epoll_wait(fl->epfd, fl->events, max, -1);
+        Py_END_ALLOW_THREADS
+    }
+    if (n < 0)
+        return errno == EINTR ? 0 : -1;
+    return n;
+}
+
+/* write everything back before leaving run() */
+static PyObject *
+leave(FastLoop *fl, int outcome)
+{
+    if (fl_shared_store(fl) < 0)
+        return NULL;
+    return PyLong_FromLong(outcome);
+}
+
+const char fl_run_doc[] =
+    "run(next_tick)\n--\n\n"
+    "Run the loop until every client is done (0), a client aborted\n"
+    "under --exit-on-abort (1), the control descriptor is readable (2),\n"
+    "or the clock reached next_tick (3; 0: no tick): then call again.\n"
+    "The shared stats and choose stream are written back on return.";
+
+PyObject *
+fl_run(FastLoop *fl, PyObject *arg)
+{
+    int64_t next_tick = PyLong_AsLongLong(arg);
+    int i, n;
+
+    if (next_tick == -1 && PyErr_Occurred())
+        return NULL;
+    if (fl_shared_load(fl) < 0)
+        return NULL;
+    if (!fl->started) {
+        fl->started = 1;
+        for (i = 0; i < fl->nclients; i++) {
+            int64_t state;
+
+            if (fl_get_i64(fl->clients[i].st, s_state, &state) < 0 ||
+                fl_refresh_fd(fl, i) < 0)
+                return NULL;
+            if (state != FINISHED && state != ABORTED) {
+                fl->remains++;
+                fl->runq[fl->nrunq++] = i;
+            } else
+                fl->clients[i].owner = OWN_DONE;
+        }
+    }
+    while (fl->remains > 0) {
+        int *batch, nbatch;
+
+        if (fl->nrunq)
+            n = wait_events(fl, 0);
+        else {
+            /* until the nearest deadline: a sleep, a slot, a progress tick */
+            int64_t deadline = fl->ntimers ? fl->timers[0].deadline : 0, t0;
+
+            if (next_tick && (!deadline || next_tick < deadline))
+                deadline = next_tick;
+            t0 = clock_us();
+            n = wait_events(fl, deadline ? (deadline > t0 ? deadline - t0 : 0) : -1);
+            fl->idle_us += clock_us() - t0;
+        }
+        if (n < 0)
+            return PyErr_SetFromErrno(PyExc_OSError);
+        /* the alarm of -T (or a Ctrl-C) lands here */
+        if (PyErr_CheckSignals() < 0)
+            return NULL;
+        if (fl_read_timer(fl) < 0)
+            return NULL;
+        for (i = 0; i < n; i++) {
+            int fd = fl->events[i].data.fd, index;
+
+            index = fd >= 0 && fd < fl->by_fd_len ? fl->by_fd[fd] - 1 : -1;
+            if (index < 0) {
+                if (fd == fl->control_fd)
+                    return leave(fl, OUT_STOPPED);
+                continue;
+            }
+            if (socket_ready(fl, index) < 0)
+                return NULL;
+            if (fl->aborted_exit)
+                return leave(fl, OUT_EXIT_ON_ABORT);
+        }
+        if (fl->ntimers) {
+            int64_t now = clock_us();
+
+            while (fl->ntimers && fl->timers[0].deadline <= now) {
+                if (run_client(fl, fl_timer_pop(fl)) < 0)
+                    return NULL;
+                if (fl->aborted_exit)
+                    return leave(fl, OUT_EXIT_ON_ABORT);
+            }
+        }
+        if (fl->nrunq) {
+            batch = fl->runq;
+            nbatch = fl->nrunq;
+            fl->runq = fl->batch;
+            fl->batch = batch;
+            fl->nrunq = 0;
+            for (i = 0; i < nbatch; i++) {
+                if (run_client(fl, batch[i]) < 0)
+                    return NULL;
+                if (fl->aborted_exit)
+                    return leave(fl, OUT_EXIT_ON_ABORT);
+            }
+        }
+        if (next_tick) {
+            int64_t now = clock_us();
+
+            if (now >= next_tick) {
+                fl->now_us = now;
+                return leave(fl, OUT_TICK);
+            }
+        }
+    }
+    return leave(fl, OUT_DONE);
+}

@@ -1,0 +1,108 @@
+/*
+ * pgsurge._fastloop: the plan of pgsurge.fastloop (plain tuples) as C ops.
+ *
+ * plan_for() decided which scripts C may run and turned each command into
+ * a tuple; here each tuple is checked and becomes an fl_op. The ops point
+ * into the plan's bytes, which the FastLoop keeps alive.
+ */
+
+#include "_fastloop.h"
+
+int
+fl_parse_op(FastLoop *fl, PyObject *spec, fl_op *op, int *nprep)
+{
+    PyObject *params, *lits;
+    Py_ssize_t i, n;
+
+    memset(op, 0, sizeof *op);
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) < 1)
+        goto bad;
+    op->kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 0));
+    switch (op->kind) {
+    case OP_END:
+        return 0;
+    case OP_SET_CONST:
+    case OP_SET_RANDOM:
+        if (PyTuple_GET_SIZE(spec) != (op->kind == OP_SET_CONST ? 3 : 4))
+            goto bad;
+        op->slot = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 1));
+        op->a = PyLong_AsLongLong(PyTuple_GET_ITEM(spec, 2));
+        if (op->kind == OP_SET_RANDOM)
+            op->b = PyLong_AsLongLong(PyTuple_GET_ITEM(spec, 3));
+        if (PyErr_Occurred())
+            return -1;
+        if (op->slot < 0 || op->slot >= fl->nset ||
+            (op->kind == OP_SET_RANDOM &&
+             (op->a > op->b || (uint64_t)op->b - (uint64_t)op->a >= INT64_MAX)))
+            goto bad;
+        return 0;
+    case OP_SLEEP_CONST:
+        /* (4, usec) */
+        if (PyTuple_GET_SIZE(spec) != 2)
+            goto bad;
+        op->a = PyLong_AsLongLong(PyTuple_GET_ITEM(spec, 1));
+        return PyErr_Occurred() ? -1 : 0;
+    case OP_SLEEP_VAR:
+        /* (5, slot, unit in µs) */
+        if (PyTuple_GET_SIZE(spec) != 3)
+            goto bad;
+        op->slot = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 1));
+        op->a = PyLong_AsLongLong(PyTuple_GET_ITEM(spec, 2));
+        if (PyErr_Occurred())
+            return -1;
+        if (op->slot < 0 || op->slot >= fl->nvars || op->a < 1 || op->a > 1000000)
+            goto bad;
+        return 0;
+    case OP_SQL:
+        /* (3, text, params, literal parts or None) */
+        if (PyTuple_GET_SIZE(spec) != 4 || !PyBytes_Check(PyTuple_GET_ITEM(spec, 1)) ||
+            !PyTuple_Check(PyTuple_GET_ITEM(spec, 2)))
+            goto bad;
+        op->prepname = PyTuple_GET_ITEM(spec, 1);
+        op->text = PyBytes_AS_STRING(op->prepname);
+        params = PyTuple_GET_ITEM(spec, 2);
+        n = PyTuple_GET_SIZE(params);
+        if (fl->mode != MODE_SIMPLE && n > MAX_PARAMS)
+            goto bad;
+        op->nparams = (int)n;
+        op->params = PyMem_New(int, n + 1);
+        if (op->params == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (i = 0; i < n; i++) {
+            op->params[i] = (int)PyLong_AsLong(PyTuple_GET_ITEM(params, i));
+            if (op->params[i] < 0 || op->params[i] >= fl->nvars)
+                goto bad;
+        }
+        lits = PyTuple_GET_ITEM(spec, 3);
+        if (lits != Py_None) {
+            if (!PyTuple_Check(lits) || PyTuple_GET_SIZE(lits) != n + 1)
+                goto bad;
+            op->lits = PyMem_New(const char *, n + 1);
+            op->litlens = PyMem_New(Py_ssize_t, n + 1);
+            if (op->lits == NULL || op->litlens == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            for (i = 0; i <= n; i++) {
+                PyObject *b = PyTuple_GET_ITEM(lits, i);
+
+                if (!PyBytes_Check(b))
+                    goto bad;
+                op->lits[i] = PyBytes_AS_STRING(b);
+                op->litlens[i] = PyBytes_GET_SIZE(b);
+            }
+        }
+        if (*nprep >= 64)
+            goto bad;
+        op->prep_bit = (*nprep)++;
+        return 0;
+    default:
+        break;
+    }
+bad:
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_ValueError, "malformed fast loop plan");
+    return -1;
+}

@@ -1,0 +1,494 @@
+/*
+ * pgsurge._fastloop: the Python side of the loop.
+ *
+ * C keeps working copies of what the worker's clients share (stats, the
+ * choose and throttle streams, the -R schedule, -L's late count) and of a
+ * C-owned client's state; this unit loads them from the Python objects and
+ * writes them back before any call into Python, takes clients over from
+ * Python and hands them back (to advance() or resume()), and files a
+ * client Python has run as EventLoop.run's settle() does.
+ */
+
+#include "_fastloop.h"
+
+int
+fl_get_i64(PyObject *obj, PyObject *name, int64_t *out)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+
+    if (v == NULL)
+        return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int
+set_i64(PyObject *obj, PyObject *name, int64_t value)
+{
+    PyObject *v = PyLong_FromLongLong(value);
+    int r;
+
+    if (v == NULL)
+        return -1;
+    r = PyObject_SetAttr(obj, name, v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* a PgPrng's words, through its getstate()/setstate() */
+static int
+rng_load(PyObject *rng, uint64_t *s0, uint64_t *s1)
+{
+    PyObject *t = PyObject_CallMethodNoArgs(rng, s_getstate);
+
+    if (t == NULL)
+        return -1;
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 2) {
+        Py_DECREF(t);
+        PyErr_SetString(PyExc_TypeError, "getstate() must give two words");
+        return -1;
+    }
+    *s0 = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(t, 0));
+    *s1 = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(t, 1));
+    Py_DECREF(t);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+static PyObject *
+words(uint64_t s0, uint64_t s1)
+{
+    return Py_BuildValue("(KK)", (unsigned long long)s0, (unsigned long long)s1);
+}
+
+static int
+rng_store(PyObject *rng, uint64_t s0, uint64_t s1)
+{
+    PyObject *t = words(s0, s1), *r;
+
+    if (t == NULL)
+        return -1;
+    r = PyObject_CallMethodOneArg(rng, s_setstate, t);
+    Py_DECREF(t);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static int
+attr_is_true(PyObject *obj, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    int r;
+
+    if (v == NULL)
+        return -1;
+    r = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Stats working copies                                                   */
+
+static int
+minmax_load(PyObject *simple, PyObject *name, double *v, int *is_int)
+{
+    PyObject *o = PyObject_GetAttr(simple, name);
+
+    if (o == NULL)
+        return -1;
+    *is_int = PyLong_CheckExact(o);
+    *v = PyFloat_AsDouble(o);
+    Py_DECREF(o);
+    return (*v == -1.0 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int
+double_load(PyObject *simple, PyObject *name, double *v)
+{
+    PyObject *o = PyObject_GetAttr(simple, name);
+
+    if (o == NULL)
+        return -1;
+    if (!PyFloat_CheckExact(o)) {
+        Py_DECREF(o);
+        PyErr_SetString(PyExc_TypeError, "SimpleStats sums must be floats");
+        return -1;
+    }
+    *v = PyFloat_AS_DOUBLE(o);
+    Py_DECREF(o);
+    return 0;
+}
+
+static int
+simple_load(fl_simple *s)
+{
+    if (fl_get_i64(s->obj, s_count, &s->count) < 0 ||
+        minmax_load(s->obj, s_min, &s->min, &s->min_int) < 0 ||
+        minmax_load(s->obj, s_max, &s->max, &s->max_int) < 0 ||
+        double_load(s->obj, s_sum, &s->sum) < 0 ||
+        double_load(s->obj, s_sum2, &s->sum2) < 0)
+        return -1;
+    return 0;
+}
+
+static int
+stats_load(fl_stats *s, int throttled)
+{
+    if (fl_get_i64(s->data, s_cnt, &s->cnt) < 0 || simple_load(&s->lat) < 0)
+        return -1;
+    if (throttled &&
+        (fl_get_i64(s->data, s_skipped, &s->skipped) < 0 || simple_load(&s->lag) < 0))
+        return -1;
+    return 0;
+}
+
+static int
+set_number(PyObject *obj, PyObject *name, double v, int is_int)
+{
+    PyObject *o = is_int ? PyLong_FromLongLong((long long)v) : PyFloat_FromDouble(v);
+    int r;
+
+    if (o == NULL)
+        return -1;
+    r = PyObject_SetAttr(obj, name, o);
+    Py_DECREF(o);
+    return r;
+}
+
+static int
+simple_store(fl_simple *s)
+{
+    if (set_i64(s->obj, s_count, s->count) < 0 ||
+        set_number(s->obj, s_min, s->min, s->min_int) < 0 ||
+        set_number(s->obj, s_max, s->max, s->max_int) < 0 ||
+        set_number(s->obj, s_sum, s->sum, 0) < 0 ||
+        set_number(s->obj, s_sum2, s->sum2, 0) < 0)
+        return -1;
+    return 0;
+}
+
+static int
+stats_store(fl_stats *s, int throttled)
+{
+    if (set_i64(s->data, s_cnt, s->cnt) < 0 || simple_store(&s->lat) < 0)
+        return -1;
+    if (throttled &&
+        (set_i64(s->data, s_skipped, s->skipped) < 0 || simple_store(&s->lag) < 0))
+        return -1;
+    return 0;
+}
+int
+fl_shared_store(FastLoop *fl)
+{
+    int i;
+
+    if (stats_store(&fl->total, fl->throttled) < 0)
+        return -1;
+    if (fl->per_script != NULL) {
+        for (i = 0; i < fl->nscripts; i++)
+            if (stats_store(&fl->per_script[i], fl->throttled) < 0)
+                return -1;
+        if (rng_store(fl->choose_rng, fl->c0, fl->c1) < 0)
+            return -1;
+    }
+    if (fl->throttled && (rng_store(fl->throttle_rng, fl->t0, fl->t1) < 0 ||
+                          set_i64(fl->wstate, s_throttle_trigger, fl->trigger) < 0))
+        return -1;
+    if (fl->latency_limit && set_i64(fl->wstate, s_latency_late, fl->latency_late) < 0)
+        return -1;
+    return 0;
+}
+
+/* the worker's timer_exceeded, which its SIGALRM handler sets (-T) */
+int
+fl_read_timer(FastLoop *fl)
+{
+    fl->timer_exceeded = attr_is_true(fl->wstate, s_timer_exceeded);
+    return fl->timer_exceeded < 0 ? -1 : 0;
+}
+
+/* Python -> C's copies (after Python ran: it may have changed them) */
+int
+fl_shared_load(FastLoop *fl)
+{
+    int i;
+
+    if (stats_load(&fl->total, fl->throttled) < 0)
+        return -1;
+    if (fl->per_script != NULL) {
+        for (i = 0; i < fl->nscripts; i++)
+            if (stats_load(&fl->per_script[i], fl->throttled) < 0)
+                return -1;
+        if (rng_load(fl->choose_rng, &fl->c0, &fl->c1) < 0)
+            return -1;
+    }
+    if (fl->throttled && (rng_load(fl->throttle_rng, &fl->t0, &fl->t1) < 0 ||
+                          fl_get_i64(fl->wstate, s_throttle_trigger, &fl->trigger) < 0))
+        return -1;
+    if (fl->latency_limit && fl_get_i64(fl->wstate, s_latency_late, &fl->latency_late) < 0)
+        return -1;
+    return fl_read_timer(fl);
+}
+/* ---------------------------------------------------------------------- */
+/* Clients: taking over from Python, handing back                         */
+
+static int
+map_fd(FastLoop *fl, int fd, int index)
+{
+    if (fd < 0)
+        return 0;
+    if (fd >= fl->by_fd_len) {
+        int len = fd * 2 + 16, *m = PyMem_Realloc(fl->by_fd, sizeof(int) * len);
+
+        if (m == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        memset(m + fl->by_fd_len, 0, sizeof(int) * (len - fl->by_fd_len));
+        fl->by_fd = m;
+        fl->by_fd_len = len;
+    }
+    fl->by_fd[fd] = index + 1;
+    return 0;
+}
+
+/* after Python ran for a client: follow its descriptor (a detach sets -1) */
+int
+fl_refresh_fd(FastLoop *fl, int index)
+{
+    fl_client *c = &fl->clients[index];
+    int64_t fd;
+
+    if (fl_get_i64(c->st, s_fd, &fd) < 0)
+        return -1;
+    if (fd != c->fd) {
+        if (c->fd >= 0 && c->fd < fl->by_fd_len && fl->by_fd[c->fd] == index + 1)
+            fl->by_fd[c->fd] = 0;
+        c->fd = (int)fd;
+        if (map_fd(fl, c->fd, index) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Take a Python-owned client in CHOOSE_SCRIPT or THROTTLE (its slot
+ * drawn, waiting for it) over. 1: done; 0: this client is not for C now
+ * (Python keeps it); -1: error. */
+int
+fl_take_over(FastLoop *fl, int index, int state)
+{
+    fl_client *c = &fl->clients[index];
+    PyObject *st = c->st, *v, *vars, *prepared;
+    int64_t ptr, script;
+    int i, k, r;
+
+    if (fl_get_i64(st, s_ptr, &ptr) < 0)
+        return -1;
+    if (ptr == 0)
+        return 0; /* psycopg's calls drive this connection */
+    /* data still to flush, or a pipeline: Python's slower paths */
+    if ((r = attr_is_true(st, s_flush_pending)) != 0 ||
+        (r = attr_is_true(st, s_in_pipeline)) != 0)
+        return r < 0 ? -1 : 0;
+    v = PyObject_GetAttr(st, s_drain_state);
+    if (v == NULL)
+        return -1;
+    r = v == Py_None;
+    Py_DECREF(v);
+    if (!r)
+        return 0;
+    vars = PyObject_GetAttr(st, s_variables);
+    if (vars == NULL)
+        return -1;
+    /* the constant integer variables the SQL reads (never \set) */
+    for (i = fl->nset; i < fl->nvars; i++) {
+        v = PyDict_GetItemWithError(vars, PyTuple_GET_ITEM(fl->var_names, i));
+        if (v == NULL || !PyLong_CheckExact(v)) {
+            Py_DECREF(vars);
+            return PyErr_Occurred() ? -1 : 0;
+        }
+        c->vals[i] = PyLong_AsLongLong(v);
+        if (c->vals[i] == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            Py_DECREF(vars);
+            return 0; /* beyond int64: Python formats it */
+        }
+    }
+    Py_DECREF(vars);
+    c->prepared = 0;
+    if (fl->mode == MODE_PREPARED) {
+        prepared = PyObject_GetAttr(st, s_prepared);
+        if (prepared == NULL)
+            return -1;
+        for (k = 0; k < fl->nscripts; k++) {
+            for (i = 0; i < fl->scripts[k].nops; i++) {
+                fl_op *op = &fl->scripts[k].ops[i];
+
+                if (op->kind != OP_SQL)
+                    continue;
+                r = PySequence_Contains(prepared, op->prepname);
+                if (r < 0) {
+                    Py_DECREF(prepared);
+                    return -1;
+                }
+                if (r)
+                    c->prepared |= 1ULL << op->prep_bit;
+            }
+        }
+        Py_DECREF(prepared);
+    }
+    if (fl_get_i64(st, s_script, &script) < 0 || fl_get_i64(st, s_cnt, &c->cnt) < 0 ||
+        (state == THROTTLE && fl_get_i64(st, s_txn_scheduled, &c->txn_scheduled) < 0))
+        return -1;
+    v = PyObject_GetAttr(st, s_rng);
+    if (v == NULL)
+        return -1;
+    r = rng_load(v, &c->s0, &c->s1);
+    Py_DECREF(v);
+    if (r < 0)
+        return -1;
+    c->script = (int)script;
+    c->conn = (PGconn *)(intptr_t)ptr;
+    c->assigned = 0;
+    c->state = state;
+    c->command = 0;
+    c->qrynum = 0;
+    c->owner = OWN_C;
+    return 1;
+}
+
+/* Write a C-owned client back into its Client, in ``state``; it is then
+ * Python's. */
+static int
+hand_back(FastLoop *fl, int index, int state)
+{
+    fl_client *c = &fl->clients[index];
+    PyObject *st = c->st, *v, *vars;
+    int i, r;
+
+    c->owner = OWN_PY;
+    if (set_i64(st, s_state, state) < 0 || set_i64(st, s_script, c->script) < 0 ||
+        PyObject_SetAttr(st, s_ops, PyTuple_GET_ITEM(fl->script_ops, c->script)) < 0 ||
+        set_i64(st, s_command, c->command) < 0 ||
+        set_i64(st, s_qrynum, c->qrynum) < 0 ||
+        set_i64(st, s_txn_scheduled, c->txn_scheduled) < 0 ||
+        set_i64(st, s_txn_begin, c->txn_begin) < 0 ||
+        set_i64(st, s_estatus, 0) < 0 || set_i64(st, s_tries, 1) < 0 ||
+        set_i64(st, s_cnt, c->cnt) < 0)
+        return -1;
+    if (fl->save_rng) {
+        v = words(c->saved0, c->saved1);
+        if (v == NULL)
+            return -1;
+        r = PyObject_SetAttr(st, s_saved_rng, v);
+        Py_DECREF(v);
+        if (r < 0)
+            return -1;
+    }
+    v = PyObject_GetAttr(st, s_rng);
+    if (v == NULL)
+        return -1;
+    r = rng_store(v, c->s0, c->s1);
+    Py_DECREF(v);
+    if (r < 0)
+        return -1;
+    if (c->assigned) {
+        vars = PyObject_GetAttr(st, s_variables);
+        if (vars == NULL)
+            return -1;
+        for (i = 0; i < fl->nset; i++) {
+            if (!(c->assigned & (1ULL << i)))
+                continue;
+            v = PyLong_FromLongLong(c->vals[i]);
+            if (v == NULL ||
+                PyDict_SetItem(vars, PyTuple_GET_ITEM(fl->var_names, i), v) < 0) {
+                Py_XDECREF(v);
+                Py_DECREF(vars);
+                return -1;
+            }
+            Py_DECREF(v);
+        }
+        Py_DECREF(vars);
+        c->assigned = 0;
+    }
+    return 0;
+}
+
+/* A Python-owned client came back from Python: file it as
+ * EventLoop.run's settle() does. */
+int
+fl_settle_py(FastLoop *fl, int index)
+{
+    fl_client *c = &fl->clients[index];
+    int64_t state;
+
+    if (fl_refresh_fd(fl, index) < 0 || fl_get_i64(c->st, s_state, &state) < 0)
+        return -1;
+    if (state == CHOOSE_SCRIPT) {
+        fl->runq[fl->nrunq++] = index;
+    } else if (state == SLEEP || state == THROTTLE) {
+        int64_t deadline;
+
+        if (fl_get_i64(c->st, state == SLEEP ? s_sleep_until : s_txn_scheduled, &deadline) <
+            0)
+            return -1;
+        fl_timer_push(fl, deadline, index);
+    } else if (state == FINISHED || state == ABORTED) {
+        c->owner = OWN_DONE;
+        fl->remains--;
+        if (fl->exit_on_abort && state == ABORTED)
+            fl->aborted_exit = 1;
+    } else if (state != WAIT_RESULT && state != WAIT_ROLLBACK_RESULT) {
+        PyErr_Format(PyExc_AssertionError, "client stopped in state %lld",
+                     (long long)state);
+        return -1;
+    }
+    return 0;
+}
+
+/* Call fn(st[, arg]) for a Python-owned client, with the shared state
+ * written back before and reloaded after. */
+int
+fl_call_python(FastLoop *fl, PyObject *fn, int index, PyObject *arg)
+{
+    PyObject *r;
+
+    if (fl_shared_store(fl) < 0)
+        return -1;
+    if (arg == NULL)
+        r = PyObject_CallOneArg(fn, fl->clients[index].st);
+    else
+        r = PyObject_CallFunctionObjArgs(fn, fl->clients[index].st, arg, NULL);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return fl_shared_load(fl);
+}
+
+/* Hand a C-owned client to Python in ``state``: advance() (event NULL)
+ * or resume(event); then file it. */
+int
+fl_to_python(FastLoop *fl, int index, int state, PyObject *event)
+{
+    if (hand_back(fl, index, state) < 0)
+        return -1;
+    if (fl_call_python(fl, event == NULL ? fl->advance : fl->resume, index, event) < 0)
+        return -1;
+    return fl_settle_py(fl, index);
+}
+
+int
+fl_to_python_code(FastLoop *fl, int index, int state, long code)
+{
+    PyObject *event = PyLong_FromLong(code);
+    int r;
+
+    if (event == NULL)
+        return -1;
+    r = fl_to_python(fl, index, state, event);
+    Py_DECREF(event);
+    return r;
+}
