@@ -113,6 +113,7 @@ from pgsurge.client_state import (
     MODE_PREPARED,
     MODE_SIMPLE,
     PREPARE_THROTTLE,
+    PREPARING,
     RETRY,
     SLEEP,
     START_COMMAND,
@@ -277,6 +278,27 @@ def make_engine(
     on_error = tx.on_error
     on_rollback_result = tx.on_rollback_result
     verbose_retry = tx.verbose_retry
+
+    def lost(st: Client, op: Op) -> int:
+        """The connection failed while the command's results were awaited.
+
+        A backend that ends with a FATAL error (pg_terminate_backend, a
+        timeout) sends its message, then closes: libpq turns the message
+        into an error result, which ``note_error`` has noted when the loss
+        is seen (libpq waits for more results after an error). pgbench
+        reports that error as it reads it; so does this, by finishing the
+        drain of the failed command. Without an error noted, the backend
+        died silently: pgbench's "perhaps the backend died".
+        """
+        state = st.drain_state
+        if state is not None and state is not PREPARING:
+            r = read_results(st, op)
+            if r == 2:
+                return ERROR
+            if r == 3:
+                return ABORTED
+        command_failed(st, "SQL", BACKEND_DIED)
+        return ABORTED
 
     # -- the state machine ----------------------------------------------------
 
@@ -630,12 +652,10 @@ def make_engine(
                 try:
                     raw.consume_input()
                 except libpq_error:
-                    command_failed(st, "SQL", BACKEND_DIED)
-                    state = ABORTED
+                    state = lost(st, op)
                     continue
                 if st.flush_pending and not flush_sent(st):
-                    command_failed(st, "SQL", BACKEND_DIED)
-                    state = ABORTED
+                    state = lost(st, op)
                     continue
                 if not op.gset and not st.in_pipeline and st.drain_state is None:
                     # a plain command: count its results up to the end

@@ -609,3 +609,27 @@ def test_server_notices_printed(both, tmp_path: Path, fastloop: str) -> None:  #
     )
     assert ref.messages["NOTICE: hello N"] == 4
     assert_same(ref, ours)
+
+
+# -- the run engine's edge cases (audit against pgbench 18.6) ---------------------
+
+
+@pytest.mark.parametrize("fastloop", ["", "1"])
+def test_backend_terminated_mid_query(both, tmp_path: Path, fastloop: str) -> None:  # type: ignore[no-untyped-def]
+    """The server sends its FATAL message, then closes: pgbench reports the
+    error result libpq built from the message, not a dead backend."""
+    path = script(
+        tmp_path, "kill.sql", "select pg_terminate_backend(pg_backend_pid());\n"
+    )
+    runs = [("-M", mode) for mode in ("simple", "extended", "prepared")]
+    runs += [("-C",), ("--max-tries", "3")]
+    for extra in runs:
+        ref, ours = both(
+            "-n", "-f", path, "-t", "1", *extra, PGSURGE_NO_FASTLOOP=fastloop
+        )
+        assert ref.status == 2, ref.stderr
+        assert (
+            "pgsurge: error: client N script N aborted in command N query N: "
+            "FATAL: terminating connection due to administrator command"
+        ) in ref.messages
+        assert_same(ref, ours)
