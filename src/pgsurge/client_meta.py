@@ -43,6 +43,7 @@ from pgsurge.client_state import (
 )
 from pgsurge.errors import EvalError
 from pgsurge.script.ast import Value
+from pgsurge.script.compile import _c_atoi as c_atoi
 from pgsurge.script.values import to_text
 
 __all__ = ["MetaSteps", "atoi", "c_int", "make_meta", "variable_text"]
@@ -61,13 +62,11 @@ def variable_text(variables: dict[str, Value], name: str) -> str | None:
     return None if v is MISSING else to_text(v)
 
 
-def atoi(text: str) -> int:
-    """C ``atoi``: leading blanks, a sign, digits; 0 when there are none."""
-    m = re.match(r"[ \t\n\v\f\r]*([+-]?[0-9]+)", text)
-    if not m:
-        return 0
-    # C int overflow is undefined; wrap like the x86 binary
-    return c_int(int(m.group(1)))
+#: C ``atoi`` as glibc computes it, ``(int) strtol(text)``: the value
+#: saturates to a long before the truncation to an int, so that a huge
+#: ``\sleep :x`` gives -1 (no sleep), as in pgbench, not some 32-bit slice
+#: of the number
+atoi = c_atoi
 
 
 def c_int(value: int) -> int:
@@ -185,7 +184,7 @@ def make_meta(s: Settings, w: WorkerState, sup: Support, sql: SqlSteps) -> MetaS
                 error(f'sleep: undefined variable "{amount}"')
                 return None
             usec = atoi(text)
-            if usec == 0 and not text[:1].isdigit():
+            if usec == 0 and not "0" <= text[:1] <= "9":
                 error(f'sleep: invalid sleep time "{text}" for variable "{amount}"')
                 return None
         else:

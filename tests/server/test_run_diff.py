@@ -633,3 +633,35 @@ def test_backend_terminated_mid_query(both, tmp_path: Path, fastloop: str) -> No
             "FATAL: terminating connection due to administrator command"
         ) in ref.messages
         assert_same(ref, ours)
+
+
+@pytest.mark.parametrize("fastloop", ["", "1"])
+def test_sleep_variable_saturates_like_atoi(
+    both, tmp_path: Path, fastloop: str
+) -> None:  # type: ignore[no-untyped-def]
+    """pgbench reads a \\sleep variable with atoi, i.e. (int) strtol: a number
+    beyond the long range saturates, then truncates to -1 (no sleep); its
+    low 32 bits here would make a 2 s sleep."""
+    path = script(tmp_path, "sleep.sql", "\\sleep :x us\nselect 1;\n")
+    huge = str(2**64 + 2_000_000)
+    for value in (huge, "99999999999999999999", "-" + huge):
+        ref, ours = both(
+            "-n",
+            "-f",
+            path,
+            "-t",
+            "2",
+            "-D",
+            f"x={value}",
+            PGSURGE_NO_FASTLOOP=fastloop,
+        )
+        assert_same(ref, ours)
+        if not value.startswith("-"):  # else: "invalid sleep time", as pgbench
+            latency = float(ours.number("latency average =").split()[0])
+            assert latency < 1000, ours.stdout
+    # an int variable of the C loop's: (int) of the value
+    path = script(
+        tmp_path, "isleep.sql", f"\\set x {2**62}\n\\sleep :x us\nselect 1;\n"
+    )
+    ref, ours = both("-n", "-f", path, "-t", "2", PGSURGE_NO_FASTLOOP=fastloop)
+    assert_same(ref, ours)
