@@ -57,6 +57,16 @@ _monotonic_ns = time.monotonic_ns
 _thread_time_ns = time.thread_time_ns
 
 
+#: the shell of C's system() and popen()
+SHELL = "/bin/sh"
+
+
+def _sh(command: str) -> list[str]:
+    """The argv of ``system(command)``: ``sh -c command``, argv[0] being
+    "sh", which the shell puts before its own messages ("sh: 1: …")."""
+    return ["sh", "-c", command]
+
+
 def variable_text(variables: dict[str, Value], name: str) -> str | None:
     v = variables.get(name, MISSING)
     return None if v is MISSING else to_text(v)
@@ -126,14 +136,16 @@ def make_meta(s: Settings, w: WorkerState, sup: Support, sql: SqlSteps) -> MetaS
             words.append(text)
         command = " ".join(words)
         if op.var == "":
-            rc = subprocess.call(command, shell=True)
+            rc = subprocess.call(_sh(command), executable=SHELL)
             if rc != 0:
                 if not w.timer_exceeded:
                     error(f"{argv[0]}: could not launch shell command")
                 return False
             return True
         try:
-            proc = subprocess.Popen(command, shell=True, stdout=subprocess.PIPE)
+            proc = subprocess.Popen(
+                _sh(command), executable=SHELL, stdout=subprocess.PIPE
+            )
         except OSError:
             error(f"{argv[0]}: could not launch shell command")
             return False

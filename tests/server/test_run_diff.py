@@ -665,3 +665,13 @@ def test_sleep_variable_saturates_like_atoi(
     )
     ref, ours = both("-n", "-f", path, "-t", "2", PGSURGE_NO_FASTLOOP=fastloop)
     assert_same(ref, ours)
+
+
+def test_shell_messages_name_sh(both, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """pgbench runs \\shell and \\setshell through system() and popen(), i.e.
+    ``sh -c`` with argv[0] "sh": the shell's own messages start "sh: 1:"."""
+    for meta in ("\\shell /nonexistent/cmd", "\\setshell x /nonexistent/cmd"):
+        path = script(tmp_path, "sh.sql", f"{meta}\nselect 1;\n")
+        ref, ours = both("-n", "-f", path, "-t", "1")
+        assert any(line.startswith("sh: N: ") for line in ref.messages), ref.stderr
+        assert_same(ref, ours)
