@@ -5,7 +5,7 @@
  * The Python engine (pgsurge.loop.EventLoop.run driving the advance()
  * closure of pgsurge.client) is the reference. For runs that
  * pgsurge.fastloop finds eligible (plain scripts of SQL commands, \set of
- * constants or random(lo, hi) and \sleep, no per-command timing, no logs:
+ * constants or random(lo, hi) and \sleep, no logs, no histograms:
  * see there) this module runs the same loop, and runs every transaction
  * that goes as planned without entering Python at all -- throttled ones
  * (-R, -L) included.
@@ -31,7 +31,8 @@
  *
  * Shared worker state. The worker's total and per-script stats, its
  * choose stream and, under -R, its throttle stream and schedule
- * (throttle_trigger) and -L's late count are shared between the clients,
+ * (throttle_trigger), -L's late count and -r's latencies of each command
+ * (on the script's Op objects) are shared between the clients,
  * whoever owns them: a slot is drawn by whichever client reaches
  * PREPARE_THROTTLE next, Python's or C's. C keeps
  * working copies (the same doubles, added in the same order) and writes
@@ -72,7 +73,7 @@ PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s_cnt,
     *s_in_pipeline, *s_count, *s_min, *s_max, *s_sum, *s_sum2, *s_latency,
     *s_timer_exceeded, *s_getstate, *s_setstate, *s_stats, *s_per_script,
     *s_choose_rng, *s_throttle_rng, *s_throttle_trigger, *s_latency_late,
-    *s_skipped, *s_lag, *s_sleep_until;
+    *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin;
 
 /* ---------------------------------------------------------------------- */
 /* Construction                                                           */
@@ -87,6 +88,31 @@ stats_init(fl_stats *s, PyObject *data)
         return -1;
     s->lag.obj = PyObject_GetAttr(data, s_lag);
     return s->lag.obj == NULL ? -1 : 0;
+}
+
+/* -r: the working copies of script k's commands' latencies, on the stats
+ * of its Python ops (script_ops[k][i].stats.latency: the END op has none) */
+static int
+command_stats(FastLoop *fl, Py_ssize_t k)
+{
+    PyObject *ops = PyTuple_GET_ITEM(fl->script_ops, k), *stats;
+    fl_script *sc = &fl->scripts[k];
+    int i;
+
+    if (!PyTuple_Check(ops) || PyTuple_GET_SIZE(ops) != sc->nops) {
+        PyErr_SetString(PyExc_ValueError, "script_ops do not match the plan");
+        return -1;
+    }
+    for (i = 0; i < sc->nops - 1; i++) {
+        stats = PyObject_GetAttr(PyTuple_GET_ITEM(ops, i), s_stats);
+        if (stats == NULL)
+            return -1;
+        sc->ops[i].cmd.obj = PyObject_GetAttr(stats, s_latency);
+        Py_DECREF(stats);
+        if (sc->ops[i].cmd.obj == NULL)
+            return -1;
+    }
+    return 0;
 }
 
 /* The loop holds its hooks, which hold the worker's engine and event loop,
@@ -104,6 +130,9 @@ FastLoop_traverse(FastLoop *fl, visitproc visit, void *arg)
             Py_VISIT(fl->per_script[k].lat.obj);
             Py_VISIT(fl->per_script[k].lag.obj);
         }
+    for (k = 0; k < fl->nscripts && fl->scripts != NULL; k++)
+        for (i = 0; i < fl->scripts[k].nops; i++)
+            Py_VISIT(fl->scripts[k].ops[i].cmd.obj);
     Py_VISIT(fl->total.data);
     Py_VISIT(fl->total.lat.obj);
     Py_VISIT(fl->total.lag.obj);
@@ -134,6 +163,9 @@ FastLoop_clear(FastLoop *fl)
             Py_CLEAR(fl->per_script[k].lat.obj);
             Py_CLEAR(fl->per_script[k].lag.obj);
         }
+    for (k = 0; k < fl->nscripts && fl->scripts != NULL; k++)
+        for (i = 0; i < fl->scripts[k].nops; i++)
+            Py_CLEAR(fl->scripts[k].ops[i].cmd.obj);
     Py_CLEAR(fl->total.data);
     Py_CLEAR(fl->total.lat.obj);
     Py_CLEAR(fl->total.lag.obj);
@@ -184,14 +216,14 @@ FastLoop_dealloc(FastLoop *fl)
  * plan: (var_names, nset, weights, scripts) -- see pgsurge.fastloop;
  * hooks: (advance, resume, absorb); flags: (mode, nxacts, end_us,
  * detailed, tx_clock, save_rng, restart_inline, exit_on_abort,
- * latency_limit_us, throttle_delay) -- the last one a float.
+ * latency_limit_us, throttle_delay, per_command) -- throttle_delay a float.
  */
 static PyObject *
 FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     PyObject *clients, *script_ops, *plan, *wstate, *hooks, *flags;
     PyObject *scripts, *weights, *per_script, *total;
-    int epfd, control_fd, nprep = 0;
+    int epfd, control_fd, nprep = 0, per_command;
     long long f[9];
     double delay;
     Py_ssize_t i, k;
@@ -210,8 +242,8 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     }
     if (PyTuple_GET_SIZE(hooks) != 3 || PyTuple_GET_SIZE(plan) != 4 ||
-        !PyArg_ParseTuple(flags, "LLLLLLLLLd", &f[0], &f[1], &f[2], &f[3], &f[4], &f[5],
-                          &f[6], &f[7], &f[8], &delay)) {
+        !PyArg_ParseTuple(flags, "LLLLLLLLLdi", &f[0], &f[1], &f[2], &f[3], &f[4],
+                          &f[5], &f[6], &f[7], &f[8], &delay, &per_command)) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "malformed fast loop arguments");
         return NULL;
@@ -231,6 +263,7 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     fl->latency_limit = f[8];
     fl->throttle_delay = delay;
     fl->throttled = delay > 0.0;
+    fl->per_command = per_command;
     fl->epfd = epfd;
     fl->control_fd = control_fd;
     Py_INCREF(plan);
@@ -300,6 +333,8 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             PyErr_SetString(PyExc_ValueError, "a script must end with OP_END");
             goto fail;
         }
+        if (fl->per_command && command_stats(fl, k) < 0)
+            goto fail;
     }
 
     if (fl->total_weight <= 0) {
@@ -486,6 +521,7 @@ PyInit__fastloop(void)
     INTERN(s_skipped, "skipped");
     INTERN(s_lag, "lag");
     INTERN(s_sleep_until, "sleep_until");
+    INTERN(s_stmt_begin, "stmt_begin");
     if (PyType_Ready(&FastLoop_Type) < 0)
         return NULL;
     m = PyModule_Create(&fastloop_module);

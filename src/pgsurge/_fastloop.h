@@ -40,7 +40,7 @@
 #define FL_HIDDEN
 #endif
 
-#define FASTLOOP_API 2
+#define FASTLOOP_API 3
 
 /* setup.py's digest of the sources this was built from (see there) */
 #ifndef PGSURGE_SOURCE_HASH
@@ -109,6 +109,14 @@ enum {
     OP_SLEEP_VAR = 5
 };
 
+/* a SimpleStats, as a working copy */
+typedef struct {
+    PyObject *obj;
+    int64_t count;
+    double min, max, sum, sum2;
+    int min_int, max_int;
+} fl_simple;
+
 typedef struct {
     int kind;
     /* \set: the variable's slot, the constant or the bounds;
@@ -128,20 +136,14 @@ typedef struct {
     int prep_bit;
     /* prepared: the name as Python bytes, to look up in Client.prepared */
     PyObject *prepname;
+    /* -r: the latencies of this command (its Op's stats.latency) */
+    fl_simple cmd;
 } fl_op;
 
 typedef struct {
     int nops;
     fl_op *ops;
 } fl_script;
-
-/* a SimpleStats, as a working copy */
-typedef struct {
-    PyObject *obj;
-    int64_t count;
-    double min, max, sum, sum2;
-    int min_int, max_int;
-} fl_simple;
 
 /* a StatsData's counters C moves, as working copies (lag and skipped
  * only under --rate) */
@@ -165,7 +167,7 @@ typedef struct {
     int owner;
     /* the rest is meaningful while owner == OWN_C */
     int state, script, command, qrynum;
-    int64_t txn_scheduled, txn_begin, sleep_until, cnt;
+    int64_t txn_scheduled, txn_begin, sleep_until, stmt_begin, cnt;
     uint64_t s0, s1, saved0, saved1;
     uint64_t assigned; /* slots \set by C, to write back */
     uint64_t prepared; /* statements prepared on the connection */
@@ -185,6 +187,8 @@ typedef struct {
     /* flags of the run */
     int64_t nxacts, end_us, latency_limit;
     int use_end, detailed, tx_clock, save_rng, restart_inline, exit_on_abort;
+    /* -r: each command's latency into its working copy (fl_op.cmd) */
+    int per_command;
     /* --rate: the worker's mean Poisson delay (µs); 0.0 when not throttled */
     double throttle_delay;
     int throttled;
@@ -219,7 +223,7 @@ FL_HIDDEN extern PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s
     *s_in_pipeline, *s_count, *s_min, *s_max, *s_sum, *s_sum2, *s_latency,
     *s_timer_exceeded, *s_getstate, *s_setstate, *s_stats, *s_per_script,
     *s_choose_rng, *s_throttle_rng, *s_throttle_trigger, *s_latency_late,
-    *s_skipped, *s_lag, *s_sleep_until;
+    *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin;
 
 static inline int64_t
 clock_us(void)
@@ -328,6 +332,8 @@ FL_HIDDEN int fl_read_timer(FastLoop *fl);
 FL_HIDDEN int fl_refresh_fd(FastLoop *fl, int index);
 FL_HIDDEN int fl_take_over(FastLoop *fl, int index, int state);
 FL_HIDDEN int fl_settle_py(FastLoop *fl, int index);
+FL_HIDDEN int fl_stats_load(fl_simple *s);
+FL_HIDDEN int fl_stats_store(fl_simple *s);
 FL_HIDDEN int fl_call_python(FastLoop *fl, PyObject *fn, int index, PyObject *arg);
 FL_HIDDEN int fl_to_python(FastLoop *fl, int index, int state, PyObject *event);
 FL_HIDDEN int fl_to_python_code(FastLoop *fl, int index, int state, long code);

@@ -197,6 +197,12 @@ fl_advance(FastLoop *fl, int index)
     for (;;) {
         switch (state) {
         case END_COMMAND:
+            if (fl->per_command) {
+                /* the command's latency (client.py's END_COMMAND) */
+                if (!now)
+                    now = clock_us();
+                stats_add(&sc->ops[c->command].cmd, now - c->stmt_begin);
+            }
             c->command++;
             state = START_COMMAND;
             /* fall through */
@@ -207,6 +213,11 @@ fl_advance(FastLoop *fl, int index)
             if (op->kind == OP_END) {
                 state = END_TX;
                 continue;
+            }
+            if (fl->per_command) {
+                if (!now)
+                    now = clock_us();
+                c->stmt_begin = now;
             }
             if (op->kind == OP_SET_CONST || op->kind == OP_SET_RANDOM) {
                 c->vals[op->slot] = op->kind == OP_SET_CONST

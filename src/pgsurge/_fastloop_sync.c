@@ -122,8 +122,8 @@ double_load(PyObject *simple, PyObject *name, double *v)
     return 0;
 }
 
-static int
-simple_load(fl_simple *s)
+int
+fl_stats_load(fl_simple *s)
 {
     if (fl_get_i64(s->obj, s_count, &s->count) < 0 ||
         minmax_load(s->obj, s_min, &s->min, &s->min_int) < 0 ||
@@ -137,10 +137,10 @@ simple_load(fl_simple *s)
 static int
 stats_load(fl_stats *s, int throttled)
 {
-    if (fl_get_i64(s->data, s_cnt, &s->cnt) < 0 || simple_load(&s->lat) < 0)
+    if (fl_get_i64(s->data, s_cnt, &s->cnt) < 0 || fl_stats_load(&s->lat) < 0)
         return -1;
     if (throttled &&
-        (fl_get_i64(s->data, s_skipped, &s->skipped) < 0 || simple_load(&s->lag) < 0))
+        (fl_get_i64(s->data, s_skipped, &s->skipped) < 0 || fl_stats_load(&s->lag) < 0))
         return -1;
     return 0;
 }
@@ -158,8 +158,8 @@ set_number(PyObject *obj, PyObject *name, double v, int is_int)
     return r;
 }
 
-static int
-simple_store(fl_simple *s)
+int
+fl_stats_store(fl_simple *s)
 {
     if (set_i64(s->obj, s_count, s->count) < 0 ||
         set_number(s->obj, s_min, s->min, s->min_int) < 0 ||
@@ -173,13 +173,31 @@ simple_store(fl_simple *s)
 static int
 stats_store(fl_stats *s, int throttled)
 {
-    if (set_i64(s->data, s_cnt, s->cnt) < 0 || simple_store(&s->lat) < 0)
+    if (set_i64(s->data, s_cnt, s->cnt) < 0 || fl_stats_store(&s->lat) < 0)
         return -1;
     if (throttled &&
-        (set_i64(s->data, s_skipped, s->skipped) < 0 || simple_store(&s->lag) < 0))
+        (set_i64(s->data, s_skipped, s->skipped) < 0 || fl_stats_store(&s->lag) < 0))
         return -1;
     return 0;
 }
+
+/* -r: every command's latency copy, loaded or stored */
+static int
+per_command_sync(FastLoop *fl, int (*sync)(fl_simple *))
+{
+    int i, k;
+
+    if (!fl->per_command)
+        return 0;
+    for (k = 0; k < fl->nscripts; k++)
+        for (i = 0; i < fl->scripts[k].nops; i++)
+            if (fl->scripts[k].ops[i].cmd.obj != NULL &&
+                sync(&fl->scripts[k].ops[i].cmd) < 0)
+                return -1;
+    return 0;
+}
+
+/* everything shared by the worker's clients: C's copies -> Python */
 int
 fl_shared_store(FastLoop *fl)
 {
@@ -199,7 +217,7 @@ fl_shared_store(FastLoop *fl)
         return -1;
     if (fl->latency_limit && set_i64(fl->wstate, s_latency_late, fl->latency_late) < 0)
         return -1;
-    return 0;
+    return per_command_sync(fl, fl_stats_store);
 }
 
 /* the worker's timer_exceeded, which its SIGALRM handler sets (-T) */
@@ -230,8 +248,11 @@ fl_shared_load(FastLoop *fl)
         return -1;
     if (fl->latency_limit && fl_get_i64(fl->wstate, s_latency_late, &fl->latency_late) < 0)
         return -1;
+    if (per_command_sync(fl, fl_stats_load) < 0)
+        return -1;
     return fl_read_timer(fl);
 }
+
 /* ---------------------------------------------------------------------- */
 /* Clients: taking over from Python, handing back                         */
 
@@ -377,7 +398,8 @@ hand_back(FastLoop *fl, int index, int state)
         set_i64(st, s_txn_scheduled, c->txn_scheduled) < 0 ||
         set_i64(st, s_txn_begin, c->txn_begin) < 0 ||
         set_i64(st, s_estatus, 0) < 0 || set_i64(st, s_tries, 1) < 0 ||
-        set_i64(st, s_cnt, c->cnt) < 0)
+        set_i64(st, s_cnt, c->cnt) < 0 ||
+        (fl->per_command && set_i64(st, s_stmt_begin, c->stmt_begin) < 0))
         return -1;
     if (fl->save_rng) {
         v = words(c->saved0, c->saved1);

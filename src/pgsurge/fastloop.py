@@ -10,10 +10,11 @@ eligible, which is exactly:
 * the extension is built and current, ``pgsurge._fastpq`` is bound (its
   libpq functions are the C loop's), epoll is there, and neither
   ``PGSURGE_PURE`` nor ``PGSURGE_NO_FASTLOOP`` is set;
-* the run has none of -r, -l, -C, --debug, and no output that needs
+* the run has none of -l, -C, --debug, and no output that needs
   latency histograms (--percentiles, --json); -R (the worker's Poisson
   schedule, from its throttle stream), -L (skipped slots, late
-  transactions) and -T/-t are all supported;
+  transactions), -r (each command's latency, timed as client.py does)
+  and -T/-t are all supported;
 * every command of every script is an SQL command without ``\\gset`` or
   ``\\aset``, a ``\\sleep`` of a constant or of a variable the SQL
   commands could read (rule below), or a ``\\set`` to a valid name whose
@@ -78,7 +79,7 @@ __all__ = [
 ]
 
 #: the interface version of pgsurge._fastloop this code expects
-FASTLOOP_API = 2
+FASTLOOP_API = 3
 
 _INT64_MAX = (1 << 63) - 1
 _INT64_MIN = -(1 << 63)
@@ -148,8 +149,6 @@ FastPlan = tuple[
 
 def run_excluded(cfg: RunConfig) -> str | None:
     """Why this run's options keep it on the Python loop, or None."""
-    if cfg.report_per_command:
-        return "-r"
     if cfg.log:
         return "-l"
     if cfg.connect_each_tx:
@@ -385,10 +384,11 @@ def flags_for(
     exit_on_abort: bool,
     latency_limit_us: int = 0,
     throttle_delay: float = 0.0,
+    per_command: bool = False,
 ) -> tuple[int | float, ...]:
     """The C loop's run flags (the same derivations as ``make_advance``):
     ``end_us`` is Settings.end_us (0 without -T), ``throttle_delay`` the
-    worker's mean Poisson delay (0.0 without -R)."""
+    worker's mean Poisson delay (0.0 without -R), ``per_command`` -r."""
     return (
         query_mode,
         nxacts,
@@ -401,4 +401,5 @@ def flags_for(
         int(exit_on_abort),
         latency_limit_us,
         float(throttle_delay),
+        int(per_command),
     )

@@ -405,6 +405,7 @@ def _run(spec: WorkerSpec, pipe: Connection) -> None:
             cfg.exit_on_abort,
             settings.latency_limit_us,
             settings.throttle_delay,
+            settings.per_command,
         )
         loop.use_c(plan, engine, wstate, scripts, flags)
 

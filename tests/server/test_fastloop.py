@@ -222,3 +222,26 @@ def test_command_reading_a_variable_many_times(
     assert len(fast_rows) == 20
     assert fast_rows == slow_rows
     assert _report(fast.stdout) == _report(slow.stdout)
+
+
+#: a -r line: the command's latency (timing), then its failures (exact)
+_STATEMENT = re.compile(r"^(\s+)[\d.]+(\s+\d+\s)")
+
+
+@pytest.mark.parametrize("mode", ["simple", "prepared"])
+def test_report_per_command(db: str, tmp_path: Path, mode: str) -> None:
+    # -r runs in C too: the same statement lines, failures and all, in the
+    # same report (per-command counts: test_fastloop_rate, in-process)
+    args = [*_scripts(tmp_path), "-M", mode, "-c", "3", "-j", "2", "-t", "60", "-r"]
+    args += ["--random-seed", "7", "-n", "-s", "1000"]
+    fast = _run(args, db, tmp_path, fast=True)
+    _rows(db)
+    slow = _run(args, db, tmp_path, fast=False)
+    _rows(db)
+    assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
+
+    def masked(stdout: str) -> list[str]:
+        return [_STATEMENT.sub(r"\1N\2", line) for line in _report(stdout)]
+
+    assert masked(fast.stdout) == masked(slow.stdout)
+    assert sum("INSERT INTO t" in line for line in fast.stdout.splitlines()) == 3

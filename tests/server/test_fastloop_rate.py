@@ -296,3 +296,43 @@ def test_sleep_of_odd_values_same_outcome(db: str, tmp_path: Path) -> None:
         assert fast.returncode == slow.returncode == rc, (fast.stderr, slow.stderr)
         assert sorted(fast.stderr.splitlines()) == sorted(slow.stderr.splitlines())
         assert _report(fast.stdout) == _report(slow.stdout)
+
+
+@pytest.mark.parametrize("rate", [None, "5000"])
+def test_per_command_counts_same(
+    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rate: str | None
+) -> None:
+    # -r in C: every command's latency count (and failures, retries) as
+    # Python's; a worker's script choices come from its own stream, so the
+    # counts per script do not depend on which client ran what
+    args = [*_scripts(tmp_path, sleep=True), "-M", "prepared", "-c", "3", "-t", "50"]
+    args += ["-r", "--random-seed", "9", "-n"]
+    if rate is not None:
+        args += ["-R", rate]
+    args = [str(tmp_path / a) if a.endswith((".sql@3", ".sql@2")) else a for a in args]
+    out = {}
+    used: list[bool] = []
+    use_c = fastloop.FastEventLoop.use_c
+
+    def spy(self: fastloop.FastEventLoop, *a: Any) -> None:
+        used.append(True)
+        use_c(self, *a)
+
+    monkeypatch.setattr(fastloop.FastEventLoop, "use_c", spy)
+    for fast in (True, False):
+        if fast:
+            monkeypatch.delenv("PGSURGE_NO_FASTLOOP", raising=False)
+        else:
+            monkeypatch.setenv("PGSURGE_NO_FASTLOOP", "1")
+        _w, result = _run_worker(args, db)
+        assert used == [True], "the C loop ran the -r run"
+        _rows(db)
+        out[fast] = [
+            [(c.latency.count, c.failures, c.retries) for c in script]
+            for script in result.per_command
+        ]
+        # every command of a script ran once per transaction of the script
+        for script, stats in zip(result.per_command, result.per_script, strict=True):
+            assert {c.latency.count for c in script} == {stats.cnt}
+    assert out[True] == out[False]
+    assert sum(s[0][0] for s in out[True]) == 150

@@ -43,7 +43,6 @@ def test_builtins_are_eligible(tmp_path, builtin: str, mode: str) -> None:
 @pytest.mark.parametrize(
     "option",
     [
-        ["-r"],
         ["-l"],
         ["-C"],
         ["--debug"],
@@ -62,6 +61,11 @@ def test_excluded_options_take_the_python_loop(tmp_path, option: list[str]) -> N
     [["-R", "100"], ["-L", "5"], ["-R", "100", "-L", "5"], ["-R", "100", "-T", "5"]],
 )
 def test_throttled_runs_are_eligible(tmp_path, option: list[str]) -> None:
+    assert _plan(["-b", "tpcb-like", *option], tmp_path) is not None
+
+
+@pytest.mark.parametrize("option", [["-r"], ["-r", "-R", "100", "-L", "5"]])
+def test_per_command_latencies_are_eligible(tmp_path, option: list[str]) -> None:
     assert _plan(["-b", "tpcb-like", *option], tmp_path) is not None
 
 
@@ -160,6 +164,8 @@ def test_plan_of_sleeps(tmp_path) -> None:
 
 def test_flags() -> None:
     flags = fastloop.flags_for(2, 0, 123, True, True, 1, 1, False, 5000, 250.0)
-    assert flags == (2, 0, 123, 1, 1, 0, 0, 0, 5000, 250.0)
+    assert flags == (2, 0, 123, 1, 1, 0, 0, 0, 5000, 250.0, 0)
+    per_command = fastloop.flags_for(0, 10, 0, False, False, 1, 1, False, 0, 0.0, True)
+    assert per_command[-1] == 1
     # unthrottled, one script: transactions restart inline
     assert fastloop.flags_for(0, 10, 0, False, False, 1, 1, False)[6] == 1
