@@ -22,6 +22,7 @@ from pgsurge.prng import PgPrng
 __all__ = ["is_late", "poisson_delay", "worker_delay_us"]
 
 _log = math.log
+_INT64_MAX = (1 << 63) - 1
 
 
 def worker_delay_us(rate: float, nthreads: int) -> float:
@@ -43,5 +44,14 @@ def poisson_delay(rng: PgPrng, center: float) -> int:
 def is_late(slot_us: int, now_us: int, latency_limit_us: int) -> bool:
     """Under ``-L``, a slot that cannot meet the limit even if the
     transaction completed at once is skipped (pgbench: ``trigger < now -
-    latency_limit``)."""
-    return slot_us < now_us - latency_limit_us
+    latency_limit``).
+
+    The difference is an int64 as in pgbench, wrapping: ``-L inf`` makes
+    the limit INT64_MIN (C's conversion of an infinite double), and
+    ``now - INT64_MIN`` wraps to a large negative number there, so that no
+    slot is ever late (the C loop computes it so too).
+    """
+    bound = now_us - latency_limit_us
+    if bound > _INT64_MAX:
+        bound -= 1 << 64
+    return slot_us < bound

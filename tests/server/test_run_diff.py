@@ -675,3 +675,17 @@ def test_shell_messages_name_sh(both, tmp_path: Path) -> None:  # type: ignore[n
         ref, ours = both("-n", "-f", path, "-t", "1")
         assert any(line.startswith("sh: N: ") for line in ref.messages), ref.stderr
         assert_same(ref, ours)
+
+
+@pytest.mark.parametrize("fastloop", ["", "1"])
+def test_latency_limit_inf(both, fastloop: str) -> None:  # type: ignore[no-untyped-def]
+    """-L inf makes pgbench's limit INT64_MIN; its skip test ``trigger < now -
+    latency_limit`` wraps in int64 and never skips, while every
+    transaction counts as above the (negative) limit."""
+    for args in (("-t", "20"), ("-T", "1")):
+        ref, ours = both(
+            "-n", "-S", "-L", "inf", "-R", "200", *args, PGSURGE_NO_FASTLOOP=fastloop
+        )
+        assert_same(ref, ours)
+        skipped = "number of transactions skipped:"
+        assert ours.number(skipped) == ref.number(skipped) == "0 (0.000%)"
