@@ -227,8 +227,19 @@ def _sleep_trace(first_line: str) -> str:
 
 
 def _uses_debug(expr: Expr) -> bool:
-    if isinstance(expr, Call):
-        return expr.name == "debug" or any(_uses_debug(a) for a in expr.args)
+    """Whether ``expr`` calls debug() anywhere.
+
+    A walk with an explicit stack: pgbench accepts operator chains of tens
+    of thousands of terms (a tree that deep), which a recursive walk
+    through a generator turned into a RecursionError.
+    """
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Call):
+            if node.name == "debug":
+                return True
+            stack.extend(node.args)
     return False
 
 

@@ -689,3 +689,28 @@ def test_latency_limit_inf(both, fastloop: str) -> None:  # type: ignore[no-unty
         assert_same(ref, ours)
         skipped = "number of transactions skipped:"
         assert ours.number(skipped) == ref.number(skipped) == "0 (0.000%)"
+
+
+#: pgbench's deepest nesting per shape (tests/unit/test_script_errors.py)
+DEEPEST_SHAPES = {
+    "paren": ("(" * 9996, ":y", ")" * 9996),
+    "minus": ("-" * 9997, ":y", ""),
+    "not": ("not " * 9997, "true", ""),
+    "abs": ("abs(" * 4998, ":y", ")" * 4998),
+    "greatest": ("greatest(1, " * 2499, ":y", ")" * 2499),
+    "case": ("case when :y = 1 then " * 2499, ":y", " end" * 2499),
+}
+
+
+def test_long_chains_and_deepest_nesting(both, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Operator chains of thousands of terms and pgbench's deepest nesting
+    (worker start-up walks each tree for debug() calls: that walk recursed
+    through a generator and failed from about 10000 terms)."""
+    chain = " + ".join(["debug(:y)"] + [":y"] * 14000)
+    lines = ["\\set y 1", f"\\set x {chain}", f"\\if {chain} > 0", "\\endif"]
+    for name, (head, leaf, tail) in DEEPEST_SHAPES.items():
+        lines.append(f"\\set {name} {head}{leaf}{tail}")
+    path = script(tmp_path, "deep.sql", "\n".join([*lines, "select :x;", ""]))
+    ref, ours = both("-n", "-f", path, "-t", "1")
+    assert ref.status == 0, ref.stderr[-2000:]
+    assert_same(ref, ours)
