@@ -432,6 +432,15 @@ def make_engine(
                             command_failed(st, "SQL", "SQL command send failed")
                             state = ABORTED
                             continue
+                        except UnicodeEncodeError:
+                            # a variable holding bytes that are not UTF-8
+                            # (surrogate-escaped): pgsurge._fastpq encodes
+                            # strictly and sent nothing; send_sql passes the
+                            # bytes as they are, as pgbench does
+                            if not send_sql(st, op) or not flush_sent(st):
+                                command_failed(st, "SQL", "SQL command send failed")
+                                state = ABORTED
+                                continue
                         st.qrynum = 0
                         # Like pgbench, look for the answer at once: on a busy
                         # machine the server has often replied already, which

@@ -128,7 +128,7 @@ def make_meta(s: Settings, w: WorkerState, sup: Support, sql: SqlSteps) -> MetaS
                     error(f'{argv[0]}: undefined variable "{arg}"')
                     return False
                 text = value
-            add = len(text.encode()) + (1 if i > 0 else 0)
+            add = len(text.encode("utf-8", "surrogateescape")) + (1 if i > 0 else 0)
             if length + add >= SHELL_COMMAND_SIZE - 1:
                 error(f"{argv[0]}: shell command is too long")
                 return False
@@ -157,7 +157,8 @@ def make_meta(s: Settings, w: WorkerState, sup: Support, sql: SqlSteps) -> MetaS
             if not w.timer_exceeded:
                 error(f"{argv[0]}: could not read result of shell command")
             return False
-        res: str = line.decode("utf-8", "replace")
+        # the bytes as they came (pgbench echoes them in its error)
+        res: str = line.decode("utf-8", "surrogateescape")
         # strtol, then only white space may follow (no digits at all reads 0)
         m = re.match(r"[ \t\n\v\f\r]*[+-]?[0-9]+", res)
         number = int(m.group(0)) if m else 0

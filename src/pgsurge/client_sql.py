@@ -73,7 +73,9 @@ def params_of(
         if t is int:
             append(b"%d" % v)
         elif t is str:
-            append(v.encode())
+            # surrogateescape: bytes that are not UTF-8 (from -D, \gset of a
+            # SQL_ASCII database) go to the server as they came, as in pgbench
+            append(v.encode("utf-8", "surrogateescape"))
         elif v is MISSING:
             append(None)
         else:
@@ -91,7 +93,7 @@ def substitute(variables: dict[str, Value], parts: tuple[str, ...]) -> bytes:
             out.append(":" + part if v is MISSING else to_text(v))
         else:
             out.append(part)
-    return "".join(out).encode()
+    return "".join(out).encode("utf-8", "surrogateescape")
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,10 +205,12 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
             shown = op.sql
         else:
             shown = substitute(st.variables, op.parts)
-        trace(f"client {st.id} sending {shown.decode('utf-8', 'replace')}")
+        trace(f"client {st.id} sending {shown.decode('utf-8', 'surrogateescape')}")
         if send_sql(st, op):
             return True
-        trace(f"client {st.id} could not send {op.sql.decode('utf-8', 'replace')}")
+        trace(
+            f"client {st.id} could not send {op.sql.decode('utf-8', 'surrogateescape')}"
+        )
         return False
 
     def store_gset(st: Client, op: Op, res: Any, is_last: bool) -> bool:

@@ -287,4 +287,4 @@ def field_name(res: Any, column: int) -> str:
 def value_text(res: Any, row: int, column: int) -> str:
     """A cell as text; NULL reads as the empty string, as in pgbench."""
     value = res.get_value(row, column)
-    return "" if value is None else value.decode("utf-8", "replace")
+    return "" if value is None else value.decode("utf-8", "surrogateescape")

@@ -277,8 +277,15 @@ def build_settings(spec: WorkerSpec, end_us: int) -> Settings:
 
 
 def _stderr(text: str) -> None:
-    """One write per message, so lines from several workers do not mix."""
-    data = text.encode("utf-8", "replace")
+    """One write per message, so lines from several workers do not mix.
+
+    Bytes that are not UTF-8 (a variable from -D or \\setshell output,
+    kept as surrogate escapes) are written as they came, as pgbench echoes
+    them."""
+    try:
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate of another origin
+        data = text.encode("utf-8", "replace")
     while data:
         n = os.write(2, data)
         data = data[n:]

@@ -714,3 +714,34 @@ def test_long_chains_and_deepest_nesting(both, tmp_path: Path) -> None:  # type:
     ref, ours = both("-n", "-f", path, "-t", "1")
     assert ref.status == 0, ref.stderr[-2000:]
     assert_same(ref, ours)
+
+
+def test_bytes_that_are_not_utf8(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path
+) -> None:
+    """Bytes that are not UTF-8 pass through as they came, as in pgbench:
+    \\setshell output echoed in its error, a -D variable sent to the server
+    in every mode, and the server's error about it. (Compared as bytes:
+    the outputs do not decode.)"""
+
+    def run(tool: str, *args: str | bytes) -> tuple[int, bytes]:
+        prog = (
+            [str(pgbench_bin)]
+            if tool == "pgbench"
+            else [sys.executable, "-m", "pgsurge"]
+        )
+        proc = subprocess.run(
+            [*prog, *args, bench_db], capture_output=True, env=base_env(), timeout=60
+        )
+        err = re.sub(rb"(?m)^pgbench: ", b"pgsurge: ", proc.stderr)
+        return proc.returncode, err
+
+    shell = script(tmp_path, "setshell.sql", "\\setshell x printf '\\351'\nselect 1;\n")
+    sql = script(tmp_path, "var.sql", "select ':x';\n")
+    runs: list[tuple[str | bytes, ...]] = [("-f", shell)]
+    runs += [("-f", sql, "-M", m, "-D", b"x=\xe9") for m in ("simple", "extended")]
+    for args in runs:
+        ref = run("pgbench", "-n", "-t", "1", *args)
+        ours = run("pgsurge", "-n", "-t", "1", *args)
+        assert ref[0] == 2
+        assert ours == ref
