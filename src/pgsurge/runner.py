@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import psycopg
 
@@ -368,7 +368,17 @@ def _recv(workers: _Workers, index: int) -> tuple[Any, ...]:
     return msg
 
 
-def _barrier(workers: _Workers, expected: str) -> None:
+def _fatal(msg: tuple[Any, ...], err: TextIO) -> NoReturn:
+    """A worker's ("fatal", [text]): pgbench's ``pg_fatal`` in a thread,
+    which ends the process with status 1. The text, when the worker left
+    it to the parent, is printed here: only the first failing worker's."""
+    if len(msg) > 1:
+        err.write(msg[1])
+        err.flush()
+    raise _Failed(ExitStatus.ERROR)
+
+
+def _barrier(workers: _Workers, expected: str, err: TextIO) -> None:
     """Wait for every worker's ``expected`` message (a fatal one ends the run)."""
     waiting = set(range(len(workers.pipes)))
     while waiting:
@@ -377,7 +387,7 @@ def _barrier(workers: _Workers, expected: str) -> None:
             index = workers.pipes.index(pipe)  # type: ignore[arg-type]
             msg = _recv(workers, index)
             if msg[0] == "fatal":
-                raise _Failed(ExitStatus.ERROR)
+                _fatal(msg, err)
             if msg[0] != expected:
                 raise _Failed(ExitStatus.RUN_ABORTED)
             waiting.discard(index)
@@ -503,11 +513,11 @@ def _drive(
     workers: _Workers, cfg: RunConfig, facts: RunFacts, err: TextIO
 ) -> RunResult:
     """The barriers, the progress lines and the results of a started run."""
-    _barrier(workers, "ready")
+    _barrier(workers, "ready", err)
     start_us = _clock()
     end_us = start_us + cfg.duration * 1000000 if cfg.duration else 0
     workers.send_all(("steady", start_us, end_us))
-    _barrier(workers, "connected")
+    _barrier(workers, "connected", err)
     workers.send_all(("go",))
 
     reporter = None
@@ -539,6 +549,8 @@ def _drive(
                 pending.discard(index)
             elif kind == "exit_on_abort":
                 raise _Failed(ExitStatus.RUN_ABORTED)
+            elif kind == "fatal":
+                _fatal(msg, err)
             else:
                 raise _Failed(ExitStatus.RUN_ABORTED)
         if reporter is not None and pending:

@@ -38,7 +38,7 @@ from pgsurge import fastloop, fastpq, pgconn
 from pgsurge.client import make_engine
 from pgsurge.client_state import Client, Op, Settings, WorkerState
 from pgsurge.config import QueryMode, RunConfig
-from pgsurge.errors import PROG
+from pgsurge.errors import PROG, PgsurgeError
 from pgsurge.loop import EventLoop, LoopOutcome
 from pgsurge.prng import PgPrng, ThreadStreams
 from pgsurge.script.ast import (
@@ -323,16 +323,28 @@ def _set_alarm(wstate: WorkerState, delay_us: int) -> None:
     signal.setitimer(signal.ITIMER_REAL, delay_us / 1e6)
 
 
-def _open_log(spec: WorkerSpec, start_us: int | None) -> TxLogWriter:
-    """The worker's -l file (pgbench opens it before the start barriers)."""
+def _open_log(
+    spec: WorkerSpec, start_us: int | None, pipe: Connection
+) -> TxLogWriter | None:
+    """The worker's -l file (pgbench opens it before the start barriers).
+
+    None when it cannot be opened: the parent is sent the error, which it
+    prints as pgbench's ``pg_fatal`` does (once, however many workers
+    fail: pgbench's first failing thread ends the process) and ends the
+    run with status 1.
+    """
     cfg = spec.config
-    return TxLogWriter(
-        log_path(cfg.log_prefix, spec.parent_pid, spec.worker_id),
-        TxLogOptions.from_config(cfg),
-        epoch_shift_us=spec.epoch_shift_us,
-        agg_start_us=start_us,
-        sample_rng=spec.streams.sample,
-    )
+    try:
+        return TxLogWriter(
+            log_path(cfg.log_prefix, spec.parent_pid, spec.worker_id),
+            TxLogOptions.from_config(cfg),
+            epoch_shift_us=spec.epoch_shift_us,
+            agg_start_us=start_us,
+            sample_rng=spec.streams.sample,
+        )
+    except PgsurgeError as e:
+        pipe.send(("fatal", e.format()))
+        return None
 
 
 def worker_main(spec: WorkerSpec, pipe: Connection) -> None:
@@ -365,7 +377,11 @@ def _run(spec: WorkerSpec, pipe: Connection) -> None:
         choose_rng=spec.streams.choose,
         throttle_rng=spec.streams.throttle,
     )
-    txlog = _open_log(spec, None) if cfg.log and not cfg.aggregate_interval else None
+    txlog = None
+    if cfg.log and not cfg.aggregate_interval:
+        txlog = _open_log(spec, None, pipe)
+        if txlog is None:
+            return
     pipe.send(("ready",))
 
     msg = pipe.recv()
@@ -453,7 +469,12 @@ def _run(spec: WorkerSpec, pipe: Connection) -> None:
     wstate.throttle_trigger = bench_start
     if cfg.log and cfg.aggregate_interval:
         # aggregate intervals count from this worker's start
-        txlog = _open_log(spec, bench_start)
+        txlog = _open_log(spec, bench_start, pipe)
+        if txlog is None:
+            for st in clients:
+                if st.conn is not None:
+                    st.conn.finish()
+            return
     if txlog is not None:
         wstate.txlog = txlog.log
     if end_us and cfg.duration:

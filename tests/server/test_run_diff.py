@@ -745,3 +745,15 @@ def test_bytes_that_are_not_utf8(
         ours = run("pgsurge", "-n", "-t", "1", *args)
         assert ref[0] == 2
         assert ours == ref
+
+
+@pytest.mark.parametrize("aggregate", [(), ("--aggregate-interval", "1")])
+def test_unopenable_log_file(both, aggregate: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+    """pgbench's pg_fatal: 'could not open logfile', status 1, printed once."""
+    for jobs in ("1", "2"):
+        ref, ours = both(
+            "-n", "-S", "-t", "2", "-c", "2", "-j", jobs, "-l",
+            "--log-prefix=/nonexistent/x", *aggregate,
+        )  # fmt: skip
+        assert ref.status == 1
+        assert_same(ref, ours)
