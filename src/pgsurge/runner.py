@@ -263,9 +263,11 @@ def _mp_context() -> Any:
     return multiprocessing.get_context(method)
 
 
-def _worker_entry(spec: WorkerSpec, pipe: Connection, parent: int) -> None:
+def _worker_entry(
+    spec: WorkerSpec, pipe: Connection, parent: int, abort_owner: Any
+) -> None:
     _die_with_parent(parent)
-    worker_main(spec, pipe)
+    worker_main(spec, pipe, abort_owner)
 
 
 def _die_with_parent(parent: int) -> None:
@@ -293,11 +295,17 @@ class _Workers:
         ctx = _mp_context()
         self.pipes: list[Connection] = []
         self.procs: list[Any] = []
+        # --exit-on-abort: the id of the first worker to report an abort,
+        # shared, so that only it reports (pgbench's first aborting thread
+        # ends the process before another can print)
+        abort_owner = (
+            ctx.Value("i", -1) if specs and specs[0].config.exit_on_abort else None
+        )
         for spec in specs:
             parent_end, child_end = ctx.Pipe(duplex=True)
             proc = ctx.Process(
                 target=_worker_entry,
-                args=(spec, child_end, os.getpid()),
+                args=(spec, child_end, os.getpid(), abort_owner),
                 name=f"pgsurge-worker-{spec.worker_id}",
                 daemon=True,
             )

@@ -30,8 +30,10 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import Any
 
 from pgsurge import client_state as C
 from pgsurge import fastloop, fastpq, pgconn
@@ -347,10 +349,14 @@ def _open_log(
         return None
 
 
-def worker_main(spec: WorkerSpec, pipe: Connection) -> None:
-    """Process entry point (see the module docstring for the protocol)."""
+def worker_main(spec: WorkerSpec, pipe: Connection, abort_owner: Any = None) -> None:
+    """Process entry point (see the module docstring for the protocol).
+
+    ``abort_owner`` (under --exit-on-abort): a shared ``multiprocessing``
+    int, -1 until a worker claims the abort report (see ``_claim_abort``).
+    """
     try:
-        _run(spec, pipe)
+        _run(spec, pipe, abort_owner)
     except KeyboardInterrupt:
         os._exit(1)
     except BaseException:
@@ -362,7 +368,35 @@ def worker_main(spec: WorkerSpec, pipe: Connection) -> None:
         os._exit(3)
 
 
-def _run(spec: WorkerSpec, pipe: Connection) -> None:
+def _claim_abort(abort_owner: Any, worker_id: int) -> bool:
+    """--exit-on-abort: whether this worker reports the run's abort.
+
+    pgbench's first thread to abort a client prints its error and "Run was
+    aborted due to an error in thread N", then exits the process, so no
+    other thread gets to print; workers are processes that the parent
+    stops only when told, so the first to claim the shared owner reports
+    and the others, aborting at about the same time, keep quiet.
+    """
+    with abort_owner.get_lock():
+        if abort_owner.value < 0:
+            abort_owner.value = worker_id
+        return bool(abort_owner.value == worker_id)
+
+
+def _abort_gated_log(abort_owner: Any, worker_id: int) -> Callable[[str], None]:
+    """The engine's message sink under --exit-on-abort: error lines only
+    from the worker that claims the abort (every client error ends in an
+    abort there)."""
+    prefix = f"{PROG}: error: "
+
+    def log(text: str) -> None:
+        if not text.startswith(prefix) or _claim_abort(abort_owner, worker_id):
+            _stderr(text)
+
+    return log
+
+
+def _run(spec: WorkerSpec, pipe: Connection, abort_owner: Any = None) -> None:
     cfg = spec.config
     scripts = compile_scripts(spec.scripts, cfg.query_mode, debug=cfg.debug)
     clients = _make_clients(spec)
@@ -419,7 +453,10 @@ def _run(spec: WorkerSpec, pipe: Connection) -> None:
         control_fd=pipe.fileno(),
         recorder=rec,
     )
-    engine = make_engine(settings, wstate, scripts, loop, _stderr)
+    log: Callable[[str], None] = _stderr
+    if abort_owner is not None:
+        log = _abort_gated_log(abort_owner, spec.worker_id)
+    engine = make_engine(settings, wstate, scripts, loop, log)
     loop.advance = engine.advance
     if plan is not None:
         assert isinstance(loop, fastloop.FastEventLoop)
@@ -501,10 +538,11 @@ def _run(spec: WorkerSpec, pipe: Connection) -> None:
         txlog.close(_clock() if outcome == LoopOutcome.DONE else None)
     if outcome != LoopOutcome.DONE:
         if outcome == LoopOutcome.EXIT_ON_ABORT:
-            _stderr(
-                f"{PROG}: error: Run was aborted due to an error in thread "
-                f"{spec.worker_id}\n"
-            )
+            if abort_owner is None or _claim_abort(abort_owner, spec.worker_id):
+                _stderr(
+                    f"{PROG}: error: Run was aborted due to an error in thread "
+                    f"{spec.worker_id}\n"
+                )
             pipe.send(("exit_on_abort",))
         for st in clients:
             if st.conn is not None:

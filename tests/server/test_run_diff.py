@@ -757,3 +757,25 @@ def test_unopenable_log_file(both, aggregate: tuple[str, ...]) -> None:  # type:
         )  # fmt: skip
         assert ref.status == 1
         assert_same(ref, ours)
+
+
+def test_exit_on_abort_reports_once(
+    both, bench_db: str, pgbench_bin: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """With -j 2, both workers often abort a client within the same
+    milliseconds; pgbench's first aborting thread ends the process, so one
+    abort line and one "Run was aborted" line are printed (pgsurge printed
+    each worker's in about 1 run of 4)."""
+    path = script(
+        tmp_path,
+        "abort.sql",
+        "\\set x random(1, 100)\n\\if :x = 1\nselect 1/0;\n\\endif\nselect 1;\n",
+    )
+    args = ("-n", "-f", path, "-c", "4", "-j", "2", "-T", "1", "--exit-on-abort")
+    ref, ours = both(*args)
+    assert ref.status == ours.status == 2
+    assert ours.messages == ref.messages
+    for _ in range(10):
+        out = run_tool("pgsurge", pgbench_bin, args, bench_db, tmp_path)
+        assert out.status == 2
+        assert out.messages == ref.messages, out.stderr
