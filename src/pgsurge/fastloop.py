@@ -161,15 +161,22 @@ def run_excluded(cfg: RunConfig) -> str | None:
 
 
 def _static(expr: Expr) -> bool:
-    """No variable, no random function, no debug(): compile-time foldable."""
-    if isinstance(expr, Const):
-        return True
-    if isinstance(expr, Call):
-        spec = FUNCTIONS.get(expr.name)
+    """No variable, no random function, no debug(): compile-time foldable.
+
+    Walked with an explicit stack: pgbench accepts operator chains of some
+    20000 terms, deeper than a recursive walk may go."""
+    todo = [expr]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, Const):
+            continue
+        if not isinstance(node, Call):
+            return False
+        spec = FUNCTIONS.get(node.name)
         if spec is None or spec.kind not in (FuncKind.PURE, FuncKind.LAZY):
             return False
-        return all(_static(a) for a in expr.args)
-    return False
+        todo.extend(node.args)
+    return True
 
 
 def _const_int(expr: Expr) -> int | None:

@@ -160,11 +160,12 @@ def _call(call: Call) -> _Node:
     nargs = len(call.args)
     if spec.nargs >= 0 and nargs != spec.nargs:
         raise ValueError(f"{call.name}: expected {spec.nargs} arguments, got {nargs}")
-    # a loop, not a comprehension: one Python frame less per level of a
-    # deep tree (pgbench accepts some 10000 levels; see cli's recursion limit)
+    # a loop, not a comprehension, and calls compiled without going through
+    # _compile: one Python frame per level of a deep tree (pgbench accepts
+    # operator chains of some 20000 terms; see cli's recursion limit)
     args: list[_Node] = []
     for a in call.args:
-        args.append(_compile(a))  # noqa: PERF401 (see above)
+        args.append(_call(a) if type(a) is Call else _compile(a))  # noqa: PERF401
     kind = spec.kind
     if kind is FuncKind.LAZY:
         fn = _lazy(call.name, args)

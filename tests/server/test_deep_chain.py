@@ -1,0 +1,50 @@
+"""Operator chains as long as pgbench evaluates them, on both run loops.
+
+pgbench's parser takes ``a + a + ... + a`` of any length; its evaluator
+recurses in C and holds some 20000 to 29000 terms, depending on the
+script, before its stack overflows. A recursive walk of ours that
+recursed through C (a generator expression) stopped at about 10000 terms
+with a RecursionError traceback.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.server.test_run_diff import base_env
+
+pytestmark = pytest.mark.server
+
+
+@pytest.mark.parametrize("fastloop", ["", "1"])
+def test_chain_of_20000_terms(
+    fresh_db: str, pgbench_bin: Path, tmp_path: Path, fastloop: str
+) -> None:
+    terms = 20000
+    path = tmp_path / "chain.sql"
+    path.write_text(
+        f"\\set x {' + '.join([':client_id'] * terms)}\n"
+        "\\set one 1\n"
+        "SELECT :x AS x, :one AS one \\gset r_\n"
+        f"\\if :r_x <> {terms} * :client_id\n"
+        "SELECT 1/0;\n"
+        "\\endif\n"
+    )
+    args = ["-n", "-f", str(path), "-t", "2", "-c", "2", fresh_db]
+    ref = subprocess.run(
+        [str(pgbench_bin), *args], capture_output=True, text=True, env=base_env()
+    )
+    assert ref.returncode == 0, ref.stderr
+    ours = subprocess.run(
+        [sys.executable, "-m", "pgsurge", *args],
+        capture_output=True,
+        text=True,
+        env={**base_env(), "PGSURGE_NO_FASTLOOP": fastloop},
+    )
+    assert ours.returncode == 0, ours.stderr
+    assert "Traceback" not in ours.stderr
+    assert "number of transactions actually processed: 4/4" in ours.stdout
