@@ -359,6 +359,21 @@ def worker_main(spec: WorkerSpec, pipe: Connection, abort_owner: Any = None) -> 
         _run(spec, pipe, abort_owner)
     except KeyboardInterrupt:
         os._exit(1)
+    except RecursionError:
+        # an expression deeper than the recursion limit allows (cli raises
+        # it to what pgbench handles; pgbench itself dies of SIGSEGV a
+        # little further): an error message, not a traceback
+        try:
+            pipe.send(
+                (
+                    "fatal",
+                    f"{PROG}: error: an expression of a script is nested too "
+                    "deeply to be evaluated\n",
+                )
+            )
+        except Exception:
+            pass
+        os._exit(3)
     except BaseException:
         text = traceback.format_exc()
         try:

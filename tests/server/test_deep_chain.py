@@ -48,3 +48,21 @@ def test_chain_of_20000_terms(
     assert ours.returncode == 0, ours.stderr
     assert "Traceback" not in ours.stderr
     assert "number of transactions actually processed: 4/4" in ours.stdout
+
+
+def test_chain_beyond_the_limit_is_an_error(fresh_db: str, tmp_path: Path) -> None:
+    """Deeper than our recursion limit (pgbench dies of SIGSEGV there): a
+    message and status 1, not a worker's traceback."""
+    path = tmp_path / "chain.sql"
+    path.write_text(f"\\set x {' + '.join([':client_id'] * 40000)}\nSELECT :x;\n")
+    ours = subprocess.run(
+        [sys.executable, "-m", "pgsurge", "-n", "-f", str(path), "-t", "1", fresh_db],
+        capture_output=True,
+        text=True,
+        env=base_env(),
+    )
+    assert ours.returncode == 1, ours.stderr
+    assert ours.stderr == (
+        "pgsurge: error: an expression of a script is nested too deeply to be "
+        "evaluated\n"
+    )
