@@ -73,7 +73,7 @@ PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s_cnt,
     *s_in_pipeline, *s_count, *s_min, *s_max, *s_sum, *s_sum2, *s_latency,
     *s_timer_exceeded, *s_getstate, *s_setstate, *s_stats, *s_per_script,
     *s_choose_rng, *s_throttle_rng, *s_throttle_trigger, *s_latency_late,
-    *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin;
+    *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched;
 
 /* ---------------------------------------------------------------------- */
 /* Construction                                                           */
@@ -522,6 +522,7 @@ PyInit__fastloop(void)
     INTERN(s_lag, "lag");
     INTERN(s_sleep_until, "sleep_until");
     INTERN(s_stmt_begin, "stmt_begin");
+    INTERN(s_unwatched, "unwatched");
     if (PyType_Ready(&FastLoop_Type) < 0)
         return NULL;
     m = PyModule_Create(&fastloop_module);

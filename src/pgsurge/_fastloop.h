@@ -40,7 +40,7 @@
 #define FL_HIDDEN
 #endif
 
-#define FASTLOOP_API 3
+#define FASTLOOP_API 4
 
 /* setup.py's digest of the sources this was built from (see there) */
 #ifndef PGSURGE_SOURCE_HASH
@@ -165,6 +165,9 @@ typedef struct {
     PGconn *conn;
     int fd;
     int owner;
+    /* Client.unwatched, while owner == OWN_C (Python's absorb took the
+     * socket out of the epoll set; its next wait for a result puts it back) */
+    int unwatched;
     /* the rest is meaningful while owner == OWN_C */
     int state, script, command, qrynum;
     int64_t txn_scheduled, txn_begin, sleep_until, stmt_begin, cnt;
@@ -223,7 +226,7 @@ FL_HIDDEN extern PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s
     *s_in_pipeline, *s_count, *s_min, *s_max, *s_sum, *s_sum2, *s_latency,
     *s_timer_exceeded, *s_getstate, *s_setstate, *s_stats, *s_per_script,
     *s_choose_rng, *s_throttle_rng, *s_throttle_trigger, *s_latency_late,
-    *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin;
+    *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched;
 
 static inline int64_t
 clock_us(void)
@@ -330,6 +333,7 @@ FL_HIDDEN int fl_shared_store(FastLoop *fl);
 FL_HIDDEN int fl_shared_load(FastLoop *fl);
 FL_HIDDEN int fl_read_timer(FastLoop *fl);
 FL_HIDDEN int fl_refresh_fd(FastLoop *fl, int index);
+FL_HIDDEN int fl_watch(FastLoop *fl, int index);
 FL_HIDDEN int fl_take_over(FastLoop *fl, int index, int state);
 FL_HIDDEN int fl_settle_py(FastLoop *fl, int index);
 FL_HIDDEN int fl_stats_load(fl_simple *s);

@@ -273,7 +273,8 @@ fl_advance(FastLoop *fl, int index)
                 if (pq->isBusy(c->conn)) {
                     c->qrynum = q;
                     c->state = WAIT_RESULT;
-                    return 0;
+                    /* sent while out of the epoll set (absorb) */
+                    return c->unwatched ? fl_watch(fl, index) : 0;
                 }
                 res = pq->getResult(c->conn);
                 if (res == NULL)

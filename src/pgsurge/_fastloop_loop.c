@@ -54,9 +54,17 @@ socket_ready(FastLoop *fl, int index)
             return state == WAIT_RESULT ? fl_refresh_fd(fl, index) : fl_settle_py(fl, index);
         }
     }
-    /* not waiting for it: a notice, or the server closed the connection */
+    /* not waiting for it: a notice, or the server closed the connection;
+     * absorb takes the socket out of the epoll set (Client.unwatched) */
     if (fl_call_python(fl, fl->absorb, index, NULL) < 0)
         return -1;
+    if (c->owner == OWN_C) {
+        int64_t r;
+
+        if (fl_get_i64(c->st, s_unwatched, &r) < 0)
+            return -1;
+        c->unwatched = r != 0;
+    }
     return fl_refresh_fd(fl, index);
 }
 

@@ -295,6 +295,37 @@ fl_refresh_fd(FastLoop *fl, int index)
     return 0;
 }
 
+/* Put a client's socket back into the epoll set, which pgsurge.loop's
+ * absorb took it out of (Client.unwatched), now that the client waits on
+ * it: EventLoop.watch, for the clients that wait without Python's settle
+ * (C-owned ones, and Python's filed by fl_settle_py). */
+int
+fl_watch(FastLoop *fl, int index)
+{
+    fl_client *c = &fl->clients[index];
+    struct epoll_event ev;
+    int flush;
+
+    c->unwatched = 0;
+    if (PyObject_SetAttr(c->st, s_unwatched, Py_False) < 0)
+        return -1;
+    if (c->fd < 0)
+        return 0;
+    flush = attr_is_true(c->st, s_flush_pending);
+    if (flush < 0)
+        return -1;
+    memset(&ev, 0, sizeof ev);
+    ev.events = EPOLLIN | (flush ? EPOLLOUT : 0);
+    /* the key Python's select.epoll gives a descriptor it registers */
+    ev.data.fd = c->fd;
+    if (epoll_ctl(fl->epfd, EPOLL_CTL_ADD, c->fd, &ev) < 0 &&
+        (errno != EEXIST || epoll_ctl(fl->epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0)) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    return 0;
+}
+
 /* Take a Python-owned client in CHOOSE_SCRIPT or THROTTLE (its slot
  * drawn, waiting for it) over. 1: done; 0: this client is not for C now
  * (Python keeps it); -1: error. */
@@ -371,6 +402,9 @@ fl_take_over(FastLoop *fl, int index, int state)
     Py_DECREF(v);
     if (r < 0)
         return -1;
+    if ((r = attr_is_true(st, s_unwatched)) < 0)
+        return -1;
+    c->unwatched = r;
     c->script = (int)script;
     c->conn = (PGconn *)(intptr_t)ptr;
     c->assigned = 0;
@@ -463,7 +497,14 @@ fl_settle_py(FastLoop *fl, int index)
         fl->remains--;
         if (fl->exit_on_abort && state == ABORTED)
             fl->aborted_exit = 1;
-    } else if (state != WAIT_RESULT && state != WAIT_ROLLBACK_RESULT) {
+    } else if (state == WAIT_RESULT || state == WAIT_ROLLBACK_RESULT) {
+        /* it sent while out of the epoll set: watch it again, as
+         * EventLoop.run's settle does */
+        int r = attr_is_true(c->st, s_unwatched);
+
+        if (r < 0 || (r && fl_watch(fl, index) < 0))
+            return -1;
+    } else {
         PyErr_Format(PyExc_AssertionError, "client stopped in state %lld",
                      (long long)state);
         return -1;

@@ -289,9 +289,16 @@ def make_engine(
         reports that error as it reads it; so does this, by finishing the
         drain of the failed command. Without an error noted, the backend
         died silently: pgbench's "perhaps the backend died".
+
+        A prepare in flight (first use under -M prepared) is pgbench's
+        blocking PQprepare, which returns the FATAL as its error: finishing
+        it prints that, then the query's send fails, as in pgbench.
         """
         state = st.drain_state
-        if state is not None and state is not PREPARING:
+        if state is PREPARING:
+            if read_results(st, op) == 3:
+                return ABORTED
+        elif state is not None:
             r = read_results(st, op)
             if r == 2:
                 return ERROR

@@ -257,6 +257,11 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
         conn = st.conn
         assert conn is not None
         while True:
+            if conn.bad:
+                # lost (a FATAL, then the close): PQprepare returns with the
+                # message so far; reading on would add libpq's "invalid socket"
+                st.drain_msg = conn.error_message()
+                break
             if raw.is_busy():
                 return 0
             res = raw.get_result()

@@ -259,6 +259,11 @@ class Client:
     sync_seen: bool = False
     rollback_ok: bool = False
     flush_pending: bool = False
+    #: the socket is attached but out of the event loop's wait set: it became
+    #: readable while the client was not waiting for a result (a notice, or a
+    #: FATAL and the close), and is watched again once the client waits for
+    #: its next result, which then reads what came (as pgbench does)
+    unwatched: bool = False
     #: the next START_COMMAND evaluates an \elif (reached by a false jump)
     eval_elif: bool = False
 

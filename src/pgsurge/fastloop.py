@@ -79,7 +79,7 @@ __all__ = [
 ]
 
 #: the interface version of pgsurge._fastloop this code expects
-FASTLOOP_API = 3
+FASTLOOP_API = 4
 
 _INT64_MAX = (1 << 63) - 1
 _INT64_MIN = -(1 << 63)

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING
 
 from pgsurge import client_state as C
 from pgsurge.client_state import Client
-from pgsurge.pgconn import LibpqError
 
 if TYPE_CHECKING:
     from pgsurge.stats.series import WorkerRecorder
@@ -205,6 +204,7 @@ class EventLoop:
         fd = client.conn.socket
         client.fd = fd
         client.flush_pending = False
+        client.unwatched = False
         self._by_fd[fd] = client
         self.waiter.register(fd, READ)
 
@@ -216,16 +216,30 @@ class EventLoop:
                 self.waiter.unregister(fd)
             client.fd = -1
         client.flush_pending = False
+        client.unwatched = False
 
     def want_write(self, client: Client) -> None:
         client.flush_pending = True
         if client.fd >= 0:
-            self.waiter.modify(client.fd, READ | WRITE)
+            if client.unwatched:
+                self.watch(client)
+            else:
+                self.waiter.modify(client.fd, READ | WRITE)
 
     def write_done(self, client: Client) -> None:
         client.flush_pending = False
-        if client.fd >= 0:
+        # an unwatched socket is not in the set: watch() registers it with
+        # the right mask once the client waits
+        if client.fd >= 0 and not client.unwatched:
             self.waiter.modify(client.fd, READ)
+
+    def watch(self, client: Client) -> None:
+        """Put back into the wait set a socket that :func:`absorb` took
+        out, when its client is about to wait on it."""
+        client.unwatched = False
+        if client.fd >= 0:
+            mask = READ | WRITE if client.flush_pending else READ
+            self.waiter.register(client.fd, mask)
 
     # -- the loop ------------------------------------------------------------------
 
@@ -264,6 +278,7 @@ class EventLoop:
                 remains += 1
                 runq.append(st)
         aborted_exit = False
+        watch = self.watch
 
         def settle(st: Client) -> None:
             """File a client that ``advance`` left in a state other than
@@ -280,7 +295,13 @@ class EventLoop:
                 remains -= 1
                 if exit_on_abort and state == ABORTED:
                     aborted_exit = True
-            elif state != WAIT_RESULT and state != WAIT_ROLLBACK_RESULT:
+            elif state == WAIT_RESULT or state == WAIT_ROLLBACK_RESULT:
+                # it sent while out of the wait set (absorb): watch it again
+                # (the events part never needs this: a client it advances
+                # was watched, and only absorb unwatches)
+                if st.unwatched:
+                    watch(st)
+            else:
                 raise AssertionError(f"client stopped in state {state}")
 
         poll_now = self.waiter.poll_now
@@ -364,18 +385,23 @@ class EventLoop:
 
 
 def absorb(loop: EventLoop, st: Client) -> None:
-    """A socket is readable while its client is not waiting for it.
+    """A socket is ready while its client is not waiting for it.
 
-    The server may send a notice or close the connection at any time; read
-    what came so that the level-triggered wait does not fire again, and
-    stop watching a connection that is gone (its client will fail on its
-    next command, as in pgbench).
+    The server may send a notice, or a FATAL message and close the
+    connection (idle_in_transaction_session_timeout), at any time. pgbench
+    does not watch such a socket and reads nothing: its next send still
+    succeeds, and what came is read with that command's results (a FATAL
+    becomes the command's error). So the socket is taken out of the wait
+    set, unread, with the client still attached, rather than left in it:
+    the wait is level-triggered, and a closed peer reports readable (and
+    EPOLLHUP, whatever the mask) until the descriptor is removed. The
+    client is watched again (:meth:`EventLoop.watch`; the C loop's own
+    sends do the same) once it waits for a result; a client that never
+    sends again leaves nothing in the wait set.
     """
-    raw = st.raw
-    if raw is None:
+    if st.raw is None:
         loop.detach(st)
         return
-    try:
-        raw.consume_input()
-    except LibpqError:
-        loop.detach(st)
+    if st.fd >= 0 and not st.unwatched:
+        loop.waiter.unregister(st.fd)
+        st.unwatched = True

@@ -245,3 +245,22 @@ def test_report_per_command(db: str, tmp_path: Path, mode: str) -> None:
 
     assert masked(fast.stdout) == masked(slow.stdout)
     assert sum("INSERT INTO t" in line for line in fast.stdout.splitlines()) == 3
+
+
+@pytest.mark.parametrize("mode", ["simple", "prepared"])
+def test_notifications_while_sleeping(db: str, tmp_path: Path, mode: str) -> None:
+    # Each NOTIFY reaches the other clients while they sleep, not waiting
+    # for a result: the loop takes such a socket out of its epoll set
+    # (loop.absorb) and the client's next wait puts it back, in C for a
+    # C-owned client. Were it not put back, the client would wait for its
+    # result forever.
+    (tmp_path / "notify.sql").write_text(
+        "LISTEN pgsurge_fl;\n\\sleep 5 ms\nNOTIFY pgsurge_fl;\nSELECT 1;\n"
+    )
+    args = ["-f", "notify.sql", "-M", mode, "-c", "4", "-j", "1", "-t", "30", "-n"]
+    fast = _run(args, db, tmp_path, fast=True)
+    slow = _run(args, db, tmp_path, fast=False)
+    assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
+    assert fast.stderr == slow.stderr == ""
+    assert _report(fast.stdout) == _report(slow.stdout)
+    assert "number of transactions actually processed: 120/120" in fast.stdout
