@@ -383,6 +383,11 @@ def worker_main(spec: WorkerSpec, pipe: Connection, abort_owner: Any = None) -> 
         os._exit(3)
 
 
+#: how long a worker that aborted without reporting waits for the reporting
+#: worker to end the run before it ends it itself
+_QUIET_ABORT_WAIT_S = 5.0
+
+
 def _claim_abort(abort_owner: Any, worker_id: int) -> bool:
     """--exit-on-abort: whether this worker reports the run's abort.
 
@@ -558,6 +563,11 @@ def _run(spec: WorkerSpec, pipe: Connection, abort_owner: Any = None) -> None:
                     f"{PROG}: error: Run was aborted due to an error in thread "
                     f"{spec.worker_id}\n"
                 )
+            else:
+                # The reporting worker may still be printing: telling the
+                # parent now would have it stopped mid-report. It tells the
+                # parent itself, which then stops us; wait for that a while.
+                pipe.poll(_QUIET_ABORT_WAIT_S)
             pipe.send(("exit_on_abort",))
         for st in clients:
             if st.conn is not None:

@@ -776,9 +776,11 @@ def test_exit_on_abort_reports_once(
     both, bench_db: str, pgbench_bin: Path, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
     """With -j 2, both workers often abort a client within the same
-    milliseconds; pgbench's first aborting thread ends the process, so one
-    abort line and one "Run was aborted" line are printed (pgsurge printed
-    each worker's in about 1 run of 4)."""
+    milliseconds. pgbench's first aborting thread ends the process, so
+    mostly one abort line and one "Run was aborted" line are printed; the
+    other thread sometimes gets its abort line out first (seen in CI).
+    pgsurge printed each worker's lines in about 1 run of 4; it prints the
+    first worker's only, each of pgbench's lines once."""
     path = script(
         tmp_path,
         "abort.sql",
@@ -787,11 +789,25 @@ def test_exit_on_abort_reports_once(
     args = ("-n", "-f", path, "-c", "4", "-j", "2", "-T", "1", "--exit-on-abort")
     ref, ours = both(*args)
     assert ref.status == ours.status == 2
-    assert ours.messages == ref.messages
+    # pgbench's two threads' writes may interleave ("pgbench: error:
+    # pgbench: error: Run was ...", seen in CI), so its stderr is checked
+    # to contain each line, and ours to be exactly these lines, once each
+    once = Counter(
+        {
+            "pgsurge: error: client N script N aborted in command N query N: "
+            "ERROR: division by zero": 1,
+            "pgsurge: error: Run was aborted due to an error in thread N": 1,
+        }
+    )
+    for line in once:
+        assert any(line[len("pgsurge: error: ") :] in k for k in ref.messages), (
+            ref.stderr
+        )
+    assert ours.messages == once, (ref.stderr, ours.stderr)
     for _ in range(10):
         out = run_tool("pgsurge", pgbench_bin, args, bench_db, tmp_path)
         assert out.status == 2
-        assert out.messages == ref.messages, out.stderr
+        assert out.messages == once, out.stderr
 
 
 @pytest.mark.parametrize("fastloop", ["", "1"])
