@@ -54,6 +54,22 @@ def _run(
     )
 
 
+def _run_both(
+    args: list[str], db: str, cwd: Path
+) -> tuple[
+    subprocess.CompletedProcess[str],
+    list[tuple[int, int, int, int]],
+    subprocess.CompletedProcess[str],
+    list[tuple[int, int, int, int]],
+]:
+    """The same run on the C loop, then on the Python loop, each followed by
+    the rows it left: (fast, fast_rows, slow, slow_rows)."""
+    fast = _run(args, db, cwd, fast=True)
+    fast_rows = _rows(db)
+    slow = _run(args, db, cwd, fast=False)
+    return fast, fast_rows, slow, _rows(db)
+
+
 def _report(stdout: str) -> list[str]:
     """The report with timing figures masked (everything else exact)."""
     return [
@@ -110,10 +126,7 @@ def _scripts(tmp_path: Path) -> list[str]:
 def test_one_client_per_worker_same_rows(db: str, tmp_path: Path, mode: str) -> None:
     args = [*_scripts(tmp_path), "-M", mode, "-c", "2", "-j", "2", "-t", "150"]
     args += ["--random-seed", "5", "-n", "-s", "1000"]
-    fast = _run(args, db, tmp_path, fast=True)
-    fast_rows = _rows(db)
-    slow = _run(args, db, tmp_path, fast=False)
-    slow_rows = _rows(db)
+    fast, fast_rows, slow, slow_rows = _run_both(args, db, tmp_path)
     assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
     assert len(fast_rows) == 300
     assert fast_rows == slow_rows
@@ -127,10 +140,7 @@ def test_many_clients_same_draws(db: str, tmp_path: Path, mode: str) -> None:
     args += ["--random-seed", "11", "-n", "-s", "1000"]
     # the per-script counts (in the report) are deterministic: every worker
     # draws its choices from its own stream, as many times either way
-    fast = _run(args, db, tmp_path, fast=True)
-    fast_rows = _rows(db)
-    slow = _run(args, db, tmp_path, fast=False)
-    slow_rows = _rows(db)
+    fast, fast_rows, slow, slow_rows = _run_both(args, db, tmp_path)
     assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
     assert _report(fast.stdout) == _report(slow.stdout)
     assert len(fast_rows) == len(slow_rows) == 600

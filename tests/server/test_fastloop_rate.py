@@ -38,7 +38,7 @@ from pgsurge.options import parse_command_line
 from pgsurge.prng import derive_streams
 from pgsurge.runner import _parse_scripts
 from pgsurge.stats.results import WorkerResult
-from tests.server.test_fastloop import _rows, _run
+from tests.server.test_fastloop import _rows, _run, _run_both
 
 pytestmark = [
     pytest.mark.server,
@@ -117,10 +117,7 @@ def test_rate_one_client_per_worker_same_rows(
 ) -> None:
     args = [*_scripts(tmp_path, sleep), "-M", mode, "-c", "2", "-j", "2", "-t", "120"]
     args += ["-R", "3000", "--random-seed", "5", "-n", "-s", "1000"]
-    fast = _run(args, db, tmp_path, fast=True)
-    fast_rows = _rows(db)
-    slow = _run(args, db, tmp_path, fast=False)
-    slow_rows = _rows(db)
+    fast, fast_rows, slow, slow_rows = _run_both(args, db, tmp_path)
     assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
     assert len(fast_rows) == 240
     assert fast_rows == slow_rows
@@ -132,10 +129,7 @@ def test_rate_one_client_per_worker_same_rows(
 def test_sleep_without_rate_same_rows(db: str, tmp_path: Path) -> None:
     args = [*_scripts(tmp_path, True), "-M", "extended", "-c", "4", "-j", "2"]
     args += ["-t", "60", "--random-seed", "9", "-n", "-s", "1000"]
-    fast = _run(args, db, tmp_path, fast=True)
-    fast_rows = _rows(db)
-    slow = _run(args, db, tmp_path, fast=False)
-    slow_rows = _rows(db)
+    fast, fast_rows, slow, slow_rows = _run_both(args, db, tmp_path)
     assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
     assert _per_client(fast_rows) == _per_client(slow_rows)
     assert _report(fast.stdout) == _report(slow.stdout)
