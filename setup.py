@@ -2,11 +2,11 @@
 
 Everything else about the package lives in pyproject.toml. The extensions
 only make pgsurge cheaper to run: ``pgsurge._speedups`` (the PRNG, hashes
-and ``permute()``, src/pgsurge/_speedups.c) and ``pgsurge._fastpq`` (the
-run engine's per-transaction libpq calls, src/pgsurge/_fastpq.c) and
+and ``permute()``, src/pgsurge/_native/_speedups.c) and ``pgsurge._fastpq`` (the
+run engine's per-transaction libpq calls, src/pgsurge/_native/_fastpq.c) and
 ``pgsurge._fastloop`` (a worker's event loop with the common case of its
-clients' state machine, src/pgsurge/_fastloop*.c; the parts are listed in
-src/pgsurge/_fastloop.h).
+clients' state machine, src/pgsurge/_native/_fastloop*.c; the parts are listed in
+src/pgsurge/_native/_fastloop.h).
 pgsurge runs the same without them, in pure Python. So a failed build —
 no C compiler, no Python headers — must not fail the install:
 :class:`OptionalBuildExt` reports the failure and carries on.
@@ -87,15 +87,15 @@ def _extensions() -> list[Extension]:
     return [
         Extension(
             "pgsurge._speedups",
-            sources=["src/pgsurge/_speedups.c"],
+            sources=["src/pgsurge/_native/_speedups.c"],
             extra_compile_args=args,
             optional=True,
         ),
         # dlopen/dlsym live in libdl on glibc before 2.34
         _hashed(
             name="pgsurge._fastpq",
-            sources=["src/pgsurge/_fastpq.c"],
-            depends=["src/pgsurge/_fastpq_api.h"],
+            sources=["src/pgsurge/_native/_fastpq.c"],
+            depends=["src/pgsurge/_native/_fastpq_api.h"],
             libraries=["dl"] if sys.platform.startswith("linux") else [],
             optional=True,
         ),
@@ -103,13 +103,16 @@ def _extensions() -> list[Extension]:
         _hashed(
             name="pgsurge._fastloop",
             sources=[
-                "src/pgsurge/_fastloop.c",
-                "src/pgsurge/_fastloop_plan.c",
-                "src/pgsurge/_fastloop_sync.c",
-                "src/pgsurge/_fastloop_client.c",
-                "src/pgsurge/_fastloop_loop.c",
+                "src/pgsurge/_native/_fastloop.c",
+                "src/pgsurge/_native/_fastloop_plan.c",
+                "src/pgsurge/_native/_fastloop_sync.c",
+                "src/pgsurge/_native/_fastloop_client.c",
+                "src/pgsurge/_native/_fastloop_loop.c",
             ],
-            depends=["src/pgsurge/_fastloop.h", "src/pgsurge/_fastpq_api.h"],
+            depends=[
+                "src/pgsurge/_native/_fastloop.h",
+                "src/pgsurge/_native/_fastpq_api.h",
+            ],
             # latency sums and the --rate schedule must round as Python's
             extra_compile_args=args,
             optional=True,

@@ -58,13 +58,13 @@ import psycopg
 
 from pgsurge import __version__, pgconn
 from pgsurge.config import RunConfig
+from pgsurge.engine.worker import WorkerSpec, worker_main
 from pgsurge.errors import PROG, ConnectError, ExitStatus, PgsurgeError
 from pgsurge.prng import derive_streams
 from pgsurge.report.extras import client_limited_warning, render_extras
 from pgsurge.report.text import render_abort_notice, render_banner, render_text
 from pgsurge.script.ast import ParsedScript, Value
 from pgsurge.stats.results import RunFacts, RunResult, StatsData, WorkerResult
-from pgsurge.worker import WorkerSpec, worker_main
 
 __all__ = ["TableInfo", "run", "split_clients"]
 

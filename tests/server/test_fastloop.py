@@ -23,7 +23,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgsurge import fastloop
+from pgsurge.engine import fastloop
 
 pytestmark = [
     pytest.mark.server,

@@ -11,7 +11,7 @@ depend on timing:
   either run or skipped, and counts in the client's -t either way, so the
   worker draws exactly -c x -t delays, and its final ``throttle_trigger``
   (less its start) and stream state are the same whatever the timing.
-  Those are read in-process, by running ``pgsurge.worker._run`` with a pipe
+  Those are read in-process, by running ``pgsurge.engine.worker._run`` with a pipe
   and capturing its ``WorkerState``;
 * the report with timing figures (and, under -L, the skip counts) masked,
   and the accounting identities (processed + skipped = all transactions).
@@ -31,10 +31,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgsurge import fastloop, worker
-from pgsurge.client_state import WorkerState
+from pgsurge.cli.options import parse_command_line
 from pgsurge.config import RunConfig
-from pgsurge.options import parse_command_line
+from pgsurge.engine import fastloop, worker
+from pgsurge.engine.state import WorkerState
 from pgsurge.prng import derive_streams
 from pgsurge.runner import _parse_scripts
 from pgsurge.stats.results import WorkerResult

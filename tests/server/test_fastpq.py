@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from psycopg import pq
 
-from pgsurge import fastpq, pgconn
+from pgsurge import pgconn
+from pgsurge.engine import fastpq
 
 pytestmark = [
     pytest.mark.server,
@@ -195,7 +196,7 @@ def test_argument_errors(conn: pgconn.PgConn) -> None:
 def test_pure_mode_disables_it() -> None:
     env = dict(os.environ, PGSURGE_PURE="1")
     out = subprocess.run(
-        [sys.executable, "-c", "import pgsurge.fastpq as f; print(f.available)"],
+        [sys.executable, "-c", "import pgsurge.engine.fastpq as f; print(f.available)"],
         env=env,
         capture_output=True,
         text=True,
@@ -287,7 +288,7 @@ def _values(conn: pgconn.PgConn) -> list[Any]:
     ],
 )
 def test_vars_senders_match_params_of(conn: pgconn.PgConn, names: Any) -> None:
-    from pgsurge.client_sql import params_of
+    from pgsurge.engine.sql import params_of
 
     variables = dict(_VARIABLES, **{f"v{i}": i * 1000 - 3 for i in range(30)})
     ptr = fastpq.usable_with(conn)
@@ -338,7 +339,7 @@ def test_vars_senders_leave_other_values_to_python(
 def test_send_query_parts_matches_substitute(
     conn: pgconn.PgConn, parts: tuple[str, ...]
 ) -> None:
-    from pgsurge.client_sql import substitute
+    from pgsurge.engine.sql import substitute
 
     ptr = fastpq.usable_with(conn)
     assert fastpq.send_query_parts(ptr, parts, _VARIABLES) == 0

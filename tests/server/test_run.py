@@ -21,7 +21,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgsurge.cli import parse_command_line
+from pgsurge.cli.options import parse_command_line
 from pgsurge.config import RunConfig
 from pgsurge.errors import ExitStatus
 from pgsurge.runner import run, split_clients

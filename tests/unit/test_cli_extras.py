@@ -19,16 +19,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pgsurge import cli
-from pgsurge.config import RunConfig
-from pgsurge.errors import UsageError
-from pgsurge.getopt import Getopt
-from pgsurge.option_values import (
+from pgsurge.cli.getopt import Getopt
+from pgsurge.cli.help import HELP
+from pgsurge.cli.options import LONG_OPTIONS, parse_command_line
+from pgsurge.cli.values import (
     DEFAULT_PERCENTILES,
     MAX_PERCENTILES,
     parse_percentiles,
 )
-from pgsurge.options import LONG_OPTIONS, parse_command_line
+from pgsurge.config import RunConfig
+from pgsurge.errors import UsageError
 from pgsurge.report.extras import DEFAULT_PERCENTILES as REPORT_DEFAULTS
 from pgsurge.report.extras import percentile_label
 from tests.fix_cli import run_cli, run_pgbench
@@ -309,7 +309,7 @@ def test_ambiguity_messages_unchanged(args: list[str], pgbench_bin: Path) -> Non
 
 
 def test_help_lists_extras_with_benchmarking_options() -> None:
-    text = cli.HELP
+    text = HELP
     group = text.split("Benchmarking options:\n")[1].split("\n\n")[0]
     lines = group.splitlines()
     for name in NEW_OPTIONS:

@@ -23,8 +23,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pgsurge import cli, option_values
-from pgsurge.cli import EarlyExit, parse_command_line
+from pgsurge import cli
+from pgsurge.cli import values as option_values
+from pgsurge.cli.options import EarlyExit, parse_command_line
 from pgsurge.config import InitConfig, PartitionMethod, QueryMode, RunConfig
 from pgsurge.script.builtins import BUILTIN_SCRIPTS, find_builtin
 from tests.fix_cli import base_env, run_cli, run_pgbench
@@ -368,7 +369,7 @@ def test_seed_time_and_rand() -> None:
 
 
 def test_default_dbname_follows_pgbench() -> None:
-    fallback = cli._default_dbname
+    fallback = cli.dispatch._default_dbname
     assert fallback({"PGDATABASE": "d", "PGUSER": "u"}) == "d"
     assert fallback({"PGDATABASE": "", "PGUSER": "u"}) == "u"
     import pwd

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from pgsurge import client_state as C
-from pgsurge import fastloop
-from pgsurge.client_state import Client, WorkerState
+from pgsurge.engine import fastloop
+from pgsurge.engine import state as C
+from pgsurge.engine.state import Client, WorkerState
 from pgsurge.prng import PgPrng
 from pgsurge.script.evaluate import EvalContext
 from pgsurge.stats.results import StatsData

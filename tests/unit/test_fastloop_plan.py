@@ -1,4 +1,4 @@
-"""Which runs the C event loop takes (pgsurge.fastloop.plan_for), no server.
+"""Which runs the C event loop takes (pgsurge.engine.fastloop.plan_for), no server.
 
 Every option the C loop does not implement must leave the run on the
 Python loop, and so must every script it cannot run exactly; the plan of
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from pgsurge import fastloop
+from pgsurge.cli.options import parse_command_line
 from pgsurge.config import RunConfig
-from pgsurge.options import parse_command_line
+from pgsurge.engine import fastloop
+from pgsurge.engine.worker import compile_scripts
 from pgsurge.runner import _parse_scripts
-from pgsurge.worker import compile_scripts
 
 pytestmark = pytest.mark.skipif(
     not fastloop.available, reason="pgsurge._fastloop not usable"

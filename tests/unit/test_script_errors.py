@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pgsurge.cli import _allow_deep_expressions
+from pgsurge.cli.dispatch import _allow_deep_expressions
 from pgsurge.config import QueryMode
 from pgsurge.errors import ScriptError
 from pgsurge.script.compile import check_query_mode

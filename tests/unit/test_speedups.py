@@ -60,7 +60,7 @@ def test_extension_is_built_where_it_can_be() -> None:
 
 
 def test_fastpq_is_built_and_current_where_it_can_be() -> None:
-    from pgsurge import fastpq
+    from pgsurge.engine import fastpq
 
     try:
         from pgsurge import _fastpq
@@ -75,7 +75,7 @@ def test_fastpq_is_built_and_current_where_it_can_be() -> None:
 
 
 def test_fastloop_is_built_and_current_where_it_can_be() -> None:
-    from pgsurge import fastloop, fastpq
+    from pgsurge.engine import fastloop, fastpq
 
     try:
         from pgsurge import _fastloop

@@ -35,13 +35,15 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from pgsurge import client_state as C
-from pgsurge import fastloop, fastpq, pgconn
-from pgsurge.client import make_engine
-from pgsurge.client_state import Client, Op, Settings, WorkerState
+from pgsurge import pgconn
 from pgsurge.config import QueryMode, RunConfig
+from pgsurge.engine import fastloop, fastpq
+from pgsurge.engine import state as C
+from pgsurge.engine.client import make_engine
+from pgsurge.engine.loop import EventLoop, LoopOutcome
+from pgsurge.engine.state import Client, Op, Settings, WorkerState
+from pgsurge.engine.throttle import worker_delay_us
 from pgsurge.errors import PROG, PgsurgeError
-from pgsurge.loop import EventLoop, LoopOutcome
 from pgsurge.prng import PgPrng, ThreadStreams
 from pgsurge.script.ast import (
     Call,
@@ -64,7 +66,6 @@ from pgsurge.script.evaluate import EvalContext, compile_expr
 from pgsurge.stats.results import StatsData, WorkerResult
 from pgsurge.stats.series import WorkerRecorder
 from pgsurge.stats.txlog import TxLogOptions, TxLogWriter, log_path
-from pgsurge.throttle import worker_delay_us
 
 __all__ = ["WorkerSpec", "build_settings", "compile_scripts", "worker_main"]
 
@@ -459,7 +460,7 @@ def _run(spec: WorkerSpec, pipe: Connection, abort_owner: Any = None) -> None:
                     op.rec = record
     conn_start = _clock()
 
-    # the C loop for the runs it covers (pgsurge.fastloop), else Python's
+    # the C loop for the runs it covers (pgsurge.engine.fastloop), else Python's
     plan = fastloop.plan_for(
         cfg, spec.scripts, scripts, spec.variables, spec.set_client_id
     )

@@ -1,5 +1,5 @@
 /*
- * pgsurge._fastloop: the plan of pgsurge.fastloop (plain tuples) as C ops.
+ * pgsurge._fastloop: the plan of pgsurge.engine.fastloop (plain tuples) as C ops.
  *
  * plan_for() decided which scripts C may run and turned each command into
  * a tuple; here each tuple is checked and becomes an fl_op. The ops point

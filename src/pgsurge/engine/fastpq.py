@@ -18,7 +18,7 @@ hands its functions to the engine:
   read and cleared: it answers the questions pgconn's helpers ask a
   psycopg result (``status``, ``error_message``, ``error_field``).
 
-Return conventions (see src/pgsurge/_fastpq.c): the send functions return
+Return conventions (see src/pgsurge/_native/_fastpq.c): the send functions return
 0 (all sent), 1 (data left to flush: wait for writability), -1 (the flush
 failed) or -2 (the send failed); ``send_prepared_vars``,
 ``send_params_vars`` and ``send_query_parts`` build the parameters (the

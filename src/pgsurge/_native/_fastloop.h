@@ -6,7 +6,7 @@
  *
  *   _fastloop.c         the module: the FastLoop type, its construction
  *                       and destruction, the interned attribute names;
- *   _fastloop_plan.c    pgsurge.fastloop's plan -> the C ops of a script;
+ *   _fastloop_plan.c    pgsurge.engine.fastloop's plan -> the C ops of a script;
  *   _fastloop_sync.c    the Python side: loading and writing back the
  *                       shared working copies and a client's state, taking
  *                       clients over and handing them to advance/resume;
@@ -47,7 +47,7 @@
 #define PGSURGE_SOURCE_HASH ""
 #endif
 
-/* pgsurge.client_state's numbers (checked by pgsurge.fastloop) */
+/* pgsurge.engine.state's numbers (checked by pgsurge.engine.fastloop) */
 #define CHOOSE_SCRIPT 0
 #define START_TX 1
 #define PREPARE_THROTTLE 2
@@ -65,7 +65,7 @@
 #define MODE_EXTENDED 1
 #define MODE_PREPARED 2
 
-/* run() outcomes: pgsurge.loop.LoopOutcome's, and TICK */
+/* run() outcomes: pgsurge.engine.loop.LoopOutcome's, and TICK */
 #define OUT_DONE 0
 #define OUT_EXIT_ON_ABORT 1
 #define OUT_STOPPED 2
@@ -82,7 +82,7 @@
 #define PQTRANS_IDLE 0
 #define PG_DIAG_SQLSTATE 'C'
 
-/* pgsurge.client.TX_BUDGET */
+/* pgsurge.engine.client.TX_BUDGET */
 #define TX_BUDGET 4
 /* pg_prng_double's scale: 2**-52 */
 #define TWO_M52 (1.0 / 4503599627370496.0)
@@ -213,7 +213,7 @@ typedef struct {
     int remains, aborted_exit, started;
     int64_t idle_us, now_us;
     struct epoll_event *events;
-    /* pgsurge.loop's timers: a heap of (deadline, client) -- a worker's
+    /* pgsurge.engine.loop's timers: a heap of (deadline, client) -- a worker's
      * client ids grow with their index, so the index orders as the id */
     fl_timer *timers;
     int ntimers;
@@ -270,7 +270,7 @@ prng_range(uint64_t *s0, uint64_t *s1, int64_t rmin, int64_t rmax)
 }
 
 /* ---------------------------------------------------------------------- */
-/* The timers: pgsurge.loop's heap of (deadline, client id)               */
+/* The timers: pgsurge.engine.loop's heap of (deadline, client id)               */
 
 static inline int
 fl_timer_before(const fl_timer *a, const fl_timer *b)

@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-from pgsurge import client_state as C
-from pgsurge.client_state import Client
+from pgsurge.engine import state as C
+from pgsurge.engine.state import Client
 
 if TYPE_CHECKING:
     from pgsurge.stats.series import WorkerRecorder

@@ -1,7 +1,7 @@
 /*
  * pgsurge._fastloop: a C-owned client's state machine.
  *
- * fl_advance() is pgsurge.client's advance() for the plain case: script
+ * fl_advance() is pgsurge.engine.client's advance() for the plain case: script
  * choice, -R slots and -L skips, \set of constants and random(lo, hi),
  * \sleep, sending SQL with pgsurge._fastpq's libpq functions, reading the
  * results, first-try accounting, and the restart of the next transaction.
@@ -126,7 +126,7 @@ bytes_or_none(const char *s)
     return PyBytes_FromString(s);
 }
 
-/* pgbench's getPoissonRand (pgsurge.throttle.poisson_delay): the next
+/* pgbench's getPoissonRand (pgsurge.engine.throttle.poisson_delay): the next
  * delay of the worker's schedule, from its throttle stream. The product
  * goes through a volatile so that no compiler fuses it with the addition
  * (an FMA rounds once, Python's code twice), whatever the build flags. */

@@ -1,7 +1,7 @@
 """A client's SQL phase: send a command, read its results without blocking.
 
 ``make_sql`` builds, once per worker, the steps that talk to the server for
-the state machine in :mod:`pgsurge.client`:
+the state machine in :mod:`pgsurge.engine.client`:
 
 * sending: ``send_sql`` in the run's query mode (simple with ``:var``
   substitution, extended or prepared with parameters), ``prepare`` on a
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pgsurge import pgconn
-from pgsurge.client_state import (
+from pgsurge.engine.state import (
     E_CONN,
     E_DEADLOCK,
     E_META,

@@ -2,8 +2,8 @@
 
 ``pgsurge._fastloop`` runs a worker's event loop and its clients' plain
 transactions in C, handing a client to the Python engine (``advance``, or
-``resume`` of :class:`pgsurge.client.Engine`) for anything else; see the
-design comment at the top of src/pgsurge/_fastloop.c. The Python engine is
+``resume`` of :class:`pgsurge.engine.client.Engine`) for anything else; see the
+design comment at the top of src/pgsurge/_native/_fastloop.c. The Python engine is
 the reference: a run takes the C loop only when :func:`plan_for` finds it
 eligible, which is exactly:
 
@@ -33,7 +33,7 @@ eligible, which is exactly:
 Anything else (pipelines, ``\\if``, shell commands, string or double
 values, ...) runs on the Python loop unchanged. -P is supported:
 the C loop returns at each tick and :class:`FastEventLoop` sends the
-progress snapshot as :class:`~pgsurge.loop.EventLoop` does.
+progress snapshot as :class:`~pgsurge.engine.loop.EventLoop` does.
 """
 
 from __future__ import annotations
@@ -44,10 +44,11 @@ from functools import partial
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from pgsurge import _native, fastpq
-from pgsurge import client_state as C
-from pgsurge.client_meta import c_int
-from pgsurge.loop import EventLoop, absorb
+from pgsurge import _native
+from pgsurge.engine import fastpq
+from pgsurge.engine import state as C
+from pgsurge.engine.loop import EventLoop, absorb
+from pgsurge.engine.meta import c_int
 from pgsurge.script.ast import (
     Call,
     Const,
@@ -62,9 +63,9 @@ from pgsurge.script.evaluate import EvalContext, evaluate
 from pgsurge.script.functions import FUNCTIONS, FuncKind
 
 if TYPE_CHECKING:
-    from pgsurge.client import Engine
-    from pgsurge.client_state import Op, WorkerState
     from pgsurge.config import RunConfig
+    from pgsurge.engine.client import Engine
+    from pgsurge.engine.state import Op, WorkerState
     from pgsurge.script.ast import ParsedScript
 
 __all__ = [

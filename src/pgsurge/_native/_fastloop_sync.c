@@ -295,7 +295,7 @@ fl_refresh_fd(FastLoop *fl, int index)
     return 0;
 }
 
-/* Put a client's socket back into the epoll set, which pgsurge.loop's
+/* Put a client's socket back into the epoll set, which pgsurge.engine.loop's
  * absorb took it out of (Client.unwatched), now that the client waits on
  * it: EventLoop.watch, for the clients that wait without Python's settle
  * (C-owned ones, and Python's filed by fl_settle_py). */

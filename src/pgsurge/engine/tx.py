@@ -2,7 +2,7 @@
 errors and retries.
 
 ``make_tx`` builds, once per worker, what the state machine in
-:mod:`pgsurge.client` does around the commands of a transaction:
+:mod:`pgsurge.engine.client` does around the commands of a transaction:
 
 * ``choose_script``: pgbench's weighted choice with the worker's stream;
 * ``process_xact``: pgbench's ``processXactStats`` — count an ended
@@ -29,8 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pgsurge import pgconn
-from pgsurge.client_sql import SqlSteps
-from pgsurge.client_state import (
+from pgsurge.engine.fastpq import usable_with
+from pgsurge.engine.sql import SqlSteps
+from pgsurge.engine.state import (
     ABORTED,
     E_DEADLOCK,
     E_NONE,
@@ -46,7 +47,6 @@ from pgsurge.client_state import (
     Support,
     WorkerState,
 )
-from pgsurge.fastpq import usable_with
 
 __all__ = ["TxSteps", "make_tx"]
 

@@ -2,9 +2,9 @@
  * pgsurge._fastloop: a worker's event loop and the common case of its
  * clients' state machine, in C.
  *
- * The Python engine (pgsurge.loop.EventLoop.run driving the advance()
- * closure of pgsurge.client) is the reference. For runs that
- * pgsurge.fastloop finds eligible (plain scripts of SQL commands, \set of
+ * The Python engine (pgsurge.engine.loop.EventLoop.run driving the advance()
+ * closure of pgsurge.engine.client) is the reference. For runs that
+ * pgsurge.engine.fastloop finds eligible (plain scripts of SQL commands, \set of
  * constants or random(lo, hi) and \sleep, no logs, no histograms:
  * see there) this module runs the same loop, and runs every transaction
  * that goes as planned without entering Python at all -- throttled ones
@@ -213,7 +213,7 @@ FastLoop_dealloc(FastLoop *fl)
  * FastLoop(clients, script_ops, plan, wstate, hooks, epoll_fd, control_fd,
  *          flags)
  *
- * plan: (var_names, nset, weights, scripts) -- see pgsurge.fastloop;
+ * plan: (var_names, nset, weights, scripts) -- see pgsurge.engine.fastloop;
  * hooks: (advance, resume, absorb); flags: (mode, nxacts, end_us,
  * detailed, tx_clock, save_rng, restart_inline, exit_on_abort,
  * latency_limit_us, throttle_delay, per_command) -- throttle_delay a float.
@@ -455,7 +455,7 @@ static struct PyModuleDef fastloop_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "pgsurge._fastloop",
     .m_doc = "A worker's event loop and its clients' common case in C "
-             "(optional; see pgsurge.fastloop).",
+             "(optional; see pgsurge.engine.fastloop).",
     .m_size = -1,
 };
 

@@ -2,7 +2,7 @@
 
 Everything the phase modules of a benchmark client share, and nothing that
 runs: the state numbers (pgbench's ``ConnectionStateEnum``, documented with
-the state machine in :mod:`pgsurge.client`), the compiled script command
+the state machine in :mod:`pgsurge.engine.client`), the compiled script command
 :class:`Op`, the per-client :class:`Client` (pgbench's ``CState``), the
 per-worker :class:`WorkerState` (``TState``), the run :class:`Settings`,
 the :class:`IoHooks` the event loop provides, and :class:`Support`: the
@@ -48,7 +48,7 @@ __all__ = [
 
 
 class ConnectionState(enum.IntEnum):
-    """pgbench's ``ConnectionStateEnum`` (documented in ``pgsurge.client``)."""
+    """pgbench's ``ConnectionStateEnum`` (documented in ``pgsurge.engine.client``)."""
 
     CHOOSE_SCRIPT = 0
     START_TX = 1
@@ -223,7 +223,7 @@ class Client:
     #: the raw libpq connection (hot path attribute access), or None
     raw: Any = None
     #: its PGconn address when pgsurge._fastpq drives the hot path, else 0
-    #: (see pgsurge.fastpq)
+    #: (see pgsurge.engine.fastpq)
     ptr: int = 0
     fd: int = -1
     script: int = 0

@@ -1,7 +1,7 @@
 """A client's meta commands: expressions, ``\\sleep``, shell commands, pipelines.
 
 ``make_meta`` builds, once per worker, what the state machine in
-:mod:`pgsurge.client` calls for a backslash command. ``\\set``, ``\\if``
+:mod:`pgsurge.engine.client` calls for a backslash command. ``\\set``, ``\\if``
 and its branches, and ``\\sleep`` are dispatched inline there (the first is
 on the hot path of the builtin scripts); this module evaluates their
 expressions and sleep times. ``run_meta`` runs the rest — ``\\shell``,
@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pgsurge import pgconn
-from pgsurge.client_sql import SqlSteps
-from pgsurge.client_state import (
+from pgsurge.engine.sql import SqlSteps
+from pgsurge.engine.state import (
     ABORTED,
     E_META,
     END_COMMAND,

@@ -12,7 +12,7 @@
  *          the command's results are all read or libpq needs more data.
  *
  * The *_vars/parts variants also build the parameters (or, in simple mode,
- * the query text) from the client's variables, as pgsurge.client_sql's
+ * the query text) from the client's variables, as pgsurge.engine.sql's
  * params_of/substitute do, for the common values (ints and strings); for
  * any other value they send nothing and return FALLBACK, and the caller
  * does it in Python.
@@ -22,7 +22,7 @@
  * among the loaded objects and takes its functions from it, so both work on
  * the same PGconn structures. If no single libpq is loaded, or its version
  * is not the one psycopg reports, bind() fails and pgsurge keeps using
- * psycopg's calls (pgsurge.fastpq decides; see there).
+ * psycopg's calls (pgsurge.engine.fastpq decides; see there).
  *
  * Connections are given as PGconn addresses (psycopg's pgconn_ptr).
  * Nothing here owns a connection; results are cleared before returning.
@@ -758,7 +758,7 @@ static struct PyModuleDef fastpq_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "pgsurge._fastpq",
     .m_doc = "Fused per-transaction libpq calls on psycopg's own libpq "
-             "(optional; see pgsurge.fastpq).",
+             "(optional; see pgsurge.engine.fastpq).",
     .m_size = -1,
     .m_methods = module_methods,
 };

@@ -35,17 +35,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
-from pgsurge.config import (
-    ConnParams,
-    InitConfig,
-    PartitionMethod,
-    QueryMode,
-    RunConfig,
-    ScriptSource,
-)
-from pgsurge.errors import PROG, UsageError
-from pgsurge.getopt import Getopt, LongOption
-from pgsurge.option_values import (
+from pgsurge.cli.getopt import Getopt, LongOption
+from pgsurge.cli.values import (
     INT32_MAX,
     atof,
     atoi,
@@ -57,6 +48,15 @@ from pgsurge.option_values import (
     to_int64,
     wrap_int32,
 )
+from pgsurge.config import (
+    ConnParams,
+    InitConfig,
+    PartitionMethod,
+    QueryMode,
+    RunConfig,
+    ScriptSource,
+)
+from pgsurge.errors import PROG, UsageError
 from pgsurge.script import builtins
 
 if TYPE_CHECKING:

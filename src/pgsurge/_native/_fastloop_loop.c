@@ -1,5 +1,5 @@
 /*
- * pgsurge._fastloop: the loop itself, step by step as pgsurge.loop's
+ * pgsurge._fastloop: the loop itself, step by step as pgsurge.engine.loop's
  * EventLoop.run: one wait on the worker's epoll instance (Python's Waiter
  * registers the descriptors), then the ready sockets, the due timers, the
  * runnable queue and the progress tick, in that order.
@@ -8,7 +8,7 @@
 #include "_fastloop.h"
 
 /* Run a client of the runnable queue, or whose deadline has come
- * (pgsurge.loop: advance, settle). */
+ * (pgsurge.engine.loop: advance, settle). */
 static int
 run_client(FastLoop *fl, int index)
 {
@@ -33,7 +33,7 @@ run_client(FastLoop *fl, int index)
     return fl_advance(fl, index);
 }
 
-/* A socket is ready (pgsurge.loop: the events part of run). */
+/* A socket is ready (pgsurge.engine.loop: the events part of run). */
 static int
 socket_ready(FastLoop *fl, int index)
 {
@@ -69,7 +69,7 @@ socket_ready(FastLoop *fl, int index)
 }
 
 /* Wait on the epoll instance: timeout_us < 0 without limit. epoll_wait
- * counts milliseconds; like pgsurge.loop.Waiter, a finite timeout waits on
+ * counts milliseconds; like pgsurge.engine.loop.Waiter, a finite timeout waits on
  * the epoll descriptor with ppoll (nanoseconds), then fetches. */
 static int
 wait_events(FastLoop *fl, int64_t timeout_us)

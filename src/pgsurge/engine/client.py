@@ -85,10 +85,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
-from pgsurge import fastpq, pgconn
-from pgsurge.client_meta import make_meta
-from pgsurge.client_sql import make_sql, params_of, substitute
-from pgsurge.client_state import (
+from pgsurge import pgconn
+from pgsurge.engine import fastpq
+from pgsurge.engine.fastpq import DRAIN_BUSY, DRAIN_DONE, SEND_FALLBACK, ErrorResult
+from pgsurge.engine.meta import make_meta
+from pgsurge.engine.sql import make_sql, params_of, substitute
+from pgsurge.engine.state import (
     ABORTED,
     BACKEND_DIED,
     CHOOSE_SCRIPT,
@@ -130,11 +132,10 @@ from pgsurge.client_state import (
     Support,
     WorkerState,
 )
-from pgsurge.client_tx import make_tx
+from pgsurge.engine.throttle import is_late, poisson_delay
+from pgsurge.engine.tx import make_tx
 from pgsurge.errors import EvalError
-from pgsurge.fastpq import DRAIN_BUSY, DRAIN_DONE, SEND_FALLBACK, ErrorResult
 from pgsurge.script.values import truth
-from pgsurge.throttle import is_late, poisson_delay
 
 __all__ = [
     "RESUME_FLUSH",
