@@ -10,7 +10,8 @@ onto other hosts.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 
 class QueryMode(enum.Enum):
@@ -73,6 +74,10 @@ class ScriptSource:
     builtin: bool = False
     #: pgbench's description, e.g. "<builtin: TPC-B (sort of)>", or the file name
     description: str = ""
+    #: the script parsed once by the option parser (a
+    #: ``pgsurge.script.ast.ParsedScript``; typed loosely because this base
+    #: module imports no layer above it), or None when built by hand
+    parsed: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

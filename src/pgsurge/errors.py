@@ -126,9 +126,3 @@ class InitError(PgsurgeError):
 
 class ServerError(PgsurgeError):
     """The embedded PostgreSQL server could not be set up or started."""
-
-
-class RunAborted(PgsurgeError):
-    """The benchmark ended with aborted clients (exit status 2)."""
-
-    exit_status = ExitStatus.RUN_ABORTED

@@ -13,8 +13,6 @@ the rest of pgsurge never imports ``psycopg.pq``:
   ``flush``, pipeline calls…), so the hot path pays no wrapper call;
 * result and status codes are plain ``int`` module constants (comparing
   ints is cheaper than comparing enum members);
-* :func:`error_kind` classifies a failed result by SQLSTATE the way pgbench
-  decides what may be retried (40001 serialization, 40P01 deadlock).
 
 Raised errors: psycopg raises ``psycopg.OperationalError`` when a send,
 consume or flush fails (libpq returned an error); callers catch
@@ -64,14 +62,6 @@ CONNECTION_OK = int(pq.ConnStatus.OK)
 CONNECTION_BAD = int(pq.ConnStatus.BAD)
 
 _DIAG_SQLSTATE = int(pq.DiagnosticField.SQLSTATE)
-
-# Error kinds, in pgbench's EStatus terms (only the SQL ones come from here)
-ERR_SERIALIZATION = 1  # 40001: may be retried
-ERR_DEADLOCK = 2  # 40P01: may be retried
-ERR_OTHER = 3  # any other SQL error
-ERR_CONNECTION = 4  # the connection is gone
-
-_SQLSTATE_KIND = {b"40001": ERR_SERIALIZATION, b"40P01": ERR_DEADLOCK}
 
 #: libpq's version, e.g. 180006
 LIBPQ_VERSION = pq.version()
@@ -256,18 +246,6 @@ def connect_or_raise(items: dict[str, str], password: str | None = None) -> PgCo
     if conn is None:
         raise ConnectError(strip_newline(message))
     return conn
-
-
-def error_kind(conn: PgConn, res: Any) -> int:
-    """pgbench's ``getSQLErrorStatus`` for a failed result ``res``.
-
-    A broken connection wins over the SQLSTATE; otherwise 40001 and 40P01
-    are the retryable kinds and everything else is ``ERR_OTHER``.
-    """
-    if conn.bad:
-        return ERR_CONNECTION
-    state = res.error_field(_DIAG_SQLSTATE)
-    return _SQLSTATE_KIND.get(state, ERR_OTHER) if state else ERR_OTHER
 
 
 def sqlstate(res: Any) -> str | None:

@@ -58,13 +58,26 @@ import psycopg
 
 from pgsurge import __version__, pgconn
 from pgsurge.config import RunConfig
+from pgsurge.engine.protocol import (
+    Connected,
+    Crash,
+    Done,
+    Fatal,
+    Go,
+    ParentMessage,
+    Progress,
+    Ready,
+    Steady,
+    WorkerMessage,
+)
 from pgsurge.engine.worker import WorkerSpec, worker_main
 from pgsurge.errors import PROG, ConnectError, ExitStatus, PgsurgeError
 from pgsurge.prng import derive_streams
 from pgsurge.report.extras import client_limited_warning, render_extras
 from pgsurge.report.text import render_abort_notice, render_banner, render_text
 from pgsurge.script.ast import ParsedScript, Value
-from pgsurge.stats.results import RunFacts, RunResult, StatsData, WorkerResult
+from pgsurge.stats.counters import StatsData
+from pgsurge.stats.results import RunFacts, RunResult, WorkerResult
 
 __all__ = ["TableInfo", "run", "split_clients"]
 
@@ -101,9 +114,16 @@ def _clock() -> int:
 
 
 def _parse_scripts(cfg: RunConfig) -> tuple[ParsedScript, ...]:
-    from pgsurge.script.parser import parse_script
+    """The scripts as the option parser parsed them (parsed here only when
+    the config was built by hand)."""
+    from pgsurge.script.compile import parse_script
 
-    return tuple(parse_script(s.description or s.name, s.text) for s in cfg.scripts)
+    return tuple(
+        s.parsed
+        if isinstance(s.parsed, ParsedScript)
+        else parse_script(s.description or s.name, s.text)
+        for s in cfg.scripts
+    )
 
 
 def _connect(
@@ -314,7 +334,7 @@ class _Workers:
             self.pipes.append(parent_end)
             self.procs.append(proc)
 
-    def send_all(self, msg: tuple[Any, ...]) -> None:
+    def send_all(self, msg: ParentMessage) -> None:
         for pipe in self.pipes:
             pipe.send(msg)
 
@@ -364,29 +384,29 @@ class _Failed(Exception):
         self.status = status
 
 
-def _recv(workers: _Workers, index: int) -> tuple[Any, ...]:
+def _recv(workers: _Workers, index: int) -> WorkerMessage:
     try:
-        msg: tuple[Any, ...] = workers.pipes[index].recv()
+        msg: WorkerMessage = workers.pipes[index].recv()
     except (EOFError, OSError):
         raise _Failed(ExitStatus.RUN_ABORTED) from None
-    if msg[0] == "crash":
-        sys.stderr.write(msg[1])
+    if isinstance(msg, Crash):
+        sys.stderr.write(msg.traceback)
         sys.stderr.write(f"{PROG}: error: worker {index} failed\n")
         raise _Failed(ExitStatus.RUN_ABORTED)
     return msg
 
 
-def _fatal(msg: tuple[Any, ...], err: TextIO) -> NoReturn:
-    """A worker's ("fatal", [text]): pgbench's ``pg_fatal`` in a thread,
-    which ends the process with status 1. The text, when the worker left
-    it to the parent, is printed here: only the first failing worker's."""
-    if len(msg) > 1:
-        err.write(msg[1])
+def _fatal(msg: Fatal, err: TextIO) -> NoReturn:
+    """A worker's :class:`Fatal`: pgbench's ``pg_fatal`` in a thread, which
+    ends the process with status 1. The text, when the worker left it to
+    the parent, is printed here: only the first failing worker's."""
+    if msg.text is not None:
+        err.write(msg.text)
         err.flush()
     raise _Failed(ExitStatus.ERROR)
 
 
-def _barrier(workers: _Workers, expected: str, err: TextIO) -> None:
+def _barrier(workers: _Workers, expected: type[Ready | Connected], err: TextIO) -> None:
     """Wait for every worker's ``expected`` message (a fatal one ends the run)."""
     waiting = set(range(len(workers.pipes)))
     while waiting:
@@ -394,9 +414,9 @@ def _barrier(workers: _Workers, expected: str, err: TextIO) -> None:
         for pipe in ready:
             index = workers.pipes.index(pipe)  # type: ignore[arg-type]
             msg = _recv(workers, index)
-            if msg[0] == "fatal":
+            if isinstance(msg, Fatal):
                 _fatal(msg, err)
-            if msg[0] != expected:
+            if not isinstance(msg, expected):
                 raise _Failed(ExitStatus.RUN_ABORTED)
             waiting.discard(index)
 
@@ -521,12 +541,12 @@ def _drive(
     workers: _Workers, cfg: RunConfig, facts: RunFacts, err: TextIO
 ) -> RunResult:
     """The barriers, the progress lines and the results of a started run."""
-    _barrier(workers, "ready", err)
+    _barrier(workers, Ready, err)
     start_us = _clock()
     end_us = start_us + cfg.duration * 1000000 if cfg.duration else 0
-    workers.send_all(("steady", start_us, end_us))
-    _barrier(workers, "connected", err)
-    workers.send_all(("go",))
+    workers.send_all(Steady(start_us, end_us))
+    _barrier(workers, Connected, err)
+    workers.send_all(Go())
 
     reporter = None
     if cfg.progress_s:
@@ -545,22 +565,18 @@ def _drive(
         ready = wait([workers.pipes[i] for i in pending])
         for pipe in ready:
             index = workers.pipes.index(pipe)  # type: ignore[arg-type]
-            msg = _recv(workers, index)
-            kind = msg[0]
-            if kind == "progress":
-                ticks[index], nows[index], snapshots[index] = msg[1], msg[2], msg[3]
-            elif kind == "done":
-                result = msg[1]
-                results[index] = result
-                snapshots[index] = result.total
-                ticks[index] = sys.maxsize
-                pending.discard(index)
-            elif kind == "exit_on_abort":
-                raise _Failed(ExitStatus.RUN_ABORTED)
-            elif kind == "fatal":
-                _fatal(msg, err)
-            else:
-                raise _Failed(ExitStatus.RUN_ABORTED)
+            match _recv(workers, index):
+                case Progress(tick, now, stats):
+                    ticks[index], nows[index], snapshots[index] = tick, now, stats
+                case Done(result):
+                    results[index] = result
+                    snapshots[index] = result.total
+                    ticks[index] = sys.maxsize
+                    pending.discard(index)
+                case Fatal() as fatal:
+                    _fatal(fatal, err)
+                case _:  # ExitOnAbort, or a message out of order
+                    raise _Failed(ExitStatus.RUN_ABORTED)
         if reporter is not None and pending:
             tick = min(ticks)
             if tick > printed:

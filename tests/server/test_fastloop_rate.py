@@ -33,7 +33,7 @@ import pytest
 
 from pgsurge.cli.options import parse_command_line
 from pgsurge.config import RunConfig
-from pgsurge.engine import fastloop, worker
+from pgsurge.engine import fastloop, protocol, worker
 from pgsurge.engine.state import WorkerState
 from pgsurge.prng import derive_streams
 from pgsurge.runner import _parse_scripts
@@ -214,10 +214,10 @@ def _run_worker(args: list[str], dsn: str) -> tuple[WorkerState, WorkerResult]:
     got: list[Any] = []
 
     def drive() -> None:
-        assert parent.recv()[0] == "ready"
-        parent.send(("steady", time.monotonic_ns() // 1000, 0))
-        assert parent.recv()[0] == "connected"
-        parent.send(("go",))
+        assert isinstance(parent.recv(), protocol.Ready)
+        parent.send(protocol.Steady(time.monotonic_ns() // 1000, 0))
+        assert isinstance(parent.recv(), protocol.Connected)
+        parent.send(protocol.Go())
         got.append(parent.recv())
 
     thread = threading.Thread(target=drive)
@@ -231,8 +231,8 @@ def _run_worker(args: list[str], dsn: str) -> tuple[WorkerState, WorkerResult]:
         gc.unfreeze()
         gc.set_threshold(*threshold)
         thread.join(30)
-    assert got and got[0][0] == "done", got
-    return states[0], got[0][1]
+    assert got and isinstance(got[0], protocol.Done), got
+    return states[0], got[0].result
 
 
 @pytest.mark.parametrize("limit", [None, "0.3"])

@@ -24,7 +24,7 @@ import pytest
 from psycopg import sql
 
 from pgsurge.prng import derive_streams
-from pgsurge.stats.results import FailureKind
+from pgsurge.stats.counters import FailureKind
 from pgsurge.stats.txlog import TxLogOptions, TxLogWriter, log_path
 
 pytestmark = pytest.mark.server

@@ -24,7 +24,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pgsurge import cli
-from pgsurge.cli import values as option_values
+from pgsurge import cnum as option_values
 from pgsurge.cli.options import EarlyExit, parse_command_line
 from pgsurge.config import InitConfig, PartitionMethod, QueryMode, RunConfig
 from pgsurge.script.builtins import BUILTIN_SCRIPTS, find_builtin

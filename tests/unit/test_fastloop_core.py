@@ -21,7 +21,7 @@ from pgsurge.engine import state as C
 from pgsurge.engine.state import Client, WorkerState
 from pgsurge.prng import PgPrng
 from pgsurge.script.evaluate import EvalContext
-from pgsurge.stats.results import StatsData
+from pgsurge.stats.counters import StatsData
 
 pytestmark = pytest.mark.skipif(
     not fastloop.available, reason="pgsurge._fastloop not usable"

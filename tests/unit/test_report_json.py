@@ -18,14 +18,9 @@ from pgsurge.report.json import (
     safe_conninfo,
     write_json,
 )
+from pgsurge.stats.counters import FailureKind
 from pgsurge.stats.histogram import Histogram
-from pgsurge.stats.results import (
-    FailureKind,
-    RunFacts,
-    RunResult,
-    ScriptInfo,
-    WorkerResult,
-)
+from pgsurge.stats.results import RunFacts, RunResult, ScriptInfo, WorkerResult
 from pgsurge.stats.series import WorkerRecorder
 
 SECOND = 1_000_000

@@ -24,13 +24,8 @@ from pathlib import Path
 import pytest
 
 from pgsurge.report.text import render_abort_notice, render_banner, render_text
-from pgsurge.stats.results import (
-    CommandStats,
-    RunFacts,
-    RunResult,
-    ScriptInfo,
-    StatsData,
-)
+from pgsurge.stats.counters import CommandStats, StatsData
+from pgsurge.stats.results import RunFacts, RunResult, ScriptInfo
 from pgsurge.stats.simple import SimpleStats
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "reports"

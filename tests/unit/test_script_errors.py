@@ -21,8 +21,7 @@ import pytest
 from pgsurge.cli.dispatch import _allow_deep_expressions
 from pgsurge.config import QueryMode
 from pgsurge.errors import ScriptError
-from pgsurge.script.compile import check_query_mode
-from pgsurge.script.parser import parse_script
+from pgsurge.script.compile import check_query_mode, parse_script
 
 SCRIPT = "s.sql"
 

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from pgsurge.errors import ScriptError
 from pgsurge.script.ast import Call, Const, Expr, SqlCommand, Var
+from pgsurge.script.compile import parse_script
 from pgsurge.script.functions import ARITY
-from pgsurge.script.parser import format_expr, parse_expr, parse_script
+from pgsurge.script.parser import format_expr, parse_expr
 from pgsurge.script.sqlvars import split_variables, to_params
 
 # pieces that exercise every lexer state

@@ -15,7 +15,7 @@ from pgsurge.script.ast import (
     SleepCommand,
     SqlCommand,
 )
-from pgsurge.script.parser import parse_script
+from pgsurge.script.compile import parse_script
 from pgsurge.script.splitter import SqlScanner, Stop, skip_sql_comments, sql_first_line
 
 

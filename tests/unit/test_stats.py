@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pgsurge.cnum import c_div, c_fmt, c_sqrt
 from pgsurge.config import ConnParams, QueryMode, RunConfig, ScriptSource
 from pgsurge.stats import (
     CommandStats,
@@ -23,7 +24,6 @@ from pgsurge.stats import (
     StatsData,
     WorkerResult,
 )
-from pgsurge.stats.cfloat import c_div, c_fmt, c_sqrt
 
 # integer µs latencies keep sums exact, whatever the order of additions
 latencies = st.lists(st.integers(0, 10_000_000).map(float), max_size=40)

@@ -13,7 +13,7 @@ import pytest
 from pgsurge.config import ConnParams, RunConfig, ScriptSource
 from pgsurge.errors import PgsurgeError
 from pgsurge.prng import PgPrng
-from pgsurge.stats.results import FailureKind, StatsData
+from pgsurge.stats.counters import FailureKind, StatsData
 from pgsurge.stats.txlog import TxLogOptions, TxLogWriter, format_aggregate, log_path
 
 SER = FailureKind.SERIALIZATION

@@ -32,22 +32,18 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TextIO
 
 from pgsurge.cli.getopt import Getopt, LongOption
 from pgsurge.cli.values import (
-    INT32_MAX,
-    atof,
-    atoi,
     check_output_path,
     parse_int_option,
     parse_percentiles,
     parse_random_seed,
     parse_weight,
-    to_int64,
-    wrap_int32,
 )
+from pgsurge.cnum import INT32_MAX, atof, atoi, double_to_int64, wrap_int32
 from pgsurge.config import (
     ConnParams,
     InitConfig,
@@ -58,6 +54,7 @@ from pgsurge.config import (
 )
 from pgsurge.errors import PROG, UsageError
 from pgsurge.script import builtins
+from pgsurge.script.sqlvars import valid_variable_name
 
 if TYPE_CHECKING:
     from pgsurge.script.ast import ParsedScript
@@ -275,7 +272,7 @@ class _CommandLine:
         if len(self.st.scripts) >= MAX_SCRIPTS:
             raise UsageError(f"at most {MAX_SCRIPTS} SQL scripts are allowed")
         check_conditionals(parsed.source, parsed.commands)
-        self.st.scripts.append(source)
+        self.st.scripts.append(replace(source, parsed=parsed))
         self.st.parsed.append(parsed)
 
     def add_builtin(self, name: str, weight: int) -> None:
@@ -348,7 +345,7 @@ class _CommandLine:
                 name, eq, val = arg.partition("=")
                 if not eq or not name or not val:
                     raise UsageError(f'invalid variable definition: "{arg}"')
-                if not _valid_variable_name(name):
+                if not valid_variable_name(name):
                     raise UsageError(f'option: invalid variable name: "{name}"')
                 st.defines.append((name, val))
             case "f":
@@ -377,7 +374,7 @@ class _CommandLine:
                 if limit_ms <= 0.0:  # NaN passes, as in C
                     raise UsageError(f'invalid latency limit: "{arg}"')
                 st.benchmarking_option_set = True
-                st.latency_limit_us = to_int64(limit_ms * 1000)
+                st.latency_limit_us = double_to_int64(limit_ms * 1000)
                 # the limit pgbench uses is that int64 (INT64_MIN for inf,
                 # NaN or a huge value: then every transaction is "late")
                 st.latency_limit_ms = st.latency_limit_us / 1000.0
@@ -681,13 +678,6 @@ class _CommandLine:
             client_cpu=st.client_cpu,
             json_path=st.json_path,
         )
-
-
-def _valid_variable_name(name: str) -> bool:
-    """pgbench's rule: ASCII letters, ``_``, any non-ASCII; digits after the first."""
-    if not name or name[0] in "0123456789":
-        return False
-    return all(ch == "_" or not ch.isascii() or ch.isalnum() for ch in name)
 
 
 def _check_init_steps(steps: str) -> None:

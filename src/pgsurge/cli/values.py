@@ -21,103 +21,19 @@ import re
 import time
 from decimal import Decimal
 
-from pgsurge.errors import UsageError
-
-INT32_MIN = -(1 << 31)
-INT32_MAX = (1 << 31) - 1
-INT64_MIN = -(1 << 63)
-INT64_MAX = (1 << 63) - 1
-UINT64_MAX = (1 << 64) - 1
-
-#: C's isspace() in the C locale
-C_SPACE = " \t\n\v\f\r"
-
-_DIGITS = re.compile(r"[0-9]*")
-_FLOAT = re.compile(
-    r"""[+-]?(?:
-        (?P<hex>0[xX](?:[0-9a-fA-F]+(?:\.[0-9a-fA-F]*)?|\.[0-9a-fA-F]+)
-            (?:[pP][+-]?[0-9]+)?)
-      | (?P<inf>[iI][nN][fF](?:[iI][nN][iI][tT][yY])?)
-      | (?P<nan>[nN][aA][nN](?:\([0-9A-Za-z_]*\))?)
-      | (?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?
-    )""",
-    re.VERBOSE,
+# C's number semantics live in pgsurge.cnum; re-exported here for the
+# option parser, which reads most of its values with them
+from pgsurge.cnum import (
+    C_SPACE,
+    DECIMAL_DIGITS,
+    INT32_MAX,
+    INT32_MIN,
+    UINT64_MAX,
+    bounded_int,
+    skip_c_space,
+    strtol,
 )
-
-
-def wrap_int32(value: int) -> int:
-    """The int32 that C gets when it stores ``value`` in an ``int``."""
-    return (value - INT32_MIN) % (1 << 32) + INT32_MIN
-
-
-def _skip_space(s: str) -> int:
-    i = 0
-    while i < len(s) and s[i] in C_SPACE:
-        i += 1
-    return i
-
-
-def _bounded_int(digits: str) -> int:
-    """``int(digits)``, capped far above 64 bits (Python refuses huge strings)."""
-    digits = digits.lstrip("0") or "0"
-    return int(digits) if len(digits) <= 40 else 1 << 140
-
-
-def strtol(s: str) -> tuple[int, int, bool]:
-    """``strtol(s, &end, 10)``: (value, end index, overflowed).
-
-    Without digits the end is 0 (C sets ``endptr`` to the string start).
-    On overflow the value is clamped to the 64-bit ``long`` range.
-    """
-    i = _skip_space(s)
-    negative = False
-    if i < len(s) and s[i] in "+-":
-        negative = s[i] == "-"
-        i += 1
-    m = _DIGITS.match(s, i)
-    assert m is not None
-    if m.end() == i:
-        return 0, 0, False
-    value = _bounded_int(m.group())
-    if negative:
-        value = -value
-    if value > INT64_MAX:
-        return INT64_MAX, m.end(), True
-    if value < INT64_MIN:
-        return INT64_MIN, m.end(), True
-    return value, m.end(), False
-
-
-def atoi(s: str) -> int:
-    """glibc's ``atoi``: ``(int) strtol(s, NULL, 10)``, wrapping like C."""
-    return wrap_int32(strtol(s)[0])
-
-
-def atof(s: str) -> float:
-    """``atof``: the longest prefix ``strtod`` accepts, else 0.0."""
-    i = _skip_space(s)
-    m = _FLOAT.match(s, i)
-    if m is None:
-        return 0.0
-    text = m.group()
-    if m.group("hex"):
-        sign = -1.0 if text.startswith("-") else 1.0
-        try:
-            return sign * float.fromhex(m.group("hex"))
-        except OverflowError:
-            return sign * float("inf")
-    if m.group("nan"):
-        return float("-nan") if text.startswith("-") else float("nan")
-    if m.group("inf"):
-        return float("-inf") if text.startswith("-") else float("inf")
-    return float(text)
-
-
-def to_int64(value: float) -> int:
-    """C's ``(int64) value`` on x86-64: truncation, INT64_MIN when out of range."""
-    if value != value or not (INT64_MIN <= value < 2.0**63):
-        return INT64_MIN
-    return int(value)
+from pgsurge.errors import UsageError
 
 
 def parse_int_option(value: str, optname: str, lo: int, hi: int) -> int:
@@ -158,16 +74,16 @@ def parse_random_seed(value: str | None) -> int | None:
         return time.monotonic_ns() // 1000
     if value == "rand":
         return int.from_bytes(os.urandom(8), "little")
-    i = _skip_space(value)
+    i = skip_c_space(value)
     negative = False
     if i < len(value) and value[i] in "+-":
         negative = value[i] == "-"
         i += 1
-    m = _DIGITS.match(value, i)
+    m = DECIMAL_DIGITS.match(value, i)
     assert m is not None
     if m.end() == i or m.end() != len(value):
         return None
-    magnitude = _bounded_int(m.group())
+    magnitude = bounded_int(m.group())
     if magnitude > UINT64_MAX:
         return UINT64_MAX
     return (-magnitude if negative else magnitude) % (1 << 64)

@@ -1,10 +1,10 @@
 """One benchmark client's state machine: pgbench's ``advanceConnectionState``.
 
 A client runs scripts over its own non-blocking connection. It never waits
-itself: :func:`make_advance` builds the ``advance(client)`` function that
+itself: :func:`make_engine` builds the ``advance(client)`` function that
 moves a client through its states until it must wait — for the server
 (its socket), for a ``\\sleep`` or ``--rate`` deadline — and returns; the
-worker's event loop (``loop.py``) calls it again when the socket is
+worker's event loop (``loop``) calls it again when the socket is
 readable or the deadline has passed. The clock is read lazily, at most
 once per call unless a blocking step (a connection, a shell command, an
 expression) runs in between, as pgbench does.
@@ -66,12 +66,11 @@ Messages (client aborts, ``--verbose-errors``) go through the worker's
 
 This module is the dispatch on the state, with the hot path inline (plain
 SQL sends and result reads, ``\\set``, first-try success accounting, the
-common script start); the phases live beside it: ``client_state`` (the
-structs and constants), ``client_sql`` (sending, reading results),
-``client_meta`` (meta commands), ``client_tx`` (accounting, connections,
-errors and retries). Their steps are closures built once per worker and
-bound here as closure variables, so a call costs what it did when they
-were nested functions of :func:`make_advance`.
+common script start); the phases live beside it: ``state`` (the structs
+and constants), ``sql`` (sending, reading results), ``meta`` (meta
+commands), ``tx`` (accounting, connections, errors and retries). Their
+steps are closures built once per worker and bound here as closure
+variables, so a call costs what it did when they were nested functions.
 """
 
 # Chained == on ints beats "in (A, B)", which builds a tuple of closure
@@ -148,7 +147,6 @@ __all__ = [
     "OpKind",
     "Settings",
     "WorkerState",
-    "make_advance",
     "make_engine",
 ]
 
@@ -180,17 +178,6 @@ class Engine:
 
     advance: Callable[[Client], None]
     resume: Callable[[Client, object], None]
-
-
-def make_advance(
-    s: Settings,
-    w: WorkerState,
-    scripts: tuple[tuple[Op, ...], ...],
-    io: IoHooks,
-    log: Callable[[str], None],
-) -> Callable[[Client], None]:
-    """Build ``advance(client)`` for one worker (see :func:`make_engine`)."""
-    return make_engine(s, w, scripts, io, log).advance
 
 
 def make_engine(

@@ -45,10 +45,10 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from pgsurge import _native
+from pgsurge.cnum import INT64_MAX, INT64_MIN, wrap_int32
 from pgsurge.engine import fastpq
 from pgsurge.engine import state as C
 from pgsurge.engine.loop import EventLoop, absorb
-from pgsurge.engine.meta import c_int
 from pgsurge.script.ast import (
     Call,
     Const,
@@ -61,6 +61,7 @@ from pgsurge.script.ast import (
 )
 from pgsurge.script.evaluate import EvalContext, evaluate
 from pgsurge.script.functions import FUNCTIONS, FuncKind
+from pgsurge.script.sqlvars import valid_variable_name
 
 if TYPE_CHECKING:
     from pgsurge.config import RunConfig
@@ -82,8 +83,6 @@ __all__ = [
 #: the interface version of pgsurge._fastloop this code expects
 FASTLOOP_API = 4
 
-_INT64_MAX = (1 << 63) - 1
-_INT64_MIN = -(1 << 63)
 #: the C loop keeps this many variables, and SQL commands, at most
 _MAX_SLOTS = 64
 #: parameters of an extended/prepared command (pgbench's limit, which
@@ -212,7 +211,7 @@ def _set_op(
     cmd: SetCommand, slot: int, base: dict[str, Any], assigned: set[str]
 ) -> tuple[Any, ...] | None:
     """The C op of an eligible ``\\set``, or None."""
-    if not C.valid_variable_name(cmd.var):
+    if not valid_variable_name(cmd.var):
         return None
     value = _const_int(cmd.expr)
     if value is not None:
@@ -225,9 +224,9 @@ def _set_op(
     if hi is None:
         hi = _scaled(e.args[1], base, assigned)
         # the compiled expression's own test before its inline draw
-        if hi is None or hi > _INT64_MAX:
+        if hi is None or hi > INT64_MAX:
             return None
-    if lo is None or not (_INT64_MIN <= lo <= hi) or hi - lo >= _INT64_MAX:
+    if lo is None or not (INT64_MIN <= lo <= hi) or hi - lo >= INT64_MAX:
         return None
     return (_OP_SET_RANDOM, slot, lo, hi)
 
@@ -290,7 +289,7 @@ def plan_for(
             if isinstance(cmd, SleepCommand):
                 if type(op.amount) is int:
                     # client_meta.sleep_usec of a constant, done once
-                    out.append((_OP_SLEEP_CONST, c_int(op.amount * op.unit_us)))
+                    out.append((_OP_SLEEP_CONST, wrap_int32(op.amount * op.unit_us)))
                     continue
                 slot = slot_of(str(op.amount), done)
                 if slot is None:
@@ -394,7 +393,7 @@ def flags_for(
     throttle_delay: float = 0.0,
     per_command: bool = False,
 ) -> tuple[int | float, ...]:
-    """The C loop's run flags (the same derivations as ``make_advance``):
+    """The C loop's run flags (the same derivations as ``make_engine``):
     ``end_us`` is Settings.end_us (0 without -T), ``throttle_delay`` the
     worker's mean Poisson delay (0.0 without -R), ``per_command`` -r."""
     return (

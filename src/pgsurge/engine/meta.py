@@ -15,13 +15,13 @@ results are read from there). Error messages follow pgbench's wording.
 
 from __future__ import annotations
 
-import re
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from pgsurge import pgconn
+from pgsurge.cnum import C_SPACE, atoi, strtol, wrap_int32
 from pgsurge.engine.sql import SqlSteps
 from pgsurge.engine.state import (
     ABORTED,
@@ -43,10 +43,9 @@ from pgsurge.engine.state import (
 )
 from pgsurge.errors import EvalError
 from pgsurge.script.ast import Value
-from pgsurge.script.compile import _c_atoi as c_atoi
 from pgsurge.script.values import to_text
 
-__all__ = ["MetaSteps", "atoi", "c_int", "make_meta", "variable_text"]
+__all__ = ["MetaSteps", "make_meta", "variable_text"]
 
 #: pgbench's SHELL_COMMAND_SIZE: the joined command must stay below it
 SHELL_COMMAND_SIZE = 256
@@ -70,19 +69,6 @@ def _sh(command: str) -> list[str]:
 def variable_text(variables: dict[str, Value], name: str) -> str | None:
     v = variables.get(name, MISSING)
     return None if v is MISSING else to_text(v)
-
-
-#: C ``atoi`` as glibc computes it, ``(int) strtol(text)``: the value
-#: saturates to a long before the truncation to an int, so that a huge
-#: ``\sleep :x`` gives -1 (no sleep), as in pgbench, not some 32-bit slice
-#: of the number
-atoi = c_atoi
-
-
-def c_int(value: int) -> int:
-    """Wrap to a C int, as the x86 binary does."""
-    value &= 0xFFFFFFFF
-    return value - (1 << 32) if value >= 1 << 31 else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,14 +146,11 @@ def make_meta(s: Settings, w: WorkerState, sup: Support, sql: SqlSteps) -> MetaS
         # the bytes as they came (pgbench echoes them in its error)
         res: str = line.decode("utf-8", "surrogateescape")
         # strtol, then only white space may follow (no digits at all reads 0)
-        m = re.match(r"[ \t\n\v\f\r]*[+-]?[0-9]+", res)
-        number = int(m.group(0)) if m else 0
-        rest = res[m.end() :] if m else res
-        if rest.lstrip(" \t\n\v\f\r"):
+        number, end, _overflow = strtol(res)  # saturates, as C's does
+        if res[end:].lstrip(C_SPACE):
             error(f'{argv[0]}: shell command must return an integer (not "{res}")')
             return False
-        number = max(min(number, 2**63 - 1), -(2**63))  # strtol saturates
-        if not store_variable(st, "setshell", op.var, c_int(number)):
+        if not store_variable(st, "setshell", op.var, wrap_int32(number)):
             return False
         if debug:
             # pgbench names its second shell word, "(null)" when there is
@@ -202,7 +185,7 @@ def make_meta(s: Settings, w: WorkerState, sup: Support, sql: SqlSteps) -> MetaS
                 return None
         else:
             usec = int(amount)
-        return c_int(usec * op.unit_us)
+        return wrap_int32(usec * op.unit_us)
 
     def failed(st: Client, cmd: str, message: str) -> int:
         command_failed(st, cmd, message)

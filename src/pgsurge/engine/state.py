@@ -18,7 +18,6 @@ constants here, since comparing ints is what the hot path does.
 from __future__ import annotations
 
 import enum
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,7 +28,8 @@ from pgsurge.errors import PROG
 from pgsurge.prng import PgPrng
 from pgsurge.script.ast import Value
 from pgsurge.script.evaluate import EvalContext
-from pgsurge.stats.results import CommandStats, FailureKind, StatsData
+from pgsurge.script.sqlvars import valid_variable_name
+from pgsurge.stats.counters import CommandStats, FailureKind, StatsData
 
 if TYPE_CHECKING:
     from pgsurge.stats.series import WorkerRecorder
@@ -43,7 +43,6 @@ __all__ = [
     "Settings",
     "Support",
     "WorkerState",
-    "valid_variable_name",
 ]
 
 
@@ -147,8 +146,6 @@ BACKEND_DIED = "perhaps the backend died while processing"
 
 # "[^\x00-\x7f]" for the non-ASCII range: the same set as "\x80-\U0010ffff" inside
 # a class, but compiled in 0.1 ms instead of 14 (re builds a charset table)
-_VALID_NAME = re.compile(r"(?:[A-Za-z_]|[^\x00-\x7f])(?:[0-9A-Za-z_]|[^\x00-\x7f])*")
-
 #: a variable lookup's default: no variable of that name
 MISSING: Any = object()
 
@@ -341,11 +338,6 @@ class Settings:
     debug: bool = False
     #: each script's description, as --debug names it
     script_descs: tuple[str, ...] = ()
-
-
-def valid_variable_name(name: str) -> bool:
-    """pgbench's ``valid_variable_name``: not empty, no leading digit."""
-    return _VALID_NAME.fullmatch(name) is not None
 
 
 _monotonic_ns = time.monotonic_ns

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import math
 
+from pgsurge.cnum import INT64_MAX
 from pgsurge.prng import PgPrng
 
 __all__ = ["is_late", "poisson_delay", "worker_delay_us"]
 
 _log = math.log
-_INT64_MAX = (1 << 63) - 1
 
 
 def worker_delay_us(rate: float, nthreads: int) -> float:
@@ -52,6 +52,6 @@ def is_late(slot_us: int, now_us: int, latency_limit_us: int) -> bool:
     slot is ever late (the C loop computes it so too).
     """
     bound = now_us - latency_limit_us
-    if bound > _INT64_MAX:
+    if bound > INT64_MAX:
         bound -= 1 << 64
     return slot_us < bound

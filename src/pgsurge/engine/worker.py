@@ -1,6 +1,6 @@
 """A worker process: pgbench's thread, as a process (the GIL rules out threads).
 
-The parent (``runner.py``) starts one worker per ``-j`` with a picklable
+The parent (``pgsurge.runner``) starts one worker per ``-j`` with a picklable
 :class:`WorkerSpec`: the run configuration, the parsed scripts, the worker's
 range of client ids and the PRNG states pgbench would give its clients and
 thread. The worker then:
@@ -15,10 +15,8 @@ thread. The worker then:
    cumulative stats snapshot at each progress interval;
 4. sends its :class:`~pgsurge.stats.results.WorkerResult` and exits.
 
-Messages on the pipe (worker → parent): ``("ready",)``,
-``("connected",)``, ``("fatal",)``, ``("progress", tick, now_us, stats)``,
-``("exit_on_abort",)``, ``("crash", text)``, ``("done", result)``; parent
-→ worker: ``("steady", start_us, end_us)``, ``("go",)``.
+The messages on the pipe are the records of ``protocol``; :func:`_run`
+has one function per phase between them.
 """
 
 from __future__ import annotations
@@ -27,7 +25,6 @@ import gc
 import os
 import resource
 import signal
-import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -41,43 +38,38 @@ from pgsurge.engine import fastloop, fastpq
 from pgsurge.engine import state as C
 from pgsurge.engine.client import make_engine
 from pgsurge.engine.loop import EventLoop, LoopOutcome
+from pgsurge.engine.program import compile_scripts
+from pgsurge.engine.protocol import (
+    Connected,
+    Crash,
+    Done,
+    ExitOnAbort,
+    Fatal,
+    Go,
+    Progress,
+    Ready,
+    Steady,
+)
 from pgsurge.engine.state import Client, Op, Settings, WorkerState
 from pgsurge.engine.throttle import worker_delay_us
 from pgsurge.errors import PROG, PgsurgeError
 from pgsurge.prng import PgPrng, ThreadStreams
 from pgsurge.script.ast import (
-    Call,
-    Command,
-    ElseCommand,
-    EndifCommand,
-    Expr,
-    GsetKind,
-    IfCommand,
     ParsedScript,
-    PipelineCommand,
-    PipelineOp,
-    SetCommand,
-    ShellCommand,
-    SleepCommand,
-    SqlCommand,
     Value,
 )
-from pgsurge.script.evaluate import EvalContext, compile_expr
-from pgsurge.stats.results import StatsData, WorkerResult
+from pgsurge.script.evaluate import EvalContext
+from pgsurge.stats.counters import StatsData
+from pgsurge.stats.results import WorkerResult
 from pgsurge.stats.series import WorkerRecorder
 from pgsurge.stats.txlog import TxLogOptions, TxLogWriter, log_path
 
-__all__ = ["WorkerSpec", "build_settings", "compile_scripts", "worker_main"]
+__all__ = ["WorkerSpec", "build_settings", "worker_main"]
 
 _MODE = {
     QueryMode.SIMPLE: C.MODE_SIMPLE,
     QueryMode.EXTENDED: C.MODE_EXTENDED,
     QueryMode.PREPARED: C.MODE_PREPARED,
-}
-_GSET = {
-    GsetKind.NONE: C.GSET_NONE,
-    GsetKind.GSET: C.GSET_ONE,
-    GsetKind.ASET: C.GSET_ALL,
 }
 
 
@@ -107,143 +99,6 @@ class WorkerSpec:
     parent_pid: int = 0
     #: Unix time minus monotonic time (µs), for -l timestamps
     epoch_shift_us: int = 0
-
-
-def compile_scripts(
-    scripts: tuple[ParsedScript, ...], mode: QueryMode, *, debug: bool = False
-) -> tuple[tuple[Op, ...], ...]:
-    """Turn parsed scripts into the engine's ``Op`` tuples (once per worker).
-
-    Prepared statement names are ``P_<n>`` numbered over the SQL commands
-    of all scripts in order, as pgbench 18 names them. Under ``debug``
-    (--debug) every ``\\set`` takes the branch that prints its trace.
-    """
-    prepnum = 0
-    compiled: list[tuple[Op, ...]] = []
-    for script in scripts:
-        commands = script.commands
-        ops: list[Op] = []
-        for index, cmd in enumerate(commands):
-            op, prepnum = _compile_command(cmd, index, commands, mode, prepnum)
-            if debug and op.kind == C.K_SET:
-                op.uses_debug = True
-            ops.append(op)
-        # \startpipeline under -M prepared prepares what follows it first
-        for i, op in enumerate(ops):
-            if op.kind == C.K_PSTART:
-                inner: list[Op] = []
-                for nxt in ops[i + 1 :]:
-                    if nxt.kind == C.K_PEND:
-                        break
-                    if nxt.kind == C.K_SQL:
-                        inner.append(nxt)
-                op.pipeline_ops = tuple(inner)
-        # a sentinel: START_COMMAND finds the end without a length test
-        ops.append(Op(C.K_END, len(ops), ""))
-        compiled.append(tuple(ops))
-    return tuple(compiled)
-
-
-def _compile_command(
-    cmd: Command,
-    index: int,
-    commands: tuple[Command, ...],
-    mode: QueryMode,
-    prepnum: int,
-) -> tuple[Op, int]:
-    line = cmd.first_line
-    if isinstance(cmd, SqlCommand):
-        op = Op(C.K_SQL, index, line, gset=_GSET[cmd.gset], prefix=cmd.gset_prefix)
-        if mode is QueryMode.SIMPLE:
-            op.sql = cmd.text.encode()
-            if len(cmd.simple_parts) > 1:
-                op.parts = cmd.simple_parts
-        else:
-            op.sql = cmd.param_text.encode()
-            op.names = cmd.param_vars
-            if len(cmd.param_vars) == 1:
-                op.param1 = cmd.param_vars[0]
-            if mode is QueryMode.PREPARED:
-                op.prepname = b"P_%d" % prepnum
-                prepnum += 1
-        return op, prepnum
-    if isinstance(cmd, SetCommand):
-        op = Op(C.K_SET, index, line, var=cmd.var, name="set", trace=f"\\set {cmd.var}")
-        op.expr = compile_expr(cmd.expr)
-        op.var_ok = C.valid_variable_name(cmd.var)
-        op.uses_debug = _uses_debug(cmd.expr)
-        return op, prepnum
-    if isinstance(cmd, IfCommand):
-        kind = C.K_ELIF if cmd.is_elif else C.K_IF
-        name = "elif" if cmd.is_elif else "if"
-        op = Op(kind, index, line, name=name, trace="\\" + name)
-        op.expr = compile_expr(cmd.expr)
-        op.uses_debug = _uses_debug(cmd.expr)
-        target = cmd.false_jump
-        landing = commands[target] if target < len(commands) else None
-        if isinstance(landing, EndifCommand):
-            # pgbench skips over the \endif of a false branch without running it
-            op.false_next = target + 1
-        else:
-            op.false_next = target
-            op.false_to_elif = isinstance(landing, IfCommand) and landing.is_elif
-        op.end_next = cmd.end_jump + 1
-        return op, prepnum
-    if isinstance(cmd, ElseCommand):
-        op = Op(C.K_ELSE, index, line, end_next=cmd.end_jump + 1, trace="\\else")
-        return op, prepnum
-    if isinstance(cmd, EndifCommand):
-        return Op(C.K_ENDIF, index, line, trace="\\endif"), prepnum
-    if isinstance(cmd, SleepCommand):
-        op = Op(C.K_SLEEP, index, line, amount=cmd.amount, unit_us=cmd.unit_us)
-        op.trace = _sleep_trace(line)
-        return op, prepnum
-    if isinstance(cmd, ShellCommand):
-        op = Op(C.K_SHELL, index, line, var=cmd.var or "", argv=cmd.argv)
-        op.name = "setshell" if cmd.var is not None else "shell"
-        var = () if cmd.var is None else (cmd.var,)
-        op.trace = "\\" + " ".join((op.name, *var, *cmd.argv))
-        return op, prepnum
-    if isinstance(cmd, PipelineCommand):
-        kind = {
-            PipelineOp.START: C.K_PSTART,
-            PipelineOp.SYNC: C.K_PSYNC,
-            PipelineOp.END: C.K_PEND,
-        }[cmd.op]
-        return Op(kind, index, line, trace="\\" + cmd.op.value), prepnum
-    raise TypeError(f"unknown command {cmd!r}")
-
-
-def _sleep_trace(first_line: str) -> str:
-    """``\\sleep`` as --debug shows it: pgbench's words, where ``10ms``
-    (digits glued to a unit) also gives the unit as a third word."""
-    words = first_line.split()
-    if len(words) == 2 and not words[1].startswith(":"):
-        word = words[1]
-        start = 1 if word[:1] in ("+", "-") else 0
-        end = start
-        while end < len(word) and word[end] in "0123456789":
-            end += 1
-        if start < end < len(word):
-            words.append(word[end:])
-    return " ".join(words)
-
-
-def _uses_debug(expr: Expr) -> bool:
-    """Whether ``expr`` calls debug() anywhere.
-
-    A walk with an explicit stack: pgbench accepts operator chains of tens
-    of thousands of terms (a tree that deep), which a recursive walk
-    through a generator turned into a RecursionError.
-    """
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, Call):
-            if node.name == "debug":
-                return True
-            stack.extend(node.args)
-    return False
 
 
 def wants_histograms(cfg: RunConfig) -> bool:
@@ -346,7 +201,7 @@ def _open_log(
             sample_rng=spec.streams.sample,
         )
     except PgsurgeError as e:
-        pipe.send(("fatal", e.format()))
+        pipe.send(Fatal(e.format()))
         return None
 
 
@@ -366,10 +221,9 @@ def worker_main(spec: WorkerSpec, pipe: Connection, abort_owner: Any = None) -> 
         # little further): an error message, not a traceback
         try:
             pipe.send(
-                (
-                    "fatal",
+                Fatal(
                     f"{PROG}: error: an expression of a script is nested too "
-                    "deeply to be evaluated\n",
+                    "deeply to be evaluated\n"
                 )
             )
         except Exception:
@@ -378,7 +232,7 @@ def worker_main(spec: WorkerSpec, pipe: Connection, abort_owner: Any = None) -> 
     except BaseException:
         text = traceback.format_exc()
         try:
-            pipe.send(("crash", text))
+            pipe.send(Crash(text))
         except Exception:
             _stderr(text)
         os._exit(3)
@@ -417,38 +271,87 @@ def _abort_gated_log(abort_owner: Any, worker_id: int) -> Callable[[str], None]:
     return log
 
 
+@dataclass(slots=True)
+class _Run:
+    """What a worker builds while it goes through the barriers (see
+    :func:`_run`): its compiled scripts, clients, shared state and loop."""
+
+    spec: WorkerSpec
+    pipe: Connection
+    abort_owner: Any
+    scripts: tuple[tuple[Op, ...], ...]
+    clients: list[Client]
+    wstate: WorkerState
+    txlog: TxLogWriter | None = None
+    recorder: WorkerRecorder | None = None
+    loop: EventLoop | None = None
+    #: the run's end from STEADY (0 under -t)
+    end_us: int = 0
+    conn_start: int = 0
+    bench_start: int = 0
+
+
 def _run(spec: WorkerSpec, pipe: Connection, abort_owner: Any = None) -> None:
+    """The worker from start to result, one phase per barrier: READY (set
+    up), STEADY (connect), GO (run), then the result. Any phase may end it
+    (a fatal error, an abort under --exit-on-abort): it returns None then,
+    having told the parent."""
+    run = _setup(spec, pipe, abort_owner)
+    if run is None:
+        return
+    pipe.send(Ready())
+    steady = pipe.recv()
+    assert isinstance(steady, Steady), steady
+    if not _connect(run, steady.start_us, steady.end_us):
+        return
+    pipe.send(Connected())
+    go = pipe.recv()
+    assert isinstance(go, Go), go
+    if not _start(run):
+        return
+    outcome, usage0 = _bench(run)
+    if outcome != LoopOutcome.DONE:
+        _aborted(run, outcome)
+        return
+    pipe.send(Done(_result(run, usage0)))
+
+
+def _setup(spec: WorkerSpec, pipe: Connection, abort_owner: Any) -> _Run | None:
+    """Before READY: compile the scripts, make the clients, open the -l
+    file (pgbench opens it before its barriers too)."""
     cfg = spec.config
     scripts = compile_scripts(spec.scripts, cfg.query_mode, debug=cfg.debug)
     clients = _make_clients(spec)
     for st in clients:
         st.ops = scripts[0]  # CHOOSE_SCRIPT only switches with several scripts
     nscripts = len(scripts)
-    total = StatsData()
-    per_script = [StatsData() for _ in range(nscripts)] if nscripts > 1 else None
     wstate = WorkerState(
-        stats=total,
-        per_script=per_script,
+        stats=StatsData(),
+        per_script=[StatsData() for _ in range(nscripts)] if nscripts > 1 else None,
         choose_rng=spec.streams.choose,
         throttle_rng=spec.streams.throttle,
     )
-    txlog = None
+    run = _Run(spec, pipe, abort_owner, scripts, clients, wstate)
     if cfg.log and not cfg.aggregate_interval:
-        txlog = _open_log(spec, None, pipe)
-        if txlog is None:
-            return
-    pipe.send(("ready",))
+        run.txlog = _open_log(spec, None, pipe)
+        if run.txlog is None:
+            return None
+    return run
 
-    msg = pipe.recv()
-    assert msg[0] == "steady", msg
-    start_us, end_us = msg[1], msg[2]
+
+def _connect(run: _Run, start_us: int, end_us: int) -> bool:
+    """After STEADY: the recorder, the loop (C or Python) and the engine;
+    then every client's connection (not under -C). False when a client
+    could not connect (the parent was told: pgbench's fatal error)."""
+    spec, cfg, wstate, scripts = run.spec, run.spec.config, run.wstate, run.scripts
     settings = build_settings(spec, end_us)
+    run.end_us = end_us
     rec = None
     if wants_histograms(cfg):
         # every worker anchors its intervals at the same start_us, so that
         # the parent merges them by start time
         rec = WorkerRecorder(
-            total,
+            wstate.stats,
             [len(s) - 1 for s in scripts],
             anchor_us=start_us,
             interval_us=1_000_000 * (cfg.progress_s or 1),
@@ -458,25 +361,28 @@ def _run(spec: WorkerSpec, pipe: Connection, abort_owner: Any = None) -> None:
             for ops, recorders in zip(scripts, rec.command, strict=True):
                 for op, record in zip(ops[:-1], recorders, strict=True):
                     op.rec = record
-    conn_start = _clock()
+    run.recorder = rec
+    run.conn_start = _clock()
 
     # the C loop for the runs it covers (pgsurge.engine.fastloop), else Python's
     plan = fastloop.plan_for(
         cfg, spec.scripts, scripts, spec.variables, spec.set_client_id
     )
     loop_type = EventLoop if plan is None else fastloop.FastEventLoop
+    total, pipe = wstate.stats, run.pipe
     loop = loop_type(
-        clients,
+        run.clients,
         exit_on_abort=cfg.exit_on_abort,
         progress_us=cfg.progress_s * 1000000,
         progress_start_us=start_us,
-        on_progress=lambda tick, now: pipe.send(("progress", tick, now, total.copy())),
+        on_progress=lambda tick, now: pipe.send(Progress(tick, now, total.copy())),
         control_fd=pipe.fileno(),
         recorder=rec,
     )
+    run.loop = loop
     log: Callable[[str], None] = _stderr
-    if abort_owner is not None:
-        log = _abort_gated_log(abort_owner, spec.worker_id)
+    if run.abort_owner is not None:
+        log = _abort_gated_log(run.abort_owner, spec.worker_id)
     engine = make_engine(settings, wstate, scripts, loop, log)
     loop.advance = engine.advance
     if plan is not None:
@@ -493,7 +399,7 @@ def _run(spec: WorkerSpec, pipe: Connection, abort_owner: Any = None) -> None:
             settings.detailed,
             tx_clock,
             settings.max_tries,
-            nscripts,
+            len(scripts),
             cfg.exit_on_abort,
             settings.latency_limit_us,
             settings.throttle_delay,
@@ -501,42 +407,52 @@ def _run(spec: WorkerSpec, pipe: Connection, abort_owner: Any = None) -> None:
         )
         loop.use_c(plan, engine, wstate, scripts, flags)
 
-    if not cfg.connect_each_tx:
-        for st in clients:
-            conn, message, _needs = pgconn.connect(settings.conninfo, spec.password)
-            if conn is None:
-                _stderr(f"{PROG}: error: {pgconn.strip_newline(message)}\n")
-                _stderr(
-                    f"{PROG}: error: could not create connection for client {st.id}\n"
-                )
-                for other in clients:
-                    if other.conn is not None:
-                        other.conn.finish()
-                pipe.send(("fatal",))
-                return
-            conn.set_nonblocking()
-            st.conn = conn
-            st.raw = conn._pgconn
-            st.ptr = fastpq.usable_with(conn)
-            loop.attach(st)
-    pipe.send(("connected",))
+    if cfg.connect_each_tx:
+        return True
+    for st in run.clients:
+        conn, message, _needs = pgconn.connect(settings.conninfo, spec.password)
+        if conn is None:
+            _stderr(f"{PROG}: error: {pgconn.strip_newline(message)}\n")
+            _stderr(f"{PROG}: error: could not create connection for client {st.id}\n")
+            _finish_connections(run)
+            pipe.send(Fatal())
+            return False
+        conn.set_nonblocking()
+        st.conn = conn
+        st.raw = conn._pgconn
+        st.ptr = fastpq.usable_with(conn)
+        loop.attach(st)
+    return True
 
-    msg = pipe.recv()
-    assert msg[0] == "go", msg
-    bench_start = _clock()
+
+def _finish_connections(run: _Run) -> None:
+    for st in run.clients:
+        if st.conn is not None:
+            st.conn.finish()
+
+
+def _start(run: _Run) -> bool:
+    """On GO: the benchmark's start, the aggregate log (its intervals count
+    from here), the -T alarm. False when the log cannot be opened."""
+    spec, cfg, wstate = run.spec, run.spec.config, run.wstate
+    run.bench_start = bench_start = _clock()
     wstate.throttle_trigger = bench_start
     if cfg.log and cfg.aggregate_interval:
-        # aggregate intervals count from this worker's start
-        txlog = _open_log(spec, bench_start, pipe)
-        if txlog is None:
-            for st in clients:
-                if st.conn is not None:
-                    st.conn.finish()
-            return
-    if txlog is not None:
-        wstate.txlog = txlog.log
-    if end_us and cfg.duration:
-        _set_alarm(wstate, end_us - bench_start)
+        run.txlog = _open_log(spec, bench_start, run.pipe)
+        if run.txlog is None:
+            _finish_connections(run)
+            return False
+    if run.txlog is not None:
+        wstate.txlog = run.txlog.log
+    if run.end_us and cfg.duration:
+        _set_alarm(wstate, run.end_us - bench_start)
+    return True
+
+
+def _bench(run: _Run) -> tuple[int, resource.struct_rusage]:
+    """The measured part: the event loop until every client is done."""
+    spec, loop = run.spec, run.loop
+    assert loop is not None
     usage0 = resource.getrusage(resource.RUSAGE_SELF)
     # Everything built so far lives until the end: keep the cyclic collector
     # off it, and let it run rarely (the hot path creates no cycles; results,
@@ -554,44 +470,58 @@ def _run(spec: WorkerSpec, pipe: Connection, abort_owner: Any = None) -> None:
     else:
         outcome = loop.run()
 
-    if txlog is not None:
+    if run.txlog is not None:
         # as pgbench: complete intervals at the end; none on --exit-on-abort
-        txlog.close(_clock() if outcome == LoopOutcome.DONE else None)
-    if outcome != LoopOutcome.DONE:
-        if outcome == LoopOutcome.EXIT_ON_ABORT:
-            if abort_owner is None or _claim_abort(abort_owner, spec.worker_id):
-                _stderr(
-                    f"{PROG}: error: Run was aborted due to an error in thread "
-                    f"{spec.worker_id}\n"
-                )
-            else:
-                # The reporting worker may still be printing: telling the
-                # parent now would have it stopped mid-report. It tells the
-                # parent itself, which then stops us; wait for that a while.
-                pipe.poll(_QUIET_ABORT_WAIT_S)
-            pipe.send(("exit_on_abort",))
-        for st in clients:
-            if st.conn is not None:
-                st.conn.finish()
-        return
+        run.txlog.close(_clock() if outcome == LoopOutcome.DONE else None)
+    return outcome, usage0
+
+
+def _aborted(run: _Run, outcome: int) -> None:
+    """The loop ended early: under --exit-on-abort, report it once."""
+    spec = run.spec
+    if outcome == LoopOutcome.EXIT_ON_ABORT:
+        if run.abort_owner is None or _claim_abort(run.abort_owner, spec.worker_id):
+            _stderr(
+                f"{PROG}: error: Run was aborted due to an error in thread "
+                f"{spec.worker_id}\n"
+            )
+        else:
+            # The reporting worker may still be printing: telling the
+            # parent now would have it stopped mid-report. It tells the
+            # parent itself, which then stops us; wait for that a while.
+            run.pipe.poll(_QUIET_ABORT_WAIT_S)
+        run.pipe.send(ExitOnAbort())
+    _finish_connections(run)
+
+
+def _result(run: _Run, usage0: resource.struct_rusage) -> WorkerResult:
+    """After the loop: the worker's figures, for the parent to merge."""
+    spec, cfg, wstate, clients, loop = (
+        run.spec,
+        run.spec.config,
+        run.wstate,
+        run.clients,
+        run.loop,
+    )
+    assert loop is not None
     end = _clock()
     usage1 = resource.getrusage(resource.RUSAGE_SELF)
     loop.close()
 
     # per-command figures leave out each script's END sentinel
     result = WorkerResult.empty(
-        spec.worker_id, spec.nclients, [len(s) - 1 for s in scripts]
+        spec.worker_id, spec.nclients, [len(s) - 1 for s in run.scripts]
     )
-    result.total = total
-    result.per_script = per_script if per_script is not None else []
+    result.total = wstate.stats
+    result.per_script = wstate.per_script if wstate.per_script is not None else []
     if cfg.report_per_command:
-        result.per_command = [[op.stats for op in ops[:-1]] for ops in scripts]
+        result.per_command = [[op.stats for op in ops[:-1]] for ops in run.scripts]
     else:
         result.per_command = []
     result.latency_late = wstate.latency_late
     result.conn_total_us = wstate.conn_total_us
-    result.conn_start_us = conn_start
-    result.bench_start_us = bench_start
+    result.conn_start_us = run.conn_start
+    result.bench_start_us = run.bench_start
     result.end_us = end
     result.aborted_clients = sum(1 for st in clients if st.state != C.FINISHED)
     result.clients_finished = sum(1 for st in clients if st.state == C.FINISHED)
@@ -601,7 +531,6 @@ def _run(spec: WorkerSpec, pipe: Connection, abort_owner: Any = None) -> None:
     # waiting in blocking calls (-C connections, shell commands) is idle too
     result.idle_us = loop.idle_us + wstate.blocked_us
     result.abort_messages = wstate.abort_messages
-    if rec is not None:
-        result.histograms, result.intervals = rec.finish(end)
-    pipe.send(("done", result))
-    sys.stdout.flush()
+    if run.recorder is not None:
+        result.histograms, result.intervals = run.recorder.finish(end)
+    return result

@@ -34,8 +34,9 @@ import psycopg
 from pgsurge.config import ConnParams, RunConfig
 from pgsurge.errors import PgsurgeError
 from pgsurge.report.extras import busy_workers, percentile_label
+from pgsurge.stats.counters import StatsData
 from pgsurge.stats.histogram import Histogram
-from pgsurge.stats.results import RunResult, StatsData
+from pgsurge.stats.results import RunResult
 from pgsurge.stats.simple import SimpleStats
 
 __all__ = [

@@ -23,8 +23,9 @@ Differences from pgbench, on purpose:
 
 from __future__ import annotations
 
-from pgsurge.stats.cfloat import c_div, c_fmt, c_sqrt
-from pgsurge.stats.results import RunResult, StatsData
+from pgsurge.cnum import c_div, c_fmt, c_sqrt, wrap_int32
+from pgsurge.stats.counters import StatsData
+from pgsurge.stats.results import RunResult
 from pgsurge.stats.simple import SimpleStats
 
 ABORT_NOTICE = "Run was aborted; the above results are incomplete."
@@ -45,12 +46,6 @@ def render_abort_notice(result: RunResult, progname: str = "pgsurge") -> str:
 
 def _pct(part: int, whole: int) -> str:
     return c_fmt("%.3f", c_div(100.0 * part, whole))
-
-
-def _c_int32(value: int) -> int:
-    """Wrap like a C ``int`` product (``nxacts * nclients`` can overflow)."""
-    value &= 0xFFFFFFFF
-    return value - (1 << 32) if value >= 1 << 31 else value
 
 
 def _simple_stats_lines(prefix: str, ss: SimpleStats) -> list[str]:
@@ -95,7 +90,7 @@ def render_text(result: RunResult, *, banner: bool = True) -> str:
         lines.append(f"number of transactions per client: {nxacts}")
         lines.append(
             "number of transactions actually processed: "
-            f"{total.cnt}/{_c_int32(nxacts * facts.clients)}"
+            f"{total.cnt}/{wrap_int32(nxacts * facts.clients)}"
         )
     else:
         lines.append(f"duration: {facts.duration_s} s")

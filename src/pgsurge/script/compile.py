@@ -20,6 +20,7 @@ import re
 from collections.abc import Sequence
 from typing import NoReturn, Protocol
 
+from pgsurge.cnum import atoi
 from pgsurge.config import QueryMode
 from pgsurge.errors import ScriptError
 from pgsurge.script.ast import (
@@ -82,17 +83,6 @@ class _Gset:
     kind: GsetKind
     prefix: str
     lineno: int
-
-
-def _c_atoi(text: str) -> int:
-    """C's ``atoi`` as glibc does it: leading blanks, a sign, digits; the
-    value saturates to a long and is then truncated to an int."""
-    m = re.match(r"[ \t\n\v\f\r]*([+-]?[0-9]+)", text)
-    if not m:
-        return 0
-    value = max(min(int(m.group(1)), 2**63 - 1), -(2**63))
-    value &= 0xFFFFFFFF
-    return value - 2**32 if value >= 2**31 else value
 
 
 class _ScriptCompiler:
@@ -288,10 +278,7 @@ class _ScriptCompiler:
                 fail("unrecognized time unit, must be us, ms or s", unit, unit_offset)
             unit_us = factor
         amount: int | str
-        if amount_text.startswith(":"):
-            amount = amount_text[1:]
-        else:
-            amount = _c_atoi(amount_text)
+        amount = amount_text[1:] if amount_text.startswith(":") else atoi(amount_text)
         return SleepCommand(lineno, line, amount, unit_us)
 
     def _attach_gset(self, gset: _Gset) -> None:
@@ -389,7 +376,7 @@ def _balanced(commands: Sequence[Command]) -> bool:
 def compile_script(
     source: str, text: str, *, check_structure: bool = True
 ) -> ParsedScript:
-    """Parse a whole script; see :func:`pgsurge.script.parser.parse_script`.
+    """Parse a whole script; see :func:`parse_script`.
 
     pgbench checks the \\if structure after its "at most 128 scripts" check;
     a caller that wants that order passes ``check_structure=False`` and
@@ -397,6 +384,17 @@ def compile_script(
     broken structure are then left unset, -1).
     """
     return _ScriptCompiler(source, text).run(check_structure)
+
+
+def parse_script(source_name: str, text: str) -> ParsedScript:
+    """Parse a whole pgbench script (the text of a ``-f`` file or a builtin).
+
+    ``source_name`` is what pgbench calls the script in messages (the file
+    name as given, or the builtin's description). Raises
+    :class:`~pgsurge.errors.ScriptError` with pgbench's message for any
+    error pgbench 18.6 reports while reading scripts.
+    """
+    return compile_script(source_name, text)
 
 
 def check_query_mode(script: ParsedScript, mode: QueryMode) -> None:

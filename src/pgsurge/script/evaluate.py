@@ -24,6 +24,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+from pgsurge.cnum import INT64_MAX, INT64_MIN
 from pgsurge.errors import EvalError
 from pgsurge.prng import PgPrng
 from pgsurge.script import values as V
@@ -70,8 +71,8 @@ CompiledExpr = Callable[[EvalContext], Value]
 _parse_lazy = V.parse_lazy
 _truth = V.truth
 _coerce_to_bool = V.coerce_to_bool
-_INT64_MIN = V.INT64_MIN
-_INT64_MAX = V.INT64_MAX
+_INT64_MIN = INT64_MIN
+_INT64_MAX = INT64_MAX
 _MISSING: Any = object()
 
 

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pgsurge.cnum import INT64_MAX, double_to_int64
 from pgsurge.errors import EvalError
 from pgsurge.prng import PgPrng, PurePgPrng, speedups
 from pgsurge.script import values as V
@@ -47,8 +48,6 @@ __all__ = [
     "pure_permute",
 ]
 
-INT64_MIN = V.INT64_MIN
-INT64_MAX = V.INT64_MAX
 _M64 = (1 << 64) - 1
 _SIGN = 1 << 63
 _TWO64 = 1 << 64
@@ -184,15 +183,6 @@ def _range_args(a: Value, b: Value) -> tuple[int, int]:
     return lo, hi
 
 
-def _c_trunc(d: float) -> int:
-    """C's ``(int64) d``; x86-64 gives INT64_MIN for NaN and out of range."""
-    try:
-        r = int(d)
-    except (ValueError, OverflowError):
-        return INT64_MIN
-    return r if INT64_MIN <= r <= INT64_MAX else INT64_MIN
-
-
 def random_uniform(rng: PgPrng, a: Value, b: Value) -> Value:
     if type(a) is int and type(b) is int and a <= b and b - a < INT64_MAX:
         return rng.int64_range(a, b)
@@ -215,7 +205,7 @@ def random_exponential(rng: PgPrng, a: Value, b: Value, p: Value) -> Value:
     cut = math.exp(-param)
     uniform = 1.0 - rng.double()
     r = -_c_log(cut + (1.0 - cut) * uniform) / param
-    return V.wrap_int64(lo + _c_trunc((hi - lo + 1) * r))
+    return V.wrap_int64(lo + double_to_int64((hi - lo + 1) * r))
 
 
 def random_gaussian(rng: PgPrng, a: Value, b: Value, p: Value) -> Value:
@@ -234,7 +224,7 @@ def random_gaussian(rng: PgPrng, a: Value, b: Value, p: Value) -> Value:
         if not (stdev < -param or stdev >= param):
             break
     r = (stdev + param) / (param * 2.0)
-    return V.wrap_int64(lo + _c_trunc((hi - lo + 1) * r))
+    return V.wrap_int64(lo + double_to_int64((hi - lo + 1) * r))
 
 
 def _zipfian(rng: PgPrng, n: int, s: float) -> int:

@@ -26,10 +26,8 @@ import sys
 from dataclasses import dataclass
 from typing import NoReturn
 
+from pgsurge.cnum import INT64_MAX
 from pgsurge.errors import ScriptError
-
-INT64_MAX = 2**63 - 1
-INT64_MIN = -(2**63)
 
 
 class Tok(enum.Enum):

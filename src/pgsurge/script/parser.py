@@ -47,9 +47,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from pgsurge.script.ast import Call, Const, Expr, ParsedScript, Var
+from pgsurge.cnum import INT64_MIN
+from pgsurge.script.ast import Call, Const, Expr, Var
 from pgsurge.script.functions import ARITY
-from pgsurge.script.lexer import INT64_MIN, MetaLexer, Tok, Token
+from pgsurge.script.lexer import MetaLexer, Tok, Token
 
 # Function names and argument counts come from functions.ARITY (the
 # evaluator's table). These take pgbench's implicit last argument.
@@ -333,19 +334,6 @@ class ExprParser:
             else:
                 self.syntax_error()
             return Call("case", tuple(args), col)
-
-
-def parse_script(source_name: str, text: str) -> ParsedScript:
-    """Parse a whole pgbench script (the text of a ``-f`` file or a builtin).
-
-    ``source_name`` is what pgbench calls the script in messages (the file
-    name as given, or the builtin's description). Raises
-    :class:`~pgsurge.errors.ScriptError` with pgbench's message for any
-    error pgbench 18.6 reports while reading scripts.
-    """
-    from pgsurge.script.compile import compile_script
-
-    return compile_script(source_name, text)
 
 
 def parse_expr(text: str, *, source: str = "<expression>") -> Expr:

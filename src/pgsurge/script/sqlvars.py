@@ -25,6 +25,14 @@ from pgsurge.script.lexer import IDENT_CHAR, IDENT_START
 MAX_SQL_PARAMS = 255
 
 _REFERENCE = re.compile(f":+(?:({IDENT_START}{IDENT_CHAR}*))?")
+_NAME = re.compile(f"{IDENT_START}{IDENT_CHAR}*")
+
+
+def valid_variable_name(name: str) -> bool:
+    """pgbench's ``valid_variable_name``: an ASCII letter, ``_`` or any
+    non-ASCII character, then those or digits (so not empty, no leading
+    digit). Names given by ``-D`` and by ``\\gset`` results must pass it."""
+    return _NAME.fullmatch(name) is not None
 
 
 def split_variables(sql: str) -> tuple[str, ...]:

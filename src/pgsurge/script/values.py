@@ -26,6 +26,7 @@ import re
 from decimal import Decimal
 from fractions import Fraction
 
+from pgsurge.cnum import INT64_MAX, INT64_MIN
 from pgsurge.errors import EvalError
 from pgsurge.script.ast import Value
 
@@ -61,8 +62,6 @@ __all__ = [
     "wrap_int64",
 ]
 
-INT64_MIN = -(1 << 63)
-INT64_MAX = (1 << 63) - 1
 _TWO64 = 1 << 64
 _M64 = _TWO64 - 1
 _SIGN = 1 << 63

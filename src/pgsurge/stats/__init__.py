@@ -1,14 +1,7 @@
 """Mergeable benchmark statistics: the value types workers fill and reports read."""
 
-from pgsurge.stats.results import (
-    CommandStats,
-    FailureKind,
-    RunFacts,
-    RunResult,
-    ScriptInfo,
-    StatsData,
-    WorkerResult,
-)
+from pgsurge.stats.counters import CommandStats, FailureKind, StatsData
+from pgsurge.stats.results import RunFacts, RunResult, ScriptInfo, WorkerResult
 from pgsurge.stats.simple import SimpleStats
 
 __all__ = [

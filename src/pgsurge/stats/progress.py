@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pgsurge.stats.cfloat import c_div, c_fmt, c_sqrt
-from pgsurge.stats.results import RunFacts, StatsData
+from pgsurge.cnum import c_div, c_fmt, c_sqrt
+from pgsurge.stats.counters import StatsData
+from pgsurge.stats.results import RunFacts
 
 
 def format_progress(

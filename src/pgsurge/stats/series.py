@@ -29,8 +29,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pgsurge.stats.counters import StatsData
 from pgsurge.stats.histogram import DEFAULT_DIGITS, Histogram
-from pgsurge.stats.results import StatsData
 from pgsurge.stats.simple import SimpleStats
 
 __all__ = [

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pgsurge.stats.cfloat import NAN, c_sqrt
+from pgsurge.cnum import NAN, c_sqrt
 
 
 @dataclass(slots=True)

@@ -55,7 +55,7 @@ from typing import TextIO
 from pgsurge.config import RunConfig
 from pgsurge.errors import PgsurgeError
 from pgsurge.prng import PgPrng
-from pgsurge.stats.results import FailureKind, StatsData
+from pgsurge.stats.counters import FailureKind, StatsData
 
 __all__ = [
     "DEFAULT_PREFIX",

@@ -1,0 +1,179 @@
+"""A worker's program: parsed scripts turned into the engine's ``Op`` tuples.
+
+The script language (``pgsurge.script``) gives a :class:`ParsedScript` per
+script: commands as plain values. The engine runs ``Op`` records
+(``state.Op``): each command with what running it needs computed once per
+worker — expression closures, SQL text encoded for libpq, prepared
+statement names, parameter names, the ``\\if`` jump targets, the
+``--debug`` traces. Both loops run these ops; ``fastloop.plan_for`` then
+derives the C loop's plan from them.
+"""
+
+from __future__ import annotations
+
+from pgsurge.config import QueryMode
+from pgsurge.engine import state as C
+from pgsurge.engine.state import Op
+from pgsurge.script.ast import (
+    Call,
+    Command,
+    ElseCommand,
+    EndifCommand,
+    Expr,
+    GsetKind,
+    IfCommand,
+    ParsedScript,
+    PipelineCommand,
+    PipelineOp,
+    SetCommand,
+    ShellCommand,
+    SleepCommand,
+    SqlCommand,
+)
+from pgsurge.script.evaluate import compile_expr
+from pgsurge.script.sqlvars import valid_variable_name
+
+__all__ = ["compile_scripts"]
+
+_GSET = {
+    GsetKind.NONE: C.GSET_NONE,
+    GsetKind.GSET: C.GSET_ONE,
+    GsetKind.ASET: C.GSET_ALL,
+}
+
+
+def compile_scripts(
+    scripts: tuple[ParsedScript, ...], mode: QueryMode, *, debug: bool = False
+) -> tuple[tuple[Op, ...], ...]:
+    """Turn parsed scripts into the engine's ``Op`` tuples (once per worker).
+
+    Prepared statement names are ``P_<n>`` numbered over the SQL commands
+    of all scripts in order, as pgbench 18 names them. Under ``debug``
+    (--debug) every ``\\set`` takes the branch that prints its trace.
+    """
+    prepnum = 0
+    compiled: list[tuple[Op, ...]] = []
+    for script in scripts:
+        commands = script.commands
+        ops: list[Op] = []
+        for index, cmd in enumerate(commands):
+            op, prepnum = _compile_command(cmd, index, commands, mode, prepnum)
+            if debug and op.kind == C.K_SET:
+                op.uses_debug = True
+            ops.append(op)
+        # \startpipeline under -M prepared prepares what follows it first
+        for i, op in enumerate(ops):
+            if op.kind == C.K_PSTART:
+                inner: list[Op] = []
+                for nxt in ops[i + 1 :]:
+                    if nxt.kind == C.K_PEND:
+                        break
+                    if nxt.kind == C.K_SQL:
+                        inner.append(nxt)
+                op.pipeline_ops = tuple(inner)
+        # a sentinel: START_COMMAND finds the end without a length test
+        ops.append(Op(C.K_END, len(ops), ""))
+        compiled.append(tuple(ops))
+    return tuple(compiled)
+
+
+def _compile_command(
+    cmd: Command,
+    index: int,
+    commands: tuple[Command, ...],
+    mode: QueryMode,
+    prepnum: int,
+) -> tuple[Op, int]:
+    line = cmd.first_line
+    if isinstance(cmd, SqlCommand):
+        op = Op(C.K_SQL, index, line, gset=_GSET[cmd.gset], prefix=cmd.gset_prefix)
+        if mode is QueryMode.SIMPLE:
+            op.sql = cmd.text.encode()
+            if len(cmd.simple_parts) > 1:
+                op.parts = cmd.simple_parts
+        else:
+            op.sql = cmd.param_text.encode()
+            op.names = cmd.param_vars
+            if len(cmd.param_vars) == 1:
+                op.param1 = cmd.param_vars[0]
+            if mode is QueryMode.PREPARED:
+                op.prepname = b"P_%d" % prepnum
+                prepnum += 1
+        return op, prepnum
+    if isinstance(cmd, SetCommand):
+        op = Op(C.K_SET, index, line, var=cmd.var, name="set", trace=f"\\set {cmd.var}")
+        op.expr = compile_expr(cmd.expr)
+        op.var_ok = valid_variable_name(cmd.var)
+        op.uses_debug = _uses_debug(cmd.expr)
+        return op, prepnum
+    if isinstance(cmd, IfCommand):
+        kind = C.K_ELIF if cmd.is_elif else C.K_IF
+        name = "elif" if cmd.is_elif else "if"
+        op = Op(kind, index, line, name=name, trace="\\" + name)
+        op.expr = compile_expr(cmd.expr)
+        op.uses_debug = _uses_debug(cmd.expr)
+        target = cmd.false_jump
+        landing = commands[target] if target < len(commands) else None
+        if isinstance(landing, EndifCommand):
+            # pgbench skips over the \endif of a false branch without running it
+            op.false_next = target + 1
+        else:
+            op.false_next = target
+            op.false_to_elif = isinstance(landing, IfCommand) and landing.is_elif
+        op.end_next = cmd.end_jump + 1
+        return op, prepnum
+    if isinstance(cmd, ElseCommand):
+        op = Op(C.K_ELSE, index, line, end_next=cmd.end_jump + 1, trace="\\else")
+        return op, prepnum
+    if isinstance(cmd, EndifCommand):
+        return Op(C.K_ENDIF, index, line, trace="\\endif"), prepnum
+    if isinstance(cmd, SleepCommand):
+        op = Op(C.K_SLEEP, index, line, amount=cmd.amount, unit_us=cmd.unit_us)
+        op.trace = _sleep_trace(line)
+        return op, prepnum
+    if isinstance(cmd, ShellCommand):
+        op = Op(C.K_SHELL, index, line, var=cmd.var or "", argv=cmd.argv)
+        op.name = "setshell" if cmd.var is not None else "shell"
+        var = () if cmd.var is None else (cmd.var,)
+        op.trace = "\\" + " ".join((op.name, *var, *cmd.argv))
+        return op, prepnum
+    if isinstance(cmd, PipelineCommand):
+        kind = {
+            PipelineOp.START: C.K_PSTART,
+            PipelineOp.SYNC: C.K_PSYNC,
+            PipelineOp.END: C.K_PEND,
+        }[cmd.op]
+        return Op(kind, index, line, trace="\\" + cmd.op.value), prepnum
+    raise TypeError(f"unknown command {cmd!r}")
+
+
+def _sleep_trace(first_line: str) -> str:
+    """``\\sleep`` as --debug shows it: pgbench's words, where ``10ms``
+    (digits glued to a unit) also gives the unit as a third word."""
+    words = first_line.split()
+    if len(words) == 2 and not words[1].startswith(":"):
+        word = words[1]
+        start = 1 if word[:1] in ("+", "-") else 0
+        end = start
+        while end < len(word) and word[end] in "0123456789":
+            end += 1
+        if start < end < len(word):
+            words.append(word[end:])
+    return " ".join(words)
+
+
+def _uses_debug(expr: Expr) -> bool:
+    """Whether ``expr`` calls debug() anywhere.
+
+    A walk with an explicit stack: pgbench accepts operator chains of tens
+    of thousands of terms (a tree that deep), which a recursive walk
+    through a generator turned into a RecursionError.
+    """
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Call):
+            if node.name == "debug":
+                return True
+            stack.extend(node.args)
+    return False
