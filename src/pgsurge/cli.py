@@ -2,8 +2,8 @@
 
 ``main`` handles what pgbench handles before reading options (``--help``,
 ``-?``, ``--version``, ``-V``, only as the first argument) plus pgsurge's
-``server`` subcommand there; ``options.parse_command_line`` turns the rest
-into a validated config with pgbench 18.6's rules and messages; then the
+``server`` and ``report`` subcommands there; ``options.parse_command_line``
+turns the rest into a validated config with pgbench 18.6's rules and messages; then the
 right engine runs, imported lazily so that ``pgsurge --help`` stays fast
 (no psycopg at import time). Every :class:`PgsurgeError` ends here: its
 text goes to stderr and its exit status is returned (1 for anything found
@@ -22,8 +22,9 @@ Deliberate differences from pgbench 18.6:
   PostgreSQL's bugs);
 * ``--json -`` puts the JSON document on stdout in place of the text
   report, which then goes to stderr (stdout stays one valid document);
-* ``pgsurge server ...`` is the embedded-server subcommand (pgbench would
-  take ``server`` as a database name);
+* ``pgsurge server ...`` is the embedded-server subcommand and
+  ``pgsurge report ...`` writes the HTML report of ``--json`` results
+  (pgbench would take either word as a database name);
 * our options are new words that never make a pgbench abbreviation
   ambiguous (see ``getopt.py``);
 * ``PG_COLOR`` is ignored (messages are never colored).
@@ -125,6 +126,7 @@ Benchmarking options:
   --exit-on-abort          exit when any client is aborted
   --extended-report        same as --percentiles --client-cpu
   --failures-detailed      report the failures grouped by basic types
+  --html=FILE              write a self-contained HTML report to FILE
   --json=FILE              write the result as JSON to FILE
                            ("-": stdout, the text report then goes to stderr)
   --log-prefix=PREFIX      prefix for transaction time log file
@@ -146,6 +148,12 @@ Common options:
   -U, --username=USERNAME  connect as specified database user
   -V, --version            output version information, then exit
   -?, --help               show this help, then exit
+
+Commands:
+  {PROG} report RESULT.json... [--vs B.json...] -o FILE
+                           HTML report of --json results (--help for more)
+  {PROG} server start|stop|status|uri
+                           manage the embedded server
 """  # noqa: E501
 
 
@@ -276,6 +284,10 @@ def _main(argv: Sequence[str]) -> int:
             server_main = _load("pgsurge.server.cli", "server_main")
             _startup_done()
             return int(server_main(list(argv[1:])))
+        if first == "report":
+            report_main = _load("pgsurge.report.command", "report_main")
+            _startup_done()
+            return int(report_main(list(argv[2:])))
     from pgsurge.options import EarlyExit, parse_command_line
 
     try:
