@@ -1,6 +1,6 @@
 // pgsurge HTML report: draws the charts of the page from its embedded data.
 //
-// The data are the JSON of <script id="pgsurge-data"> (see report/html.py):
+// The data are the JSON text of the element #pgsurge-data (report/html.py):
 // {format, runs: [{label, side, doc, curve}], compare}. Each chart has a
 // placeholder <div class="plot" data-chart="NAME">; a chart whose data are
 // absent was not given a placeholder. Tables are static HTML and need no
