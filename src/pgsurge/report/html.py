@@ -338,11 +338,13 @@ def _lat(summary: Any, key: str) -> Any:
 def _header(run: RunDoc) -> str:
     doc = run.doc
     conn = _g(doc, "config", "conn") or {}
-    target = (
-        "embedded server"
-        if _g(doc, "config", "embedded_server")
-        else " ".join(f"{k}={v}" for k, v in conn.items() if v)
-    )
+    dbname = str(conn.get("dbname") or "")
+    if _g(doc, "config", "embedded_server"):
+        target = "embedded server"
+    elif "=" in dbname or "://" in dbname:
+        target = dbname  # a conninfo string or a URI, as libpq expands it
+    else:
+        target = " ".join(f"{k}={v}" for k, v in conn.items() if v)
     pairs = [
         ("command (equivalent)", command_line(doc)),
         ("tool", f"{_g(doc, 'tool', 'name')} {_g(doc, 'tool', 'version')}"),

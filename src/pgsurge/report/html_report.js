@@ -83,8 +83,11 @@
 
   var LOG_Y = { distr: 3, log: 10 };
 
+  // whole seconds (intervals are whole seconds long)
+  var SECOND_INCRS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200];
+
   function xAxis(label) {
-    return { label: label, stroke: "#5d6675", grid: { stroke: "#eceef2" } };
+    return { label: label, stroke: "#5d6675", grid: { stroke: "#eceef2" }, incrs: SECOND_INCRS };
   }
 
   function yAxis(label, scale, side) {
@@ -248,6 +251,7 @@
     }
     var top = al.x.length ? al.x[al.x.length - 1] : 1;
     var xa = xAxis("percentile");
+    delete xa.incrs;
     xa.splits = function () {
       var s = [];
       for (var k = 0; k <= Math.floor(top + 1e-9); k++) s.push(k);
