@@ -158,6 +158,8 @@ class RunConfig:
     #: --json FILE; "-" means the JSON document goes to stdout and the text
     #: report (everything pgbench prints on stdout) goes to stderr instead
     json_path: str | None = None
+    #: --html FILE: the HTML report of the run (a file, never stdout)
+    html_path: str | None = None
 
     @property
     def total_weight(self) -> int:

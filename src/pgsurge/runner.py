@@ -529,12 +529,28 @@ def run(
         from pgsurge.report.json import write_json
 
         write_json(result, cfg, cfg.json_path, stdout=out)
+    if cfg.html_path:
+        _write_html(result, cfg, cfg.html_path)
     notice = render_abort_notice(result, PROG)
     if notice:
         err.write(notice)
         err.flush()
         return ExitStatus.RUN_ABORTED
     return ExitStatus.SUCCESS
+
+
+def _write_html(result: RunResult, cfg: RunConfig, path: str) -> None:
+    """--html: the report page of the run's --json document (by value: the
+    renderer reads only the document, as ``pgsurge report`` does)."""
+    import json
+
+    from pgsurge.report.command import write_html
+    from pgsurge.report.html import RunDoc, render_html
+    from pgsurge.report.json import build_document
+
+    doc = json.loads(json.dumps(build_document(result, cfg), allow_nan=False))
+    label = os.path.splitext(os.path.basename(path))[0]
+    write_html(render_html([RunDoc(label, doc)]), path)
 
 
 def _drive(

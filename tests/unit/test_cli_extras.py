@@ -33,7 +33,7 @@ from pgsurge.report.extras import DEFAULT_PERCENTILES as REPORT_DEFAULTS
 from pgsurge.report.extras import percentile_label
 from tests.fix_cli import run_cli, run_pgbench
 
-NEW_OPTIONS = ("percentiles", "client-cpu", "extended-report", "json")
+NEW_OPTIONS = ("percentiles", "client-cpu", "extended-report", "json", "html")
 
 
 def run(*args: str) -> RunConfig:

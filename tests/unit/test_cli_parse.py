@@ -397,6 +397,8 @@ def test_help_is_pgbench_help_plus_our_options(pgbench_bin: Path) -> None:
         " --client-cpu\n",
         "  --log-prefix": "  --json=FILE              write the result as JSON to"
         " FILE\n" + " " * 27 + '("-": stdout, the text report then goes to stderr)\n',
+        "  --json": "  --html=FILE              write a self-contained HTML report"
+        " to FILE\n",
         "  --progress-timestamp": "  --percentiles[=LIST]     report latency"
         " percentiles (default: 50,90,99,99.9)\n",
         "  -d, --dbname": "  --embedded               use pgsurge's embedded"
@@ -404,6 +406,16 @@ def test_help_is_pgbench_help_plus_our_options(pgbench_bin: Path) -> None:
     }
     for before, line in additions.items():
         expected = expected.replace(before, line + before, 1)
+    expected += (
+        "\nCommands:\n"
+        "  pgsurge report RESULT.json... [--vs B.json...] -o FILE\n"
+        + " "
+        * 27
+        + "HTML report of --json results (--help for more)\n"
+        "  pgsurge server start|stop|status|uri\n"
+        + " " * 27
+        + "manage the embedded server\n"
+    )
     result = run_cli(["--help"])
     assert (result.status, result.stderr) == (0, "")
     assert result.stdout == expected

@@ -2,8 +2,8 @@
 
 ``main`` handles what pgbench handles before reading options (``--help``,
 ``-?``, ``--version``, ``-V``, only as the first argument) plus pgsurge's
-``server`` subcommand there; ``options.parse_command_line`` turns the rest
-into a validated config with pgbench 18.6's rules and messages; then the
+``server`` and ``report`` subcommands there; ``options.parse_command_line``
+turns the rest into a validated config with pgbench 18.6's rules and messages; then the
 right engine runs, imported lazily so that ``pgsurge --help`` stays fast
 (no psycopg at import time). Every :class:`PgsurgeError` ends here: its
 text goes to stderr and its exit status is returned (1 for anything found
@@ -22,8 +22,9 @@ Deliberate differences from pgbench 18.6:
   PostgreSQL's bugs);
 * ``--json -`` puts the JSON document on stdout in place of the text
   report, which then goes to stderr (stdout stays one valid document);
-* ``pgsurge server ...`` is the embedded-server subcommand (pgbench would
-  take ``server`` as a database name);
+* ``pgsurge server ...`` is the embedded-server subcommand and
+  ``pgsurge report ...`` writes the HTML report of ``--json`` results
+  (pgbench would take either word as a database name);
 * our options are new words that never make a pgbench abbreviation
   ambiguous (see ``getopt.py``);
 * ``PG_COLOR`` is ignored (messages are never colored).
@@ -159,6 +160,11 @@ def _main(argv: Sequence[str]) -> int:
 
             _startup_done()
             return int(server_main(list(argv[1:])))
+        if first == "report":
+            from pgsurge.report.command import report_main
+
+            _startup_done()
+            return int(report_main(list(argv[2:])))
     from pgsurge.cli.options import EarlyExit, parse_command_line
 
     try:

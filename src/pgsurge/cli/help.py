@@ -74,6 +74,7 @@ Benchmarking options:
   --exit-on-abort          exit when any client is aborted
   --extended-report        same as --percentiles --client-cpu
   --failures-detailed      report the failures grouped by basic types
+  --html=FILE              write a self-contained HTML report to FILE
   --json=FILE              write the result as JSON to FILE
                            ("-": stdout, the text report then goes to stderr)
   --log-prefix=PREFIX      prefix for transaction time log file
@@ -95,4 +96,10 @@ Common options:
   -U, --username=USERNAME  connect as specified database user
   -V, --version            output version information, then exit
   -?, --help               show this help, then exit
+
+Commands:
+  {PROG} report RESULT.json... [--vs B.json...] -o FILE
+                           HTML report of --json results (--help for more)
+  {PROG} server start|stop|status|uri
+                           manage the embedded server
 """  # noqa: E501

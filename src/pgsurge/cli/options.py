@@ -21,7 +21,9 @@ report extras are run-mode options, rejected with ``-i`` like pgbench's:
   overrides it, like any repeated option);
 * ``--json=FILE``: ``-`` writes the document to stdout *instead of* the
   text report, which then goes to stderr so that stdout stays valid JSON.
-  A FILE that clearly cannot be written is refused before connecting.
+  A FILE that clearly cannot be written is refused before connecting;
+* ``--html=FILE``: the self-contained HTML report of the run (the same
+  document rendered by ``report/html.py``), checked likewise; never ``-``.
 
 ``cli.py`` prints errors and dispatches; word splitting is ``getopt.py``'s;
 number parsing with C semantics is ``option_values.py``'s.
@@ -117,6 +119,7 @@ LONG_OPTIONS: tuple[LongOption, ...] = (
     LongOption("client-cpu", False, "client-cpu", extension=True),
     LongOption("extended-report", False, "extended-report", extension=True),
     LongOption("json", True, "json", extension=True),
+    LongOption("html", True, "html", extension=True),
 )
 
 #: long options with an optional value (getopt_long's optional_argument)
@@ -209,6 +212,7 @@ class _State:
     percentiles: tuple[float, ...] | None = None
     client_cpu: bool = False
     json_path: str | None = None
+    html_path: str | None = None
 
 
 class _Getopt(Getopt):
@@ -524,6 +528,9 @@ class _CommandLine:
             case "json":
                 st.benchmarking_option_set = True
                 st.json_path = arg
+            case "html":
+                st.benchmarking_option_set = True
+                st.html_path = arg
             case _:  # pragma: no cover - the table and this switch disagree
                 raise AssertionError(f"unhandled option {key}")
 
@@ -642,6 +649,14 @@ class _CommandLine:
         # ours, after all of pgbench's checks (which keep their precedence)
         if st.json_path is not None:
             check_output_path(st.json_path, "--json")
+        if st.html_path is not None:
+            if st.html_path == "-":
+                # stdout holds the text report (or the --json document)
+                raise UsageError(
+                    'invalid value "-" for option --html',
+                    detail="Expecting a file name.",
+                )
+            check_output_path(st.html_path, "--html")
         return RunConfig(
             conn=conn,
             scripts=tuple(st.scripts),
@@ -677,6 +692,7 @@ class _CommandLine:
             percentiles=st.percentiles,
             client_cpu=st.client_cpu,
             json_path=st.json_path,
+            html_path=st.html_path,
         )
 
 

@@ -155,7 +155,7 @@ def run_excluded(cfg: RunConfig) -> str | None:
         return "-C"
     if cfg.debug:
         return "--debug"
-    if cfg.percentiles is not None or cfg.json_path:
+    if cfg.percentiles is not None or cfg.json_path or cfg.html_path:
         return "histograms"
     return None
 

@@ -102,8 +102,9 @@ class WorkerSpec:
 
 
 def wants_histograms(cfg: RunConfig) -> bool:
-    """Whether an output needs latency histograms (--percentiles, --json)."""
-    return cfg.percentiles is not None or bool(cfg.json_path)
+    """Whether an output needs latency histograms (--percentiles, --json,
+    --html)."""
+    return cfg.percentiles is not None or bool(cfg.json_path or cfg.html_path)
 
 
 def build_settings(spec: WorkerSpec, end_us: int) -> Settings:

@@ -1,0 +1,343 @@
+// pgsurge HTML report: draws the charts of the page from its embedded data.
+//
+// The data are the JSON text of the element #pgsurge-data (report/html.py):
+// {format, runs: [{label, side, doc, curve}], compare}. Each chart has a
+// placeholder <div class="plot" data-chart="NAME">; a chart whose data are
+// absent was not given a placeholder. Tables are static HTML and need no
+// script. When every chart is drawn, window.pgsurgeReady is true and
+// window.pgsurgeCharts holds their number (the browser tests read both).
+(function () {
+  "use strict";
+
+  var data = JSON.parse(document.getElementById("pgsurge-data").textContent);
+  var runs = data.runs;
+  var many = runs.length > 1;
+  var SIDE_COLOR = { A: "31, 111, 235", B: "217, 72, 15" };
+  var LINE_COLORS = ["#1f6feb", "#8250df", "#d9480f", "#1a7f37", "#c62828", "#9a6700"];
+  var charts = [];
+
+  function rgba(side, alpha) {
+    return "rgba(" + (SIDE_COLOR[side] || SIDE_COLOR.A) + ", " + alpha + ")";
+  }
+
+  function get(obj, path) {
+    for (var i = 0; i < path.length; i++) {
+      if (obj === null || obj === undefined) return null;
+      obj = obj[path[i]];
+    }
+    return obj === undefined ? null : obj;
+  }
+
+  // a value for a log axis: positive numbers only
+  function pos(v) {
+    return typeof v === "number" && v > 0 ? v : null;
+  }
+
+  function median(values) {
+    var v = values.filter(function (x) { return x !== null && x !== undefined; });
+    if (!v.length) return null;
+    v.sort(function (a, b) { return a - b; });
+    var m = Math.floor(v.length / 2);
+    return v.length % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+  }
+
+  // the interval series of a run, keyed by its start rounded to the step;
+  // an interval shorter than half a step (the last few ms of a run) is left
+  // out: its rate would be noise
+  function intervalSeries(run) {
+    var step = get(run.doc, ["config", "progress_s"]) || 1;
+    var out = {};
+    (run.doc.intervals || []).forEach(function (iv) {
+      if (!(iv.duration_s >= step / 2)) return;
+      out[Math.round(iv.offset_s / step) * step] = iv;
+    });
+    return out;
+  }
+
+  // one x array (sorted union of keys) and, per run, its values along it
+  function align(perRun) {
+    var keys = {};
+    perRun.forEach(function (m) {
+      Object.keys(m).forEach(function (k) { keys[k] = true; });
+    });
+    var xs = Object.keys(keys).map(Number).sort(function (a, b) { return a - b; });
+    return {
+      x: xs,
+      ys: perRun.map(function (m) {
+        return xs.map(function (x) { return x in m ? m[x] : null; });
+      }),
+    };
+  }
+
+  function width(el) {
+    return Math.max(320, Math.min(el.clientWidth || 900, 1150));
+  }
+
+  function makeChart(el, opts, aligned) {
+    opts.width = width(el);
+    opts.height = opts.height || 300;
+    var chart = new uPlot(opts, aligned, el);
+    charts.push({ chart: chart, el: el });
+    return chart;
+  }
+
+  var LOG_Y = { distr: 3, log: 10 };
+
+  // whole seconds (intervals are whole seconds long)
+  var SECOND_INCRS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200];
+
+  function xAxis(label) {
+    return { label: label, stroke: "#5d6675", grid: { stroke: "#eceef2" }, incrs: SECOND_INCRS };
+  }
+
+  function yAxis(label, scale, side) {
+    var axis = { label: label, stroke: "#5d6675", grid: { stroke: "#eceef2" }, size: 60 };
+    if (scale) axis.scale = scale;
+    if (side) axis.side = side;
+    return axis;
+  }
+
+  // faint per-run lines and a bold median per side, for one metric
+  function comparisonSeries(pick, unit, logScale) {
+    var perRun = runs.map(function (run) {
+      var m = intervalSeries(run), out = {};
+      Object.keys(m).forEach(function (k) {
+        var v = pick(m[k]);
+        out[k] = logScale ? pos(v) : v;
+      });
+      return out;
+    });
+    var al = align(perRun);
+    var series = [{ label: "s" }];
+    var cols = [al.x];
+    runs.forEach(function (run, i) {
+      series.push({
+        label: run.side + ": " + run.label,
+        stroke: rgba(run.side, 0.3),
+        width: 1,
+        value: function (u, v) { return v === null ? "–" : v.toFixed(2) + " " + unit; },
+      });
+      cols.push(al.ys[i]);
+    });
+    ["A", "B"].forEach(function (side) {
+      var idx = [];
+      runs.forEach(function (run, i) { if (run.side === side) idx.push(i); });
+      if (!idx.length) return;
+      series.push({
+        label: "median " + side,
+        stroke: rgba(side, 1),
+        width: 2.5,
+        value: function (u, v) { return v === null ? "–" : v.toFixed(2) + " " + unit; },
+      });
+      cols.push(al.x.map(function (_, j) {
+        return median(idx.map(function (i) { return al.ys[i][j]; }));
+      }));
+    });
+    return { series: series, data: cols };
+  }
+
+  function drawTps(el) {
+    if (many) {
+      var s = comparisonSeries(function (iv) { return iv.tps; }, "tps", false);
+      makeChart(el, {
+        scales: { x: { time: false } },
+        series: s.series,
+        axes: [xAxis("interval start (s)"), yAxis("tps")],
+      }, s.data);
+      return;
+    }
+    var m = intervalSeries(runs[0]);
+    var al = align([m]);
+    var ivs = al.ys[0];
+    function rate(key) {
+      return ivs.map(function (iv) {
+        return iv && iv.duration_s > 0 ? (iv[key] || 0) / iv.duration_s : null;
+      });
+    }
+    var series = [
+      { label: "s" },
+      { label: "tps", stroke: "#1f6feb", width: 2, fill: "rgba(31, 111, 235, 0.08)" },
+      { label: "failed/s", stroke: "#c62828", width: 1.5, scale: "f" },
+    ];
+    var cols = [al.x, ivs.map(function (iv) { return iv ? iv.tps : null; }), rate("failed")];
+    var axes = [xAxis("interval start (s)"), yAxis("tps"), yAxis("failed/s", "f", 1)];
+    var retried = rate("retried");
+    if (retried.some(function (v) { return v; })) {
+      series.push({ label: "retried/s", stroke: "#9a6700", width: 1.5, scale: "f" });
+      cols.push(retried);
+    }
+    makeChart(el, {
+      scales: { x: { time: false }, f: { range: function (u, lo, hi) { return [0, Math.max(1, hi)]; } } },
+      series: series,
+      axes: axes,
+    }, cols);
+  }
+
+  function drawLatency(el, key, label) {
+    if (many) {
+      var s = comparisonSeries(function (iv) { return get(iv, [key, "percentiles", "99"]); }, "ms", true);
+      makeChart(el, {
+        scales: { x: { time: false }, y: LOG_Y },
+        series: s.series,
+        axes: [xAxis("interval start (s)"), yAxis(label + " p99 (ms)")],
+      }, s.data);
+      return;
+    }
+    var al = align([intervalSeries(runs[0])]);
+    var ivs = al.ys[0];
+    var picks = [
+      ["p50", ["percentiles", "50"], "#1a7f37"],
+      ["p90", ["percentiles", "90"], "#1f6feb"],
+      ["p99", ["percentiles", "99"], "#8250df"],
+      ["max", ["max"], "#c62828"],
+    ];
+    var series = [{ label: "s" }];
+    var cols = [al.x];
+    picks.forEach(function (p) {
+      series.push({
+        label: p[0],
+        stroke: p[2],
+        width: p[0] === "max" ? 1 : 1.5,
+        value: function (u, v) { return v === null ? "–" : v.toFixed(3) + " ms"; },
+      });
+      cols.push(ivs.map(function (iv) { return pos(get(iv ? iv[key] : null, p[1])); }));
+    });
+    makeChart(el, {
+      scales: { x: { time: false }, y: LOG_Y },
+      series: series,
+      axes: [xAxis("interval start (s)"), yAxis(label + " (ms)")],
+    }, cols);
+  }
+
+  function ninesLabel(x) {
+    if (x <= 0) return "0%";
+    var p = 100 * (1 - Math.pow(10, -x));
+    var digits = Math.max(0, Math.ceil(x) - 2);
+    return p.toFixed(digits) + "%";
+  }
+
+  function drawPercentiles(el) {
+    var perRun = runs.map(function (run) {
+      var out = {};
+      if (run.curve) {
+        run.curve.x.forEach(function (x, i) { out[x] = pos(run.curve.ms[i]); });
+      }
+      return out;
+    });
+    var al = align(perRun);
+    var series = [{ label: "percentile", value: function (u, v) { return v === null ? "–" : ninesLabel(v); } }];
+    var cols = [al.x];
+    var fmtMs = function (u, v) { return v === null ? "–" : v.toFixed(3) + " ms"; };
+    runs.forEach(function (run, i) {
+      if (!run.curve) return;
+      series.push({
+        label: many ? run.side + ": " + run.label : "latency",
+        stroke: many ? rgba(run.side, 0.3) : "#8250df",
+        width: many ? 1 : 2,
+        value: fmtMs,
+      });
+      cols.push(al.ys[i]);
+    });
+    if (many) {
+      ["A", "B"].forEach(function (side) {
+        var idx = [];
+        runs.forEach(function (run, i) { if (run.side === side && run.curve) idx.push(i); });
+        if (!idx.length) return;
+        series.push({ label: "median " + side, stroke: rgba(side, 1), width: 2.5, value: fmtMs });
+        cols.push(al.x.map(function (_, j) {
+          return median(idx.map(function (i) { return al.ys[i][j]; }));
+        }));
+      });
+    }
+    var top = al.x.length ? al.x[al.x.length - 1] : 1;
+    var xa = xAxis("percentile");
+    delete xa.incrs;
+    xa.splits = function () {
+      var s = [];
+      for (var k = 0; k <= Math.floor(top + 1e-9); k++) s.push(k);
+      return s;
+    };
+    xa.values = function (u, splits) { return splits.map(ninesLabel); };
+    makeChart(el, {
+      scales: { x: { time: false, range: [0, Math.max(1, top)] }, y: LOG_Y },
+      series: series,
+      axes: [xa, yAxis("latency (ms)")],
+    }, cols);
+  }
+
+  function drawWaits(el) {
+    // stacked shares of the first run that has per-interval waits
+    var run = runs.filter(function (r) {
+      return (r.doc.intervals || []).some(function (iv) { return iv.waits; });
+    })[0];
+    var al = align([intervalSeries(run)]);
+    var ivs = al.ys[0];
+    var totals = {};
+    ivs.forEach(function (iv) {
+      var w = (iv && iv.waits) || {};
+      Object.keys(w).forEach(function (k) {
+        if (typeof w[k] === "number") totals[k] = (totals[k] || 0) + w[k];
+      });
+    });
+    var names = Object.keys(totals).sort(function (a, b) { return totals[b] - totals[a]; });
+    var shown = names.slice(0, 7);
+    var rest = names.slice(7);
+    var layers = shown.map(function (k) {
+      return ivs.map(function (iv) { return iv && iv.waits ? iv.waits[k] || 0 : null; });
+    });
+    if (rest.length) {
+      shown.push("other");
+      layers.push(ivs.map(function (iv) {
+        if (!iv || !iv.waits) return null;
+        return rest.reduce(function (s, k) { return s + (iv.waits[k] || 0); }, 0);
+      }));
+    }
+    // cumulative sums, drawn from the top layer down so that each fill
+    // covers only its own band
+    var cum = [];
+    layers.forEach(function (layer, i) {
+      cum.push(layer.map(function (v, j) {
+        return v === null ? null : v + (i ? cum[i - 1][j] || 0 : 0);
+      }));
+    });
+    var series = [{ label: "s" }];
+    var cols = [al.x];
+    for (var i = shown.length - 1; i >= 0; i--) {
+      var color = LINE_COLORS[i % LINE_COLORS.length];
+      series.push({ label: shown[i], stroke: color, fill: color + "55", width: 1 });
+      cols.push(cum[i]);
+    }
+    makeChart(el, {
+      scales: { x: { time: false } },
+      series: series,
+      axes: [xAxis("interval start (s)"), yAxis("share")],
+    }, cols);
+  }
+
+  var drawers = {
+    tps: drawTps,
+    latency: function (el) { drawLatency(el, "latency_ms", "latency"); },
+    lag: function (el) { drawLatency(el, "lag_ms", "lag"); },
+    percentiles: drawPercentiles,
+    waits: drawWaits,
+  };
+
+  var placeholders = document.querySelectorAll("[data-chart]");
+  for (var i = 0; i < placeholders.length; i++) {
+    var el = placeholders[i];
+    drawers[el.getAttribute("data-chart")](el);
+  }
+
+  var pending = null;
+  window.addEventListener("resize", function () {
+    clearTimeout(pending);
+    pending = setTimeout(function () {
+      charts.forEach(function (c) {
+        c.chart.setSize({ width: width(c.el), height: c.chart.height });
+      });
+    }, 100);
+  });
+
+  window.pgsurgeCharts = charts.length;
+  window.pgsurgeReady = true;
+})();
