@@ -26,7 +26,7 @@
    pgbench prints there (the banner, the report and its extra lines) goes
    to stderr instead.
 
-Only this module (and ``cli.py``) writes to the console for a run;
+Only this module (and ``cli``) writes to the console for a run;
 workers write their clients' error messages to stderr themselves, as
 pgbench's threads do.
 

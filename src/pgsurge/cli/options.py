@@ -25,8 +25,8 @@ report extras are run-mode options, rejected with ``-i`` like pgbench's:
 * ``--html=FILE``: the self-contained HTML report of the run (the same
   document rendered by ``report/html.py``), checked likewise; never ``-``.
 
-``cli.py`` prints errors and dispatches; word splitting is ``getopt.py``'s;
-number parsing with C semantics is ``option_values.py``'s.
+``dispatch`` prints errors and dispatches; word splitting is ``getopt``'s;
+number parsing with C semantics is ``values``' and ``pgsurge.cnum``'s.
 """
 
 from __future__ import annotations
