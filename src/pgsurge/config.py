@@ -160,6 +160,8 @@ class RunConfig:
     json_path: str | None = None
     #: --html FILE: the HTML report of the run (a file, never stdout)
     html_path: str | None = None
+    #: --no-live: no live panel on a terminal (see report/live.py)
+    no_live: bool = False
 
     @property
     def total_weight(self) -> int:

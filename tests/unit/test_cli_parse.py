@@ -399,8 +399,10 @@ def test_help_is_pgbench_help_plus_our_options(pgbench_bin: Path) -> None:
         " FILE\n" + " " * 27 + '("-": stdout, the text report then goes to stderr)\n',
         "  --json": "  --html=FILE              write a self-contained HTML report"
         " to FILE\n",
-        "  --progress-timestamp": "  --percentiles[=LIST]     report latency"
-        " percentiles (default: 50,90,99,99.9)\n",
+        "  --progress-timestamp": "  --no-live                no live panel on the"
+        " terminal during the run\n"
+        "  --percentiles[=LIST]     report latency percentiles (default:"
+        " 50,90,99,99.9)\n",
         "  -d, --dbname": "  --embedded               use pgsurge's embedded"
         " PostgreSQL server\n",
     }

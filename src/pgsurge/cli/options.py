@@ -120,6 +120,7 @@ LONG_OPTIONS: tuple[LongOption, ...] = (
     LongOption("extended-report", False, "extended-report", extension=True),
     LongOption("json", True, "json", extension=True),
     LongOption("html", True, "html", extension=True),
+    LongOption("no-live", False, "no-live", extension=True),
 )
 
 #: long options with an optional value (getopt_long's optional_argument)
@@ -213,6 +214,7 @@ class _State:
     client_cpu: bool = False
     json_path: str | None = None
     html_path: str | None = None
+    no_live: bool = False
 
 
 class _Getopt(Getopt):
@@ -531,6 +533,9 @@ class _CommandLine:
             case "html":
                 st.benchmarking_option_set = True
                 st.html_path = arg
+            case "no-live":
+                st.benchmarking_option_set = True
+                st.no_live = True
             case _:  # pragma: no cover - the table and this switch disagree
                 raise AssertionError(f"unhandled option {key}")
 
@@ -693,6 +698,7 @@ class _CommandLine:
             client_cpu=st.client_cpu,
             json_path=st.json_path,
             html_path=st.html_path,
+            no_live=st.no_live,
         )
 
 
