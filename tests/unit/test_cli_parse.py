@@ -408,6 +408,12 @@ def test_help_is_pgbench_help_plus_our_options(pgbench_bin: Path) -> None:
         expected = expected.replace(before, line + before, 1)
     expected += (
         "\nCommands:\n"
+        "  pgsurge ab --runs N --a ARGS --b ARGS -- [OPTION]...\n"
+        + " " * 27
+        + "interleaved A/B runs, then compare (--help for more)\n"
+        "  pgsurge compare BASE.json... --vs NEW.json...\n"
+        + " " * 27
+        + "noise-aware verdict on results (--help for more)\n"
         "  pgsurge report RESULT.json... [--vs B.json...] -o FILE\n"
         + " "
         * 27
