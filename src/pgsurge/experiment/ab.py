@@ -51,10 +51,14 @@ _SECRET_ENV = re.compile(r"PASS|SECRET|TOKEN", re.IGNORECASE)
 _SECRET_ARG = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
 
 #: runs the child's checkpoint: the arm's environment applies to it too
+#: (a dbname that is a conninfo string or URI is expanded, as libpq does
+#: for the program's own connections)
 _CHECKPOINT_CODE = (
     "import json, sys, psycopg\n"
     "items = json.loads(sys.argv[1])\n"
-    "with psycopg.connect(**items, autocommit=True, connect_timeout=30) as c:\n"
+    "db = items.get('dbname') or ''\n"
+    "base = items.pop('dbname') if '=' in db or '://' in db else ''\n"
+    "with psycopg.connect(base, **items, autocommit=True, connect_timeout=30) as c:\n"
     "    c.execute('CHECKPOINT')\n"
 )
 
@@ -294,12 +298,14 @@ class Experiment:
 
     @staticmethod
     def _last_error(log: Path) -> str:
+        """The run's first error message, with where the rest is."""
         try:
             lines = log.read_text(errors="replace").strip().splitlines()
         except OSError:
-            return "(no output)"
-        errors = [ln for ln in lines if "error" in ln.lower() or "abort" in ln.lower()]
-        return (errors or lines or ["(no output)"])[-1].strip()
+            lines = []
+        errors = [ln.strip() for ln in lines if ": error: " in ln]
+        first = (errors or lines or ["(no output)"])[0].strip()
+        return f"{first.removeprefix('pgsurge: error: ')} (see {log})"
 
     def _remember_target(self, arm: Arm, run: RunSummary) -> None:
         if not self.plan.checkpoint:
