@@ -222,10 +222,14 @@ def test_drift_and_outliers_are_reported(tmp_path: Path) -> None:
     r = _compare(tmp_path, base, new)
     assert "drift: new tps rises with run order (Spearman ρ = +1.00)" in r.stdout
     assert re.search(
-        r"outliers \(reported, not dropped\): "
+        r"outlier runs \(reported, not dropped\): "
         r"base b5\.json tps 52 000 \(modified z = \+\d+\.\d\)",
         r.stdout,
     )
+    doc = json.loads(_compare(tmp_path, base, new, "--json", "-").stdout)
+    tps = doc["metrics"][0]
+    assert tps["base"]["outliers"][0]["file"] == "b5.json"
+    assert tps["new"]["drift_rho"] == pytest.approx(1.0)
     # reported, never dropped: the base side still has 5 runs
     assert _row(r.stdout, "tps").startswith("tps          5 vs 5 runs")
 

@@ -20,7 +20,14 @@ from typing import Any
 from . import stats
 from .compare import METRICS, Comparison, MetricResult, Side, side_stats
 from .results import RunSummary
-from .stats import DRIFT_MIN_RUNS, DRIFT_RHO, OUTLIER_MIN_RUNS, OUTLIER_Z, POWER
+from .stats import (
+    DRIFT_MIN_RUNS,
+    DRIFT_RHO,
+    MAX_RUNS_NEEDED,
+    OUTLIER_MIN_RUNS,
+    OUTLIER_Z,
+    POWER,
+)
 
 __all__ = [
     "COMPARE_SCHEMA",
@@ -177,11 +184,7 @@ def _noise_lines(c: Comparison) -> list[str]:
     lines.append(f"noise (run-to-run CV, base / new): {cvs}")
     band = f"±{c.threshold * 100:g} %"
     if p.mde is not None:
-        needs = (
-            f"{p.runs_needed}+{p.runs_needed} runs"
-            if p.runs_needed is not None
-            else "more than 1000 runs per side"
-        )
+        needs = _needs(p.runs_needed)
         lines.append(
             f"{label}: {p.base.n}+{p.new.n} runs detect a change of ≥ "
             f"{p.mde * 100:.1f} % ({POWER * 100:g} % power); {band} needs {needs}"
@@ -203,40 +206,58 @@ def _noise_lines(c: Comparison) -> list[str]:
     return lines
 
 
+def _needs(runs: int | None) -> str:
+    if runs is None:
+        return f"more than {fmt_value(MAX_RUNS_NEEDED)} runs per side"
+    n = f"{runs:,}".replace(",", " ")
+    return f"{n}+{n} runs"
+
+
 def _flag_lines(c: Comparison) -> list[str]:
+    """Drift and outlier runs on the primary metric (the other metrics'
+    flags are counted here and listed in the JSON document: percentiles of
+    short runs sit on few histogram buckets and would flood the text)."""
     if c.single_run:
         return []
+    p = c.primary_result
+    label = p.metric.label
     drift: list[str] = []
     outliers: list[str] = []
-    for r in c.metrics:
-        for side_name, side in (("base", r.base), ("new", r.new)):
-            if side.drift is not None:
-                way = "rises" if side.drift > 0 else "falls"
-                drift.append(
-                    f"{side_name} {r.metric.label} {way} with run order "
-                    f"(Spearman ρ = {side.drift:+.2f})"
-                )
-            outliers.extend(
-                f"{side_name} {name} {r.metric.label} {_value_of(side, name)} "
-                f"(modified z = {z:+.1f})"
-                for name, z in side.outliers
+    for side_name, side in (("base", p.base), ("new", p.new)):
+        if side.drift is not None:
+            way = "rises" if side.drift > 0 else "falls"
+            drift.append(
+                f"{side_name} {label} {way} with run order "
+                f"(Spearman ρ = {side.drift:+.2f})"
             )
+        outliers.extend(
+            f"{side_name} {name} {label} {_value_of(side, name)} "
+            f"(modified z = {z:+.1f})"
+            for name, z in side.outliers
+        )
+    others = [r for r in c.metrics if r is not p]
+    more_drift = sum(s.drift is not None for r in others for s in (r.base, r.new))
+    more_out = sum(len(s.outliers) for r in others for s in (r.base, r.new))
     lines = []
     few = min(len(c.base), len(c.new))
     if drift:
-        lines.append("drift: " + "; ".join(drift))
+        line = "drift: " + "; ".join(drift)
     elif few < DRIFT_MIN_RUNS:
-        lines.append(f"drift: not assessed (fewer than {DRIFT_MIN_RUNS} runs a side)")
+        line = f"drift: not assessed (fewer than {DRIFT_MIN_RUNS} runs a side)"
     else:
-        lines.append(f"drift: none (|Spearman ρ| ≤ {DRIFT_RHO:g} within each side)")
+        line = f"drift: none in {label} (|Spearman ρ| ≤ {DRIFT_RHO:g} within each side)"
+    if more_drift:
+        line += f"; {more_drift} in other metrics (see --json)"
+    lines.append(line)
     if outliers:
-        lines.append("outliers (reported, not dropped): " + "; ".join(outliers))
+        line = "outlier runs (reported, not dropped): " + "; ".join(outliers)
     elif few < OUTLIER_MIN_RUNS:
-        lines.append(
-            f"outliers: not assessed (fewer than {OUTLIER_MIN_RUNS} runs a side)"
-        )
+        line = f"outlier runs: not assessed (fewer than {OUTLIER_MIN_RUNS} runs a side)"
     else:
-        lines.append(f"outliers: none (modified z ≤ {OUTLIER_Z:g})")
+        line = f"outlier runs: none in {label} (modified z ≤ {OUTLIER_Z:g})"
+    if more_out:
+        line += f"; {more_out} in other metrics (see --json)"
+    lines.append(line)
     return lines
 
 
@@ -258,6 +279,10 @@ def render_text(c: Comparison) -> str:
     rows = [_row(c, r) for r in c.metrics if r.base.values or r.new.values]
     rows.append(_failure_row(c))
     lines.extend(_table(rows))
+    lines.append(
+        "(medians per side; change and CI: ratio of geometric means, Welch's t on "
+        "log values per run)"
+    )
     lines.append("")
     lines.extend(_noise_lines(c))
     lines.extend(_flag_lines(c))
@@ -364,7 +389,7 @@ def _repeat_noise(
     n = len(runs)
     mde = stats.min_detectable_effect(sd, n, n, confidence)
     needed = stats.runs_needed(sd, threshold, confidence)
-    need = f"{needed}+{needed} runs" if needed else "more than 1000 runs per side"
+    need = _needs(needed)
     return (
         f"noise: an A/B of {n}+{n} such runs would detect a tps change of ≥ "
         f"{mde * 100:.1f} % ({POWER * 100:g} % power); ±{threshold * 100:g} % "

@@ -75,7 +75,7 @@ DRIFT_MIN_RUNS = 4
 #: the exact permutation p-value enumerates C(n+m, n) splits: 184 756 at 10+10
 EXACT_PERMUTATION_MAX = 10
 #: ``runs_needed`` gives up beyond this many runs per side
-MAX_RUNS_NEEDED = 1000
+MAX_RUNS_NEEDED = 1_000_000
 
 
 class Method(enum.StrEnum):
@@ -273,14 +273,26 @@ def min_detectable_effect(
 def runs_needed(
     log_sd: float, threshold: float, confidence: float, power: float = POWER
 ) -> int | None:
-    """Runs per side whose minimum detectable effect is within ``threshold``;
-    None beyond ``MAX_RUNS_NEEDED``."""
+    """The fewest runs per side whose minimum detectable effect is within
+    ``threshold``; None beyond ``MAX_RUNS_NEEDED``."""
     if log_sd == 0.0:
         return 2
-    for n in range(2, MAX_RUNS_NEEDED + 1):
-        if min_detectable_effect(log_sd, n, n, confidence, power) <= threshold:
-            return n
-    return None
+
+    def enough(n: int) -> bool:
+        return min_detectable_effect(log_sd, n, n, confidence, power) <= threshold
+
+    if not enough(MAX_RUNS_NEEDED):
+        return None
+    # the effect shrinks as runs grow: bisect for the first n that is
+    # enough (invariant: ``high`` is enough, ``low`` is not or is 1)
+    low, high = 1, MAX_RUNS_NEEDED
+    while high - low > 1:
+        mid = (low + high) // 2
+        if enough(mid):
+            high = mid
+        else:
+            low = mid
+    return high
 
 
 def drift_rho(values_in_run_order: Sequence[float]) -> float | None:
