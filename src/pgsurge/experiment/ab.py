@@ -38,7 +38,7 @@ from types import FrameType
 from typing import Any, TextIO
 
 from pgsurge import __version__
-from pgsurge.errors import ExitStatus, PgsurgeError, RunAborted
+from pgsurge.errors import ExitStatus, PgsurgeError
 
 from .render import run_line
 from .results import RunSummary, load_result
@@ -137,6 +137,12 @@ def _mask_env(env: Mapping[str, str]) -> dict[str, str]:
 
 def _mask_args(text: str) -> str:
     return _SECRET_ARG.sub(r"\1********", text)
+
+
+class RunAborted(PgsurgeError):
+    """A run of the experiment aborted: ab ends with pgsurge's status 2."""
+
+    exit_status = ExitStatus.RUN_ABORTED
 
 
 class Interrupted(Exception):
