@@ -99,6 +99,10 @@ Common options:
   -?, --help               show this help, then exit
 
 Commands:
+  {PROG} ab --runs N --a ARGS --b ARGS -- [OPTION]...
+                           interleaved A/B runs, then compare (--help for more)
+  {PROG} compare BASE.json... --vs NEW.json...
+                           noise-aware verdict on results (--help for more)
   {PROG} report RESULT.json... [--vs B.json...] -o FILE
                            HTML report of --json results (--help for more)
   {PROG} server start|stop|status|uri
