@@ -461,8 +461,8 @@ def test_experiment_imports_no_run_machinery() -> None:
     mods = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.split()
-    allowed = {"pgsurge", "pgsurge.errors", "pgsurge.config"}
-    bad = [
-        m for m in mods if m not in allowed and not m.startswith("pgsurge.experiment")
-    ]
+    # the values and statistics below it are fine; no engine, no runner, no
+    # report renderer, no connection
+    forbidden = ("engine", "runner", "report", "pgconn", "cli", "init", "server")
+    bad = [m for m in mods if m.split(".")[1:2] and m.split(".")[1] in forbidden]
     assert bad == []

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from pgsurge.experiment import stats
-from pgsurge.experiment.stats import Direction, Method
+from pgsurge.stats import compare as stats
+from pgsurge.stats.compare import Direction, Method
 
 
 def _runs(rng: np.random.Generator, center: float, cv: float, n: int) -> list[float]:

@@ -39,9 +39,8 @@ from typing import Any, TextIO
 
 from pgsurge import __version__
 from pgsurge.errors import ExitStatus, PgsurgeError
-
-from .render import run_line
-from .results import RunSummary, load_result
+from pgsurge.experiment.render import run_line
+from pgsurge.experiment.results import RunSummary, load_result
 
 __all__ = ["Arm", "Experiment", "Plan", "RunRecord", "schedule"]
 

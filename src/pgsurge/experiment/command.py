@@ -29,11 +29,15 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from pgsurge.errors import PROG, PgsurgeError, UsageError
-
-from .ab import Arm, Experiment, Interrupted, Plan
-from .compare import METRIC_KEYS, compare
-from .render import render_json, render_repeat, render_text, repeat_json
-from .results import load_results
+from pgsurge.experiment.ab import Arm, Experiment, Interrupted, Plan
+from pgsurge.experiment.compare import METRIC_KEYS, compare
+from pgsurge.experiment.render import (
+    render_json,
+    render_repeat,
+    render_text,
+    repeat_json,
+)
+from pgsurge.experiment.results import load_results
 
 __all__ = ["ab_main", "compare_main"]
 

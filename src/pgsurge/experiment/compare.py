@@ -29,10 +29,9 @@ import numpy as np
 from scipy import stats as sps
 
 from pgsurge.errors import PgsurgeError
-
-from . import stats
-from .results import Interval, RunSummary, workload_differences
-from .stats import Direction, Estimate, Method
+from pgsurge.experiment.results import Interval, RunSummary, workload_differences
+from pgsurge.stats import compare as stats
+from pgsurge.stats.compare import Direction, Estimate, Method
 
 __all__ = [
     "METRICS",

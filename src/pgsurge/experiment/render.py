@@ -17,10 +17,16 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from . import stats
-from .compare import METRICS, Comparison, MetricResult, Side, side_stats
-from .results import RunSummary
-from .stats import (
+from pgsurge.experiment.compare import (
+    METRICS,
+    Comparison,
+    MetricResult,
+    Side,
+    side_stats,
+)
+from pgsurge.experiment.results import RunSummary
+from pgsurge.stats import compare as stats
+from pgsurge.stats.compare import (
     DRIFT_MIN_RUNS,
     DRIFT_RHO,
     MAX_RUNS_NEEDED,
