@@ -140,6 +140,8 @@ def test_rate_limited_arm_is_slower(db1: str, tmp_path: Path) -> None:
             f"-R {rate}",
             "--out",
             str(out),
+            "--html",
+            str(tmp_path / "ab.html"),
             "--",
             *COMMON,
             db1,
@@ -148,6 +150,10 @@ def test_rate_limited_arm_is_slower(db1: str, tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stderr
     assert _tps_row(r.stdout).endswith("slower"), r.stdout
+    # --html: the report page of the counted runs, side A against side B
+    page = (tmp_path / "ab.html").read_text()
+    assert 'id="pgsurge-data"' in page
+    assert page.count("run-") >= 8 and "slower" in page
     assert f"differs (the arms' arguments): -R none vs {rate}" in r.stdout
     doc = json.loads((out / "comparison.json").read_text())
     tps = doc["metrics"][0]

@@ -37,7 +37,7 @@ from pgsurge.experiment.render import (
     render_text,
     repeat_json,
 )
-from pgsurge.experiment.results import load_results
+from pgsurge.experiment.results import RunSummary, load_results
 
 __all__ = ["ab_main", "compare_main"]
 
@@ -295,6 +295,11 @@ def _ab_parser() -> _Parser:
         help="directory for the results and the manifest "
         "(default: a new pgsurge-ab-TIMESTAMP)",
     )
+    p.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the HTML report of the experiment's runs to FILE",
+    )
     _add_verdict_options(p)
     return p
 
@@ -450,7 +455,22 @@ def _ab_report(
     (err if ns.json == "-" else out).write("\n")
     _emit(text, doc, ns.json, out, err)
     (plan.out_dir / "comparison.txt").write_text(text, encoding="utf-8")
+    if ns.html:
+        _write_html(ns.html, a_runs, exp.finished("B"), ns.threshold)
     (plan.out_dir / "comparison.json").write_text(
         json.dumps(doc, indent=2) + "\n", encoding="utf-8"
     )
     return status
+
+
+def _write_html(
+    path: str, a_runs: list[RunSummary], b_runs: list[RunSummary], threshold: float
+) -> None:
+    """``--html``: the report page of the finished runs, arm A against B
+    (the renderer's own verdict card uses the same statistics)."""
+    from pgsurge.report.command import load_result, write_html
+    from pgsurge.report.html import RunDoc, render_html
+
+    runs = [RunDoc(r.name, load_result(r.path), "A") for r in a_runs]
+    runs += [RunDoc(r.name, load_result(r.path), "B") for r in b_runs]
+    write_html(render_html(runs, threshold=threshold), path)
