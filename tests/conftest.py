@@ -1,3 +1,9 @@
-"""pytest configuration: fixtures live in plugin modules (psycopg's layout)."""
+"""pytest configuration: fixtures live in plugin modules (psycopg's layout).
 
-pytest_plugins = ("tests.fix_server", "tests.fix_cli")
+``fix_server``: the PostgreSQL server and the reference pgbench;
+``fix_run``: benchmark databases, running pgsurge and pgbench, masks;
+``fix_cli``: pgsurge's command line in-process. tests/README.md tells how
+to run the suite.
+"""
+
+pytest_plugins = ("tests.fix_server", "tests.fix_run", "tests.fix_cli")

@@ -9,20 +9,18 @@ with a RecursionError traceback.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.server.test_run_diff import base_env
+from tests.fix_run import Loop, run_pgbench, run_pgsurge
 
 pytestmark = pytest.mark.server
 
 
-@pytest.mark.parametrize("fastloop", ["", "1"])
+@pytest.mark.parametrize("loop", ["auto", "python"])
 def test_chain_of_20000_terms(
-    fresh_db: str, pgbench_bin: Path, tmp_path: Path, fastloop: str
+    fresh_db: str, pgbench_bin: Path, tmp_path: Path, loop: Loop
 ) -> None:
     terms = 20000
     path = tmp_path / "chain.sql"
@@ -34,18 +32,11 @@ def test_chain_of_20000_terms(
         "SELECT 1/0;\n"
         "\\endif\n"
     )
-    args = ["-n", "-f", str(path), "-t", "2", "-c", "2", fresh_db]
-    ref = subprocess.run(
-        [str(pgbench_bin), *args], capture_output=True, text=True, env=base_env()
-    )
-    assert ref.returncode == 0, ref.stderr
-    ours = subprocess.run(
-        [sys.executable, "-m", "pgsurge", *args],
-        capture_output=True,
-        text=True,
-        env={**base_env(), "PGSURGE_NO_FASTLOOP": fastloop},
-    )
-    assert ours.returncode == 0, ours.stderr
+    args = ["-n", "-f", str(path), "-t", "2", "-c", "2"]
+    ref = run_pgbench(pgbench_bin, args, fresh_db)
+    assert ref.status == 0, ref.stderr
+    ours = run_pgsurge(args, fresh_db, loop=loop)
+    assert ours.status == 0, ours.stderr
     assert "Traceback" not in ours.stderr
     assert "number of transactions actually processed: 4/4" in ours.stdout
 
@@ -55,13 +46,8 @@ def test_chain_beyond_the_limit_is_an_error(fresh_db: str, tmp_path: Path) -> No
     message and status 1, not a worker's traceback."""
     path = tmp_path / "chain.sql"
     path.write_text(f"\\set x {' + '.join([':client_id'] * 40000)}\nSELECT :x;\n")
-    ours = subprocess.run(
-        [sys.executable, "-m", "pgsurge", "-n", "-f", str(path), "-t", "1", fresh_db],
-        capture_output=True,
-        text=True,
-        env=base_env(),
-    )
-    assert ours.returncode == 1, ours.stderr
+    ours = run_pgsurge(["-n", "-f", str(path), "-t", "1"], fresh_db)
+    assert ours.status == 1, ours.stderr
     assert ours.stderr == (
         "pgsurge: error: an expression of a script is nested too deeply to be "
         "evaluated\n"

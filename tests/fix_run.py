@@ -1,0 +1,282 @@
+"""Benchmark runs against the test server: databases, programs, masks.
+
+Databases
+
+* ``bench_template`` (session): one database initialised once per session
+  by the reference ``pgbench -i -s 1``, then closed to connections and
+  marked a template. Nothing runs in it.
+* ``bench_db`` (per test): ``CREATE DATABASE … TEMPLATE`` of it, a copy
+  the test may change at will, dropped at the end. A test that needs
+  another scale or partitioning initialises a ``fresh_db`` itself.
+
+Programs
+
+* :func:`run_pgsurge` runs ``python -m pgsurge ARGS [DSN]`` and
+  :func:`run_pgbench` the reference pgbench 18.6 with the same shape, both
+  in :func:`tool_env` (the test process's environment without ``PG*``
+  variables, ``LC_ALL=C``); both return an :class:`Outcome`.
+  ``loop`` chooses pgsurge's event loop: ``"auto"`` (the C loop where the
+  run is eligible), ``"python"`` (``PGSURGE_NO_FASTLOOP=1``) or ``"c"``
+  (``PGSURGE_FASTLOOP=require``: the run must be one the C loop takes).
+
+Masks
+
+* :func:`mask_numbers` (pgbench against pgsurge: every number masked);
+* :func:`mask_timing` (one program against itself, e.g. the C loop against
+  the Python loop: only what depends on timing is masked).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import psycopg
+import pytest
+from psycopg import sql
+
+Loop = Literal["auto", "c", "python"]
+
+#: the environment variables that choose pgsurge's event loop
+ENV_NO_FASTLOOP = "PGSURGE_NO_FASTLOOP"
+ENV_FASTLOOP = "PGSURGE_FASTLOOP"
+
+#: the scale of the template database
+TEMPLATE_SCALE = 1
+
+
+# -- databases ---------------------------------------------------------------
+
+
+def _admin_execute(server_dsn: str, *statements: sql.Composable) -> None:
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def create_database(server_dsn: str, prefix: str, template: str | None = None) -> str:
+    """A new database (copied from ``template`` if given); its name."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template is not None:
+        statement = sql.SQL("{} TEMPLATE {}").format(
+            statement, sql.Identifier(template)
+        )
+    _admin_execute(server_dsn, statement)
+    return name
+
+
+def drop_database(server_dsn: str, name: str) -> None:
+    _admin_execute(
+        server_dsn,
+        sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)),
+    )
+
+
+def db_dsn(server_dsn: str, name: str) -> str:
+    return psycopg.conninfo.make_conninfo(server_dsn, dbname=name)
+
+
+@pytest.fixture(scope="session")
+def bench_template(server_dsn: str, pgbench_bin: Path) -> Iterator[str]:
+    """The name of a database initialised once by ``pgbench -i -s 1``
+    (a template: no connections; copy it through ``bench_db``)."""
+    name = create_database(server_dsn, "t_template")
+    try:
+        outcome = run_pgbench(
+            pgbench_bin,
+            ["-i", "-s", str(TEMPLATE_SCALE), "-q"],
+            db_dsn(server_dsn, name),
+        )
+        assert outcome.status == 0, outcome.stderr
+        ident = sql.Identifier(name)
+        _admin_execute(
+            server_dsn,
+            sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS false").format(ident),
+            sql.SQL("ALTER DATABASE {} IS_TEMPLATE true").format(ident),
+        )
+        yield name
+    finally:
+        _admin_execute(
+            server_dsn,
+            sql.SQL("ALTER DATABASE {} IS_TEMPLATE false").format(sql.Identifier(name)),
+        )
+        drop_database(server_dsn, name)
+
+
+@pytest.fixture
+def bench_db(server_dsn: str, bench_template: str) -> Iterator[str]:
+    """A database of the pgbench tables at scale 1 for one test (a copy of
+    the session's template); yields its conninfo string."""
+    name = create_database(server_dsn, "t", template=bench_template)
+    yield db_dsn(server_dsn, name)
+    drop_database(server_dsn, name)
+
+
+# -- programs ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a run of pgsurge or pgbench gave."""
+
+    status: int
+    stdout: str
+    stderr: str
+
+    @property
+    def report(self) -> list[str]:
+        """Report lines without the banner, numbers masked."""
+        lines = self.stdout.splitlines()
+        assert lines, self.stderr
+        assert lines[0].startswith(("pgbench (", "pgsurge (")), lines[0]
+        return [mask_numbers(line) for line in lines[1:]]
+
+    @property
+    def messages(self) -> Counter[str]:
+        """stderr lines but progress, program name normalized, numbers masked."""
+        text = self.stderr.replace('("pgbench -i")', '("pgsurge -i")')
+        return Counter(
+            mask_numbers(line.replace("pgbench: ", "pgsurge: "))
+            for line in text.splitlines()
+            if not line.startswith("progress:")
+        )
+
+    @property
+    def progress(self) -> set[str]:
+        """The progress lines, numbers masked."""
+        return {
+            mask_numbers(line)
+            for line in self.stderr.splitlines()
+            if line.startswith("progress:")
+        }
+
+    def line(self, prefix: str) -> str:
+        """The first report line that starts with ``prefix``."""
+        for line in self.stdout.splitlines():
+            if line.startswith(prefix):
+                return line
+        raise AssertionError(f"no line {prefix!r} in:\n{self.stdout}")
+
+    def number(self, prefix: str) -> str:
+        """What follows ``prefix`` on its report line."""
+        return self.line(prefix)[len(prefix) :].strip()
+
+
+def tool_env(
+    env: Mapping[str, str] | None = None, *, loop: Loop = "auto"
+) -> dict[str, str]:
+    """The environment of both programs: this process's, without ``PG*``
+    variables (the target is always given), in the C locale; then ``env``
+    and the choice of ``loop``."""
+    out = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    out["LC_ALL"] = "C"
+    if loop == "python":
+        out[ENV_NO_FASTLOOP] = "1"
+    elif loop == "c":
+        out.pop(ENV_NO_FASTLOOP, None)
+        out[ENV_FASTLOOP] = "require"
+    elif loop != "auto":
+        raise ValueError(f"unknown loop {loop!r}")
+    if env:
+        out.update(env)
+    return out
+
+
+PGSURGE = (sys.executable, "-m", "pgsurge")
+
+
+def _run(
+    argv: Sequence[str],
+    dsn: str | None,
+    cwd: Path | None,
+    env: dict[str, str],
+    timeout: float,
+) -> Outcome:
+    proc = subprocess.run(
+        [*argv, *([dsn] if dsn is not None else [])],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+    return Outcome(proc.returncode, proc.stdout, proc.stderr)
+
+
+def run_pgsurge(
+    args: Sequence[str],
+    dsn: str | None = None,
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    loop: Loop = "auto",
+    timeout: float = 120,
+) -> Outcome:
+    """``python -m pgsurge ARGS DSN`` (see the module docstring)."""
+    return _run([*PGSURGE, *args], dsn, cwd, tool_env(env, loop=loop), timeout)
+
+
+def run_pgbench(
+    pgbench: Path,
+    args: Sequence[str],
+    dsn: str | None = None,
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 120,
+) -> Outcome:
+    """The reference ``pgbench ARGS DSN``, in the same environment."""
+    return _run([str(pgbench), *args], dsn, cwd, tool_env(env), timeout)
+
+
+# -- masks ---------------------------------------------------------------------
+
+_NUM = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def mask_numbers(line: str) -> str:
+    """Every number masked, runs of blanks collapsed (the -r table pads its
+    columns to the width of numbers that differ between runs)."""
+    return re.sub(r" {2,}", " ", _NUM.sub("N", line))
+
+
+#: report lines whose figures all depend on timing
+_TIMING_LINE = re.compile(r"^( - )?(latency|initial connection time|tps|progress:)")
+#: ... and under -R/-L, the lines that depend on which slots were late
+_SCHEDULE_LINE = re.compile(
+    r"^( - )?(rate limit schedule lag|number of transactions "
+    r"(skipped|above|actually processed))"
+)
+#: a -r line: the command's latency (timing), then its failures (exact)
+_STATEMENT = re.compile(r"^(\s+)[\d.]+(\s+\d+\s)")
+_TPS = re.compile(r"tps = [\d.]+")
+#: a duration of -i ("done in 0.52 s (drop tables 0.00 s, ...)")
+_DURATION = re.compile(r"\d+\.\d\d s")
+
+
+def mask_timing(text: str, *, schedule: bool = False, per_script: bool = True) -> str:
+    """``text`` (a report, or -i's messages) with what depends on timing
+    masked, everything else exact, line ends kept: latencies, tps,
+    progress figures, -i's durations; with ``schedule`` (runs under -R and
+    -L) also the schedule lag and the processed, skipped and late counts.
+    Without ``per_script``, the per-script lines (`` - …``) are left out."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        if not per_script and line.startswith(" - "):
+            continue
+        if _TIMING_LINE.match(line) or (schedule and _SCHEDULE_LINE.match(line)):
+            line = _NUM.sub("N", line)
+        else:
+            line = _STATEMENT.sub(r"\1N\2", _TPS.sub("tps = N", line))
+        out.append(_DURATION.sub("N s", line))
+    return "".join(out)
