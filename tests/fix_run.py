@@ -8,6 +8,9 @@ Databases
 * ``bench_db`` (per test): ``CREATE DATABASE … TEMPLATE`` of it, a copy
   the test may change at will, dropped at the end. A test that needs
   another scale or partitioning initialises a ``fresh_db`` itself.
+* ``draws_db`` (per test): a ``fresh_db`` with the tables ``t`` (scripts
+  insert the values they drew: client, script, a, b) and ``u`` (v), for
+  comparing runs row by row; :func:`take_rows` reads ``t`` and empties it.
 
 Programs
 
@@ -18,6 +21,8 @@ Programs
   ``loop`` chooses pgsurge's event loop: ``"auto"`` (the C loop where the
   run is eligible), ``"python"`` (``PGSURGE_NO_FASTLOOP=1``) or ``"c"``
   (``PGSURGE_FASTLOOP=require``: the run must be one the C loop takes).
+  :func:`run_both_loops` runs the same arguments on the C loop, then on
+  the Python loop, each followed by :func:`take_rows`.
 
 Masks
 
@@ -119,6 +124,30 @@ def bench_db(server_dsn: str, bench_template: str) -> Iterator[str]:
     name = create_database(server_dsn, "t", template=bench_template)
     yield db_dsn(server_dsn, name)
     drop_database(server_dsn, name)
+
+
+@pytest.fixture
+def draws_db(fresh_db: str) -> str:
+    """A new database with the tables ``t`` and ``u`` (module docstring)."""
+    with psycopg.connect(fresh_db, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE t"
+            " (id bigserial PRIMARY KEY, cid int, s int, a bigint, b bigint)"
+        )
+        conn.execute("CREATE TABLE u (v int)")
+    return fresh_db
+
+
+Row = tuple[int, int, int, int]
+
+
+def take_rows(dsn: str) -> list[Row]:
+    """The rows of ``t`` (client, script, a, b) in the order each client
+    inserted them; ``t`` is emptied for the next run."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT cid, s, a, b FROM t ORDER BY cid, id").fetchall()
+        conn.execute("TRUNCATE t")
+    return rows
 
 
 # -- programs ------------------------------------------------------------------
@@ -237,6 +266,17 @@ def run_pgbench(
 ) -> Outcome:
     """The reference ``pgbench ARGS DSN``, in the same environment."""
     return _run([str(pgbench), *args], dsn, cwd, tool_env(env), timeout)
+
+
+def run_both_loops(
+    args: Sequence[str], dsn: str, cwd: Path
+) -> tuple[Outcome, list[Row], Outcome, list[Row]]:
+    """The same run on the C loop, then on the Python loop, each followed by
+    the rows it left in ``t``: (fast, fast_rows, slow, slow_rows)."""
+    fast = run_pgsurge(args, dsn, cwd=cwd, loop="c")
+    fast_rows = take_rows(dsn)
+    slow = run_pgsurge(args, dsn, cwd=cwd, loop="python")
+    return fast, fast_rows, slow, take_rows(dsn)
 
 
 # -- masks ---------------------------------------------------------------------

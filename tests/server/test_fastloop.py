@@ -13,87 +13,19 @@ way in every script, and the per-script counts, are compared instead.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from pgsurge.engine import fastloop
+from tests.fix_run import mask_timing, run_both_loops, run_pgsurge, take_rows
 
 pytestmark = [
     pytest.mark.server,
     pytest.mark.skipif(not fastloop.available, reason="pgsurge._fastloop not usable"),
 ]
-
-#: lines whose figures depend on timing
-_TIMING = re.compile(r"^( - )?(latency|initial connection time|tps|progress:)")
-_TPS = re.compile(r"tps = [\d.]+")
-_NUM = re.compile(r"-?\d+(?:\.\d+)?")
-
-
-def _run(
-    args: list[str], dsn: str, cwd: Path, *, fast: bool
-) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    env["LC_ALL"] = "C"
-    if not fast:
-        env["PGSURGE_NO_FASTLOOP"] = "1"
-    return subprocess.run(
-        [sys.executable, "-m", "pgsurge", *args, dsn],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-
-
-def _run_both(
-    args: list[str], db: str, cwd: Path
-) -> tuple[
-    subprocess.CompletedProcess[str],
-    list[tuple[int, int, int, int]],
-    subprocess.CompletedProcess[str],
-    list[tuple[int, int, int, int]],
-]:
-    """The same run on the C loop, then on the Python loop, each followed by
-    the rows it left: (fast, fast_rows, slow, slow_rows)."""
-    fast = _run(args, db, cwd, fast=True)
-    fast_rows = _rows(db)
-    slow = _run(args, db, cwd, fast=False)
-    return fast, fast_rows, slow, _rows(db)
-
-
-def _report(stdout: str) -> list[str]:
-    """The report with timing figures masked (everything else exact)."""
-    return [
-        _NUM.sub("N", line) if _TIMING.match(line) else _TPS.sub("tps = N", line)
-        for line in stdout.splitlines()
-    ]
-
-
-@pytest.fixture
-def db(fresh_db: str) -> Iterator[str]:
-    with psycopg.connect(fresh_db, autocommit=True) as conn:
-        conn.execute(
-            "CREATE TABLE t"
-            " (id bigserial PRIMARY KEY, cid int, s int, a bigint, b bigint)"
-        )
-        conn.execute("CREATE TABLE u (v int)")
-    yield fresh_db
-
-
-def _rows(dsn: str) -> list[tuple[int, int, int, int]]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        rows = conn.execute("SELECT cid, s, a, b FROM t ORDER BY cid, id").fetchall()
-        conn.execute("TRUNCATE t")
-    return rows
 
 
 def _scripts(tmp_path: Path) -> list[str]:
@@ -123,26 +55,28 @@ def _scripts(tmp_path: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("mode", ["simple", "extended", "prepared"])
-def test_one_client_per_worker_same_rows(db: str, tmp_path: Path, mode: str) -> None:
+def test_one_client_per_worker_same_rows(
+    draws_db: str, tmp_path: Path, mode: str
+) -> None:
     args = [*_scripts(tmp_path), "-M", mode, "-c", "2", "-j", "2", "-t", "150"]
     args += ["--random-seed", "5", "-n", "-s", "1000"]
-    fast, fast_rows, slow, slow_rows = _run_both(args, db, tmp_path)
-    assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
+    fast, fast_rows, slow, slow_rows = run_both_loops(args, draws_db, tmp_path)
+    assert fast.status == slow.status == 0, (fast.stderr, slow.stderr)
     assert len(fast_rows) == 300
     assert fast_rows == slow_rows
-    assert _report(fast.stdout) == _report(slow.stdout)
+    assert mask_timing(fast.stdout) == mask_timing(slow.stdout)
     assert fast.stderr == slow.stderr
 
 
 @pytest.mark.parametrize("mode", ["simple", "prepared"])
-def test_many_clients_same_draws(db: str, tmp_path: Path, mode: str) -> None:
+def test_many_clients_same_draws(draws_db: str, tmp_path: Path, mode: str) -> None:
     args = [*_scripts(tmp_path), "-M", mode, "-c", "6", "-j", "2", "-t", "100"]
     args += ["--random-seed", "11", "-n", "-s", "1000"]
     # the per-script counts (in the report) are deterministic: every worker
     # draws its choices from its own stream, as many times either way
-    fast, fast_rows, slow, slow_rows = _run_both(args, db, tmp_path)
-    assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
-    assert _report(fast.stdout) == _report(slow.stdout)
+    fast, fast_rows, slow, slow_rows = run_both_loops(args, draws_db, tmp_path)
+    assert fast.status == slow.status == 0, (fast.stderr, slow.stderr)
+    assert mask_timing(fast.stdout) == mask_timing(slow.stdout)
     assert len(fast_rows) == len(slow_rows) == 600
 
     def draws(
@@ -157,49 +91,49 @@ def test_many_clients_same_draws(db: str, tmp_path: Path, mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", ["extended", "prepared"])
-def test_error_mid_run_same_messages(db: str, tmp_path: Path, mode: str) -> None:
+def test_error_mid_run_same_messages(draws_db: str, tmp_path: Path, mode: str) -> None:
     # each client fails when its own stream first draws 5: deterministic
     (tmp_path / "err.sql").write_text(
         "\\set a random(1, 12)\nINSERT INTO u VALUES (:a);\nSELECT 1 / (:a - 5);\n"
     )
     args = ["-f", "err.sql", "-M", mode, "-c", "4", "-j", "2", "-t", "40"]
     args += ["--random-seed", "3", "-n"]
-    fast = _run(args, db, tmp_path, fast=True)
-    slow = _run(args, db, tmp_path, fast=False)
-    assert fast.returncode == slow.returncode == 2
+    fast = run_pgsurge(args, draws_db, cwd=tmp_path, loop="c")
+    slow = run_pgsurge(args, draws_db, cwd=tmp_path, loop="python")
+    assert fast.status == slow.status == 2
     assert "division by zero" in fast.stderr
     assert sorted(fast.stderr.splitlines()) == sorted(slow.stderr.splitlines())
-    assert _report(fast.stdout) == _report(slow.stdout)
+    assert mask_timing(fast.stdout) == mask_timing(slow.stdout)
 
 
-def test_exit_on_abort(db: str, tmp_path: Path) -> None:
+def test_exit_on_abort(draws_db: str, tmp_path: Path) -> None:
     (tmp_path / "err.sql").write_text("\\set a random(1, 12)\nSELECT 1 / (:a - 5);\n")
     args = ["-f", "err.sql", "-c", "1", "-j", "1", "-t", "40", "--exit-on-abort"]
     args += ["--random-seed", "3", "-n"]
-    fast = _run(args, db, tmp_path, fast=True)
-    slow = _run(args, db, tmp_path, fast=False)
-    assert fast.returncode == slow.returncode == 2
+    fast = run_pgsurge(args, draws_db, cwd=tmp_path, loop="c")
+    slow = run_pgsurge(args, draws_db, cwd=tmp_path, loop="python")
+    assert fast.status == slow.status == 2
     assert fast.stderr == slow.stderr
     assert "Run was aborted" in fast.stderr
 
 
-def test_open_transaction_at_script_end(db: str, tmp_path: Path) -> None:
+def test_open_transaction_at_script_end(draws_db: str, tmp_path: Path) -> None:
     (tmp_path / "open.sql").write_text("\\set a 1\nBEGIN;\nSELECT :a;\n")
     args = ["-f", "open.sql", "-M", "prepared", "-c", "2", "-j", "2", "-t", "5", "-n"]
-    fast = _run(args, db, tmp_path, fast=True)
-    slow = _run(args, db, tmp_path, fast=False)
-    assert fast.returncode == slow.returncode == 2
+    fast = run_pgsurge(args, draws_db, cwd=tmp_path, loop="c")
+    slow = run_pgsurge(args, draws_db, cwd=tmp_path, loop="python")
+    assert fast.status == slow.status == 2
     assert sorted(fast.stderr.splitlines()) == sorted(slow.stderr.splitlines())
     assert "without completing the last transaction" in fast.stderr
-    assert _report(fast.stdout) == _report(slow.stdout)
+    assert mask_timing(fast.stdout) == mask_timing(slow.stdout)
 
 
-def test_duration_and_progress(db: str, tmp_path: Path) -> None:
+def test_duration_and_progress(draws_db: str, tmp_path: Path) -> None:
     (tmp_path / "sel.sql").write_text("\\set a random(1, 100)\nSELECT :a;\n")
     args = ["-f", "sel.sql", "-M", "prepared", "-c", "4", "-j", "2", "-T", "3"]
     args += ["-P", "1", "-n"]
-    fast = _run(args, db, tmp_path, fast=True)
-    assert fast.returncode == 0, fast.stderr
+    fast = run_pgsurge(args, draws_db, cwd=tmp_path, loop="c")
+    assert fast.status == 0, fast.stderr
     ticks = re.findall(r"^progress: (\d+\.\d) s, ([\d.]+) tps", fast.stderr, re.M)
     assert [t for t, _ in ticks] == ["1.0", "2.0", "3.0"], fast.stderr
     assert all(float(tps) > 0 for _, tps in ticks)
@@ -210,7 +144,7 @@ def test_duration_and_progress(db: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("mode", ["simple", "extended", "prepared"])
 def test_command_reading_a_variable_many_times(
-    db: str, tmp_path: Path, mode: str
+    draws_db: str, tmp_path: Path, mode: str
 ) -> None:
     # a reference is a parameter each (pgbench allows 255 per command): the
     # C loop took a plan of 64 or more as malformed and the worker crashed
@@ -220,45 +154,38 @@ def test_command_reading_a_variable_many_times(
     )
     args = ["-f", "many.sql", "-M", mode, "-c", "1", "-j", "1", "-t", "20"]
     args += ["--random-seed", "4", "-n"]
-    fast = _run(args, db, tmp_path, fast=True)
-    with psycopg.connect(db, autocommit=True) as conn:
+    fast = run_pgsurge(args, draws_db, cwd=tmp_path, loop="c")
+    with psycopg.connect(draws_db, autocommit=True) as conn:
         fast_rows = conn.execute("SELECT v FROM u").fetchall()
         conn.execute("TRUNCATE u")
-    slow = _run(args, db, tmp_path, fast=False)
-    with psycopg.connect(db, autocommit=True) as conn:
+    slow = run_pgsurge(args, draws_db, cwd=tmp_path, loop="python")
+    with psycopg.connect(draws_db, autocommit=True) as conn:
         slow_rows = conn.execute("SELECT v FROM u").fetchall()
-    assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
+    assert fast.status == slow.status == 0, (fast.stderr, slow.stderr)
     assert fast.stderr == slow.stderr
     assert len(fast_rows) == 20
     assert fast_rows == slow_rows
-    assert _report(fast.stdout) == _report(slow.stdout)
-
-
-#: a -r line: the command's latency (timing), then its failures (exact)
-_STATEMENT = re.compile(r"^(\s+)[\d.]+(\s+\d+\s)")
+    assert mask_timing(fast.stdout) == mask_timing(slow.stdout)
 
 
 @pytest.mark.parametrize("mode", ["simple", "prepared"])
-def test_report_per_command(db: str, tmp_path: Path, mode: str) -> None:
+def test_report_per_command(draws_db: str, tmp_path: Path, mode: str) -> None:
     # -r runs in C too: the same statement lines, failures and all, in the
     # same report (per-command counts: test_fastloop_rate, in-process)
     args = [*_scripts(tmp_path), "-M", mode, "-c", "3", "-j", "2", "-t", "60", "-r"]
     args += ["--random-seed", "7", "-n", "-s", "1000"]
-    fast = _run(args, db, tmp_path, fast=True)
-    _rows(db)
-    slow = _run(args, db, tmp_path, fast=False)
-    _rows(db)
-    assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
-
-    def masked(stdout: str) -> list[str]:
-        return [_STATEMENT.sub(r"\1N\2", line) for line in _report(stdout)]
-
-    assert masked(fast.stdout) == masked(slow.stdout)
+    fast = run_pgsurge(args, draws_db, cwd=tmp_path, loop="c")
+    take_rows(draws_db)
+    slow = run_pgsurge(args, draws_db, cwd=tmp_path, loop="python")
+    take_rows(draws_db)
+    assert fast.status == slow.status == 0, (fast.stderr, slow.stderr)
+    # (mask_timing masks the latency column of the -r table too)
+    assert mask_timing(fast.stdout) == mask_timing(slow.stdout)
     assert sum("INSERT INTO t" in line for line in fast.stdout.splitlines()) == 3
 
 
 @pytest.mark.parametrize("mode", ["simple", "prepared"])
-def test_notifications_while_sleeping(db: str, tmp_path: Path, mode: str) -> None:
+def test_notifications_while_sleeping(draws_db: str, tmp_path: Path, mode: str) -> None:
     # Each NOTIFY reaches the other clients while they sleep, not waiting
     # for a result: the loop takes such a socket out of its epoll set
     # (loop.absorb) and the client's next wait puts it back, in C for a
@@ -268,9 +195,9 @@ def test_notifications_while_sleeping(db: str, tmp_path: Path, mode: str) -> Non
         "LISTEN pgsurge_fl;\n\\sleep 5 ms\nNOTIFY pgsurge_fl;\nSELECT 1;\n"
     )
     args = ["-f", "notify.sql", "-M", mode, "-c", "4", "-j", "1", "-t", "30", "-n"]
-    fast = _run(args, db, tmp_path, fast=True)
-    slow = _run(args, db, tmp_path, fast=False)
-    assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
+    fast = run_pgsurge(args, draws_db, cwd=tmp_path, loop="c")
+    slow = run_pgsurge(args, draws_db, cwd=tmp_path, loop="python")
+    assert fast.status == slow.status == 0, (fast.stderr, slow.stderr)
     assert fast.stderr == slow.stderr == ""
-    assert _report(fast.stdout) == _report(slow.stdout)
+    assert mask_timing(fast.stdout) == mask_timing(slow.stdout)
     assert "number of transactions actually processed: 120/120" in fast.stdout
