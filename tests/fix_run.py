@@ -228,7 +228,7 @@ def _run(
     dsn: str | None,
     cwd: Path | None,
     env: dict[str, str],
-    timeout: float,
+    timeout: float | None,
 ) -> Outcome:
     proc = subprocess.run(
         [*argv, *([dsn] if dsn is not None else [])],
@@ -249,7 +249,7 @@ def run_pgsurge(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     loop: Loop = "auto",
-    timeout: float = 120,
+    timeout: float | None = 120,
 ) -> Outcome:
     """``python -m pgsurge ARGS DSN`` (see the module docstring)."""
     return _run([*PGSURGE, *args], dsn, cwd, tool_env(env, loop=loop), timeout)
@@ -262,7 +262,7 @@ def run_pgbench(
     *,
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
-    timeout: float = 120,
+    timeout: float | None = 120,
 ) -> Outcome:
     """The reference ``pgbench ARGS DSN``, in the same environment."""
     return _run([str(pgbench), *args], dsn, cwd, tool_env(env), timeout)

@@ -10,12 +10,11 @@ presence, and removed before the comparison.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.fix_run import Outcome, run_pgbench, run_pgsurge
 
 pytestmark = pytest.mark.server
 
@@ -51,21 +50,9 @@ SELECT 2;
 """
 
 
-def debug_lines(
-    program: list[str], args: list[str], dsn: str, cwd: Path
-) -> tuple[list[str], int]:
+def debug_lines(proc: Outcome) -> tuple[list[str], int]:
     """(debug lines without 'receiving', number of 'receiving' lines)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    env["LC_ALL"] = "C"
-    proc = subprocess.run(
-        [*program, "--debug", "-n", *args, dsn],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
+    assert proc.status == 0, proc.stderr
     lines = [
         line.replace("pgbench: ", "pgsurge: ", 1)
         for line in proc.stderr.splitlines()
@@ -73,16 +60,6 @@ def debug_lines(
     ]
     receiving = [line for line in lines if line.endswith(" receiving")]
     return [line for line in lines if not line.endswith(" receiving")], len(receiving)
-
-
-@pytest.fixture
-def bench_db(fresh_db: str, pgbench_bin: Path) -> str:
-    subprocess.run(
-        [str(pgbench_bin), "-i", "-s", "1", "-q", fresh_db],
-        check=True,
-        capture_output=True,
-    )
-    return fresh_db
 
 
 CASES = {
@@ -114,10 +91,11 @@ def test_debug_lines_match(
     (tmp_path / "s.sql").write_text(SCRIPT + pipeline)
     args = [str(tmp_path / "s.sql") if a == "SCRIPT" else a for a in CASES[case]]
     args += ["-c", "1", "--random-seed=7"]
-    ref, ref_recv = debug_lines([str(pgbench_bin)], args, bench_db, tmp_path)
-    ours, our_recv = debug_lines(
-        [sys.executable, "-m", "pgsurge"], args, bench_db, tmp_path
+    args = ["--debug", "-n", *args]
+    ref, ref_recv = debug_lines(
+        run_pgbench(pgbench_bin, args, bench_db, cwd=tmp_path, timeout=60)
     )
+    ours, our_recv = debug_lines(run_pgsurge(args, bench_db, cwd=tmp_path, timeout=60))
     assert ours[0] == "pgsurge: setting random seed to 7"
     assert ours[1].startswith("pgsurge: pghost: /"), ours[:3]
     if "-T" in args:
@@ -132,11 +110,6 @@ def test_debug_lines_match(
 
 
 def test_no_debug_lines_without_the_option(bench_db: str, tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "pgsurge", "-n", "-S", "-t", "3", bench_db],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0
+    proc = run_pgsurge(["-n", "-S", "-t", "3"], bench_db, timeout=60)
+    assert proc.status == 0
     assert proc.stderr == ""

@@ -15,9 +15,6 @@ import json
 import math
 import os
 import re
-import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +23,7 @@ import psycopg
 import pytest
 
 from pgsurge.report.json import load_schema
+from tests.fix_run import Outcome, run_pgsurge
 
 pytestmark = pytest.mark.server
 
@@ -45,42 +43,8 @@ END;
 """
 
 
-@dataclass(frozen=True)
-class Run:
-    status: int
-    stdout: str
-    stderr: str
-
-    def line(self, prefix: str) -> str:
-        for line in self.stdout.splitlines():
-            if line.startswith(prefix):
-                return line
-        raise AssertionError(f"no line {prefix!r} in:\n{self.stdout}")
-
-
-def pgsurge(args: list[str], dsn: str, cwd: Path, **env: str) -> Run:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    environ.update(LC_ALL="C", **env)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pgsurge", *args, dsn],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=environ,
-        timeout=120,
-    )
-    return Run(proc.returncode, proc.stdout, proc.stderr)
-
-
-@pytest.fixture
-def bench_db(fresh_db: str, pgbench_bin: Path) -> str:
-    subprocess.run(
-        [str(pgbench_bin), "-i", "-s", "1", "-q", fresh_db],
-        check=True,
-        capture_output=True,
-        env={"PATH": os.environ.get("PATH", ""), "LC_ALL": "C"},
-    )
-    return fresh_db
+def pgsurge(args: list[str], dsn: str, cwd: Path, **env: str) -> Outcome:
+    return run_pgsurge(args, dsn, cwd=cwd, env=env)
 
 
 def script(tmp_path: Path, name: str, text: str) -> str:
@@ -101,7 +65,7 @@ def json_run(args: list[str], dsn: str, tmp_path: Path, **env: str) -> dict[str,
     return doc
 
 
-def check_document(doc: dict[str, Any], run: Run) -> None:
+def check_document(doc: dict[str, Any], run: Outcome) -> None:
     """Facts every document must agree on with the text report."""
     totals = doc["totals"]
     processed = int(

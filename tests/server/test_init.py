@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import itertools
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -36,14 +35,9 @@ from pgsurge.init.generate import (
 from pgsurge.init.progress import Progress
 from pgsurge.init.schema import create_table_statements, quote_ident
 from pgsurge.init.session import CopyEndError, Output
+from tests.fix_run import mask_timing
 
 pytestmark = pytest.mark.server
-
-_TIME = re.compile(r"\d+\.\d\d s")
-
-
-def mask(text: str) -> str:
-    return _TIME.sub("N s", text)
 
 
 def pgbench(pgbench_bin: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
@@ -88,8 +82,8 @@ def same_failure(
     status, ours = pgsurge(cfg)
     assert theirs.returncode == 1
     assert status == 1
-    expected = mask(theirs.stderr).replace("pgbench:", "pgsurge:")
-    assert mask(ours) == expected
+    expected = mask_timing(theirs.stderr).replace("pgbench:", "pgsurge:")
+    assert mask_timing(ours) == expected
     return ours
 
 
@@ -143,7 +137,10 @@ def test_spaces_in_steps_are_skipped(pgbench_bin: Path, fresh_db: str) -> None:
     drop_tables(fresh_db)
     assert pgbench(pgbench_bin, setup).returncode == 0
     status, ours = pgsurge(conf(fresh_db, steps=" d t "))
-    assert (status, mask(ours)) == (theirs.returncode, mask(theirs.stderr))
+    assert (status, mask_timing(ours)) == (
+        theirs.returncode,
+        mask_timing(theirs.stderr),
+    )
     assert theirs.returncode == 0
 
 
@@ -158,10 +155,10 @@ def test_copy_failure_like_pgbench(pgbench_bin: Path, fresh_db: str) -> None:
             conn.execute(check)
         if runner == "pgbench":
             proc = pgbench(pgbench_bin, ["-i", "-I", "g", "-s", "2", fresh_db])
-            outputs.append((proc.returncode, mask(proc.stderr)))
+            outputs.append((proc.returncode, mask_timing(proc.stderr)))
         else:
             status, text = pgsurge(conf(fresh_db, steps="g", scale=2))
-            outputs.append((status, mask(text).replace("pgsurge:", "pgbench:")))
+            outputs.append((status, mask_timing(text).replace("pgsurge:", "pgbench:")))
     assert outputs[0][0] == 1
     assert outputs[1] == outputs[0]
     assert 'violates check constraint "c"' in outputs[1][1]
@@ -337,7 +334,7 @@ def test_terminal_output_like_pgbench(pgbench_bin: Path, fresh_db: str) -> None:
     run_init(conf(fresh_db, scale=2), stream=buf)
     ours = buf.getvalue()
     assert "\r" in ours
-    assert mask(ours) == mask(theirs)
+    assert mask_timing(ours) == mask_timing(theirs)
 
 
 # ----------------------------------------------------- rows and helpers
@@ -485,7 +482,9 @@ def test_cli_like_pgbench(pgbench_bin: Path, fresh_db: str, args: list[str]) -> 
     )
     assert ours.returncode == theirs.returncode
     assert ours.stdout == theirs.stdout == ""
-    assert mask(ours.stderr) == mask(theirs.stderr).replace("pgbench:", "pgsurge:")
+    assert mask_timing(ours.stderr) == mask_timing(theirs.stderr).replace(
+        "pgbench:", "pgsurge:"
+    )
 
 
 def test_cli_init_jobs(fresh_db: str) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
 import subprocess
 import tempfile
 import uuid
@@ -28,6 +27,7 @@ from psycopg import sql
 
 from pgsurge.config import ConnParams, InitConfig, PartitionMethod
 from pgsurge.init import run_init
+from tests.fix_run import mask_timing
 
 pytestmark = pytest.mark.server
 
@@ -55,12 +55,9 @@ def pgsurge_init(dsn: str, **options: Any) -> str:
     return buf.getvalue()
 
 
-_TIME = re.compile(r"\d+\.\d\d s")
-
-
 def masked(text: str) -> list[str]:
     """stderr lines with every duration replaced (and padding dropped)."""
-    return [_TIME.sub("N s", line).rstrip() for line in text.splitlines()]
+    return [line.rstrip() for line in mask_timing(text).splitlines()]
 
 
 _CATALOG_QUERIES = {

@@ -10,34 +10,25 @@ connections) are taken out by subtracting a short run of the same shape.
 
 from __future__ import annotations
 
-import os
 import resource
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from tests.fix_run import run_pgsurge
 
 pytestmark = pytest.mark.server
 
 
 def measured_run(args: list[str], dsn: str, cwd: Path) -> tuple[float, float, str]:
     """(CPU seconds of the process tree, wall seconds, stdout) of one run."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "pgsurge", *args, dsn],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=120,
-    )
+    proc = run_pgsurge(args, dsn, cwd=cwd)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.status == 0, proc.stderr
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return cpu, wall, proc.stdout
 

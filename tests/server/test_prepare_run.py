@@ -19,37 +19,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.fix_run import run_pgbench, run_pgsurge, tool_env
+
 pytestmark = pytest.mark.server
-
-
-def env() -> dict[str, str]:
-    out = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    out["LC_ALL"] = "C"
-    return out
-
-
-def run(
-    program: list[str], args: list[str], dsn: str, cwd: Path
-) -> tuple[int, str, str]:
-    proc = subprocess.run(
-        [*program, *args, dsn],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env(),
-        timeout=60,
-    )
-    return proc.returncode, proc.stdout, proc.stderr
-
-
-@pytest.fixture
-def bench_db(fresh_db: str, pgbench_bin: Path) -> str:
-    subprocess.run(
-        [str(pgbench_bin), "-i", "-s", "1", "-q", fresh_db],
-        check=True,
-        capture_output=True,
-    )
-    return fresh_db
 
 
 def test_failed_prepare_reports_as_pgbench(
@@ -58,22 +30,23 @@ def test_failed_prepare_reports_as_pgbench(
     path = tmp_path / "bad.sql"
     path.write_text("SELECT * FROM no_such_table;\n")
     args = ["-n", "-M", "prepared", "-f", str(path), "-t", "2", "-c", "2"]
-    ref = run([str(pgbench_bin)], args, bench_db, tmp_path)
-    ours = run([sys.executable, "-m", "pgsurge"], args, bench_db, tmp_path)
-    assert ref[0] == ours[0] == 2
+    ref = run_pgbench(pgbench_bin, args, bench_db, cwd=tmp_path, timeout=60)
+    ours = run_pgsurge(args, bench_db, cwd=tmp_path, timeout=60)
+    assert ref.status == ours.status == 2
     # the prepare's error, then the query's, per client (clients interleave)
-    assert Counter(ours[2].splitlines()) == Counter(
-        line.replace("pgbench: ", "pgsurge: ", 1) for line in ref[2].splitlines()
+    assert Counter(ours.stderr.splitlines()) == Counter(
+        line.replace("pgbench: ", "pgsurge: ", 1) for line in ref.stderr.splitlines()
     )
 
 
 def test_connect_each_transaction_prepared(bench_db: str, tmp_path: Path) -> None:
-    code, out, err = run(
-        [sys.executable, "-m", "pgsurge"],
+    ours = run_pgsurge(
         ["-n", "-b", "tpcb-like", "-M", "prepared", "-C", "-r", "-t", "5", "-c", "3"],
         bench_db,
-        tmp_path,
+        cwd=tmp_path,
+        timeout=60,
     )
+    code, out, err = ours.status, ours.stdout, ours.stderr
     assert code == 0, err
     assert "number of transactions actually processed: 15/15" in out
     table = out[out.index("statement latencies") :].splitlines()[1:]
@@ -97,7 +70,7 @@ def test_prepare_does_not_block_other_clients(bench_db: str, tmp_path: Path) -> 
         proc = subprocess.Popen(
             [sys.executable, "-m", "pgsurge", *args, "-T", "2", "-l", bench_db],
             cwd=tmp_path,
-            env=env(),
+            env=tool_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -11,10 +11,7 @@ PG19's ``--continue-on-error`` counts other SQL errors as failures.
 from __future__ import annotations
 
 import io
-import os
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -26,23 +23,9 @@ from pgsurge.config import RunConfig
 from pgsurge.errors import ExitStatus
 from pgsurge.runner import run, split_clients
 from pgsurge.stats.results import RunResult
+from tests.fix_run import run_pgbench, run_pgsurge
 
 pytestmark = pytest.mark.server
-
-
-def base_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-
-
-@pytest.fixture
-def bench_db(fresh_db: str, pgbench_bin: Path) -> str:
-    subprocess.run(
-        [str(pgbench_bin), "-i", "-s", "1", "-q", fresh_db],
-        check=True,
-        capture_output=True,
-        env=base_env(),
-    )
-    return fresh_db
 
 
 def run_inprocess(args: list[str], dsn: str) -> tuple[ExitStatus, RunResult, str, str]:
@@ -52,17 +35,6 @@ def run_inprocess(args: list[str], dsn: str) -> tuple[ExitStatus, RunResult, str
     out, err = io.StringIO(), io.StringIO()
     status = run(cfg, stdout=out, stderr=err, on_result=results.append)
     return status, results[0], out.getvalue(), err.getvalue()
-
-
-def run_cli(args: list[str], dsn: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pgsurge", *args, dsn],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=base_env(),
-        timeout=120,
-    )
 
 
 def test_split_clients_like_pgbench() -> None:
@@ -113,12 +85,12 @@ def test_sleeping_client_does_not_block_others(fresh_db: str, tmp_path: Path) ->
 
 
 def test_progress_counts_all_workers(bench_db: str, tmp_path: Path) -> None:
-    proc = run_cli(
+    proc = run_pgsurge(
         ["-n", "-S", "-R", "400", "-P", "1", "-T", "3", "-c", "4", "-j", "2"],
         bench_db,
-        tmp_path,
+        cwd=tmp_path,
     )
-    assert proc.returncode == 0, proc.stderr
+    assert proc.status == 0, proc.stderr
     rates = [
         float(m.group(1))
         for m in re.finditer(r"^progress: [\d.]+ s, ([\d.]+) tps", proc.stderr, re.M)
@@ -134,13 +106,13 @@ def test_exit_on_abort_ends_at_once(fresh_db: str, tmp_path: Path) -> None:
         "\\if :client_id = 0\nSELECT 1/0;\n\\endif\nSELECT pg_sleep(0.2);\n"
     )
     t0 = time.perf_counter()
-    proc = run_cli(
+    proc = run_pgsurge(
         ["-n", "-f", str(path), "-t", "50", "-c", "4", "-j", "2", "--exit-on-abort"],
         fresh_db,
-        tmp_path,
+        cwd=tmp_path,
     )
     elapsed = time.perf_counter() - t0
-    assert proc.returncode == 2
+    assert proc.status == 2
     assert "Run was aborted due to an error in thread 0" in proc.stderr
     assert "latency" not in proc.stdout  # no report
     assert elapsed < 5  # without --exit-on-abort the others would run 10 s
@@ -186,15 +158,11 @@ def test_random_values_match_pgbench_across_retries(
             conn.execute("create table hot(id int primary key, v int)")
             conn.execute("insert into hot values (1, 0)")
             conn.execute("create table drawn(client int, r bigint, g bigint)")
-        cmd = (
-            [str(pgbench_bin)]
-            if tool == "pgbench"
-            else [sys.executable, "-m", "pgsurge"]
-        )
-        proc = subprocess.run(
-            [*cmd, *args, bench_db], capture_output=True, text=True, env=base_env()
-        )
-        assert proc.returncode == 0, proc.stderr
+        if tool == "pgbench":
+            proc = run_pgbench(pgbench_bin, args, bench_db, timeout=None)
+        else:
+            proc = run_pgsurge(args, bench_db, timeout=None)
+        assert proc.status == 0, proc.stderr
         assert "number of transactions retried: 0 " not in proc.stdout  # conflicts
         with psycopg.connect(bench_db) as conn:
             rows = conn.execute("select client, r, g from drawn").fetchall()

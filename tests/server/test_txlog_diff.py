@@ -15,17 +15,14 @@ from __future__ import annotations
 import io
 import os
 import subprocess
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
-from psycopg import sql
 
 from pgsurge.prng import derive_streams
 from pgsurge.stats.counters import FailureKind
 from pgsurge.stats.txlog import TxLogOptions, TxLogWriter, log_path
+from tests.fix_run import tool_env
 
 pytestmark = pytest.mark.server
 
@@ -55,34 +52,12 @@ END;
 """
 
 
-@pytest.fixture(scope="module")
-def bench_db(server_dsn: str, pgbench_bin: Path) -> Iterator[str]:
-    """One pgbench -i -s 1 database for the module."""
-    name = f"t_txlog_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    dsn = psycopg.conninfo.make_conninfo(server_dsn, dbname=name)
-    subprocess.run(
-        [str(pgbench_bin), "-i", "-s", "1", dsn],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    yield dsn
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(name)
-            )
-        )
-
-
-def run_pgbench(
+def pgbench_logs(
     pgbench: Path, dsn: str, workdir: Path, args: list[str]
 ) -> tuple[int, dict[int, list[str]]]:
     """Run pgbench -l ARGS in ``workdir``; (its pid, lines of each worker's
     file by worker number). The file names must be pgbench's."""
-    env = dict(os.environ, PGOPTIONS="-c deadlock_timeout=20ms")
+    env = tool_env({"PGOPTIONS": "-c deadlock_timeout=20ms"})
     proc = subprocess.Popen(
         [str(pgbench), "-n", "-l", *args, dsn],
         cwd=workdir,
@@ -164,7 +139,7 @@ def test_raw_lines_match(
     case: str, bench_db: str, pgbench_bin: Path, tmp_path: Path
 ) -> None:
     args, opts = RAW_CASES[case]
-    _, files = run_pgbench(pgbench_bin, bench_db, tmp_path, args)
+    _, files = pgbench_logs(pgbench_bin, bench_db, tmp_path, args)
     nworkers = 2 if "-j" in args else 1
     assert sorted(files) == list(range(nworkers))
     all_lines = [line for lines in files.values() for line in lines]
@@ -188,7 +163,7 @@ def test_failure_lines_match(
     args = [*write_scripts(tmp_path), "-c", "4", "-t", "15", "--max-tries=2"]
     if detailed:
         args.append("--failures-detailed")
-    _, files = run_pgbench(pgbench_bin, bench_db, tmp_path, args)
+    _, files = pgbench_logs(pgbench_bin, bench_db, tmp_path, args)
     opts = TxLogOptions(max_tries=2, failures_detailed=detailed)
     lines = files[0]
     for line in lines:
@@ -204,7 +179,7 @@ def test_sampling_keeps_the_same_transactions(
 ) -> None:
     seed, rate, count = 12345, 0.4, 60
     args = ["-S", "-c", "1", "-t", str(count), f"--random-seed={seed}"]
-    _, files = run_pgbench(
+    _, files = pgbench_logs(
         pgbench_bin, bench_db, tmp_path, [*args, f"--sampling-rate={rate}"]
     )
     kept_by_pgbench = [int(line.split()[1]) for line in files[0]]
@@ -295,7 +270,7 @@ def test_aggregate_lines_match(
     if "SCRIPTS" in args:
         args = [a for a in args if a != "SCRIPTS"] + write_scripts(tmp_path)
     opts = TxLogOptions(**{**_fields(opts), "aggregate_interval_s": 1})
-    _, files = run_pgbench(
+    _, files = pgbench_logs(
         pgbench_bin, bench_db, tmp_path, [*args, "--aggregate-interval=1"]
     )
     for lines in files.values():
