@@ -200,6 +200,7 @@ def test_stale_pid_file_of_other_program(location: Path) -> None:
     assert server.status().pid != os.getpid()
 
 
+@pytest.mark.slow
 def test_start_while_shutting_down(location: Path) -> None:
     """A server in a smart shutdown (waiting for its last client) is waited
     for, then started anew, rather than "reused"."""

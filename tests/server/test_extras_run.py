@@ -198,6 +198,7 @@ def test_json_transactions(bench_db: str, tmp_path: Path) -> None:
     assert doc["histograms"]["latency"]
 
 
+@pytest.mark.slow
 def test_json_duration_progress(bench_db: str, tmp_path: Path) -> None:
     doc = json_run(["-n", "-S", "-c", "2", "-T", "2", "-P", "1"], bench_db, tmp_path)
     intervals = doc["intervals"]
@@ -319,6 +320,7 @@ def test_client_cpu_lines(bench_db: str, tmp_path: Path) -> None:
         )
 
 
+@pytest.mark.slow
 def test_client_limited_warning(bench_db: str, tmp_path: Path) -> None:
     # 200 dependent meta commands per query: the worker computes much longer
     # than the server answers, and 8 clients leave it nothing to wait for
@@ -335,6 +337,7 @@ def test_client_limited_warning(bench_db: str, tmp_path: Path) -> None:
     assert not WARNING.search(run.stdout)
 
 
+@pytest.mark.slow
 def test_server_bound_run_has_no_warning(bench_db: str, tmp_path: Path) -> None:
     sleep = script(tmp_path, "sleep.sql", "SELECT pg_sleep(0.05);\n")
     run = pgsurge(["-f", sleep, "-c", "2", "-T", "2"], bench_db, tmp_path)

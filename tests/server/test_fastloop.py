@@ -128,6 +128,7 @@ def test_open_transaction_at_script_end(draws_db: str, tmp_path: Path) -> None:
     assert mask_timing(fast.stdout) == mask_timing(slow.stdout)
 
 
+@pytest.mark.slow
 def test_duration_and_progress(draws_db: str, tmp_path: Path) -> None:
     (tmp_path / "sel.sql").write_text("\\set a random(1, 100)\nSELECT :a;\n")
     args = ["-f", "sel.sql", "-M", "prepared", "-c", "4", "-j", "2", "-T", "3"]

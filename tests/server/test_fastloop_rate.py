@@ -141,6 +141,7 @@ def test_latency_limit_skips(draws_db: str, tmp_path: Path) -> None:
             )
 
 
+@pytest.mark.slow
 def test_rate_with_duration(draws_db: str, tmp_path: Path) -> None:
     args = [*_scripts(tmp_path), "-M", "prepared", "-c", "4", "-j", "2", "-T", "2"]
     args += ["-R", "400", "-P", "1", "--random-seed", "3", "-n", "-s", "1000"]

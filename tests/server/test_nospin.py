@@ -18,7 +18,7 @@ import pytest
 
 from tests.fix_run import run_pgsurge
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 
 def measured_run(args: list[str], dsn: str, cwd: Path) -> tuple[float, float, str]:

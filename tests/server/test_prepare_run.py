@@ -54,6 +54,7 @@ def test_connect_each_transaction_prepared(bench_db: str, tmp_path: Path) -> Non
     assert all(line.split()[1] == "0" for line in table)
 
 
+@pytest.mark.slow
 def test_prepare_does_not_block_other_clients(bench_db: str, tmp_path: Path) -> None:
     """Client 0's first prepare waits for a lock held by this test (parsing
     takes the table's share lock); client 1, on the same worker, runs on."""

@@ -84,6 +84,7 @@ def test_sleeping_client_does_not_block_others(fresh_db: str, tmp_path: Path) ->
     assert res.total.cnt > 50
 
 
+@pytest.mark.slow
 def test_progress_counts_all_workers(bench_db: str, tmp_path: Path) -> None:
     proc = run_pgsurge(
         ["-n", "-S", "-R", "400", "-P", "1", "-T", "3", "-c", "4", "-j", "2"],

@@ -247,6 +247,7 @@ def test_rate_skipping(both) -> None:  # type: ignore[no-untyped-def]
     assert_identity(ours)
 
 
+@pytest.mark.slow
 def test_progress(both) -> None:  # type: ignore[no-untyped-def]
     ref, ours = both("-S", "-n", "-P", "1", "-T", "2", "-c", "2", "-j", "2")
     assert_same(ref, ours, messages=False)
@@ -585,6 +586,7 @@ def test_shell_messages_name_sh(both, tmp_path: Path) -> None:  # type: ignore[n
         assert_same(ref, ours)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loop", ["auto", "python"])
 def test_latency_limit_inf(both, loop: Loop) -> None:  # type: ignore[no-untyped-def]
     """-L inf makes pgbench's limit INT64_MIN; its skip test ``trigger < now -
@@ -678,6 +680,7 @@ def test_unopenable_log_file(both, aggregate: tuple[str, ...]) -> None:  # type:
         assert ours.messages == Counter({line: 1}), ours.stderr
 
 
+@pytest.mark.slow
 def test_exit_on_abort_reports_once(
     both, bench_db: str, pgbench_bin: Path, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]

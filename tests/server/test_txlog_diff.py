@@ -262,6 +262,7 @@ AGG_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", AGG_CASES)
 def test_aggregate_lines_match(
     case: str, bench_db: str, pgbench_bin: Path, tmp_path: Path
