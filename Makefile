@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.pgsurge-installed
 PYTEST_ARGS ?=
 
-.PHONY: dev lint typecheck test test-unit test-server
+.PHONY: dev lint typecheck test test-unit test-server test-fast test-pure
 
 dev: $(STAMP)
 
@@ -25,6 +25,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# the differential run tests that the pure-Python lane repeats
+PURE_TESTS := tests/unit tests/server/test_run_diff.py tests/server/test_eval_diff.py \
+	tests/server/test_debug_diff.py tests/server/test_deep_chain.py \
+	tests/server/test_prepare_run.py tests/server/test_run.py
+
 # everything; tests that need PostgreSQL fail (not skip) when none can be had
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --require-server $(PYTEST_ARGS)
@@ -34,3 +39,13 @@ test-unit: $(STAMP)
 
 test-server: $(STAMP)
 	$(BIN)/python -m pytest -q --require-server -m server tests/server $(PYTEST_ARGS)
+
+# everything but the tests marked slow (2 s or more each)
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q --require-server -m "not slow" $(PYTEST_ARGS)
+
+# the C extensions off (PGSURGE_PURE=1): the unit tests and the differential
+# run tests against pgbench, on the pure-Python engine
+test-pure: $(STAMP)
+	PGSURGE_PURE=1 $(BIN)/python -m pytest -q --require-server -m "not slow" \
+		$(PURE_TESTS) $(PYTEST_ARGS)

@@ -203,10 +203,15 @@ class Outcome:
 def tool_env(
     env: Mapping[str, str] | None = None, *, loop: Loop = "auto"
 ) -> dict[str, str]:
-    """The environment of both programs: this process's, without ``PG*``
-    variables (the target is always given), in the C locale; then ``env``
-    and the choice of ``loop``."""
-    out = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    """The environment of both programs: this process's, without libpq's
+    ``PG*`` variables (the target is always given) but with pgsurge's own
+    (``PGSURGE_PURE`` in the lane without C extensions), in the C locale;
+    then ``env`` and the choice of ``loop``."""
+    out = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PG") or k.startswith("PGSURGE_")
+    }
     out["LC_ALL"] = "C"
     if loop == "python":
         out[ENV_NO_FASTLOOP] = "1"
