@@ -15,7 +15,6 @@ import contextlib
 import io
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from unittest import mock
 import pytest
 
 from pgsurge.cli import main
+from tests import fix_run
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,20 +85,14 @@ def run_pgbench(
     stdin: bytes = b"",
 ) -> CliResult:
     """The reference pgbench with the same arguments, output normalised."""
-    proc = subprocess.run(
-        ["pgbench", *args],
-        executable=pgbench,
-        env=base_env() if env is None else dict(env),
-        input=stdin,
-        capture_output=True,
+    out = fix_run.run_pgbench(
+        pgbench,
+        args,
+        environ=base_env() if env is None else env,
+        stdin=stdin,
         timeout=60,
-        check=False,
     )
-    return CliResult(
-        proc.returncode,
-        normalise(proc.stdout.decode("utf-8", "surrogateescape")),
-        normalise(proc.stderr.decode("utf-8", "surrogateescape")),
-    )
+    return CliResult(out.status, normalise(out.stdout), normalise(out.stderr))
 
 
 # where pgbench names itself: the message prefix and its "Try/Perhaps" hints;

@@ -228,23 +228,32 @@ def tool_env(
 PGSURGE = (sys.executable, "-m", "pgsurge")
 
 
+def _decode(data: bytes) -> str:
+    # bytes that are not UTF-8 (a -D value, \setshell output) as they came
+    return data.decode("utf-8", "surrogateescape")
+
+
 def _run(
     argv: Sequence[str],
     dsn: str | None,
+    *,
     cwd: Path | None,
     env: dict[str, str],
     timeout: float | None,
+    stdin: bytes | None = None,
+    executable: Path | None = None,
 ) -> Outcome:
     proc = subprocess.run(
         [*argv, *([dsn] if dsn is not None else [])],
+        executable=executable,
+        input=stdin,
         capture_output=True,
-        text=True,
         cwd=cwd,
         env=env,
         timeout=timeout,
         check=False,
     )
-    return Outcome(proc.returncode, proc.stdout, proc.stderr)
+    return Outcome(proc.returncode, _decode(proc.stdout), _decode(proc.stderr))
 
 
 def run_pgsurge(
@@ -257,7 +266,8 @@ def run_pgsurge(
     timeout: float | None = 120,
 ) -> Outcome:
     """``python -m pgsurge ARGS DSN`` (see the module docstring)."""
-    return _run([*PGSURGE, *args], dsn, cwd, tool_env(env, loop=loop), timeout)
+    argv = [*PGSURGE, *args]
+    return _run(argv, dsn, cwd=cwd, env=tool_env(env, loop=loop), timeout=timeout)
 
 
 def run_pgbench(
@@ -267,10 +277,22 @@ def run_pgbench(
     *,
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    stdin: bytes | None = None,
     timeout: float | None = 120,
 ) -> Outcome:
-    """The reference ``pgbench ARGS DSN``, in the same environment."""
-    return _run([str(pgbench), *args], dsn, cwd, tool_env(env), timeout)
+    """The reference ``pgbench ARGS DSN``, in the same environment (or in
+    exactly ``environ``). Its argv[0] is ``pgbench``, as a user's would be
+    (glibc's getopt messages print argv[0] as is)."""
+    return _run(
+        ["pgbench", *args],
+        dsn,
+        cwd=cwd,
+        env=tool_env(env) if environ is None else dict(environ),
+        timeout=timeout,
+        stdin=stdin,
+        executable=pgbench,
+    )
 
 
 def run_both_loops(

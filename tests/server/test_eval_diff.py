@@ -15,7 +15,6 @@ cases use, and the cases parenthesize where precedence is subtle).
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from pgsurge.errors import EvalError
 from pgsurge.prng import PgPrng, derive_streams
 from pgsurge.script.ast import Call, Const, Expr, Value, Var
 from pgsurge.script.evaluate import EvalContext, compile_expr
+from tests.fix_run import Outcome, run_pgbench
 
 pytestmark = pytest.mark.server
 
@@ -206,14 +206,14 @@ def _run_pgbench(
     args: tuple[str, ...] = (),
     *,
     seed: int = 42,
-) -> subprocess.CompletedProcess[str]:
+) -> Outcome:
     files = []
     for i, text in enumerate(scripts):
         f = tmp_path / f"s{i}.sql"
         f.write_text(text)
         files += ["-f", str(f)]
-    cmd = [str(pgbench), "-n", "-t1", f"--random-seed={seed}", *args, *files, dsn]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    argv = ["-n", "-t1", f"--random-seed={seed}", *args, *files]
+    return run_pgbench(pgbench, argv, dsn, timeout=60)
 
 
 def _script(exprs: list[str]) -> str:
@@ -521,7 +521,7 @@ def test_values_match_pgbench(
     group: list[str], pgbench_bin: Path, server_dsn: str, tmp_path: Path
 ) -> None:
     proc = _run_pgbench(pgbench_bin, server_dsn, tmp_path, [_script(group)])
-    assert proc.returncode == 0, proc.stderr
+    assert proc.status == 0, proc.stderr
     expected = _DEBUG_RE.findall(proc.stderr)
     assert len(expected) == len(group)
     got, err = _pgsurge_lines(group)
@@ -537,7 +537,7 @@ def test_random_functions_match_pgbench(
     # three passes so that each function sees several states
     exprs = RANDOMS * 3
     proc = _run_pgbench(pgbench_bin, server_dsn, tmp_path, [_script(exprs)], seed=seed)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.status == 0, proc.stderr
     got, err = _pgsurge_lines(exprs, seed=seed)
     assert err is None
     assert got == _DEBUG_RE.findall(proc.stderr)
@@ -555,7 +555,7 @@ def test_many_draws_match_pgbench(
         "random_zipfian(1, 50, 1.1)",
     ] * 400
     proc = _run_pgbench(pgbench_bin, server_dsn, tmp_path, [_script(exprs)], seed=7)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.status == 0, proc.stderr
     got, _ = _pgsurge_lines(exprs, seed=7)
     assert got == _DEBUG_RE.findall(proc.stderr)
 
@@ -637,7 +637,7 @@ def test_lazy_strings_match_pgbench(
     # the typed value, not the text, flows through operators
     exprs += ["case when :x2 then :x11 + 1 else 0 end", ":x19 * 2", ":x12 + :x13"]
     proc = _run_pgbench(pgbench_bin, server_dsn, tmp_path, [_script(exprs)], defs)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.status == 0, proc.stderr
     got, err = _pgsurge_lines(exprs, variables=variables)
     assert err is None
     assert got == _DEBUG_RE.findall(proc.stderr)
@@ -650,7 +650,7 @@ def test_lazy_string_errors_match_pgbench(
     proc = _run_pgbench(
         pgbench_bin, server_dsn, tmp_path, [_script([":x"])], ("-D", f"x={text}")
     )
-    assert proc.returncode == 2
+    assert proc.status == 2
     _, err = _pgsurge_lines([":x"], variables={"x": text})
     assert err == _ERROR_RE.findall(proc.stderr)[0]
 
@@ -722,7 +722,7 @@ def test_errors_match_pgbench(
     mismatches = []
     for text in ERRORS:
         proc = _run_pgbench(pgbench_bin, server_dsn, tmp_path, [_script([text])])
-        assert proc.returncode == 2, (text, proc.stderr)
+        assert proc.status == 2, (text, proc.stderr)
         expected = _ERROR_RE.findall(proc.stderr)[0]
         _, err = _pgsurge_lines([text])
         if err != expected:
@@ -776,9 +776,9 @@ def test_seeding_order_matches_pgbench(
         f = tmp_path / f"w{i}.sql"
         f.write_text(text)
         files += ["-f", f"{f}@{weights[i]}"]
-    cmd = [str(pgbench_bin), "-n", "--random-seed=1234", *args, *files, server_dsn]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
+    argv = ["-n", "--random-seed=1234", *args, *files]
+    proc = run_pgbench(pgbench_bin, argv, server_dsn, timeout=60)
+    assert proc.status == 0, proc.stderr
 
     seen: dict[int, list[tuple[int, int]]] = {c: [] for c in range(nclients)}
     values = re.findall(r"\bint (\d+)", proc.stderr)
@@ -814,7 +814,7 @@ def test_default_seed_and_random_seed_variables(
             ("-c", str(nclients)),
             seed=18446744073709551615,
         )
-        assert proc.returncode == 0, proc.stderr
+        assert proc.status == 0, proc.stderr
         plan = derive_streams(18446744073709551615, nclients, 1)
         lines = set(_DEBUG_RE.findall(proc.stderr))
         assert lines == {

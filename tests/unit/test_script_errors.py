@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 import re
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from pgsurge.cli.dispatch import _allow_deep_expressions
 from pgsurge.config import QueryMode
 from pgsurge.errors import ScriptError
 from pgsurge.script.compile import check_query_mode, parse_script
+from tests.fix_run import run_pgbench
 
 SCRIPT = "s.sql"
 
@@ -277,25 +277,10 @@ def _fuzz_expressions(seed: int, count: int) -> list[str]:
 
 def _run_pgbench(pgbench_bin: Path, tmp_path: Path, text: str, *args: str) -> str:
     (tmp_path / SCRIPT).write_bytes(text.encode("utf-8", "surrogateescape"))
-    proc = subprocess.run(
-        [
-            str(pgbench_bin),
-            "-n",
-            "-t",
-            "1",
-            *args,
-            "-f",
-            SCRIPT,
-            "-h",
-            "/nonexistent_dir",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        timeout=30,
-        check=False,
-    )
-    assert proc.returncode == 1
-    return proc.stderr.decode("utf-8", "surrogateescape")
+    argv = ["-n", "-t", "1", *args, "-f", SCRIPT, "-h", "/nonexistent_dir"]
+    proc = run_pgbench(pgbench_bin, argv, cwd=tmp_path, timeout=30)
+    assert proc.status == 1
+    return proc.stderr
 
 
 def _accepted(stderr: str) -> bool:
