@@ -67,7 +67,10 @@ def test_split_variables_rebuilds_text(sql: str) -> None:
     assert len(parts) % 2 == 1
     assert "".join(p if i % 2 == 0 else ":" + p for i, p in enumerate(parts)) == sql
     for name in parts[1::2]:
-        assert name and not name[0].isdigit()
+        # no leading ASCII digit; any other character beyond ASCII may start
+        # a name in pgbench (":¹" is the variable "¹", which str.isdigit
+        # calls a digit: hypothesis found it)
+        assert name and not "0" <= name[0] <= "9"
 
 
 @settings(max_examples=300)
