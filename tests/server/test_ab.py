@@ -26,7 +26,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 COMMON = ["-S", "-c", "2", "-j", "1", "-T", "2"]
 AB = [sys.executable, "-m", "pgsurge", "ab"]
@@ -102,7 +102,6 @@ def _check_runs(out: Path) -> list[dict[str, Any]]:
     return runs
 
 
-@pytest.mark.slow
 def test_aa_experiment_finds_no_difference(db1: str, tmp_path: Path) -> None:
     out = tmp_path / "aa"
     args = ["ab", "--runs", "5", "--a", "", "--b", "", "--threshold", "15"]
@@ -123,7 +122,6 @@ def test_aa_experiment_finds_no_difference(db1: str, tmp_path: Path) -> None:
     assert json.loads((out / "comparison.json").read_text()) == doc
 
 
-@pytest.mark.slow
 def test_rate_limited_arm_is_slower(db1: str, tmp_path: Path) -> None:
     probe = pgsurge([*COMMON, "--json", "-", db1], tmp_path)
     assert probe.returncode == 0, probe.stderr

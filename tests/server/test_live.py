@@ -11,28 +11,17 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pexpect
 import pyte
 import pytest
 
-pytestmark = pytest.mark.server
+from tests.fix_run import mask_numbers
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 PGSURGE = [sys.executable, "-m", "pgsurge"]
 COLUMNS, ROWS = 100, 40
-#: figures that differ from run to run
-_TIMING = re.compile(r"\d+(\.\d+)?")
-
-
-@pytest.fixture
-def bench_db(fresh_db: str, pgbench_bin: Path) -> str:
-    subprocess.run(
-        [str(pgbench_bin), "-i", "-s", "1", "-q", fresh_db],
-        check=True,
-        capture_output=True,
-    )
-    return fresh_db
 
 
 def _env() -> dict[str, str]:
@@ -78,7 +67,8 @@ def _screen(raw: str) -> list[str]:
 def _mask(lines: list[str]) -> list[str]:
     # the client-limited warning depends on the machine's load, not the view
     kept = [line for line in lines if not line.startswith("pgsurge: warning: worker")]
-    return [_TIMING.sub("N", line) for line in kept]
+    # figures differ from run to run
+    return [mask_numbers(line) for line in kept]
 
 
 def test_panel_shows_while_running_and_leaves_pgbench_output(bench_db: str) -> None:

@@ -29,8 +29,9 @@ import pytest
 from playwright.sync_api import Browser, Page, Route, sync_playwright
 
 from pgsurge.report.html import RunDoc, percentile_curve, redact, render_html
+from tests.fix_run import create_database, db_dsn, drop_database
 
-pytestmark = [pytest.mark.server]
+pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -66,27 +67,14 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture(scope="module")
 def real_run(
-    tmp_path_factory: pytest.TempPathFactory, server_dsn: str, pgbench_bin: Path
+    tmp_path_factory: pytest.TempPathFactory, server_dsn: str, bench_template: str
 ) -> tuple[dict[str, Any], Path]:
     """One real run (two scripts, -r, -P 1): its document and --html page."""
-    import uuid
-
-    import psycopg
-    from psycopg import sql
-
     work = tmp_path_factory.mktemp("html-run")
-    name = f"t_html_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    dsn = psycopg.conninfo.make_conninfo(server_dsn, dbname=name)
+    name = create_database(server_dsn, "t_html", template=bench_template)
+    dsn = db_dsn(server_dsn, name)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
     env.update(LC_ALL="C", PGPASSWORD=SECRET)
-    subprocess.run(
-        [str(pgbench_bin), "-i", "-s", "1", "-q", dsn],
-        check=True,
-        capture_output=True,
-        env=env,
-    )
     script = work / "select <one> & co.sql"
     script.write_text(SCRIPT)
     doc_path, html_path = work / "result.json", work / "result.html"
@@ -119,12 +107,7 @@ def real_run(
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(name)
-            )
-        )
+    drop_database(server_dsn, name)
     doc: dict[str, Any] = json.loads(doc_path.read_text())
     return doc, html_path
 

@@ -21,6 +21,7 @@ import pytest
 from pgsurge import pgconn
 from pgsurge.config import QueryMode
 from pgsurge.engine.client import Engine, make_engine
+from pgsurge.engine.program import compile_scripts
 from pgsurge.engine.state import (
     ABORTED,
     FINISHED,
@@ -30,11 +31,10 @@ from pgsurge.engine.state import (
     Settings,
     WorkerState,
 )
-from pgsurge.engine.worker import compile_scripts
 from pgsurge.prng import PgPrng
+from pgsurge.script.compile import parse_script
 from pgsurge.script.evaluate import EvalContext
-from pgsurge.script.parser import parse_script
-from pgsurge.stats.results import StatsData
+from pgsurge.stats.counters import StatsData
 
 _SQLSTATE = 67  # PG_DIAG_SQLSTATE, the field pgconn.sqlstate asks for
 
