@@ -459,16 +459,89 @@ static struct PyModuleDef fastloop_module = {
     .m_size = -1,
 };
 
-#define INTERN(var, text)                                    \
-    do {                                                     \
-        if ((var = PyUnicode_InternFromString(text)) == NULL) \
-            return NULL;                                     \
-    } while (0)
+/* Every attribute C reads or writes, with the class that owns it: the
+ * interned names, and the module's READS ((owner, name), ...), which
+ * tests/unit/test_abi.py checks against the owners' __slots__. */
+static const struct {
+    const char *owner, *name;
+    PyObject **var;
+} reads[] = {
+    {"Client", "state", &s_state},
+    {"Client", "script", &s_script},
+    {"Client", "ops", &s_ops},
+    {"Client", "command", &s_command},
+    {"Client", "qrynum", &s_qrynum},
+    {"Client", "cnt", &s_cnt},
+    {"Client", "txn_scheduled", &s_txn_scheduled},
+    {"Client", "txn_begin", &s_txn_begin},
+    {"Client", "estatus", &s_estatus},
+    {"Client", "tries", &s_tries},
+    {"Client", "saved_rng", &s_saved_rng},
+    {"Client", "rng", &s_rng},
+    {"Client", "variables", &s_variables},
+    {"Client", "ptr", &s_ptr},
+    {"Client", "fd", &s_fd},
+    {"Client", "prepared", &s_prepared},
+    {"Client", "flush_pending", &s_flush_pending},
+    {"Client", "drain_state", &s_drain_state},
+    {"Client", "in_pipeline", &s_in_pipeline},
+    {"Client", "sleep_until", &s_sleep_until},
+    {"Client", "stmt_begin", &s_stmt_begin},
+    {"Client", "unwatched", &s_unwatched},
+    {"SimpleStats", "count", &s_count},
+    {"SimpleStats", "min", &s_min},
+    {"SimpleStats", "max", &s_max},
+    {"SimpleStats", "sum", &s_sum},
+    {"SimpleStats", "sum2", &s_sum2},
+    {"StatsData", "latency", &s_latency},
+    {"StatsData", "cnt", &s_cnt},
+    {"StatsData", "skipped", &s_skipped},
+    {"StatsData", "lag", &s_lag},
+    {"WorkerState", "timer_exceeded", &s_timer_exceeded},
+    {"WorkerState", "stats", &s_stats},
+    {"WorkerState", "per_script", &s_per_script},
+    {"WorkerState", "choose_rng", &s_choose_rng},
+    {"WorkerState", "throttle_rng", &s_throttle_rng},
+    {"WorkerState", "throttle_trigger", &s_throttle_trigger},
+    {"WorkerState", "latency_late", &s_latency_late},
+    {"Op", "stats", &s_stats},
+    {"CommandStats", "latency", &s_latency},
+    {"PgPrng", "getstate", &s_getstate},
+    {"PgPrng", "setstate", &s_setstate},
+};
+
+/* the READS tuple of the module */
+static PyObject *
+reads_tuple(void)
+{
+    int i, n = (int)(sizeof reads / sizeof reads[0]);
+    PyObject *t = PyTuple_New(n);
+
+    if (t == NULL)
+        return NULL;
+    for (i = 0; i < n; i++) {
+        PyObject *pair = Py_BuildValue("(ss)", reads[i].owner, reads[i].name);
+
+        if (pair == NULL) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, pair);
+    }
+    return t;
+}
+
+static int
+add_int(PyObject *m, const char *name, long value)
+{
+    return PyModule_AddIntConstant(m, name, value);
+}
 
 PyMODINIT_FUNC
 PyInit__fastloop(void)
 {
-    PyObject *m;
+    PyObject *m, *t;
+    int i;
 
     /* PyCapsule_Import only imports the package and then reads attributes:
      * import pgsurge._fastpq first, or importing this module on its own
@@ -484,45 +557,10 @@ PyInit__fastloop(void)
         PyErr_SetString(PyExc_ImportError, "pgsurge._fastpq's table is of another version");
         return NULL;
     }
-    INTERN(s_state, "state");
-    INTERN(s_script, "script");
-    INTERN(s_ops, "ops");
-    INTERN(s_command, "command");
-    INTERN(s_qrynum, "qrynum");
-    INTERN(s_cnt, "cnt");
-    INTERN(s_txn_scheduled, "txn_scheduled");
-    INTERN(s_txn_begin, "txn_begin");
-    INTERN(s_estatus, "estatus");
-    INTERN(s_tries, "tries");
-    INTERN(s_saved_rng, "saved_rng");
-    INTERN(s_rng, "rng");
-    INTERN(s_variables, "variables");
-    INTERN(s_ptr, "ptr");
-    INTERN(s_fd, "fd");
-    INTERN(s_prepared, "prepared");
-    INTERN(s_flush_pending, "flush_pending");
-    INTERN(s_drain_state, "drain_state");
-    INTERN(s_in_pipeline, "in_pipeline");
-    INTERN(s_count, "count");
-    INTERN(s_min, "min");
-    INTERN(s_max, "max");
-    INTERN(s_sum, "sum");
-    INTERN(s_sum2, "sum2");
-    INTERN(s_latency, "latency");
-    INTERN(s_timer_exceeded, "timer_exceeded");
-    INTERN(s_getstate, "getstate");
-    INTERN(s_setstate, "setstate");
-    INTERN(s_stats, "stats");
-    INTERN(s_per_script, "per_script");
-    INTERN(s_choose_rng, "choose_rng");
-    INTERN(s_throttle_rng, "throttle_rng");
-    INTERN(s_throttle_trigger, "throttle_trigger");
-    INTERN(s_latency_late, "latency_late");
-    INTERN(s_skipped, "skipped");
-    INTERN(s_lag, "lag");
-    INTERN(s_sleep_until, "sleep_until");
-    INTERN(s_stmt_begin, "stmt_begin");
-    INTERN(s_unwatched, "unwatched");
+    for (i = 0; i < (int)(sizeof reads / sizeof reads[0]); i++)
+        if (*reads[i].var == NULL &&
+            (*reads[i].var = PyUnicode_InternFromString(reads[i].name)) == NULL)
+            return NULL;
     if (PyType_Ready(&FastLoop_Type) < 0)
         return NULL;
     m = PyModule_Create(&fastloop_module);
@@ -549,7 +587,23 @@ PyInit__fastloop(void)
         PyModule_AddIntConstant(m, "MODE_PREPARED", MODE_PREPARED) < 0 ||
         PyModule_AddIntConstant(m, "RESUME_FLUSH", RESUME_FLUSH) < 0 ||
         PyModule_AddIntConstant(m, "RESUME_SEND_FAILED", RESUME_SEND_FAILED) < 0 ||
-        PyModule_AddIntConstant(m, "TX_BUDGET", TX_BUDGET) < 0) {
+        PyModule_AddIntConstant(m, "TX_BUDGET", TX_BUDGET) < 0 ||
+        add_int(m, "OP_END", OP_END) < 0 || add_int(m, "OP_SET_CONST", OP_SET_CONST) < 0 ||
+        add_int(m, "OP_SET_RANDOM", OP_SET_RANDOM) < 0 || add_int(m, "OP_SQL", OP_SQL) < 0 ||
+        add_int(m, "OP_SLEEP_CONST", OP_SLEEP_CONST) < 0 ||
+        add_int(m, "OP_SLEEP_VAR", OP_SLEEP_VAR) < 0 ||
+        add_int(m, "OUT_DONE", OUT_DONE) < 0 ||
+        add_int(m, "OUT_EXIT_ON_ABORT", OUT_EXIT_ON_ABORT) < 0 ||
+        add_int(m, "OUT_STOPPED", OUT_STOPPED) < 0 || add_int(m, "OUT_TICK", OUT_TICK) < 0 ||
+        add_int(m, "DRAIN_BUSY", DRAIN_BUSY) < 0 || add_int(m, "DRAIN_DONE", DRAIN_DONE) < 0 ||
+        add_int(m, "DRAIN_FAILED", DRAIN_FAILED) < 0 ||
+        add_int(m, "MAX_VARS", MAX_VARS) < 0 || add_int(m, "MAX_PARAMS", MAX_PARAMS) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    t = reads_tuple();
+    if (t == NULL || PyModule_AddObject(m, "READS", t) < 0) {
+        Py_XDECREF(t);
         Py_DECREF(m);
         return NULL;
     }

@@ -47,7 +47,8 @@
 #define PGSURGE_SOURCE_HASH ""
 #endif
 
-/* pgsurge.engine.state's numbers (checked by pgsurge.engine.fastloop) */
+/* pgsurge.engine.state's numbers; every constant the module exports is
+ * compared with pgsurge.engine.abi.MIRRORED when it is loaded */
 #define CHOOSE_SCRIPT 0
 #define START_TX 1
 #define PREPARE_THROTTLE 2
@@ -74,6 +75,11 @@
 /* what resume() is told besides a drain() result (always >= 0) */
 #define RESUME_FLUSH (-1)
 #define RESUME_SEND_FAILED (-2)
+
+/* pgsurge._fastpq's drain() codes (the low two bits of its result) */
+#define DRAIN_BUSY 0
+#define DRAIN_DONE 1
+#define DRAIN_FAILED 3
 
 /* libpq values */
 #define PGRES_EMPTY_QUERY 0

@@ -268,7 +268,7 @@ fl_advance(FastLoop *fl, int index)
             int status, q = c->qrynum;
 
             if (!pq->consumeInput(c->conn))
-                return fl_to_python_code(fl, index, WAIT_RESULT, (long)q * 4 + 3);
+                return fl_to_python_code(fl, index, WAIT_RESULT, (long)q * 4 + DRAIN_FAILED);
             for (;;) {
                 if (pq->isBusy(c->conn)) {
                     c->qrynum = q;
@@ -304,7 +304,7 @@ fl_advance(FastLoop *fl, int index)
             }
             c->qrynum = q;
             if (!q)
-                return fl_to_python_code(fl, index, WAIT_RESULT, 1);
+                return fl_to_python_code(fl, index, WAIT_RESULT, DRAIN_DONE);
             io_done = 1;
             state = END_COMMAND;
             continue;

@@ -46,8 +46,20 @@ from typing import TYPE_CHECKING, Any
 
 from pgsurge import _native
 from pgsurge.cnum import INT64_MAX, INT64_MIN, wrap_int32
-from pgsurge.engine import fastpq
-from pgsurge.engine import state as C
+from pgsurge.engine import abi, fastpq
+from pgsurge.engine.abi import (
+    MAX_PARAMS,
+    MAX_VARS,
+    OUT_TICK,
+    End,
+    PlanOp,
+    RunFlags,
+    SetConst,
+    SetRandom,
+    SleepConst,
+    SleepVar,
+    Sql,
+)
 from pgsurge.engine.loop import EventLoop, absorb
 from pgsurge.script.ast import (
     Call,
@@ -83,54 +95,35 @@ __all__ = [
 #: the interface version of pgsurge._fastloop this code expects
 FASTLOOP_API = 4
 
-#: the C loop keeps this many variables, and SQL commands, at most
-_MAX_SLOTS = 64
-#: parameters of an extended/prepared command (pgbench's limit, which
-#: script.compile enforces; a variable read twice is two)
-_MAX_PARAMS = 255
-
-# the C plan's op codes (_fastloop.c)
-_OP_END = 0
-_OP_SET_CONST = 1
-_OP_SET_RANDOM = 2
-_OP_SQL = 3
-_OP_SLEEP_CONST = 4
-_OP_SLEEP_VAR = 5
-
-# what _fastloop.FastLoop.run returns besides a LoopOutcome
-_TICK = 3
-
 
 def disabled() -> bool:
     """True when ``PGSURGE_NO_FASTLOOP`` asks for the Python loop."""
     return os.environ.get("PGSURGE_NO_FASTLOOP", "") not in ("", "0")
 
 
+def required() -> bool:
+    """True when ``PGSURGE_FASTLOOP=require``: a run the C loop does not
+    take fails (with the reason) instead of running on the Python loop."""
+    return os.environ.get("PGSURGE_FASTLOOP", "") == "require"
+
+
+#: why the extension cannot be used in this process ("" when it can)
+_unusable = ""
+
+
 def _load() -> ModuleType | None:
+    global _unusable
     if not fastpq.available:
+        _unusable = "pgsurge._fastpq is not usable"
         return None
     module = _native.load("_fastloop", FASTLOOP_API)
     if module is None:
+        _unusable = "pgsurge._fastloop is not built, stale, or turned off"
         return None
-    # the state and mode numbers the C code is written for
-    expected = {
-        "CHOOSE_SCRIPT": C.CHOOSE_SCRIPT,
-        "START_TX": C.START_TX,
-        "PREPARE_THROTTLE": C.PREPARE_THROTTLE,
-        "THROTTLE": C.THROTTLE,
-        "SLEEP": C.SLEEP,
-        "START_COMMAND": C.START_COMMAND,
-        "WAIT_RESULT": C.WAIT_RESULT,
-        "END_COMMAND": C.END_COMMAND,
-        "WAIT_ROLLBACK_RESULT": C.WAIT_ROLLBACK_RESULT,
-        "END_TX": C.END_TX,
-        "ABORTED": C.ABORTED,
-        "FINISHED": C.FINISHED,
-        "MODE_SIMPLE": C.MODE_SIMPLE,
-        "MODE_EXTENDED": C.MODE_EXTENDED,
-        "MODE_PREPARED": C.MODE_PREPARED,
-    }
-    if any(getattr(module, k) != v for k, v in expected.items()):
+    # every number the C code is written with (pgsurge.engine.abi)
+    differ = abi.check_module(module)
+    if differ is not None:
+        _unusable = f"pgsurge._fastloop's {differ}"
         return None
     return module
 
@@ -142,9 +135,7 @@ _module = _load()
 available: bool = _module is not None
 
 #: (var_names, nset, weights, scripts): the C loop's view of the scripts
-FastPlan = tuple[
-    tuple[str, ...], int, tuple[int, ...], tuple[tuple[tuple[Any, ...], ...], ...]
-]
+FastPlan = tuple[tuple[str, ...], int, tuple[int, ...], tuple[tuple[PlanOp, ...], ...]]
 
 
 def run_excluded(cfg: RunConfig) -> str | None:
@@ -209,13 +200,13 @@ def _scaled(expr: Expr, base: dict[str, Any], assigned: set[str]) -> int | None:
 
 def _set_op(
     cmd: SetCommand, slot: int, base: dict[str, Any], assigned: set[str]
-) -> tuple[Any, ...] | None:
+) -> PlanOp | None:
     """The C op of an eligible ``\\set``, or None."""
     if not valid_variable_name(cmd.var):
         return None
     value = _const_int(cmd.expr)
     if value is not None:
-        return (_OP_SET_CONST, slot, value)
+        return SetConst.of(slot, value)
     e = cmd.expr
     if not (isinstance(e, Call) and e.name == "random" and len(e.args) == 2):
         return None
@@ -228,7 +219,7 @@ def _set_op(
             return None
     if lo is None or not (INT64_MIN <= lo <= hi) or hi - lo >= INT64_MAX:
         return None
-    return (_OP_SET_RANDOM, slot, lo, hi)
+    return SetRandom.of(slot, lo, hi)
 
 
 def plan_for(
@@ -239,25 +230,45 @@ def plan_for(
     set_client_id: bool,
 ) -> FastPlan | None:
     """The C loop's plan when this run is eligible (module docstring)."""
-    if _module is None or disabled() or run_excluded(cfg) is not None:
-        return None
+    plan = decide(cfg, parsed, compiled, variables, set_client_id)
+    return None if isinstance(plan, str) else plan
+
+
+def decide(
+    cfg: RunConfig,
+    parsed: Sequence[ParsedScript],
+    compiled: Sequence[Sequence[Op]],
+    variables: Sequence[tuple[str, Any]],
+    set_client_id: bool,
+) -> FastPlan | str:
+    """The C loop's plan when this run is eligible (module docstring), else
+    why it is not (a phrase: "the C loop is not taken: <reason>")."""
+    if _module is None:
+        return _unusable
+    if disabled():
+        return "PGSURGE_NO_FASTLOOP is set"
+    excluded = run_excluded(cfg)
+    if excluded is not None:
+        return f"{excluded} is not supported by the C loop"
     if not EventLoop.uses_epoll():
-        return None
+        return "epoll is not available"
     base = dict(variables)
     assigned: set[str] = set()
     for script in parsed:
-        for cmd in script.commands:
+        for i, cmd in enumerate(script.commands):
             if isinstance(cmd, SetCommand):
                 assigned.add(cmd.var)
             elif isinstance(cmd, SleepCommand):
                 continue
-            elif not isinstance(cmd, SqlCommand) or cmd.gset is not GsetKind.NONE:
-                return None
+            elif not isinstance(cmd, SqlCommand):
+                return f"{_where(script, i)}: only SQL, \\set and \\sleep"
+            elif cmd.gset is not GsetKind.NONE:
+                return f"{_where(script, i)}: \\gset and \\aset"
     set_names = sorted(assigned)
     const_names: list[str] = []
     slots = {name: i for i, name in enumerate(set_names)}
     mode = cfg.query_mode.name
-    scripts: list[tuple[tuple[Any, ...], ...]] = []
+    scripts: list[tuple[PlanOp, ...]] = []
     nsql = 0
 
     def slot_of(name: str, done: set[str]) -> int | None:
@@ -276,35 +287,35 @@ def plan_for(
         return slots[name]
 
     for script, ops in zip(parsed, compiled, strict=True):
-        out: list[tuple[Any, ...]] = []
+        out: list[PlanOp] = []
         done: set[str] = set()
-        for cmd, op in zip(script.commands, ops, strict=False):
+        for i, (cmd, op) in enumerate(zip(script.commands, ops, strict=False)):
             if isinstance(cmd, SetCommand):
                 spec = _set_op(cmd, slots[cmd.var], base, assigned)
                 if spec is None:
-                    return None
+                    return f"{_where(script, i)}: \\set of another expression"
                 out.append(spec)
                 done.add(cmd.var)
                 continue
             if isinstance(cmd, SleepCommand):
                 if type(op.amount) is int:
                     # client_meta.sleep_usec of a constant, done once
-                    out.append((_OP_SLEEP_CONST, wrap_int32(op.amount * op.unit_us)))
+                    out.append(SleepConst.of(wrap_int32(op.amount * op.unit_us)))
                     continue
                 slot = slot_of(str(op.amount), done)
                 if slot is None:
-                    return None
-                out.append((_OP_SLEEP_VAR, slot, op.unit_us))
+                    return f"{_where(script, i)}: \\sleep of a variable C cannot hold"
+                out.append(SleepVar.of(slot, op.unit_us))
                 continue
             assert isinstance(cmd, SqlCommand)
             names = cmd.simple_parts[1::2] if mode == "SIMPLE" else cmd.param_vars
-            if mode != "SIMPLE" and len(names) > _MAX_PARAMS:
-                return None
+            if mode != "SIMPLE" and len(names) > MAX_PARAMS:
+                return f"{_where(script, i)}: more than {MAX_PARAMS} parameters"
             refs: list[int] = []
             for name in names:
                 slot = slot_of(name, done)
                 if slot is None:
-                    return None
+                    return f"{_where(script, i)}: variable {name} is not an int C holds"
                 refs.append(slot)
             lits: tuple[bytes, ...] | None = None
             if mode == "SIMPLE":
@@ -316,12 +327,12 @@ def plan_for(
                     lits = tuple(p.encode() for p in op.parts[0::2])
             else:
                 text = op.prepname if mode == "PREPARED" else op.sql
-            out.append((_OP_SQL, text, tuple(refs), lits))
+            out.append(Sql.of(text, tuple(refs), lits))
             nsql += 1
-        out.append((_OP_END,))
+        out.append(End())
         scripts.append(tuple(out))
-    if len(slots) > _MAX_SLOTS or nsql > _MAX_SLOTS:
-        return None
+    if len(slots) > MAX_VARS or nsql > MAX_VARS:
+        return f"more than {MAX_VARS} variables or SQL commands"
     names_all = tuple(set_names) + tuple(const_names)
     weights = tuple(s.weight for s in cfg.scripts)
     return names_all, len(set_names), weights, tuple(scripts)
@@ -339,7 +350,7 @@ class FastEventLoop(EventLoop):
         engine: Engine,
         w: WorkerState,
         script_ops: tuple[tuple[Op, ...], ...],
-        flags: tuple[int | float, ...],
+        flags: RunFlags,
     ) -> None:
         """Build the C loop over this loop's clients and epoll instance."""
         assert _module is not None
@@ -370,7 +381,7 @@ class FastEventLoop(EventLoop):
         while True:
             outcome: int = fast.run(next_report)
             self.idle_us = fast.idle_us
-            if outcome != _TICK:
+            if outcome != OUT_TICK:
                 return outcome
             # a progress tick, as EventLoop.run does it
             now: int = fast.now_us
@@ -392,21 +403,23 @@ def flags_for(
     latency_limit_us: int = 0,
     throttle_delay: float = 0.0,
     per_command: bool = False,
-) -> tuple[int | float, ...]:
-    """The C loop's run flags (the same derivations as ``make_engine``):
-    ``end_us`` is Settings.end_us (0 without -T), ``throttle_delay`` the
-    worker's mean Poisson delay (0.0 without -R), ``per_command`` -r."""
-    return (
+) -> RunFlags:
+    """Run flags given field by field (tests that drive the C loop without
+    Settings); a run derives them with :func:`pgsurge.engine.abi.run_flags`."""
+    return RunFlags(
         query_mode,
         nxacts,
         end_us,
         int(detailed),
         int(tx_clock),
         int(max_tries != 1),
-        # restart_inline of make_engine (no -C, no --debug here)
         int(nscripts == 1 and throttle_delay <= 0.0),
         int(exit_on_abort),
         latency_limit_us,
         float(throttle_delay),
         int(per_command),
     )
+
+
+def _where(script: ParsedScript, index: int) -> str:
+    return f"command {index} of script {script.source!r}"
