@@ -1,7 +1,9 @@
 """The C event loop (pgsurge._fastloop) against the Python engine, on a real server.
 
 Each test runs pgsurge twice with the same arguments, once with the C loop
-(the default where a run is eligible) and once with ``PGSURGE_NO_FASTLOOP=1``,
+(under ``PGSURGE_FASTLOOP=require``, so that a run the C loop does not take
+fails instead of comparing Python with Python) and once with
+``PGSURGE_NO_FASTLOOP=1``,
 and requires the same outcome: the rows the scripts insert (their drawn
 values, per client, in order), the report apart from timing figures, the
 error messages and exit status. A run with one client per worker and
@@ -41,7 +43,10 @@ def _run(
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
     env["LC_ALL"] = "C"
-    if not fast:
+    if fast:
+        # fail rather than compare Python with Python
+        env["PGSURGE_FASTLOOP"] = "require"
+    else:
         env["PGSURGE_NO_FASTLOOP"] = "1"
     return subprocess.run(
         [sys.executable, "-m", "pgsurge", *args, dsn],
@@ -274,3 +279,19 @@ def test_notifications_while_sleeping(db: str, tmp_path: Path, mode: str) -> Non
     assert fast.stderr == slow.stderr == ""
     assert _report(fast.stdout) == _report(slow.stdout)
     assert "number of transactions actually processed: 120/120" in fast.stdout
+
+
+def test_require_names_the_reason(db: str, tmp_path: Path) -> None:
+    # a run the C loop does not take fails under require: status 1, one
+    # line naming the reason, no traceback
+    (tmp_path / "sh.sql").write_text("\\shell true\nSELECT 1;\n")
+    out = _run(["-n", "-f", "sh.sql", "-t", "1"], db, tmp_path, fast=True)
+    assert out.returncode == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "pgsurge: error: PGSURGE_FASTLOOP=require: the C loop is not taken: "
+        "command 0 of script 'sh.sql': only SQL, \\set and \\sleep"
+    ], out.stderr
+    (tmp_path / "ok.sql").write_text("\\set a 1\nSELECT :a;\n")
+    ok = _run(["-n", "-f", "ok.sql", "-t", "1"], db, tmp_path, fast=True)
+    assert ok.returncode == 0, ok.stderr

@@ -253,8 +253,10 @@ def test_throttle_stream_same_draws(
     for fast in (True, False):
         if fast:
             monkeypatch.delenv("PGSURGE_NO_FASTLOOP", raising=False)
+            monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
         else:
             monkeypatch.setenv("PGSURGE_NO_FASTLOOP", "1")
+            monkeypatch.delenv("PGSURGE_FASTLOOP", raising=False)
         w, result = _run_worker(args, db)
         rows = _rows(db)
         total = w.stats
@@ -316,8 +318,10 @@ def test_per_command_counts_same(
     for fast in (True, False):
         if fast:
             monkeypatch.delenv("PGSURGE_NO_FASTLOOP", raising=False)
+            monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
         else:
             monkeypatch.setenv("PGSURGE_NO_FASTLOOP", "1")
+            monkeypatch.delenv("PGSURGE_FASTLOOP", raising=False)
         _w, result = _run_worker(args, db)
         assert used == [True], "the C loop ran the -r run"
         _rows(db)

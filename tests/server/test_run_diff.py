@@ -76,6 +76,17 @@ def mask(line: str) -> str:
     return re.sub(r" {2,}", " ", _NUM.sub("N", line))
 
 
+def loop_env(fastloop: str, *, eligible: bool = True) -> dict[str, str]:
+    """The environment of a run on the C loop (``fastloop == ""``: required
+    when the run is ``eligible``, so that the test cannot silently run Python
+    twice) or on the Python loop (``"1"``)."""
+    require = not fastloop and eligible
+    return {
+        "PGSURGE_NO_FASTLOOP": fastloop,
+        "PGSURGE_FASTLOOP": "require" if require else "",
+    }
+
+
 def base_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
     env["LC_ALL"] = "C"
@@ -604,9 +615,7 @@ def test_server_notices_printed(both, tmp_path: Path, fastloop: str) -> None:  #
         "DO $$ BEGIN RAISE NOTICE 'hello %', 1; RAISE WARNING 'careful'; END $$;\n"
         "SELECT 1;\n",
     )
-    ref, ours = both(
-        "-n", "-f", path, "-t", "2", "-c", "2", PGSURGE_NO_FASTLOOP=fastloop
-    )
+    ref, ours = both("-n", "-f", path, "-t", "2", "-c", "2", **loop_env(fastloop))
     assert ref.messages["NOTICE: hello N"] == 4
     assert_same(ref, ours)
 
@@ -624,9 +633,8 @@ def test_backend_terminated_mid_query(both, tmp_path: Path, fastloop: str) -> No
     runs = [("-M", mode) for mode in ("simple", "extended", "prepared")]
     runs += [("-C",), ("--max-tries", "3")]
     for extra in runs:
-        ref, ours = both(
-            "-n", "-f", path, "-t", "1", *extra, PGSURGE_NO_FASTLOOP=fastloop
-        )
+        env = loop_env(fastloop, eligible="-C" not in extra)
+        ref, ours = both("-n", "-f", path, "-t", "1", *extra, **env)
         assert ref.status == 2, ref.stderr
         assert (
             "pgsurge: error: client N script N aborted in command N query N: "
@@ -653,7 +661,8 @@ def test_sleep_variable_saturates_like_atoi(
             "2",
             "-D",
             f"x={value}",
-            PGSURGE_NO_FASTLOOP=fastloop,
+            # not an int64: the C loop does not take it
+            **loop_env(fastloop, eligible=False),
         )
         assert_same(ref, ours)
         if not value.startswith("-"):  # else: "invalid sleep time", as pgbench
@@ -663,7 +672,7 @@ def test_sleep_variable_saturates_like_atoi(
     path = script(
         tmp_path, "isleep.sql", f"\\set x {2**62}\n\\sleep :x us\nselect 1;\n"
     )
-    ref, ours = both("-n", "-f", path, "-t", "2", PGSURGE_NO_FASTLOOP=fastloop)
+    ref, ours = both("-n", "-f", path, "-t", "2", **loop_env(fastloop))
     assert_same(ref, ours)
 
 
@@ -684,7 +693,7 @@ def test_latency_limit_inf(both, fastloop: str) -> None:  # type: ignore[no-unty
     transaction counts as above the (negative) limit."""
     for args in (("-t", "20"), ("-T", "1")):
         ref, ours = both(
-            "-n", "-S", "-L", "inf", "-R", "200", *args, PGSURGE_NO_FASTLOOP=fastloop
+            "-n", "-S", "-L", "inf", "-R", "200", *args, **loop_env(fastloop)
         )
         assert_same(ref, ours)
         skipped = "number of transactions skipped:"
@@ -828,8 +837,6 @@ def test_fatal_while_idle_in_transaction(both, tmp_path: Path, fastloop: str) ->
         "\\sleep 50 ms\nselect 1;\nend;\n",
     )
     for mode in ("simple", "extended", "prepared"):
-        ref, ours = both(
-            "-n", "-f", path, "-t", "1", "-M", mode, PGSURGE_NO_FASTLOOP=fastloop
-        )
+        ref, ours = both("-n", "-f", path, "-t", "1", "-M", mode, **loop_env(fastloop))
         assert ref.status == 2
         assert_same(ref, ours)
