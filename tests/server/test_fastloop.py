@@ -15,6 +15,7 @@ way in every script, and the per-script counts, are compared instead.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -295,3 +296,93 @@ def test_require_names_the_reason(db: str, tmp_path: Path) -> None:
     (tmp_path / "ok.sql").write_text("\\set a 1\nSELECT :a;\n")
     ok = _run(["-n", "-f", "ok.sql", "-t", "1"], db, tmp_path, fast=True)
     assert ok.returncode == 0, ok.stderr
+
+
+#: JSON keys whose values depend on timing (latencies, rates, clocks, CPU)
+_JSON_TIMING = frozenset(
+    {
+        "min",
+        "max",
+        "sum",
+        "sum2",
+        "avg",
+        "stddev",
+        "offset",
+        "counts",
+        "percentiles",
+        "tps",
+        "start",
+        "end",
+        "duration_s",
+        "initial_connection_time_ms",
+        "connection_time_total_ms",
+        "client_cpu",
+        "intervals",
+        "latency_late",
+    }
+)
+
+
+def _json_masked(value: object) -> object:
+    if isinstance(value, dict):
+        return {
+            k: None if k in _JSON_TIMING else _json_masked(v) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_json_masked(v) for v in value]
+    return value
+
+
+def _check_histograms(doc: dict) -> None:  # type: ignore[type-arg]
+    """Every successful transaction's latency is in the histograms once,
+    exactly: their count, sum, min and max are StatsData's."""
+    stats = doc["totals"]["stats"]
+    hists = doc["histograms"]
+    for name in ("latency", "lag"):
+        simple, hist = stats[name], hists[name]
+        assert hist["count"] == simple["count"], name
+        if simple["count"]:
+            assert hist["sum"] == simple["sum"], name
+            assert (hist["min"], hist["max"]) == (simple["min"], simple["max"]), name
+    intervals = doc["intervals"]
+    assert sum(iv["transactions"] for iv in intervals) == doc["totals"]["transactions"]
+    assert sum(iv["latency_ms"]["count"] for iv in intervals) == stats["cnt"]
+    per_script = hists["per_script"]
+    if len(doc["scripts"]) > 1:
+        counts = [h["count"] for h in per_script]
+        assert counts == [s["latency_ms"]["count"] for s in doc["scripts"]]
+        assert counts == [s["processed"] for s in doc["scripts"]]
+    for script, hs in zip(doc["scripts"], hists["per_command"], strict=True):
+        for cmd, h in zip(script.get("commands", []), hs, strict=True):
+            lat = cmd["latency_ms"]  # None without -r
+            assert h["count"] == (0 if lat is None else lat["count"])
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [[], ["-r"], ["-R", "3000"], ["-R", "3000", "-L", "5000", "-r"], ["one"]],
+    ids=["plain", "per-command", "rate", "rate-limit-r", "one-script"],
+)
+def test_json_and_histograms_same(db: str, tmp_path: Path, extra: list[str]) -> None:
+    # the C loop records what the Python loop records: the same JSON apart
+    # from timing, and histograms holding exactly the accounted latencies
+    if extra == ["one"]:
+        (tmp_path / "one.sql").write_text(
+            "\\set a random(1, 1000)\nSELECT :a;\nSELECT 2;\n"
+        )
+        scripts, extra = ["-f", "one.sql"], ["-r"]
+    else:
+        scripts = _scripts(tmp_path)
+    args = [*scripts, "-M", "prepared", "-c", "2", "-j", "2", "-t", "300"]
+    args += ["--random-seed", "5", "-n", "--percentiles", "--json", "out.json"]
+    args += extra
+    docs = []
+    for fast in (True, False):
+        out = _run(args, db, tmp_path, fast=fast)
+        assert out.returncode == 0, out.stderr
+        _rows(db)
+        doc = json.loads((tmp_path / "out.json").read_text())
+        _check_histograms(doc)
+        docs.append(doc)
+    fast_doc, slow_doc = docs
+    assert _json_masked(fast_doc) == _json_masked(slow_doc)

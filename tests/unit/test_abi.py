@@ -15,6 +15,7 @@ from pgsurge.engine import state as C
 from pgsurge.engine.state import Client, Op, Settings, WorkerState
 from pgsurge.prng import PgPrng
 from pgsurge.stats.counters import CommandStats, StatsData
+from pgsurge.stats.histogram import Histogram
 from pgsurge.stats.simple import SimpleStats
 
 needs_c = pytest.mark.skipif(
@@ -29,6 +30,7 @@ OWNERS: dict[str, type] = {
     "CommandStats": CommandStats,
     "Op": Op,
     "PgPrng": PgPrng,
+    "Histogram": Histogram,
 }
 
 

@@ -46,14 +46,25 @@ def test_builtins_are_eligible(tmp_path, builtin: str, mode: str) -> None:
         ["-l"],
         ["-C"],
         ["--debug"],
-        ["--percentiles", "50"],
-        ["--json", "out.json"],
         ["-R", "100", "-l"],
-        ["-R", "100", "--percentiles", "50"],
     ],
 )
 def test_excluded_options_take_the_python_loop(tmp_path, option: list[str]) -> None:
     assert _plan(["-b", "select-only", *option], tmp_path) is None
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--percentiles", "50"],
+        ["--json", "out.json"],
+        ["--html", "out.html"],
+        ["-R", "100", "--percentiles", "50"],
+        ["-r", "--json", "out.json", "--percentiles"],
+    ],
+)
+def test_histogram_outputs_are_eligible(tmp_path, option: list[str]) -> None:
+    assert _plan(["-b", "tpcb-like", *option], tmp_path) is not None
 
 
 @pytest.mark.parametrize(

@@ -73,7 +73,8 @@ PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s_cnt,
     *s_in_pipeline, *s_count, *s_min, *s_max, *s_sum, *s_sum2, *s_latency,
     *s_timer_exceeded, *s_getstate, *s_setstate, *s_stats, *s_per_script,
     *s_choose_rng, *s_throttle_rng, *s_throttle_trigger, *s_latency_late,
-    *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched;
+    *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched, *s_layout,
+    *s_add_counts;
 
 /* ---------------------------------------------------------------------- */
 /* Construction                                                           */
@@ -131,8 +132,15 @@ FastLoop_traverse(FastLoop *fl, visitproc visit, void *arg)
             Py_VISIT(fl->per_script[k].lag.obj);
         }
     for (k = 0; k < fl->nscripts && fl->scripts != NULL; k++)
-        for (i = 0; i < fl->scripts[k].nops; i++)
+        for (i = 0; i < fl->scripts[k].nops; i++) {
             Py_VISIT(fl->scripts[k].ops[i].cmd.obj);
+            Py_VISIT(fl->scripts[k].ops[i].rec.obj);
+        }
+    if (fl->hscript != NULL)
+        for (k = 0; k < fl->nscripts; k++)
+            Py_VISIT(fl->hscript[k].obj);
+    Py_VISIT(fl->hlat.obj);
+    Py_VISIT(fl->hlag.obj);
     Py_VISIT(fl->total.data);
     Py_VISIT(fl->total.lat.obj);
     Py_VISIT(fl->total.lag.obj);
@@ -164,8 +172,15 @@ FastLoop_clear(FastLoop *fl)
             Py_CLEAR(fl->per_script[k].lag.obj);
         }
     for (k = 0; k < fl->nscripts && fl->scripts != NULL; k++)
-        for (i = 0; i < fl->scripts[k].nops; i++)
+        for (i = 0; i < fl->scripts[k].nops; i++) {
             Py_CLEAR(fl->scripts[k].ops[i].cmd.obj);
+            Py_CLEAR(fl->scripts[k].ops[i].rec.obj);
+        }
+    if (fl->hscript != NULL)
+        for (k = 0; k < fl->nscripts; k++)
+            Py_CLEAR(fl->hscript[k].obj);
+    Py_CLEAR(fl->hlat.obj);
+    Py_CLEAR(fl->hlag.obj);
     Py_CLEAR(fl->total.data);
     Py_CLEAR(fl->total.lat.obj);
     Py_CLEAR(fl->total.lag.obj);
@@ -194,9 +209,16 @@ FastLoop_dealloc(FastLoop *fl)
             PyMem_Free(fl->scripts[k].ops[i].params);
             PyMem_Free((void *)fl->scripts[k].ops[i].lits);
             PyMem_Free(fl->scripts[k].ops[i].litlens);
+            fl_hist_free(&fl->scripts[k].ops[i].rec);
         }
         PyMem_Free(fl->scripts[k].ops);
     }
+    if (fl->hscript != NULL)
+        for (k = 0; k < fl->nscripts; k++)
+            fl_hist_free(&fl->hscript[k]);
+    PyMem_Free(fl->hscript);
+    fl_hist_free(&fl->hlat);
+    fl_hist_free(&fl->hlag);
     PyMem_Free(fl->scripts);
     PyMem_Free(fl->per_script);
     PyMem_Free(fl->weights);
@@ -211,17 +233,65 @@ FastLoop_dealloc(FastLoop *fl)
 
 /*
  * FastLoop(clients, script_ops, plan, wstate, hooks, epoll_fd, control_fd,
- *          flags)
+ *          flags[, hists])
  *
  * plan: (var_names, nset, weights, scripts) -- see pgsurge.engine.fastloop;
  * hooks: (advance, resume, absorb); flags: (mode, nxacts, end_us,
  * detailed, tx_clock, save_rng, restart_inline, exit_on_abort,
- * latency_limit_us, throttle_delay, per_command) -- throttle_delay a float.
+ * latency_limit_us, throttle_delay, per_command) -- throttle_delay a float
+ * (pgsurge.engine.abi.RunFlags); hists: None, or the recorder's histograms
+ * (latency, lag, per-script tuple, per-command tuple of tuples) --
+ * pgsurge.stats.series.WorkerRecorder.targets().
  */
+static int
+hists_init(FastLoop *fl, PyObject *hists)
+{
+    PyObject *per_script, *per_command;
+    int i, k;
+
+    if (!PyTuple_Check(hists) || PyTuple_GET_SIZE(hists) != 4)
+        goto bad;
+    per_script = PyTuple_GET_ITEM(hists, 2);
+    per_command = PyTuple_GET_ITEM(hists, 3);
+    if (!PyTuple_Check(per_script) || !PyTuple_Check(per_command) ||
+        PyTuple_GET_SIZE(per_script) != fl->nscripts ||
+        PyTuple_GET_SIZE(per_command) != fl->nscripts)
+        goto bad;
+    fl->recording = 1;
+    if (fl_hist_init(&fl->hlat, PyTuple_GET_ITEM(hists, 0)) < 0 ||
+        fl_hist_init(&fl->hlag, PyTuple_GET_ITEM(hists, 1)) < 0)
+        return -1;
+    if (fl->nscripts > 1) {
+        fl->hscript = PyMem_Calloc(fl->nscripts, sizeof(fl_hist));
+        if (fl->hscript == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (k = 0; k < fl->nscripts; k++)
+            if (fl_hist_init(&fl->hscript[k], PyTuple_GET_ITEM(per_script, k)) < 0)
+                return -1;
+    }
+    if (!fl->per_command)
+        return 0;
+    for (k = 0; k < fl->nscripts; k++) {
+        PyObject *cmds = PyTuple_GET_ITEM(per_command, k);
+
+        if (!PyTuple_Check(cmds) || PyTuple_GET_SIZE(cmds) != fl->scripts[k].nops - 1)
+            goto bad;
+        for (i = 0; i < fl->scripts[k].nops - 1; i++)
+            if (fl_hist_init(&fl->scripts[k].ops[i].rec, PyTuple_GET_ITEM(cmds, i)) < 0)
+                return -1;
+    }
+    return 0;
+bad:
+    PyErr_SetString(PyExc_ValueError, "malformed fast loop histograms");
+    return -1;
+}
+
 static PyObject *
 FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    PyObject *clients, *script_ops, *plan, *wstate, *hooks, *flags;
+    PyObject *clients, *script_ops, *plan, *wstate, *hooks, *flags, *hists = NULL;
     PyObject *scripts, *weights, *per_script, *total;
     int epfd, control_fd, nprep = 0, per_command;
     long long f[9];
@@ -233,9 +303,9 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "FastLoop() takes no keyword arguments");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "O!O!O!OO!iiO!", &PyList_Type, &clients, &PyTuple_Type,
+    if (!PyArg_ParseTuple(args, "O!O!O!OO!iiO!|O", &PyList_Type, &clients, &PyTuple_Type,
                           &script_ops, &PyTuple_Type, &plan, &wstate, &PyTuple_Type,
-                          &hooks, &epfd, &control_fd, &PyTuple_Type, &flags))
+                          &hooks, &epfd, &control_fd, &PyTuple_Type, &flags, &hists))
         return NULL;
     if (pq == NULL || !pq->bound) {
         PyErr_SetString(PyExc_RuntimeError, "pgsurge._fastpq is not bound");
@@ -337,6 +407,8 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             goto fail;
     }
 
+    if (hists != NULL && hists != Py_None && hists_init(fl, hists) < 0)
+        goto fail;
     if (fl->total_weight <= 0) {
         PyErr_SetString(PyExc_ValueError, "the weights must add up to more than 0");
         goto fail;
@@ -438,6 +510,48 @@ static PyMethodDef FastLoop_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* _record_into(hist, values): count values as the loop does and add
+ * them to the Histogram (tests compare with Histogram.record) */
+static PyObject *
+record_into(PyObject *module, PyObject *args)
+{
+    PyObject *hist, *values, *seq;
+    fl_hist h;
+    Py_ssize_t i;
+    int r = 0;
+
+    (void)module;
+    if (!PyArg_ParseTuple(args, "OO", &hist, &values))
+        return NULL;
+    seq = PySequence_Fast(values, "values must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    if (fl_hist_init(&h, hist) < 0) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    for (i = 0; i < PySequence_Fast_GET_SIZE(seq) && r == 0; i++) {
+        int64_t v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+
+        r = (v == -1 && PyErr_Occurred()) ? -1 : fl_hist_record(&h, v);
+    }
+    if (r == 0)
+        r = fl_hist_flush(&h);
+    Py_DECREF(seq);
+    Py_DECREF(h.obj);
+    fl_hist_free(&h);
+    if (r < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"_record_into", record_into, METH_VARARGS,
+     "_record_into(hist, values)\n--\n\nCount values as the loop does, add them "
+     "to hist."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyTypeObject FastLoop_Type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pgsurge._fastloop.FastLoop",
     .tp_basicsize = sizeof(FastLoop),
@@ -457,6 +571,7 @@ static struct PyModuleDef fastloop_module = {
     .m_doc = "A worker's event loop and its clients' common case in C "
              "(optional; see pgsurge.engine.fastloop).",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 /* Every attribute C reads or writes, with the class that owns it: the
@@ -508,6 +623,8 @@ static const struct {
     {"CommandStats", "latency", &s_latency},
     {"PgPrng", "getstate", &s_getstate},
     {"PgPrng", "setstate", &s_setstate},
+    {"Histogram", "layout", &s_layout},
+    {"Histogram", "add_counts", &s_add_counts},
 };
 
 /* the READS tuple of the module */

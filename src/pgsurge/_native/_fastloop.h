@@ -40,7 +40,7 @@
 #define FL_HIDDEN
 #endif
 
-#define FASTLOOP_API 4
+#define FASTLOOP_API 5
 
 /* setup.py's digest of the sources this was built from (see there) */
 #ifndef PGSURGE_SOURCE_HASH
@@ -123,6 +123,19 @@ typedef struct {
     int min_int, max_int;
 } fl_simple;
 
+/* A latency histogram's values counted by C (pgsurge.stats.histogram's
+ * layout: exact below 2**sub_bits, then 2**half_bits buckets per power of
+ * two), added to the Python Histogram ``obj`` (its add_counts) by
+ * fl_hist_flush before Python reads: the counts of buckets dlo..dhi, their
+ * sum, min and max. obj NULL: nothing records here. */
+typedef struct {
+    PyObject *obj;
+    int sub_bits, half_bits;
+    uint64_t *counts;
+    Py_ssize_t cap, dlo, dhi;
+    int64_t n, total, lo, hi;
+} fl_hist;
+
 typedef struct {
     int kind;
     /* \set: the variable's slot, the constant or the bounds;
@@ -144,6 +157,8 @@ typedef struct {
     PyObject *prepname;
     /* -r: the latencies of this command (its Op's stats.latency) */
     fl_simple cmd;
+    /* -r with histograms: this command's histogram (its Op's rec) */
+    fl_hist rec;
 } fl_op;
 
 typedef struct {
@@ -204,6 +219,12 @@ typedef struct {
     PyObject *wstate, *choose_rng, *throttle_rng, *advance, *resume, *absorb;
     fl_stats total;
     fl_stats *per_script; /* NULL with one script */
+    /* latency histograms (--percentiles, --json, --html): the recorder's
+     * current latency and lag (lag under --rate), and each script's (with
+     * several); recording is 0 when no output needs them */
+    int recording;
+    fl_hist hlat, hlag;
+    fl_hist *hscript;
     uint64_t c0, c1;      /* the choose stream */
     uint64_t t0, t1;      /* the throttle stream (--rate) */
     int64_t trigger;      /* WorkerState.throttle_trigger */
@@ -232,7 +253,8 @@ FL_HIDDEN extern PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s
     *s_in_pipeline, *s_count, *s_min, *s_max, *s_sum, *s_sum2, *s_latency,
     *s_timer_exceeded, *s_getstate, *s_setstate, *s_stats, *s_per_script,
     *s_choose_rng, *s_throttle_rng, *s_throttle_trigger, *s_latency_late,
-    *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched;
+    *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched, *s_layout,
+    *s_add_counts;
 
 static inline int64_t
 clock_us(void)
@@ -328,6 +350,48 @@ fl_timer_pop(FastLoop *fl)
 }
 
 /* ---------------------------------------------------------------------- */
+/* Histograms                                                             */
+
+FL_HIDDEN int fl_hist_grow(fl_hist *h, Py_ssize_t idx);
+
+/* Histogram.record(v) of a value, into C's counts */
+static inline int
+fl_hist_record(fl_hist *h, int64_t v)
+{
+    Py_ssize_t idx;
+
+    if (v < 0) {
+        PyErr_Format(PyExc_ValueError, "cannot record a negative value: %lld",
+                     (long long)v);
+        return -1;
+    }
+    if (v >> h->sub_bits) {
+        int shift = 64 - __builtin_clzll((uint64_t)v) - h->sub_bits;
+
+        idx = ((Py_ssize_t)shift << h->half_bits) + (Py_ssize_t)(v >> shift);
+    } else
+        idx = (Py_ssize_t)v;
+    if (idx >= h->cap && fl_hist_grow(h, idx) < 0)
+        return -1;
+    h->counts[idx]++;
+    if (h->n++ == 0) {
+        h->dlo = h->dhi = idx;
+        h->lo = h->hi = v;
+    } else {
+        if (idx < h->dlo)
+            h->dlo = idx;
+        else if (idx > h->dhi)
+            h->dhi = idx;
+        if (v < h->lo)
+            h->lo = v;
+        else if (v > h->hi)
+            h->hi = v;
+    }
+    h->total += v;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
 /* Between the units                                                      */
 
 /* _fastloop_plan.c: one op of the plan into *op (-1: error set) */
@@ -344,6 +408,9 @@ FL_HIDDEN int fl_take_over(FastLoop *fl, int index, int state);
 FL_HIDDEN int fl_settle_py(FastLoop *fl, int index);
 FL_HIDDEN int fl_stats_load(fl_simple *s);
 FL_HIDDEN int fl_stats_store(fl_simple *s);
+FL_HIDDEN int fl_hist_init(fl_hist *h, PyObject *obj);
+FL_HIDDEN void fl_hist_free(fl_hist *h);
+FL_HIDDEN int fl_hist_flush(fl_hist *h);
 FL_HIDDEN int fl_call_python(FastLoop *fl, PyObject *fn, int index, PyObject *arg);
 FL_HIDDEN int fl_to_python(FastLoop *fl, int index, int state, PyObject *event);
 FL_HIDDEN int fl_to_python_code(FastLoop *fl, int index, int state, long code);

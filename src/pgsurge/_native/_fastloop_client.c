@@ -154,7 +154,8 @@ record(fl_stats *s, int64_t latency, int64_t lag, int skipped, int throttled)
 }
 
 /* client_tx's process_xact for what C accounts (a first-try success, or
- * a slot skipped under -L): returns the clock, read if it was needed */
+ * a slot skipped under -L): returns the clock, read if it was needed
+ * (-1: an error is set) */
 static int64_t
 process_xact(FastLoop *fl, fl_client *c, int64_t now, int skipped)
 {
@@ -165,6 +166,13 @@ process_xact(FastLoop *fl, fl_client *c, int64_t now, int skipped)
             now = clock_us();
         latency = now - c->txn_scheduled;
         lag = c->txn_begin - c->txn_scheduled;
+    }
+    if (fl->recording && !skipped) {
+        /* the recorder's histograms, as tx.process_xact */
+        if (fl_hist_record(&fl->hlat, latency) < 0 ||
+            (fl->throttled && fl_hist_record(&fl->hlag, lag) < 0) ||
+            (fl->hscript != NULL && fl_hist_record(&fl->hscript[c->script], latency) < 0))
+            return -1;
     }
     record(&fl->total, latency, lag, skipped, fl->throttled);
     if (fl->latency_limit && latency > fl->latency_limit)
@@ -202,6 +210,9 @@ fl_advance(FastLoop *fl, int index)
                 if (!now)
                     now = clock_us();
                 stats_add(&sc->ops[c->command].cmd, now - c->stmt_begin);
+                if (sc->ops[c->command].rec.obj != NULL &&
+                    fl_hist_record(&sc->ops[c->command].rec, now - c->stmt_begin) < 0)
+                    return -1;
             }
             c->command++;
             state = START_COMMAND;
@@ -337,10 +348,12 @@ fl_advance(FastLoop *fl, int index)
                     stats_add(&fl->total.lat, latency);
                     if (fl->latency_limit && latency > fl->latency_limit)
                         fl->latency_late++;
+                    if (fl->recording && fl_hist_record(&fl->hlat, latency) < 0)
+                        return -1;
                 } else
                     fl->total.lat.count++;
-            } else
-                now = process_xact(fl, c, now, 0);
+            } else if ((now = process_xact(fl, c, now, 0)) < 0)
+                return -1;
             if (fl->use_end ? fl->timer_exceeded : c->cnt >= fl->nxacts)
                 return fl_to_python(fl, index, FINISHED, NULL);
             if (!io_done || !budget) {
@@ -392,7 +405,8 @@ fl_advance(FastLoop *fl, int index)
                     now = clock_us();
                 if (fl->trigger < now - fl->latency_limit) {
                     /* too late already: skipped (throttle.is_late) */
-                    now = process_xact(fl, c, now, 1);
+                    if ((now = process_xact(fl, c, now, 1)) < 0)
+                        return -1;
                     if (fl->timer_exceeded || (fl->nxacts > 0 && c->cnt >= fl->nxacts))
                         return fl_to_python(fl, index, FINISHED, NULL);
                     continue;

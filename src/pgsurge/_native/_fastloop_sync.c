@@ -181,6 +181,109 @@ stats_store(fl_stats *s, int throttled)
     return 0;
 }
 
+/* ---------------------------------------------------------------------- */
+/* Histograms: C counts, Python's Histogram adds them (add_counts)        */
+
+/* the buckets of a histogram of the default layout up to 2**18 µs; more
+ * are added as needed, as Histogram._grow does */
+#define HIST_INITIAL_RANGES 8
+
+int
+fl_hist_init(fl_hist *h, PyObject *obj)
+{
+    PyObject *layout;
+    int ok;
+
+    memset(h, 0, sizeof *h);
+    layout = PyObject_CallMethodNoArgs(obj, s_layout);
+    if (layout == NULL)
+        return -1;
+    ok = PyArg_ParseTuple(layout, "ii", &h->sub_bits, &h->half_bits);
+    Py_DECREF(layout);
+    if (!ok)
+        return -1;
+    if (h->sub_bits < 1 || h->sub_bits > 30 || h->half_bits < 1 ||
+        h->half_bits >= h->sub_bits) {
+        PyErr_SetString(PyExc_ValueError, "unexpected histogram layout");
+        return -1;
+    }
+    Py_INCREF(obj);
+    h->obj = obj;
+    return 0;
+}
+
+void
+fl_hist_free(fl_hist *h)
+{
+    PyMem_Free(h->counts);
+    h->counts = NULL;
+    h->cap = 0;
+}
+
+int
+fl_hist_grow(fl_hist *h, Py_ssize_t idx)
+{
+    Py_ssize_t cap = idx + 1 + ((Py_ssize_t)1 << h->half_bits), initial;
+    uint64_t *c;
+
+    initial = (Py_ssize_t)(HIST_INITIAL_RANGES + 2) << h->half_bits;
+    if (cap < initial)
+        cap = initial;
+    c = PyMem_Realloc(h->counts, sizeof(uint64_t) * cap);
+    if (c == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(c + h->cap, 0, sizeof(uint64_t) * (cap - h->cap));
+    h->counts = c;
+    h->cap = cap;
+    return 0;
+}
+
+/* add what C counted to the Python Histogram, and start afresh */
+int
+fl_hist_flush(fl_hist *h)
+{
+    PyObject *raw, *r;
+    Py_ssize_t n;
+
+    if (h->obj == NULL || h->n == 0)
+        return 0;
+    n = h->dhi - h->dlo + 1;
+    raw = PyBytes_FromStringAndSize((const char *)(h->counts + h->dlo),
+                                    n * (Py_ssize_t)sizeof(uint64_t));
+    if (raw == NULL)
+        return -1;
+    r = PyObject_CallMethod(h->obj, "add_counts", "nNLLL", h->dlo, raw,
+                            (long long)h->total, (long long)h->lo, (long long)h->hi);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    memset(h->counts + h->dlo, 0, sizeof(uint64_t) * n);
+    h->n = h->total = 0;
+    return 0;
+}
+
+static int
+hists_flush(FastLoop *fl)
+{
+    int i, k;
+
+    if (!fl->recording)
+        return 0;
+    if (fl_hist_flush(&fl->hlat) < 0 || fl_hist_flush(&fl->hlag) < 0)
+        return -1;
+    if (fl->hscript != NULL)
+        for (k = 0; k < fl->nscripts; k++)
+            if (fl_hist_flush(&fl->hscript[k]) < 0)
+                return -1;
+    for (k = 0; k < fl->nscripts; k++)
+        for (i = 0; i < fl->scripts[k].nops; i++)
+            if (fl_hist_flush(&fl->scripts[k].ops[i].rec) < 0)
+                return -1;
+    return 0;
+}
+
 /* -r: every command's latency copy, loaded or stored */
 static int
 per_command_sync(FastLoop *fl, int (*sync)(fl_simple *))
@@ -216,6 +319,8 @@ fl_shared_store(FastLoop *fl)
                           set_i64(fl->wstate, s_throttle_trigger, fl->trigger) < 0))
         return -1;
     if (fl->latency_limit && set_i64(fl->wstate, s_latency_late, fl->latency_late) < 0)
+        return -1;
+    if (hists_flush(fl) < 0)
         return -1;
     return per_command_sync(fl, fl_stats_store);
 }

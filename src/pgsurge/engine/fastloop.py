@@ -10,11 +10,13 @@ eligible, which is exactly:
 * the extension is built and current, ``pgsurge._fastpq`` is bound (its
   libpq functions are the C loop's), epoll is there, and neither
   ``PGSURGE_PURE`` nor ``PGSURGE_NO_FASTLOOP`` is set;
-* the run has none of -l, -C, --debug, and no output that needs
-  latency histograms (--percentiles, --json); -R (the worker's Poisson
+* the run has none of -l, -C, --debug; -R (the worker's Poisson
   schedule, from its throttle stream), -L (skipped slots, late
-  transactions), -r (each command's latency, timed as client.py does)
-  and -T/-t are all supported;
+  transactions), -r (each command's latency, timed as client.py does),
+  -T/-t and the latency histograms and interval series of --percentiles,
+  --json and --html (C counts into buckets of the recorder's layout and
+  adds them to its Histogram objects before Python reads them; run()
+  returns at each interval end, as at a progress tick) are all supported;
 * every command of every script is an SQL command without ``\\gset`` or
   ``\\aset``, a ``\\sleep`` of a constant or of a variable the SQL
   commands could read (rule below), or a ``\\set`` to a valid name whose
@@ -31,8 +33,9 @@ eligible, which is exactly:
   and 64 SQL commands in all.
 
 Anything else (pipelines, ``\\if``, shell commands, string or double
-values, ...) runs on the Python loop unchanged. -P is supported:
-the C loop returns at each tick and :class:`FastEventLoop` sends the
+values, ...) runs on the Python loop unchanged; :func:`decide` says why,
+and under ``PGSURGE_FASTLOOP=require`` the worker fails with that reason.
+-P is supported: the C loop returns at each tick and :class:`FastEventLoop` sends the
 progress snapshot as :class:`~pgsurge.engine.loop.EventLoop` does.
 """
 
@@ -93,7 +96,7 @@ __all__ = [
 ]
 
 #: the interface version of pgsurge._fastloop this code expects
-FASTLOOP_API = 4
+FASTLOOP_API = 5
 
 
 def disabled() -> bool:
@@ -146,8 +149,6 @@ def run_excluded(cfg: RunConfig) -> str | None:
         return "-C"
     if cfg.debug:
         return "--debug"
-    if cfg.percentiles is not None or cfg.json_path or cfg.html_path:
-        return "histograms"
     return None
 
 
@@ -360,6 +361,7 @@ class FastEventLoop(EventLoop):
             partial(absorb, self),
         )
         control = -1 if self._control_fd is None else self._control_fd
+        rec = self.recorder
         self._fast = _module.FastLoop(
             list(self.clients),
             script_ops,
@@ -369,6 +371,7 @@ class FastEventLoop(EventLoop):
             self.waiter.epoll_fd(),
             control,
             flags,
+            None if rec is None else rec.targets(),
         )
 
     def run(self) -> int:
@@ -378,17 +381,29 @@ class FastEventLoop(EventLoop):
         progress_us = self._progress_us
         start = self._progress_start_us
         next_report = start + progress_us if progress_us else 0
+        rec = self.recorder
+        # the nearest periodic deadline (progress tick or interval end), 0: none
+        next_tick = next_report
+        if rec is not None and (not next_tick or rec.next_us < next_tick):
+            next_tick = rec.next_us
         while True:
-            outcome: int = fast.run(next_report)
+            outcome: int = fast.run(next_tick)
             self.idle_us = fast.idle_us
             if outcome != OUT_TICK:
                 return outcome
-            # a progress tick, as EventLoop.run does it
+            # as EventLoop.run: the end of a recorder interval (C wrote its
+            # counts and histograms back before returning), a progress tick
             now: int = fast.now_us
-            tick = (now - start) // progress_us
-            if self._on_progress is not None:
-                self._on_progress(tick, now)
-            next_report = start + (tick + 1) * progress_us
+            if rec is not None and now >= rec.next_us:
+                rec.advance(now)
+            if next_report and now >= next_report:
+                tick = (now - start) // progress_us
+                if self._on_progress is not None:
+                    self._on_progress(tick, now)
+                next_report = start + (tick + 1) * progress_us
+            next_tick = next_report
+            if rec is not None and (not next_tick or rec.next_us < next_tick):
+                next_tick = rec.next_us
 
 
 def flags_for(
