@@ -291,7 +291,8 @@ def test_require_names_the_reason(db: str, tmp_path: Path) -> None:
     assert "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines() == [
         "pgsurge: error: PGSURGE_FASTLOOP=require: the C loop is not taken: "
-        "command 0 of script 'sh.sql': only SQL, \\set and \\sleep"
+        "command 0 of script 'sh.sql': \\shell and \\setshell are not "
+        "supported by the C loop"
     ], out.stderr
     (tmp_path / "ok.sql").write_text("\\set a 1\nSELECT :a;\n")
     ok = _run(["-n", "-f", "ok.sql", "-t", "1"], db, tmp_path, fast=True)
@@ -386,3 +387,77 @@ def test_json_and_histograms_same(db: str, tmp_path: Path, extra: list[str]) -> 
         docs.append(doc)
     fast_doc, slow_doc = docs
     assert _json_masked(fast_doc) == _json_masked(slow_doc)
+
+
+_LOGIC = (
+    "\\set a random(1, 1000)\n"
+    "\\set b (:a * 7 + 13) % 1000 + 1\n"
+    "\\if :b > 500 and :a < 900\n"
+    "\\set br 1\n"
+    "\\elif :b > 250 or not (:a = 3)\n"
+    "\\set br 2\n"
+    "\\else\n"
+    "\\set br 3\n"
+    "\\endif\n"
+    "\\set h abs(hash(:a) % 1000) + least(:a, :b) - greatest(1, 2, :a)"
+    " + permute(:a, 1000) + hash_fnv1a(:b, 5) % 7 + hash_murmur2(:a, :k)"
+    " % 11 + (:a << 3) + (:b >> 1) + (:a & 255) + (:a | 1) + (:a # 3)"
+    " + :a / 3 + (- :a) + mod(:b, 7) + random(1, :a)\n"
+    "SELECT CAST(:a AS int) + CAST(:br AS int) AS g, 'x' || :b AS txt,"
+    " 1.5 AS f \\gset p_\n"
+    "\\if :p_g >= :a\n"
+    "INSERT INTO t (cid, s, a, b) VALUES (:client_id, :br, :p_g, :h);\n"
+    "\\endif\n"
+    "SELECT :p_f;\n"
+    "SELECT 7 AS one UNION ALL SELECT 8 \\aset q_\n"
+    "\\set y :q_one * 2 + :k\n"
+    "INSERT INTO u (v) VALUES (:y);\n"
+)
+
+
+@pytest.mark.parametrize("mode", ["simple", "extended", "prepared"])
+def test_logic_script_same_values(db: str, tmp_path: Path, mode: str) -> None:
+    # \set of expressions, \if/\elif/\else, \gset/\aset in C: the same rows
+    # (values and branches) as Python's, client by client
+    (tmp_path / "logic.sql").write_text(_LOGIC)
+    args = ["-f", "logic.sql", "-M", mode, "-c", "2", "-j", "2", "-t", "200"]
+    args += ["--random-seed", "11", "-n", "-D", "k=5"]
+    fast, fast_rows, slow, slow_rows = _run_both(args, db, tmp_path)
+    assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
+    assert fast_rows == slow_rows
+    assert len({r[1] for r in fast_rows}) >= 2  # several branches taken
+    assert _report(fast.stdout) == _report(slow.stdout)
+
+
+@pytest.mark.parametrize(
+    ("text", "status"),
+    [
+        # a division by zero now and then: Python evaluates it again and aborts
+        ("\\set a random(0, 3)\n\\set z 10 / :a\nINSERT INTO u (v) VALUES (:z);\n", 2),
+        # an overflow, a negative random range
+        ("\\set a random(1, 4)\n\\set z 9223372036854775807 + :a - 1\nSELECT :z;\n", 2),
+        ("\\set a random(1, 4)\n\\set z random(:a, 2)\nSELECT :z;\n", 2),
+        # \gset of no row, of several rows
+        ("SELECT 1 AS v WHERE false \\gset\nSELECT 1;\n", 2),
+        ("SELECT 1 AS v UNION ALL SELECT 2 \\gset\nSELECT 1;\n", 2),
+        # a value C cannot hold, used in an expression (Python's double)
+        ("SELECT 2.5 AS v \\gset\n\\set w :v * 2\nSELECT :w;\n", 0),
+        # a variable not set yet in the first transaction
+        ("\\if :client_id = 0\n\\set late 1\n\\endif\nSELECT :late;\n", None),
+        # an int that is written otherwise than Python writes ints
+        ("SELECT '007' AS v \\gset\n\\set w :v + 1\nSELECT :v, :w;\n", 0),
+    ],
+)
+def test_logic_errors_same_outcome(
+    db: str, tmp_path: Path, text: str, status: int | None
+) -> None:
+    (tmp_path / "e.sql").write_text(text)
+    args = ["-f", "e.sql", "-M", "prepared", "-c", "2", "-j", "2", "-t", "20"]
+    args += ["--random-seed", "3", "-n"]
+    fast, _fast_rows, slow, _slow_rows = _run_both(args, db, tmp_path)
+    assert fast.returncode == slow.returncode, (fast.stderr, slow.stderr)
+    assert status is None or slow.returncode == status, slow.stderr
+    assert sorted(fast.stderr.splitlines()) == sorted(slow.stderr.splitlines())
+    assert _report(fast.stdout) == _report(slow.stdout)
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("TRUNCATE u")

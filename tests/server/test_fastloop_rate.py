@@ -334,3 +334,35 @@ def test_per_command_counts_same(
             assert {c.latency.count for c in script} == {stats.cnt}
     assert out[True] == out[False]
     assert sum(s[0][0] for s in out[True]) == 150
+
+
+def test_logic_script_runs_in_c(
+    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the logic script of bench/ (\set of expressions, \if/\else, \gset):
+    # after the first transactions (first prepares) C runs them all
+    (tmp_path / "logic.sql").write_text(
+        "\\set aid random(1, 1000)\n"
+        "\\set a2 (:aid * 7 + 13) % 1000 + 1\n"
+        "\\if :a2 > 500\n\\set d 1\n\\else\n\\set d -1\n\\endif\n"
+        "SELECT CAST(:a2 AS int) + 100 AS bal \\gset\n"
+        "\\set x :bal + :d\n"
+        "INSERT INTO t (cid, s, a, b) VALUES (:client_id, :d, :a2, :x);\n"
+    )
+    loops: list[Any] = []
+    use_c = fastloop.FastEventLoop.use_c
+
+    def spy(self: fastloop.FastEventLoop, *a: Any) -> None:
+        loops.append(self)
+        use_c(self, *a)
+
+    monkeypatch.setattr(fastloop.FastEventLoop, "use_c", spy)
+    monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    args = [str(tmp_path / "logic.sql"), "-M", "prepared", "-c", "2", "-t", "300"]
+    _w, _result = _run_worker(["-f", *args, "-n"], db)
+    rows = _rows(db)
+    assert len(rows) == 600
+    assert all(x == a + 100 + d for _cid, d, a, x in rows)
+    assert {d for _cid, d, _a, _x in rows} == {1, -1}
+    # a hand-back per client for its first prepares and one at its end
+    assert loops and loops[0]._fast.handbacks <= 2 * 4

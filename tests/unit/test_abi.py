@@ -130,7 +130,11 @@ def test_run_flags(
 def test_plan_ops_are_tuples_led_by_their_code() -> None:
     assert abi.SetConst.of(1, 5) == (abi.OP_SET_CONST, 1, 5)
     assert abi.SetRandom.of(0, 1, 9) == (abi.OP_SET_RANDOM, 0, 1, 9)
-    assert abi.Sql.of(b"p", (0,), None) == (abi.OP_SQL, b"p", (0,), None)
+    assert abi.Sql.of(b"p", (0,), None) == (abi.OP_SQL, b"p", (0,), None, 0, "")
+    assert abi.SetExpr.of(1, (0, 5)) == (abi.OP_SET_EXPR, 1, (0, 5))
+    assert abi.If.of((0, 1), 4, True, 6, False) == (abi.OP_IF, (0, 1), 4, 1, 6, 0)
+    assert abi.Else.of(3) == (abi.OP_ELSE, 3)
+    assert abi.Endif() == (abi.OP_ENDIF,)
     assert abi.SleepConst.of(7) == (abi.OP_SLEEP_CONST, 7)
     assert abi.SleepVar.of(2, 1000) == (abi.OP_SLEEP_VAR, 2, 1000)
     assert abi.End() == (abi.OP_END,)

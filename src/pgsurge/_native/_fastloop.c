@@ -74,7 +74,7 @@ PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s_cnt,
     *s_timer_exceeded, *s_getstate, *s_setstate, *s_stats, *s_per_script,
     *s_choose_rng, *s_throttle_rng, *s_throttle_trigger, *s_latency_late,
     *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched, *s_layout,
-    *s_add_counts;
+    *s_add_counts, *s_eval_elif, *s_meta_failed;
 
 /* ---------------------------------------------------------------------- */
 /* Construction                                                           */
@@ -153,6 +153,8 @@ FastLoop_traverse(FastLoop *fl, visitproc visit, void *arg)
     Py_VISIT(fl->advance);
     Py_VISIT(fl->resume);
     Py_VISIT(fl->absorb);
+    Py_VISIT(fl->gset_hook);
+    Py_VISIT(fl->slot_of);
     return 0;
 }
 
@@ -192,6 +194,8 @@ FastLoop_clear(FastLoop *fl)
     Py_CLEAR(fl->advance);
     Py_CLEAR(fl->resume);
     Py_CLEAR(fl->absorb);
+    Py_CLEAR(fl->gset_hook);
+    Py_CLEAR(fl->slot_of);
     return 0;
 }
 
@@ -202,6 +206,9 @@ FastLoop_dealloc(FastLoop *fl)
 
     PyObject_GC_UnTrack(fl);
     FastLoop_clear(fl);
+    for (i = 0; i < fl->nclients && fl->clients != NULL; i++)
+        if (fl->clients[i].pending != NULL && pq != NULL)
+            pq->clear(fl->clients[i].pending);
 
     PyMem_Free(fl->clients);
     for (k = 0; k < fl->nscripts && fl->scripts != NULL; k++) {
@@ -210,6 +217,7 @@ FastLoop_dealloc(FastLoop *fl)
             PyMem_Free((void *)fl->scripts[k].ops[i].lits);
             PyMem_Free(fl->scripts[k].ops[i].litlens);
             fl_hist_free(&fl->scripts[k].ops[i].rec);
+            PyMem_Free(fl->scripts[k].ops[i].code);
         }
         PyMem_Free(fl->scripts[k].ops);
     }
@@ -236,7 +244,7 @@ FastLoop_dealloc(FastLoop *fl)
  *          flags[, hists])
  *
  * plan: (var_names, nset, weights, scripts) -- see pgsurge.engine.fastloop;
- * hooks: (advance, resume, absorb); flags: (mode, nxacts, end_us,
+ * hooks: (advance, resume, absorb[, gset]); flags: (mode, nxacts, end_us,
  * detailed, tx_clock, save_rng, restart_inline, exit_on_abort,
  * latency_limit_us, throttle_delay, per_command) -- throttle_delay a float
  * (pgsurge.engine.abi.RunFlags); hists: None, or the recorder's histograms
@@ -311,7 +319,8 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_RuntimeError, "pgsurge._fastpq is not bound");
         return NULL;
     }
-    if (PyTuple_GET_SIZE(hooks) != 3 || PyTuple_GET_SIZE(plan) != 4 ||
+    if ((PyTuple_GET_SIZE(hooks) != 3 && PyTuple_GET_SIZE(hooks) != 4) ||
+        PyTuple_GET_SIZE(plan) != 4 ||
         !PyArg_ParseTuple(flags, "LLLLLLLLLdi", &f[0], &f[1], &f[2], &f[3], &f[4],
                           &f[5], &f[6], &f[7], &f[8], &delay, &per_command)) {
         if (!PyErr_Occurred())
@@ -348,6 +357,10 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     Py_INCREF(fl->advance);
     Py_INCREF(fl->resume);
     Py_INCREF(fl->absorb);
+    if (PyTuple_GET_SIZE(hooks) == 4) {
+        fl->gset_hook = PyTuple_GET_ITEM(hooks, 3);
+        Py_INCREF(fl->gset_hook);
+    }
 
     fl->var_names = PyTuple_GET_ITEM(plan, 0);
     Py_INCREF(fl->var_names);
@@ -368,6 +381,20 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (fl->nset < 0 || fl->nset > fl->nvars) {
         PyErr_SetString(PyExc_ValueError, "malformed fast loop plan");
         goto fail;
+    }
+    /* {name: slot}, for \gset */
+    fl->slot_of = PyDict_New();
+    if (fl->slot_of == NULL)
+        goto fail;
+    for (i = 0; i < fl->nvars; i++) {
+        PyObject *slot = PyLong_FromSsize_t(i);
+
+        if (slot == NULL ||
+            PyDict_SetItem(fl->slot_of, PyTuple_GET_ITEM(fl->var_names, i), slot) < 0) {
+            Py_XDECREF(slot);
+            goto fail;
+        }
+        Py_DECREF(slot);
     }
     fl->nscripts = (int)PyTuple_GET_SIZE(scripts);
     fl->weights = PyMem_New(int64_t, fl->nscripts);
@@ -402,6 +429,19 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         if (fl->scripts[k].ops[i - 1].kind != OP_END) {
             PyErr_SetString(PyExc_ValueError, "a script must end with OP_END");
             goto fail;
+        }
+        for (i = 0; i < fl->scripts[k].nops; i++) {
+            fl_op *op = &fl->scripts[k].ops[i];
+            int n = fl->scripts[k].nops;
+
+            if ((op->kind == OP_IF &&
+                 (op->false_next < 0 || op->false_next >= n || op->end_next < 0 ||
+                  op->end_next >= n)) ||
+                (op->kind == OP_ELSE && (op->end_next < 0 || op->end_next >= n)) ||
+                (op->gset != GSET_NONE && fl->gset_hook == NULL)) {
+                PyErr_SetString(PyExc_ValueError, "malformed fast loop plan");
+                goto fail;
+            }
         }
         if (fl->per_command && command_stats(fl, k) < 0)
             goto fail;
@@ -498,7 +538,16 @@ FastLoop_get_now(FastLoop *fl, void *closure)
     return PyLong_FromLongLong(fl->now_us);
 }
 
+static PyObject *
+FastLoop_get_handbacks(FastLoop *fl, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLongLong(fl->handbacks);
+}
+
 static PyGetSetDef FastLoop_getset[] = {
+    {"handbacks", (getter)FastLoop_get_handbacks, NULL,
+     "how many times a C-owned client was handed to Python", NULL},
     {"idle_us", (getter)FastLoop_get_idle, NULL, "µs spent blocked in waits", NULL},
     {"now_us", (getter)FastLoop_get_now, NULL, "the clock when run() returned TICK",
      NULL},
@@ -603,6 +652,8 @@ static const struct {
     {"Client", "sleep_until", &s_sleep_until},
     {"Client", "stmt_begin", &s_stmt_begin},
     {"Client", "unwatched", &s_unwatched},
+    {"Client", "eval_elif", &s_eval_elif},
+    {"Client", "meta_failed", &s_meta_failed},
     {"SimpleStats", "count", &s_count},
     {"SimpleStats", "min", &s_min},
     {"SimpleStats", "max", &s_max},
@@ -714,7 +765,11 @@ PyInit__fastloop(void)
         add_int(m, "OUT_STOPPED", OUT_STOPPED) < 0 || add_int(m, "OUT_TICK", OUT_TICK) < 0 ||
         add_int(m, "DRAIN_BUSY", DRAIN_BUSY) < 0 || add_int(m, "DRAIN_DONE", DRAIN_DONE) < 0 ||
         add_int(m, "DRAIN_FAILED", DRAIN_FAILED) < 0 ||
-        add_int(m, "MAX_VARS", MAX_VARS) < 0 || add_int(m, "MAX_PARAMS", MAX_PARAMS) < 0) {
+        add_int(m, "MAX_VARS", MAX_VARS) < 0 || add_int(m, "MAX_PARAMS", MAX_PARAMS) < 0 ||
+        add_int(m, "OP_SET_EXPR", OP_SET_EXPR) < 0 || add_int(m, "OP_IF", OP_IF) < 0 ||
+        add_int(m, "OP_ELSE", OP_ELSE) < 0 || add_int(m, "OP_ENDIF", OP_ENDIF) < 0 ||
+        add_int(m, "GSET_NONE", GSET_NONE) < 0 || add_int(m, "GSET_ONE", GSET_ONE) < 0 ||
+        add_int(m, "GSET_ALL", GSET_ALL) < 0 || add_int(m, "MAX_STACK", MAX_STACK) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -40,7 +40,7 @@
 #define FL_HIDDEN
 #endif
 
-#define FASTLOOP_API 5
+#define FASTLOOP_API 6
 
 /* setup.py's digest of the sources this was built from (see there) */
 #ifndef PGSURGE_SOURCE_HASH
@@ -112,8 +112,26 @@ enum {
     OP_SET_RANDOM = 2,
     OP_SQL = 3,
     OP_SLEEP_CONST = 4,
-    OP_SLEEP_VAR = 5
+    OP_SLEEP_VAR = 5,
+    OP_SET_EXPR = 6,
+    OP_IF = 7,
+    OP_ELSE = 8,
+    OP_ENDIF = 9
 };
+
+/* \gset kinds (pgsurge.engine.state) */
+#define GSET_NONE 0
+#define GSET_ONE 1
+#define GSET_ALL 2
+
+/* the expression evaluator's stack (pgsurge.engine.fastexpr.MAX_STACK) */
+#define MAX_STACK 32
+
+/* one instruction of an expression (pgsurge.engine.fastexpr's X_ codes) */
+typedef struct {
+    int code;
+    int64_t arg;
+} fl_code;
 
 /* a SimpleStats, as a working copy */
 typedef struct {
@@ -159,6 +177,14 @@ typedef struct {
     fl_simple cmd;
     /* -r with histograms: this command's histogram (its Op's rec) */
     fl_hist rec;
+    /* \set of an expression, \if/\elif: the program */
+    fl_code *code;
+    int ncode;
+    /* \if/\elif/\else: the Op's jumps (pgsurge.engine.state.Op) */
+    int false_next, false_to_elif, end_next, is_elif;
+    /* SQL with \gset/\aset: the kind and the variables' prefix (str) */
+    int gset;
+    PyObject *prefix;
 } fl_op;
 
 typedef struct {
@@ -193,7 +219,11 @@ typedef struct {
     int state, script, command, qrynum;
     int64_t txn_scheduled, txn_begin, sleep_until, stmt_begin, cnt;
     uint64_t s0, s1, saved0, saved1;
-    uint64_t assigned; /* slots \set by C, to write back */
+    uint64_t assigned; /* slots C assigned, to write back */
+    uint64_t valid;    /* slots whose int value is in vals (else: Python's) */
+    int eval_elif;     /* Client.eval_elif: the next \elif is evaluated */
+    int meta_failed;   /* Client.meta_failed: a \aset failed, draining */
+    PGresult *pending; /* \gset's lookahead (Client.pending) */
     uint64_t prepared; /* statements prepared on the connection */
     int64_t vals[MAX_VARS];
 } fl_client;
@@ -217,6 +247,8 @@ typedef struct {
     double throttle_delay;
     int throttled;
     PyObject *wstate, *choose_rng, *throttle_rng, *advance, *resume, *absorb;
+    /* Engine.gset, and {variable name: slot} for \gset */
+    PyObject *gset_hook, *slot_of;
     fl_stats total;
     fl_stats *per_script; /* NULL with one script */
     /* latency histograms (--percentiles, --json, --html): the recorder's
@@ -239,6 +271,8 @@ typedef struct {
     int nrunq;
     int remains, aborted_exit, started;
     int64_t idle_us, now_us;
+    /* clients handed to Python (tests check that C ran the run) */
+    int64_t handbacks;
     struct epoll_event *events;
     /* pgsurge.engine.loop's timers: a heap of (deadline, client) -- a worker's
      * client ids grow with their index, so the index orders as the id */
@@ -254,7 +288,7 @@ FL_HIDDEN extern PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s
     *s_timer_exceeded, *s_getstate, *s_setstate, *s_stats, *s_per_script,
     *s_choose_rng, *s_throttle_rng, *s_throttle_trigger, *s_latency_late,
     *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched, *s_layout,
-    *s_add_counts;
+    *s_add_counts, *s_eval_elif, *s_meta_failed;
 
 static inline int64_t
 clock_us(void)
@@ -417,6 +451,17 @@ FL_HIDDEN int fl_to_python_code(FastLoop *fl, int index, int state, long code);
 
 /* _fastloop_client.c */
 FL_HIDDEN int fl_advance(FastLoop *fl, int index);
+
+/* _fastloop_logic.c: expressions and \gset */
+FL_HIDDEN int fl_parse_code(PyObject *spec, fl_op *op);
+/* text that is an int64 as Python writes it (-?[1-9][0-9]*|0): 1 and *out */
+FL_HIDDEN int fl_canonical_int(const char *s, Py_ssize_t len, int64_t *out);
+/* 0: *out is the value; 1: Python must evaluate it (an error, a value C
+ * does not hold); the client's PRNG may have moved on */
+FL_HIDDEN int fl_eval(fl_client *c, const fl_code *code, int n, int64_t *out);
+/* WAIT_RESULT of a \gset/\aset command: 1 its results are in and
+ * stored; 0 the client waits, or was handed to Python; -1 error */
+FL_HIDDEN int fl_wait_gset(FastLoop *fl, int index, const fl_op *op);
 
 /* _fastloop_loop.c: FastLoop.run and its docstring */
 FL_HIDDEN PyObject *fl_run(FastLoop *fl, PyObject *arg);

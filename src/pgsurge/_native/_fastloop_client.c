@@ -200,7 +200,7 @@ fl_advance(FastLoop *fl, int index)
     fl_client *c = &fl->clients[index];
     const fl_script *sc = &fl->scripts[c->script];
     int64_t now = 0;
-    int io_done = 0, budget = TX_BUDGET, state = c->state;
+    int io_done = 0, budget = TX_BUDGET, state = c->state, jump = -1;
 
     for (;;) {
         switch (state) {
@@ -214,7 +214,11 @@ fl_advance(FastLoop *fl, int index)
                     fl_hist_record(&sc->ops[c->command].rec, now - c->stmt_begin) < 0)
                     return -1;
             }
-            c->command++;
+            if (jump >= 0) {
+                c->command = jump;
+                jump = -1;
+            } else
+                c->command++;
             state = START_COMMAND;
             /* fall through */
         case START_COMMAND: {
@@ -235,6 +239,39 @@ fl_advance(FastLoop *fl, int index)
                                         ? op->a
                                         : prng_range(&c->s0, &c->s1, op->a, op->b);
                 c->assigned |= 1ULL << op->slot;
+                c->valid |= 1ULL << op->slot;
+                now = 0;
+                state = END_COMMAND;
+                continue;
+            }
+            if (op->kind >= OP_SET_EXPR) {
+                /* \set of an expression, \if, \elif, \else, \endif */
+                int64_t v;
+
+                if (op->kind == OP_SET_EXPR ||
+                    (op->kind == OP_IF && (!op->is_elif || c->eval_elif))) {
+                    uint64_t s0 = c->s0, s1 = c->s1;
+
+                    if (fl_eval(c, op->code, op->ncode, &v)) {
+                        /* Python evaluates it again, from the same state */
+                        c->s0 = s0;
+                        c->s1 = s1;
+                        return fl_to_python(fl, index, START_COMMAND, NULL);
+                    }
+                    if (op->kind == OP_SET_EXPR) {
+                        c->vals[op->slot] = v;
+                        c->assigned |= 1ULL << op->slot;
+                        c->valid |= 1ULL << op->slot;
+                    } else {
+                        c->eval_elif = 0;
+                        if (!v) {
+                            jump = op->false_next;
+                            c->eval_elif = op->false_to_elif;
+                        }
+                    }
+                } else if (op->kind == OP_IF || op->kind == OP_ELSE)
+                    /* an \elif or \else after a true branch */
+                    jump = op->end_next;
                 now = 0;
                 state = END_COMMAND;
                 continue;
@@ -245,6 +282,10 @@ fl_advance(FastLoop *fl, int index)
 
                 if (op->kind == OP_SLEEP_VAR) {
                     int64_t v = c->vals[op->slot];
+
+                    if (!(c->valid & (1ULL << op->slot)))
+                        /* not an int C holds: Python's sleep */
+                        return fl_to_python(fl, index, START_COMMAND, NULL);
 
                     usec = c_int(v);
                     if (usec == 0 && v < 0)
@@ -261,6 +302,14 @@ fl_advance(FastLoop *fl, int index)
             if (fl->mode == MODE_PREPARED && !(c->prepared & (1ULL << op->prep_bit)))
                 /* its first use on this connection: Python prepares it */
                 return fl_to_python(fl, index, START_COMMAND, NULL);
+            {
+                int i;
+
+                for (i = 0; i < op->nparams; i++)
+                    if (!(c->valid & (1ULL << op->params[i])))
+                        /* a value C does not hold: Python sends it */
+                        return fl_to_python(fl, index, START_COMMAND, NULL);
+            }
             sent = send_sql(fl, c, op);
             if (sent == -3)
                 return -1;
@@ -277,6 +326,16 @@ fl_advance(FastLoop *fl, int index)
             /* pgsurge._fastpq's drain(), and what advance does with it */
             PGresult *res;
             int status, q = c->qrynum;
+
+            if (sc->ops[c->command].gset) {
+                int r = fl_wait_gset(fl, index, &sc->ops[c->command]);
+
+                if (r <= 0)
+                    return r;
+                io_done = 1;
+                state = END_COMMAND;
+                continue;
+            }
 
             if (!pq->consumeInput(c->conn))
                 return fl_to_python_code(fl, index, WAIT_RESULT, (long)q * 4 + DRAIN_FAILED);

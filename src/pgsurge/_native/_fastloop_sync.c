@@ -460,19 +460,39 @@ fl_take_over(FastLoop *fl, int index, int state)
     vars = PyObject_GetAttr(st, s_variables);
     if (vars == NULL)
         return -1;
-    /* the constant integer variables the SQL reads (never \set) */
-    for (i = fl->nset; i < fl->nvars; i++) {
+    /* every variable of the plan that holds an int64; the others are
+     * Python's until C assigns them (reading one hands the client back) */
+    c->valid = 0;
+    for (i = 0; i < fl->nvars; i++) {
         v = PyDict_GetItemWithError(vars, PyTuple_GET_ITEM(fl->var_names, i));
-        if (v == NULL || !PyLong_CheckExact(v)) {
-            Py_DECREF(vars);
-            return PyErr_Occurred() ? -1 : 0;
+        if (v == NULL) {
+            if (PyErr_Occurred()) {
+                Py_DECREF(vars);
+                return -1;
+            }
+            continue;
         }
+        if (PyUnicode_CheckExact(v)) {
+            /* -D's values are text, read as ints where ints are needed */
+            Py_ssize_t len;
+            const char *text = PyUnicode_AsUTF8AndSize(v, &len);
+
+            if (text == NULL) {
+                PyErr_Clear();
+                continue;
+            }
+            if (fl_canonical_int(text, len, &c->vals[i]))
+                c->valid |= 1ULL << i;
+            continue;
+        }
+        if (!PyLong_CheckExact(v))
+            continue;
         c->vals[i] = PyLong_AsLongLong(v);
         if (c->vals[i] == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            Py_DECREF(vars);
-            return 0; /* beyond int64: Python formats it */
+            PyErr_Clear(); /* beyond int64: Python formats it */
+            continue;
         }
+        c->valid |= 1ULL << i;
     }
     Py_DECREF(vars);
     c->prepared = 0;
@@ -513,6 +533,9 @@ fl_take_over(FastLoop *fl, int index, int state)
     c->script = (int)script;
     c->conn = (PGconn *)(intptr_t)ptr;
     c->assigned = 0;
+    c->eval_elif = 0;
+    c->meta_failed = 0;
+    c->pending = NULL;
     c->state = state;
     c->command = 0;
     c->qrynum = 0;
@@ -530,6 +553,15 @@ hand_back(FastLoop *fl, int index, int state)
     int i, r;
 
     c->owner = OWN_PY;
+    fl->handbacks++;
+    if (c->pending != NULL) {
+        /* Python's reading of an error drops the lookahead too */
+        pq->clear(c->pending);
+        c->pending = NULL;
+    }
+    if (PyObject_SetAttr(st, s_eval_elif, c->eval_elif ? Py_True : Py_False) < 0 ||
+        PyObject_SetAttr(st, s_meta_failed, c->meta_failed ? Py_True : Py_False) < 0)
+        return -1;
     if (set_i64(st, s_state, state) < 0 || set_i64(st, s_script, c->script) < 0 ||
         PyObject_SetAttr(st, s_ops, PyTuple_GET_ITEM(fl->script_ops, c->script)) < 0 ||
         set_i64(st, s_command, c->command) < 0 ||
@@ -560,8 +592,8 @@ hand_back(FastLoop *fl, int index, int state)
         vars = PyObject_GetAttr(st, s_variables);
         if (vars == NULL)
             return -1;
-        for (i = 0; i < fl->nset; i++) {
-            if (!(c->assigned & (1ULL << i)))
+        for (i = 0; i < fl->nvars; i++) {
+            if (!(c->assigned & c->valid & (1ULL << i)))
                 continue;
             v = PyLong_FromLongLong(c->vals[i]);
             if (v == NULL ||

@@ -28,7 +28,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import NamedTuple
 
-from pgsurge.engine import fastpq
+from pgsurge.engine import fastexpr, fastpq
 from pgsurge.engine import state as C
 from pgsurge.engine.loop import LoopOutcome
 from pgsurge.engine.state import Settings
@@ -38,8 +38,12 @@ __all__ = [
     "MAX_VARS",
     "MIRRORED",
     "NEXT_STATE",
+    "OP_ELSE",
     "OP_END",
+    "OP_ENDIF",
+    "OP_IF",
     "OP_SET_CONST",
+    "OP_SET_EXPR",
     "OP_SET_RANDOM",
     "OP_SLEEP_CONST",
     "OP_SLEEP_VAR",
@@ -53,10 +57,14 @@ __all__ = [
     "R_READ_ON",
     "R_WAIT",
     "TX_BUDGET",
+    "Else",
     "End",
+    "Endif",
+    "If",
     "PlanOp",
     "RunFlags",
     "SetConst",
+    "SetExpr",
     "SetRandom",
     "SleepConst",
     "SleepVar",
@@ -113,6 +121,10 @@ OP_SET_RANDOM = 2
 OP_SQL = 3
 OP_SLEEP_CONST = 4
 OP_SLEEP_VAR = 5
+OP_SET_EXPR = 6
+OP_IF = 7
+OP_ELSE = 8
+OP_ENDIF = 9
 
 
 class End(NamedTuple):
@@ -150,18 +162,79 @@ class Sql(NamedTuple):
     """An SQL command: the prepared name (-M prepared), the query text
     (extended, and simple without variables) or b"" (simple with
     variables: ``lits`` are the literal parts around the variables);
-    ``params`` the variable slots in $n order (simple: in text order)."""
+    ``params`` the variable slots in $n order (simple: in text order);
+    ``gset`` state.GSET_NONE/ONE/ALL and the variables' ``prefix``."""
 
     kind: int
     text: bytes
     params: tuple[int, ...]
     lits: tuple[bytes, ...] | None
+    gset: int = 0
+    prefix: str = ""
 
     @classmethod
     def of(
-        cls, text: bytes, params: tuple[int, ...], lits: tuple[bytes, ...] | None
+        cls,
+        text: bytes,
+        params: tuple[int, ...],
+        lits: tuple[bytes, ...] | None,
+        gset: int = 0,
+        prefix: str = "",
     ) -> Sql:
-        return cls(OP_SQL, text, params, lits)
+        return cls(OP_SQL, text, params, lits, gset, prefix)
+
+
+class SetExpr(NamedTuple):
+    """``\\set`` of an int expression: the slot, and the program of
+    :func:`pgsurge.engine.fastexpr.compile_int_expr`."""
+
+    kind: int
+    slot: int
+    code: tuple[int, ...]
+
+    @classmethod
+    def of(cls, slot: int, code: tuple[int, ...]) -> SetExpr:
+        return cls(OP_SET_EXPR, slot, code)
+
+
+class If(NamedTuple):
+    """``\\if``/``\\elif``: the condition's program and the Op's jumps
+    (``false_next``, ``false_to_elif``, ``end_next``: see state.Op)."""
+
+    kind: int
+    code: tuple[int, ...]
+    false_next: int
+    false_to_elif: int
+    end_next: int
+    is_elif: int
+
+    @classmethod
+    def of(
+        cls,
+        code: tuple[int, ...],
+        false_next: int,
+        false_to_elif: bool,
+        end_next: int,
+        is_elif: bool,
+    ) -> If:
+        return cls(OP_IF, code, false_next, int(false_to_elif), end_next, int(is_elif))
+
+
+class Else(NamedTuple):
+    """``\\else``: reached after a true branch, jump to ``end_next``."""
+
+    kind: int
+    end_next: int
+
+    @classmethod
+    def of(cls, end_next: int) -> Else:
+        return cls(OP_ELSE, end_next)
+
+
+class Endif(NamedTuple):
+    """``\\endif``: nothing to do."""
+
+    kind: int = OP_ENDIF
 
 
 class SleepConst(NamedTuple):
@@ -187,7 +260,18 @@ class SleepVar(NamedTuple):
         return cls(OP_SLEEP_VAR, slot, unit_us)
 
 
-PlanOp = End | SetConst | SetRandom | Sql | SleepConst | SleepVar
+PlanOp = (
+    End
+    | SetConst
+    | SetRandom
+    | Sql
+    | SleepConst
+    | SleepVar
+    | SetExpr
+    | If
+    | Else
+    | Endif
+)
 
 # -- the run's flags -----------------------------------------------------------
 
@@ -267,6 +351,16 @@ MIRRORED: dict[str, int] = {
     "OP_SQL": OP_SQL,
     "OP_SLEEP_CONST": OP_SLEEP_CONST,
     "OP_SLEEP_VAR": OP_SLEEP_VAR,
+    "OP_SET_EXPR": OP_SET_EXPR,
+    "OP_IF": OP_IF,
+    "OP_ELSE": OP_ELSE,
+    "OP_ENDIF": OP_ENDIF,
+    # \gset kinds
+    "GSET_NONE": C.GSET_NONE,
+    "GSET_ONE": C.GSET_ONE,
+    "GSET_ALL": C.GSET_ALL,
+    # the expression evaluator's stack
+    "MAX_STACK": fastexpr.MAX_STACK,
     # FastLoop.run's outcomes: LoopOutcome's, and a progress tick
     "OUT_DONE": int(LoopOutcome.DONE),
     "OUT_EXIT_ON_ABORT": int(LoopOutcome.EXIT_ON_ABORT),

@@ -180,6 +180,11 @@ class Engine:
 
     advance: Callable[[Client], None]
     resume: Callable[[Client, object], None]
+    #: the C loop's \\gset/\\aset: (client, script, command, qrynum, got,
+    #: context, name, value) -> stored? Stores a value into a variable C
+    #: does not hold (``name``), or reports ``got`` rows where one was
+    #: expected (``name`` None); gives pgbench's messages on failure
+    gset: Callable[[Client, int, int, int, int, str, str | None, str], bool]
 
 
 def make_engine(
@@ -826,6 +831,12 @@ def make_engine(
         elif event == RESUME_SEND_FAILED:
             command_failed(st, "SQL", "SQL command send failed")
             st.state = ABORTED
+        elif type(event) is str:
+            # a \\gset/\\aset failed (its message given, or ``event``)
+            if event:
+                error(event)
+            st.estatus = E_META
+            st.state = ABORTED
         elif type(event) is int:
             # what advance does with these drain() results
             q = event >> 2
@@ -850,4 +861,24 @@ def make_engine(
                 return
         advance(st)
 
-    return Engine(advance, resume)
+    def gset(
+        st: Client,
+        script: int,
+        command: int,
+        qrynum: int,
+        got: int,
+        context: str,
+        name: str | None,
+        value: str,
+    ) -> bool:
+        """See ``Engine.gset`` (sql.store_gset's messages)."""
+        where = f"client {st.id} script {script} command {command} query {qrynum}"
+        if name is None:
+            error(f"{where}: expected one row, got {got}")
+            return False
+        if store_variable(st, context, name, value):
+            return True
+        error(f"{where}: error storing into variable {name}")
+        return False
+
+    return Engine(advance, resume, gset)

@@ -54,22 +54,32 @@ from pgsurge.engine.abi import (
     MAX_PARAMS,
     MAX_VARS,
     OUT_TICK,
+    Else,
     End,
+    Endif,
+    If,
     PlanOp,
     RunFlags,
     SetConst,
+    SetExpr,
     SetRandom,
     SleepConst,
     SleepVar,
     Sql,
 )
+from pgsurge.engine.fastexpr import INT, Unsupported, compile_int_expr
 from pgsurge.engine.loop import EventLoop, absorb
 from pgsurge.script.ast import (
     Call,
     Const,
+    ElseCommand,
+    EndifCommand,
     Expr,
     GsetKind,
+    IfCommand,
+    PipelineCommand,
     SetCommand,
+    ShellCommand,
     SleepCommand,
     SqlCommand,
     Var,
@@ -96,7 +106,7 @@ __all__ = [
 ]
 
 #: the interface version of pgsurge._fastloop this code expects
-FASTLOOP_API = 5
+FASTLOOP_API = 6
 
 
 def disabled() -> bool:
@@ -255,88 +265,150 @@ def decide(
         return "epoll is not available"
     base = dict(variables)
     assigned: set[str] = set()
+    any_gset = False
     for script in parsed:
         for i, cmd in enumerate(script.commands):
             if isinstance(cmd, SetCommand):
                 assigned.add(cmd.var)
-            elif isinstance(cmd, SleepCommand):
-                continue
-            elif not isinstance(cmd, SqlCommand):
-                return f"{_where(script, i)}: only SQL, \\set and \\sleep"
-            elif cmd.gset is not GsetKind.NONE:
-                return f"{_where(script, i)}: \\gset and \\aset"
+            elif isinstance(cmd, SqlCommand):
+                any_gset = any_gset or cmd.gset is not GsetKind.NONE
+            elif not isinstance(
+                cmd, SleepCommand | IfCommand | ElseCommand | EndifCommand
+            ):
+                return f"{_where(script, i)}: {_kind(cmd)}"
     set_names = sorted(assigned)
-    const_names: list[str] = []
+    other_names: list[str] = []
     slots = {name: i for i, name in enumerate(set_names)}
     mode = cfg.query_mode.name
     scripts: list[tuple[PlanOp, ...]] = []
     nsql = 0
 
-    def slot_of(name: str, done: set[str]) -> int | None:
-        """The slot of a variable C may read after the ``\\set``s of
-        ``done`` (in this script), or None."""
-        if name in assigned:
-            if name not in done:
-                return None
-        elif name == "client_id" and set_client_id:
-            pass
-        elif type(base.get(name)) is not int:
+    def slot_of(name: str) -> int | None:
+        """The slot of a variable C may read, or None. C checks at run time
+        that it holds an int (else Python runs the command)."""
+        if name not in assigned and not (
+            (name == "client_id" and set_client_id)
+            or type(base.get(name)) is int
+            or _int_text(base.get(name))
+            # a \gset may assign it
+            or (any_gset and name not in base and valid_variable_name(name))
+        ):
             return None
         if name not in slots:
-            slots[name] = len(set_names) + len(const_names)
-            const_names.append(name)
+            slots[name] = len(set_names) + len(other_names)
+            other_names.append(name)
         return slots[name]
 
     for script, ops in zip(parsed, compiled, strict=True):
         out: list[PlanOp] = []
-        done: set[str] = set()
         for i, (cmd, op) in enumerate(zip(script.commands, ops, strict=False)):
-            if isinstance(cmd, SetCommand):
-                spec = _set_op(cmd, slots[cmd.var], base, assigned)
-                if spec is None:
-                    return f"{_where(script, i)}: \\set of another expression"
-                out.append(spec)
-                done.add(cmd.var)
-                continue
-            if isinstance(cmd, SleepCommand):
-                if type(op.amount) is int:
-                    # client_meta.sleep_usec of a constant, done once
-                    out.append(SleepConst.of(wrap_int32(op.amount * op.unit_us)))
-                    continue
-                slot = slot_of(str(op.amount), done)
-                if slot is None:
-                    return f"{_where(script, i)}: \\sleep of a variable C cannot hold"
-                out.append(SleepVar.of(slot, op.unit_us))
-                continue
-            assert isinstance(cmd, SqlCommand)
-            names = cmd.simple_parts[1::2] if mode == "SIMPLE" else cmd.param_vars
-            if mode != "SIMPLE" and len(names) > MAX_PARAMS:
-                return f"{_where(script, i)}: more than {MAX_PARAMS} parameters"
-            refs: list[int] = []
-            for name in names:
-                slot = slot_of(name, done)
-                if slot is None:
-                    return f"{_where(script, i)}: variable {name} is not an int C holds"
-                refs.append(slot)
-            lits: tuple[bytes, ...] | None = None
-            if mode == "SIMPLE":
-                if op.parts is None:
-                    text = op.sql
-                    refs = []
+            where = _where(script, i)
+            try:
+                if isinstance(cmd, SetCommand):
+                    out.append(_set_plan(cmd, slots[cmd.var], base, assigned, slot_of))
+                elif isinstance(cmd, IfCommand):
+                    code = compile_int_expr(cmd.expr, slot_of)[0]
+                    out.append(
+                        If.of(
+                            code,
+                            op.false_next,
+                            op.false_to_elif,
+                            op.end_next,
+                            cmd.is_elif,
+                        )
+                    )
+                elif isinstance(cmd, ElseCommand):
+                    out.append(Else.of(op.end_next))
+                elif isinstance(cmd, EndifCommand):
+                    out.append(Endif())
+                elif isinstance(cmd, SleepCommand):
+                    if type(op.amount) is int:
+                        # meta.sleep_usec of a constant, done once
+                        usec = wrap_int32(op.amount * op.unit_us)
+                        out.append(SleepConst.of(usec))
+                        continue
+                    slot = slot_of(str(op.amount))
+                    if slot is None:
+                        return f"{where}: \\sleep of a variable C cannot hold"
+                    out.append(SleepVar.of(slot, op.unit_us))
                 else:
-                    text = b""
-                    lits = tuple(p.encode() for p in op.parts[0::2])
-            else:
-                text = op.prepname if mode == "PREPARED" else op.sql
-            out.append(Sql.of(text, tuple(refs), lits))
-            nsql += 1
+                    assert isinstance(cmd, SqlCommand)
+                    out.append(_sql_plan(cmd, op, mode, slot_of))
+                    nsql += 1
+            except Unsupported as e:
+                return f"{where}: {e.args[0]}"
         out.append(End())
         scripts.append(tuple(out))
     if len(slots) > MAX_VARS or nsql > MAX_VARS:
         return f"more than {MAX_VARS} variables or SQL commands"
-    names_all = tuple(set_names) + tuple(const_names)
+    names_all = tuple(set_names) + tuple(other_names)
     weights = tuple(s.weight for s in cfg.scripts)
     return names_all, len(set_names), weights, tuple(scripts)
+
+
+def _int_text(value: object) -> bool:
+    """A -D value C reads as an int: an int64 written as Python writes it
+    (C checks it again, and leaves any other text to Python)."""
+    if type(value) is not str:
+        return False
+    try:
+        n = int(value)
+    except ValueError:
+        return False
+    return str(n) == value and INT64_MIN <= n <= INT64_MAX
+
+
+def _kind(cmd: object) -> str:
+    if isinstance(cmd, ShellCommand):
+        return "\\shell and \\setshell are not supported by the C loop"
+    if isinstance(cmd, PipelineCommand):
+        return "pipelines are not supported by the C loop"
+    return "a command the C loop does not run"
+
+
+def _set_plan(
+    cmd: SetCommand,
+    slot: int,
+    base: dict[str, Any],
+    assigned: set[str],
+    slot_of: Callable[[str], int | None],
+) -> PlanOp:
+    """The C op of a ``\\set``: a constant, ``random(lo, hi)`` of
+    constants, else an int expression (raises Unsupported)."""
+    if not valid_variable_name(cmd.var):
+        raise Unsupported("\\set of an invalid variable name")
+    spec = _set_op(cmd, slot, base, assigned)
+    if spec is not None:
+        return spec
+    code, kind = compile_int_expr(cmd.expr, slot_of)
+    if kind != INT:
+        raise Unsupported("\\set of a boolean")
+    return SetExpr.of(slot, code)
+
+
+def _sql_plan(
+    cmd: SqlCommand, op: Op, mode: str, slot_of: Callable[[str], int | None]
+) -> PlanOp:
+    names = cmd.simple_parts[1::2] if mode == "SIMPLE" else cmd.param_vars
+    if mode != "SIMPLE" and len(names) > MAX_PARAMS:
+        raise Unsupported(f"more than {MAX_PARAMS} parameters")
+    refs: list[int] = []
+    for name in names:
+        slot = slot_of(name)
+        if slot is None:
+            raise Unsupported(f"variable {name} is not an int C holds")
+        refs.append(slot)
+    lits: tuple[bytes, ...] | None = None
+    if mode == "SIMPLE":
+        if op.parts is None:
+            text = op.sql
+            refs = []
+        else:
+            text = b""
+            lits = tuple(p.encode() for p in op.parts[0::2])
+    else:
+        text = op.prepname if mode == "PREPARED" else op.sql
+    return Sql.of(text, tuple(refs), lits, op.gset, op.prefix)
 
 
 class FastEventLoop(EventLoop):
@@ -355,10 +427,11 @@ class FastEventLoop(EventLoop):
     ) -> None:
         """Build the C loop over this loop's clients and epoll instance."""
         assert _module is not None
-        hooks: tuple[Callable[..., None], ...] = (
+        hooks: tuple[Callable[..., object], ...] = (
             engine.advance,
             engine.resume,
             partial(absorb, self),
+            engine.gset,
         )
         control = -1 if self._control_fd is None else self._control_fd
         rec = self.recorder
