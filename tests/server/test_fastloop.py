@@ -461,3 +461,50 @@ def test_logic_errors_same_outcome(
     assert _report(fast.stdout) == _report(slow.stdout)
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute("TRUNCATE u")
+
+
+def _log_lines(cwd: Path) -> dict[str, list[list[str]]]:
+    """Every -l file's lines (split), by file suffix (the worker)."""
+    out = {}
+    for path in sorted(cwd.glob("pgbench_log.*")):
+        worker = path.name.split(".", 2)[2] if path.name.count(".") > 1 else "0"
+        out[worker] = [line.split() for line in path.read_text().splitlines()]
+        path.unlink()
+    return out
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [[], ["--sampling-rate", "0.3"], ["-R", "2000"], ["--max-tries", "3"], ["-r"]],
+    ids=["plain", "sampling", "rate", "retries", "per-command"],
+)
+def test_log_lines_same(db: str, tmp_path: Path, extra: list[str]) -> None:
+    # -l in C: the same lines as Python's (the same transactions, numbers,
+    # scripts and fields; latency, lag and times are timing), and with
+    # --json too
+    args = [*_scripts(tmp_path), "-M", "prepared", "-c", "2", "-j", "2", "-t", "300"]
+    args += ["--random-seed", "8", "-n", "-l", "--json", "out.json", *extra]
+    logs = []
+    for fast in (True, False):
+        out = _run(args, db, tmp_path, fast=fast)
+        assert out.returncode == 0, out.stderr
+        _rows(db)
+        lines = _log_lines(tmp_path)
+        assert set(lines) == {"0", "1"}
+        for worker in lines.values():
+            for f in worker:
+                width = 6 + ("-R" in extra) + ("--max-tries" in extra)
+                assert len(f) == width, f
+                # the end time: Unix seconds and µs
+                assert int(f[4]) > 1_700_000_000 and 0 <= int(f[5]) < 1_000_000
+        logs.append(
+            {
+                w: [(f[0], f[1], f[3], f[6:7] and "lag", f[7:]) for f in ls]
+                for w, ls in lines.items()
+            }
+        )
+    assert logs[0] == logs[1]
+    if "--sampling-rate" in extra:
+        assert 0 < sum(len(v) for v in logs[0].values()) < 400
+    else:
+        assert sum(len(v) for v in logs[0].values()) == 600

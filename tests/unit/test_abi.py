@@ -17,6 +17,7 @@ from pgsurge.prng import PgPrng
 from pgsurge.stats.counters import CommandStats, StatsData
 from pgsurge.stats.histogram import Histogram
 from pgsurge.stats.simple import SimpleStats
+from pgsurge.stats.txlog import TxLogWriter
 
 needs_c = pytest.mark.skipif(
     not fastloop.available, reason="pgsurge._fastloop not usable"
@@ -31,6 +32,7 @@ OWNERS: dict[str, type] = {
     "Op": Op,
     "PgPrng": PgPrng,
     "Histogram": Histogram,
+    "TxLogWriter": TxLogWriter,
 }
 
 

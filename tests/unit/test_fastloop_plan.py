@@ -43,10 +43,9 @@ def test_builtins_are_eligible(tmp_path, builtin: str, mode: str) -> None:
 @pytest.mark.parametrize(
     "option",
     [
-        ["-l"],
+        ["-l", "--aggregate-interval", "1"],
         ["-C"],
         ["--debug"],
-        ["-R", "100", "-l"],
     ],
 )
 def test_excluded_options_take_the_python_loop(tmp_path, option: list[str]) -> None:
@@ -61,6 +60,9 @@ def test_excluded_options_take_the_python_loop(tmp_path, option: list[str]) -> N
         ["--html", "out.html"],
         ["-R", "100", "--percentiles", "50"],
         ["-r", "--json", "out.json", "--percentiles"],
+        ["-l"],
+        ["-R", "100", "-l", "--sampling-rate", "0.5"],
+        ["-l", "--json", "out.json", "--percentiles"],
     ],
 )
 def test_histogram_outputs_are_eligible(tmp_path, option: list[str]) -> None:

@@ -74,7 +74,7 @@ PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s_cnt,
     *s_timer_exceeded, *s_getstate, *s_setstate, *s_stats, *s_per_script,
     *s_choose_rng, *s_throttle_rng, *s_throttle_trigger, *s_latency_late,
     *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched, *s_layout,
-    *s_add_counts, *s_eval_elif, *s_meta_failed;
+    *s_add_counts, *s_eval_elif, *s_meta_failed, *s_id, *s_write_chunk;
 
 /* ---------------------------------------------------------------------- */
 /* Construction                                                           */
@@ -155,6 +155,8 @@ FastLoop_traverse(FastLoop *fl, visitproc visit, void *arg)
     Py_VISIT(fl->absorb);
     Py_VISIT(fl->gset_hook);
     Py_VISIT(fl->slot_of);
+    Py_VISIT(fl->txlog);
+    Py_VISIT(fl->sample_rng);
     return 0;
 }
 
@@ -196,6 +198,8 @@ FastLoop_clear(FastLoop *fl)
     Py_CLEAR(fl->absorb);
     Py_CLEAR(fl->gset_hook);
     Py_CLEAR(fl->slot_of);
+    Py_CLEAR(fl->txlog);
+    Py_CLEAR(fl->sample_rng);
     return 0;
 }
 
@@ -235,6 +239,7 @@ FastLoop_dealloc(FastLoop *fl)
     PyMem_Free(fl->batch);
     PyMem_Free(fl->events);
     PyMem_Free(fl->timers);
+    PyMem_Free(fl->logbuf);
     Py_XDECREF(fl->keep);
     Py_TYPE(fl)->tp_free((PyObject *)fl);
 }
@@ -299,7 +304,8 @@ bad:
 static PyObject *
 FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    PyObject *clients, *script_ops, *plan, *wstate, *hooks, *flags, *hists = NULL;
+    PyObject *clients, *script_ops, *plan, *wstate, *hooks, *flags, *hists = NULL,
+             *log = NULL;
     PyObject *scripts, *weights, *per_script, *total;
     int epfd, control_fd, nprep = 0, per_command;
     long long f[9];
@@ -311,9 +317,10 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "FastLoop() takes no keyword arguments");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "O!O!O!OO!iiO!|O", &PyList_Type, &clients, &PyTuple_Type,
+    if (!PyArg_ParseTuple(args, "O!O!O!OO!iiO!|OO", &PyList_Type, &clients, &PyTuple_Type,
                           &script_ops, &PyTuple_Type, &plan, &wstate, &PyTuple_Type,
-                          &hooks, &epfd, &control_fd, &PyTuple_Type, &flags, &hists))
+                          &hooks, &epfd, &control_fd, &PyTuple_Type, &flags, &hists,
+                          &log))
         return NULL;
     if (pq == NULL || !pq->bound) {
         PyErr_SetString(PyExc_RuntimeError, "pgsurge._fastpq is not bound");
@@ -517,6 +524,37 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         Py_INCREF(fl->clients[i].st);
         fl->clients[i].fd = -1;
         fl->clients[i].owner = OWN_PY;
+        if (fl_get_i64(fl->clients[i].st, s_id, &fl->clients[i].id) < 0)
+            goto fail;
+    }
+    if (log != NULL && log != Py_None) {
+        /* (writer, epoch_shift_us, sample_rate, sample_rng, lag, retries) */
+        PyObject *rng;
+        long long shift;
+        int lag, retries;
+
+        if (!PyArg_ParseTuple(log, "OLdOii", &fl->txlog, &shift, &fl->sample_rate, &rng,
+                              &lag, &retries))
+            goto fail;
+        Py_INCREF(fl->txlog);
+        fl->epoch_shift = shift;
+        fl->log_lag = lag;
+        fl->log_retries = retries;
+        fl->sampling = fl->sample_rate >= 0.0;
+        if (fl->sampling) {
+            if (rng == Py_None) {
+                PyErr_SetString(PyExc_ValueError, "sampling needs its stream");
+                goto fail;
+            }
+            fl->sample_rng = rng;
+            Py_INCREF(rng);
+        }
+        fl->logcap = 1 << 16;
+        fl->logbuf = PyMem_Malloc(fl->logcap);
+        if (fl->logbuf == NULL) {
+            PyErr_NoMemory();
+            goto fail;
+        }
     }
     return (PyObject *)fl;
 fail:
@@ -654,6 +692,8 @@ static const struct {
     {"Client", "unwatched", &s_unwatched},
     {"Client", "eval_elif", &s_eval_elif},
     {"Client", "meta_failed", &s_meta_failed},
+    {"Client", "id", &s_id},
+    {"TxLogWriter", "write_chunk", &s_write_chunk},
     {"SimpleStats", "count", &s_count},
     {"SimpleStats", "min", &s_min},
     {"SimpleStats", "max", &s_max},

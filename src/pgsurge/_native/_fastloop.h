@@ -40,7 +40,7 @@
 #define FL_HIDDEN
 #endif
 
-#define FASTLOOP_API 6
+#define FASTLOOP_API 7
 
 /* setup.py's digest of the sources this was built from (see there) */
 #ifndef PGSURGE_SOURCE_HASH
@@ -209,6 +209,7 @@ typedef struct {
 
 typedef struct {
     PyObject *st; /* the Client */
+    int64_t id;   /* Client.id */
     PGconn *conn;
     int fd;
     int owner;
@@ -273,6 +274,17 @@ typedef struct {
     int64_t idle_us, now_us;
     /* clients handed to Python (tests check that C ran the run) */
     int64_t handbacks;
+    /* -l: the worker's TxLogWriter (its write_chunk), Unix minus monotonic
+     * µs, the sampling rate and stream (--sampling-rate), the optional
+     * fields (lag under -R, retries when --max-tries is not 1), and the
+     * lines not written yet */
+    PyObject *txlog, *sample_rng;
+    int64_t epoch_shift;
+    double sample_rate;
+    int sampling, log_lag, log_retries;
+    uint64_t l0, l1;
+    char *logbuf;
+    size_t loglen, logcap;
     struct epoll_event *events;
     /* pgsurge.engine.loop's timers: a heap of (deadline, client) -- a worker's
      * client ids grow with their index, so the index orders as the id */
@@ -288,7 +300,7 @@ FL_HIDDEN extern PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s
     *s_timer_exceeded, *s_getstate, *s_setstate, *s_stats, *s_per_script,
     *s_choose_rng, *s_throttle_rng, *s_throttle_trigger, *s_latency_late,
     *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched, *s_layout,
-    *s_add_counts, *s_eval_elif, *s_meta_failed;
+    *s_add_counts, *s_eval_elif, *s_meta_failed, *s_id, *s_write_chunk;
 
 static inline int64_t
 clock_us(void)
@@ -445,6 +457,7 @@ FL_HIDDEN int fl_stats_store(fl_simple *s);
 FL_HIDDEN int fl_hist_init(fl_hist *h, PyObject *obj);
 FL_HIDDEN void fl_hist_free(fl_hist *h);
 FL_HIDDEN int fl_hist_flush(fl_hist *h);
+FL_HIDDEN int fl_log_flush(FastLoop *fl);
 FL_HIDDEN int fl_call_python(FastLoop *fl, PyObject *fn, int index, PyObject *arg);
 FL_HIDDEN int fl_to_python(FastLoop *fl, int index, int state, PyObject *event);
 FL_HIDDEN int fl_to_python_code(FastLoop *fl, int index, int state, long code);

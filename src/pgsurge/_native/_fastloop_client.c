@@ -153,6 +153,39 @@ record(fl_stats *s, int64_t latency, int64_t lag, int skipped, int throttled)
         stats_add(&s->lag, lag);
 }
 
+/* TxLogWriter's line of a transaction C accounted (a success, or a slot
+ * skipped under -L), after the sampling draw; 0, or -1 with an error */
+static int
+log_line(FastLoop *fl, fl_client *c, int64_t latency, int64_t lag, int skipped)
+{
+    int64_t now;
+    char *p;
+
+    if (fl->sampling &&
+        (double)(prng_next(&fl->l0, &fl->l1) >> 12) * TWO_M52 > fl->sample_rate)
+        return 0;
+    now = clock_us() + fl->epoch_shift;
+    if (fl->loglen + 160 > fl->logcap && fl_log_flush(fl) < 0)
+        return -1;
+    p = fl->logbuf + fl->loglen;
+    if (skipped)
+        p += sprintf(p, "%lld %lld skipped %d %lld %lld", (long long)c->id,
+                     (long long)c->cnt, c->script, (long long)(now / 1000000),
+                     (long long)(now % 1000000));
+    else
+        p += sprintf(p, "%lld %lld %lld %d %lld %lld", (long long)c->id, (long long)c->cnt,
+                     (long long)latency, c->script, (long long)(now / 1000000),
+                     (long long)(now % 1000000));
+    if (fl->log_lag)
+        p += sprintf(p, " %lld", (long long)(skipped ? 0 : lag));
+    if (fl->log_retries)
+        /* C accounts first tries only */
+        p += sprintf(p, " 0");
+    *p++ = '\n';
+    fl->loglen = (size_t)(p - fl->logbuf);
+    return 0;
+}
+
 /* client_tx's process_xact for what C accounts (a first-try success, or
  * a slot skipped under -L): returns the clock, read if it was needed
  * (-1: an error is set) */
@@ -178,6 +211,8 @@ process_xact(FastLoop *fl, fl_client *c, int64_t now, int skipped)
     if (fl->latency_limit && latency > fl->latency_limit)
         fl->latency_late++;
     c->cnt++;
+    if (fl->txlog != NULL && log_line(fl, c, latency, lag, skipped) < 0)
+        return -1;
     if (fl->per_script != NULL)
         record(&fl->per_script[c->script], latency, lag, skipped, fl->throttled);
     return now;
@@ -394,7 +429,7 @@ fl_advance(FastLoop *fl, int index)
                 /* left open, or a broken connection: Python accounts the
                  * transaction and aborts the client with its message */
                 return fl_to_python(fl, index, END_TX, NULL);
-            if (!fl->throttled && fl->per_script == NULL) {
+            if (!fl->throttled && fl->per_script == NULL && fl->txlog == NULL) {
                 /* the inline accounting of advance() */
                 fl->total.cnt++;
                 c->cnt++;

@@ -284,6 +284,26 @@ hists_flush(FastLoop *fl)
     return 0;
 }
 
+/* -l: the lines C wrote, to the writer (after those Python wrote before) */
+int
+fl_log_flush(FastLoop *fl)
+{
+    PyObject *text, *r;
+
+    if (fl->loglen == 0)
+        return 0;
+    text = PyUnicode_DecodeASCII(fl->logbuf, (Py_ssize_t)fl->loglen, NULL);
+    if (text == NULL)
+        return -1;
+    fl->loglen = 0;
+    r = PyObject_CallMethodOneArg(fl->txlog, s_write_chunk, text);
+    Py_DECREF(text);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
 /* -r: every command's latency copy, loaded or stored */
 static int
 per_command_sync(FastLoop *fl, int (*sync)(fl_simple *))
@@ -322,6 +342,10 @@ fl_shared_store(FastLoop *fl)
         return -1;
     if (hists_flush(fl) < 0)
         return -1;
+    if (fl->txlog != NULL &&
+        (fl_log_flush(fl) < 0 ||
+         (fl->sampling && rng_store(fl->sample_rng, fl->l0, fl->l1) < 0)))
+        return -1;
     return per_command_sync(fl, fl_stats_store);
 }
 
@@ -354,6 +378,8 @@ fl_shared_load(FastLoop *fl)
     if (fl->latency_limit && fl_get_i64(fl->wstate, s_latency_late, &fl->latency_late) < 0)
         return -1;
     if (per_command_sync(fl, fl_stats_load) < 0)
+        return -1;
+    if (fl->sampling && rng_load(fl->sample_rng, &fl->l0, &fl->l1) < 0)
         return -1;
     return fl_read_timer(fl);
 }

@@ -93,6 +93,7 @@ if TYPE_CHECKING:
     from pgsurge.engine.client import Engine
     from pgsurge.engine.state import Op, WorkerState
     from pgsurge.script.ast import ParsedScript
+    from pgsurge.stats.txlog import TxLogWriter
 
 __all__ = [
     "FASTLOOP_API",
@@ -106,7 +107,7 @@ __all__ = [
 ]
 
 #: the interface version of pgsurge._fastloop this code expects
-FASTLOOP_API = 6
+FASTLOOP_API = 7
 
 
 def disabled() -> bool:
@@ -153,8 +154,8 @@ FastPlan = tuple[tuple[str, ...], int, tuple[int, ...], tuple[tuple[PlanOp, ...]
 
 def run_excluded(cfg: RunConfig) -> str | None:
     """Why this run's options keep it on the Python loop, or None."""
-    if cfg.log:
-        return "-l"
+    if cfg.log and cfg.aggregate_interval:
+        return "--aggregate-interval"
     if cfg.connect_each_tx:
         return "-C"
     if cfg.debug:
@@ -424,8 +425,10 @@ class FastEventLoop(EventLoop):
         w: WorkerState,
         script_ops: tuple[tuple[Op, ...], ...],
         flags: RunFlags,
+        txlog: TxLogWriter | None = None,
     ) -> None:
-        """Build the C loop over this loop's clients and epoll instance."""
+        """Build the C loop over this loop's clients and epoll instance;
+        ``txlog``: the worker's -l writer (per-transaction lines)."""
         assert _module is not None
         hooks: tuple[Callable[..., object], ...] = (
             engine.advance,
@@ -445,6 +448,7 @@ class FastEventLoop(EventLoop):
             control,
             flags,
             None if rec is None else rec.targets(),
+            None if txlog is None else _log_spec(txlog),
         )
 
     def run(self) -> int:
@@ -506,6 +510,24 @@ def flags_for(
         latency_limit_us,
         float(throttle_delay),
         int(per_command),
+    )
+
+
+def _log_spec(txlog: TxLogWriter) -> tuple[Any, ...]:
+    """What the C loop needs to write -l lines as TxLogWriter does: the
+    writer (its write_chunk), the epoch shift, the sampling rate (-1.0:
+    none) and stream, and whether lines end with the lag and the retries."""
+    o = txlog.options
+    if o.aggregate_interval_s:
+        raise ValueError("the C loop writes per-transaction lines only")
+    sampling = o.sample_rate is not None and txlog.sample_rng is not None
+    return (
+        txlog,
+        txlog.epoch_shift_us,
+        float(o.sample_rate) if sampling else -1.0,  # type: ignore[arg-type]
+        txlog.sample_rng if sampling else None,
+        int(o.throttled),
+        int(o.max_tries != 1),
     )
 
 

@@ -196,6 +196,7 @@ class TxLogWriter:
         "_shift",
         "log",
         "path",
+        "sample_rng",
     )
 
     log: LogFunc
@@ -213,6 +214,8 @@ class TxLogWriter:
     ) -> None:
         self.path = path
         self._opts = opts
+        #: the worker's sampling stream (--sampling-rate), or None
+        self.sample_rng = sample_rng
         self._shift = epoch_shift_us
         self._buf: list[str] = []
         self._interval_us = 1000000 * (opts.aggregate_interval_s or 0)
@@ -342,6 +345,21 @@ class TxLogWriter:
             append(format_aggregate(agg, opts))
             agg = StatsData(start_us=agg.start_us + step)
         self._agg = agg
+
+    @property
+    def options(self) -> TxLogOptions:
+        return self._opts
+
+    @property
+    def epoch_shift_us(self) -> int:
+        """Unix time minus monotonic time (µs), added to log times."""
+        return self._shift
+
+    def write_chunk(self, text: str) -> None:
+        """Lines made elsewhere (the C loop's, in their order among this
+        writer's own): buffered after the pending ones and written now."""
+        self._buf.append(text)
+        self.flush()
 
     # -- end -----------------------------------------------------------------
 
