@@ -632,7 +632,63 @@ record_into(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* _eval(code, values, s0, s1): run an expression program as the loop
+ * does, over variables ``values`` (an int, or None: not held by C) and
+ * the PRNG words; returns (bailed, value, s0, s1) (tests compare with
+ * pgsurge.script.evaluate) */
+static PyObject *
+eval_expr(PyObject *module, PyObject *args)
+{
+    PyObject *code, *values;
+    unsigned long long s0, s1;
+    fl_op op;
+    fl_client c;
+    int64_t v = 0;
+    Py_ssize_t i;
+    int r;
+
+    (void)module;
+    if (!PyArg_ParseTuple(args, "O!O!KK", &PyTuple_Type, &code, &PyTuple_Type, &values,
+                          &s0, &s1))
+        return NULL;
+    memset(&op, 0, sizeof op);
+    memset(&c, 0, sizeof c);
+    if (PyTuple_GET_SIZE(values) > MAX_VARS) {
+        PyErr_SetString(PyExc_ValueError, "too many variables");
+        return NULL;
+    }
+    for (i = 0; i < PyTuple_GET_SIZE(values); i++) {
+        PyObject *x = PyTuple_GET_ITEM(values, i);
+
+        if (x == Py_None)
+            continue;
+        c.vals[i] = PyLong_AsLongLong(x);
+        if (PyErr_Occurred())
+            return NULL;
+        c.valid |= UINT64_C(1) << i;
+    }
+    if (fl_parse_code(code, &op) < 0) {
+        PyMem_Free(op.code);
+        return NULL;
+    }
+    for (i = 0; i < op.ncode; i++)
+        if (op.code[i].code == 1 && op.code[i].arg >= PyTuple_GET_SIZE(values)) {
+            PyMem_Free(op.code);
+            PyErr_SetString(PyExc_ValueError, "a variable out of range");
+            return NULL;
+        }
+    c.s0 = s0;
+    c.s1 = s1;
+    r = fl_eval(&c, op.code, op.ncode, &v);
+    PyMem_Free(op.code);
+    return Py_BuildValue("(iLKK)", r, (long long)v, (unsigned long long)c.s0,
+                         (unsigned long long)c.s1);
+}
+
 static PyMethodDef module_methods[] = {
+    {"_eval", eval_expr, METH_VARARGS,
+     "_eval(code, values, s0, s1)\n--\n\nRun an expression program as the loop "
+     "does (tests)."},
     {"_record_into", record_into, METH_VARARGS,
      "_record_into(hist, values)\n--\n\nCount values as the loop does, add them "
      "to hist."},
