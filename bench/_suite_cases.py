@@ -94,6 +94,18 @@ PAIRED_CASES += (
         b_extra=_JSON,
     ),
     PairedCase(
+        "select-only-log",
+        ("-b", "select-only", "-M", "prepared", "-c", "8", "-j", "2", "-l"),
+        env=(_REQUIRE,),
+        cpu_max=1.05,
+    ),
+    PairedCase(
+        "tpcb-like-log",
+        ("-b", "tpcb-like", "-M", "prepared", "-c", "8", "-j", "2", "-l"),
+        env=(("PGOPTIONS", "-c synchronous_commit=off"), _REQUIRE),
+        cpu_max=1.05,
+    ),
+    PairedCase(
         "logic-script",
         ("-f", "{bench}/logic.sql", "-M", "prepared", "-c", "8", "-j", "2"),
         env=(_REQUIRE,),

@@ -4,11 +4,11 @@
  *
  * The Python engine (pgsurge.engine.loop.EventLoop.run driving the advance()
  * closure of pgsurge.engine.client) is the reference. For runs that
- * pgsurge.engine.fastloop finds eligible (plain scripts of SQL commands, \set of
- * constants or random(lo, hi) and \sleep, no logs, no histograms:
- * see there) this module runs the same loop, and runs every transaction
- * that goes as planned without entering Python at all -- throttled ones
- * (-R, -L) included.
+ * pgsurge.engine.fastloop finds eligible (scripts of SQL commands, \gset,
+ * \aset, \sleep, \set and \if of int expressions; histograms, series and
+ * -l lines included: see there and pgsurge/engine/ENGINE.md) this module
+ * runs the same loop, and runs every transaction that goes as planned
+ * without entering Python at all -- throttled ones (-R, -L) included.
  *
  * Ownership. Each client is, at any time, owned either by Python or by C.
  * Every client starts owned by Python. When a Python-owned client is due

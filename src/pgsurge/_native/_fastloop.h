@@ -1,7 +1,7 @@
 /*
  * pgsurge._fastloop's private header: what its translation units share.
  *
- * The extension is one module built from five files, each with a role
+ * The extension is one module built from six files, each with a role
  * (the design is described at the top of _fastloop.c):
  *
  *   _fastloop.c         the module: the FastLoop type, its construction
@@ -11,7 +11,8 @@
  *                       shared working copies and a client's state, taking
  *                       clients over and handing them to advance/resume;
  *   _fastloop_client.c  a C-owned client's state machine (sends, results,
- *                       \set, \sleep, throttling, accounting);
+ *                       \set, \if, \sleep, throttling, accounting, -l lines);
+ *   _fastloop_logic.c   int expressions (\set, \if) and \gset/\aset;
  *   _fastloop_loop.c    the loop: waits, ready sockets, timers, the
  *                       runnable queue, run().
  *

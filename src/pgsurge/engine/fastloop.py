@@ -10,33 +10,37 @@ eligible, which is exactly:
 * the extension is built and current, ``pgsurge._fastpq`` is bound (its
   libpq functions are the C loop's), epoll is there, and neither
   ``PGSURGE_PURE`` nor ``PGSURGE_NO_FASTLOOP`` is set;
-* the run has none of -l, -C, --debug; -R (the worker's Poisson
-  schedule, from its throttle stream), -L (skipped slots, late
-  transactions), -r (each command's latency, timed as client.py does),
-  -T/-t and the latency histograms and interval series of --percentiles,
-  --json and --html (C counts into buckets of the recorder's layout and
-  adds them to its Histogram objects before Python reads them; run()
-  returns at each interval end, as at a progress tick) are all supported;
-* every command of every script is an SQL command without ``\\gset`` or
-  ``\\aset``, a ``\\sleep`` of a constant or of a variable the SQL
-  commands could read (rule below), or a ``\\set`` to a valid name whose
-  expression is an int
-  constant (after folding: no variable, no random function, no
-  ``debug()``), or ``random(lo, hi)`` whose bounds are such constants, the
-  upper one possibly ``k * :var`` (or ``:var * k``) of an initial int
-  variable no ``\\set`` assigns -- pgbench's builtins' ``random(1, 100000 *
-  :scale)`` -- with ``lo <= hi`` and a span below 2**63-1 (otherwise the
-  Python code raises pgbench's error, so Python runs it);
-* every variable an SQL command (or a ``\\sleep``) reads is assigned by an
-  eligible ``\\set`` earlier in the same script, or is never assigned and
-  is an initial int variable (or ``client_id``); at most 64 such variables
-  and 64 SQL commands in all.
+* the run has none of -C, --debug, --aggregate-interval; -R (the
+  worker's Poisson schedule, from its throttle stream), -L (skipped
+  slots, late transactions), -r (each command's latency, timed as
+  client.py does), -T/-t, -P, the latency histograms and interval series
+  of --percentiles, --json and --html (C counts into buckets of the
+  recorder's layout and adds them to its Histogram objects before Python
+  reads them; run() returns at each interval end, as at a progress tick)
+  and -l's per-transaction lines, --sampling-rate included (C formats
+  them into a buffer it hands to the TxLogWriter) are all supported;
+* every command of every script is one of: an SQL command (with or
+  without ``\\gset``/``\\aset``; no pipeline), a ``\\sleep``, a
+  ``\\set`` whose expression :func:`pgsurge.engine.fastexpr.compile_int_expr`
+  accepts (ints: arithmetic, comparisons, logical and bitwise operators,
+  abs, least/greatest, random, hash*, permute) and gives an int, or an
+  ``\\if``/``\\elif``/``\\else``/``\\endif`` on such an expression;
+* every variable a command reads is assigned by a ``\\set`` of the
+  scripts, is ``client_id``, an initial int (or -D text written as an
+  int), or, with a ``\\gset``/``\\aset`` in the scripts, any other valid
+  name; at most 64 such variables and 64 SQL commands in all. Whether a
+  variable holds an int is checked at run time: C hands the client to
+  Python at a command reading one it does not hold (a string, a double,
+  an undefined variable), and at any expression error (overflow, division
+  by zero, ...), which Python evaluates again and reports.
 
-Anything else (pipelines, ``\\if``, shell commands, string or double
-values, ...) runs on the Python loop unchanged; :func:`decide` says why,
-and under ``PGSURGE_FASTLOOP=require`` the worker fails with that reason.
--P is supported: the C loop returns at each tick and :class:`FastEventLoop` sends the
-progress snapshot as :class:`~pgsurge.engine.loop.EventLoop` does.
+Anything else (pipelines, shell commands, doubles, strings, ``case``,
+the other random functions, ``debug()``, -C, --debug, aggregated logs)
+runs on the Python loop unchanged; :func:`decide` says why, and under
+``PGSURGE_FASTLOOP=require`` the worker fails with that reason. -P is
+supported: the C loop returns at each tick and :class:`FastEventLoop`
+sends the progress snapshot as :class:`~pgsurge.engine.loop.EventLoop`
+does.
 """
 
 from __future__ import annotations
