@@ -508,3 +508,30 @@ def test_log_lines_same(db: str, tmp_path: Path, extra: list[str]) -> None:
         assert 0 < sum(len(v) for v in logs[0].values()) < 400
     else:
         assert sum(len(v) for v in logs[0].values()) == 600
+
+
+@pytest.mark.parametrize("extra", [[], ["-R", "3000"]], ids=["plain", "rate"])
+def test_aggregate_log_same(db: str, tmp_path: Path, extra: list[str]) -> None:
+    # --aggregate-interval in C: the same intervals' counts as Python's
+    # (sums and extremes are timing), the complete intervals only
+    args = [*_scripts(tmp_path), "-M", "prepared", "-c", "2", "-j", "2", "-T", "3"]
+    args += ["--random-seed", "8", "-n", "-l", "--aggregate-interval", "1", *extra]
+    for fast in (True, False):
+        out = _run(args, db, tmp_path, fast=fast)
+        assert out.returncode == 0, out.stderr
+        rows = len(_rows(db))
+        lines = _log_lines(tmp_path)
+        assert set(lines) == {"0", "1"}
+        total = 0
+        for worker in lines.values():
+            assert 2 <= len(worker) <= 4, worker
+            for f in worker:
+                assert len(f) == 15, f
+                cnt, lat_sum, lat_min, lat_max = (
+                    int(x) for x in f[1:2] + f[2:3] + f[4:6]
+                )
+                assert cnt == 0 or lat_min <= lat_sum // cnt <= lat_max
+                assert (f[6] != "0") == ("-R" in extra and cnt > 0)
+                total += cnt
+        # the last, partial interval is not written (as pgbench)
+        assert 0 < total <= rows

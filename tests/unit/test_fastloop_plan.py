@@ -43,7 +43,6 @@ def test_builtins_are_eligible(tmp_path, builtin: str, mode: str) -> None:
 @pytest.mark.parametrize(
     "option",
     [
-        ["-l", "--aggregate-interval", "1"],
         ["-C"],
         ["--debug"],
     ],
@@ -63,6 +62,7 @@ def test_excluded_options_take_the_python_loop(tmp_path, option: list[str]) -> N
         ["-l"],
         ["-R", "100", "-l", "--sampling-rate", "0.5"],
         ["-l", "--json", "out.json", "--percentiles"],
+        ["-l", "--aggregate-interval", "1"],
     ],
 )
 def test_histogram_outputs_are_eligible(tmp_path, option: list[str]) -> None:

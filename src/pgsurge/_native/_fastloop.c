@@ -74,7 +74,8 @@ PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s_cnt,
     *s_timer_exceeded, *s_getstate, *s_setstate, *s_stats, *s_per_script,
     *s_choose_rng, *s_throttle_rng, *s_throttle_trigger, *s_latency_late,
     *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched, *s_layout,
-    *s_add_counts, *s_eval_elif, *s_meta_failed, *s_id, *s_write_chunk;
+    *s_add_counts, *s_eval_elif, *s_meta_failed, *s_id, *s_write_chunk, *s_current,
+    *s_roll_to, *s_start_us;
 
 /* ---------------------------------------------------------------------- */
 /* Construction                                                           */
@@ -157,6 +158,9 @@ FastLoop_traverse(FastLoop *fl, visitproc visit, void *arg)
     Py_VISIT(fl->slot_of);
     Py_VISIT(fl->txlog);
     Py_VISIT(fl->sample_rng);
+    Py_VISIT(fl->agg.data);
+    Py_VISIT(fl->agg.lat.obj);
+    Py_VISIT(fl->agg.lag.obj);
     return 0;
 }
 
@@ -200,13 +204,16 @@ FastLoop_clear(FastLoop *fl)
     Py_CLEAR(fl->slot_of);
     Py_CLEAR(fl->txlog);
     Py_CLEAR(fl->sample_rng);
+    Py_CLEAR(fl->agg.data);
+    Py_CLEAR(fl->agg.lat.obj);
+    Py_CLEAR(fl->agg.lag.obj);
     return 0;
 }
 
 static void
 FastLoop_dealloc(FastLoop *fl)
 {
-    int i, k;
+    int i, j, k;
 
     PyObject_GC_UnTrack(fl);
     FastLoop_clear(fl);
@@ -222,6 +229,8 @@ FastLoop_dealloc(FastLoop *fl)
             PyMem_Free(fl->scripts[k].ops[i].litlens);
             fl_hist_free(&fl->scripts[k].ops[i].rec);
             PyMem_Free(fl->scripts[k].ops[i].code);
+            for (j = 0; j < GSET_CACHE; j++)
+                PyMem_Free(fl->scripts[k].ops[i].colname[j]);
         }
         PyMem_Free(fl->scripts[k].ops);
     }
@@ -242,6 +251,59 @@ FastLoop_dealloc(FastLoop *fl)
     PyMem_Free(fl->logbuf);
     Py_XDECREF(fl->keep);
     Py_TYPE(fl)->tp_free((PyObject *)fl);
+}
+
+/* -l: (writer, epoch_shift_us, sample_rate, sample_rng, lag, retries,
+ * aggregate_interval_us) -- pgsurge.engine.fastloop._log_spec */
+static int
+log_init(FastLoop *fl, PyObject *log)
+{
+    PyObject *writer, *rng;
+    long long shift, step;
+    int lag, retries;
+
+    if (fl->txlog != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the log is set already");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(log, "OLdOiiL", &writer, &shift, &fl->sample_rate, &rng, &lag,
+                          &retries, &step))
+        return -1;
+    fl->epoch_shift = shift;
+    fl->log_lag = lag;
+    fl->log_retries = retries;
+    fl->sampling = fl->sample_rate >= 0.0;
+    if (fl->sampling) {
+        if (rng == Py_None) {
+            PyErr_SetString(PyExc_ValueError, "sampling needs its stream");
+            return -1;
+        }
+        fl->sample_rng = rng;
+        Py_INCREF(rng);
+        if (fl_shared_load_sampling(fl) < 0)
+            return -1;
+    }
+    fl->agg_step = step;
+    if (step <= 0) {
+        fl->logcap = 1 << 16;
+        fl->logbuf = PyMem_Malloc(fl->logcap);
+        if (fl->logbuf == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    Py_INCREF(writer);
+    fl->txlog = writer;
+    /* the writer's current interval, loaded */
+    return step > 0 ? fl_agg_roll(fl, INT64_MIN) : 0;
+}
+
+static PyObject *
+FastLoop_set_log(FastLoop *fl, PyObject *log)
+{
+    if (log_init(fl, log) < 0)
+        return NULL;
+    Py_RETURN_NONE;
 }
 
 /*
@@ -527,35 +589,8 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         if (fl_get_i64(fl->clients[i].st, s_id, &fl->clients[i].id) < 0)
             goto fail;
     }
-    if (log != NULL && log != Py_None) {
-        /* (writer, epoch_shift_us, sample_rate, sample_rng, lag, retries) */
-        PyObject *rng;
-        long long shift;
-        int lag, retries;
-
-        if (!PyArg_ParseTuple(log, "OLdOii", &fl->txlog, &shift, &fl->sample_rate, &rng,
-                              &lag, &retries))
-            goto fail;
-        Py_INCREF(fl->txlog);
-        fl->epoch_shift = shift;
-        fl->log_lag = lag;
-        fl->log_retries = retries;
-        fl->sampling = fl->sample_rate >= 0.0;
-        if (fl->sampling) {
-            if (rng == Py_None) {
-                PyErr_SetString(PyExc_ValueError, "sampling needs its stream");
-                goto fail;
-            }
-            fl->sample_rng = rng;
-            Py_INCREF(rng);
-        }
-        fl->logcap = 1 << 16;
-        fl->logbuf = PyMem_Malloc(fl->logcap);
-        if (fl->logbuf == NULL) {
-            PyErr_NoMemory();
-            goto fail;
-        }
-    }
+    if (log != NULL && log != Py_None && log_init(fl, log) < 0)
+        goto fail;
     return (PyObject *)fl;
 fail:
     Py_DECREF(fl);
@@ -594,6 +629,9 @@ static PyGetSetDef FastLoop_getset[] = {
 
 static PyMethodDef FastLoop_methods[] = {
     {"run", (PyCFunction)fl_run, METH_O, fl_run_doc},
+    {"set_log", (PyCFunction)FastLoop_set_log, METH_O,
+     "set_log(spec)\n--\n\nWrite -l as the TxLogWriter of spec does "
+     "(pgsurge.engine.fastloop._log_spec)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -750,6 +788,9 @@ static const struct {
     {"Client", "meta_failed", &s_meta_failed},
     {"Client", "id", &s_id},
     {"TxLogWriter", "write_chunk", &s_write_chunk},
+    {"TxLogWriter", "current", &s_current},
+    {"TxLogWriter", "roll_to", &s_roll_to},
+    {"StatsData", "start_us", &s_start_us},
     {"SimpleStats", "count", &s_count},
     {"SimpleStats", "min", &s_min},
     {"SimpleStats", "max", &s_max},

@@ -41,7 +41,7 @@
 #define FL_HIDDEN
 #endif
 
-#define FASTLOOP_API 7
+#define FASTLOOP_API 8
 
 /* setup.py's digest of the sources this was built from (see there) */
 #ifndef PGSURGE_SOURCE_HASH
@@ -125,6 +125,9 @@ enum {
 #define GSET_ONE 1
 #define GSET_ALL 2
 
+/* \gset columns whose slot an op remembers */
+#define GSET_CACHE 8
+
 /* the expression evaluator's stack (pgsurge.engine.fastexpr.MAX_STACK) */
 #define MAX_STACK 32
 
@@ -186,6 +189,10 @@ typedef struct {
     /* SQL with \gset/\aset: the kind and the variables' prefix (str) */
     int gset;
     PyObject *prefix;
+    /* the slots of its first columns, by field name, as last looked up
+     * (-1: not a variable C holds): the common case allocates nothing */
+    char *colname[GSET_CACHE];
+    int colslot[GSET_CACHE];
 } fl_op;
 
 typedef struct {
@@ -286,6 +293,10 @@ typedef struct {
     uint64_t l0, l1;
     char *logbuf;
     size_t loglen, logcap;
+    /* --aggregate-interval: its µs, the writer's current interval (a
+     * working copy) and its start (Unix µs) */
+    int64_t agg_step, agg_start;
+    fl_stats agg;
     struct epoll_event *events;
     /* pgsurge.engine.loop's timers: a heap of (deadline, client) -- a worker's
      * client ids grow with their index, so the index orders as the id */
@@ -301,7 +312,8 @@ FL_HIDDEN extern PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s
     *s_timer_exceeded, *s_getstate, *s_setstate, *s_stats, *s_per_script,
     *s_choose_rng, *s_throttle_rng, *s_throttle_trigger, *s_latency_late,
     *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched, *s_layout,
-    *s_add_counts, *s_eval_elif, *s_meta_failed, *s_id, *s_write_chunk;
+    *s_add_counts, *s_eval_elif, *s_meta_failed, *s_id, *s_write_chunk, *s_current,
+    *s_roll_to, *s_start_us;
 
 static inline int64_t
 clock_us(void)
@@ -459,6 +471,8 @@ FL_HIDDEN int fl_hist_init(fl_hist *h, PyObject *obj);
 FL_HIDDEN void fl_hist_free(fl_hist *h);
 FL_HIDDEN int fl_hist_flush(fl_hist *h);
 FL_HIDDEN int fl_log_flush(FastLoop *fl);
+FL_HIDDEN int fl_agg_roll(FastLoop *fl, int64_t now);
+FL_HIDDEN int fl_shared_load_sampling(FastLoop *fl);
 FL_HIDDEN int fl_call_python(FastLoop *fl, PyObject *fn, int index, PyObject *arg);
 FL_HIDDEN int fl_to_python(FastLoop *fl, int index, int state, PyObject *event);
 FL_HIDDEN int fl_to_python_code(FastLoop *fl, int index, int state, long code);
@@ -475,7 +489,7 @@ FL_HIDDEN int fl_canonical_int(const char *s, Py_ssize_t len, int64_t *out);
 FL_HIDDEN int fl_eval(fl_client *c, const fl_code *code, int n, int64_t *out);
 /* WAIT_RESULT of a \gset/\aset command: 1 its results are in and
  * stored; 0 the client waits, or was handed to Python; -1 error */
-FL_HIDDEN int fl_wait_gset(FastLoop *fl, int index, const fl_op *op);
+FL_HIDDEN int fl_wait_gset(FastLoop *fl, int index, fl_op *op);
 
 /* _fastloop_loop.c: FastLoop.run and its docstring */
 FL_HIDDEN PyObject *fl_run(FastLoop *fl, PyObject *arg);

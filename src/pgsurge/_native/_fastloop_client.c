@@ -165,6 +165,13 @@ log_line(FastLoop *fl, fl_client *c, int64_t latency, int64_t lag, int skipped)
         (double)(prng_next(&fl->l0, &fl->l1) >> 12) * TWO_M52 > fl->sample_rate)
         return 0;
     now = clock_us() + fl->epoch_shift;
+    if (fl->agg_step > 0) {
+        /* TxLogWriter's aggregate log: roll, then record */
+        if (now >= fl->agg_start + fl->agg_step && fl_agg_roll(fl, now) < 0)
+            return -1;
+        record(&fl->agg, latency, lag, skipped, fl->throttled);
+        return 0;
+    }
     if (fl->loglen + 160 > fl->logcap && fl_log_flush(fl) < 0)
         return -1;
     p = fl->logbuf + fl->loglen;
@@ -363,7 +370,7 @@ fl_advance(FastLoop *fl, int index)
             int status, q = c->qrynum;
 
             if (sc->ops[c->command].gset) {
-                int r = fl_wait_gset(fl, index, &sc->ops[c->command]);
+                int r = fl_wait_gset(fl, index, (fl_op *)&sc->ops[c->command]);
 
                 if (r <= 0)
                     return r;

@@ -397,8 +397,7 @@ call_gset_hook(FastLoop *fl, fl_client *c, int q, int got, const char *context,
 /* sql.store_gset of one result: 1 stored, 0 failed (message given),
  * -1 error */
 static int
-store_gset(FastLoop *fl, fl_client *c, const fl_op *op, PGresult *res, int is_last,
-           int q)
+store_gset(FastLoop *fl, fl_client *c, fl_op *op, PGresult *res, int is_last, int q)
 {
     const char *context = op->gset == GSET_ALL ? "aset" : "gset";
     PyObject *vars = NULL;
@@ -425,6 +424,17 @@ store_gset(FastLoop *fl, fl_client *c, const fl_op *op, PGresult *res, int is_la
             text = pq->getvalue(res, ntuples - 1, col);
             len = pq->getlength(res, ntuples - 1, col);
         }
+        if (col < GSET_CACHE && fname != NULL && op->colname[col] != NULL &&
+            op->colslot[col] >= 0 && strcmp(op->colname[col], fname) == 0 &&
+            fl_canonical_int(text, len, &iv)) {
+            /* the common case: a known column into its slot */
+            uint64_t bit = UINT64_C(1) << op->colslot[col];
+
+            c->vals[op->colslot[col]] = iv;
+            c->valid |= bit;
+            c->assigned |= bit;
+            continue;
+        }
         field = PyUnicode_DecodeUTF8(fname ? fname : "", fname ? (Py_ssize_t)strlen(fname) : 0,
                                      "replace");
         if (field == NULL)
@@ -437,6 +447,20 @@ store_gset(FastLoop *fl, fl_client *c, const fl_op *op, PGresult *res, int is_la
         if (slot == NULL && PyErr_Occurred()) {
             Py_DECREF(name);
             return -1;
+        }
+        if (col < GSET_CACHE && fname != NULL) {
+            /* remember this column's slot for the next results */
+            size_t n = strlen(fname) + 1;
+            char *copy = PyMem_Realloc(op->colname[col], n);
+
+            if (copy == NULL) {
+                Py_DECREF(name);
+                PyErr_NoMemory();
+                return -1;
+            }
+            memcpy(copy, fname, n);
+            op->colname[col] = copy;
+            op->colslot[col] = slot == NULL ? -1 : (int)PyLong_AsLong(slot);
         }
         if (slot != NULL) {
             int i = (int)PyLong_AsLong(slot);
@@ -506,7 +530,7 @@ gset_failed(FastLoop *fl, int index)
 }
 
 int
-fl_wait_gset(FastLoop *fl, int index, const fl_op *op)
+fl_wait_gset(FastLoop *fl, int index, fl_op *op)
 {
     fl_client *c = &fl->clients[index];
     int q = c->qrynum, status, r;

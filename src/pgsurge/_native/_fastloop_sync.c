@@ -304,6 +304,65 @@ fl_log_flush(FastLoop *fl)
     return 0;
 }
 
+/* --sampling-rate: the stream's words, loaded (when the log is set) */
+int
+fl_shared_load_sampling(FastLoop *fl)
+{
+    return rng_load(fl->sample_rng, &fl->l0, &fl->l1);
+}
+
+/* --aggregate-interval: C's copy of the writer's current interval, from
+ * ``data`` (a StatsData) */
+static int
+agg_bind(FastLoop *fl, PyObject *data)
+{
+    PyObject *lat, *lag;
+
+    if (data != fl->agg.data) {
+        lat = PyObject_GetAttr(data, s_latency);
+        lag = lat == NULL ? NULL : PyObject_GetAttr(data, s_lag);
+        if (lag == NULL) {
+            Py_XDECREF(lat);
+            return -1;
+        }
+        Py_INCREF(data);
+        Py_XSETREF(fl->agg.data, data);
+        Py_XSETREF(fl->agg.lat.obj, lat);
+        Py_XSETREF(fl->agg.lag.obj, lag);
+    }
+    if (fl_get_i64(data, s_start_us, &fl->agg_start) < 0)
+        return -1;
+    return stats_load(&fl->agg, fl->throttled);
+}
+
+/* --aggregate-interval: store C's copy, have the writer write the intervals
+ * complete at ``now`` (Unix µs; INT64_MIN: none, only load), and take its
+ * current interval */
+int
+fl_agg_roll(FastLoop *fl, int64_t now)
+{
+    PyObject *data;
+    int r;
+
+    if (fl->agg.data != NULL && stats_store(&fl->agg, fl->throttled) < 0)
+        return -1;
+    if (now == INT64_MIN)
+        data = PyObject_CallMethodNoArgs(fl->txlog, s_current);
+    else {
+        PyObject *arg = PyLong_FromLongLong(now);
+
+        if (arg == NULL)
+            return -1;
+        data = PyObject_CallMethodOneArg(fl->txlog, s_roll_to, arg);
+        Py_DECREF(arg);
+    }
+    if (data == NULL)
+        return -1;
+    r = agg_bind(fl, data);
+    Py_DECREF(data);
+    return r;
+}
+
 /* -r: every command's latency copy, loaded or stored */
 static int
 per_command_sync(FastLoop *fl, int (*sync)(fl_simple *))
@@ -344,6 +403,7 @@ fl_shared_store(FastLoop *fl)
         return -1;
     if (fl->txlog != NULL &&
         (fl_log_flush(fl) < 0 ||
+         (fl->agg.data != NULL && stats_store(&fl->agg, fl->throttled) < 0) ||
          (fl->sampling && rng_store(fl->sample_rng, fl->l0, fl->l1) < 0)))
         return -1;
     return per_command_sync(fl, fl_stats_store);
@@ -381,6 +441,18 @@ fl_shared_load(FastLoop *fl)
         return -1;
     if (fl->sampling && rng_load(fl->sample_rng, &fl->l0, &fl->l1) < 0)
         return -1;
+    if (fl->agg_step > 0 && fl->txlog != NULL) {
+        /* Python's log may have rolled to a new interval */
+        PyObject *data = PyObject_CallMethodNoArgs(fl->txlog, s_current);
+        int r;
+
+        if (data == NULL)
+            return -1;
+        r = agg_bind(fl, data);
+        Py_DECREF(data);
+        if (r < 0)
+            return -1;
+    }
     return fl_read_timer(fl);
 }
 

@@ -10,15 +10,16 @@ eligible, which is exactly:
 * the extension is built and current, ``pgsurge._fastpq`` is bound (its
   libpq functions are the C loop's), epoll is there, and neither
   ``PGSURGE_PURE`` nor ``PGSURGE_NO_FASTLOOP`` is set;
-* the run has none of -C, --debug, --aggregate-interval; -R (the
+* the run has none of -C, --debug; -R (the
   worker's Poisson schedule, from its throttle stream), -L (skipped
   slots, late transactions), -r (each command's latency, timed as
   client.py does), -T/-t, -P, the latency histograms and interval series
   of --percentiles, --json and --html (C counts into buckets of the
   recorder's layout and adds them to its Histogram objects before Python
   reads them; run() returns at each interval end, as at a progress tick)
-  and -l's per-transaction lines, --sampling-rate included (C formats
-  them into a buffer it hands to the TxLogWriter) are all supported;
+  and -l's logs, --sampling-rate and --aggregate-interval included (C
+  formats lines into a buffer it hands to the TxLogWriter, or records
+  into the writer's current interval) are all supported;
 * every command of every script is one of: an SQL command (with or
   without ``\\gset``/``\\aset``; no pipeline), a ``\\sleep``, a
   ``\\set`` whose expression :func:`pgsurge.engine.fastexpr.compile_int_expr`
@@ -35,7 +36,7 @@ eligible, which is exactly:
   by zero, ...), which Python evaluates again and reports.
 
 Anything else (pipelines, shell commands, doubles, strings, ``case``,
-the other random functions, ``debug()``, -C, --debug, aggregated logs)
+the other random functions, ``debug()``, -C, --debug)
 runs on the Python loop unchanged; :func:`decide` says why, and under
 ``PGSURGE_FASTLOOP=require`` the worker fails with that reason. -P is
 supported: the C loop returns at each tick and :class:`FastEventLoop`
@@ -111,7 +112,7 @@ __all__ = [
 ]
 
 #: the interface version of pgsurge._fastloop this code expects
-FASTLOOP_API = 7
+FASTLOOP_API = 8
 
 
 def disabled() -> bool:
@@ -158,8 +159,6 @@ FastPlan = tuple[tuple[str, ...], int, tuple[int, ...], tuple[tuple[PlanOp, ...]
 
 def run_excluded(cfg: RunConfig) -> str | None:
     """Why this run's options keep it on the Python loop, or None."""
-    if cfg.log and cfg.aggregate_interval:
-        return "--aggregate-interval"
     if cfg.connect_each_tx:
         return "-C"
     if cfg.debug:
@@ -429,10 +428,9 @@ class FastEventLoop(EventLoop):
         w: WorkerState,
         script_ops: tuple[tuple[Op, ...], ...],
         flags: RunFlags,
-        txlog: TxLogWriter | None = None,
     ) -> None:
-        """Build the C loop over this loop's clients and epoll instance;
-        ``txlog``: the worker's -l writer (per-transaction lines)."""
+        """Build the C loop over this loop's clients and epoll instance (the
+        -l writer comes later: :meth:`set_txlog`)."""
         assert _module is not None
         hooks: tuple[Callable[..., object], ...] = (
             engine.advance,
@@ -452,8 +450,14 @@ class FastEventLoop(EventLoop):
             control,
             flags,
             None if rec is None else rec.targets(),
-            None if txlog is None else _log_spec(txlog),
         )
+
+    def set_txlog(self, txlog: TxLogWriter) -> None:
+        """The worker's -l writer, opened once the run starts (aggregated
+        logs count their intervals from there): C writes its lines, or
+        accumulates its intervals, as the writer's ``log`` does."""
+        if self._fast is not None:
+            self._fast.set_log(_log_spec(txlog))
 
     def run(self) -> int:
         fast = self._fast
@@ -522,8 +526,6 @@ def _log_spec(txlog: TxLogWriter) -> tuple[Any, ...]:
     writer (its write_chunk), the epoch shift, the sampling rate (-1.0:
     none) and stream, and whether lines end with the lag and the retries."""
     o = txlog.options
-    if o.aggregate_interval_s:
-        raise ValueError("the C loop writes per-transaction lines only")
     sampling = o.sample_rate is not None and txlog.sample_rng is not None
     return (
         txlog,
@@ -532,6 +534,7 @@ def _log_spec(txlog: TxLogWriter) -> tuple[Any, ...]:
         txlog.sample_rng if sampling else None,
         int(o.throttled),
         int(o.max_tries != 1),
+        txlog.interval_us,
     )
 
 

@@ -400,7 +400,7 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
     if plan is not None:
         assert isinstance(loop, fastloop.FastEventLoop)
         flags = run_flags(settings, len(scripts), cfg.exit_on_abort)
-        loop.use_c(plan, engine, wstate, scripts, flags, run.txlog)
+        loop.use_c(plan, engine, wstate, scripts, flags)
 
     if cfg.connect_each_tx:
         return True
@@ -439,6 +439,8 @@ def _start(run: _Run) -> bool:
             return False
     if run.txlog is not None:
         wstate.txlog = run.txlog.log
+        if isinstance(run.loop, fastloop.FastEventLoop):
+            run.loop.set_txlog(run.txlog)
     if run.end_us and cfg.duration:
         _set_alarm(wstate, run.end_us - bench_start)
     return True

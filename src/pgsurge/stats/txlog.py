@@ -355,6 +355,23 @@ class TxLogWriter:
         """Unix time minus monotonic time (µs), added to log times."""
         return self._shift
 
+    @property
+    def interval_us(self) -> int:
+        """--aggregate-interval in µs (0: per-transaction lines)."""
+        return self._interval_us
+
+    def current(self) -> StatsData:
+        """--aggregate-interval: the interval being accumulated (its
+        ``start_us`` is Unix µs); the C loop records into it as ``log``
+        does."""
+        return self._agg
+
+    def roll_to(self, unix_us: int) -> StatsData:
+        """--aggregate-interval: write the intervals complete at ``unix_us``
+        (as ``log`` does before recording), then return :meth:`current`."""
+        self._roll(unix_us)
+        return self._agg
+
     def write_chunk(self, text: str) -> None:
         """Lines made elsewhere (the C loop's, in their order among this
         writer's own): buffered after the pending ones and written now."""
