@@ -155,8 +155,8 @@ def test_latency_limit_skips(db: str, tmp_path: Path) -> None:
             fast_rows, fast_report = rows, _report(out.stdout, True)
         else:
             f, s = _per_client(fast_rows), _per_client(rows)
-            assert f.keys() == s.keys()
-            for cid in f:
+            # (on a loaded machine a client may skip every one of its slots)
+            for cid in f.keys() & s.keys():
                 n = min(len(f[cid]), len(s[cid]))
                 assert f[cid][:n] == s[cid][:n]
             assert fast_report == _report(out.stdout, True)
