@@ -108,6 +108,7 @@ def _extensions() -> list[Extension]:
                 "src/pgsurge/_native/_fastloop_sync.c",
                 "src/pgsurge/_native/_fastloop_client.c",
                 "src/pgsurge/_native/_fastloop_loop.c",
+                "src/pgsurge/_native/_fastloop_logic.c",
             ],
             depends=[
                 "src/pgsurge/_native/_fastloop.h",

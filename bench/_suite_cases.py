@@ -28,6 +28,9 @@ class PairedCase:
     #: latency and lag averages within this relative tolerance of pgbench's
     accuracy: float | None = None
     clients: int = 8
+    #: arguments given to pgsurge only (its extra outputs), compared with
+    #: pgbench's run without them
+    b_extra: tuple[str, ...] = ()
 
 
 PAIRED_CASES: tuple[PairedCase, ...] = (
@@ -68,6 +71,45 @@ PAIRED_CASES: tuple[PairedCase, ...] = (
         "rate-2000-select",
         ("-b", "select-only", "-M", "prepared", "-R", "2000", "-c", "8", "-j", "2"),
         accuracy=0.10,
+    ),
+)
+# Issue 10: every measurement at C speed. ``{tmp}`` is the run's temporary
+# directory, ``{bench}`` this directory; PGSURGE_FASTLOOP=require makes a
+# pgsurge run that the C loop does not take fail instead of being measured.
+_REQUIRE = ("PGSURGE_FASTLOOP", "require")
+_JSON = ("--json", "{tmp}/run.json", "--percentiles")
+PAIRED_CASES += (
+    PairedCase(
+        "select-only-json",
+        ("-b", "select-only", "-M", "prepared", "-c", "8", "-j", "2"),
+        env=(_REQUIRE,),
+        cpu_max=1.05,
+        b_extra=_JSON,
+    ),
+    PairedCase(
+        "tpcb-like-json",
+        ("-b", "tpcb-like", "-M", "prepared", "-c", "8", "-j", "2"),
+        env=(("PGOPTIONS", "-c synchronous_commit=off"), _REQUIRE),
+        cpu_max=1.05,
+        b_extra=_JSON,
+    ),
+    PairedCase(
+        "select-only-log",
+        ("-b", "select-only", "-M", "prepared", "-c", "8", "-j", "2", "-l"),
+        env=(_REQUIRE,),
+        cpu_max=1.05,
+    ),
+    PairedCase(
+        "tpcb-like-log",
+        ("-b", "tpcb-like", "-M", "prepared", "-c", "8", "-j", "2", "-l"),
+        env=(("PGOPTIONS", "-c synchronous_commit=off"), _REQUIRE),
+        cpu_max=1.05,
+    ),
+    PairedCase(
+        "logic-script",
+        ("-f", "{bench}/logic.sql", "-M", "prepared", "-c", "8", "-j", "2"),
+        env=(_REQUIRE,),
+        cpu_max=1.1,
     ),
 )
 AA_CASE = "aa-control"

@@ -106,6 +106,7 @@ def run_measured(
     *,
     timeout: float = 3600.0,
     sample_memory: bool = False,
+    cwd: str | None = None,
 ) -> Measured:
     """Run ``argv`` to completion and measure it.
 
@@ -123,6 +124,7 @@ def run_measured(
         stdin=subprocess.DEVNULL,
         env=dict(env) if env is not None else None,
         text=True,
+        cwd=cwd,
     ) as proc:
         if sample_memory:
             sampler = _MemorySampler(proc.pid)

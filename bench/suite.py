@@ -35,6 +35,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -209,11 +210,14 @@ class Suite:
         sample_memory: bool = False,
         checkpoint: bool = True,
         timeout: float = 3600.0,
+        cwd: str | None = None,
     ) -> Run:
         argv = [*self.tool_argv(tool), *args]
         if checkpoint:
             self.server.checkpoint()
-        m = run_measured(argv, env, timeout=timeout, sample_memory=sample_memory)
+        m = run_measured(
+            argv, env, timeout=timeout, sample_memory=sample_memory, cwd=cwd
+        )
         return _run_of(tool, pair, position, m)
 
     # -- paired cases -------------------------------------------------------------
@@ -221,8 +225,19 @@ class Suite:
     def paired(
         self, case: PairedCase, a: str = PGBENCH, b: str = PGSURGE, label: str = ""
     ) -> list[tuple[Run, Run]]:
-        """Warm-up pair, then ``--pairs`` ABBA pairs; (a, b) runs per pair."""
-        args = [*case.args, "-T", str(self.opts.duration), self.run_dsn]
+        """Warm-up pair, then ``--pairs`` ABBA pairs; (a, b) runs per pair.
+        ``case.b_extra`` goes to pgsurge only; ``{tmp}`` and ``{bench}`` in
+        the arguments are the run's temporary directory and bench/."""
+        tmp = tempfile.mkdtemp(prefix="pgsurge-suite-")
+        where = {"tmp": tmp, "bench": str(Path(__file__).resolve().parent)}
+
+        def argv_of(tool: str) -> list[str]:
+            extra = case.b_extra if tool == PGSURGE else ()
+            return [
+                x.format(**where) if "{" in x else x
+                for x in (*case.args, *extra, "-T", str(self.opts.duration))
+            ] + [self.run_dsn]
+
         env = dict(os.environ)
         env.update(case.env)
         timeout = self.opts.duration + 600.0
@@ -234,8 +249,16 @@ class Suite:
             for pos, slot in enumerate(order):
                 tool = a if slot == "A" else b
                 runs[slot] = self.measure(
-                    tool, args, pair=i, position=pos, env=env, timeout=timeout
+                    tool,
+                    argv_of(tool),
+                    pair=i,
+                    position=pos,
+                    env=env,
+                    timeout=timeout,
+                    cwd=tmp,
                 )
+                for leftover in Path(tmp).iterdir():  # -l files, the JSON
+                    leftover.unlink()
             ra, rb = runs["A"], runs["B"]
             tag = "warm-up" if i < 0 else f"pair {i}"
             print(
@@ -252,6 +275,7 @@ class Suite:
                 pairs.append((ra, rb))
             else:
                 self._warmup = (ra, rb)
+        shutil.rmtree(tmp, ignore_errors=True)
         return pairs
 
     def run_paired(self, case: PairedCase) -> None:
@@ -262,11 +286,12 @@ class Suite:
             return
         print(
             f"{case.name}: {' '.join(case.args)} -T {self.opts.duration}"
+            + (f" (pgsurge: {' '.join(case.b_extra)})" if case.b_extra else "")
             + "".join(f" ({k}={v!r})" for k, v in case.env),
             flush=True,
         )
         pairs = self.paired(case)
-        self._store(case.name, "paired", case.args, case.env, pairs)
+        self._store(case.name, "paired", case.args, case.env, pairs, case.b_extra)
 
     def run_aa(self) -> None:
         case = PAIRED_CASES[0]
@@ -281,12 +306,14 @@ class Suite:
         args: Sequence[str],
         env: Sequence[tuple[str, str]],
         pairs: list[tuple[Run, Run]],
+        extra: Sequence[str] = (),
     ) -> None:
         summary = summarize_pairs(pairs)
         self.summaries[name] = summary
         self.results[name] = {
             "kind": kind,
             "args": [*args, "-T", str(self.opts.duration)],
+            "pgsurge_extra": list(extra),
             "env": dict(env),
             "summary": dataclasses.asdict(summary),
             "pairs": [[_run_dict(r), _run_dict(c)] for r, c in pairs],

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(
     not fastloop.available, reason="pgsurge._fastloop not usable"
 )
 
-VARS = (("scale", 10), ("label", "x"))
+VARS = (("scale", 10), ("label", "x"), ("default_seed", 12345))
 
 
 def _plan(args: list[str], tmp_path, text: str | None = None, **env: str):  # type: ignore[no-untyped-def]
@@ -43,17 +43,30 @@ def test_builtins_are_eligible(tmp_path, builtin: str, mode: str) -> None:
 @pytest.mark.parametrize(
     "option",
     [
-        ["-l"],
         ["-C"],
         ["--debug"],
-        ["--percentiles", "50"],
-        ["--json", "out.json"],
-        ["-R", "100", "-l"],
-        ["-R", "100", "--percentiles", "50"],
     ],
 )
 def test_excluded_options_take_the_python_loop(tmp_path, option: list[str]) -> None:
     assert _plan(["-b", "select-only", *option], tmp_path) is None
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--percentiles", "50"],
+        ["--json", "out.json"],
+        ["--html", "out.html"],
+        ["-R", "100", "--percentiles", "50"],
+        ["-r", "--json", "out.json", "--percentiles"],
+        ["-l"],
+        ["-R", "100", "-l", "--sampling-rate", "0.5"],
+        ["-l", "--json", "out.json", "--percentiles"],
+        ["-l", "--aggregate-interval", "1"],
+    ],
+)
+def test_histogram_outputs_are_eligible(tmp_path, option: list[str]) -> None:
+    assert _plan(["-b", "tpcb-like", *option], tmp_path) is not None
 
 
 @pytest.mark.parametrize(
@@ -77,33 +90,72 @@ def test_switch_off(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        "\\set a random(1, 10)\nSELECT :a \\gset\n",
-        "\\set a random(1, 10)\nSELECT :a \\aset\n",
         "\\sleep :label ms\nSELECT 1;\n",
         "\\sleep :nosuchvar\nSELECT 1;\n",
-        "\\sleep :a us\n\\set a 1\nSELECT :a;\n",
-        "\\sleep :b us\n\\set a 1\nSELECT :a;\n\\set b 2\n",
         "\\shell true\nSELECT 1;\n",
         "\\setshell v echo 1\nSELECT 1;\n",
-        "\\if 1\nSELECT 1;\n\\endif\n",
         "\\startpipeline\nSELECT 1;\n\\endpipeline\n",
         "\\set a random_gaussian(1, 10, 2.5)\nSELECT :a;\n",
-        "\\set a random(1, 10) + 1\nSELECT :a;\n",
-        "\\set a :scale\nSELECT :a;\n",
         "\\set a 1.5\nSELECT :a;\n",
-        "\\set a random(10, 1)\nSELECT :a;\n",
         "\\set a random(1, :label * 2)\nSELECT :a;\n",
-        "\\set a random(1, 2 * :b)\n\\set b 3\nSELECT :a;\n",
         "\\set a debug(1)\nSELECT :a;\n",
         "\\set a 9223372036854775807 + 1\nSELECT :a;\n",
-        "SELECT :a;\n\\set a 1\n",
         "SELECT :label;\n",
         "SELECT :nosuchvar;\n",
     ],
 )
 def test_ineligible_scripts(tmp_path, text: str) -> None:
+    # (C runs int expressions, \\if and \\gset: test_eligible_logic)
     assert _plan(["-M", "prepared"], tmp_path, text) is None
     assert _plan(["-M", "simple"], tmp_path, text) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\\set a random(1, 10)\nSELECT :a \\gset\n",
+        "\\set a random(1, 10)\nSELECT :a \\aset\n",
+        # read before it is set: C checks at run time, Python gives the error
+        "\\sleep :a us\n\\set a 1\nSELECT :a;\n",
+        "\\sleep :b us\n\\set a 1\nSELECT :a;\n\\set b 2\n",
+        "SELECT :a;\n\\set a 1\n",
+        "\\if 1\nSELECT 1;\n\\endif\n",
+        "\\if :scale > 1 and not (:scale = 3)\nSELECT 1;\n"
+        "\\elif :scale\n\\else\n\\endif\n",
+        "\\set a random(1, 10) + 1\nSELECT :a;\n",
+        "\\set a :scale\nSELECT :a;\n",
+        "\\set a random(10, 1)\nSELECT :a;\n",
+        "\\set a random(1, 2 * :b)\n\\set b 3\nSELECT :a;\n",
+        "\\set a abs(-3) + least(1, :scale) + greatest(:scale, 2) + hash(:scale)\n",
+        "\\set a permute(1, 10) + hash_fnv1a(1, 2) + (:scale << 2) # 5\n",
+        "SELECT 1 AS x \\gset p_\n\\set y :p_x * 2\nSELECT :y;\n",
+    ],
+)
+def test_eligible_logic(tmp_path, text: str) -> None:
+    assert _plan(["-M", "prepared"], tmp_path, text) is not None
+    assert _plan(["-M", "simple"], tmp_path, text) is not None
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("\\set a :scale > 1\n", "\\set of a boolean"),
+        ("\\set a 1.5 * :scale\n", "a value that is not an int"),
+        ("\\set a case when :scale > 1 then 1 else 2 end\n", "case()"),
+        ("\\set a random_gaussian(1, :scale, 2.5)\n", "random_gaussian()"),
+        ("\\if :scale and 1\n\\endif\n", "an int where a boolean is expected"),
+        ("\\shell true\n", "\\shell and \\setshell are not supported"),
+    ],
+)
+def test_refusal_names_the_reason(tmp_path, text: str, reason: str) -> None:
+    path = tmp_path / "s.sql"
+    path.write_text(text)
+    cfg = parse_command_line(["-f", str(path)], environ={})
+    assert isinstance(cfg, RunConfig)
+    parsed = _parse_scripts(cfg)
+    ops = compile_scripts(parsed, cfg.query_mode)
+    why = fastloop.decide(cfg, parsed, ops, VARS, True)
+    assert isinstance(why, str) and reason in why, why
 
 
 def test_plan_of_a_script(tmp_path) -> None:
@@ -122,7 +174,7 @@ def test_plan_of_a_script(tmp_path) -> None:
             (2, 0, 1, 10000),
             (1, 1, 6),
             (2, 2, -5, 5),
-            (3, b"P_0", (0, 1, 3, 4, 2), None),
+            (3, b"P_0", (0, 1, 3, 4, 2), None, 0, ""),
             (0,),
         ),
     )
@@ -132,6 +184,8 @@ def test_plan_of_a_script(tmp_path) -> None:
         b"",
         (0, 1, 3, 4, 2),
         (b"SELECT ", b", ", b", ", b", ", b", ", b";"),
+        0,
+        "",
     )
 
 
@@ -156,7 +210,7 @@ def test_plan_of_sleeps(tmp_path) -> None:
             (5, 0, 1),
             (5, 1, 1000000),
             (4, wrapped),
-            (3, b"P_0", (0,), None),
+            (3, b"P_0", (0,), None, 0, ""),
             (0,),
         ),
     )

@@ -4,11 +4,11 @@
  *
  * The Python engine (pgsurge.engine.loop.EventLoop.run driving the advance()
  * closure of pgsurge.engine.client) is the reference. For runs that
- * pgsurge.engine.fastloop finds eligible (plain scripts of SQL commands, \set of
- * constants or random(lo, hi) and \sleep, no logs, no histograms:
- * see there) this module runs the same loop, and runs every transaction
- * that goes as planned without entering Python at all -- throttled ones
- * (-R, -L) included.
+ * pgsurge.engine.fastloop finds eligible (scripts of SQL commands, \gset,
+ * \aset, \sleep, \set and \if of int expressions; histograms, series and
+ * -l lines included: see there and pgsurge/engine/ENGINE.md) this module
+ * runs the same loop, and runs every transaction that goes as planned
+ * without entering Python at all -- throttled ones (-R, -L) included.
  *
  * Ownership. Each client is, at any time, owned either by Python or by C.
  * Every client starts owned by Python. When a Python-owned client is due
@@ -73,7 +73,9 @@ PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s_cnt,
     *s_in_pipeline, *s_count, *s_min, *s_max, *s_sum, *s_sum2, *s_latency,
     *s_timer_exceeded, *s_getstate, *s_setstate, *s_stats, *s_per_script,
     *s_choose_rng, *s_throttle_rng, *s_throttle_trigger, *s_latency_late,
-    *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched;
+    *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched, *s_layout,
+    *s_add_counts, *s_eval_elif, *s_meta_failed, *s_id, *s_write_chunk, *s_current,
+    *s_roll_to, *s_start_us;
 
 /* ---------------------------------------------------------------------- */
 /* Construction                                                           */
@@ -131,8 +133,15 @@ FastLoop_traverse(FastLoop *fl, visitproc visit, void *arg)
             Py_VISIT(fl->per_script[k].lag.obj);
         }
     for (k = 0; k < fl->nscripts && fl->scripts != NULL; k++)
-        for (i = 0; i < fl->scripts[k].nops; i++)
+        for (i = 0; i < fl->scripts[k].nops; i++) {
             Py_VISIT(fl->scripts[k].ops[i].cmd.obj);
+            Py_VISIT(fl->scripts[k].ops[i].rec.obj);
+        }
+    if (fl->hscript != NULL)
+        for (k = 0; k < fl->nscripts; k++)
+            Py_VISIT(fl->hscript[k].obj);
+    Py_VISIT(fl->hlat.obj);
+    Py_VISIT(fl->hlag.obj);
     Py_VISIT(fl->total.data);
     Py_VISIT(fl->total.lat.obj);
     Py_VISIT(fl->total.lag.obj);
@@ -145,6 +154,13 @@ FastLoop_traverse(FastLoop *fl, visitproc visit, void *arg)
     Py_VISIT(fl->advance);
     Py_VISIT(fl->resume);
     Py_VISIT(fl->absorb);
+    Py_VISIT(fl->gset_hook);
+    Py_VISIT(fl->slot_of);
+    Py_VISIT(fl->txlog);
+    Py_VISIT(fl->sample_rng);
+    Py_VISIT(fl->agg.data);
+    Py_VISIT(fl->agg.lat.obj);
+    Py_VISIT(fl->agg.lag.obj);
     return 0;
 }
 
@@ -164,8 +180,15 @@ FastLoop_clear(FastLoop *fl)
             Py_CLEAR(fl->per_script[k].lag.obj);
         }
     for (k = 0; k < fl->nscripts && fl->scripts != NULL; k++)
-        for (i = 0; i < fl->scripts[k].nops; i++)
+        for (i = 0; i < fl->scripts[k].nops; i++) {
             Py_CLEAR(fl->scripts[k].ops[i].cmd.obj);
+            Py_CLEAR(fl->scripts[k].ops[i].rec.obj);
+        }
+    if (fl->hscript != NULL)
+        for (k = 0; k < fl->nscripts; k++)
+            Py_CLEAR(fl->hscript[k].obj);
+    Py_CLEAR(fl->hlat.obj);
+    Py_CLEAR(fl->hlag.obj);
     Py_CLEAR(fl->total.data);
     Py_CLEAR(fl->total.lat.obj);
     Py_CLEAR(fl->total.lag.obj);
@@ -177,16 +200,26 @@ FastLoop_clear(FastLoop *fl)
     Py_CLEAR(fl->advance);
     Py_CLEAR(fl->resume);
     Py_CLEAR(fl->absorb);
+    Py_CLEAR(fl->gset_hook);
+    Py_CLEAR(fl->slot_of);
+    Py_CLEAR(fl->txlog);
+    Py_CLEAR(fl->sample_rng);
+    Py_CLEAR(fl->agg.data);
+    Py_CLEAR(fl->agg.lat.obj);
+    Py_CLEAR(fl->agg.lag.obj);
     return 0;
 }
 
 static void
 FastLoop_dealloc(FastLoop *fl)
 {
-    int i, k;
+    int i, j, k;
 
     PyObject_GC_UnTrack(fl);
     FastLoop_clear(fl);
+    for (i = 0; i < fl->nclients && fl->clients != NULL; i++)
+        if (fl->clients[i].pending != NULL && pq != NULL)
+            pq->clear(fl->clients[i].pending);
 
     PyMem_Free(fl->clients);
     for (k = 0; k < fl->nscripts && fl->scripts != NULL; k++) {
@@ -194,9 +227,19 @@ FastLoop_dealloc(FastLoop *fl)
             PyMem_Free(fl->scripts[k].ops[i].params);
             PyMem_Free((void *)fl->scripts[k].ops[i].lits);
             PyMem_Free(fl->scripts[k].ops[i].litlens);
+            fl_hist_free(&fl->scripts[k].ops[i].rec);
+            PyMem_Free(fl->scripts[k].ops[i].code);
+            for (j = 0; j < GSET_CACHE; j++)
+                PyMem_Free(fl->scripts[k].ops[i].colname[j]);
         }
         PyMem_Free(fl->scripts[k].ops);
     }
+    if (fl->hscript != NULL)
+        for (k = 0; k < fl->nscripts; k++)
+            fl_hist_free(&fl->hscript[k]);
+    PyMem_Free(fl->hscript);
+    fl_hist_free(&fl->hlat);
+    fl_hist_free(&fl->hlag);
     PyMem_Free(fl->scripts);
     PyMem_Free(fl->per_script);
     PyMem_Free(fl->weights);
@@ -205,23 +248,126 @@ FastLoop_dealloc(FastLoop *fl)
     PyMem_Free(fl->batch);
     PyMem_Free(fl->events);
     PyMem_Free(fl->timers);
+    PyMem_Free(fl->logbuf);
     Py_XDECREF(fl->keep);
     Py_TYPE(fl)->tp_free((PyObject *)fl);
 }
 
+/* -l: (writer, epoch_shift_us, sample_rate, sample_rng, lag, retries,
+ * aggregate_interval_us) -- pgsurge.engine.fastloop._log_spec */
+static int
+log_init(FastLoop *fl, PyObject *log)
+{
+    PyObject *writer, *rng;
+    long long shift, step;
+    int lag, retries;
+
+    if (fl->txlog != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the log is set already");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(log, "OLdOiiL", &writer, &shift, &fl->sample_rate, &rng, &lag,
+                          &retries, &step))
+        return -1;
+    fl->epoch_shift = shift;
+    fl->log_lag = lag;
+    fl->log_retries = retries;
+    fl->sampling = fl->sample_rate >= 0.0;
+    if (fl->sampling) {
+        if (rng == Py_None) {
+            PyErr_SetString(PyExc_ValueError, "sampling needs its stream");
+            return -1;
+        }
+        fl->sample_rng = rng;
+        Py_INCREF(rng);
+        if (fl_shared_load_sampling(fl) < 0)
+            return -1;
+    }
+    fl->agg_step = step;
+    if (step <= 0) {
+        fl->logcap = 1 << 16;
+        fl->logbuf = PyMem_Malloc(fl->logcap);
+        if (fl->logbuf == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    Py_INCREF(writer);
+    fl->txlog = writer;
+    /* the writer's current interval, loaded */
+    return step > 0 ? fl_agg_roll(fl, INT64_MIN) : 0;
+}
+
+static PyObject *
+FastLoop_set_log(FastLoop *fl, PyObject *log)
+{
+    if (log_init(fl, log) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 /*
  * FastLoop(clients, script_ops, plan, wstate, hooks, epoll_fd, control_fd,
- *          flags)
+ *          flags[, hists])
  *
  * plan: (var_names, nset, weights, scripts) -- see pgsurge.engine.fastloop;
- * hooks: (advance, resume, absorb); flags: (mode, nxacts, end_us,
+ * hooks: (advance, resume, absorb[, gset]); flags: (mode, nxacts, end_us,
  * detailed, tx_clock, save_rng, restart_inline, exit_on_abort,
- * latency_limit_us, throttle_delay, per_command) -- throttle_delay a float.
+ * latency_limit_us, throttle_delay, per_command) -- throttle_delay a float
+ * (pgsurge.engine.abi.RunFlags); hists: None, or the recorder's histograms
+ * (latency, lag, per-script tuple, per-command tuple of tuples) --
+ * pgsurge.stats.series.WorkerRecorder.targets().
  */
+static int
+hists_init(FastLoop *fl, PyObject *hists)
+{
+    PyObject *per_script, *per_command;
+    int i, k;
+
+    if (!PyTuple_Check(hists) || PyTuple_GET_SIZE(hists) != 4)
+        goto bad;
+    per_script = PyTuple_GET_ITEM(hists, 2);
+    per_command = PyTuple_GET_ITEM(hists, 3);
+    if (!PyTuple_Check(per_script) || !PyTuple_Check(per_command) ||
+        PyTuple_GET_SIZE(per_script) != fl->nscripts ||
+        PyTuple_GET_SIZE(per_command) != fl->nscripts)
+        goto bad;
+    fl->recording = 1;
+    if (fl_hist_init(&fl->hlat, PyTuple_GET_ITEM(hists, 0)) < 0 ||
+        fl_hist_init(&fl->hlag, PyTuple_GET_ITEM(hists, 1)) < 0)
+        return -1;
+    if (fl->nscripts > 1) {
+        fl->hscript = PyMem_Calloc(fl->nscripts, sizeof(fl_hist));
+        if (fl->hscript == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (k = 0; k < fl->nscripts; k++)
+            if (fl_hist_init(&fl->hscript[k], PyTuple_GET_ITEM(per_script, k)) < 0)
+                return -1;
+    }
+    if (!fl->per_command)
+        return 0;
+    for (k = 0; k < fl->nscripts; k++) {
+        PyObject *cmds = PyTuple_GET_ITEM(per_command, k);
+
+        if (!PyTuple_Check(cmds) || PyTuple_GET_SIZE(cmds) != fl->scripts[k].nops - 1)
+            goto bad;
+        for (i = 0; i < fl->scripts[k].nops - 1; i++)
+            if (fl_hist_init(&fl->scripts[k].ops[i].rec, PyTuple_GET_ITEM(cmds, i)) < 0)
+                return -1;
+    }
+    return 0;
+bad:
+    PyErr_SetString(PyExc_ValueError, "malformed fast loop histograms");
+    return -1;
+}
+
 static PyObject *
 FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    PyObject *clients, *script_ops, *plan, *wstate, *hooks, *flags;
+    PyObject *clients, *script_ops, *plan, *wstate, *hooks, *flags, *hists = NULL,
+             *log = NULL;
     PyObject *scripts, *weights, *per_script, *total;
     int epfd, control_fd, nprep = 0, per_command;
     long long f[9];
@@ -233,15 +379,17 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "FastLoop() takes no keyword arguments");
         return NULL;
     }
-    if (!PyArg_ParseTuple(args, "O!O!O!OO!iiO!", &PyList_Type, &clients, &PyTuple_Type,
+    if (!PyArg_ParseTuple(args, "O!O!O!OO!iiO!|OO", &PyList_Type, &clients, &PyTuple_Type,
                           &script_ops, &PyTuple_Type, &plan, &wstate, &PyTuple_Type,
-                          &hooks, &epfd, &control_fd, &PyTuple_Type, &flags))
+                          &hooks, &epfd, &control_fd, &PyTuple_Type, &flags, &hists,
+                          &log))
         return NULL;
     if (pq == NULL || !pq->bound) {
         PyErr_SetString(PyExc_RuntimeError, "pgsurge._fastpq is not bound");
         return NULL;
     }
-    if (PyTuple_GET_SIZE(hooks) != 3 || PyTuple_GET_SIZE(plan) != 4 ||
+    if ((PyTuple_GET_SIZE(hooks) != 3 && PyTuple_GET_SIZE(hooks) != 4) ||
+        PyTuple_GET_SIZE(plan) != 4 ||
         !PyArg_ParseTuple(flags, "LLLLLLLLLdi", &f[0], &f[1], &f[2], &f[3], &f[4],
                           &f[5], &f[6], &f[7], &f[8], &delay, &per_command)) {
         if (!PyErr_Occurred())
@@ -278,6 +426,10 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     Py_INCREF(fl->advance);
     Py_INCREF(fl->resume);
     Py_INCREF(fl->absorb);
+    if (PyTuple_GET_SIZE(hooks) == 4) {
+        fl->gset_hook = PyTuple_GET_ITEM(hooks, 3);
+        Py_INCREF(fl->gset_hook);
+    }
 
     fl->var_names = PyTuple_GET_ITEM(plan, 0);
     Py_INCREF(fl->var_names);
@@ -298,6 +450,20 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (fl->nset < 0 || fl->nset > fl->nvars) {
         PyErr_SetString(PyExc_ValueError, "malformed fast loop plan");
         goto fail;
+    }
+    /* {name: slot}, for \gset */
+    fl->slot_of = PyDict_New();
+    if (fl->slot_of == NULL)
+        goto fail;
+    for (i = 0; i < fl->nvars; i++) {
+        PyObject *slot = PyLong_FromSsize_t(i);
+
+        if (slot == NULL ||
+            PyDict_SetItem(fl->slot_of, PyTuple_GET_ITEM(fl->var_names, i), slot) < 0) {
+            Py_XDECREF(slot);
+            goto fail;
+        }
+        Py_DECREF(slot);
     }
     fl->nscripts = (int)PyTuple_GET_SIZE(scripts);
     fl->weights = PyMem_New(int64_t, fl->nscripts);
@@ -333,10 +499,25 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             PyErr_SetString(PyExc_ValueError, "a script must end with OP_END");
             goto fail;
         }
+        for (i = 0; i < fl->scripts[k].nops; i++) {
+            fl_op *op = &fl->scripts[k].ops[i];
+            int n = fl->scripts[k].nops;
+
+            if ((op->kind == OP_IF &&
+                 (op->false_next < 0 || op->false_next >= n || op->end_next < 0 ||
+                  op->end_next >= n)) ||
+                (op->kind == OP_ELSE && (op->end_next < 0 || op->end_next >= n)) ||
+                (op->gset != GSET_NONE && fl->gset_hook == NULL)) {
+                PyErr_SetString(PyExc_ValueError, "malformed fast loop plan");
+                goto fail;
+            }
+        }
         if (fl->per_command && command_stats(fl, k) < 0)
             goto fail;
     }
 
+    if (hists != NULL && hists != Py_None && hists_init(fl, hists) < 0)
+        goto fail;
     if (fl->total_weight <= 0) {
         PyErr_SetString(PyExc_ValueError, "the weights must add up to more than 0");
         goto fail;
@@ -405,7 +586,11 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         Py_INCREF(fl->clients[i].st);
         fl->clients[i].fd = -1;
         fl->clients[i].owner = OWN_PY;
+        if (fl_get_i64(fl->clients[i].st, s_id, &fl->clients[i].id) < 0)
+            goto fail;
     }
+    if (log != NULL && log != Py_None && log_init(fl, log) < 0)
+        goto fail;
     return (PyObject *)fl;
 fail:
     Py_DECREF(fl);
@@ -426,7 +611,16 @@ FastLoop_get_now(FastLoop *fl, void *closure)
     return PyLong_FromLongLong(fl->now_us);
 }
 
+static PyObject *
+FastLoop_get_handbacks(FastLoop *fl, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLongLong(fl->handbacks);
+}
+
 static PyGetSetDef FastLoop_getset[] = {
+    {"handbacks", (getter)FastLoop_get_handbacks, NULL,
+     "how many times a C-owned client was handed to Python", NULL},
     {"idle_us", (getter)FastLoop_get_idle, NULL, "µs spent blocked in waits", NULL},
     {"now_us", (getter)FastLoop_get_now, NULL, "the clock when run() returned TICK",
      NULL},
@@ -435,6 +629,107 @@ static PyGetSetDef FastLoop_getset[] = {
 
 static PyMethodDef FastLoop_methods[] = {
     {"run", (PyCFunction)fl_run, METH_O, fl_run_doc},
+    {"set_log", (PyCFunction)FastLoop_set_log, METH_O,
+     "set_log(spec)\n--\n\nWrite -l as the TxLogWriter of spec does "
+     "(pgsurge.engine.fastloop._log_spec)."},
+    {NULL, NULL, 0, NULL},
+};
+
+/* _record_into(hist, values): count values as the loop does and add
+ * them to the Histogram (tests compare with Histogram.record) */
+static PyObject *
+record_into(PyObject *module, PyObject *args)
+{
+    PyObject *hist, *values, *seq;
+    fl_hist h;
+    Py_ssize_t i;
+    int r = 0;
+
+    (void)module;
+    if (!PyArg_ParseTuple(args, "OO", &hist, &values))
+        return NULL;
+    seq = PySequence_Fast(values, "values must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    if (fl_hist_init(&h, hist) < 0) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    for (i = 0; i < PySequence_Fast_GET_SIZE(seq) && r == 0; i++) {
+        int64_t v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+
+        r = (v == -1 && PyErr_Occurred()) ? -1 : fl_hist_record(&h, v);
+    }
+    if (r == 0)
+        r = fl_hist_flush(&h);
+    Py_DECREF(seq);
+    Py_DECREF(h.obj);
+    fl_hist_free(&h);
+    if (r < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* _eval(code, values, s0, s1): run an expression program as the loop
+ * does, over variables ``values`` (an int, or None: not held by C) and
+ * the PRNG words; returns (bailed, value, s0, s1) (tests compare with
+ * pgsurge.script.evaluate) */
+static PyObject *
+eval_expr(PyObject *module, PyObject *args)
+{
+    PyObject *code, *values;
+    unsigned long long s0, s1;
+    fl_op op;
+    fl_client c;
+    int64_t v = 0;
+    Py_ssize_t i;
+    int r;
+
+    (void)module;
+    if (!PyArg_ParseTuple(args, "O!O!KK", &PyTuple_Type, &code, &PyTuple_Type, &values,
+                          &s0, &s1))
+        return NULL;
+    memset(&op, 0, sizeof op);
+    memset(&c, 0, sizeof c);
+    if (PyTuple_GET_SIZE(values) > MAX_VARS) {
+        PyErr_SetString(PyExc_ValueError, "too many variables");
+        return NULL;
+    }
+    for (i = 0; i < PyTuple_GET_SIZE(values); i++) {
+        PyObject *x = PyTuple_GET_ITEM(values, i);
+
+        if (x == Py_None)
+            continue;
+        c.vals[i] = PyLong_AsLongLong(x);
+        if (PyErr_Occurred())
+            return NULL;
+        c.valid |= UINT64_C(1) << i;
+    }
+    if (fl_parse_code(code, &op) < 0) {
+        PyMem_Free(op.code);
+        return NULL;
+    }
+    for (i = 0; i < op.ncode; i++)
+        if (op.code[i].code == 1 && op.code[i].arg >= PyTuple_GET_SIZE(values)) {
+            PyMem_Free(op.code);
+            PyErr_SetString(PyExc_ValueError, "a variable out of range");
+            return NULL;
+        }
+    c.s0 = s0;
+    c.s1 = s1;
+    r = fl_eval(&c, op.code, op.ncode, &v);
+    PyMem_Free(op.code);
+    return Py_BuildValue("(iLKK)", r, (long long)v, (unsigned long long)c.s0,
+                         (unsigned long long)c.s1);
+}
+
+static PyMethodDef module_methods[] = {
+    {"_eval", eval_expr, METH_VARARGS,
+     "_eval(code, values, s0, s1)\n--\n\nRun an expression program as the loop "
+     "does (tests)."},
+    {"_record_into", record_into, METH_VARARGS,
+     "_record_into(hist, values)\n--\n\nCount values as the loop does, add them "
+     "to hist."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -457,18 +752,101 @@ static struct PyModuleDef fastloop_module = {
     .m_doc = "A worker's event loop and its clients' common case in C "
              "(optional; see pgsurge.engine.fastloop).",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
-#define INTERN(var, text)                                    \
-    do {                                                     \
-        if ((var = PyUnicode_InternFromString(text)) == NULL) \
-            return NULL;                                     \
-    } while (0)
+/* Every attribute C reads or writes, with the class that owns it: the
+ * interned names, and the module's READS ((owner, name), ...), which
+ * tests/unit/test_abi.py checks against the owners' __slots__. */
+static const struct {
+    const char *owner, *name;
+    PyObject **var;
+} reads[] = {
+    {"Client", "state", &s_state},
+    {"Client", "script", &s_script},
+    {"Client", "ops", &s_ops},
+    {"Client", "command", &s_command},
+    {"Client", "qrynum", &s_qrynum},
+    {"Client", "cnt", &s_cnt},
+    {"Client", "txn_scheduled", &s_txn_scheduled},
+    {"Client", "txn_begin", &s_txn_begin},
+    {"Client", "estatus", &s_estatus},
+    {"Client", "tries", &s_tries},
+    {"Client", "saved_rng", &s_saved_rng},
+    {"Client", "rng", &s_rng},
+    {"Client", "variables", &s_variables},
+    {"Client", "ptr", &s_ptr},
+    {"Client", "fd", &s_fd},
+    {"Client", "prepared", &s_prepared},
+    {"Client", "flush_pending", &s_flush_pending},
+    {"Client", "drain_state", &s_drain_state},
+    {"Client", "in_pipeline", &s_in_pipeline},
+    {"Client", "sleep_until", &s_sleep_until},
+    {"Client", "stmt_begin", &s_stmt_begin},
+    {"Client", "unwatched", &s_unwatched},
+    {"Client", "eval_elif", &s_eval_elif},
+    {"Client", "meta_failed", &s_meta_failed},
+    {"Client", "id", &s_id},
+    {"TxLogWriter", "write_chunk", &s_write_chunk},
+    {"TxLogWriter", "current", &s_current},
+    {"TxLogWriter", "roll_to", &s_roll_to},
+    {"StatsData", "start_us", &s_start_us},
+    {"SimpleStats", "count", &s_count},
+    {"SimpleStats", "min", &s_min},
+    {"SimpleStats", "max", &s_max},
+    {"SimpleStats", "sum", &s_sum},
+    {"SimpleStats", "sum2", &s_sum2},
+    {"StatsData", "latency", &s_latency},
+    {"StatsData", "cnt", &s_cnt},
+    {"StatsData", "skipped", &s_skipped},
+    {"StatsData", "lag", &s_lag},
+    {"WorkerState", "timer_exceeded", &s_timer_exceeded},
+    {"WorkerState", "stats", &s_stats},
+    {"WorkerState", "per_script", &s_per_script},
+    {"WorkerState", "choose_rng", &s_choose_rng},
+    {"WorkerState", "throttle_rng", &s_throttle_rng},
+    {"WorkerState", "throttle_trigger", &s_throttle_trigger},
+    {"WorkerState", "latency_late", &s_latency_late},
+    {"Op", "stats", &s_stats},
+    {"CommandStats", "latency", &s_latency},
+    {"PgPrng", "getstate", &s_getstate},
+    {"PgPrng", "setstate", &s_setstate},
+    {"Histogram", "layout", &s_layout},
+    {"Histogram", "add_counts", &s_add_counts},
+};
+
+/* the READS tuple of the module */
+static PyObject *
+reads_tuple(void)
+{
+    int i, n = (int)(sizeof reads / sizeof reads[0]);
+    PyObject *t = PyTuple_New(n);
+
+    if (t == NULL)
+        return NULL;
+    for (i = 0; i < n; i++) {
+        PyObject *pair = Py_BuildValue("(ss)", reads[i].owner, reads[i].name);
+
+        if (pair == NULL) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, pair);
+    }
+    return t;
+}
+
+static int
+add_int(PyObject *m, const char *name, long value)
+{
+    return PyModule_AddIntConstant(m, name, value);
+}
 
 PyMODINIT_FUNC
 PyInit__fastloop(void)
 {
-    PyObject *m;
+    PyObject *m, *t;
+    int i;
 
     /* PyCapsule_Import only imports the package and then reads attributes:
      * import pgsurge._fastpq first, or importing this module on its own
@@ -484,45 +862,10 @@ PyInit__fastloop(void)
         PyErr_SetString(PyExc_ImportError, "pgsurge._fastpq's table is of another version");
         return NULL;
     }
-    INTERN(s_state, "state");
-    INTERN(s_script, "script");
-    INTERN(s_ops, "ops");
-    INTERN(s_command, "command");
-    INTERN(s_qrynum, "qrynum");
-    INTERN(s_cnt, "cnt");
-    INTERN(s_txn_scheduled, "txn_scheduled");
-    INTERN(s_txn_begin, "txn_begin");
-    INTERN(s_estatus, "estatus");
-    INTERN(s_tries, "tries");
-    INTERN(s_saved_rng, "saved_rng");
-    INTERN(s_rng, "rng");
-    INTERN(s_variables, "variables");
-    INTERN(s_ptr, "ptr");
-    INTERN(s_fd, "fd");
-    INTERN(s_prepared, "prepared");
-    INTERN(s_flush_pending, "flush_pending");
-    INTERN(s_drain_state, "drain_state");
-    INTERN(s_in_pipeline, "in_pipeline");
-    INTERN(s_count, "count");
-    INTERN(s_min, "min");
-    INTERN(s_max, "max");
-    INTERN(s_sum, "sum");
-    INTERN(s_sum2, "sum2");
-    INTERN(s_latency, "latency");
-    INTERN(s_timer_exceeded, "timer_exceeded");
-    INTERN(s_getstate, "getstate");
-    INTERN(s_setstate, "setstate");
-    INTERN(s_stats, "stats");
-    INTERN(s_per_script, "per_script");
-    INTERN(s_choose_rng, "choose_rng");
-    INTERN(s_throttle_rng, "throttle_rng");
-    INTERN(s_throttle_trigger, "throttle_trigger");
-    INTERN(s_latency_late, "latency_late");
-    INTERN(s_skipped, "skipped");
-    INTERN(s_lag, "lag");
-    INTERN(s_sleep_until, "sleep_until");
-    INTERN(s_stmt_begin, "stmt_begin");
-    INTERN(s_unwatched, "unwatched");
+    for (i = 0; i < (int)(sizeof reads / sizeof reads[0]); i++)
+        if (*reads[i].var == NULL &&
+            (*reads[i].var = PyUnicode_InternFromString(reads[i].name)) == NULL)
+            return NULL;
     if (PyType_Ready(&FastLoop_Type) < 0)
         return NULL;
     m = PyModule_Create(&fastloop_module);
@@ -549,7 +892,27 @@ PyInit__fastloop(void)
         PyModule_AddIntConstant(m, "MODE_PREPARED", MODE_PREPARED) < 0 ||
         PyModule_AddIntConstant(m, "RESUME_FLUSH", RESUME_FLUSH) < 0 ||
         PyModule_AddIntConstant(m, "RESUME_SEND_FAILED", RESUME_SEND_FAILED) < 0 ||
-        PyModule_AddIntConstant(m, "TX_BUDGET", TX_BUDGET) < 0) {
+        PyModule_AddIntConstant(m, "TX_BUDGET", TX_BUDGET) < 0 ||
+        add_int(m, "OP_END", OP_END) < 0 || add_int(m, "OP_SET_CONST", OP_SET_CONST) < 0 ||
+        add_int(m, "OP_SET_RANDOM", OP_SET_RANDOM) < 0 || add_int(m, "OP_SQL", OP_SQL) < 0 ||
+        add_int(m, "OP_SLEEP_CONST", OP_SLEEP_CONST) < 0 ||
+        add_int(m, "OP_SLEEP_VAR", OP_SLEEP_VAR) < 0 ||
+        add_int(m, "OUT_DONE", OUT_DONE) < 0 ||
+        add_int(m, "OUT_EXIT_ON_ABORT", OUT_EXIT_ON_ABORT) < 0 ||
+        add_int(m, "OUT_STOPPED", OUT_STOPPED) < 0 || add_int(m, "OUT_TICK", OUT_TICK) < 0 ||
+        add_int(m, "DRAIN_BUSY", DRAIN_BUSY) < 0 || add_int(m, "DRAIN_DONE", DRAIN_DONE) < 0 ||
+        add_int(m, "DRAIN_FAILED", DRAIN_FAILED) < 0 ||
+        add_int(m, "MAX_VARS", MAX_VARS) < 0 || add_int(m, "MAX_PARAMS", MAX_PARAMS) < 0 ||
+        add_int(m, "OP_SET_EXPR", OP_SET_EXPR) < 0 || add_int(m, "OP_IF", OP_IF) < 0 ||
+        add_int(m, "OP_ELSE", OP_ELSE) < 0 || add_int(m, "OP_ENDIF", OP_ENDIF) < 0 ||
+        add_int(m, "GSET_NONE", GSET_NONE) < 0 || add_int(m, "GSET_ONE", GSET_ONE) < 0 ||
+        add_int(m, "GSET_ALL", GSET_ALL) < 0 || add_int(m, "MAX_STACK", MAX_STACK) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    t = reads_tuple();
+    if (t == NULL || PyModule_AddObject(m, "READS", t) < 0) {
+        Py_XDECREF(t);
         Py_DECREF(m);
         return NULL;
     }

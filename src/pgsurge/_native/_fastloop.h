@@ -1,7 +1,7 @@
 /*
  * pgsurge._fastloop's private header: what its translation units share.
  *
- * The extension is one module built from five files, each with a role
+ * The extension is one module built from six files, each with a role
  * (the design is described at the top of _fastloop.c):
  *
  *   _fastloop.c         the module: the FastLoop type, its construction
@@ -11,7 +11,8 @@
  *                       shared working copies and a client's state, taking
  *                       clients over and handing them to advance/resume;
  *   _fastloop_client.c  a C-owned client's state machine (sends, results,
- *                       \set, \sleep, throttling, accounting);
+ *                       \set, \if, \sleep, throttling, accounting, -l lines);
+ *   _fastloop_logic.c   int expressions (\set, \if) and \gset/\aset;
  *   _fastloop_loop.c    the loop: waits, ready sockets, timers, the
  *                       runnable queue, run().
  *
@@ -40,14 +41,15 @@
 #define FL_HIDDEN
 #endif
 
-#define FASTLOOP_API 4
+#define FASTLOOP_API 8
 
 /* setup.py's digest of the sources this was built from (see there) */
 #ifndef PGSURGE_SOURCE_HASH
 #define PGSURGE_SOURCE_HASH ""
 #endif
 
-/* pgsurge.engine.state's numbers (checked by pgsurge.engine.fastloop) */
+/* pgsurge.engine.state's numbers; every constant the module exports is
+ * compared with pgsurge.engine.abi.MIRRORED when it is loaded */
 #define CHOOSE_SCRIPT 0
 #define START_TX 1
 #define PREPARE_THROTTLE 2
@@ -74,6 +76,11 @@
 /* what resume() is told besides a drain() result (always >= 0) */
 #define RESUME_FLUSH (-1)
 #define RESUME_SEND_FAILED (-2)
+
+/* pgsurge._fastpq's drain() codes (the low two bits of its result) */
+#define DRAIN_BUSY 0
+#define DRAIN_DONE 1
+#define DRAIN_FAILED 3
 
 /* libpq values */
 #define PGRES_EMPTY_QUERY 0
@@ -106,8 +113,29 @@ enum {
     OP_SET_RANDOM = 2,
     OP_SQL = 3,
     OP_SLEEP_CONST = 4,
-    OP_SLEEP_VAR = 5
+    OP_SLEEP_VAR = 5,
+    OP_SET_EXPR = 6,
+    OP_IF = 7,
+    OP_ELSE = 8,
+    OP_ENDIF = 9
 };
+
+/* \gset kinds (pgsurge.engine.state) */
+#define GSET_NONE 0
+#define GSET_ONE 1
+#define GSET_ALL 2
+
+/* \gset columns whose slot an op remembers */
+#define GSET_CACHE 8
+
+/* the expression evaluator's stack (pgsurge.engine.fastexpr.MAX_STACK) */
+#define MAX_STACK 32
+
+/* one instruction of an expression (pgsurge.engine.fastexpr's X_ codes) */
+typedef struct {
+    int code;
+    int64_t arg;
+} fl_code;
 
 /* a SimpleStats, as a working copy */
 typedef struct {
@@ -116,6 +144,19 @@ typedef struct {
     double min, max, sum, sum2;
     int min_int, max_int;
 } fl_simple;
+
+/* A latency histogram's values counted by C (pgsurge.stats.histogram's
+ * layout: exact below 2**sub_bits, then 2**half_bits buckets per power of
+ * two), added to the Python Histogram ``obj`` (its add_counts) by
+ * fl_hist_flush before Python reads: the counts of buckets dlo..dhi, their
+ * sum, min and max. obj NULL: nothing records here. */
+typedef struct {
+    PyObject *obj;
+    int sub_bits, half_bits;
+    uint64_t *counts;
+    Py_ssize_t cap, dlo, dhi;
+    int64_t n, total, lo, hi;
+} fl_hist;
 
 typedef struct {
     int kind;
@@ -138,6 +179,20 @@ typedef struct {
     PyObject *prepname;
     /* -r: the latencies of this command (its Op's stats.latency) */
     fl_simple cmd;
+    /* -r with histograms: this command's histogram (its Op's rec) */
+    fl_hist rec;
+    /* \set of an expression, \if/\elif: the program */
+    fl_code *code;
+    int ncode;
+    /* \if/\elif/\else: the Op's jumps (pgsurge.engine.state.Op) */
+    int false_next, false_to_elif, end_next, is_elif;
+    /* SQL with \gset/\aset: the kind and the variables' prefix (str) */
+    int gset;
+    PyObject *prefix;
+    /* the slots of its first columns, by field name, as last looked up
+     * (-1: not a variable C holds): the common case allocates nothing */
+    char *colname[GSET_CACHE];
+    int colslot[GSET_CACHE];
 } fl_op;
 
 typedef struct {
@@ -162,6 +217,7 @@ typedef struct {
 
 typedef struct {
     PyObject *st; /* the Client */
+    int64_t id;   /* Client.id */
     PGconn *conn;
     int fd;
     int owner;
@@ -172,7 +228,11 @@ typedef struct {
     int state, script, command, qrynum;
     int64_t txn_scheduled, txn_begin, sleep_until, stmt_begin, cnt;
     uint64_t s0, s1, saved0, saved1;
-    uint64_t assigned; /* slots \set by C, to write back */
+    uint64_t assigned; /* slots C assigned, to write back */
+    uint64_t valid;    /* slots whose int value is in vals (else: Python's) */
+    int eval_elif;     /* Client.eval_elif: the next \elif is evaluated */
+    int meta_failed;   /* Client.meta_failed: a \aset failed, draining */
+    PGresult *pending; /* \gset's lookahead (Client.pending) */
     uint64_t prepared; /* statements prepared on the connection */
     int64_t vals[MAX_VARS];
 } fl_client;
@@ -196,8 +256,16 @@ typedef struct {
     double throttle_delay;
     int throttled;
     PyObject *wstate, *choose_rng, *throttle_rng, *advance, *resume, *absorb;
+    /* Engine.gset, and {variable name: slot} for \gset */
+    PyObject *gset_hook, *slot_of;
     fl_stats total;
     fl_stats *per_script; /* NULL with one script */
+    /* latency histograms (--percentiles, --json, --html): the recorder's
+     * current latency and lag (lag under --rate), and each script's (with
+     * several); recording is 0 when no output needs them */
+    int recording;
+    fl_hist hlat, hlag;
+    fl_hist *hscript;
     uint64_t c0, c1;      /* the choose stream */
     uint64_t t0, t1;      /* the throttle stream (--rate) */
     int64_t trigger;      /* WorkerState.throttle_trigger */
@@ -212,6 +280,23 @@ typedef struct {
     int nrunq;
     int remains, aborted_exit, started;
     int64_t idle_us, now_us;
+    /* clients handed to Python (tests check that C ran the run) */
+    int64_t handbacks;
+    /* -l: the worker's TxLogWriter (its write_chunk), Unix minus monotonic
+     * µs, the sampling rate and stream (--sampling-rate), the optional
+     * fields (lag under -R, retries when --max-tries is not 1), and the
+     * lines not written yet */
+    PyObject *txlog, *sample_rng;
+    int64_t epoch_shift;
+    double sample_rate;
+    int sampling, log_lag, log_retries;
+    uint64_t l0, l1;
+    char *logbuf;
+    size_t loglen, logcap;
+    /* --aggregate-interval: its µs, the writer's current interval (a
+     * working copy) and its start (Unix µs) */
+    int64_t agg_step, agg_start;
+    fl_stats agg;
     struct epoll_event *events;
     /* pgsurge.engine.loop's timers: a heap of (deadline, client) -- a worker's
      * client ids grow with their index, so the index orders as the id */
@@ -226,7 +311,9 @@ FL_HIDDEN extern PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s
     *s_in_pipeline, *s_count, *s_min, *s_max, *s_sum, *s_sum2, *s_latency,
     *s_timer_exceeded, *s_getstate, *s_setstate, *s_stats, *s_per_script,
     *s_choose_rng, *s_throttle_rng, *s_throttle_trigger, *s_latency_late,
-    *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched;
+    *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched, *s_layout,
+    *s_add_counts, *s_eval_elif, *s_meta_failed, *s_id, *s_write_chunk, *s_current,
+    *s_roll_to, *s_start_us;
 
 static inline int64_t
 clock_us(void)
@@ -322,6 +409,48 @@ fl_timer_pop(FastLoop *fl)
 }
 
 /* ---------------------------------------------------------------------- */
+/* Histograms                                                             */
+
+FL_HIDDEN int fl_hist_grow(fl_hist *h, Py_ssize_t idx);
+
+/* Histogram.record(v) of a value, into C's counts */
+static inline int
+fl_hist_record(fl_hist *h, int64_t v)
+{
+    Py_ssize_t idx;
+
+    if (v < 0) {
+        PyErr_Format(PyExc_ValueError, "cannot record a negative value: %lld",
+                     (long long)v);
+        return -1;
+    }
+    if (v >> h->sub_bits) {
+        int shift = 64 - __builtin_clzll((uint64_t)v) - h->sub_bits;
+
+        idx = ((Py_ssize_t)shift << h->half_bits) + (Py_ssize_t)(v >> shift);
+    } else
+        idx = (Py_ssize_t)v;
+    if (idx >= h->cap && fl_hist_grow(h, idx) < 0)
+        return -1;
+    h->counts[idx]++;
+    if (h->n++ == 0) {
+        h->dlo = h->dhi = idx;
+        h->lo = h->hi = v;
+    } else {
+        if (idx < h->dlo)
+            h->dlo = idx;
+        else if (idx > h->dhi)
+            h->dhi = idx;
+        if (v < h->lo)
+            h->lo = v;
+        else if (v > h->hi)
+            h->hi = v;
+    }
+    h->total += v;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
 /* Between the units                                                      */
 
 /* _fastloop_plan.c: one op of the plan into *op (-1: error set) */
@@ -338,12 +467,29 @@ FL_HIDDEN int fl_take_over(FastLoop *fl, int index, int state);
 FL_HIDDEN int fl_settle_py(FastLoop *fl, int index);
 FL_HIDDEN int fl_stats_load(fl_simple *s);
 FL_HIDDEN int fl_stats_store(fl_simple *s);
+FL_HIDDEN int fl_hist_init(fl_hist *h, PyObject *obj);
+FL_HIDDEN void fl_hist_free(fl_hist *h);
+FL_HIDDEN int fl_hist_flush(fl_hist *h);
+FL_HIDDEN int fl_log_flush(FastLoop *fl);
+FL_HIDDEN int fl_agg_roll(FastLoop *fl, int64_t now);
+FL_HIDDEN int fl_shared_load_sampling(FastLoop *fl);
 FL_HIDDEN int fl_call_python(FastLoop *fl, PyObject *fn, int index, PyObject *arg);
 FL_HIDDEN int fl_to_python(FastLoop *fl, int index, int state, PyObject *event);
 FL_HIDDEN int fl_to_python_code(FastLoop *fl, int index, int state, long code);
 
 /* _fastloop_client.c */
 FL_HIDDEN int fl_advance(FastLoop *fl, int index);
+
+/* _fastloop_logic.c: expressions and \gset */
+FL_HIDDEN int fl_parse_code(PyObject *spec, fl_op *op);
+/* text that is an int64 as Python writes it (-?[1-9][0-9]*|0): 1 and *out */
+FL_HIDDEN int fl_canonical_int(const char *s, Py_ssize_t len, int64_t *out);
+/* 0: *out is the value; 1: Python must evaluate it (an error, a value C
+ * does not hold); the client's PRNG may have moved on */
+FL_HIDDEN int fl_eval(fl_client *c, const fl_code *code, int n, int64_t *out);
+/* WAIT_RESULT of a \gset/\aset command: 1 its results are in and
+ * stored; 0 the client waits, or was handed to Python; -1 error */
+FL_HIDDEN int fl_wait_gset(FastLoop *fl, int index, fl_op *op);
 
 /* _fastloop_loop.c: FastLoop.run and its docstring */
 FL_HIDDEN PyObject *fl_run(FastLoop *fl, PyObject *arg);

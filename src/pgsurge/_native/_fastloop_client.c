@@ -153,8 +153,49 @@ record(fl_stats *s, int64_t latency, int64_t lag, int skipped, int throttled)
         stats_add(&s->lag, lag);
 }
 
+/* TxLogWriter's line of a transaction C accounted (a success, or a slot
+ * skipped under -L), after the sampling draw; 0, or -1 with an error */
+static int
+log_line(FastLoop *fl, fl_client *c, int64_t latency, int64_t lag, int skipped)
+{
+    int64_t now;
+    char *p;
+
+    if (fl->sampling &&
+        (double)(prng_next(&fl->l0, &fl->l1) >> 12) * TWO_M52 > fl->sample_rate)
+        return 0;
+    now = clock_us() + fl->epoch_shift;
+    if (fl->agg_step > 0) {
+        /* TxLogWriter's aggregate log: roll, then record */
+        if (now >= fl->agg_start + fl->agg_step && fl_agg_roll(fl, now) < 0)
+            return -1;
+        record(&fl->agg, latency, lag, skipped, fl->throttled);
+        return 0;
+    }
+    if (fl->loglen + 160 > fl->logcap && fl_log_flush(fl) < 0)
+        return -1;
+    p = fl->logbuf + fl->loglen;
+    if (skipped)
+        p += sprintf(p, "%lld %lld skipped %d %lld %lld", (long long)c->id,
+                     (long long)c->cnt, c->script, (long long)(now / 1000000),
+                     (long long)(now % 1000000));
+    else
+        p += sprintf(p, "%lld %lld %lld %d %lld %lld", (long long)c->id, (long long)c->cnt,
+                     (long long)latency, c->script, (long long)(now / 1000000),
+                     (long long)(now % 1000000));
+    if (fl->log_lag)
+        p += sprintf(p, " %lld", (long long)(skipped ? 0 : lag));
+    if (fl->log_retries)
+        /* C accounts first tries only */
+        p += sprintf(p, " 0");
+    *p++ = '\n';
+    fl->loglen = (size_t)(p - fl->logbuf);
+    return 0;
+}
+
 /* client_tx's process_xact for what C accounts (a first-try success, or
- * a slot skipped under -L): returns the clock, read if it was needed */
+ * a slot skipped under -L): returns the clock, read if it was needed
+ * (-1: an error is set) */
 static int64_t
 process_xact(FastLoop *fl, fl_client *c, int64_t now, int skipped)
 {
@@ -166,10 +207,19 @@ process_xact(FastLoop *fl, fl_client *c, int64_t now, int skipped)
         latency = now - c->txn_scheduled;
         lag = c->txn_begin - c->txn_scheduled;
     }
+    if (fl->recording && !skipped) {
+        /* the recorder's histograms, as tx.process_xact */
+        if (fl_hist_record(&fl->hlat, latency) < 0 ||
+            (fl->throttled && fl_hist_record(&fl->hlag, lag) < 0) ||
+            (fl->hscript != NULL && fl_hist_record(&fl->hscript[c->script], latency) < 0))
+            return -1;
+    }
     record(&fl->total, latency, lag, skipped, fl->throttled);
     if (fl->latency_limit && latency > fl->latency_limit)
         fl->latency_late++;
     c->cnt++;
+    if (fl->txlog != NULL && log_line(fl, c, latency, lag, skipped) < 0)
+        return -1;
     if (fl->per_script != NULL)
         record(&fl->per_script[c->script], latency, lag, skipped, fl->throttled);
     return now;
@@ -192,7 +242,7 @@ fl_advance(FastLoop *fl, int index)
     fl_client *c = &fl->clients[index];
     const fl_script *sc = &fl->scripts[c->script];
     int64_t now = 0;
-    int io_done = 0, budget = TX_BUDGET, state = c->state;
+    int io_done = 0, budget = TX_BUDGET, state = c->state, jump = -1;
 
     for (;;) {
         switch (state) {
@@ -202,8 +252,15 @@ fl_advance(FastLoop *fl, int index)
                 if (!now)
                     now = clock_us();
                 stats_add(&sc->ops[c->command].cmd, now - c->stmt_begin);
+                if (sc->ops[c->command].rec.obj != NULL &&
+                    fl_hist_record(&sc->ops[c->command].rec, now - c->stmt_begin) < 0)
+                    return -1;
             }
-            c->command++;
+            if (jump >= 0) {
+                c->command = jump;
+                jump = -1;
+            } else
+                c->command++;
             state = START_COMMAND;
             /* fall through */
         case START_COMMAND: {
@@ -224,6 +281,39 @@ fl_advance(FastLoop *fl, int index)
                                         ? op->a
                                         : prng_range(&c->s0, &c->s1, op->a, op->b);
                 c->assigned |= 1ULL << op->slot;
+                c->valid |= 1ULL << op->slot;
+                now = 0;
+                state = END_COMMAND;
+                continue;
+            }
+            if (op->kind >= OP_SET_EXPR) {
+                /* \set of an expression, \if, \elif, \else, \endif */
+                int64_t v;
+
+                if (op->kind == OP_SET_EXPR ||
+                    (op->kind == OP_IF && (!op->is_elif || c->eval_elif))) {
+                    uint64_t s0 = c->s0, s1 = c->s1;
+
+                    if (fl_eval(c, op->code, op->ncode, &v)) {
+                        /* Python evaluates it again, from the same state */
+                        c->s0 = s0;
+                        c->s1 = s1;
+                        return fl_to_python(fl, index, START_COMMAND, NULL);
+                    }
+                    if (op->kind == OP_SET_EXPR) {
+                        c->vals[op->slot] = v;
+                        c->assigned |= 1ULL << op->slot;
+                        c->valid |= 1ULL << op->slot;
+                    } else {
+                        c->eval_elif = 0;
+                        if (!v) {
+                            jump = op->false_next;
+                            c->eval_elif = op->false_to_elif;
+                        }
+                    }
+                } else if (op->kind == OP_IF || op->kind == OP_ELSE)
+                    /* an \elif or \else after a true branch */
+                    jump = op->end_next;
                 now = 0;
                 state = END_COMMAND;
                 continue;
@@ -234,6 +324,10 @@ fl_advance(FastLoop *fl, int index)
 
                 if (op->kind == OP_SLEEP_VAR) {
                     int64_t v = c->vals[op->slot];
+
+                    if (!(c->valid & (1ULL << op->slot)))
+                        /* not an int C holds: Python's sleep */
+                        return fl_to_python(fl, index, START_COMMAND, NULL);
 
                     usec = c_int(v);
                     if (usec == 0 && v < 0)
@@ -250,6 +344,14 @@ fl_advance(FastLoop *fl, int index)
             if (fl->mode == MODE_PREPARED && !(c->prepared & (1ULL << op->prep_bit)))
                 /* its first use on this connection: Python prepares it */
                 return fl_to_python(fl, index, START_COMMAND, NULL);
+            {
+                int i;
+
+                for (i = 0; i < op->nparams; i++)
+                    if (!(c->valid & (1ULL << op->params[i])))
+                        /* a value C does not hold: Python sends it */
+                        return fl_to_python(fl, index, START_COMMAND, NULL);
+            }
             sent = send_sql(fl, c, op);
             if (sent == -3)
                 return -1;
@@ -267,8 +369,18 @@ fl_advance(FastLoop *fl, int index)
             PGresult *res;
             int status, q = c->qrynum;
 
+            if (sc->ops[c->command].gset) {
+                int r = fl_wait_gset(fl, index, (fl_op *)&sc->ops[c->command]);
+
+                if (r <= 0)
+                    return r;
+                io_done = 1;
+                state = END_COMMAND;
+                continue;
+            }
+
             if (!pq->consumeInput(c->conn))
-                return fl_to_python_code(fl, index, WAIT_RESULT, (long)q * 4 + 3);
+                return fl_to_python_code(fl, index, WAIT_RESULT, (long)q * 4 + DRAIN_FAILED);
             for (;;) {
                 if (pq->isBusy(c->conn)) {
                     c->qrynum = q;
@@ -304,7 +416,7 @@ fl_advance(FastLoop *fl, int index)
             }
             c->qrynum = q;
             if (!q)
-                return fl_to_python_code(fl, index, WAIT_RESULT, 1);
+                return fl_to_python_code(fl, index, WAIT_RESULT, DRAIN_DONE);
             io_done = 1;
             state = END_COMMAND;
             continue;
@@ -324,7 +436,7 @@ fl_advance(FastLoop *fl, int index)
                 /* left open, or a broken connection: Python accounts the
                  * transaction and aborts the client with its message */
                 return fl_to_python(fl, index, END_TX, NULL);
-            if (!fl->throttled && fl->per_script == NULL) {
+            if (!fl->throttled && fl->per_script == NULL && fl->txlog == NULL) {
                 /* the inline accounting of advance() */
                 fl->total.cnt++;
                 c->cnt++;
@@ -337,10 +449,12 @@ fl_advance(FastLoop *fl, int index)
                     stats_add(&fl->total.lat, latency);
                     if (fl->latency_limit && latency > fl->latency_limit)
                         fl->latency_late++;
+                    if (fl->recording && fl_hist_record(&fl->hlat, latency) < 0)
+                        return -1;
                 } else
                     fl->total.lat.count++;
-            } else
-                now = process_xact(fl, c, now, 0);
+            } else if ((now = process_xact(fl, c, now, 0)) < 0)
+                return -1;
             if (fl->use_end ? fl->timer_exceeded : c->cnt >= fl->nxacts)
                 return fl_to_python(fl, index, FINISHED, NULL);
             if (!io_done || !budget) {
@@ -392,7 +506,8 @@ fl_advance(FastLoop *fl, int index)
                     now = clock_us();
                 if (fl->trigger < now - fl->latency_limit) {
                     /* too late already: skipped (throttle.is_late) */
-                    now = process_xact(fl, c, now, 1);
+                    if ((now = process_xact(fl, c, now, 1)) < 0)
+                        return -1;
                     if (fl->timer_exceeded || (fl->nxacts > 0 && c->cnt >= fl->nxacts))
                         return fl_to_python(fl, index, FINISHED, NULL);
                     continue;

@@ -8,6 +8,26 @@
 
 #include "_fastloop.h"
 
+static void
+goto_bad(void)
+{
+    PyErr_SetString(PyExc_ValueError, "malformed fast loop plan");
+}
+
+/* the variables an expression reads are the plan's */
+static int
+check_slots(FastLoop *fl, const fl_op *op)
+{
+    int i;
+
+    for (i = 0; i < op->ncode; i++)
+        if (op->code[i].code == 1 /* X_VAR */ && op->code[i].arg >= fl->nvars) {
+            goto_bad();
+            return -1;
+        }
+    return 0;
+}
+
 int
 fl_parse_op(FastLoop *fl, PyObject *spec, fl_op *op, int *nprep)
 {
@@ -53,11 +73,59 @@ fl_parse_op(FastLoop *fl, PyObject *spec, fl_op *op, int *nprep)
         if (op->slot < 0 || op->slot >= fl->nvars || op->a < 1 || op->a > 1000000)
             goto bad;
         return 0;
+    case OP_SET_EXPR:
+        /* (6, slot, program) */
+        if (PyTuple_GET_SIZE(spec) != 3)
+            goto bad;
+        op->slot = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 1));
+        if (PyErr_Occurred())
+            return -1;
+        if (op->slot < 0 || op->slot >= fl->nset)
+            goto bad;
+        return fl_parse_code(PyTuple_GET_ITEM(spec, 2), op) < 0 ||
+                       check_slots(fl, op) < 0
+                   ? -1
+                   : 0;
+    case OP_IF:
+        /* (7, program, false_next, false_to_elif, end_next, is_elif) */
+        if (PyTuple_GET_SIZE(spec) != 6)
+            goto bad;
+        op->false_next = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 2));
+        op->false_to_elif = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 3));
+        op->end_next = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 4));
+        op->is_elif = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 5));
+        if (PyErr_Occurred())
+            return -1;
+        return fl_parse_code(PyTuple_GET_ITEM(spec, 1), op) < 0 ||
+                       check_slots(fl, op) < 0
+                   ? -1
+                   : 0;
+    case OP_ELSE:
+        /* (8, end_next) */
+        if (PyTuple_GET_SIZE(spec) != 2)
+            goto bad;
+        op->end_next = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 1));
+        return PyErr_Occurred() ? -1 : 0;
+    case OP_ENDIF:
+        return PyTuple_GET_SIZE(spec) == 1 ? 0 : (goto_bad(), -1);
     case OP_SQL:
-        /* (3, text, params, literal parts or None) */
-        if (PyTuple_GET_SIZE(spec) != 4 || !PyBytes_Check(PyTuple_GET_ITEM(spec, 1)) ||
+        /* (3, text, params, literal parts or None[, gset, prefix]) */
+        if ((PyTuple_GET_SIZE(spec) != 4 && PyTuple_GET_SIZE(spec) != 6) ||
+            !PyBytes_Check(PyTuple_GET_ITEM(spec, 1)) ||
             !PyTuple_Check(PyTuple_GET_ITEM(spec, 2)))
             goto bad;
+        if (PyTuple_GET_SIZE(spec) == 6) {
+            op->gset = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 4));
+            op->prefix = PyTuple_GET_ITEM(spec, 5);
+            if (PyErr_Occurred())
+                return -1;
+            if (op->gset < GSET_NONE || op->gset > GSET_ALL || !PyUnicode_Check(op->prefix))
+                goto bad;
+            if (op->gset == GSET_NONE)
+                op->prefix = NULL;
+            else if (fl->slot_of == NULL)
+                goto bad;
+        }
         op->prepname = PyTuple_GET_ITEM(spec, 1);
         op->text = PyBytes_AS_STRING(op->prepname);
         params = PyTuple_GET_ITEM(spec, 2);

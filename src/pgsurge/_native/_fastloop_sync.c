@@ -181,6 +181,188 @@ stats_store(fl_stats *s, int throttled)
     return 0;
 }
 
+/* ---------------------------------------------------------------------- */
+/* Histograms: C counts, Python's Histogram adds them (add_counts)        */
+
+/* the buckets of a histogram of the default layout up to 2**18 µs; more
+ * are added as needed, as Histogram._grow does */
+#define HIST_INITIAL_RANGES 8
+
+int
+fl_hist_init(fl_hist *h, PyObject *obj)
+{
+    PyObject *layout;
+    int ok;
+
+    memset(h, 0, sizeof *h);
+    layout = PyObject_CallMethodNoArgs(obj, s_layout);
+    if (layout == NULL)
+        return -1;
+    ok = PyArg_ParseTuple(layout, "ii", &h->sub_bits, &h->half_bits);
+    Py_DECREF(layout);
+    if (!ok)
+        return -1;
+    if (h->sub_bits < 1 || h->sub_bits > 30 || h->half_bits < 1 ||
+        h->half_bits >= h->sub_bits) {
+        PyErr_SetString(PyExc_ValueError, "unexpected histogram layout");
+        return -1;
+    }
+    Py_INCREF(obj);
+    h->obj = obj;
+    return 0;
+}
+
+void
+fl_hist_free(fl_hist *h)
+{
+    PyMem_Free(h->counts);
+    h->counts = NULL;
+    h->cap = 0;
+}
+
+int
+fl_hist_grow(fl_hist *h, Py_ssize_t idx)
+{
+    Py_ssize_t cap = idx + 1 + ((Py_ssize_t)1 << h->half_bits), initial;
+    uint64_t *c;
+
+    initial = (Py_ssize_t)(HIST_INITIAL_RANGES + 2) << h->half_bits;
+    if (cap < initial)
+        cap = initial;
+    c = PyMem_Realloc(h->counts, sizeof(uint64_t) * cap);
+    if (c == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(c + h->cap, 0, sizeof(uint64_t) * (cap - h->cap));
+    h->counts = c;
+    h->cap = cap;
+    return 0;
+}
+
+/* add what C counted to the Python Histogram, and start afresh */
+int
+fl_hist_flush(fl_hist *h)
+{
+    PyObject *raw, *r;
+    Py_ssize_t n;
+
+    if (h->obj == NULL || h->n == 0)
+        return 0;
+    n = h->dhi - h->dlo + 1;
+    raw = PyBytes_FromStringAndSize((const char *)(h->counts + h->dlo),
+                                    n * (Py_ssize_t)sizeof(uint64_t));
+    if (raw == NULL)
+        return -1;
+    r = PyObject_CallMethod(h->obj, "add_counts", "nNLLL", h->dlo, raw,
+                            (long long)h->total, (long long)h->lo, (long long)h->hi);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    memset(h->counts + h->dlo, 0, sizeof(uint64_t) * n);
+    h->n = h->total = 0;
+    return 0;
+}
+
+static int
+hists_flush(FastLoop *fl)
+{
+    int i, k;
+
+    if (!fl->recording)
+        return 0;
+    if (fl_hist_flush(&fl->hlat) < 0 || fl_hist_flush(&fl->hlag) < 0)
+        return -1;
+    if (fl->hscript != NULL)
+        for (k = 0; k < fl->nscripts; k++)
+            if (fl_hist_flush(&fl->hscript[k]) < 0)
+                return -1;
+    for (k = 0; k < fl->nscripts; k++)
+        for (i = 0; i < fl->scripts[k].nops; i++)
+            if (fl_hist_flush(&fl->scripts[k].ops[i].rec) < 0)
+                return -1;
+    return 0;
+}
+
+/* -l: the lines C wrote, to the writer (after those Python wrote before) */
+int
+fl_log_flush(FastLoop *fl)
+{
+    PyObject *text, *r;
+
+    if (fl->loglen == 0)
+        return 0;
+    text = PyUnicode_DecodeASCII(fl->logbuf, (Py_ssize_t)fl->loglen, NULL);
+    if (text == NULL)
+        return -1;
+    fl->loglen = 0;
+    r = PyObject_CallMethodOneArg(fl->txlog, s_write_chunk, text);
+    Py_DECREF(text);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* --sampling-rate: the stream's words, loaded (when the log is set) */
+int
+fl_shared_load_sampling(FastLoop *fl)
+{
+    return rng_load(fl->sample_rng, &fl->l0, &fl->l1);
+}
+
+/* --aggregate-interval: C's copy of the writer's current interval, from
+ * ``data`` (a StatsData) */
+static int
+agg_bind(FastLoop *fl, PyObject *data)
+{
+    PyObject *lat, *lag;
+
+    if (data != fl->agg.data) {
+        lat = PyObject_GetAttr(data, s_latency);
+        lag = lat == NULL ? NULL : PyObject_GetAttr(data, s_lag);
+        if (lag == NULL) {
+            Py_XDECREF(lat);
+            return -1;
+        }
+        Py_INCREF(data);
+        Py_XSETREF(fl->agg.data, data);
+        Py_XSETREF(fl->agg.lat.obj, lat);
+        Py_XSETREF(fl->agg.lag.obj, lag);
+    }
+    if (fl_get_i64(data, s_start_us, &fl->agg_start) < 0)
+        return -1;
+    return stats_load(&fl->agg, fl->throttled);
+}
+
+/* --aggregate-interval: store C's copy, have the writer write the intervals
+ * complete at ``now`` (Unix µs; INT64_MIN: none, only load), and take its
+ * current interval */
+int
+fl_agg_roll(FastLoop *fl, int64_t now)
+{
+    PyObject *data;
+    int r;
+
+    if (fl->agg.data != NULL && stats_store(&fl->agg, fl->throttled) < 0)
+        return -1;
+    if (now == INT64_MIN)
+        data = PyObject_CallMethodNoArgs(fl->txlog, s_current);
+    else {
+        PyObject *arg = PyLong_FromLongLong(now);
+
+        if (arg == NULL)
+            return -1;
+        data = PyObject_CallMethodOneArg(fl->txlog, s_roll_to, arg);
+        Py_DECREF(arg);
+    }
+    if (data == NULL)
+        return -1;
+    r = agg_bind(fl, data);
+    Py_DECREF(data);
+    return r;
+}
+
 /* -r: every command's latency copy, loaded or stored */
 static int
 per_command_sync(FastLoop *fl, int (*sync)(fl_simple *))
@@ -217,6 +399,13 @@ fl_shared_store(FastLoop *fl)
         return -1;
     if (fl->latency_limit && set_i64(fl->wstate, s_latency_late, fl->latency_late) < 0)
         return -1;
+    if (hists_flush(fl) < 0)
+        return -1;
+    if (fl->txlog != NULL &&
+        (fl_log_flush(fl) < 0 ||
+         (fl->agg.data != NULL && stats_store(&fl->agg, fl->throttled) < 0) ||
+         (fl->sampling && rng_store(fl->sample_rng, fl->l0, fl->l1) < 0)))
+        return -1;
     return per_command_sync(fl, fl_stats_store);
 }
 
@@ -250,6 +439,20 @@ fl_shared_load(FastLoop *fl)
         return -1;
     if (per_command_sync(fl, fl_stats_load) < 0)
         return -1;
+    if (fl->sampling && rng_load(fl->sample_rng, &fl->l0, &fl->l1) < 0)
+        return -1;
+    if (fl->agg_step > 0 && fl->txlog != NULL) {
+        /* Python's log may have rolled to a new interval */
+        PyObject *data = PyObject_CallMethodNoArgs(fl->txlog, s_current);
+        int r;
+
+        if (data == NULL)
+            return -1;
+        r = agg_bind(fl, data);
+        Py_DECREF(data);
+        if (r < 0)
+            return -1;
+    }
     return fl_read_timer(fl);
 }
 
@@ -355,19 +558,39 @@ fl_take_over(FastLoop *fl, int index, int state)
     vars = PyObject_GetAttr(st, s_variables);
     if (vars == NULL)
         return -1;
-    /* the constant integer variables the SQL reads (never \set) */
-    for (i = fl->nset; i < fl->nvars; i++) {
+    /* every variable of the plan that holds an int64; the others are
+     * Python's until C assigns them (reading one hands the client back) */
+    c->valid = 0;
+    for (i = 0; i < fl->nvars; i++) {
         v = PyDict_GetItemWithError(vars, PyTuple_GET_ITEM(fl->var_names, i));
-        if (v == NULL || !PyLong_CheckExact(v)) {
-            Py_DECREF(vars);
-            return PyErr_Occurred() ? -1 : 0;
+        if (v == NULL) {
+            if (PyErr_Occurred()) {
+                Py_DECREF(vars);
+                return -1;
+            }
+            continue;
         }
+        if (PyUnicode_CheckExact(v)) {
+            /* -D's values are text, read as ints where ints are needed */
+            Py_ssize_t len;
+            const char *text = PyUnicode_AsUTF8AndSize(v, &len);
+
+            if (text == NULL) {
+                PyErr_Clear();
+                continue;
+            }
+            if (fl_canonical_int(text, len, &c->vals[i]))
+                c->valid |= 1ULL << i;
+            continue;
+        }
+        if (!PyLong_CheckExact(v))
+            continue;
         c->vals[i] = PyLong_AsLongLong(v);
         if (c->vals[i] == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            Py_DECREF(vars);
-            return 0; /* beyond int64: Python formats it */
+            PyErr_Clear(); /* beyond int64: Python formats it */
+            continue;
         }
+        c->valid |= 1ULL << i;
     }
     Py_DECREF(vars);
     c->prepared = 0;
@@ -408,6 +631,9 @@ fl_take_over(FastLoop *fl, int index, int state)
     c->script = (int)script;
     c->conn = (PGconn *)(intptr_t)ptr;
     c->assigned = 0;
+    c->eval_elif = 0;
+    c->meta_failed = 0;
+    c->pending = NULL;
     c->state = state;
     c->command = 0;
     c->qrynum = 0;
@@ -425,6 +651,15 @@ hand_back(FastLoop *fl, int index, int state)
     int i, r;
 
     c->owner = OWN_PY;
+    fl->handbacks++;
+    if (c->pending != NULL) {
+        /* Python's reading of an error drops the lookahead too */
+        pq->clear(c->pending);
+        c->pending = NULL;
+    }
+    if (PyObject_SetAttr(st, s_eval_elif, c->eval_elif ? Py_True : Py_False) < 0 ||
+        PyObject_SetAttr(st, s_meta_failed, c->meta_failed ? Py_True : Py_False) < 0)
+        return -1;
     if (set_i64(st, s_state, state) < 0 || set_i64(st, s_script, c->script) < 0 ||
         PyObject_SetAttr(st, s_ops, PyTuple_GET_ITEM(fl->script_ops, c->script)) < 0 ||
         set_i64(st, s_command, c->command) < 0 ||
@@ -455,8 +690,8 @@ hand_back(FastLoop *fl, int index, int state)
         vars = PyObject_GetAttr(st, s_variables);
         if (vars == NULL)
             return -1;
-        for (i = 0; i < fl->nset; i++) {
-            if (!(c->assigned & (1ULL << i)))
+        for (i = 0; i < fl->nvars; i++) {
+            if (!(c->assigned & c->valid & (1ULL << i)))
                 continue;
             v = PyLong_FromLongLong(c->vals[i]);
             if (v == NULL ||

@@ -71,6 +71,12 @@ static void (*f_clear)(PGresult *);
 static int (*f_socket)(const PGconn *);
 static int (*f_libVersion)(void);
 static int (*f_transactionStatus)(const PGconn *);
+static int (*f_ntuples)(const PGresult *);
+static int (*f_nfields)(const PGresult *);
+static char *(*f_fname)(const PGresult *, int);
+static char *(*f_getvalue)(const PGresult *, int, int);
+static int (*f_getlength)(const PGresult *, int, int);
+static int (*f_getisnull)(const PGresult *, int, int);
 
 /* the same functions, published for pgsurge._fastloop (see _fastpq_api.h) */
 static pgsurge_fastpq_api c_api = {PGSURGE_FASTPQ_TABLE_VERSION, 0};
@@ -137,6 +143,12 @@ bind_symbols(void *handle)
     BIND(f_socket, "PQsocket");
     BIND(f_libVersion, "PQlibVersion");
     BIND(f_transactionStatus, "PQtransactionStatus");
+    BIND(f_ntuples, "PQntuples");
+    BIND(f_nfields, "PQnfields");
+    BIND(f_fname, "PQfname");
+    BIND(f_getvalue, "PQgetvalue");
+    BIND(f_getlength, "PQgetlength");
+    BIND(f_getisnull, "PQgetisnull");
     return 1;
 }
 
@@ -156,6 +168,12 @@ publish_api(void)
     c_api.resultErrorField = f_resultErrorField;
     c_api.clear = f_clear;
     c_api.transactionStatus = f_transactionStatus;
+    c_api.ntuples = f_ntuples;
+    c_api.nfields = f_nfields;
+    c_api.fname = f_fname;
+    c_api.getvalue = f_getvalue;
+    c_api.getlength = f_getlength;
+    c_api.getisnull = f_getisnull;
     c_api.bound = 1;
 }
 #endif

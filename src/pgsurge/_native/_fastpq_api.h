@@ -13,7 +13,7 @@
 
 #define PGSURGE_FASTPQ_CAPSULE "pgsurge._fastpq._C_API"
 /* bumped whenever the table below changes */
-#define PGSURGE_FASTPQ_TABLE_VERSION 1
+#define PGSURGE_FASTPQ_TABLE_VERSION 2
 
 typedef struct pg_conn PGconn;
 typedef struct pg_result PGresult;
@@ -35,6 +35,13 @@ typedef struct {
     char *(*resultErrorField)(const PGresult *, int);
     void (*clear)(PGresult *);
     int (*transactionStatus)(const PGconn *);
+    /* reading a \gset's row */
+    int (*ntuples)(const PGresult *);
+    int (*nfields)(const PGresult *);
+    char *(*fname)(const PGresult *, int);
+    char *(*getvalue)(const PGresult *, int, int);
+    int (*getlength)(const PGresult *, int, int);
+    int (*getisnull)(const PGresult *, int, int);
 } pgsurge_fastpq_api;
 
 #endif

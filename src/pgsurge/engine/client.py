@@ -86,6 +86,18 @@ from typing import cast
 
 from pgsurge import pgconn
 from pgsurge.engine import fastpq
+from pgsurge.engine.abi import (
+    NEXT_STATE,
+    R_ABORT,
+    R_DONE,
+    R_ERROR,
+    R_READ_ON,
+    R_WAIT,
+    RESUME_FLUSH,
+    RESUME_SEND_FAILED,
+    TX_BUDGET,
+    run_flags,
+)
 from pgsurge.engine.fastpq import DRAIN_BUSY, DRAIN_DONE, SEND_FALLBACK, ErrorResult
 from pgsurge.engine.meta import make_meta
 from pgsurge.engine.sql import make_sql, params_of, substitute
@@ -150,18 +162,8 @@ __all__ = [
     "make_engine",
 ]
 
-#: transactions a client may run in one ``advance`` call when each of them
-#: found its results without waiting (see ``advance``)
-TX_BUDGET = 4
-
 _monotonic_ns = time.monotonic_ns
 _thread_time_ns = time.thread_time_ns
-
-
-#: what ``resume`` is told besides a result of ``fastpq.drain`` (>= 0):
-#: the send left data to flush; the send (or its flush) failed
-RESUME_FLUSH = -1
-RESUME_SEND_FAILED = -2
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +180,11 @@ class Engine:
 
     advance: Callable[[Client], None]
     resume: Callable[[Client, object], None]
+    #: the C loop's \\gset/\\aset: (client, script, command, qrynum, got,
+    #: context, name, value) -> stored? Stores a value into a variable C
+    #: does not hold (``name``), or reports ``got`` rows where one was
+    #: expected (``name`` None); gives pgbench's messages on failure
+    gset: Callable[[Client, int, int, int, int, str, str | None, str], bool]
 
 
 def make_engine(
@@ -199,7 +206,6 @@ def make_engine(
     latency_limit = s.latency_limit_us
     detailed = s.detailed
     per_command = s.per_command
-    max_tries = s.max_tries
     verbose_errors = s.verbose_errors
     connect_each_tx = s.connect_each_tx
     nscripts = len(scripts)
@@ -208,11 +214,12 @@ def make_engine(
     throttle_rng = w.throttle_rng
     throttled = throttle_delay > 0.0
     latency_count = stats.latency
+    flags = run_flags(s, nscripts)
     #: whether START_TX must read the clock (latency, lag, -L retry limits)
-    tx_clock = detailed or latency_limit > 0 or verbose_errors
+    tx_clock = flags.tx_clock
     #: END_TX may account a success inline: no lag, no per-script stats, no log
     plain_accounting = not throttled and per_script is None and not s.log
-    save_rng = max_tries != 1
+    save_rng = flags.save_rng
     monotonic_ns = _monotonic_ns
     thread_time_ns = _thread_time_ns
     libpq_error = pgconn.LibpqError
@@ -243,7 +250,7 @@ def make_engine(
     trace = sup.debug
     descs = s.script_descs
     inline_mode = -1 if debug else query_mode
-    restart_inline = not (nscripts != 1 or throttled or connect_each_tx or debug)
+    restart_inline = flags.restart_inline
     error = sup.error
     command_failed = sup.command_failed
     store_variable = sup.store_variable
@@ -284,13 +291,13 @@ def make_engine(
         """
         state = st.drain_state
         if state is PREPARING:
-            if read_results(st, op) == 3:
+            if read_results(st, op) == R_ABORT:
                 return ABORTED
         elif state is not None:
             r = read_results(st, op)
-            if r == 2:
+            if r == R_ERROR:
                 return ERROR
-            if r == 3:
+            if r == R_ABORT:
                 return ABORTED
         command_failed(st, "SQL", BACKEND_DIED)
         return ABORTED
@@ -639,18 +646,14 @@ def make_engine(
                     q, status, sqlstate, message = cast(fastpq.Failed, got)
                     st.qrynum = q
                     r = note_error(st, ErrorResult(status, sqlstate, message))
-                    if r == -1:
+                    if r == R_READ_ON:
                         r = read_results(st, op)
-                    if r == 0:
+                    if r == R_WAIT:
                         st.state = WAIT_RESULT
                         return
-                    if r == 1:
+                    state = NEXT_STATE[r]
+                    if r == R_DONE:
                         io_done = True
-                        state = END_COMMAND
-                    elif r == 2:
-                        state = ERROR
-                    else:
-                        state = ABORTED
                     continue
                 raw = st.raw
                 try:
@@ -693,20 +696,16 @@ def make_engine(
                             state = ABORTED
                         continue
                     r = note_error(st, res)
-                    if r == -1:
+                    if r == R_READ_ON:
                         r = read_results(st, op)
                 else:
                     r = read_results(st, op)
-                if r == 0:
+                if r == R_WAIT:
                     st.state = WAIT_RESULT
                     return
-                if r == 1:
+                state = NEXT_STATE[r]
+                if r == R_DONE:
                     io_done = True
-                    state = END_COMMAND
-                elif r == 2:
-                    state = ERROR
-                else:
-                    state = ABORTED
                 continue
 
             if state == CHOOSE_SCRIPT:
@@ -832,6 +831,12 @@ def make_engine(
         elif event == RESUME_SEND_FAILED:
             command_failed(st, "SQL", "SQL command send failed")
             st.state = ABORTED
+        elif type(event) is str:
+            # a \\gset/\\aset failed (its message given, or ``event``)
+            if event:
+                error(event)
+            st.estatus = E_META
+            st.state = ABORTED
         elif type(event) is int:
             # what advance does with these drain() results
             q = event >> 2
@@ -849,12 +854,31 @@ def make_engine(
             q, status, sqlstate, message = cast(fastpq.Failed, event)
             st.qrynum = q
             r = note_error(st, ErrorResult(status, sqlstate, message))
-            if r == -1:
+            if r == R_READ_ON:
                 r = read_results(st, st.ops[st.command])
-            if r == 0:
-                st.state = WAIT_RESULT
+            st.state = NEXT_STATE[r]
+            if r == R_WAIT:
                 return
-            st.state = END_COMMAND if r == 1 else ERROR if r == 2 else ABORTED
         advance(st)
 
-    return Engine(advance, resume)
+    def gset(
+        st: Client,
+        script: int,
+        command: int,
+        qrynum: int,
+        got: int,
+        context: str,
+        name: str | None,
+        value: str,
+    ) -> bool:
+        """See ``Engine.gset`` (sql.store_gset's messages)."""
+        where = f"client {st.id} script {script} command {command} query {qrynum}"
+        if name is None:
+            error(f"{where}: expected one row, got {got}")
+            return False
+        if store_variable(st, context, name, value):
+            return True
+        error(f"{where}: error storing into variable {name}")
+        return False
+
+    return Engine(advance, resume, gset)

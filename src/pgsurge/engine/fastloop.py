@@ -10,30 +10,38 @@ eligible, which is exactly:
 * the extension is built and current, ``pgsurge._fastpq`` is bound (its
   libpq functions are the C loop's), epoll is there, and neither
   ``PGSURGE_PURE`` nor ``PGSURGE_NO_FASTLOOP`` is set;
-* the run has none of -l, -C, --debug, and no output that needs
-  latency histograms (--percentiles, --json); -R (the worker's Poisson
-  schedule, from its throttle stream), -L (skipped slots, late
-  transactions), -r (each command's latency, timed as client.py does)
-  and -T/-t are all supported;
-* every command of every script is an SQL command without ``\\gset`` or
-  ``\\aset``, a ``\\sleep`` of a constant or of a variable the SQL
-  commands could read (rule below), or a ``\\set`` to a valid name whose
-  expression is an int
-  constant (after folding: no variable, no random function, no
-  ``debug()``), or ``random(lo, hi)`` whose bounds are such constants, the
-  upper one possibly ``k * :var`` (or ``:var * k``) of an initial int
-  variable no ``\\set`` assigns -- pgbench's builtins' ``random(1, 100000 *
-  :scale)`` -- with ``lo <= hi`` and a span below 2**63-1 (otherwise the
-  Python code raises pgbench's error, so Python runs it);
-* every variable an SQL command (or a ``\\sleep``) reads is assigned by an
-  eligible ``\\set`` earlier in the same script, or is never assigned and
-  is an initial int variable (or ``client_id``); at most 64 such variables
-  and 64 SQL commands in all.
+* the run has none of -C, --debug; -R (the
+  worker's Poisson schedule, from its throttle stream), -L (skipped
+  slots, late transactions), -r (each command's latency, timed as
+  client.py does), -T/-t, -P, the latency histograms and interval series
+  of --percentiles, --json and --html (C counts into buckets of the
+  recorder's layout and adds them to its Histogram objects before Python
+  reads them; run() returns at each interval end, as at a progress tick)
+  and -l's logs, --sampling-rate and --aggregate-interval included (C
+  formats lines into a buffer it hands to the TxLogWriter, or records
+  into the writer's current interval) are all supported;
+* every command of every script is one of: an SQL command (with or
+  without ``\\gset``/``\\aset``; no pipeline), a ``\\sleep``, a
+  ``\\set`` whose expression :func:`pgsurge.engine.fastexpr.compile_int_expr`
+  accepts (ints: arithmetic, comparisons, logical and bitwise operators,
+  abs, least/greatest, random, hash*, permute) and gives an int, or an
+  ``\\if``/``\\elif``/``\\else``/``\\endif`` on such an expression;
+* every variable a command reads is assigned by a ``\\set`` of the
+  scripts, is ``client_id``, an initial int (or -D text written as an
+  int), or, with a ``\\gset``/``\\aset`` in the scripts, any other valid
+  name; at most 64 such variables and 64 SQL commands in all. Whether a
+  variable holds an int is checked at run time: C hands the client to
+  Python at a command reading one it does not hold (a string, a double,
+  an undefined variable), and at any expression error (overflow, division
+  by zero, ...), which Python evaluates again and reports.
 
-Anything else (pipelines, ``\\if``, shell commands, string or double
-values, ...) runs on the Python loop unchanged. -P is supported:
-the C loop returns at each tick and :class:`FastEventLoop` sends the
-progress snapshot as :class:`~pgsurge.engine.loop.EventLoop` does.
+Anything else (pipelines, shell commands, doubles, strings, ``case``,
+the other random functions, ``debug()``, -C, --debug)
+runs on the Python loop unchanged; :func:`decide` says why, and under
+``PGSURGE_FASTLOOP=require`` the worker fails with that reason. -P is
+supported: the C loop returns at each tick and :class:`FastEventLoop`
+sends the progress snapshot as :class:`~pgsurge.engine.loop.EventLoop`
+does.
 """
 
 from __future__ import annotations
@@ -46,15 +54,37 @@ from typing import TYPE_CHECKING, Any
 
 from pgsurge import _native
 from pgsurge.cnum import INT64_MAX, INT64_MIN, wrap_int32
-from pgsurge.engine import fastpq
-from pgsurge.engine import state as C
+from pgsurge.engine import abi, fastpq
+from pgsurge.engine.abi import (
+    MAX_PARAMS,
+    MAX_VARS,
+    OUT_TICK,
+    Else,
+    End,
+    Endif,
+    If,
+    PlanOp,
+    RunFlags,
+    SetConst,
+    SetExpr,
+    SetRandom,
+    SleepConst,
+    SleepVar,
+    Sql,
+)
+from pgsurge.engine.fastexpr import INT, Unsupported, compile_int_expr
 from pgsurge.engine.loop import EventLoop, absorb
 from pgsurge.script.ast import (
     Call,
     Const,
+    ElseCommand,
+    EndifCommand,
     Expr,
     GsetKind,
+    IfCommand,
+    PipelineCommand,
     SetCommand,
+    ShellCommand,
     SleepCommand,
     SqlCommand,
     Var,
@@ -68,6 +98,7 @@ if TYPE_CHECKING:
     from pgsurge.engine.client import Engine
     from pgsurge.engine.state import Op, WorkerState
     from pgsurge.script.ast import ParsedScript
+    from pgsurge.stats.txlog import TxLogWriter
 
 __all__ = [
     "FASTLOOP_API",
@@ -81,24 +112,7 @@ __all__ = [
 ]
 
 #: the interface version of pgsurge._fastloop this code expects
-FASTLOOP_API = 4
-
-#: the C loop keeps this many variables, and SQL commands, at most
-_MAX_SLOTS = 64
-#: parameters of an extended/prepared command (pgbench's limit, which
-#: script.compile enforces; a variable read twice is two)
-_MAX_PARAMS = 255
-
-# the C plan's op codes (_fastloop.c)
-_OP_END = 0
-_OP_SET_CONST = 1
-_OP_SET_RANDOM = 2
-_OP_SQL = 3
-_OP_SLEEP_CONST = 4
-_OP_SLEEP_VAR = 5
-
-# what _fastloop.FastLoop.run returns besides a LoopOutcome
-_TICK = 3
+FASTLOOP_API = 8
 
 
 def disabled() -> bool:
@@ -106,31 +120,29 @@ def disabled() -> bool:
     return os.environ.get("PGSURGE_NO_FASTLOOP", "") not in ("", "0")
 
 
+def required() -> bool:
+    """True when ``PGSURGE_FASTLOOP=require``: a run the C loop does not
+    take fails (with the reason) instead of running on the Python loop."""
+    return os.environ.get("PGSURGE_FASTLOOP", "") == "require"
+
+
+#: why the extension cannot be used in this process ("" when it can)
+_unusable = ""
+
+
 def _load() -> ModuleType | None:
+    global _unusable
     if not fastpq.available:
+        _unusable = "pgsurge._fastpq is not usable"
         return None
     module = _native.load("_fastloop", FASTLOOP_API)
     if module is None:
+        _unusable = "pgsurge._fastloop is not built, stale, or turned off"
         return None
-    # the state and mode numbers the C code is written for
-    expected = {
-        "CHOOSE_SCRIPT": C.CHOOSE_SCRIPT,
-        "START_TX": C.START_TX,
-        "PREPARE_THROTTLE": C.PREPARE_THROTTLE,
-        "THROTTLE": C.THROTTLE,
-        "SLEEP": C.SLEEP,
-        "START_COMMAND": C.START_COMMAND,
-        "WAIT_RESULT": C.WAIT_RESULT,
-        "END_COMMAND": C.END_COMMAND,
-        "WAIT_ROLLBACK_RESULT": C.WAIT_ROLLBACK_RESULT,
-        "END_TX": C.END_TX,
-        "ABORTED": C.ABORTED,
-        "FINISHED": C.FINISHED,
-        "MODE_SIMPLE": C.MODE_SIMPLE,
-        "MODE_EXTENDED": C.MODE_EXTENDED,
-        "MODE_PREPARED": C.MODE_PREPARED,
-    }
-    if any(getattr(module, k) != v for k, v in expected.items()):
+    # every number the C code is written with (pgsurge.engine.abi)
+    differ = abi.check_module(module)
+    if differ is not None:
+        _unusable = f"pgsurge._fastloop's {differ}"
         return None
     return module
 
@@ -142,21 +154,15 @@ _module = _load()
 available: bool = _module is not None
 
 #: (var_names, nset, weights, scripts): the C loop's view of the scripts
-FastPlan = tuple[
-    tuple[str, ...], int, tuple[int, ...], tuple[tuple[tuple[Any, ...], ...], ...]
-]
+FastPlan = tuple[tuple[str, ...], int, tuple[int, ...], tuple[tuple[PlanOp, ...], ...]]
 
 
 def run_excluded(cfg: RunConfig) -> str | None:
     """Why this run's options keep it on the Python loop, or None."""
-    if cfg.log:
-        return "-l"
     if cfg.connect_each_tx:
         return "-C"
     if cfg.debug:
         return "--debug"
-    if cfg.percentiles is not None or cfg.json_path or cfg.html_path:
-        return "histograms"
     return None
 
 
@@ -209,13 +215,13 @@ def _scaled(expr: Expr, base: dict[str, Any], assigned: set[str]) -> int | None:
 
 def _set_op(
     cmd: SetCommand, slot: int, base: dict[str, Any], assigned: set[str]
-) -> tuple[Any, ...] | None:
+) -> PlanOp | None:
     """The C op of an eligible ``\\set``, or None."""
     if not valid_variable_name(cmd.var):
         return None
     value = _const_int(cmd.expr)
     if value is not None:
-        return (_OP_SET_CONST, slot, value)
+        return SetConst.of(slot, value)
     e = cmd.expr
     if not (isinstance(e, Call) and e.name == "random" and len(e.args) == 2):
         return None
@@ -228,7 +234,7 @@ def _set_op(
             return None
     if lo is None or not (INT64_MIN <= lo <= hi) or hi - lo >= INT64_MAX:
         return None
-    return (_OP_SET_RANDOM, slot, lo, hi)
+    return SetRandom.of(slot, lo, hi)
 
 
 def plan_for(
@@ -239,92 +245,174 @@ def plan_for(
     set_client_id: bool,
 ) -> FastPlan | None:
     """The C loop's plan when this run is eligible (module docstring)."""
-    if _module is None or disabled() or run_excluded(cfg) is not None:
-        return None
+    plan = decide(cfg, parsed, compiled, variables, set_client_id)
+    return None if isinstance(plan, str) else plan
+
+
+def decide(
+    cfg: RunConfig,
+    parsed: Sequence[ParsedScript],
+    compiled: Sequence[Sequence[Op]],
+    variables: Sequence[tuple[str, Any]],
+    set_client_id: bool,
+) -> FastPlan | str:
+    """The C loop's plan when this run is eligible (module docstring), else
+    why it is not (a phrase: "the C loop is not taken: <reason>")."""
+    if _module is None:
+        return _unusable
+    if disabled():
+        return "PGSURGE_NO_FASTLOOP is set"
+    excluded = run_excluded(cfg)
+    if excluded is not None:
+        return f"{excluded} is not supported by the C loop"
     if not EventLoop.uses_epoll():
-        return None
+        return "epoll is not available"
     base = dict(variables)
     assigned: set[str] = set()
+    any_gset = False
     for script in parsed:
-        for cmd in script.commands:
+        for i, cmd in enumerate(script.commands):
             if isinstance(cmd, SetCommand):
                 assigned.add(cmd.var)
-            elif isinstance(cmd, SleepCommand):
-                continue
-            elif not isinstance(cmd, SqlCommand) or cmd.gset is not GsetKind.NONE:
-                return None
+            elif isinstance(cmd, SqlCommand):
+                any_gset = any_gset or cmd.gset is not GsetKind.NONE
+            elif not isinstance(
+                cmd, SleepCommand | IfCommand | ElseCommand | EndifCommand
+            ):
+                return f"{_where(script, i)}: {_kind(cmd)}"
     set_names = sorted(assigned)
-    const_names: list[str] = []
+    other_names: list[str] = []
     slots = {name: i for i, name in enumerate(set_names)}
     mode = cfg.query_mode.name
-    scripts: list[tuple[tuple[Any, ...], ...]] = []
+    scripts: list[tuple[PlanOp, ...]] = []
     nsql = 0
 
-    def slot_of(name: str, done: set[str]) -> int | None:
-        """The slot of a variable C may read after the ``\\set``s of
-        ``done`` (in this script), or None."""
-        if name in assigned:
-            if name not in done:
-                return None
-        elif name == "client_id" and set_client_id:
-            pass
-        elif type(base.get(name)) is not int:
+    def slot_of(name: str) -> int | None:
+        """The slot of a variable C may read, or None. C checks at run time
+        that it holds an int (else Python runs the command)."""
+        if name not in assigned and not (
+            (name == "client_id" and set_client_id)
+            or type(base.get(name)) is int
+            or _int_text(base.get(name))
+            # a \gset may assign it
+            or (any_gset and name not in base and valid_variable_name(name))
+        ):
             return None
         if name not in slots:
-            slots[name] = len(set_names) + len(const_names)
-            const_names.append(name)
+            slots[name] = len(set_names) + len(other_names)
+            other_names.append(name)
         return slots[name]
 
     for script, ops in zip(parsed, compiled, strict=True):
-        out: list[tuple[Any, ...]] = []
-        done: set[str] = set()
-        for cmd, op in zip(script.commands, ops, strict=False):
-            if isinstance(cmd, SetCommand):
-                spec = _set_op(cmd, slots[cmd.var], base, assigned)
-                if spec is None:
-                    return None
-                out.append(spec)
-                done.add(cmd.var)
-                continue
-            if isinstance(cmd, SleepCommand):
-                if type(op.amount) is int:
-                    # meta.sleep_usec of a constant, done once
-                    out.append((_OP_SLEEP_CONST, wrap_int32(op.amount * op.unit_us)))
-                    continue
-                slot = slot_of(str(op.amount), done)
-                if slot is None:
-                    return None
-                out.append((_OP_SLEEP_VAR, slot, op.unit_us))
-                continue
-            assert isinstance(cmd, SqlCommand)
-            names = cmd.simple_parts[1::2] if mode == "SIMPLE" else cmd.param_vars
-            if mode != "SIMPLE" and len(names) > _MAX_PARAMS:
-                return None
-            refs: list[int] = []
-            for name in names:
-                slot = slot_of(name, done)
-                if slot is None:
-                    return None
-                refs.append(slot)
-            lits: tuple[bytes, ...] | None = None
-            if mode == "SIMPLE":
-                if op.parts is None:
-                    text = op.sql
-                    refs = []
+        out: list[PlanOp] = []
+        for i, (cmd, op) in enumerate(zip(script.commands, ops, strict=False)):
+            where = _where(script, i)
+            try:
+                if isinstance(cmd, SetCommand):
+                    out.append(_set_plan(cmd, slots[cmd.var], base, assigned, slot_of))
+                elif isinstance(cmd, IfCommand):
+                    code = compile_int_expr(cmd.expr, slot_of)[0]
+                    out.append(
+                        If.of(
+                            code,
+                            op.false_next,
+                            op.false_to_elif,
+                            op.end_next,
+                            cmd.is_elif,
+                        )
+                    )
+                elif isinstance(cmd, ElseCommand):
+                    out.append(Else.of(op.end_next))
+                elif isinstance(cmd, EndifCommand):
+                    out.append(Endif())
+                elif isinstance(cmd, SleepCommand):
+                    if type(op.amount) is int:
+                        # meta.sleep_usec of a constant, done once
+                        usec = wrap_int32(op.amount * op.unit_us)
+                        out.append(SleepConst.of(usec))
+                        continue
+                    slot = slot_of(str(op.amount))
+                    if slot is None:
+                        return f"{where}: \\sleep of a variable C cannot hold"
+                    out.append(SleepVar.of(slot, op.unit_us))
                 else:
-                    text = b""
-                    lits = tuple(p.encode() for p in op.parts[0::2])
-            else:
-                text = op.prepname if mode == "PREPARED" else op.sql
-            out.append((_OP_SQL, text, tuple(refs), lits))
-            nsql += 1
-        out.append((_OP_END,))
+                    assert isinstance(cmd, SqlCommand)
+                    out.append(_sql_plan(cmd, op, mode, slot_of))
+                    nsql += 1
+            except Unsupported as e:
+                return f"{where}: {e.args[0]}"
+        out.append(End())
         scripts.append(tuple(out))
-    if len(slots) > _MAX_SLOTS or nsql > _MAX_SLOTS:
-        return None
-    names_all = tuple(set_names) + tuple(const_names)
+    if len(slots) > MAX_VARS or nsql > MAX_VARS:
+        return f"more than {MAX_VARS} variables or SQL commands"
+    names_all = tuple(set_names) + tuple(other_names)
     weights = tuple(s.weight for s in cfg.scripts)
     return names_all, len(set_names), weights, tuple(scripts)
+
+
+def _int_text(value: object) -> bool:
+    """A -D value C reads as an int: an int64 written as Python writes it
+    (C checks it again, and leaves any other text to Python)."""
+    if type(value) is not str:
+        return False
+    try:
+        n = int(value)
+    except ValueError:
+        return False
+    return str(n) == value and INT64_MIN <= n <= INT64_MAX
+
+
+def _kind(cmd: object) -> str:
+    if isinstance(cmd, ShellCommand):
+        return "\\shell and \\setshell are not supported by the C loop"
+    if isinstance(cmd, PipelineCommand):
+        return "pipelines are not supported by the C loop"
+    return "a command the C loop does not run"
+
+
+def _set_plan(
+    cmd: SetCommand,
+    slot: int,
+    base: dict[str, Any],
+    assigned: set[str],
+    slot_of: Callable[[str], int | None],
+) -> PlanOp:
+    """The C op of a ``\\set``: a constant, ``random(lo, hi)`` of
+    constants, else an int expression (raises Unsupported)."""
+    if not valid_variable_name(cmd.var):
+        raise Unsupported("\\set of an invalid variable name")
+    spec = _set_op(cmd, slot, base, assigned)
+    if spec is not None:
+        return spec
+    code, kind = compile_int_expr(cmd.expr, slot_of)
+    if kind != INT:
+        raise Unsupported("\\set of a boolean")
+    return SetExpr.of(slot, code)
+
+
+def _sql_plan(
+    cmd: SqlCommand, op: Op, mode: str, slot_of: Callable[[str], int | None]
+) -> PlanOp:
+    names = cmd.simple_parts[1::2] if mode == "SIMPLE" else cmd.param_vars
+    if mode != "SIMPLE" and len(names) > MAX_PARAMS:
+        raise Unsupported(f"more than {MAX_PARAMS} parameters")
+    refs: list[int] = []
+    for name in names:
+        slot = slot_of(name)
+        if slot is None:
+            raise Unsupported(f"variable {name} is not an int C holds")
+        refs.append(slot)
+    lits: tuple[bytes, ...] | None = None
+    if mode == "SIMPLE":
+        if op.parts is None:
+            text = op.sql
+            refs = []
+        else:
+            text = b""
+            lits = tuple(p.encode() for p in op.parts[0::2])
+    else:
+        text = op.prepname if mode == "PREPARED" else op.sql
+    return Sql.of(text, tuple(refs), lits, op.gset, op.prefix)
 
 
 class FastEventLoop(EventLoop):
@@ -339,16 +427,19 @@ class FastEventLoop(EventLoop):
         engine: Engine,
         w: WorkerState,
         script_ops: tuple[tuple[Op, ...], ...],
-        flags: tuple[int | float, ...],
+        flags: RunFlags,
     ) -> None:
-        """Build the C loop over this loop's clients and epoll instance."""
+        """Build the C loop over this loop's clients and epoll instance (the
+        -l writer comes later: :meth:`set_txlog`)."""
         assert _module is not None
-        hooks: tuple[Callable[..., None], ...] = (
+        hooks: tuple[Callable[..., object], ...] = (
             engine.advance,
             engine.resume,
             partial(absorb, self),
+            engine.gset,
         )
         control = -1 if self._control_fd is None else self._control_fd
+        rec = self.recorder
         self._fast = _module.FastLoop(
             list(self.clients),
             script_ops,
@@ -358,7 +449,15 @@ class FastEventLoop(EventLoop):
             self.waiter.epoll_fd(),
             control,
             flags,
+            None if rec is None else rec.targets(),
         )
+
+    def set_txlog(self, txlog: TxLogWriter) -> None:
+        """The worker's -l writer, opened once the run starts (aggregated
+        logs count their intervals from there): C writes its lines, or
+        accumulates its intervals, as the writer's ``log`` does."""
+        if self._fast is not None:
+            self._fast.set_log(_log_spec(txlog))
 
     def run(self) -> int:
         fast = self._fast
@@ -367,17 +466,29 @@ class FastEventLoop(EventLoop):
         progress_us = self._progress_us
         start = self._progress_start_us
         next_report = start + progress_us if progress_us else 0
+        rec = self.recorder
+        # the nearest periodic deadline (progress tick or interval end), 0: none
+        next_tick = next_report
+        if rec is not None and (not next_tick or rec.next_us < next_tick):
+            next_tick = rec.next_us
         while True:
-            outcome: int = fast.run(next_report)
+            outcome: int = fast.run(next_tick)
             self.idle_us = fast.idle_us
-            if outcome != _TICK:
+            if outcome != OUT_TICK:
                 return outcome
-            # a progress tick, as EventLoop.run does it
+            # as EventLoop.run: the end of a recorder interval (C wrote its
+            # counts and histograms back before returning), a progress tick
             now: int = fast.now_us
-            tick = (now - start) // progress_us
-            if self._on_progress is not None:
-                self._on_progress(tick, now)
-            next_report = start + (tick + 1) * progress_us
+            if rec is not None and now >= rec.next_us:
+                rec.advance(now)
+            if next_report and now >= next_report:
+                tick = (now - start) // progress_us
+                if self._on_progress is not None:
+                    self._on_progress(tick, now)
+                next_report = start + (tick + 1) * progress_us
+            next_tick = next_report
+            if rec is not None and (not next_tick or rec.next_us < next_tick):
+                next_tick = rec.next_us
 
 
 def flags_for(
@@ -392,21 +503,40 @@ def flags_for(
     latency_limit_us: int = 0,
     throttle_delay: float = 0.0,
     per_command: bool = False,
-) -> tuple[int | float, ...]:
-    """The C loop's run flags (the same derivations as ``make_engine``):
-    ``end_us`` is Settings.end_us (0 without -T), ``throttle_delay`` the
-    worker's mean Poisson delay (0.0 without -R), ``per_command`` -r."""
-    return (
+) -> RunFlags:
+    """Run flags given field by field (tests that drive the C loop without
+    Settings); a run derives them with :func:`pgsurge.engine.abi.run_flags`."""
+    return RunFlags(
         query_mode,
         nxacts,
         end_us,
         int(detailed),
         int(tx_clock),
         int(max_tries != 1),
-        # restart_inline of make_engine (no -C, no --debug here)
         int(nscripts == 1 and throttle_delay <= 0.0),
         int(exit_on_abort),
         latency_limit_us,
         float(throttle_delay),
         int(per_command),
     )
+
+
+def _log_spec(txlog: TxLogWriter) -> tuple[Any, ...]:
+    """What the C loop needs to write -l lines as TxLogWriter does: the
+    writer (its write_chunk), the epoch shift, the sampling rate (-1.0:
+    none) and stream, and whether lines end with the lag and the retries."""
+    o = txlog.options
+    sampling = o.sample_rate is not None and txlog.sample_rng is not None
+    return (
+        txlog,
+        txlog.epoch_shift_us,
+        float(o.sample_rate) if sampling else -1.0,  # type: ignore[arg-type]
+        txlog.sample_rng if sampling else None,
+        int(o.throttled),
+        int(o.max_tries != 1),
+        txlog.interval_us,
+    )
+
+
+def _where(script: ParsedScript, index: int) -> str:
+    return f"command {index} of script {script.source!r}"

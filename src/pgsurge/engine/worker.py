@@ -36,6 +36,7 @@ from pgsurge import pgconn
 from pgsurge.config import QueryMode, RunConfig
 from pgsurge.engine import fastloop, fastpq
 from pgsurge.engine import state as C
+from pgsurge.engine.abi import run_flags
 from pgsurge.engine.client import make_engine
 from pgsurge.engine.loop import EventLoop, LoopOutcome
 from pgsurge.engine.program import compile_scripts
@@ -369,9 +370,19 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
     run.conn_start = _clock()
 
     # the C loop for the runs it covers (pgsurge.engine.fastloop), else Python's
-    plan = fastloop.plan_for(
+    decided = fastloop.decide(
         cfg, spec.scripts, scripts, spec.variables, spec.set_client_id
     )
+    if isinstance(decided, str) and fastloop.required():
+        pipe = run.pipe
+        pipe.send(
+            Fatal(
+                f"{PROG}: error: PGSURGE_FASTLOOP=require: the C loop is not "
+                f"taken: {decided}\n"
+            )
+        )
+        return False
+    plan = None if isinstance(decided, str) else decided
     loop_type = EventLoop if plan is None else fastloop.FastEventLoop
     total, pipe = wstate.stats, run.pipe
     loop = loop_type(
@@ -391,24 +402,7 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
     loop.advance = engine.advance
     if plan is not None:
         assert isinstance(loop, fastloop.FastEventLoop)
-        tx_clock = (
-            settings.detailed
-            or settings.latency_limit_us > 0
-            or settings.verbose_errors
-        )
-        flags = fastloop.flags_for(
-            settings.query_mode,
-            settings.nxacts,
-            settings.end_us,
-            settings.detailed,
-            tx_clock,
-            settings.max_tries,
-            len(scripts),
-            cfg.exit_on_abort,
-            settings.latency_limit_us,
-            settings.throttle_delay,
-            settings.per_command,
-        )
+        flags = run_flags(settings, len(scripts), cfg.exit_on_abort)
         loop.use_c(plan, engine, wstate, scripts, flags)
 
     if cfg.connect_each_tx:
@@ -448,6 +442,8 @@ def _start(run: _Run) -> bool:
             return False
     if run.txlog is not None:
         wstate.txlog = run.txlog.log
+        if isinstance(run.loop, fastloop.FastEventLoop):
+            run.loop.set_txlog(run.txlog)
     if run.end_us and cfg.duration:
         _set_alarm(wstate, run.end_us - bench_start)
     return True

@@ -248,7 +248,33 @@ class Histogram:
                 low, high = self.bounds(idx)
                 yield low, high, n
 
+    def layout(self) -> tuple[int, int]:
+        """``(sub_bits, half_bits)``: the bucket layout (``index_of``), for
+        code that counts values into buckets itself (the C loop)."""
+        return self._sub_bits, self._half_bits
+
     # -- combining -----------------------------------------------------------
+
+    def add_counts(self, offset: int, raw: bytes, total: int, lo: int, hi: int) -> None:
+        """Add values counted elsewhere in this layout: ``raw`` holds the
+        counts of buckets ``offset``, ``offset + 1``, ... as native uint64,
+        ``total``/``lo``/``hi`` the sum, min and max of those values (at
+        least one). The same as recording each of them (the C loop counts
+        into its own buckets and adds them here before Python reads)."""
+        arr = array("Q")
+        arr.frombytes(raw)
+        counts = self._counts
+        end = offset + len(arr)
+        if end > len(counts):
+            self._grow(end - 1)
+        for i, n in enumerate(arr, offset):
+            if n:
+                counts[i] += n
+        self.total += total
+        if hi > self.hi:
+            self.hi = hi
+        if lo < self.lo:
+            self.lo = lo
 
     def merge(self, other: Histogram) -> None:
         """Add ``other``'s values into this histogram."""

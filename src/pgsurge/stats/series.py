@@ -278,6 +278,22 @@ class WorkerRecorder:
         #: monotonic µs at which the current interval ends (never, without one)
         self.next_us = anchor_us + interval_us if interval_us > 0 else 1 << 62
 
+    def targets(
+        self,
+    ) -> tuple[
+        Histogram, Histogram, tuple[Histogram, ...], tuple[tuple[Histogram, ...], ...]
+    ]:
+        """The histograms ``latency``, ``lag``, ``script`` and ``command``
+        record into, for code that adds values to them itself (the C loop,
+        through ``Histogram.add_counts``): they stay the same objects for
+        the whole run (an interval's are reset in place)."""
+        return (
+            self._cur_latency,
+            self._cur_lag,
+            tuple(self._hists.per_script),
+            tuple(tuple(s) for s in self._hists.per_command),
+        )
+
     def advance(self, now_us: int) -> None:
         """Close every interval that ended at or before ``now_us``."""
         while now_us >= self.next_us:

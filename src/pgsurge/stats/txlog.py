@@ -196,6 +196,7 @@ class TxLogWriter:
         "_shift",
         "log",
         "path",
+        "sample_rng",
     )
 
     log: LogFunc
@@ -213,6 +214,8 @@ class TxLogWriter:
     ) -> None:
         self.path = path
         self._opts = opts
+        #: the worker's sampling stream (--sampling-rate), or None
+        self.sample_rng = sample_rng
         self._shift = epoch_shift_us
         self._buf: list[str] = []
         self._interval_us = 1000000 * (opts.aggregate_interval_s or 0)
@@ -342,6 +345,38 @@ class TxLogWriter:
             append(format_aggregate(agg, opts))
             agg = StatsData(start_us=agg.start_us + step)
         self._agg = agg
+
+    @property
+    def options(self) -> TxLogOptions:
+        return self._opts
+
+    @property
+    def epoch_shift_us(self) -> int:
+        """Unix time minus monotonic time (µs), added to log times."""
+        return self._shift
+
+    @property
+    def interval_us(self) -> int:
+        """--aggregate-interval in µs (0: per-transaction lines)."""
+        return self._interval_us
+
+    def current(self) -> StatsData:
+        """--aggregate-interval: the interval being accumulated (its
+        ``start_us`` is Unix µs); the C loop records into it as ``log``
+        does."""
+        return self._agg
+
+    def roll_to(self, unix_us: int) -> StatsData:
+        """--aggregate-interval: write the intervals complete at ``unix_us``
+        (as ``log`` does before recording), then return :meth:`current`."""
+        self._roll(unix_us)
+        return self._agg
+
+    def write_chunk(self, text: str) -> None:
+        """Lines made elsewhere (the C loop's, in their order among this
+        writer's own): buffered after the pending ones and written now."""
+        self._buf.append(text)
+        self.flush()
 
     # -- end -----------------------------------------------------------------
 
