@@ -172,6 +172,15 @@ class PgConn:
         res = self._pgconn.exec_(sql.encode())
         return int(res.status), res
 
+    def cancel(self) -> None:
+        """``PQcancel``: ask the server to cancel what this connection runs
+        (blocking, a separate short connection; failures are ignored: the
+        connection is closed next anyway)."""
+        try:
+            self._pgconn.get_cancel().cancel()
+        except Exception:  # best effort on the way out
+            pass
+
     def finish(self) -> None:
         self._pgconn.finish()
 

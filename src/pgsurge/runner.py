@@ -30,14 +30,18 @@ Only this module (and ``cli.py``) writes to the console for a run;
 workers write their clients' error messages to stderr themselves, as
 pgbench's threads do.
 
-A signal that kills pgbench kills all its threads. The workers are
-processes: while they run, SIGTERM and SIGHUP to the parent (``kill``,
-``timeout``, a closed terminal) terminate them first, and the parent then
-dies of the signal, as pgbench would; they would otherwise run on,
-orphaned, to the end of ``-T``/``-t``. (Ctrl-C reaches the whole process
-group, and workers die of SIGINT themselves.) On Linux the kernel also
-kills the workers when the parent dies of a signal no handler sees
-(SIGKILL).
+A signal that kills pgbench kills all its threads. Here the first SIGINT
+or SIGTERM of a running benchmark stops it gracefully and the report of
+what ran is printed before the program dies of the signal
+(``pgsurge.engine.interrupt``); before GO, or a second time, the workers
+are killed and the parent dies of it at once. SIGHUP (a closed terminal)
+kills the workers first, and the parent then dies of it, as pgbench would;
+they would otherwise run on, orphaned. On Linux the kernel also kills the
+workers when the parent dies of a signal no handler sees (SIGKILL).
+
+A worker that dies (the OOM killer's SIGKILL) is named with how it ended;
+the others stop gracefully, and the report of what the parent received is
+printed, with status 2.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ import psycopg
 
 from pgsurge import __version__, pgconn
 from pgsurge.config import RunConfig
+from pgsurge.engine.interrupt import ParentStop, describe_exit
 from pgsurge.engine.protocol import (
     Connected,
     Crash,
@@ -68,13 +73,25 @@ from pgsurge.engine.protocol import (
     Progress,
     Ready,
     Steady,
+    Stop,
     WorkerMessage,
 )
 from pgsurge.engine.worker import WorkerSpec, worker_main
-from pgsurge.errors import PROG, ConnectError, ExitStatus, PgsurgeError
+from pgsurge.errors import (
+    PROG,
+    ConnectError,
+    ExitStatus,
+    PgsurgeError,
+    RunInterrupted,
+)
 from pgsurge.prng import derive_streams
 from pgsurge.report.extras import client_limited_warning, render_extras
-from pgsurge.report.text import render_abort_notice, render_banner, render_text
+from pgsurge.report.text import (
+    render_abort_notice,
+    render_banner,
+    render_interrupt_notice,
+    render_text,
+)
 from pgsurge.script.ast import ParsedScript, Value
 from pgsurge.stats.counters import StatsData
 from pgsurge.stats.results import RunFacts, RunResult, WorkerResult
@@ -314,6 +331,7 @@ class _Workers:
     def __init__(self, specs: Sequence[WorkerSpec]) -> None:
         ctx = _mp_context()
         self.pipes: list[Connection] = []
+        self.nclients = [spec.nclients for spec in specs]
         self.procs: list[Any] = []
         # --exit-on-abort: the id of the first worker to report an abort,
         # shared, so that only it reports (pgbench's first aborting thread
@@ -338,10 +356,15 @@ class _Workers:
         for pipe in self.pipes:
             pipe.send(msg)
 
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p.pid is not None and p.is_alive()]
+
     def stop(self) -> None:
+        """Kill the workers (they stop gracefully on SIGTERM, which is for
+        an interrupted run: here their work is to be thrown away)."""
         for proc in self.procs:
             if proc.is_alive():
-                proc.terminate()
+                proc.kill()
         for proc in self.procs:
             proc.join(5)
         for pipe in self.pipes:
@@ -354,8 +377,9 @@ class _Workers:
             pipe.close()
 
 
-#: signals whose default action kills pgbench, threads and all
-_KILLING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+#: signals whose default action kills pgbench, threads and all, and that
+#: do not interrupt a run gracefully (SIGINT and SIGTERM do: ParentStop)
+_KILLING_SIGNALS = (signal.SIGHUP,)
 
 
 @contextmanager
@@ -384,11 +408,15 @@ class _Failed(Exception):
         self.status = status
 
 
-def _recv(workers: _Workers, index: int) -> WorkerMessage:
+class _Died:
+    """What :func:`_recv` returns for a worker whose pipe closed."""
+
+
+def _recv(workers: _Workers, index: int) -> WorkerMessage | _Died:
     try:
         msg: WorkerMessage = workers.pipes[index].recv()
     except (EOFError, OSError):
-        raise _Failed(ExitStatus.RUN_ABORTED) from None
+        return _Died()
     if isinstance(msg, Crash):
         sys.stderr.write(msg.traceback)
         sys.stderr.write(f"{PROG}: error: worker {index} failed\n")
@@ -414,6 +442,9 @@ def _barrier(workers: _Workers, expected: type[Ready | Connected], err: TextIO) 
         for pipe in ready:
             index = workers.pipes.index(pipe)  # type: ignore[arg-type]
             msg = _recv(workers, index)
+            if isinstance(msg, _Died):
+                _report_death(workers, index, err)
+                raise _Failed(ExitStatus.RUN_ABORTED)
             if isinstance(msg, Fatal):
                 _fatal(msg, err)
             if not isinstance(msg, expected):
@@ -499,8 +530,8 @@ def run(
     ]
     workers = _Workers(specs)
     try:
-        with _stop_workers_on_signal(workers):
-            result = _drive(workers, cfg, facts, err)
+        with _stop_workers_on_signal(workers), _parent_stop(workers) as stopper:
+            result = _drive(workers, cfg, facts, err, stopper)
     except _Failed as e:
         workers.stop()
         out.flush()
@@ -535,8 +566,11 @@ def run(
     if notice:
         err.write(notice)
         err.flush()
-        return ExitStatus.RUN_ABORTED
-    return ExitStatus.SUCCESS
+    if result.interrupted_by is not None:
+        err.write(render_interrupt_notice(result, PROG))
+        err.flush()
+        raise RunInterrupted(getattr(signal, result.interrupted_by))
+    return ExitStatus.RUN_ABORTED if notice else ExitStatus.SUCCESS
 
 
 def _write_html(result: RunResult, cfg: RunConfig, path: str) -> None:
@@ -553,16 +587,49 @@ def _write_html(result: RunResult, cfg: RunConfig, path: str) -> None:
     write_html(render_html([RunDoc(label, doc)]), path)
 
 
+@contextmanager
+def _parent_stop(workers: _Workers) -> Iterator[ParentStop | None]:
+    """The graceful stop of a running benchmark (main thread only: only it
+    has signal handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield None
+        return
+    with ParentStop(workers.pids, workers.stop) as stopper:
+        yield stopper
+
+
+def _report_death(workers: _Workers, index: int, err: TextIO) -> None:
+    """A worker's pipe closed without a result: say which and how it ended."""
+    proc = workers.procs[index]
+    proc.join(1.0)
+    err.write(
+        f"{PROG}: error: worker {index} (pid {proc.pid}) died: "
+        f"{describe_exit(proc.exitcode)}\n"
+    )
+    err.flush()
+
+
 def _drive(
-    workers: _Workers, cfg: RunConfig, facts: RunFacts, err: TextIO
+    workers: _Workers,
+    cfg: RunConfig,
+    facts: RunFacts,
+    err: TextIO,
+    stopper: ParentStop | None = None,
 ) -> RunResult:
-    """The barriers, the progress lines and the results of a started run."""
+    """The barriers, the progress lines and the results of a started run.
+
+    A worker that dies, or an interrupt (``stopper``), stops the others
+    gracefully; the result is then what the parent received: a dead
+    worker counts its clients as aborted, with its last progress figures.
+    """
     _barrier(workers, Ready, err)
     start_us = _clock()
     end_us = start_us + cfg.duration * 1000000 if cfg.duration else 0
     workers.send_all(Steady(start_us, end_us))
     _barrier(workers, Connected, err)
     workers.send_all(Go())
+    if stopper is not None:
+        stopper.start_run()
 
     reporter = None
     if cfg.progress_s:
@@ -576,19 +643,42 @@ def _drive(
     snapshots = [StatsData() for _ in range(n)]
     printed = 0
     results: dict[int, WorkerResult] = {}
+    dead: dict[int, int] = {}  # worker -> when its death was seen
     pending = set(range(n))
+    wake: list[Any] = [] if stopper is None else [stopper.wake_fd]
     while pending:
-        ready = wait([workers.pipes[i] for i in pending])
+        timeout = None if stopper is None else stopper.timeout()
+        ready = wait([*(workers.pipes[i] for i in pending), *wake], timeout)
+        if stopper is not None:
+            if stopper.wake_fd in ready:
+                stopper.drain()
+            step = stopper.due()
+            if step == 2:  # the grace is over: cancel what still runs
+                for i in pending:
+                    _send_quietly(workers.pipes[i], Stop())
+            elif step == 3:  # no answer: they are dead to us
+                for i in sorted(pending):
+                    workers.procs[i].kill()
         for pipe in ready:
-            index = workers.pipes.index(pipe)  # type: ignore[arg-type]
+            if not isinstance(pipe, Connection):
+                continue
+            index = workers.pipes.index(pipe)
             match _recv(workers, index):
                 case Progress(tick, now, stats):
                     ticks[index], nows[index], snapshots[index] = tick, now, stats
-                case Done(result):
-                    results[index] = result
-                    snapshots[index] = result.total
+                case Done(done):
+                    results[index] = done
+                    snapshots[index] = done.total
                     ticks[index] = sys.maxsize
                     pending.discard(index)
+                case _Died():
+                    _report_death(workers, index, err)
+                    dead[index] = _clock()
+                    ticks[index] = sys.maxsize
+                    pending.discard(index)
+                    if stopper is None:
+                        raise _Failed(ExitStatus.RUN_ABORTED)
+                    stopper.stop(_clock())
                 case Fatal() as fatal:
                     _fatal(fatal, err)
                 case _:  # ExitOnAbort, or a message out of order
@@ -603,6 +693,42 @@ def _drive(
                 err.write(reporter.report(merged, now) + "\n")
                 err.flush()
                 printed = tick
-    return RunResult.from_workers(
+    for index, when in dead.items():
+        results[index] = _dead_result(
+            workers.nclients[index], index, facts, snapshots[index], start_us, when
+        )
+    merged_result = RunResult.from_workers(
         [results[i] for i in range(n)], facts, start_us=start_us
     )
+    if stopper is not None and stopper.signum is not None:
+        merged_result.interrupted_by = signal.Signals(stopper.signum).name
+        merged_result.interrupted_after_us = max(
+            0, stopper.at_us - merged_result.bench_start_us
+        )
+    return merged_result
+
+
+def _send_quietly(pipe: Connection, msg: ParentMessage) -> None:
+    try:
+        pipe.send(msg)
+    except OSError:  # it died meanwhile: its pipe says so next
+        pass
+
+
+def _dead_result(
+    nclients: int,
+    index: int,
+    facts: RunFacts,
+    last: StatsData,
+    start_us: int,
+    when: int,
+) -> WorkerResult:
+    """A dead worker's share of the result: its clients aborted, with the
+    figures of its last progress snapshot (none without -P)."""
+    result = WorkerResult(index, nclients, total=last)
+    result.aborted_clients = nclients
+    result.client_tx_counts = [0] * nclients
+    result.conn_start_us = result.bench_start_us = start_us
+    result.end_us = when
+    result.abort_messages = [f"worker {index} died"]
+    return result

@@ -15,6 +15,9 @@ thread. The worker then:
    cumulative stats snapshot at each progress interval;
 4. sends its :class:`~pgsurge.stats.results.WorkerResult` and exits.
 
+SIGINT and SIGTERM stop it gracefully (``pgsurge.engine.interrupt``): no
+new transaction starts, the result of what ran is still sent.
+
 The messages on the pipe are the records of ``protocol``; :func:`_run`
 has one function per phase between them.
 """
@@ -37,6 +40,7 @@ from pgsurge.config import QueryMode, RunConfig
 from pgsurge.engine import fastloop, fastpq
 from pgsurge.engine import state as C
 from pgsurge.engine.client import make_engine
+from pgsurge.engine.interrupt import WorkerStop, cancel_in_flight, take_stop
 from pgsurge.engine.loop import EventLoop, LoopOutcome
 from pgsurge.engine.program import compile_scripts
 from pgsurge.engine.protocol import (
@@ -300,6 +304,18 @@ def _run(spec: WorkerSpec, pipe: Connection, abort_owner: Any = None) -> None:
     run = _setup(spec, pipe, abort_owner)
     if run is None:
         return
+    try:
+        _phases(run)
+    except BaseException:
+        # what the log holds so far reaches the file (the traceback goes
+        # to the parent from worker_main)
+        if run.txlog is not None:
+            run.txlog.close(None)
+        raise
+
+
+def _phases(run: _Run) -> None:
+    pipe = run.pipe
     pipe.send(Ready())
     steady = pipe.recv()
     assert isinstance(steady, Steady), steady
@@ -333,6 +349,9 @@ def _setup(spec: WorkerSpec, pipe: Connection, abort_owner: Any) -> _Run | None:
         throttle_rng=spec.streams.throttle,
     )
     run = _Run(spec, pipe, abort_owner, scripts, clients, wstate)
+    # from now on a first Ctrl-C stops the run gracefully (the parent
+    # decides what to do before GO)
+    WorkerStop(wstate).install()
     if cfg.log and not cfg.aggregate_interval:
         run.txlog = _open_log(spec, None, pipe)
         if run.txlog is None:
@@ -470,6 +489,10 @@ def _bench(run: _Run) -> tuple[int, resource.struct_rusage]:
         prof.dump_stats(os.path.join(profile_dir, f"worker{spec.worker_id}.prof"))
     else:
         outcome = loop.run()
+    if outcome == LoopOutcome.STOPPED and take_stop(run.pipe):
+        # interrupted, and the grace is over: what still runs is cancelled
+        cancel_in_flight(run.clients)
+        outcome = LoopOutcome.DONE
 
     if run.txlog is not None:
         # as pgbench: complete intervals at the end; none on --exit-on-abort

@@ -282,6 +282,12 @@ def build_document(result: RunResult, config: RunConfig) -> dict[str, Any]:
         "clients_finished": result.clients_finished,
         "abort_messages": list(result.abort_messages),
     }
+    if result.interrupted_by is not None:
+        # only in an interrupted run's document (schema 1 lists it as optional)
+        doc["interrupted"] = {
+            "signal": result.interrupted_by,
+            "after_s": result.interrupted_after_us / 1e6,
+        }
     return doc
 
 

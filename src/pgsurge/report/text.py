@@ -44,6 +44,18 @@ def render_abort_notice(result: RunResult, progname: str = "pgsurge") -> str:
     return f"{progname}: error: {ABORT_NOTICE}\n"
 
 
+def render_interrupt_notice(result: RunResult, progname: str = "pgsurge") -> str:
+    """The stderr line after the report of a run a signal interrupted
+    (pgbench prints nothing: it dies at once), or an empty string."""
+    if result.interrupted_by is None:
+        return ""
+    return (
+        f"{progname}: run interrupted by {result.interrupted_by} after "
+        f"{result.interrupted_after_us / 1e6:.3f} s; the above results cover "
+        "what ran until then\n"
+    )
+
+
 def _pct(part: int, whole: int) -> str:
     return c_fmt("%.3f", c_div(100.0 * part, whole))
 

@@ -377,6 +377,10 @@ class RunResult:
     #: monotonic timestamps above as dates
     epoch_shift_us: int = 0
     abort_messages: list[str] = field(default_factory=list)
+    #: the signal that interrupted the run ("SIGINT"), None: not interrupted
+    interrupted_by: str | None = None
+    #: µs from the benchmark's start to the interrupting signal
+    interrupted_after_us: int = 0
 
     @property
     def aborted(self) -> bool:
@@ -478,6 +482,8 @@ class RunResult:
             "worker_cpu": [c.to_dict() for c in self.worker_cpu],
             "epoch_shift_us": self.epoch_shift_us,
             "abort_messages": list(self.abort_messages),
+            "interrupted_by": self.interrupted_by,
+            "interrupted_after_us": self.interrupted_after_us,
         }
 
     @classmethod
@@ -505,6 +511,8 @@ class RunResult:
             worker_cpu=[WorkerCpu.from_dict(c) for c in data.get("worker_cpu", [])],
             epoch_shift_us=int(data.get("epoch_shift_us", 0)),
             abort_messages=[str(m) for m in data.get("abort_messages", [])],
+            interrupted_by=data.get("interrupted_by"),
+            interrupted_after_us=int(data.get("interrupted_after_us", 0)),
         )
 
 
