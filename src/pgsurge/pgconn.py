@@ -68,7 +68,10 @@ LIBPQ_VERSION = pq.version()
 
 
 def _text(data: bytes | None) -> str:
-    return data.decode("utf-8", "replace") if data else ""
+    """libpq's bytes as text; bytes that are not UTF-8 (a LATIN1 server's
+    message) are kept as surrogate escapes, to be written back as they came,
+    as pgbench echoes them."""
+    return data.decode("utf-8", "surrogateescape") if data else ""
 
 
 def strip_newline(message: str) -> str:

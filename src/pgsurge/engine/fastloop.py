@@ -313,7 +313,9 @@ def plan_for(
                     refs = []
                 else:
                     text = b""
-                    lits = tuple(p.encode() for p in op.parts[0::2])
+                    lits = tuple(
+                        p.encode("utf-8", "surrogateescape") for p in op.parts[0::2]
+                    )
             else:
                 text = op.prepname if mode == "PREPARED" else op.sql
             out.append((_OP_SQL, text, tuple(refs), lits))
