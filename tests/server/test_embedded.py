@@ -443,3 +443,24 @@ def test_resolve_target_uses_embedded(
     )
     assert (forced.host, forced.dbname) == (conn.host, "template1")
     assert err.getvalue().endswith(f"server in {location / 'data'}\n")
+
+
+def test_concurrent_first_runs_initialize_once(location: Path) -> None:
+    """Three first runs started together on a new embedded server: one
+    initializes, the others wait for it; all three run (issue 11: 2 of 4
+    trials failed and left empty tables)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    env[ENV_DATA_DIR] = str(location)
+    args = [sys.executable, "-m", "pgsurge", "--embedded", "-c", "2", "-t", "20"]
+    procs = [
+        subprocess.Popen(
+            args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(3)
+    ]
+    outs = [p.communicate(timeout=180) for p in procs]
+    for p, (out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err
+        assert "actually processed: 40/40" in out, err
+    inits = [err for _, err in outs if "initializing them at scale 1" in err]
+    assert len(inits) == 1, [err for _, err in outs]
