@@ -33,7 +33,7 @@ import psycopg
 from psycopg import sql
 
 from pgsurge.config import ConnParams, InitConfig
-from pgsurge.errors import PROG, InitError
+from pgsurge.errors import PROG, ConnectError, InitError
 from pgsurge.init import schema
 from pgsurge.init.session import Output, Session
 
@@ -115,7 +115,19 @@ def ensure_initialized(conn: ConnParams, *, stream: TextIO | None = None) -> boo
     from pgsurge.init import run_init  # the package imports this module
 
     out = Output(stream if stream is not None else sys.stderr)
-    session = Session.open(conn, out)
+    try:
+        session = Session.open(conn, out)
+    except ConnectError as exc:
+        # no initialization was attempted: libpq's message, and what to do
+        # when the role (-U or PGUSER) is not one of the embedded server's
+        hint = None
+        if conn.user not in (None, "postgres"):
+            hint = (
+                f'the role "{conn.user}" (from -U or PGUSER) must exist on the '
+                "embedded server, whose superuser is postgres: create it with "
+                'psql "$(pgsurge server uri)", or use -U postgres'
+            )
+        raise ConnectError(exc.message, hint=hint) from None
     try:
         db = session.conn
         try:
