@@ -469,6 +469,10 @@ def run(
     # what pgbench prints on stdout; stderr when the JSON document takes it
     text_out = err if cfg.json_path == "-" else out
     parsed = _parse_scripts(cfg)
+    pure_notice = pure_python_notice()
+    if pure_notice:
+        err.write(pure_notice)
+        err.flush()
     nthreads = min(cfg.jobs, cfg.clients)
 
     conn, password = _connect_setup(cfg, err)
@@ -552,7 +556,7 @@ def run(
     text_out.flush()
     warning = ""
     if result.total_duration_us >= WARN_MIN_DURATION_US:
-        warning = client_limited_warning(result, PROG)
+        warning = client_limited_warning(result, PROG, cpus=_cpus())
     if warning:
         err.write(warning)
         err.flush()
@@ -571,6 +575,34 @@ def run(
         err.flush()
         raise RunInterrupted(getattr(signal, result.interrupted_by))
     return ExitStatus.RUN_ABORTED if notice else ExitStatus.SUCCESS
+
+
+def pure_python_notice() -> str:
+    """One stderr line when a C extension could not be loaded although it
+    was not turned off (``PGSURGE_PURE``): the run then measures with about
+    twice the client CPU per transaction, which the user should know.
+    Empty when every extension loaded or when the pure paths were asked for.
+    """
+    from pgsurge import _native
+
+    missing = _native.unavailable()
+    if not missing or _native.pure_requested():
+        return ""
+    what = "; ".join(f"pgsurge.{name} {why}" for name, why in sorted(missing.items()))
+    return (
+        f"{PROG}: notice: this run uses pure-Python paths, at about twice the "
+        f"client CPU per transaction ({what}); to build the C extensions, "
+        "install a C compiler and the Python headers (e.g. gcc and python3-dev) "
+        "and reinstall pgsurge (PGSURGE_PURE=1 silences this notice)\n"
+    )
+
+
+def _cpus() -> int:
+    """The cores this process may run on (for the client-limited hint)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 0
 
 
 def _write_html(result: RunResult, cfg: RunConfig, path: str) -> None:

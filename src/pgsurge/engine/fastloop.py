@@ -362,6 +362,11 @@ class FastEventLoop(EventLoop):
             flags,
         )
 
+    @property
+    def uses_c(self) -> bool:
+        """Whether :meth:`use_c` gave it the C loop."""
+        return self._fast is not None
+
     def run(self) -> int:
         fast = self._fast
         if fast is None:

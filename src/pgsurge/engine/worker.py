@@ -64,6 +64,7 @@ from pgsurge.script.ast import (
 )
 from pgsurge.script.evaluate import EvalContext
 from pgsurge.stats.counters import StatsData
+from pgsurge.stats.cpu import IMPL_C_LOOP, IMPL_FASTPQ, IMPL_PURE
 from pgsurge.stats.results import WorkerResult
 from pgsurge.stats.series import WorkerRecorder
 from pgsurge.stats.txlog import TxLogOptions, TxLogWriter, log_path
@@ -518,6 +519,13 @@ def _aborted(run: _Run, outcome: int) -> None:
     _finish_connections(run)
 
 
+def _implementation(loop: EventLoop) -> str:
+    """What ran the transactions (for --client-cpu and the JSON result)."""
+    if isinstance(loop, fastloop.FastEventLoop) and loop.uses_c:
+        return IMPL_C_LOOP
+    return IMPL_FASTPQ if fastpq.available else IMPL_PURE
+
+
 def _result(run: _Run, usage0: resource.struct_rusage) -> WorkerResult:
     """After the loop: the worker's figures, for the parent to merge."""
     spec, cfg, wstate, clients, loop = (
@@ -555,6 +563,7 @@ def _result(run: _Run, usage0: resource.struct_rusage) -> WorkerResult:
     # waiting in blocking calls (-C connections, shell commands) is idle too
     result.idle_us = loop.idle_us + wstate.blocked_us
     result.abort_messages = wstate.abort_messages
+    result.implementation = _implementation(loop)
     if run.recorder is not None:
         result.histograms, result.intervals = run.recorder.finish(end)
     return result

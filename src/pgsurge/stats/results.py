@@ -77,6 +77,8 @@ class WorkerResult:
     abort_messages: list[str] = field(default_factory=list)
     #: µs the loop spent blocked waiting between GO and end; -1: not measured
     idle_us: int = -1
+    #: what ran its transactions (stats.cpu.IMPL_*); "" unknown
+    implementation: str = ""
 
     @classmethod
     def empty(
@@ -442,6 +444,7 @@ class RunResult:
                     w.cpu_sys_s,
                     w.end_us - w.bench_start_us,
                     w.idle_us,
+                    w.implementation,
                 )
             )
             result.abort_messages.extend(w.abort_messages)
