@@ -96,3 +96,20 @@ def test_big_scripts_parse_fast(name: str, text: str) -> None:
     # measured at 0.02-0.7 s; the bound only catches a return to quadratic
     # or per-character loops (15 s for the 4 MB line before)
     assert time.perf_counter() - t0 < 6.0
+
+
+@settings(max_examples=300)
+@given(
+    st.text(alphabet="ab é\u20ac+1", min_size=1, max_size=40),
+    st.lists(st.integers(min_value=0, max_value=41), max_size=20),
+)
+def test_column_counts_bytes_in_any_order(text: str, positions: list[int]) -> None:
+    """MetaLexer.column counts on from positions asked before (a 4 MB
+    \\set line was quadratic); any order gives the bytes from the backslash."""
+    from pgsurge.script.lexer import MetaLexer, byte_len
+
+    src = "\\" + text
+    lexer = MetaLexer(src, 0, "x", 1)
+    for pos in positions:
+        pos = min(pos, len(src))
+        assert lexer.column(pos) == byte_len(src[:pos])
