@@ -54,6 +54,7 @@ from pgsurge.engine.protocol import (
     Ready,
     Steady,
 )
+from pgsurge.engine.reconnect import with_reconnect
 from pgsurge.engine.state import Client, Op, Settings, WorkerState
 from pgsurge.engine.throttle import worker_delay_us
 from pgsurge.errors import PROG, PgsurgeError
@@ -386,8 +387,12 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
     run.conn_start = _clock()
 
     # the C loop for the runs it covers (pgsurge.engine.fastloop), else Python's
-    plan = fastloop.plan_for(
-        cfg, spec.scripts, scripts, spec.variables, spec.set_client_id
+    plan = (
+        None  # --reconnect: the Python engine (engine/reconnect.py)
+        if cfg.reconnect
+        else fastloop.plan_for(
+            cfg, spec.scripts, scripts, spec.variables, spec.set_client_id
+        )
     )
     loop_type = EventLoop if plan is None else fastloop.FastEventLoop
     total, pipe = wstate.stats, run.pipe
@@ -405,6 +410,8 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
     if run.abort_owner is not None:
         log = _abort_gated_log(run.abort_owner, spec.worker_id)
     engine = make_engine(settings, wstate, scripts, loop, log)
+    if cfg.reconnect:
+        engine = with_reconnect(engine, settings, wstate, loop, log, cfg.reconnect)
     loop.advance = engine.advance
     if plan is not None:
         assert isinstance(loop, fastloop.FastEventLoop)

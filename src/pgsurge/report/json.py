@@ -133,6 +133,12 @@ def _counters(s: StatsData, duration_s: float) -> dict[str, Any]:
         "retried": s.retried,
         "retries": s.retries,
         "tps": _num(s.cnt / duration_s) if duration_s > 0 else None,
+        # pgsurge's --reconnect only: absent from other runs' documents
+        **(
+            {"connection_failures": s.connection_failures}
+            if s.connection_failures
+            else {}
+        ),
     }
 
 
@@ -164,6 +170,7 @@ def _config(config: RunConfig) -> dict[str, Any]:
         "aggregate_interval_s": config.aggregate_interval,
         "failures_detailed": config.failures_detailed,
         "continue_on_error": config.continue_on_error,
+        **({"reconnect": config.reconnect} if config.reconnect else {}),
         "exit_on_abort": config.exit_on_abort,
         "report_per_command": config.report_per_command,
         "random_seed": config.random_seed,

@@ -128,7 +128,9 @@ def _totals(result: RunResult, failures: int, total_cnt: int, tps: float) -> lis
     ]
     if facts.failures_detailed:
         lines.extend(
-            _failure_detail_lines("", total, total_cnt, facts.continue_on_error)
+            _failure_detail_lines(
+                "", total, total_cnt, facts.continue_on_error, facts.reconnect > 0
+            )
         )
     # retries can only happen when max_tries != 1
     if facts.max_tries != 1:
@@ -174,7 +176,11 @@ def _totals(result: RunResult, failures: int, total_cnt: int, tps: float) -> lis
 
 
 def _failure_detail_lines(
-    prefix: str, stats: StatsData, total_cnt: int, with_other: bool
+    prefix: str,
+    stats: StatsData,
+    total_cnt: int,
+    with_other: bool,
+    with_connection: bool = False,
 ) -> list[str]:
     lines = [
         f"{prefix}number of serialization failures: {stats.serialization_failures} "
@@ -186,6 +192,11 @@ def _failure_detail_lines(
         lines.append(
             f"{prefix}number of other failures: {stats.other_failures} "
             f"({_pct(stats.other_failures, total_cnt)}%)"
+        )
+    if with_connection:  # --reconnect (pgsurge's): transactions lost with it
+        lines.append(
+            f"{prefix}number of connection failures: {stats.connection_failures} "
+            f"({_pct(stats.connection_failures, total_cnt)}%)"
         )
     return lines
 
@@ -223,7 +234,11 @@ def _per_script(result: RunResult, total_cnt: int, bench_duration: float) -> lis
                 if facts.failures_detailed:
                     lines.extend(
                         _failure_detail_lines(
-                            " - ", sstats, stotal, facts.continue_on_error
+                            " - ",
+                            sstats,
+                            stotal,
+                            facts.continue_on_error,
+                            facts.reconnect > 0,
                         )
                     )
                 if facts.max_tries != 1:

@@ -205,6 +205,8 @@ class RunFacts:
     report_per_command: bool = False
     connect_each_tx: bool = False
     continue_on_error: bool = False
+    #: --reconnect's attempts per lost connection (0: off)
+    reconnect: int = 0
 
     @property
     def throttled(self) -> bool:
@@ -281,6 +283,7 @@ class RunFacts:
             report_per_command=config.report_per_command,
             connect_each_tx=config.connect_each_tx,
             continue_on_error=config.continue_on_error,
+            reconnect=config.reconnect,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -306,6 +309,7 @@ class RunFacts:
             "report_per_command": self.report_per_command,
             "connect_each_tx": self.connect_each_tx,
             "continue_on_error": self.continue_on_error,
+            "reconnect": self.reconnect,
         }
 
     @classmethod
@@ -335,6 +339,7 @@ class RunFacts:
             report_per_command=bool(data["report_per_command"]),
             connect_each_tx=bool(data["connect_each_tx"]),
             continue_on_error=bool(data["continue_on_error"]),
+            reconnect=int(data.get("reconnect", 0)),
         )
 
 
