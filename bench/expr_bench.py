@@ -1,6 +1,6 @@
 """Per-``\\set`` cost of compiled expressions (tpcb-like's four lines and more).
 
-Run: ``/work/venv/bin/python bench/expr_bench.py [-n LOOPS]``. Prints the
+Run: ``.venv/bin/python bench/expr_bench.py [-n LOOPS]``. Prints the
 mean µs per evaluation (best of several timeit repeats) of each expression,
 compiled once by ``compile_expr``, against a client context seeded like
 pgbench's first client for ``--random-seed=42``. Also times the raw PRNG

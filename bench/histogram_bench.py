@@ -1,6 +1,6 @@
 """Per-value cost of recording latencies into ``pgsurge.stats.histogram``.
 
-Run: ``/work/venv/bin/python bench/histogram_bench.py [-n VALUES] [--hdrh]``.
+Run: ``.venv/bin/python bench/histogram_bench.py [-n VALUES] [--hdrh]``.
 Records log-normal µs values (median ~1.1 ms, a long tail; the shape of
 OLTP latencies) through a bound ``Histogram.record`` and prints the mean
 ns per value, best of nine repeats, with the bare loop's cost subtracted

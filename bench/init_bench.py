@@ -2,12 +2,12 @@
 
 Run::
 
-    /work/venv/bin/python bench/init_bench.py [CONNINFO] [-s SCALE] [-r ROUNDS]
+    .venv/bin/python bench/init_bench.py [CONNINFO] [-s SCALE] [-r ROUNDS]
         [--jobs N] [--args "MORE -i OPTIONS"] [--pgbench PATH] [--keep]
 
 CONNINFO names the server and a maintenance database to connect to (default:
-``$PGSURGE_BENCH_DSN``, else ``$PGSURGE_TEST_DSN``, else the development
-server ``host=/tmp/pgdev port=5432 user=postgres dbname=postgres``). The
+``$PGSURGE_BENCH_DSN``, else ``$PGSURGE_TEST_DSN``, else a new embedded
+PostgreSQL 18.6 in a temporary directory, removed at the end). The
 benchmark creates its own database there (``pgsurge_init_bench``) and drops
 it at the end, so the tables never land in a shared database.
 
@@ -40,9 +40,9 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import psycopg
+from _suite_proc import SuiteServer
 from psycopg import conninfo, sql
 
-DEV_DSN = "host=/tmp/pgdev port=5432 user=postgres dbname=postgres"
 BENCH_DB = "pgsurge_init_bench"
 _DONE = re.compile(r"^done in (\d+\.\d+) s \((.*)\)\.$", re.M)
 
@@ -91,8 +91,7 @@ def main() -> None:
         "dsn",
         nargs="?",
         default=os.environ.get("PGSURGE_BENCH_DSN")
-        or os.environ.get("PGSURGE_TEST_DSN")
-        or DEV_DSN,
+        or os.environ.get("PGSURGE_TEST_DSN"),
     )
     parser.add_argument("-s", "--scale", type=int, default=20)
     parser.add_argument("-r", "--rounds", type=int, default=3)
@@ -119,12 +118,17 @@ def main() -> None:
         ),
     ]
 
-    with psycopg.connect(args.dsn, autocommit=True) as admin:
+    with SuiteServer(args.dsn) as server:
+        _bench(args, variants, server.admin_dsn)
+
+
+def _bench(args: argparse.Namespace, variants: list[Variant], admin_dsn: str) -> None:
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
         name = sql.Identifier(BENCH_DB)
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
         admin.execute(sql.SQL("CREATE DATABASE {}").format(name))
         version = admin.info.server_version
-    dsn = conninfo.make_conninfo(args.dsn, dbname=BENCH_DB)
+    dsn = conninfo.make_conninfo(admin_dsn, dbname=BENCH_DB)
     print(
         f"server {version}, -i -s {args.scale} {args.args}".rstrip()
         + f", {args.rounds} rounds, {dsn}"
@@ -141,7 +145,7 @@ def main() -> None:
                 )
     finally:
         if not args.keep:
-            with psycopg.connect(args.dsn, autocommit=True) as admin:
+            with psycopg.connect(admin_dsn, autocommit=True) as admin:
                 admin.execute(
                     sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
                         sql.Identifier(BENCH_DB)

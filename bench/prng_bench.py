@@ -8,12 +8,12 @@
    without, alternating (ABBA) on the same database, reporting tps and
    client CPU µs per transaction (getrusage of the child process tree),
    median over the pairs. This isolates what the extension saves in a
-   real run; bench/compare.py compares against pgbench.
+   real run; bench/suite.py compares against pgbench.
 
 Run::
 
-    /work/venv/bin/python bench/prng_bench.py
-    /work/venv/bin/python bench/prng_bench.py --e2e --pairs 4 --duration 8 \\
+    .venv/bin/python bench/prng_bench.py
+    .venv/bin/python bench/prng_bench.py --e2e --pairs 4 --duration 8 \\
         [--dsn CONNINFO] [--args "-b tpcb-like -M prepared -c 8 -j 2"]
 """
 
@@ -30,6 +30,8 @@ import sys
 import timeit
 from collections.abc import Callable
 
+from _suite_proc import SuiteServer, pg_bindir
+
 from pgsurge.prng import PurePgPrng
 from pgsurge.script import functions as F
 
@@ -37,8 +39,6 @@ try:
     from pgsurge import _speedups
 except ImportError:
     _speedups = None  # type: ignore[assignment]
-
-DEFAULT_DSN = "host=/tmp/pgdev port=5432 user=postgres dbname=bench10"
 
 
 def _ns(fn: Callable[[], object], number: int) -> float:
@@ -140,7 +140,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--number", type=int, default=200000, help="calls per repeat")
     ap.add_argument("--e2e", action="store_true", help="also run pgsurge A/B")
-    ap.add_argument("--dsn", default=DEFAULT_DSN)
+    ap.add_argument(
+        "--dsn", help="maintenance database (default: a new embedded server)"
+    )
     ap.add_argument("--args", default="-S -M prepared -c 8 -j 2")
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--duration", type=int, default=8)
@@ -149,7 +151,12 @@ def main() -> None:
     if opts.e2e:
         args = [*shlex.split(opts.args), "-T", str(opts.duration), "-n"]
         print(f"\npgsurge {' '.join(args)}: PGSURGE_PURE=1 against compiled")
-        e2e(opts.dsn, args, opts.pairs)
+        with SuiteServer(opts.dsn) as server:
+            dsn = server.recreate_db("pgsurge_prng_bench")
+            subprocess.run(
+                [str(pg_bindir() / "pgbench"), "-i", "-q", "-s", "10", dsn], check=True
+            )
+            e2e(dsn, args, opts.pairs)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Plain, frozen configuration values: what the command line asked for.
 
-``cli.py`` turns argv into one of these once, ``validate_*`` functions (in
-``cli.py``) hold pgbench's cross-option rules, and everything downstream
+``cli.options`` turns argv into one of these once, ``validate_*`` functions (in
+``cli.options``) hold pgbench's cross-option rules, and everything downstream
 receives these values and never looks at argv. They are picklable, because
 a run's configuration crosses into worker processes (``-j``) and, later,
 onto other hosts.
@@ -162,6 +162,8 @@ class RunConfig:
     json_path: str | None = None
     #: --html FILE: the HTML report of the run (a file, never stdout)
     html_path: str | None = None
+    #: --no-live: no live panel on a terminal (see report/live.py)
+    no_live: bool = False
 
     @property
     def total_weight(self) -> int:

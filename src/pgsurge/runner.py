@@ -26,7 +26,7 @@
    pgbench prints there (the banner, the report and its extra lines) goes
    to stderr instead.
 
-Only this module (and ``cli.py``) writes to the console for a run;
+Only this module (and ``cli``) writes to the console for a run;
 workers write their clients' error messages to stderr themselves, as
 pgbench's threads do.
 
@@ -85,6 +85,7 @@ from pgsurge.errors import (
     RunInterrupted,
 )
 from pgsurge.prng import derive_streams
+from pgsurge.report import live
 from pgsurge.report.extras import client_limited_warning, render_extras
 from pgsurge.report.text import (
     render_abort_notice,
@@ -512,6 +513,7 @@ def run(
         partition_method=info.partition_method,
         partitions=info.partitions,
     )
+    show_live = live.live_wanted(err, progress_s=cfg.progress_s, disabled=cfg.no_live)
     epoch_shift_us = time.time_ns() // 1000 - _clock()
     specs = [
         WorkerSpec(
@@ -529,13 +531,16 @@ def run(
             password=password,
             parent_pid=os.getpid(),
             epoch_shift_us=epoch_shift_us,
+            snapshot_s=live.SNAPSHOT_S if show_live else 0,
         )
         for i, (first, count) in enumerate(split_clients(cfg.clients, nthreads))
     ]
     workers = _Workers(specs)
     try:
         with _stop_workers_on_signal(workers), _parent_stop(workers) as stopper:
-            result = _drive(workers, cfg, facts, err, stopper)
+            result = _drive(
+                workers, cfg, facts, err, stopper=stopper, show_live=show_live
+            )
     except _Failed as e:
         workers.stop()
         out.flush()
@@ -646,9 +651,12 @@ def _drive(
     cfg: RunConfig,
     facts: RunFacts,
     err: TextIO,
+    *,
     stopper: ParentStop | None = None,
+    show_live: bool = False,
 ) -> RunResult:
-    """The barriers, the progress lines and the results of a started run.
+    """The barriers, the progress lines (or the live panel) and the results
+    of a started run.
 
     A worker that dies, or an interrupt (``stopper``), stops the others
     gracefully; the result is then what the parent received: a dead
@@ -670,6 +678,17 @@ def _drive(
         shift = time.time_ns() // 1000 - _clock() if cfg.progress_timestamp else None
         reporter = ProgressReporter.for_run(facts, start_us, epoch_shift_us=shift)
     n = len(workers.pipes)
+    panel = None
+    if show_live:
+        panel = live.LivePanel(
+            err,
+            start_us=start_us,
+            duration_s=cfg.duration,
+            transactions=cfg.transactions,
+            clients=cfg.clients,
+            nworkers=n,
+        )
+        panel.start()
     ticks = [0] * n
     nows = [start_us] * n
     snapshots = [StatsData() for _ in range(n)]
@@ -678,53 +697,61 @@ def _drive(
     dead: dict[int, int] = {}  # worker -> when its death was seen
     pending = set(range(n))
     wake: list[Any] = [] if stopper is None else [stopper.wake_fd]
-    while pending:
-        timeout = None if stopper is None else stopper.timeout()
-        ready = wait([*(workers.pipes[i] for i in pending), *wake], timeout)
-        if stopper is not None:
-            if stopper.wake_fd in ready:
-                stopper.drain()
-            step = stopper.due()
-            if step == 2:  # the grace is over: cancel what still runs
-                for i in pending:
-                    _send_quietly(workers.pipes[i], Stop())
-            elif step == 3:  # no answer: they are dead to us
-                for i in sorted(pending):
-                    workers.procs[i].kill()
-        for pipe in ready:
-            if not isinstance(pipe, Connection):
-                continue
-            index = workers.pipes.index(pipe)
-            match _recv(workers, index):
-                case Progress(tick, now, stats):
-                    ticks[index], nows[index], snapshots[index] = tick, now, stats
-                case Done(done):
-                    results[index] = done
-                    snapshots[index] = done.total
-                    ticks[index] = sys.maxsize
-                    pending.discard(index)
-                case _Died():
-                    _report_death(workers, index, err)
-                    dead[index] = _clock()
-                    ticks[index] = sys.maxsize
-                    pending.discard(index)
-                    if stopper is None:
+    try:
+        while pending:
+            timeout = None if stopper is None else stopper.timeout()
+            ready = wait([*(workers.pipes[i] for i in pending), *wake], timeout)
+            if stopper is not None:
+                if stopper.wake_fd in ready:
+                    stopper.drain()
+                step = stopper.due()
+                if step == 2:  # the grace is over: cancel what still runs
+                    for i in pending:
+                        _send_quietly(workers.pipes[i], Stop())
+                elif step == 3:  # no answer: they are dead to us
+                    for i in sorted(pending):
+                        workers.procs[i].kill()
+            for pipe in ready:
+                if not isinstance(pipe, Connection):
+                    continue
+                index = workers.pipes.index(pipe)
+                match _recv(workers, index):
+                    case Progress(tick, now, stats):
+                        ticks[index], nows[index], snapshots[index] = tick, now, stats
+                    case Done(done):
+                        results[index] = done
+                        snapshots[index] = done.total
+                        ticks[index] = sys.maxsize
+                        pending.discard(index)
+                    case _Died():
+                        _report_death(workers, index, err)
+                        dead[index] = _clock()
+                        ticks[index] = sys.maxsize
+                        pending.discard(index)
+                        if stopper is None:
+                            raise _Failed(ExitStatus.RUN_ABORTED)
+                        stopper.stop(_clock())
+                    case Fatal() as fatal:
+                        _fatal(fatal, err)
+                    case _:  # ExitOnAbort, or a message out of order
                         raise _Failed(ExitStatus.RUN_ABORTED)
-                    stopper.stop(_clock())
-                case Fatal() as fatal:
-                    _fatal(fatal, err)
-                case _:  # ExitOnAbort, or a message out of order
-                    raise _Failed(ExitStatus.RUN_ABORTED)
-        if reporter is not None and pending:
             tick = min(ticks)
-            if tick > printed:
-                merged = StatsData()
-                for snap in snapshots:
-                    merged.merge(snap)
-                now = max(nows[i] for i in pending)
+            if not pending or tick <= printed:
+                continue
+            printed = tick
+            merged = StatsData()
+            for snap in snapshots:
+                merged.merge(snap)
+            now = max(nows[i] for i in pending)
+            if reporter is not None:
                 err.write(reporter.report(merged, now) + "\n")
                 err.flush()
-                printed = tick
+            elif panel is not None:
+                cpu = [live.proc_cpu_seconds(p.pid) for p in workers.procs]
+                panel.update(merged, now, cpu)
+    finally:
+        if panel is not None:
+            panel.stop()
     for index, when in dead.items():
         results[index] = _dead_result(
             workers.nclients[index], index, facts, snapshots[index], start_us, when

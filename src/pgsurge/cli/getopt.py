@@ -11,7 +11,7 @@ unless ``POSIXLY_CORRECT`` is set, which stops at the first operand), and
 
 argparse cannot reproduce this (it has its own abbreviation rules, ``-?``,
 messages and exit status), hence this module. It only splits words: the
-meaning of each option is ``cli.py``'s business.
+meaning of each option is ``options``' business.
 
 One pgsurge rule on top of glibc's: options marked ``extension`` (ours, not
 pgbench 18.6's) are considered for an abbreviation only when no pgbench

@@ -25,8 +25,8 @@ report extras are run-mode options, rejected with ``-i`` like pgbench's:
 * ``--html=FILE``: the self-contained HTML report of the run (the same
   document rendered by ``report/html.py``), checked likewise; never ``-``.
 
-``cli.py`` prints errors and dispatches; word splitting is ``getopt.py``'s;
-number parsing with C semantics is ``option_values.py``'s.
+``dispatch`` prints errors and dispatches; word splitting is ``getopt``'s;
+number parsing with C semantics is ``values``' and ``pgsurge.cnum``'s.
 """
 
 from __future__ import annotations
@@ -121,6 +121,7 @@ LONG_OPTIONS: tuple[LongOption, ...] = (
     LongOption("extended-report", False, "extended-report", extension=True),
     LongOption("json", True, "json", extension=True),
     LongOption("html", True, "html", extension=True),
+    LongOption("no-live", False, "no-live", extension=True),
 )
 
 #: long options with an optional value (getopt_long's optional_argument)
@@ -217,6 +218,7 @@ class _State:
     json_path: str | None = None
     html_path: str | None = None
     reconnect: int = 0
+    no_live: bool = False
 
 
 class _Getopt(Getopt):
@@ -542,6 +544,9 @@ class _CommandLine:
             case "html":
                 st.benchmarking_option_set = True
                 st.html_path = arg
+            case "no-live":
+                st.benchmarking_option_set = True
+                st.no_live = True
             case _:  # pragma: no cover - the table and this switch disagree
                 raise AssertionError(f"unhandled option {key}")
 
@@ -705,6 +710,7 @@ class _CommandLine:
             json_path=st.json_path,
             html_path=st.html_path,
             reconnect=st.reconnect,
+            no_live=st.no_live,
         )
 
 

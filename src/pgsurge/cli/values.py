@@ -6,7 +6,8 @@ leading blanks, a ``+`` sign, trailing garbage after a number for ``atof``
 (``-L 1x`` is 1 ms), ``nan``/``inf``/hex floats, wrap-around of negative
 seeds. Python's ``int()``/``float()`` differ on all of these, so this
 module reimplements the C semantics (C locale, 64-bit ``long``) in small,
-pure functions that ``options.py`` calls.
+pure functions that ``options`` calls (C number semantics themselves are
+in ``pgsurge.cnum``).
 
 pgsurge's own option values (``--percentiles``, ``--json``) have no C
 precedent to follow; they are read strictly instead, so that a typo fails

@@ -288,7 +288,7 @@ def plan_for(
                 continue
             if isinstance(cmd, SleepCommand):
                 if type(op.amount) is int:
-                    # client_meta.sleep_usec of a constant, done once
+                    # meta.sleep_usec of a constant, done once
                     out.append((_OP_SLEEP_CONST, wrap_int32(op.amount * op.unit_us)))
                     continue
                 slot = slot_of(str(op.amount), done)

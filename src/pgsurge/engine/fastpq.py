@@ -22,7 +22,7 @@ Return conventions (see src/pgsurge/_native/_fastpq.c): the send functions retur
 0 (all sent), 1 (data left to flush: wait for writability), -1 (the flush
 failed) or -2 (the send failed); ``send_prepared_vars``,
 ``send_params_vars`` and ``send_query_parts`` build the parameters (the
-query text) from the client's variables like ``client_sql.params_of``
+query text) from the client's variables like ``sql.params_of``
 (``substitute``) for ints and strings, and return :data:`SEND_FALLBACK`
 without sending for any other value; ``drain(conn, count)`` returns
 ``count * 4 + code`` with code 0 (libpq needs more data), 1 (all results

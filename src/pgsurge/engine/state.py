@@ -8,8 +8,8 @@ per-worker :class:`WorkerState` (``TState``), the run :class:`Settings`,
 the :class:`IoHooks` the event loop provides, and :class:`Support`: the
 message sink and the small services every phase uses.
 
-The engine is split by phase: ``client_sql`` sends SQL and reads results,
-``client_meta`` runs meta commands, ``client_tx`` accounts transactions and
+The engine is split by phase: ``sql`` sends SQL and reads results,
+``meta`` runs meta commands, ``tx`` accounts transactions and
 handles errors, retries and (re)connections, and ``client`` dispatches on
 the state, with the hot path inline. Enum members are plain ``int``
 constants here, since comparing ints is what the hot path does.

@@ -3,7 +3,7 @@
 ``render_text`` is a pure function of a ``RunResult``: same lines, same
 conditions, same number formatting as pgbench (C ``printf`` of doubles that
 are computed with the same operations in the same order; see
-``stats.cfloat`` for the few places where Python needs help).
+``pgsurge.cnum`` for the few places where Python needs help).
 
 pgbench prints its banner when it connects, before the run, and the rest
 at the end; the runner does the same with ``render_banner`` first and

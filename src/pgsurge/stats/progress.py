@@ -6,7 +6,7 @@ previous and the current one) and the times, and gets back the line to
 write to stderr. ``ProgressReporter`` keeps that state for the caller.
 
 The arithmetic follows pgbench operation by operation (C double semantics,
-see ``cfloat``), so that the printed digits match, including its oddities:
+see ``pgsurge.cnum``), so that the printed digits match, including its oddities:
 latency and stddev print as 0.000 when no transaction finished in the
 interval, and a stddev whose radicand rounds below zero prints ``NaN``.
 """
