@@ -153,6 +153,8 @@ class RunConfig:
     # pgsurge extensions: None/False keeps pgbench's output
     #: --percentiles: ascending, distinct, each in (0, 100]; None = not asked
     percentiles: tuple[float, ...] | None = None
+    #: --reconnect[=N]: attempts per lost connection (0: off, pgbench's abort)
+    reconnect: int = 0
     #: --client-cpu: client CPU lines in the text report
     client_cpu: bool = False
     #: --json FILE; "-" means the JSON document goes to stdout and the text

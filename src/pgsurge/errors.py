@@ -126,3 +126,14 @@ class InitError(PgsurgeError):
 
 class ServerError(PgsurgeError):
     """The embedded PostgreSQL server could not be set up or started."""
+
+
+class RunInterrupted(BaseException):
+    """A run was interrupted by ``signum`` and everything it measured has
+    been printed and written: the program now dies of the same signal (as
+    pgbench does, so that shells and scripts see what they see with it).
+    A BaseException, as KeyboardInterrupt: no handler of errors takes it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum

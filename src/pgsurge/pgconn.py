@@ -68,7 +68,10 @@ LIBPQ_VERSION = pq.version()
 
 
 def _text(data: bytes | None) -> str:
-    return data.decode("utf-8", "replace") if data else ""
+    """libpq's bytes as text; bytes that are not UTF-8 (a LATIN1 server's
+    message) are kept as surrogate escapes, to be written back as they came,
+    as pgbench echoes them."""
+    return data.decode("utf-8", "surrogateescape") if data else ""
 
 
 def strip_newline(message: str) -> str:
@@ -172,6 +175,15 @@ class PgConn:
         res = self._pgconn.exec_(sql.encode())
         return int(res.status), res
 
+    def cancel(self) -> None:
+        """``PQcancel``: ask the server to cancel what this connection runs
+        (blocking, a separate short connection; failures are ignored: the
+        connection is closed next anyway)."""
+        try:
+            self._pgconn.get_cancel().cancel()
+        except Exception:  # best effort on the way out
+            pass
+
     def finish(self) -> None:
         self._pgconn.finish()
 
@@ -200,7 +212,25 @@ def conninfo(items: dict[str, str], password: str | None = None) -> str:
     for key, value in items.items():
         if key not in ("host", "port", "user", "dbname"):
             params.setdefault(key, value)
+    if any(_has_surrogates(v) for v in params.values()):
+        # bytes that are not UTF-8 (an argument kept as surrogate escapes):
+        # psycopg's builder cannot encode them; libpq takes them as they
+        # are, as pgbench passes them
+        return " ".join(f"{k}={_quote(v)}" for k, v in params.items())
     return make_conninfo("", **params)
+
+
+def _has_surrogates(value: str) -> bool:
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _quote(value: str) -> str:
+    """A conninfo value in libpq's quoting."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def connect(
@@ -213,7 +243,9 @@ def connect(
     gives it) and ``needs`` tells that the server asked for a password
     that was not supplied (pgbench then prompts once).
     """
-    pgconn = pq.PGconn.connect(conninfo(items, password).encode())
+    pgconn = pq.PGconn.connect(
+        conninfo(items, password).encode("utf-8", "surrogateescape")
+    )
     if pgconn.status != pq.ConnStatus.OK:
         message = _text(pgconn.error_message)
         needs = bool(pgconn.needs_password) and password is None

@@ -30,14 +30,18 @@ Only this module (and ``cli``) writes to the console for a run;
 workers write their clients' error messages to stderr themselves, as
 pgbench's threads do.
 
-A signal that kills pgbench kills all its threads. The workers are
-processes: while they run, SIGTERM and SIGHUP to the parent (``kill``,
-``timeout``, a closed terminal) terminate them first, and the parent then
-dies of the signal, as pgbench would; they would otherwise run on,
-orphaned, to the end of ``-T``/``-t``. (Ctrl-C reaches the whole process
-group, and workers die of SIGINT themselves.) On Linux the kernel also
-kills the workers when the parent dies of a signal no handler sees
-(SIGKILL).
+A signal that kills pgbench kills all its threads. Here the first SIGINT
+or SIGTERM of a running benchmark stops it gracefully and the report of
+what ran is printed before the program dies of the signal
+(``pgsurge.engine.interrupt``); before GO, or a second time, the workers
+are killed and the parent dies of it at once. SIGHUP (a closed terminal)
+kills the workers first, and the parent then dies of it, as pgbench would;
+they would otherwise run on, orphaned. On Linux the kernel also kills the
+workers when the parent dies of a signal no handler sees (SIGKILL).
+
+A worker that dies (the OOM killer's SIGKILL) is named with how it ended;
+the others stop gracefully, and the report of what the parent received is
+printed, with status 2.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ import psycopg
 
 from pgsurge import __version__, pgconn
 from pgsurge.config import RunConfig
+from pgsurge.engine.interrupt import ParentStop, describe_exit
 from pgsurge.engine.protocol import (
     Connected,
     Crash,
@@ -68,14 +73,26 @@ from pgsurge.engine.protocol import (
     Progress,
     Ready,
     Steady,
+    Stop,
     WorkerMessage,
 )
 from pgsurge.engine.worker import WorkerSpec, worker_main
-from pgsurge.errors import PROG, ConnectError, ExitStatus, PgsurgeError
+from pgsurge.errors import (
+    PROG,
+    ConnectError,
+    ExitStatus,
+    PgsurgeError,
+    RunInterrupted,
+)
 from pgsurge.prng import derive_streams
 from pgsurge.report import live
 from pgsurge.report.extras import client_limited_warning, render_extras
-from pgsurge.report.text import render_abort_notice, render_banner, render_text
+from pgsurge.report.text import (
+    render_abort_notice,
+    render_banner,
+    render_interrupt_notice,
+    render_text,
+)
 from pgsurge.script.ast import ParsedScript, Value
 from pgsurge.stats.counters import StatsData
 from pgsurge.stats.results import RunFacts, RunResult, WorkerResult
@@ -315,6 +332,7 @@ class _Workers:
     def __init__(self, specs: Sequence[WorkerSpec]) -> None:
         ctx = _mp_context()
         self.pipes: list[Connection] = []
+        self.nclients = [spec.nclients for spec in specs]
         self.procs: list[Any] = []
         # --exit-on-abort: the id of the first worker to report an abort,
         # shared, so that only it reports (pgbench's first aborting thread
@@ -339,10 +357,15 @@ class _Workers:
         for pipe in self.pipes:
             pipe.send(msg)
 
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p.pid is not None and p.is_alive()]
+
     def stop(self) -> None:
+        """Kill the workers (they stop gracefully on SIGTERM, which is for
+        an interrupted run: here their work is to be thrown away)."""
         for proc in self.procs:
             if proc.is_alive():
-                proc.terminate()
+                proc.kill()
         for proc in self.procs:
             proc.join(5)
         for pipe in self.pipes:
@@ -355,8 +378,9 @@ class _Workers:
             pipe.close()
 
 
-#: signals whose default action kills pgbench, threads and all
-_KILLING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+#: signals whose default action kills pgbench, threads and all, and that
+#: do not interrupt a run gracefully (SIGINT and SIGTERM do: ParentStop)
+_KILLING_SIGNALS = (signal.SIGHUP,)
 
 
 @contextmanager
@@ -385,11 +409,15 @@ class _Failed(Exception):
         self.status = status
 
 
-def _recv(workers: _Workers, index: int) -> WorkerMessage:
+class _Died:
+    """What :func:`_recv` returns for a worker whose pipe closed."""
+
+
+def _recv(workers: _Workers, index: int) -> WorkerMessage | _Died:
     try:
         msg: WorkerMessage = workers.pipes[index].recv()
     except (EOFError, OSError):
-        raise _Failed(ExitStatus.RUN_ABORTED) from None
+        return _Died()
     if isinstance(msg, Crash):
         sys.stderr.write(msg.traceback)
         sys.stderr.write(f"{PROG}: error: worker {index} failed\n")
@@ -415,6 +443,9 @@ def _barrier(workers: _Workers, expected: type[Ready | Connected], err: TextIO) 
         for pipe in ready:
             index = workers.pipes.index(pipe)  # type: ignore[arg-type]
             msg = _recv(workers, index)
+            if isinstance(msg, _Died):
+                _report_death(workers, index, err)
+                raise _Failed(ExitStatus.RUN_ABORTED)
             if isinstance(msg, Fatal):
                 _fatal(msg, err)
             if not isinstance(msg, expected):
@@ -439,6 +470,10 @@ def run(
     # what pgbench prints on stdout; stderr when the JSON document takes it
     text_out = err if cfg.json_path == "-" else out
     parsed = _parse_scripts(cfg)
+    pure_notice = pure_python_notice()
+    if pure_notice:
+        err.write(pure_notice)
+        err.flush()
     nthreads = min(cfg.jobs, cfg.clients)
 
     conn, password = _connect_setup(cfg, err)
@@ -502,8 +537,10 @@ def run(
     ]
     workers = _Workers(specs)
     try:
-        with _stop_workers_on_signal(workers):
-            result = _drive(workers, cfg, facts, err, show_live=show_live)
+        with _stop_workers_on_signal(workers), _parent_stop(workers) as stopper:
+            result = _drive(
+                workers, cfg, facts, err, stopper=stopper, show_live=show_live
+            )
     except _Failed as e:
         workers.stop()
         out.flush()
@@ -524,7 +561,7 @@ def run(
     text_out.flush()
     warning = ""
     if result.total_duration_us >= WARN_MIN_DURATION_US:
-        warning = client_limited_warning(result, PROG)
+        warning = client_limited_warning(result, PROG, cpus=_cpus())
     if warning:
         err.write(warning)
         err.flush()
@@ -538,8 +575,39 @@ def run(
     if notice:
         err.write(notice)
         err.flush()
-        return ExitStatus.RUN_ABORTED
-    return ExitStatus.SUCCESS
+    if result.interrupted_by is not None:
+        err.write(render_interrupt_notice(result, PROG))
+        err.flush()
+        raise RunInterrupted(getattr(signal, result.interrupted_by))
+    return ExitStatus.RUN_ABORTED if notice else ExitStatus.SUCCESS
+
+
+def pure_python_notice() -> str:
+    """One stderr line when a C extension could not be loaded although it
+    was not turned off (``PGSURGE_PURE``): the run then measures with about
+    twice the client CPU per transaction, which the user should know.
+    Empty when every extension loaded or when the pure paths were asked for.
+    """
+    from pgsurge import _native
+
+    missing = _native.unavailable()
+    if not missing or _native.pure_requested():
+        return ""
+    what = "; ".join(f"pgsurge.{name} {why}" for name, why in sorted(missing.items()))
+    return (
+        f"{PROG}: notice: this run uses pure-Python paths, at about twice the "
+        f"client CPU per transaction ({what}); to build the C extensions, "
+        "install a C compiler and the Python headers (e.g. gcc and python3-dev) "
+        "and reinstall pgsurge (PGSURGE_PURE=1 silences this notice)\n"
+    )
+
+
+def _cpus() -> int:
+    """The cores this process may run on (for the client-limited hint)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 0
 
 
 def _write_html(result: RunResult, cfg: RunConfig, path: str) -> None:
@@ -556,22 +624,52 @@ def _write_html(result: RunResult, cfg: RunConfig, path: str) -> None:
     write_html(render_html([RunDoc(label, doc)]), path)
 
 
+@contextmanager
+def _parent_stop(workers: _Workers) -> Iterator[ParentStop | None]:
+    """The graceful stop of a running benchmark (main thread only: only it
+    has signal handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield None
+        return
+    with ParentStop(workers.pids, workers.stop) as stopper:
+        yield stopper
+
+
+def _report_death(workers: _Workers, index: int, err: TextIO) -> None:
+    """A worker's pipe closed without a result: say which and how it ended."""
+    proc = workers.procs[index]
+    proc.join(1.0)
+    err.write(
+        f"{PROG}: error: worker {index} (pid {proc.pid}) died: "
+        f"{describe_exit(proc.exitcode)}\n"
+    )
+    err.flush()
+
+
 def _drive(
     workers: _Workers,
     cfg: RunConfig,
     facts: RunFacts,
     err: TextIO,
     *,
+    stopper: ParentStop | None = None,
     show_live: bool = False,
 ) -> RunResult:
     """The barriers, the progress lines (or the live panel) and the results
-    of a started run."""
+    of a started run.
+
+    A worker that dies, or an interrupt (``stopper``), stops the others
+    gracefully; the result is then what the parent received: a dead
+    worker counts its clients as aborted, with its last progress figures.
+    """
     _barrier(workers, Ready, err)
     start_us = _clock()
     end_us = start_us + cfg.duration * 1000000 if cfg.duration else 0
     workers.send_all(Steady(start_us, end_us))
     _barrier(workers, Connected, err)
     workers.send_all(Go())
+    if stopper is not None:
+        stopper.start_run()
 
     reporter = None
     if cfg.progress_s:
@@ -596,20 +694,43 @@ def _drive(
     snapshots = [StatsData() for _ in range(n)]
     printed = 0
     results: dict[int, WorkerResult] = {}
+    dead: dict[int, int] = {}  # worker -> when its death was seen
     pending = set(range(n))
+    wake: list[Any] = [] if stopper is None else [stopper.wake_fd]
     try:
         while pending:
-            ready = wait([workers.pipes[i] for i in pending])
+            timeout = None if stopper is None else stopper.timeout()
+            ready = wait([*(workers.pipes[i] for i in pending), *wake], timeout)
+            if stopper is not None:
+                if stopper.wake_fd in ready:
+                    stopper.drain()
+                step = stopper.due()
+                if step == 2:  # the grace is over: cancel what still runs
+                    for i in pending:
+                        _send_quietly(workers.pipes[i], Stop())
+                elif step == 3:  # no answer: they are dead to us
+                    for i in sorted(pending):
+                        workers.procs[i].kill()
             for pipe in ready:
-                index = workers.pipes.index(pipe)  # type: ignore[arg-type]
+                if not isinstance(pipe, Connection):
+                    continue
+                index = workers.pipes.index(pipe)
                 match _recv(workers, index):
                     case Progress(tick, now, stats):
                         ticks[index], nows[index], snapshots[index] = tick, now, stats
-                    case Done(result):
-                        results[index] = result
-                        snapshots[index] = result.total
+                    case Done(done):
+                        results[index] = done
+                        snapshots[index] = done.total
                         ticks[index] = sys.maxsize
                         pending.discard(index)
+                    case _Died():
+                        _report_death(workers, index, err)
+                        dead[index] = _clock()
+                        ticks[index] = sys.maxsize
+                        pending.discard(index)
+                        if stopper is None:
+                            raise _Failed(ExitStatus.RUN_ABORTED)
+                        stopper.stop(_clock())
                     case Fatal() as fatal:
                         _fatal(fatal, err)
                     case _:  # ExitOnAbort, or a message out of order
@@ -631,6 +752,42 @@ def _drive(
     finally:
         if panel is not None:
             panel.stop()
-    return RunResult.from_workers(
+    for index, when in dead.items():
+        results[index] = _dead_result(
+            workers.nclients[index], index, facts, snapshots[index], start_us, when
+        )
+    merged_result = RunResult.from_workers(
         [results[i] for i in range(n)], facts, start_us=start_us
     )
+    if stopper is not None and stopper.signum is not None:
+        merged_result.interrupted_by = signal.Signals(stopper.signum).name
+        merged_result.interrupted_after_us = max(
+            0, stopper.at_us - merged_result.bench_start_us
+        )
+    return merged_result
+
+
+def _send_quietly(pipe: Connection, msg: ParentMessage) -> None:
+    try:
+        pipe.send(msg)
+    except OSError:  # it died meanwhile: its pipe says so next
+        pass
+
+
+def _dead_result(
+    nclients: int,
+    index: int,
+    facts: RunFacts,
+    last: StatsData,
+    start_us: int,
+    when: int,
+) -> WorkerResult:
+    """A dead worker's share of the result: its clients aborted, with the
+    figures of its last progress snapshot (none without -P)."""
+    result = WorkerResult(index, nclients, total=last)
+    result.aborted_clients = nclients
+    result.client_tx_counts = [0] * nclients
+    result.conn_start_us = result.bench_start_us = start_us
+    result.end_us = when
+    result.abort_messages = [f"worker {index} died"]
+    return result

@@ -40,6 +40,7 @@ from pgsurge.server.runas import (
 from pgsurge.server.target import (
     TARGET_ENV_VARS,
     default_server_listening,
+    pgbench_default_listening,
     resolve_target,
 )
 
@@ -425,9 +426,9 @@ def test_resolve_target_uses_embedded(
     monkeypatch.setenv(ENV_DATA_DIR, str(location))
     for name in TARGET_ENV_VARS:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("PGUSER", "alice")  # a role of the user's own servers
-    if default_server_listening():
-        pytest.skip("a server listens where libpq connects by default")
+    monkeypatch.delenv("PGUSER", raising=False)
+    if default_server_listening() or pgbench_default_listening():
+        pytest.skip("a server listens where libpq or pgbench connect by default")
     err = io.StringIO()
     conn = resolve_target(ConnParams(), force_embedded=False, stderr=err)
     assert conn.embedded and conn.user == "postgres" and conn.dbname == "postgres"
@@ -437,6 +438,10 @@ def test_resolve_target_uses_embedded(
         "your own server)\n"
     )
     assert _query(conn.conninfo_items(), "SELECT current_user") == "postgres"
+    # PGUSER behaves as -U (issue 11: it was ignored, -U was not)
+    monkeypatch.setenv("PGUSER", "alice")
+    conn = resolve_target(ConnParams(), force_embedded=False, stderr=io.StringIO())
+    assert conn.user == "alice"
 
     err = io.StringIO()
     forced = resolve_target(
@@ -444,3 +449,67 @@ def test_resolve_target_uses_embedded(
     )
     assert (forced.host, forced.dbname) == (conn.host, "template1")
     assert err.getvalue().endswith(f"server in {location / 'data'}\n")
+
+
+def test_concurrent_first_runs_initialize_once(location: Path) -> None:
+    """Three first runs started together on a new embedded server: one
+    initializes, the others wait for it; all three run (issue 11: 2 of 4
+    trials failed and left empty tables)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    env[ENV_DATA_DIR] = str(location)
+    args = [sys.executable, "-m", "pgsurge", "--embedded", "-c", "2", "-t", "20"]
+    procs = [
+        subprocess.Popen(
+            args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(3)
+    ]
+    outs = [p.communicate(timeout=180) for p in procs]
+    for p, (out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err
+        assert "actually processed: 40/40" in out, err
+    inits = [err for _, err in outs if "initializing them at scale 1" in err]
+    assert len(inits) == 1, [err for _, err in outs]
+
+
+def test_crashed_server_status_and_recovery(location: Path) -> None:
+    """``kill -9`` of the postmaster: ``server status`` and the next run
+    agree that none runs (a zombie postmaster was taken for a server that
+    "does not accept connections"), and the next start recovers."""
+    server = EmbeddedServer(location)
+    conn = server.ensure_running()
+    pid = server.status().pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while server.status().running and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not server.status().running
+    again = server.ensure_running()
+    assert (again.host, again.port) == (conn.host, conn.port)
+    assert server.status().running and server.status().pid != pid
+    assert _query(again.conninfo_items(), "SELECT 1") == "1"
+
+
+def test_server_in_pgbench_socket_dir_is_found(
+    server_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No target given, nothing in libpq's default socket directory, a
+    server in pgbench's (``/tmp``; here the test server's directory stands
+    for it): it is used, and one stderr line says so (issue 11)."""
+    from pgsurge.server import target
+
+    info = psycopg.conninfo.conninfo_to_dict(server_dsn)
+    host, port = str(info["host"]), int(str(info.get("port") or 5432))
+    monkeypatch.setattr(target, "PGBENCH_SOCKET_DIR", host)
+    monkeypatch.setattr(target, "libpq_default_address", lambda: ("/nonexistent", port))
+    for name in (*TARGET_ENV_VARS, "PGUSER"):
+        monkeypatch.delenv(name, raising=False)
+    err = io.StringIO()
+    conn = resolve_target(ConnParams(user="postgres"), force_embedded=False, stderr=err)
+    assert not conn.embedded and (conn.host, conn.port) == (host, str(port))
+    assert err.getvalue() == (
+        f"pgsurge: using the server listening in {host} (port {port}), where "
+        "pgbench looks (none in libpq's default socket directory)\n"
+    )
+    assert _query({**conn.conninfo_items(), "dbname": "postgres"}, "SELECT 1") == "1"

@@ -315,7 +315,9 @@ def test_client_cpu_lines(bench_db: str, tmp_path: Path) -> None:
     for worker in (0, 1):
         assert re.fullmatch(
             rf"client CPU worker {worker}: busy [\d.]+%, CPU [\d.]+% "
-            r"\(user [\d.]+ s, sys [\d.]+ s, wall [\d.]+ s\)",
+            r"\(user [\d.]+ s, sys [\d.]+ s, wall [\d.]+ s\)"
+            # what ran the transactions (issue 11)
+            r", (C event loop|Python engine, C libpq calls|pure Python)",
             run.line(f"client CPU worker {worker}: "),
         )
 

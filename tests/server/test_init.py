@@ -444,11 +444,28 @@ def test_ensure_initialized(fresh_db: str, counts: Any) -> None:
     buf = io.StringIO()
     assert ensure_initialized(params, stream=buf) is False
     assert buf.getvalue() == ""
-    # one table missing is enough to initialize again
+    # a table missing, or empty tables: half-initialized by the user, whose
+    # tables are not touched: pgbench's hint (issue 11)
     with psycopg.connect(fresh_db, autocommit=True) as conn:
         conn.execute("drop table pgbench_history")
-    assert ensure_initialized(params, stream=io.StringIO()) is True
+    with pytest.raises(InitError, match="are incomplete") as info:
+        ensure_initialized(params, stream=io.StringIO())
+    assert info.value.hint is not None and "-i" in info.value.hint
+    # the automatic initialization's own, interrupted (its marker is set):
+    # initialized again
+    with psycopg.connect(fresh_db, autocommit=True) as conn:
+        conn.execute("create table pgbench_history (x int)")
+        conn.execute("truncate pgbench_branches, pgbench_tellers")
+        conn.execute(
+            psycopg.sql.SQL(
+                "alter database {} set pgsurge.auto_init = 'pending'"
+            ).format(psycopg.sql.Identifier(conn.info.dbname))
+        )
+    buf = io.StringIO()
+    assert ensure_initialized(params, stream=buf) is True
+    assert "incomplete (an interrupted automatic initialization)" in buf.getvalue()
     assert counts() == (1, 10, 100000)
+    assert ensure_initialized(params, stream=io.StringIO()) is False
 
 
 def test_ensure_initialized_connection_failure(tmp_path: Path) -> None:

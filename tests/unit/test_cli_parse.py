@@ -405,6 +405,8 @@ def test_help_is_pgbench_help_plus_our_options(pgbench_bin: Path) -> None:
         " 50,90,99,99.9)\n",
         "  -d, --dbname": "  --embedded               use pgsurge's embedded"
         " PostgreSQL server\n",
+        "  --sampling-rate": "  --reconnect[=NUM]        reconnect a client whose"
+        " connection is lost, NUM\n" + " " * 27 + "attempts per loss (default: 10)\n",
     }
     for before, line in additions.items():
         expected = expected.replace(before, line + before, 1)

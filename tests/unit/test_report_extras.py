@@ -181,3 +181,27 @@ def test_cpu_meter_measures_this_thread() -> None:
     assert meter.stop().total_s < 0.05
     assert thread_cpu().user_s > 0
     assert CpuTimes(2.0, 1.0) - CpuTimes(0.5, 0.5) == CpuTimes(1.5, 0.5)
+
+
+def test_client_limited_hint_counts_the_cores() -> None:
+    """On a 2-core machine already running 2 workers, more -j cannot help
+    (issue 11); with a core left it still may."""
+    cpu = [(0.99, 0.0, 1_000_000), (0.99, 0.0, 1_000_000)]
+    r = result_with([[100]], cpu=cpu, clients=8, threads=2)
+    assert client_limited_warning(r, cpus=2).endswith(
+        "(the 2 cores of this machine all run a worker: try more client machines)\n"
+    )
+    assert client_limited_warning(r, cpus=8).endswith("(try more -j)\n")
+    assert client_limited_warning(r).endswith("(try more -j)\n")  # cores unknown
+
+
+def test_worker_line_names_the_implementation() -> None:
+    from pgsurge.report.extras import _worker_line
+    from pgsurge.stats.cpu import IMPL_C_LOOP
+
+    line = _worker_line(WorkerCpu(0, 0.5, 0.1, 1_000_000, 200_000, IMPL_C_LOOP))
+    assert line.endswith("wall 1.000 s), C event loop")
+    assert (
+        WorkerCpu.from_dict(WorkerCpu(1, 0, 0, 1, -1, "x").to_dict()).implementation
+        == "x"
+    )

@@ -109,8 +109,11 @@ def record_all(
 
 def check_identities(s: StatsData, throttled: bool) -> None:
     assert s.total == s.skipped + s.cnt + s.failures
-    assert (
-        s.failures == s.serialization_failures + s.deadlock_failures + s.other_failures
+    assert s.failures == (
+        s.serialization_failures
+        + s.deadlock_failures
+        + s.other_failures
+        + s.connection_failures
     )
     assert s.latency.count == s.cnt
     assert s.lag.count == (s.cnt if throttled else 0)

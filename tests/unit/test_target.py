@@ -116,6 +116,22 @@ def test_embedded_conn_keeps_explicit_role_and_database() -> None:
     assert got == ConnParams("/srv/run", "5432", "alice", "bench", embedded=True)
 
 
+def test_embedded_conn_takes_pguser_as_dash_u() -> None:
+    """PGUSER and -U behave alike on the embedded server (issue 11)."""
+    server = ConnParams("/srv/run", "5432", "postgres", "postgres", embedded=True)
+    assert embedded_conn(NOTHING, server, {"PGUSER": "bob"}).user == "bob"
+    assert embedded_conn(ConnParams(user="al"), server, {"PGUSER": "bob"}).user == "al"
+    assert embedded_conn(NOTHING, server, {"PGUSER": ""}).user == "postgres"
+
+
+def test_embedded_line_as_root_says_shared_and_kept() -> None:
+    from pgsurge.server.target import embedded_line
+
+    line = embedded_line("18.6", "/var/lib/pgsurge/data", forced=True, shared=True)
+    assert "/var/lib/pgsurge/data" in line and "pgsurge server stop" in line
+    assert "\n" not in line
+
+
 def test_resolve_target_leaves_named_target_alone() -> None:
     err = io.StringIO()
     conn = ConnParams(host="db1", user="u")

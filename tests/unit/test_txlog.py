@@ -171,6 +171,22 @@ def test_buffered_until_limit_then_written(tmp_path) -> None:
     assert len(path.read_text().splitlines()) == 4
 
 
+def test_written_at_least_once_a_second(tmp_path) -> None:
+    """A slow run's lines reach the file within a second of a later line,
+    whatever the buffer size (issue 11)."""
+    path = tmp_path / "log"
+    w = TxLogWriter(str(path), TxLogOptions(), epoch_shift_us=SHIFT)
+    w.log(5_000_000, 0, 1, 0, 1, 0, False, None, 1)
+    w.log(5_500_000, 0, 2, 0, 1, 0, False, None, 1)
+    assert path.read_text() == ""
+    w.log(6_000_000, 0, 3, 0, 1, 0, False, None, 1)
+    assert len(path.read_text().splitlines()) == 3
+    w.log(6_100_000, 0, 4, 0, 1, 0, False, None, 1)
+    assert len(path.read_text().splitlines()) == 3
+    w.close()
+    assert len(path.read_text().splitlines()) == 4
+
+
 def test_open_failure_is_a_user_error(tmp_path) -> None:
     bad = os.path.join(tmp_path, "missing", "pgbench_log.1")
     with pytest.raises(PgsurgeError) as info:

@@ -20,7 +20,18 @@ import importlib
 import os
 from types import ModuleType
 
-__all__ = ["load", "pure_requested"]
+__all__ = ["load", "pure_requested", "unavailable"]
+
+#: extensions that were wanted (no PGSURGE_PURE) but could not be used,
+#: with why: the run then says so once (pgsurge.runner)
+_unavailable: dict[str, str] = {}
+
+
+def unavailable() -> dict[str, str]:
+    """``{extension: reason}`` of the extensions :func:`load` was asked for
+    and could not give (not built, or built for another interface); empty
+    when all loaded or when ``PGSURGE_PURE`` asked for none."""
+    return dict(_unavailable)
 
 
 def pure_requested() -> bool:
@@ -34,8 +45,10 @@ def load(name: str, api: int) -> ModuleType | None:
         return None
     try:
         module = importlib.import_module(f"pgsurge.{name}")
-    except ImportError:
+    except ImportError as exc:
+        _unavailable[name] = f"not built ({exc})"
         return None
     if getattr(module, "API_VERSION", None) != api:
+        _unavailable[name] = "built for another version of pgsurge"
         return None
     return module

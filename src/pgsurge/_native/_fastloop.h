@@ -293,6 +293,9 @@ typedef struct {
     uint64_t l0, l1;
     char *logbuf;
     size_t loglen, logcap;
+    /* when C last handed its -l lines to the writer (Unix time, us): at
+     * least once a second, so that the file is never far behind */
+    int64_t log_flushed;
     /* --aggregate-interval: its µs, the writer's current interval (a
      * working copy) and its start (Unix µs) */
     int64_t agg_step, agg_start;

@@ -190,6 +190,11 @@ log_line(FastLoop *fl, fl_client *c, int64_t latency, int64_t lag, int skipped)
         p += sprintf(p, " 0");
     *p++ = '\n';
     fl->loglen = (size_t)(p - fl->logbuf);
+    if (now - fl->log_flushed >= 1000000) {
+        fl->log_flushed = now;
+        if (fl_log_flush(fl) < 0)
+            return -1;
+    }
     return 0;
 }
 

@@ -37,7 +37,13 @@ import os
 import sys
 
 from pgsurge import PGBENCH_COMPAT_VERSION, __version__
-from pgsurge.errors import PROG, ExitStatus, PgsurgeError, UsageError
+from pgsurge.errors import (
+    PROG,
+    ExitStatus,
+    PgsurgeError,
+    RunInterrupted,
+    UsageError,
+)
 
 # typing.TYPE_CHECKING without importing typing (1-2 ms of --help); type
 # checkers take any constant of this name as true
@@ -204,6 +210,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(e.format())
         sys.stderr.flush()
         return int(e.exit_status)
+    except RunInterrupted as e:
+        # the report of what ran is out (pgsurge.engine.interrupt): die of
+        # the signal, as pgbench dies of it (in-process: 128 + signal)
+        if own_process:
+            _die_of_signal(e.signum)
+        return 128 + e.signum
     except KeyboardInterrupt:
         # pgbench just dies of SIGINT. So does the program: a shell running
         # it in a loop stops the loop only when its child died of the
@@ -223,10 +235,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _die_of_sigint() -> None:
     import signal
 
+    _die_of_signal(signal.SIGINT)
+
+
+def _die_of_signal(signum: int) -> None:
+    import signal
+
     _flush_quietly(sys.stdout)
     _flush_quietly(sys.stderr)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGINT)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 def _flush_quietly(stream: TextIO) -> None:

@@ -84,6 +84,8 @@ Benchmarking options:
   --percentiles[=LIST]     report latency percentiles (default: 50,90,99,99.9)
   --progress-timestamp     use Unix epoch timestamps for progress
   --random-seed=SEED       set random seed ("time", "rand", integer)
+  --reconnect[=NUM]        reconnect a client whose connection is lost, NUM
+                           attempts per loss (default: 10)
   --sampling-rate=NUM      fraction of transactions to log (e.g., 0.01 for 1%)
   --show-script=NAME       show builtin script code, then exit
   --verbose-errors         print messages of all errors

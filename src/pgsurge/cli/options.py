@@ -116,6 +116,7 @@ LONG_OPTIONS: tuple[LongOption, ...] = (
     LongOption("embedded", False, "embedded", extension=True),
     # has_arg is ignored for the optional-value options: see _Getopt
     LongOption("percentiles", False, "percentiles", extension=True),
+    LongOption("reconnect", False, "reconnect", extension=True),
     LongOption("client-cpu", False, "client-cpu", extension=True),
     LongOption("extended-report", False, "extended-report", extension=True),
     LongOption("json", True, "json", extension=True),
@@ -124,11 +125,13 @@ LONG_OPTIONS: tuple[LongOption, ...] = (
 )
 
 #: long options with an optional value (getopt_long's optional_argument)
-OPTIONAL_VALUE_OPTIONS = frozenset({"percentiles"})
+OPTIONAL_VALUE_OPTIONS = frozenset({"percentiles", "reconnect"})
 
 DEFAULT_INIT_STEPS = "dtgvp"
 ALL_INIT_STEPS = "dtgGvpf"
 DEFAULT_TRANSACTIONS = 10
+#: --reconnect without a value: attempts per lost connection
+DEFAULT_RECONNECT_ATTEMPTS = 10
 MAX_SCRIPTS = 128
 _HINT = f'Try "{PROG} --help" for more information.'
 
@@ -214,6 +217,7 @@ class _State:
     client_cpu: bool = False
     json_path: str | None = None
     html_path: str | None = None
+    reconnect: int = 0
     no_live: bool = False
 
 
@@ -443,6 +447,13 @@ class _CommandLine:
             case "percentiles":
                 st.benchmarking_option_set = True
                 st.percentiles = parse_percentiles(value)
+            case "reconnect":
+                st.benchmarking_option_set = True
+                st.reconnect = (
+                    DEFAULT_RECONNECT_ATTEMPTS
+                    if value is None
+                    else parse_int_option(value, "--reconnect", 1, 1000)
+                )
             case _:  # pragma: no cover - the table and this switch disagree
                 raise AssertionError(f"unhandled option {key}")
 
@@ -698,6 +709,7 @@ class _CommandLine:
             client_cpu=st.client_cpu,
             json_path=st.json_path,
             html_path=st.html_path,
+            reconnect=st.reconnect,
             no_live=st.no_live,
         )
 

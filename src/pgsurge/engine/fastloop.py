@@ -409,7 +409,7 @@ def _sql_plan(
             refs = []
         else:
             text = b""
-            lits = tuple(p.encode() for p in op.parts[0::2])
+            lits = tuple(p.encode("utf-8", "surrogateescape") for p in op.parts[0::2])
     else:
         text = op.prepname if mode == "PREPARED" else op.sql
     return Sql.of(text, tuple(refs), lits, op.gset, op.prefix)
@@ -458,6 +458,11 @@ class FastEventLoop(EventLoop):
         accumulates its intervals, as the writer's ``log`` does."""
         if self._fast is not None:
             self._fast.set_log(_log_spec(txlog))
+
+    @property
+    def uses_c(self) -> bool:
+        """Whether :meth:`use_c` gave it the C loop."""
+        return self._fast is not None
 
     def run(self) -> int:
         fast = self._fast

@@ -88,11 +88,11 @@ def _compile_command(
     if isinstance(cmd, SqlCommand):
         op = Op(C.K_SQL, index, line, gset=_GSET[cmd.gset], prefix=cmd.gset_prefix)
         if mode is QueryMode.SIMPLE:
-            op.sql = cmd.text.encode()
+            op.sql = cmd.text.encode("utf-8", "surrogateescape")
             if len(cmd.simple_parts) > 1:
                 op.parts = cmd.simple_parts
         else:
-            op.sql = cmd.param_text.encode()
+            op.sql = cmd.param_text.encode("utf-8", "surrogateescape")
             op.names = cmd.param_vars
             if len(cmd.param_vars) == 1:
                 op.param1 = cmd.param_vars[0]

@@ -15,6 +15,10 @@ Any time, a worker may instead send :class:`Fatal` (pgbench's
 ``pg_fatal``: the run ends with status 1), :class:`ExitOnAbort` (a client
 aborted under ``--exit-on-abort``: status 2) or :class:`Crash` (an
 unexpected exception, with its traceback: status 2).
+
+Once the run is interrupted (``pgsurge.engine.interrupt``), the parent may
+send :class:`Stop`: the worker cancels what its clients still run and
+sends :class:`Done` at once.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ __all__ = [
     "Progress",
     "Ready",
     "Steady",
+    "Stop",
     "WorkerMessage",
 ]
 
@@ -99,5 +104,11 @@ class Crash:
     traceback: str
 
 
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """The run was interrupted and its grace is over: cancel the
+    transactions in flight and send the result now."""
+
+
 WorkerMessage = Ready | Connected | Progress | Done | ExitOnAbort | Fatal | Crash
-ParentMessage = Steady | Go
+ParentMessage = Steady | Go | Stop

@@ -15,6 +15,9 @@ thread. The worker then:
    cumulative stats snapshot at each progress interval;
 4. sends its :class:`~pgsurge.stats.results.WorkerResult` and exits.
 
+SIGINT and SIGTERM stop it gracefully (``pgsurge.engine.interrupt``): no
+new transaction starts, the result of what ran is still sent.
+
 The messages on the pipe are the records of ``protocol``; :func:`_run`
 has one function per phase between them.
 """
@@ -38,6 +41,7 @@ from pgsurge.engine import fastloop, fastpq
 from pgsurge.engine import state as C
 from pgsurge.engine.abi import run_flags
 from pgsurge.engine.client import make_engine
+from pgsurge.engine.interrupt import WorkerStop, cancel_in_flight, take_stop
 from pgsurge.engine.loop import EventLoop, LoopOutcome
 from pgsurge.engine.program import compile_scripts
 from pgsurge.engine.protocol import (
@@ -51,6 +55,7 @@ from pgsurge.engine.protocol import (
     Ready,
     Steady,
 )
+from pgsurge.engine.reconnect import with_reconnect
 from pgsurge.engine.state import Client, Op, Settings, WorkerState
 from pgsurge.engine.throttle import worker_delay_us
 from pgsurge.errors import PROG, PgsurgeError
@@ -61,6 +66,7 @@ from pgsurge.script.ast import (
 )
 from pgsurge.script.evaluate import EvalContext
 from pgsurge.stats.counters import StatsData
+from pgsurge.stats.cpu import IMPL_C_LOOP, IMPL_FASTPQ, IMPL_PURE
 from pgsurge.stats.results import WorkerResult
 from pgsurge.stats.series import WorkerRecorder
 from pgsurge.stats.txlog import TxLogOptions, TxLogWriter, log_path
@@ -304,6 +310,18 @@ def _run(spec: WorkerSpec, pipe: Connection, abort_owner: Any = None) -> None:
     run = _setup(spec, pipe, abort_owner)
     if run is None:
         return
+    try:
+        _phases(run)
+    except BaseException:
+        # what the log holds so far reaches the file (the traceback goes
+        # to the parent from worker_main)
+        if run.txlog is not None:
+            run.txlog.close(None)
+        raise
+
+
+def _phases(run: _Run) -> None:
+    pipe = run.pipe
     pipe.send(Ready())
     steady = pipe.recv()
     assert isinstance(steady, Steady), steady
@@ -337,6 +355,9 @@ def _setup(spec: WorkerSpec, pipe: Connection, abort_owner: Any) -> _Run | None:
         throttle_rng=spec.streams.throttle,
     )
     run = _Run(spec, pipe, abort_owner, scripts, clients, wstate)
+    # from now on a first Ctrl-C stops the run gracefully (the parent
+    # decides what to do before GO)
+    WorkerStop(wstate).install()
     if cfg.log and not cfg.aggregate_interval:
         run.txlog = _open_log(spec, None, pipe)
         if run.txlog is None:
@@ -370,8 +391,13 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
     run.conn_start = _clock()
 
     # the C loop for the runs it covers (pgsurge.engine.fastloop), else Python's
-    decided = fastloop.decide(
-        cfg, spec.scripts, scripts, spec.variables, spec.set_client_id
+    decided = (
+        # --reconnect: the Python engine (engine/reconnect.py)
+        "--reconnect runs on the Python engine"
+        if cfg.reconnect
+        else fastloop.decide(
+            cfg, spec.scripts, scripts, spec.variables, spec.set_client_id
+        )
     )
     if isinstance(decided, str) and fastloop.required():
         pipe = run.pipe
@@ -399,6 +425,8 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
     if run.abort_owner is not None:
         log = _abort_gated_log(run.abort_owner, spec.worker_id)
     engine = make_engine(settings, wstate, scripts, loop, log)
+    if cfg.reconnect:
+        engine = with_reconnect(engine, settings, wstate, loop, log, cfg.reconnect)
     loop.advance = engine.advance
     if plan is not None:
         assert isinstance(loop, fastloop.FastEventLoop)
@@ -469,6 +497,10 @@ def _bench(run: _Run) -> tuple[int, resource.struct_rusage]:
         prof.dump_stats(os.path.join(profile_dir, f"worker{spec.worker_id}.prof"))
     else:
         outcome = loop.run()
+    if outcome == LoopOutcome.STOPPED and take_stop(run.pipe):
+        # interrupted, and the grace is over: what still runs is cancelled
+        cancel_in_flight(run.clients)
+        outcome = LoopOutcome.DONE
 
     if run.txlog is not None:
         # as pgbench: complete intervals at the end; none on --exit-on-abort
@@ -492,6 +524,13 @@ def _aborted(run: _Run, outcome: int) -> None:
             run.pipe.poll(_QUIET_ABORT_WAIT_S)
         run.pipe.send(ExitOnAbort())
     _finish_connections(run)
+
+
+def _implementation(loop: EventLoop) -> str:
+    """What ran the transactions (for --client-cpu and the JSON result)."""
+    if isinstance(loop, fastloop.FastEventLoop) and loop.uses_c:
+        return IMPL_C_LOOP
+    return IMPL_FASTPQ if fastpq.available else IMPL_PURE
 
 
 def _result(run: _Run, usage0: resource.struct_rusage) -> WorkerResult:
@@ -531,6 +570,7 @@ def _result(run: _Run, usage0: resource.struct_rusage) -> WorkerResult:
     # waiting in blocking calls (-C connections, shell commands) is idle too
     result.idle_us = loop.idle_us + wstate.blocked_us
     result.abort_messages = wstate.abort_messages
+    result.implementation = _implementation(loop)
     if run.recorder is not None:
         result.histograms, result.intervals = run.recorder.finish(end)
     return result

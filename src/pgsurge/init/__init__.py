@@ -11,8 +11,9 @@ Everything goes to stderr, as with pgbench. Failures raise
 :class:`~pgsurge.errors.InitError` / :class:`~pgsurge.errors.ConnectError`
 whose ``format()`` is pgbench's message layout.
 
-:func:`ensure_initialized` is for the embedded server: it creates the
-tables (scale 1) when they are missing.
+:func:`ensure_initialized` (``init.auto``) is for the embedded server: it
+creates the tables (scale 1) when they are missing, once however many runs
+start together, and again when its own initialization was interrupted.
 """
 
 from __future__ import annotations
@@ -23,10 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TextIO
 
-import psycopg
-
-from pgsurge.config import ConnParams, InitConfig, PartitionMethod
-from pgsurge.errors import PROG, InitError
+from pgsurge.config import InitConfig, PartitionMethod
+from pgsurge.errors import InitError
 from pgsurge.init import schema
 from pgsurge.init.generate import generate_client_side, generate_server_side
 from pgsurge.init.session import Output, Session
@@ -146,32 +145,4 @@ def run_init(cfg: InitConfig, *, stream: TextIO | None = None) -> None:
         session.close()
 
 
-_CHECK_TABLES_SQL = (
-    "select count(*) from pg_catalog.unnest(%s::text[]) as t(name)"
-    " where pg_catalog.to_regclass(t.name) is null"
-)
-
-
-def ensure_initialized(conn: ConnParams, *, stream: TextIO | None = None) -> bool:
-    """Create the pgbench tables at scale 1 if any is missing; True if it did.
-
-    Meant for the embedded server, where a first run should just work.
-    """
-    out = Output(stream if stream is not None else sys.stderr)
-    session = Session.open(conn, out)
-    try:
-        cur = session.conn.execute(_CHECK_TABLES_SQL, (list(schema.ALL_TABLES),))
-        row = cur.fetchone()
-        dbname = session.conn.info.dbname
-    except psycopg.Error as exc:
-        raise InitError(str(exc)) from None
-    finally:
-        session.close()
-    if row is None or row[0] == 0:
-        return False
-    out.write(
-        f'{PROG}: pgbench tables not found in database "{dbname}", '
-        "initializing them at scale 1\n"
-    )
-    run_init(InitConfig(conn=conn), stream=out.stream)
-    return True
+from pgsurge.init.auto import ensure_initialized  # noqa: E402 (uses run_init)

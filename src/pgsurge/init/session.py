@@ -107,6 +107,10 @@ class Session:
                 prepare_threshold=None,
             )
         except psycopg.Error as exc:
+            first: Exception = exc
+        except UnicodeEncodeError as exc:
+            # an argument that is not UTF-8 (kept as surrogate escapes):
+            # psycopg cannot send it; libpq's answer below is the message
             first = exc
         else:
             return cls(conn, out, password)
@@ -118,7 +122,11 @@ class Session:
             raise InitConnectError(pgconn.strip_newline(str(exc))) from None
         if probe is not None:  # it worked this time
             probe.finish()
-            message = str(first)
+            message = (
+                "a connection parameter is not valid UTF-8"
+                if isinstance(first, UnicodeEncodeError)
+                else str(first)
+            )
         elif needs and password is None and sys.stdin.isatty():
             return cls.open(params, out, getpass.getpass("Password: "))
         raise InitConnectError(pgconn.strip_newline(message))

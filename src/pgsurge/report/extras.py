@@ -94,9 +94,11 @@ def client_cpu_lines(result: RunResult) -> list[str]:
 
 def _worker_line(w: WorkerCpu) -> str:
     busy = f"busy {100.0 * w.busy_fraction:.1f}%, " if w.idle_us >= 0 else ""
+    impl = f", {w.implementation}" if w.implementation else ""
     return (
         f"client CPU worker {w.worker_id}: {busy}CPU {100.0 * w.utilisation:.1f}% "
         f"(user {w.user_s:.3f} s, sys {w.sys_s:.3f} s, wall {w.wall_us / 1e6:.3f} s)"
+        f"{impl}"
     )
 
 
@@ -108,17 +110,27 @@ def busy_workers(workers: Sequence[WorkerCpu]) -> list[WorkerCpu]:
     )
 
 
-def client_limited_warning(result: RunResult, progname: str = "pgsurge") -> str:
+def client_limited_warning(
+    result: RunResult, progname: str = "pgsurge", *, cpus: int = 0
+) -> str:
     """One stderr line (with its newline) when the client was the bottleneck,
-    else an empty string."""
+    else an empty string. ``cpus``: the cores this machine gives the run
+    (0: unknown)."""
     busy = busy_workers(result.worker_cpu)
     if not busy:
         return ""
     facts = result.facts
-    # more workers only help while some worker has several clients
-    hint = (
-        "try more -j" if facts.threads < facts.clients else "try more client machines"
-    )
+    # more workers only help while some worker has several clients, and
+    # while a core is left for another one
+    if facts.threads >= facts.clients:
+        hint = "try more client machines"
+    elif cpus and facts.threads >= cpus:
+        hint = (
+            f"the {cpus} cores of this machine all run a worker: try more "
+            "client machines"
+        )
+    else:
+        hint = "try more -j"
     top = busy[0]
     pct = f"{100.0 * top.busy_fraction:.0f}%"
     if len(busy) == 1:

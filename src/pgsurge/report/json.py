@@ -131,6 +131,12 @@ def _counters(s: StatsData, duration_s: float) -> dict[str, Any]:
         "retried": s.retried,
         "retries": s.retries,
         "tps": _num(s.cnt / duration_s) if duration_s > 0 else None,
+        # pgsurge's --reconnect only: absent from other runs' documents
+        **(
+            {"connection_failures": s.connection_failures}
+            if s.connection_failures
+            else {}
+        ),
     }
 
 
@@ -162,6 +168,7 @@ def _config(config: RunConfig) -> dict[str, Any]:
         "aggregate_interval_s": config.aggregate_interval,
         "failures_detailed": config.failures_detailed,
         "continue_on_error": config.continue_on_error,
+        **({"reconnect": config.reconnect} if config.reconnect else {}),
         "exit_on_abort": config.exit_on_abort,
         "report_per_command": config.report_per_command,
         "random_seed": config.random_seed,
@@ -280,6 +287,12 @@ def build_document(result: RunResult, config: RunConfig) -> dict[str, Any]:
         "clients_finished": result.clients_finished,
         "abort_messages": list(result.abort_messages),
     }
+    if result.interrupted_by is not None:
+        # only in an interrupted run's document (schema 1 lists it as optional)
+        doc["interrupted"] = {
+            "signal": result.interrupted_by,
+            "after_s": result.interrupted_after_us / 1e6,
+        }
     return doc
 
 

@@ -44,6 +44,18 @@ def render_abort_notice(result: RunResult, progname: str = "pgsurge") -> str:
     return f"{progname}: error: {ABORT_NOTICE}\n"
 
 
+def render_interrupt_notice(result: RunResult, progname: str = "pgsurge") -> str:
+    """The stderr line after the report of a run a signal interrupted
+    (pgbench prints nothing: it dies at once), or an empty string."""
+    if result.interrupted_by is None:
+        return ""
+    return (
+        f"{progname}: run interrupted by {result.interrupted_by} after "
+        f"{result.interrupted_after_us / 1e6:.3f} s; the above results cover "
+        "what ran until then\n"
+    )
+
+
 def _pct(part: int, whole: int) -> str:
     return c_fmt("%.3f", c_div(100.0 * part, whole))
 
@@ -116,7 +128,9 @@ def _totals(result: RunResult, failures: int, total_cnt: int, tps: float) -> lis
     ]
     if facts.failures_detailed:
         lines.extend(
-            _failure_detail_lines("", total, total_cnt, facts.continue_on_error)
+            _failure_detail_lines(
+                "", total, total_cnt, facts.continue_on_error, facts.reconnect > 0
+            )
         )
     # retries can only happen when max_tries != 1
     if facts.max_tries != 1:
@@ -162,7 +176,11 @@ def _totals(result: RunResult, failures: int, total_cnt: int, tps: float) -> lis
 
 
 def _failure_detail_lines(
-    prefix: str, stats: StatsData, total_cnt: int, with_other: bool
+    prefix: str,
+    stats: StatsData,
+    total_cnt: int,
+    with_other: bool,
+    with_connection: bool = False,
 ) -> list[str]:
     lines = [
         f"{prefix}number of serialization failures: {stats.serialization_failures} "
@@ -174,6 +192,11 @@ def _failure_detail_lines(
         lines.append(
             f"{prefix}number of other failures: {stats.other_failures} "
             f"({_pct(stats.other_failures, total_cnt)}%)"
+        )
+    if with_connection:  # --reconnect (pgsurge's): transactions lost with it
+        lines.append(
+            f"{prefix}number of connection failures: {stats.connection_failures} "
+            f"({_pct(stats.connection_failures, total_cnt)}%)"
         )
     return lines
 
@@ -211,7 +234,11 @@ def _per_script(result: RunResult, total_cnt: int, bench_duration: float) -> lis
                 if facts.failures_detailed:
                     lines.extend(
                         _failure_detail_lines(
-                            " - ", sstats, stotal, facts.continue_on_error
+                            " - ",
+                            sstats,
+                            stotal,
+                            facts.continue_on_error,
+                            facts.reconnect > 0,
                         )
                     )
                 if facts.max_tries != 1:

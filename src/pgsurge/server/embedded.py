@@ -406,11 +406,13 @@ class EmbeddedServer:
             time.sleep(0.1)
 
     def _clear_stale_lock(self, info: _PidFile | None) -> None:
-        """Drop a postmaster.pid whose PID now belongs to another program.
+        """Drop a postmaster.pid (and the socket's lock file) whose PID now
+        belongs to another program, or to the dead postmaster not yet
+        reaped (a zombie after ``kill -9``).
 
         After a reboot or in a new container the PID can be reused; the
-        postmaster would then refuse to start. A dead PID needs nothing: the
-        postmaster replaces such a file itself.
+        postmaster would then refuse to start. A PID that no longer exists
+        needs nothing: the postmaster replaces such a file itself.
         """
         if info is None or not _pid_exists(info.pid):
             return
@@ -487,14 +489,23 @@ def _pid_exists(pid: int) -> bool:
 
 
 def _postmaster_alive(pid: int) -> bool:
-    """Whether ``pid`` is a live postgres process (not a recycled PID)."""
+    """Whether ``pid`` is a live postgres process (not a recycled PID, not
+    a zombie: a postmaster killed with -9 whose parent has not reaped it
+    yet still answers ``kill(pid, 0)``, and was taken for a running server
+    that "does not accept connections" while ``server status`` said none
+    runs)."""
     if not _pid_exists(pid):
         return False
     try:
-        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
     except OSError:
         return True  # no /proc: trust the PID
-    return comm == "postgres"
+    # "pid (comm) state ...": comm may hold spaces and parentheses
+    comm = stat[stat.find("(") + 1 : stat.rfind(")")]
+    state = stat[stat.rfind(")") + 2 : stat.rfind(")") + 3]
+    return comm == "postgres" and state not in ("Z", "X")
 
 
 def _wait_exit(pid: int, timeout: float) -> None:

@@ -9,18 +9,23 @@ The rule (``wants_embedded``, a pure function):
   ``PGHOST``, ``PGHOSTADDR``, ``PGPORT``, ``PGDATABASE``, ``PGSERVICE`` in
   the environment — we connect where the user said, as pgbench would.
 * With no target named at all, we connect where libpq would by default if
-  something listens there, and start or reuse the embedded server if not.
+  something listens there (silently, as pgbench); else where pgbench and a
+  source-built PostgreSQL put the socket, ``/tmp``, if a server listens
+  there (one stderr line says so: libpq as psycopg's wheel builds it looks
+  in ``/var/run/postgresql``); and only then start or reuse the embedded
+  server (one stderr line says so too).
 
 ``PGUSER`` (and ``-U``) name a role, not a server, so they do not count as a
-target. On the embedded server the superuser is ``postgres``: ``PGUSER`` is
-ignored there (it usually names a role of the user's own servers), while an
-explicit ``-U`` is passed on — the role must then exist (create it with
-``psql "$(pgsurge server uri)"``). Empty variables count as unset.
+target. On the embedded server both are honoured alike (the role must then
+exist there: create it with ``psql "$(pgsurge server uri)"``); without
+either, pgsurge connects as its superuser ``postgres``. Empty variables
+count as unset.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 import sys
@@ -69,13 +74,37 @@ def wants_embedded(
     return not default_server_listening()
 
 
-def embedded_conn(given: ConnParams, server: ConnParams) -> ConnParams:
-    """The embedded server's address, keeping an explicit ``-U``/dbname."""
+#: where pgbench (a libpq built from source) looks for a server by default
+PGBENCH_SOCKET_DIR = "/tmp"
+
+
+def embedded_conn(
+    given: ConnParams, server: ConnParams, env: Mapping[str, str] | None = None
+) -> ConnParams:
+    """The embedded server's address, keeping an explicit ``-U``/dbname and
+    ``PGUSER`` (which then behaves as ``-U``)."""
+    user = given.user
+    if user is None and env is not None and env.get("PGUSER"):
+        user = env["PGUSER"]
     return replace(
         server,
-        user=given.user if given.user is not None else server.user,
+        user=user if user is not None else server.user,
         dbname=given.dbname if given.dbname is not None else server.dbname,
     )
+
+
+def embedded_line(version: str, data_dir: str, *, forced: bool, shared: bool) -> str:
+    """The stderr line of a run on the embedded server. ``shared``: root's
+    server, run by a system user, used by every root run and left running."""
+    line = f"{PROG}: using the embedded PostgreSQL {version} server in {data_dir}"
+    if shared:
+        line += (
+            " (shared by root's runs, run by the system user pgsurge; it keeps "
+            "running: pgsurge server stop)"
+        )
+    if not forced:
+        line += " (give -h/-p/-d or set PGHOST to use your own server)"
+    return line
 
 
 def resolve_target(
@@ -91,22 +120,42 @@ def resolve_target(
     its data lives. Raises ``ServerError`` when it cannot be started.
     """
     env = os.environ if env is None else env
+    tmp_port: list[int] = []
+
+    def listening() -> bool:
+        if default_server_listening():
+            return True
+        port = pgbench_default_listening()
+        if port is not None:
+            tmp_port.append(port)
+            return True
+        return False
+
     if not wants_embedded(
-        conn,
-        env,
-        force_embedded=force_embedded,
-        default_server_listening=default_server_listening,
+        conn, env, force_embedded=force_embedded, default_server_listening=listening
     ):
+        if tmp_port:
+            print(
+                f"{PROG}: using the server listening in {PGBENCH_SOCKET_DIR} "
+                f"(port {tmp_port[0]}), where pgbench looks (none in libpq's "
+                "default socket directory)",
+                file=stderr or sys.stderr,
+                flush=True,
+            )
+            return replace(conn, host=PGBENCH_SOCKET_DIR, port=str(tmp_port[0]))
         return conn
-    from .embedded import EmbeddedServer  # lazily: not needed for user servers
+    # lazily: not needed for user servers
+    from .embedded import ENV_DATA_DIR, EmbeddedServer
 
     server = EmbeddedServer()
-    line = f"{PROG}: using the embedded PostgreSQL {server.version} server in "
-    line += str(server.data_dir)
-    if not force_embedded:
-        line += " (give -h/-p/-d or set PGHOST to use your own server)"
+    line = embedded_line(
+        server.version,
+        str(server.data_dir),
+        forced=force_embedded,
+        shared=os.geteuid() == 0 and ENV_DATA_DIR not in env,
+    )
     print(line, file=stderr or sys.stderr, flush=True)
-    return embedded_conn(conn, server.ensure_running())
+    return embedded_conn(conn, server.ensure_running(), env)
 
 
 def default_server_listening() -> bool:
@@ -119,6 +168,17 @@ def default_server_listening() -> bool:
     return _tcp_listening(host, port)
 
 
+def pgbench_default_listening() -> int | None:
+    """The port of a server listening in ``/tmp`` when libpq's default
+    socket directory is another one (None: no such server)."""
+    host, port = libpq_default_address()
+    if host == PGBENCH_SOCKET_DIR:
+        return None  # probed already
+    path = os.path.join(PGBENCH_SOCKET_DIR, f".s.PGSQL.{port}")
+    return port if _unix_listening(path) else None
+
+
+@functools.cache
 def libpq_default_address() -> tuple[str | None, int]:
     """libpq's default host (a socket directory, usually) and port.
 

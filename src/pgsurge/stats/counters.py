@@ -42,10 +42,14 @@ class FailureKind(enum.Enum):
     SERIALIZATION = "serialization"  # SQLSTATE 40001
     DEADLOCK = "deadlock"  # SQLSTATE 40P01
     OTHER = "other"  # any other SQL error, counted under --continue-on-error
+    #: the connection was lost mid-transaction and the client reconnected
+    #: (--reconnect; without it the client aborts, as with pgbench)
+    CONNECTION = "connection"
 
 
 _SERIALIZATION = FailureKind.SERIALIZATION
 _DEADLOCK = FailureKind.DEADLOCK
+_CONNECTION = FailureKind.CONNECTION
 
 
 @dataclass(slots=True)
@@ -72,6 +76,8 @@ class StatsData:
     latency: SimpleStats = field(default_factory=SimpleStats)
     #: schedule lag of successful transactions (µs), only under --rate
     lag: SimpleStats = field(default_factory=SimpleStats)
+    #: transactions lost with their connection (--reconnect only)
+    connection_failures: int = 0
 
     def record(
         self,
@@ -110,6 +116,8 @@ class StatsData:
             self.serialization_failures += 1
         elif failure is _DEADLOCK:
             self.deadlock_failures += 1
+        elif failure is _CONNECTION:
+            self.connection_failures += 1
         else:
             self.other_failures += 1
 
@@ -117,7 +125,10 @@ class StatsData:
     def failures(self) -> int:
         """All failed transactions (pgbench ``getFailures``)."""
         return (
-            self.serialization_failures + self.deadlock_failures + self.other_failures
+            self.serialization_failures
+            + self.deadlock_failures
+            + self.other_failures
+            + self.connection_failures
         )
 
     @property
@@ -134,6 +145,7 @@ class StatsData:
         self.serialization_failures += other.serialization_failures
         self.deadlock_failures += other.deadlock_failures
         self.other_failures += other.other_failures
+        self.connection_failures += other.connection_failures
         self.latency.merge(other.latency)
         self.lag.merge(other.lag)
 
@@ -149,6 +161,7 @@ class StatsData:
             self.other_failures,
             self.latency.copy(),
             self.lag.copy(),
+            self.connection_failures,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -163,6 +176,7 @@ class StatsData:
             "other_failures": self.other_failures,
             "latency": self.latency.to_dict(),
             "lag": self.lag.to_dict(),
+            "connection_failures": self.connection_failures,
         }
 
     @classmethod
@@ -178,6 +192,7 @@ class StatsData:
             int(data["other_failures"]),
             SimpleStats.from_dict(data["latency"]),
             SimpleStats.from_dict(data["lag"]),
+            int(data.get("connection_failures", 0)),
         )
 
 

@@ -22,7 +22,23 @@ import resource
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BUSY_THRESHOLD", "CpuMeter", "CpuTimes", "WorkerCpu", "thread_cpu"]
+__all__ = [
+    "BUSY_THRESHOLD",
+    "IMPL_C_LOOP",
+    "IMPL_FASTPQ",
+    "IMPL_PURE",
+    "CpuMeter",
+    "CpuTimes",
+    "WorkerCpu",
+    "thread_cpu",
+]
+
+#: what ran a worker's transactions: the C event loop (pgsurge._fastloop),
+#: the Python engine with its libpq calls fused in C (pgsurge._fastpq), or
+#: the Python engine alone
+IMPL_C_LOOP = "C event loop"
+IMPL_FASTPQ = "Python engine, C libpq calls"
+IMPL_PURE = "pure Python"
 
 #: a worker busier than this fraction of its wall time is the bottleneck
 BUSY_THRESHOLD = 0.90
@@ -79,6 +95,8 @@ class WorkerCpu:
     #: time its loop spent blocked waiting for sockets or timers in that
     #: span; -1 when the engine did not measure it
     idle_us: int = -1
+    #: what ran the worker's transactions (``IMPLEMENTATIONS``); "" unknown
+    implementation: str = ""
 
     @property
     def utilisation(self) -> float:
@@ -108,6 +126,7 @@ class WorkerCpu:
             "sys_s": self.sys_s,
             "wall_us": self.wall_us,
             "idle_us": self.idle_us,
+            "implementation": self.implementation,
         }
 
     @classmethod
@@ -118,4 +137,5 @@ class WorkerCpu:
             float(data["sys_s"]),
             int(data["wall_us"]),
             int(data.get("idle_us", -1)),
+            str(data.get("implementation", "")),
         )

@@ -77,6 +77,8 @@ class WorkerResult:
     abort_messages: list[str] = field(default_factory=list)
     #: µs the loop spent blocked waiting between GO and end; -1: not measured
     idle_us: int = -1
+    #: what ran its transactions (stats.cpu.IMPL_*); "" unknown
+    implementation: str = ""
 
     @classmethod
     def empty(
@@ -203,6 +205,8 @@ class RunFacts:
     report_per_command: bool = False
     connect_each_tx: bool = False
     continue_on_error: bool = False
+    #: --reconnect's attempts per lost connection (0: off)
+    reconnect: int = 0
 
     @property
     def throttled(self) -> bool:
@@ -279,6 +283,7 @@ class RunFacts:
             report_per_command=config.report_per_command,
             connect_each_tx=config.connect_each_tx,
             continue_on_error=config.continue_on_error,
+            reconnect=config.reconnect,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -304,6 +309,7 @@ class RunFacts:
             "report_per_command": self.report_per_command,
             "connect_each_tx": self.connect_each_tx,
             "continue_on_error": self.continue_on_error,
+            "reconnect": self.reconnect,
         }
 
     @classmethod
@@ -333,6 +339,7 @@ class RunFacts:
             report_per_command=bool(data["report_per_command"]),
             connect_each_tx=bool(data["connect_each_tx"]),
             continue_on_error=bool(data["continue_on_error"]),
+            reconnect=int(data.get("reconnect", 0)),
         )
 
 
@@ -377,6 +384,10 @@ class RunResult:
     #: monotonic timestamps above as dates
     epoch_shift_us: int = 0
     abort_messages: list[str] = field(default_factory=list)
+    #: the signal that interrupted the run ("SIGINT"), None: not interrupted
+    interrupted_by: str | None = None
+    #: µs from the benchmark's start to the interrupting signal
+    interrupted_after_us: int = 0
 
     @property
     def aborted(self) -> bool:
@@ -438,6 +449,7 @@ class RunResult:
                     w.cpu_sys_s,
                     w.end_us - w.bench_start_us,
                     w.idle_us,
+                    w.implementation,
                 )
             )
             result.abort_messages.extend(w.abort_messages)
@@ -478,6 +490,8 @@ class RunResult:
             "worker_cpu": [c.to_dict() for c in self.worker_cpu],
             "epoch_shift_us": self.epoch_shift_us,
             "abort_messages": list(self.abort_messages),
+            "interrupted_by": self.interrupted_by,
+            "interrupted_after_us": self.interrupted_after_us,
         }
 
     @classmethod
@@ -505,6 +519,8 @@ class RunResult:
             worker_cpu=[WorkerCpu.from_dict(c) for c in data.get("worker_cpu", [])],
             epoch_shift_us=int(data.get("epoch_shift_us", 0)),
             abort_messages=[str(m) for m in data.get("abort_messages", [])],
+            interrupted_by=data.get("interrupted_by"),
+            interrupted_after_us=int(data.get("interrupted_after_us", 0)),
         )
 
 

@@ -39,9 +39,13 @@ parent, as pgbench's ``epoch_shift``) to log Unix times.
 
 Performance: the writer chooses its line function once (raw or
 aggregated) so that the hot path is one call with plain ints; lines are
-collected in a list and written in large chunks. ``close`` (or ``flush``)
-must run on every exit path, including aborts, so that the file is
-complete; pgbench itself loses the pending aggregate on --exit-on-abort,
+collected in a list and written in large chunks, and at least once a
+second (:data:`FLUSH_EVERY_US`: a line is in the file at the latest when
+the first line a second after it is logged, so that a ``tail -f`` or a
+killed run sees the log of a slow ``-R`` run); aggregate lines, written
+once per interval, go to the file at once. ``close`` (or ``flush``)
+must run on every exit path, including aborts and interrupts, so that the
+file is complete; pgbench itself loses the pending aggregate on --exit-on-abort,
 and so do we (``close()`` without a time).
 """
 
@@ -57,8 +61,12 @@ from pgsurge.errors import PgsurgeError
 from pgsurge.prng import PgPrng
 from pgsurge.stats.counters import FailureKind, StatsData
 
+#: the longest a logged line waits in the buffer, given a later line (µs)
+FLUSH_EVERY_US = 1_000_000
+
 __all__ = [
     "DEFAULT_PREFIX",
+    "FLUSH_EVERY_US",
     "LogFunc",
     "TxLogOptions",
     "TxLogWriter",
@@ -245,6 +253,7 @@ class TxLogWriter:
 
     def _make_raw(self, limit: int, rng: PgPrng | None) -> LogFunc:
         opts = self._opts
+        next_flush = 0
         shift = self._shift
         buf = self._buf
         append = buf.append
@@ -264,6 +273,7 @@ class TxLogWriter:
             failure: FailureKind | None,
             tries: int,
         ) -> None:
+            nonlocal next_flush
             if sampling and draw() > rate:
                 return
             now = now_us + shift
@@ -294,6 +304,10 @@ class TxLogWriter:
                 )
             if len(buf) >= limit:
                 flush()
+            if now_us >= next_flush:  # once a second (0: the first line)
+                if next_flush:
+                    flush()
+                next_flush = now_us + FLUSH_EVERY_US
 
         return log
 
@@ -328,7 +342,7 @@ class TxLogWriter:
                 failure=failure,
                 tries=tries,
             )
-            if len(buf) >= limit:
+            if buf:  # an interval ended (at most one write per interval)
                 flush()
 
         return log

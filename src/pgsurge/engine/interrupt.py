@@ -1,0 +1,222 @@
+"""Stopping a run early without losing what it measured.
+
+pgbench dies of the first SIGINT or SIGTERM with nothing printed. pgsurge
+keeps what ran (the issue "never lose a measurement"):
+
+* the **first** SIGINT or SIGTERM (Ctrl-C reaches the parent and its
+  workers, which share the process group; ``kill`` reaches the parent only)
+  makes every worker stop *starting* transactions: the parent sends each
+  :data:`STOP_SIGNAL`, and a worker's handler sets the flag that the end of
+  ``-T`` sets (pgbench's ``timer_exceeded``, which both the Python engine
+  and the C loop read after every wait), so that the transactions in
+  flight finish and every worker sends its result as at the end of a run;
+* after :data:`GRACE_S` the parent sends :class:`~.protocol.Stop` on the
+  pipes of the workers still running (a client in a long ``\\sleep``, a
+  slow statement): the worker's pipe is its loop's control descriptor, so
+  the loop returns, the worker cancels what its clients still run
+  (``PQcancel``), closes their connections and sends its result;
+* a worker that has still not answered :data:`GRACE_S` later is killed
+  and counted as dead;
+* a **second** SIGINT or SIGTERM ends the parent and the workers at once.
+
+The parent then prints the report of what ran, one stderr line saying the
+run was interrupted and after how long, the ``--json`` document marked
+``interrupted``, and dies of the signal it got (see
+:class:`~pgsurge.errors.RunInterrupted`).
+
+The same graceful stop ends the run when a worker dies (see
+``pgsurge.runner``): the others stop and their results are reported.
+
+This module holds both sides: :class:`WorkerStop` for a worker (installed
+before its barriers, so that an early Ctrl-C does not kill it half-way),
+:class:`ParentStop` for the parent (installed while the workers run).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+from pgsurge.engine import state as C
+from pgsurge.engine.protocol import Stop
+from pgsurge.engine.state import Client, WorkerState
+
+__all__ = [
+    "GRACE_S",
+    "INTERRUPTING_SIGNALS",
+    "STOP_SIGNAL",
+    "ParentStop",
+    "WorkerStop",
+    "cancel_in_flight",
+    "describe_exit",
+    "take_stop",
+]
+
+#: how long the transactions in flight may take to finish once interrupted
+#: (and, after the Stop message, how long a worker may take to answer)
+GRACE_S = 2.0
+#: parent -> worker: finish the transactions in flight, then report
+STOP_SIGNAL = signal.SIGUSR1
+#: the signals that interrupt a run gracefully the first time
+INTERRUPTING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _die_of(signum: int) -> None:
+    """End this process by ``signum``'s default action (a shell sees it)."""
+    signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
+    os.kill(os.getpid(), signum)
+
+
+class WorkerStop:
+    """A worker's handlers: the first SIGINT/SIGTERM, or any
+    :data:`STOP_SIGNAL` from the parent, sets ``timer_exceeded`` (no new
+    transaction starts); a second SIGINT/SIGTERM kills the worker."""
+
+    def __init__(self, wstate: WorkerState) -> None:
+        self.wstate = wstate
+        self.requested = False
+        self._user_signal = False
+
+    def install(self) -> None:
+        for sig in (*INTERRUPTING_SIGNALS, STOP_SIGNAL):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if signum != STOP_SIGNAL:
+            if self._user_signal:
+                _die_of(signum)
+            self._user_signal = True
+        self.requested = True
+        self.wstate.timer_exceeded = True
+
+
+def take_stop(pipe: Connection) -> bool:
+    """After the loop returned STOPPED: whether the parent asked for a
+    :class:`Stop` (False when it went away or sent anything else)."""
+    try:
+        return pipe.poll(0) and isinstance(pipe.recv(), Stop)
+    except (EOFError, OSError):
+        return False
+
+
+def cancel_in_flight(clients: Sequence[Client]) -> None:
+    """Cancel what the clients still run (``PQcancel``), close their
+    connections and count them as finished: the interrupted transactions
+    are neither successes nor failures, they are not counted."""
+    for st in clients:
+        if st.state == C.FINISHED or st.state == C.ABORTED:
+            continue
+        if st.conn is not None:
+            st.conn.cancel()
+            st.conn.finish()
+            st.conn = None
+            st.raw = None
+        st.state = C.FINISHED
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """How a worker process ended, for "worker N (pid P) died: ..."."""
+    if exitcode is None:
+        return "it closed its pipe"
+    if exitcode < 0:
+        return f"killed by signal {-exitcode}"
+    return f"exited with status {exitcode}"
+
+
+class ParentStop:
+    """The parent's side while its workers run (a context manager).
+
+    ``pids()`` gives the live workers' pids. The handler only records the
+    signal, tells the workers and wakes the parent's wait through a pipe
+    (:attr:`wake_fd`, to pass to ``multiprocessing.connection.wait``);
+    the parent's loop calls :meth:`due` to know what to do next.
+    Before :meth:`start_run` (the barriers), a signal ends everything at
+    once: nothing has been measured yet.
+    """
+
+    def __init__(self, pids: Callable[[], list[int]], kill_all: Callable[[], None]):
+        self._pids = pids
+        self._kill_all = kill_all
+        self.signum: int | None = None
+        #: monotonic µs of the first signal (or of the first dead worker)
+        self.at_us = 0
+        self.running = False
+        self._deadline = 0.0
+        self._phase = 0  # 0: none, 1: graceful, 2: Stop sent, 3: kill
+        self._previous: dict[int, Any] = {}
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._w, False)
+
+    @property
+    def wake_fd(self) -> int:
+        return self._r
+
+    def __enter__(self) -> ParentStop:
+        for sig in INTERRUPTING_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        os.close(self._r)
+        os.close(self._w)
+
+    def start_run(self) -> None:
+        """The workers were sent GO: a signal stops them gracefully now."""
+        self.running = True
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if self.signum is not None or not self.running:
+            self._kill_all()
+            _die_of(signum)
+            return
+        self.signum = signum
+        self.stop(time.monotonic_ns() // 1000)
+
+    def stop(self, now_us: int) -> None:
+        """Stop the workers gracefully (a signal, or a dead worker)."""
+        if self._phase:
+            return
+        self._phase = 1
+        self.at_us = now_us
+        self._deadline = time.monotonic() + GRACE_S
+        for pid in self._pids():
+            try:
+                os.kill(pid, STOP_SIGNAL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.write(self._w, b"x")
+        except OSError:
+            pass
+
+    def drain(self) -> None:
+        try:
+            os.read(self._r, 64)
+        except BlockingIOError:
+            pass
+
+    @property
+    def stopping(self) -> bool:
+        return self._phase > 0
+
+    def timeout(self) -> float | None:
+        """How long the parent may wait before :meth:`due` has news."""
+        if not self._phase or self._phase == 3:
+            return None
+        return max(0.0, self._deadline - time.monotonic())
+
+    def due(self) -> int:
+        """0: nothing to do; 2: send Stop to the workers still running;
+        3: kill those still running (each step once, when its time came)."""
+        if not self._phase or self._phase == 3 or time.monotonic() < self._deadline:
+            return 0
+        self._phase += 1
+        self._deadline = time.monotonic() + GRACE_S
+        return self._phase

@@ -1,0 +1,211 @@
+"""Never lose a measurement (issue 11): interrupts, dead workers, logs in time.
+
+Real runs of ``python -m pgsurge`` against the test server, signalled from
+here: the first SIGINT/SIGTERM leaves the report, the ``--json`` document
+(marked interrupted) and a complete ``-l`` log, then the program dies of
+the signal; ``kill -9`` of a worker names it; a slow ``-R`` run's log
+reaches the file while it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pgsurge.report.json import load_schema
+
+from .test_run_diff import base_env
+
+pytestmark = pytest.mark.server
+
+
+@pytest.fixture
+def bench_db(fresh_db: str, pgbench_bin: Path) -> str:
+    """The fresh database, initialized by the real pgbench at scale 1."""
+    subprocess.run(
+        [str(pgbench_bin), "-i", "-s", "1", "-q", fresh_db],
+        check=True,
+        capture_output=True,
+        env=base_env(),
+    )
+    return fresh_db
+
+
+def _start(args: list[str], cwd: Path, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "pgsurge", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env={**base_env(), **env},
+        start_new_session=True,  # its own process group, as a terminal's job
+    )
+
+
+def _workers(pid: int) -> list[int]:
+    """The worker processes of pgsurge ``pid`` (its children)."""
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()]
+
+
+def _wait_running(proc: subprocess.Popen[str], nworkers: int, delay: float) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if len(_workers(proc.pid)) >= nworkers:
+            break
+        time.sleep(0.05)
+    time.sleep(delay)
+
+
+def _valid(doc: dict[str, object]) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(doc, load_schema())
+
+
+def _log_lines(tmp_path: Path) -> list[str]:
+    lines: list[str] = []
+    for path in sorted(tmp_path.glob("pgbench_log.*")):
+        text = path.read_text()
+        assert text == "" or text.endswith("\n"), f"cut line in {path}"
+        lines += text.splitlines()
+    return lines
+
+
+@pytest.mark.parametrize(
+    ("sig", "group", "fastloop"),
+    [
+        (signal.SIGINT, True, ""),  # Ctrl-C: the whole process group
+        (signal.SIGTERM, False, ""),  # kill: the parent alone
+        (signal.SIGINT, True, "1"),
+    ],
+)
+def test_interrupt_keeps_report_json_log(
+    bench_db: str, tmp_path: Path, sig: int, group: bool, fastloop: str
+) -> None:
+    """Ctrl-C at 4 s of a ``-T 30 -l --json`` run: report, valid JSON marked
+    interrupted, a log line per finished transaction and no cut line, and
+    the process dies of the signal."""
+    proc = _start(
+        ["-c", "4", "-j", "2", "-T", "30", "-l", "--json", "r.json", bench_db],
+        tmp_path,
+        PGSURGE_NO_FASTLOOP=fastloop,
+    )
+    _wait_running(proc, 2, 4.0)
+    t0 = time.monotonic()
+    if group:
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert time.monotonic() - t0 < 5, "the grace is short"
+    assert proc.returncode == -sig, err
+    assert "number of transactions actually processed: " in out, err
+    name = signal.Signals(sig).name
+    assert f"pgsurge: run interrupted by {name} after " in err, err
+    assert "Traceback" not in err
+    processed = int(out.split("actually processed: ")[1].split()[0])
+    assert processed > 0
+    doc = json.loads((tmp_path / "r.json").read_text())
+    _valid(doc)
+    assert doc["interrupted"]["signal"] == name
+    assert 1 < doc["interrupted"]["after_s"] < 10
+    assert doc["totals"]["transactions"] == processed
+    assert len(_log_lines(tmp_path)) == processed
+    assert not doc["aborted"]
+
+
+def test_interrupt_fast_path_t(bench_db: str, tmp_path: Path) -> None:
+    """A -t run on the C loop stops too (it reads the same flag)."""
+    proc = _start(
+        ["-n", "-S", "-c", "2", "-j", "1", "-t", "100000000", bench_db], tmp_path
+    )
+    _wait_running(proc, 1, 2.0)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGINT, err
+    assert "actually processed: " in out, err
+    assert "interrupted by SIGINT" in err
+
+
+def test_interrupt_grace_cancels_long_statement(bench_db: str, tmp_path: Path) -> None:
+    """A statement that outlives the grace is cancelled through libpq; the
+    report still comes, the server has no session left."""
+    path = tmp_path / "slow.sql"
+    path.write_text("select pg_sleep(60);\n")
+    proc = _start(["-n", "-f", str(path), "-c", "2", "-T", "120", bench_db], tmp_path)
+    _wait_running(proc, 1, 1.5)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert time.monotonic() - t0 < 8
+    assert proc.returncode == -signal.SIGTERM, err
+    assert "actually processed: 0" in out, err
+    assert "interrupted by SIGTERM" in err
+    with psycopg.connect(bench_db, autocommit=True) as conn:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "select count(*) from pg_stat_activity where query like "
+                "'select pg_sleep(60)%' and pid <> pg_backend_pid()"
+            ).fetchone()
+            if row is not None and row[0] == 0:
+                break
+            time.sleep(0.1)
+        assert row is not None and row[0] == 0
+
+
+def test_second_signal_ends_at_once(bench_db: str, tmp_path: Path) -> None:
+    path = tmp_path / "slow.sql"
+    path.write_text("select pg_sleep(60);\n")
+    proc = _start(["-n", "-f", str(path), "-c", "2", "-T", "120", bench_db], tmp_path)
+    _wait_running(proc, 1, 1.0)
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert time.monotonic() - t0 < 1.5
+    assert proc.returncode == -signal.SIGINT, err
+    assert "actually processed" not in out
+
+
+@pytest.mark.parametrize("progress", [False, True])
+def test_dead_worker_is_named(bench_db: str, tmp_path: Path, progress: bool) -> None:
+    """``kill -9`` of one worker (the OOM killer): named, the others stop,
+    the report of what the parent received, status 2."""
+    extra = ["-P", "1"] if progress else []
+    proc = _start(
+        ["-n", "-S", "-c", "4", "-j", "2", "-T", "60", *extra, bench_db], tmp_path
+    )
+    _wait_running(proc, 2, 2.5)
+    victim = _workers(proc.pid)[1]
+    os.kill(victim, signal.SIGKILL)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2, err
+    assert f"pgsurge: error: worker 1 (pid {victim}) died: killed by signal 9\n" in err
+    assert "actually processed: " in out, err
+    assert int(out.split("actually processed: ")[1].split()[0]) > 0
+    assert "pgsurge: error: Run was aborted; the above results are incomplete." in err
+    assert "Traceback" not in err
+
+
+def test_rate_log_reaches_file_within_2s(bench_db: str, tmp_path: Path) -> None:
+    """A ``-R 50`` run's log has lines within 2 s (they were buffered 8192
+    at a time: still empty after 8 s)."""
+    proc = _start(["-n", "-S", "-R", "50", "-T", "20", "-l", bench_db], tmp_path)
+    try:
+        _wait_running(proc, 1, 2.5)
+        assert len(_log_lines(tmp_path)) >= 20
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGINT
