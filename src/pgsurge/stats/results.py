@@ -377,6 +377,10 @@ class RunResult:
     #: monotonic timestamps above as dates
     epoch_shift_us: int = 0
     abort_messages: list[str] = field(default_factory=list)
+    #: what the monitor saw (``pgsurge.insight``, set by the runner): the
+    #: JSON-ready sections ``waits``, ``server_stats``, ``idle_sessions``,
+    #: and ``intervals`` (a list of ``{"start_us": monotonic µs, ...}``)
+    insight: dict[str, Any] = field(default_factory=dict)
 
     @property
     def aborted(self) -> bool:
@@ -478,6 +482,7 @@ class RunResult:
             "worker_cpu": [c.to_dict() for c in self.worker_cpu],
             "epoch_shift_us": self.epoch_shift_us,
             "abort_messages": list(self.abort_messages),
+            "insight": self.insight,
         }
 
     @classmethod
@@ -505,6 +510,7 @@ class RunResult:
             worker_cpu=[WorkerCpu.from_dict(c) for c in data.get("worker_cpu", [])],
             epoch_shift_us=int(data.get("epoch_shift_us", 0)),
             abort_messages=[str(m) for m in data.get("abort_messages", [])],
+            insight=dict(data.get("insight") or {}),
         )
 
 
