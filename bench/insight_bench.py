@@ -34,7 +34,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -136,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             json.dumps(
                 {
                     "options": vars(o),
-                    "runs": [r.__dict__ for r in results],
+                    "runs": [asdict(r) for r in results],
                     "summary": summary,
                 },
                 indent=2,

@@ -177,25 +177,33 @@ class Monitor:
                 for r in range(res.ntuples)
             ]
         self.tables = counters.touched_tables(scripts)
+        version = conn.parameter_status("server_version") or str(
+            self.server_version_num
+        )
+        missing = []
         for src in SOURCES:
             if self.server_version_num < src.min_version:
-                self.unavailable[src.name] = (
-                    f"{src.view} is not in PostgreSQL {self.server_version_num}"
-                )
+                reason = f"not in PostgreSQL {version}"
             elif (
                 _one(conn, f"SELECT pg_catalog.to_regclass('{src.view}') IS NOT NULL")
                 != "t"
             ):
-                self.unavailable[src.name] = f"{src.view} does not exist here"
+                reason = "not found"
             else:
                 self.sources.append(src)
                 continue
-            if not src.optional:
-                warn(
-                    _warning(
-                        "--server-stats", self.unavailable[src.name] + ": left out"
-                    )
+            self.unavailable[src.name] = f"{src.view}: {reason}"
+            # before 17 the checkpoints are pg_stat_bgwriter's: nothing lost
+            if not src.optional and src.name != "checkpointer":
+                missing.append(src.view.removeprefix("pg_catalog."))
+        if missing:
+            warn(
+                _warning(
+                    "--server-stats",
+                    f"{', '.join(missing)} not available on this server "
+                    f"(PostgreSQL {version}): left out",
                 )
+            )
         self.start_snap = self._snapshot(warn)
         self.last_snap = self.start_snap
 
