@@ -62,6 +62,13 @@ _SETTINGS_SQL = (
     f"{TAG} SELECT name, setting, coalesce(unit, ''), source"
     " FROM pg_catalog.pg_settings WHERE source <> 'default' ORDER BY name"
 )
+# a checkpoint in progress: the checkpointer is off its idle main loop
+# (mostly in Timeout:CheckpointWriteDelay during a spread checkpoint)
+_CHECKPOINTING_SQL = (
+    f"{TAG} SELECT count(*) FROM pg_catalog.pg_stat_activity"
+    " WHERE backend_type = 'checkpointer'"
+    " AND coalesce(wait_event_type, '') <> 'Activity'"
+)
 _ALIVE_SQL = f"""{TAG} SELECT count(*) FROM pg_catalog.pg_stat_activity
 WHERE pid = ANY($1::int[])
    OR ($2::text IS NOT NULL AND application_name = $2
@@ -103,6 +110,8 @@ class Monitor:
     tables: list[str] = field(default_factory=list)
     settings: list[dict[str, str]] = field(default_factory=list)
     version: str = ""
+    #: a checkpoint was seen in progress at a snapshot (needs privileges)
+    checkpointing: bool = False
     start_snap: Snapshot | None = None
     last_snap: Snapshot | None = None
     interval_stats: dict[int, dict[str, float]] = field(default_factory=dict)
@@ -221,6 +230,11 @@ class Monitor:
                 consistent=self.server_version_num >= 150000,
             )
             if failed is None:
+                if self.privileged and _one(conn, _CHECKPOINTING_SQL) not in (
+                    "0",
+                    None,
+                ):
+                    self.checkpointing = True
                 return snap
             self.sources.remove(failed)
             self.unavailable[failed.name] = message
@@ -466,7 +480,8 @@ class Monitor:
                 transactions,
             ),
             "checkpoints": cps,
-            "checkpoint_during_run": bool(cps),
+            "checkpoint_during_run": bool(cps) or self.checkpointing,
+            "checkpoint_in_progress_seen": self.checkpointing,
             "stats_reset_during_run": counters.resets(start, end),
             "deltas": deltas,
             "unavailable": dict(self.unavailable),

@@ -115,7 +115,8 @@ def render_server_stats(s: Mapping[str, Any]) -> str:
             + (f" (hit ratio {100 * ratio:.2f}%)" if ratio is not None else "")
         )
     if s.get("checkpoints") is not None:
-        lines.append(f"  checkpoints: {s['checkpoints']:g}")
+        busy = " (one was in progress)" if s.get("checkpoint_in_progress_seen") else ""
+        lines.append(f"  checkpoints completed: {s['checkpoints']:g}{busy}")
     lines.extend(
         f"  {t.get('schemaname')}.{t.get('relname')}: "
         f"{t.get('n_tup_ins', 0)} inserted, {t.get('n_tup_upd', 0)} updated "
