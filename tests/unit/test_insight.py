@@ -522,3 +522,28 @@ def test_json_document_carries_the_sections() -> None:
     plain = build_document(make_result(), config())
     assert not {"waits", "server_stats", "idle_sessions"} & set(plain)
     assert plain["config"]["idle_mode"] is None
+
+
+def test_html_compare_shows_both_sides_waits() -> None:
+    from pgsurge.report.html import RunDoc, render_html
+
+    def doc(lock_share: float) -> dict[str, Any]:
+        result = make_result()
+        result.insight = sections()
+        d = build_document(result, config())
+        d["waits"]["events"] = [
+            {"type": "Lock", "event": "relation", "share": lock_share},
+            {"type": "CPU", "event": "", "share": 1 - lock_share},
+        ]
+        return d
+
+    page = render_html(
+        [
+            RunDoc("a1", doc(0.8), "A"),
+            RunDoc("a2", doc(0.6), "A"),
+            RunDoc("b1", doc(0.1), "B"),
+        ]
+    )
+    assert "Wait events: A and B (--waits)" in page
+    row = page[page.index("<td>Lock:relation</td>") :].split("</tr>")[0]
+    assert "70.0%" in row and "10.0%" in row and "-60.0 pt" in row.replace("−", "-")
