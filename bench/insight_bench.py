@@ -26,6 +26,7 @@ ratios' range as the band.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -33,13 +34,14 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _suite_proc import SuiteServer, pgsurge_argv, run_measured
+from _suite_proc import SuiteServer, pgsurge_argv, run_measured, snapshot_source
 from _suite_stats import median, parse_report, rotation_order, spread
 
 VARIANTS: dict[str, list[str]] = {
@@ -100,8 +102,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="pgsurge options for every run (default: %(default)s)",
     )
     ap.add_argument("--json", help="write every run and the summary to this file")
+    ap.add_argument(
+        "--snapshot",
+        action="store_true",
+        help="measure the committed src/ at HEAD (a copy): edits made to the "
+        "working tree while the benchmark runs do not reach it",
+    )
     o = ap.parse_args(argv)
     args = shlex.split(o.args)
+    with contextlib.ExitStack() as stack:
+        if o.snapshot:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            commit = snapshot_source(Path(__file__).resolve().parent.parent, tmp)
+            # the children import pgsurge from the copy: PYTHONPATH precedes
+            # the editable install's path
+            old = os.environ.get("PYTHONPATH")
+            os.environ["PYTHONPATH"] = str(tmp / "src") + (f":{old}" if old else "")
+            print(f"# measuring a snapshot of {commit[:12]}")
+        results = _measure(o, args)
+    summary = summarize(results, o.rounds)
+    print_summary(summary)
+    if o.json:
+        Path(o.json).write_text(
+            json.dumps(
+                {
+                    "options": vars(o),
+                    "runs": [asdict(r) for r in results],
+                    "summary": summary,
+                },
+                indent=2,
+            )
+        )
+    return 0
+
+
+def _measure(o: argparse.Namespace, args: list[str]) -> list[Result]:
     with SuiteServer(o.dsn) as srv:
         dsn = srv.recreate_db(DB)
         subprocess.run(
@@ -129,20 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 if rnd >= 0:
                     results.append(r)
-    summary = summarize(results, o.rounds)
-    print_summary(summary)
-    if o.json:
-        Path(o.json).write_text(
-            json.dumps(
-                {
-                    "options": vars(o),
-                    "runs": [asdict(r) for r in results],
-                    "summary": summary,
-                },
-                indent=2,
-            )
-        )
-    return 0
+    return results
 
 
 def summarize(results: Sequence[Result], rounds: int) -> dict[str, dict[str, float]]:
