@@ -175,6 +175,8 @@ class RunConfig:
     #: --idle-sessions N[:MODE]: companion sessions held open for the run
     idle_sessions: int = 0
     idle_mode: IdleMode = IdleMode.IDLE
+    #: --no-live: no live panel on a terminal (see report/live.py)
+    no_live: bool = False
 
     @property
     def insight(self) -> bool:

@@ -129,6 +129,7 @@ LONG_OPTIONS: tuple[LongOption, ...] = (
     LongOption("waits", False, "waits", extension=True),
     LongOption("server-stats", False, "server-stats", extension=True),
     LongOption("idle-sessions", True, "idle-sessions", extension=True),
+    LongOption("no-live", False, "no-live", extension=True),
 )
 
 #: long options with an optional value (getopt_long's optional_argument)
@@ -226,6 +227,7 @@ class _State:
     server_stats: bool = False
     idle_sessions: int = 0
     idle_mode: IdleMode = IdleMode.IDLE
+    no_live: bool = False
 
 
 class _Getopt(Getopt):
@@ -553,6 +555,9 @@ class _CommandLine:
             case "idle-sessions":
                 st.benchmarking_option_set = True
                 st.idle_sessions, st.idle_mode = parse_idle_sessions(arg)
+            case "no-live":
+                st.benchmarking_option_set = True
+                st.no_live = True
             case _:  # pragma: no cover - the table and this switch disagree
                 raise AssertionError(f"unhandled option {key}")
 
@@ -719,6 +724,7 @@ class _CommandLine:
             server_stats=st.server_stats,
             idle_sessions=st.idle_sessions,
             idle_mode=st.idle_mode,
+            no_live=st.no_live,
         )
 
 
