@@ -5,7 +5,9 @@ blocks and the JSON sections."""
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -547,3 +549,43 @@ def test_html_compare_shows_both_sides_waits() -> None:
     assert "Wait events: A and B (--waits)" in page
     row = page[page.index("<td>Lock:relation</td>") :].split("</tr>")[0]
     assert "70.0%" in row and "10.0%" in row and "-60.0 pt" in row.replace("−", "-")
+
+
+def test_compare_shows_both_sides_waits(tmp_path: Path) -> None:
+    from tests.unit.test_compare_cli import write_result
+
+    def waits(lock: float) -> dict[str, Any]:
+        events = [
+            {"type": "Lock", "event": "relation", "share": lock},
+            {"type": "CPU", "event": "", "share": 1 - lock},
+        ]
+        return {"source": "pg_stat_activity", "samples": 10, "events": events}
+
+    base = [
+        write_result(
+            tmp_path / f"b{i}.json", 1000 + i, seq=i, edit={"waits": waits(0.8)}
+        )
+        for i in range(3)
+    ]
+    new = [
+        write_result(
+            tmp_path / f"n{i}.json", 1100 + i, seq=i, edit={"waits": waits(0.2)}
+        )
+        for i in range(3)
+    ]
+    r = run_cli(["compare", *base, "--vs", *new])
+    assert r.status == 0, r.stderr
+    text = r.stdout[r.stdout.index("wait events (share of samples") :]
+    rows = [re.sub(r" {2,}", "  ", ln.strip()) for ln in text.splitlines()[1:]]
+    assert rows[0] == "wait event  base  new  change"
+    assert rows[1] == "Lock:relation  80.0 %  20.0 %  -60.0 pt"
+    assert rows[2] == "CPU  20.0 %  80.0 %  +60.0 pt"
+    # without --waits on one side: no such block
+    r = run_cli(["compare", *base, "--vs", *_plain(tmp_path)])
+    assert "wait events" not in r.stdout
+
+
+def _plain(tmp_path: Path) -> list[str]:
+    from tests.unit.test_compare_cli import write_result
+
+    return [write_result(tmp_path / f"p{i}.json", 1000 + i, seq=i) for i in range(3)]
