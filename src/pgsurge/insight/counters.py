@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,8 @@ __all__ = [
     "delta",
     "interval_figures",
     "per_transaction",
+    "resets",
+    "run_deltas",
     "take_snapshot",
     "touched_tables",
 ]
@@ -366,6 +368,3 @@ def resets(start: Snapshot, end: Snapshot) -> list[str]:
         if after and before and not after <= before:
             out.append(name)
     return out
-
-
-Warn = Callable[[str], None]
