@@ -233,7 +233,9 @@ def test_idle_snapshot_holds_back_vacuum(bench_db: str, tmp_path: Path) -> None:
     assert kept >= 100
     out, kept_without = _vacuum_during_run(bench_db, run, tmp_path)
     assert "idle sessions" not in out
-    assert kept_without <= 20, (kept, kept_without)
+    # without it, only the versions of transactions that commit while the
+    # VACUUM runs are kept (tens on a loaded machine, a few otherwise)
+    assert kept_without * 5 < kept, (kept, kept_without)
 
 
 def _idle_sessions(dsn: str) -> int:

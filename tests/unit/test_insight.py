@@ -578,8 +578,9 @@ def test_compare_shows_both_sides_waits(tmp_path: Path) -> None:
     text = r.stdout[r.stdout.index("wait events (share of samples") :]
     rows = [re.sub(r" {2,}", "  ", ln.strip()) for ln in text.splitlines()[1:]]
     assert rows[0] == "wait event  base  new  change"
-    assert rows[1] == "Lock:relation  80.0 %  20.0 %  -60.0 pt"
-    assert rows[2] == "CPU  20.0 %  80.0 %  +60.0 pt"
+    # equal largest shares (80 %): by name
+    assert rows[1] == "CPU  20.0 %  80.0 %  +60.0 pt"
+    assert rows[2] == "Lock:relation  80.0 %  20.0 %  -60.0 pt"
     # without --waits on one side: no such block
     r = run_cli(["compare", *base, "--vs", *_plain(tmp_path)])
     assert "wait events" not in r.stdout

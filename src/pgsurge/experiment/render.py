@@ -316,7 +316,7 @@ def _waits_lines(c: Comparison) -> list[str]:
     if not base or not new:
         return []
     labels = sorted(
-        set(base) | set(new), key=lambda k: -max(base.get(k, 0), new.get(k, 0))
+        set(base) | set(new), key=lambda k: (-max(base.get(k, 0), new.get(k, 0)), k)
     )
     rows = [["wait event", "base", "new", "change"]]
     rows.extend(

@@ -148,7 +148,9 @@ def waits_side_by_side(
     sa, sb = _wait_shares(a), _wait_shares(b)
     if not sa or not sb:
         return ""
-    labels = sorted(set(sa) | set(sb), key=lambda k: -max(sa.get(k, 0), sb.get(k, 0)))
+    labels = sorted(
+        set(sa) | set(sb), key=lambda k: (-max(sa.get(k, 0), sb.get(k, 0)), k)
+    )
     rows = [
         [
             k,
