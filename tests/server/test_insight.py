@@ -143,6 +143,23 @@ def test_client_bound_run_waits_for_the_client(bench_db: str, tmp_path: Path) ->
     assert "the client may be the bottleneck" in doc["_stdout"]
 
 
+def test_connect_each_tx_samples_by_application_name(
+    bench_db: str, tmp_path: Path
+) -> None:
+    f = script(tmp_path, "sleep.sql", "select pg_sleep(0.05);\n")
+    doc = json_run(
+        ["-n", "-C", "-f", f, "-c", "2", "-T", "2", "--waits=50", "--idle-sessions=1"],
+        bench_db,
+        tmp_path,
+    )
+    waits = doc["waits"]
+    assert (waits["attribution"], waits["backends"]) == ("application_name", 0)
+    assert "-C gives no backend pids to follow" in doc["_stderr"]
+    top = waits["events"][0]
+    # the sleeping clients, not the idle session (which waits in ClientRead)
+    assert (top["type"], top["event"]) == ("Timeout", "PgSleep"), waits["events"]
+
+
 def test_no_option_no_insight_output(bench_db: str, tmp_path: Path) -> None:
     proc = pgsurge(["-n", "-S", "-c", "2", "-T", "1", "-P", "1"], bench_db, tmp_path)
     assert proc.returncode == 0, proc.stderr
