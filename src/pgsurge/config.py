@@ -22,6 +22,14 @@ class QueryMode(enum.Enum):
     PREPARED = "prepared"
 
 
+class IdleMode(enum.Enum):
+    """``--idle-sessions N:MODE``: what each companion session holds."""
+
+    IDLE = "idle"
+    XACT = "xact"
+    SNAPSHOT = "snapshot"
+
+
 class PartitionMethod(enum.Enum):
     NONE = "none"
     RANGE = "range"
@@ -162,8 +170,20 @@ class RunConfig:
     json_path: str | None = None
     #: --html FILE: the HTML report of the run (a file, never stdout)
     html_path: str | None = None
+    #: --waits[=MS]: the wait-event sampling period in ms; None = not asked
+    waits_ms: int | None = None
+    #: --server-stats: server counters before, during and after the run
+    server_stats: bool = False
+    #: --idle-sessions N[:MODE]: companion sessions held open for the run
+    idle_sessions: int = 0
+    idle_mode: IdleMode = IdleMode.IDLE
     #: --no-live: no live panel on a terminal (see report/live.py)
     no_live: bool = False
+
+    @property
+    def insight(self) -> bool:
+        """Whether the run needs the monitor connection (pgsurge.insight)."""
+        return self.waits_ms is not None or self.server_stats or self.idle_sessions > 0
 
     @property
     def total_weight(self) -> int:

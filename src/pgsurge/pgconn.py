@@ -23,6 +23,7 @@ Passwords never appear in anything this module prints or raises.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -147,6 +148,11 @@ class PgConn:
         return int(self._pgconn.server_version)
 
     @property
+    def backend_pid(self) -> int:
+        """``PQbackendPID``: the server process id (no query)."""
+        return int(self._pgconn.backend_pid)
+
+    @property
     def dbname(self) -> str:
         return _text(self._pgconn.db)
 
@@ -183,6 +189,22 @@ class PgConn:
             self._pgconn.get_cancel().cancel()
         except Exception:  # best effort on the way out
             pass
+
+    def exec_params(self, sql: str, params: Sequence[str | None]) -> tuple[int, Any]:
+        """``PQexecParams`` (blocking), text parameters; status and result."""
+        res = self._pgconn.exec_params(
+            sql.encode(), [None if p is None else p.encode() for p in params]
+        )
+        return int(res.status), res
+
+    def exec_prepared(
+        self, name: bytes, params: Sequence[str | None]
+    ) -> tuple[int, Any]:
+        """``PQexecPrepared`` (blocking), text parameters; status and result."""
+        res = self._pgconn.exec_prepared(
+            name, [None if p is None else p.encode() for p in params]
+        )
+        return int(res.status), res
 
     def finish(self) -> None:
         self._pgconn.finish()

@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import psycopg
 
@@ -96,6 +96,9 @@ from pgsurge.report.text import (
 from pgsurge.script.ast import ParsedScript, Value
 from pgsurge.stats.counters import StatsData
 from pgsurge.stats.results import RunFacts, RunResult, WorkerResult
+
+if TYPE_CHECKING:
+    from pgsurge.insight import Monitor
 
 __all__ = ["TableInfo", "run", "split_clients"]
 
@@ -435,8 +438,12 @@ def _fatal(msg: Fatal, err: TextIO) -> NoReturn:
     raise _Failed(ExitStatus.ERROR)
 
 
-def _barrier(workers: _Workers, expected: type[Ready | Connected], err: TextIO) -> None:
-    """Wait for every worker's ``expected`` message (a fatal one ends the run)."""
+def _barrier(
+    workers: _Workers, expected: type[Ready | Connected], err: TextIO
+) -> list[WorkerMessage]:
+    """Wait for every worker's ``expected`` message (a fatal one ends the
+    run); the messages, by worker."""
+    got: dict[int, WorkerMessage] = {}
     waiting = set(range(len(workers.pipes)))
     while waiting:
         ready = wait([workers.pipes[i] for i in waiting])
@@ -450,7 +457,9 @@ def _barrier(workers: _Workers, expected: type[Ready | Connected], err: TextIO) 
                 _fatal(msg, err)
             if not isinstance(msg, expected):
                 raise _Failed(ExitStatus.RUN_ABORTED)
+            got[index] = msg
             waiting.discard(index)
+    return [got[i] for i in sorted(got)]
 
 
 def run(
@@ -536,11 +545,22 @@ def run(
         for i, (first, count) in enumerate(split_clients(cfg.clients, nthreads))
     ]
     workers = _Workers(specs)
+    monitor = None
     try:
+        if cfg.insight:  # --waits, --server-stats, --idle-sessions
+            monitor = _start_monitor(cfg, password, text_out, err)
         with _stop_workers_on_signal(workers), _parent_stop(workers) as stopper:
             result = _drive(
-                workers, cfg, facts, err, stopper=stopper, show_live=show_live
+                workers,
+                cfg,
+                facts,
+                err,
+                stopper=stopper,
+                show_live=show_live,
+                monitor=monitor,
             )
+        if monitor is not None:
+            result.insight = monitor.finish(result.total.cnt)
     except _Failed as e:
         workers.stop()
         out.flush()
@@ -549,6 +569,10 @@ def run(
     except BaseException:
         workers.stop()
         raise
+    finally:
+        if monitor is not None:  # end, abort, Ctrl-C: the sessions close
+            monitor.close()
+            err.write("".join(monitor.warnings))
     workers.join()
     result.epoch_shift_us = epoch_shift_us
 
@@ -558,6 +582,11 @@ def run(
     text_out.write(
         render_extras(result, percentiles=cfg.percentiles, client_cpu=cfg.client_cpu)
     )
+    if result.insight:
+        from pgsurge.report.insight import insight_warnings, render_insight
+
+        text_out.write(render_insight(result.insight))
+        err.write(insight_warnings(result.insight, PROG))
     text_out.flush()
     warning = ""
     if result.total_duration_us >= WARN_MIN_DURATION_US:
@@ -646,6 +675,34 @@ def _report_death(workers: _Workers, index: int, err: TextIO) -> None:
     err.flush()
 
 
+def _start_monitor(
+    cfg: RunConfig, password: str | None, text_out: TextIO, err: TextIO
+) -> Monitor:
+    """The insight monitor's sessions (an error ends the run, as a client's
+    failed connection does); the idle sessions named under the banner."""
+    from pgsurge.insight import Monitor  # only for these options
+
+    try:
+        monitor = Monitor.start(
+            cfg, password, [s.text for s in cfg.scripts], _writer(err)
+        )
+    except ConnectError as exc:
+        err.write(f"{PROG}: error: {exc}\n")
+        err.flush()
+        raise _Failed(ExitStatus.ERROR) from None
+    text_out.write(monitor.header())
+    text_out.flush()
+    return monitor
+
+
+def _writer(stream: TextIO) -> Callable[[str], None]:
+    def write(text: str) -> None:
+        stream.write(text)
+        stream.flush()
+
+    return write
+
+
 def _drive(
     workers: _Workers,
     cfg: RunConfig,
@@ -654,6 +711,7 @@ def _drive(
     *,
     stopper: ParentStop | None = None,
     show_live: bool = False,
+    monitor: Monitor | None = None,
 ) -> RunResult:
     """The barriers, the progress lines (or the live panel) and the results
     of a started run.
@@ -666,7 +724,10 @@ def _drive(
     start_us = _clock()
     end_us = start_us + cfg.duration * 1000000 if cfg.duration else 0
     workers.send_all(Steady(start_us, end_us))
-    _barrier(workers, Connected, err)
+    connected = _barrier(workers, Connected, err)
+    if monitor is not None:  # the run's backends, from libpq at connect
+        pids = [pid for m in connected if isinstance(m, Connected) for pid in m.pids]
+        monitor.go(pids, start_us, _writer(err))
     workers.send_all(Go())
     if stopper is not None:
         stopper.start_run()
@@ -744,7 +805,10 @@ def _drive(
                 merged.merge(snap)
             now = max(nows[i] for i in pending)
             if reporter is not None:
-                err.write(reporter.report(merged, now) + "\n")
+                line = reporter.report(merged, now)
+                if monitor is not None:
+                    line += monitor.progress_suffix()
+                err.write(line + "\n")
                 err.flush()
             elif panel is not None:
                 cpu = [live.proc_cpu_seconds(p.pid) for p in workers.procs]

@@ -398,7 +398,13 @@ def test_help_is_pgbench_help_plus_our_options(pgbench_bin: Path) -> None:
         "  --log-prefix": "  --json=FILE              write the result as JSON to"
         " FILE\n" + " " * 27 + '("-": stdout, the text report then goes to stderr)\n',
         "  --json": "  --html=FILE              write a self-contained HTML report"
-        " to FILE\n",
+        " to FILE\n"
+        "  --idle-sessions=N[:MODE] hold N extra sessions open for the run, MODE"
+        " idle,\n" + " " * 27 + "xact (holding an xid) or snapshot (holding xmin)\n",
+        "  --show-script": "  --server-stats           report server counters (WAL,"
+        " I/O, tables) of the run\n",
+        "\nCommon options:": "  --waits[=MS]             sample the run's wait events"
+        " every MS ms (default: 100)\n",
         "  --progress-timestamp": "  --no-live                no live panel on the"
         " terminal during the run\n"
         "  --percentiles[=LIST]     report latency percentiles (default:"

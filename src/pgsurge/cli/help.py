@@ -75,6 +75,8 @@ Benchmarking options:
   --extended-report        same as --percentiles --client-cpu
   --failures-detailed      report the failures grouped by basic types
   --html=FILE              write a self-contained HTML report to FILE
+  --idle-sessions=N[:MODE] hold N extra sessions open for the run, MODE idle,
+                           xact (holding an xid) or snapshot (holding xmin)
   --json=FILE              write the result as JSON to FILE
                            ("-": stdout, the text report then goes to stderr)
   --log-prefix=PREFIX      prefix for transaction time log file
@@ -87,8 +89,10 @@ Benchmarking options:
   --reconnect[=NUM]        reconnect a client whose connection is lost, NUM
                            attempts per loss (default: 10)
   --sampling-rate=NUM      fraction of transactions to log (e.g., 0.01 for 1%)
+  --server-stats           report server counters (WAL, I/O, tables) of the run
   --show-script=NAME       show builtin script code, then exit
   --verbose-errors         print messages of all errors
+  --waits[=MS]             sample the run's wait events every MS ms (default: 100)
 
 Common options:
   --debug                  print debugging output

@@ -23,7 +23,10 @@ report extras are run-mode options, rejected with ``-i`` like pgbench's:
   text report, which then goes to stderr so that stdout stays valid JSON.
   A FILE that clearly cannot be written is refused before connecting;
 * ``--html=FILE``: the self-contained HTML report of the run (the same
-  document rendered by ``report/html.py``), checked likewise; never ``-``.
+  document rendered by ``report/html.py``), checked likewise; never ``-``;
+* server insight (``pgsurge.insight``): ``--waits[=MS]`` (optional value
+  like ``--percentiles``; 100 ms alone), ``--server-stats``,
+  ``--idle-sessions=N[:idle|xact|snapshot]``.
 
 ``dispatch`` prints errors and dispatches; word splitting is ``getopt``'s;
 number parsing with C semantics is ``values``' and ``pgsurge.cnum``'s.
@@ -40,14 +43,17 @@ from typing import TYPE_CHECKING, TextIO
 from pgsurge.cli.getopt import Getopt, LongOption
 from pgsurge.cli.values import (
     check_output_path,
+    parse_idle_sessions,
     parse_int_option,
     parse_percentiles,
     parse_random_seed,
+    parse_waits,
     parse_weight,
 )
 from pgsurge.cnum import INT32_MAX, atof, atoi, double_to_int64, wrap_int32
 from pgsurge.config import (
     ConnParams,
+    IdleMode,
     InitConfig,
     PartitionMethod,
     QueryMode,
@@ -121,11 +127,14 @@ LONG_OPTIONS: tuple[LongOption, ...] = (
     LongOption("extended-report", False, "extended-report", extension=True),
     LongOption("json", True, "json", extension=True),
     LongOption("html", True, "html", extension=True),
+    LongOption("waits", False, "waits", extension=True),
+    LongOption("server-stats", False, "server-stats", extension=True),
+    LongOption("idle-sessions", True, "idle-sessions", extension=True),
     LongOption("no-live", False, "no-live", extension=True),
 )
 
 #: long options with an optional value (getopt_long's optional_argument)
-OPTIONAL_VALUE_OPTIONS = frozenset({"percentiles", "reconnect"})
+OPTIONAL_VALUE_OPTIONS = frozenset({"percentiles", "reconnect", "waits"})
 
 DEFAULT_INIT_STEPS = "dtgvp"
 ALL_INIT_STEPS = "dtgGvpf"
@@ -218,6 +227,10 @@ class _State:
     json_path: str | None = None
     html_path: str | None = None
     reconnect: int = 0
+    waits_ms: int | None = None
+    server_stats: bool = False
+    idle_sessions: int = 0
+    idle_mode: IdleMode = IdleMode.IDLE
     no_live: bool = False
 
 
@@ -454,6 +467,9 @@ class _CommandLine:
                     if value is None
                     else parse_int_option(value, "--reconnect", 1, 1000)
                 )
+            case "waits":
+                st.benchmarking_option_set = True
+                st.waits_ms = parse_waits(value)
             case _:  # pragma: no cover - the table and this switch disagree
                 raise AssertionError(f"unhandled option {key}")
 
@@ -544,6 +560,12 @@ class _CommandLine:
             case "html":
                 st.benchmarking_option_set = True
                 st.html_path = arg
+            case "server-stats":
+                st.benchmarking_option_set = True
+                st.server_stats = True
+            case "idle-sessions":
+                st.benchmarking_option_set = True
+                st.idle_sessions, st.idle_mode = parse_idle_sessions(arg)
             case "no-live":
                 st.benchmarking_option_set = True
                 st.no_live = True
@@ -710,6 +732,10 @@ class _CommandLine:
             json_path=st.json_path,
             html_path=st.html_path,
             reconnect=st.reconnect,
+            waits_ms=st.waits_ms,
+            server_stats=st.server_stats,
+            idle_sessions=st.idle_sessions,
+            idle_mode=st.idle_mode,
             no_live=st.no_live,
         )
 

@@ -34,6 +34,7 @@ from pgsurge.cnum import (
     skip_c_space,
     strtol,
 )
+from pgsurge.config import IdleMode
 from pgsurge.errors import UsageError
 
 
@@ -45,6 +46,34 @@ def parse_int_option(value: str, optname: str, lo: int, hi: int) -> int:
     if overflow or not (INT32_MIN <= number <= INT32_MAX) or not lo <= number <= hi:
         raise UsageError(f"{optname} must be in range {lo}..{hi}")
     return number
+
+
+#: --waits without a value: the sampling period in ms
+DEFAULT_WAITS_MS = 100
+#: at most this many --idle-sessions
+MAX_IDLE_SESSIONS = 1000
+
+
+def parse_waits(value: str | None) -> int:
+    """``--waits[=MS]``: the sampling period (1 ms .. 60 s)."""
+    if value is None:
+        return DEFAULT_WAITS_MS
+    return parse_int_option(value, "--waits", 1, 60000)
+
+
+def parse_idle_sessions(value: str) -> tuple[int, IdleMode]:
+    """``--idle-sessions N[:idle|xact|snapshot]`` (mode idle by default)."""
+    count, sep, mode = value.partition(":")
+    n = parse_int_option(count, "--idle-sessions", 1, MAX_IDLE_SESSIONS)
+    if not sep:
+        return n, IdleMode.IDLE
+    try:
+        return n, IdleMode(mode)
+    except ValueError:
+        raise UsageError(
+            f'invalid value "{value}" for option --idle-sessions',
+            detail="The mode is one of idle, xact, snapshot.",
+        ) from None
 
 
 def parse_weight(option: str) -> tuple[str, int]:

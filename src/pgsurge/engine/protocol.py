@@ -60,7 +60,12 @@ class Steady:
 
 @dataclass(frozen=True, slots=True)
 class Connected:
-    """Every client of the worker is connected; it waits for :class:`Go`."""
+    """Every client of the worker is connected; it waits for :class:`Go`.
+
+    ``pids``: the clients' server process ids (libpq's, no query; empty
+    under ``-C``), for the parent's wait sampling (``--waits``)."""
+
+    pids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

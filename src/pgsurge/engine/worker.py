@@ -327,7 +327,7 @@ def _phases(run: _Run) -> None:
     assert isinstance(steady, Steady), steady
     if not _connect(run, steady.start_us, steady.end_us):
         return
-    pipe.send(Connected())
+    pipe.send(Connected(tuple(st.conn.backend_pid for st in run.clients if st.conn)))
     go = pipe.recv()
     assert isinstance(go, Go), go
     if not _start(run):

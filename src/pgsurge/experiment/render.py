@@ -292,7 +292,47 @@ def render_text(c: Comparison) -> str:
     lines.append("")
     lines.extend(_noise_lines(c))
     lines.extend(_flag_lines(c))
+    lines.extend(_waits_lines(c))
     return "\n".join(lines) + "\n"
+
+
+#: wait events shown side by side
+WAITS_TOP = 8
+
+
+def mean_waits(runs: Sequence[RunSummary]) -> dict[str, float]:
+    """Each wait event's share, averaged over the runs that have ``--waits``."""
+    with_waits = [r.waits for r in runs if r.waits]
+    totals: dict[str, float] = {}
+    for waits in with_waits:
+        for label, share in waits.items():
+            totals[label] = totals.get(label, 0.0) + share
+    return {k: v / len(with_waits) for k, v in totals.items()}
+
+
+def _waits_lines(c: Comparison) -> list[str]:
+    """Both sides' top wait events next to each other (runs with --waits)."""
+    base, new = mean_waits(c.base), mean_waits(c.new)
+    if not base or not new:
+        return []
+    labels = sorted(
+        set(base) | set(new), key=lambda k: (-max(base.get(k, 0), new.get(k, 0)), k)
+    )
+    rows = [["wait event", "base", "new", "change"]]
+    rows.extend(
+        [
+            k,
+            f"{100 * base.get(k, 0.0):.1f} %",
+            f"{100 * new.get(k, 0.0):.1f} %",
+            f"{100 * (new.get(k, 0.0) - base.get(k, 0.0)):+.1f} pt",
+        ]
+        for k in labels[:WAITS_TOP]
+    )
+    return [
+        "",
+        "wait events (share of samples, mean over the runs with --waits):",
+        *_table(rows),
+    ]
 
 
 def _side_dict(side: Side) -> dict[str, Any]:
@@ -362,6 +402,7 @@ def render_json(c: Comparison, fail_on: str | None) -> dict[str, Any]:
         },
         "verdict": c.primary_result.verdict(c.threshold),
         "exit_status": c.exit_status(fail_on),
+        "waits": {"base": mean_waits(c.base), "new": mean_waits(c.new)},
     }
 
 

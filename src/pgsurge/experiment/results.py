@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pgsurge.errors import PgsurgeError
@@ -119,6 +119,9 @@ class RunSummary:
     aborted: bool
     workload: Workload
     intervals: tuple[Interval, ...]
+    #: ``--waits``: each wait event's share of the run's samples
+    #: (``Type:Event``, ``CPU``); empty without the option
+    waits: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -299,7 +302,21 @@ def parse_result(path: str, data: object) -> RunSummary:
         aborted=bool(data.get("aborted", False)),
         workload=_workload(doc),
         intervals=_intervals(doc),
+        waits=_waits(data.get("waits")),
     )
+
+
+def _waits(waits: object) -> dict[str, float]:
+    """``waits.events`` of a document as label → share (lenient: an older
+    or foreign section is no error, only no wait events)."""
+    events = waits.get("events") if isinstance(waits, Mapping) else None
+    out: dict[str, float] = {}
+    for e in events if isinstance(events, list) else []:
+        share = e.get("share") if isinstance(e, Mapping) else None
+        if isinstance(share, (int, float)) and not isinstance(share, bool):
+            label = f"{e.get('type', '')}:{e.get('event', '')}".strip(":")
+            out[label] = float(share)
+    return out
 
 
 def load_result(path: str) -> RunSummary:

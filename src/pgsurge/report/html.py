@@ -47,6 +47,7 @@ from typing import Any
 from pgsurge.report.html_compare import (
     dot_plot_svg,
     verdict_card,
+    waits_side_by_side,
     workload_differences,
 )
 from pgsurge.report.html_parts import (
@@ -316,6 +317,9 @@ def render_html(
         else:
             card = "<p>No throughput to compare.</p>"
         body.append(section("Verdict: B against A", card, "verdict"))
+        waits = waits_side_by_side([r.doc for r in side_a], [r.doc for r in side_b])
+        if waits:
+            body.append(section("Wait events: A and B (--waits)", waits, "waits"))
 
     charts = []
     many = len(safe) > 1

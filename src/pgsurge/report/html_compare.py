@@ -10,10 +10,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pgsurge.report.html_parts import dig, esc, fmt, kv_table, pct
+from pgsurge.report.html_parts import dig, esc, fmt, kv_table, pct, table
 from pgsurge.report.verdict import Verdict, mean_ci
 
-__all__ = ["dot_plot_svg", "verdict_card", "workload_differences"]
+__all__ = ["dot_plot_svg", "verdict_card", "waits_side_by_side", "workload_differences"]
 
 
 def verdict_card(v: Verdict) -> str:
@@ -119,3 +119,45 @@ def dot_plot_svg(a: Sequence[float], b: Sequence[float]) -> str:
         'text-anchor="middle">tps</text></svg>'
     )
     return "".join(parts)
+
+
+def _wait_shares(docs: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Each event's share of the samples, averaged over the runs that have
+    ``--waits`` (a run without the event counts it as 0)."""
+    runs = [
+        d["waits"]["events"]
+        for d in docs
+        if isinstance(d.get("waits"), Mapping)
+        and isinstance(d["waits"].get("events"), list)
+    ]
+    totals: dict[str, float] = {}
+    for events in runs:
+        for e in events:
+            if not isinstance(e, Mapping):
+                continue
+            label = f"{e.get('type', '')}:{e.get('event', '')}".strip(":")
+            totals[label] = totals.get(label, 0.0) + float(e.get("share") or 0.0)
+    return {k: v / len(runs) for k, v in totals.items()} if runs else {}
+
+
+def waits_side_by_side(
+    a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], top: int = 10
+) -> str:
+    """The top wait events of both sides next to each other (empty when a
+    side has no ``--waits``)."""
+    sa, sb = _wait_shares(a), _wait_shares(b)
+    if not sa or not sb:
+        return ""
+    labels = sorted(
+        set(sa) | set(sb), key=lambda k: (-max(sa.get(k, 0), sb.get(k, 0)), k)
+    )
+    rows = [
+        [
+            k,
+            pct(sa.get(k, 0.0)),
+            pct(sb.get(k, 0.0)),
+            f"{100 * (sb.get(k, 0.0) - sa.get(k, 0.0)):+.1f} pt",
+        ]
+        for k in labels[:top]
+    ]
+    return table(("event", "A: share", "B: share", "B − A"), rows, cls="num")

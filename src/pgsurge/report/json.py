@@ -174,6 +174,10 @@ def _config(config: RunConfig) -> dict[str, Any]:
         "random_seed": config.random_seed,
         "defines": {name: value for name, value in config.defines},
         "percentiles": None if config.percentiles is None else list(config.percentiles),
+        "waits_ms": config.waits_ms,
+        "server_stats": config.server_stats,
+        "idle_sessions": config.idle_sessions,
+        "idle_mode": config.idle_mode.value if config.idle_sessions else None,
     }
 
 
@@ -226,6 +230,8 @@ def build_document(result: RunResult, config: RunConfig) -> dict[str, Any]:
         entry["commands"] = commands
         scripts.append(entry)
 
+    # the monitor's per-interval figures (--waits, --server-stats -P)
+    extras = {e["start_us"]: e for e in result.insight.get("intervals", [])}
     intervals = []
     for iv in result.intervals:
         length_s = iv.duration_us / 1e6
@@ -239,6 +245,9 @@ def build_document(result: RunResult, config: RunConfig) -> dict[str, Any]:
         point.update(_counters(iv.stats, length_s))
         point["latency_ms"] = _summary(iv.stats.latency, lat, ps)
         point["lag_ms"] = _summary(iv.stats.lag, lag, ps) if facts.throttled else None
+        point.update(
+            (k, v) for k, v in extras.get(iv.start_us, {}).items() if k != "start_us"
+        )
         intervals.append(point)
 
     cpu_total = result.cpu_user_s + result.cpu_sys_s
@@ -293,6 +302,8 @@ def build_document(result: RunResult, config: RunConfig) -> dict[str, Any]:
             "signal": result.interrupted_by,
             "after_s": result.interrupted_after_us / 1e6,
         }
+    # --waits, --server-stats, --idle-sessions (pgsurge.insight)
+    doc.update((k, v) for k, v in result.insight.items() if k != "intervals")
     return doc
 
 

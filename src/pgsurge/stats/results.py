@@ -388,6 +388,10 @@ class RunResult:
     interrupted_by: str | None = None
     #: µs from the benchmark's start to the interrupting signal
     interrupted_after_us: int = 0
+    #: what the monitor saw (``pgsurge.insight``, set by the runner): the
+    #: JSON-ready sections ``waits``, ``server_stats``, ``idle_sessions``,
+    #: and ``intervals`` (a list of ``{"start_us": monotonic µs, ...}``)
+    insight: dict[str, Any] = field(default_factory=dict)
 
     @property
     def aborted(self) -> bool:
@@ -492,6 +496,7 @@ class RunResult:
             "abort_messages": list(self.abort_messages),
             "interrupted_by": self.interrupted_by,
             "interrupted_after_us": self.interrupted_after_us,
+            "insight": self.insight,
         }
 
     @classmethod
@@ -521,6 +526,7 @@ class RunResult:
             abort_messages=[str(m) for m in data.get("abort_messages", [])],
             interrupted_by=data.get("interrupted_by"),
             interrupted_after_us=int(data.get("interrupted_after_us", 0)),
+            insight=dict(data.get("insight") or {}),
         )
 
 

@@ -1,0 +1,514 @@
+"""The monitor of a run: one extra connection, in a thread of the parent.
+
+The runner drives it through a run's phases (``runner.py``):
+
+1. :meth:`Monitor.start`, after the workers are forked (the parent forks
+   with no thread and no connection open): the idle sessions
+   (``--idle-sessions``), the monitor connection, what the server offers
+   (views, privileges, ``pg_wait_sampling``), the settings, and the start
+   snapshot of ``--server-stats``. Anything missing is one warning line;
+   the rest goes on;
+2. :meth:`Monitor.go` with the run's backend pids (the workers' libpq
+   ``PQbackendPID``), just before GO: the sampling thread starts. It sleeps
+   on an ``Event`` between samples and waits on its socket during a
+   query (libpq releases the GIL), so the parent's loop is not held up;
+   the workers never see it;
+3. :meth:`Monitor.progress_suffix` at each ``-P`` line;
+4. :meth:`Monitor.finish` once every worker is done: the thread stops,
+   the end snapshot is read after the run's backends have exited, and the
+   JSON-ready sections come back (``waits``, ``server_stats``,
+   ``idle_sessions``, per-interval ``intervals``);
+5. :meth:`Monitor.close`, always (``finally``: end, abort, Ctrl-C).
+
+Only the runner prints: warnings go to the ``warn`` callback given to
+:meth:`start` (start-up), or are kept in :attr:`warnings` (the thread's).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pgsurge import pgconn
+from pgsurge.config import RunConfig
+from pgsurge.errors import PROG
+from pgsurge.insight import counters
+from pgsurge.insight.companions import Companions, open_companions
+from pgsurge.insight.counters import SOURCES, Snapshot, StatSource
+from pgsurge.insight.sampling import (
+    TAG,
+    ActivitySampler,
+    ProfileSampler,
+    SamplerError,
+    pg_array,
+)
+from pgsurge.insight.waits import WaitProfile, label_text
+
+__all__ = ["Monitor"]
+
+Warn = Callable[[str], None]
+
+#: how long the end snapshot waits for the run's backends to exit
+EXIT_WAIT_S = 5.0
+
+_PRIVILEGED_SQL = (
+    "SELECT rolsuper OR pg_catalog.pg_has_role(current_user, 'pg_read_all_stats',"
+    " 'MEMBER') FROM pg_catalog.pg_roles WHERE rolname = current_user"
+)
+_SETTINGS_SQL = (
+    f"{TAG} SELECT name, setting, coalesce(unit, ''), source"
+    " FROM pg_catalog.pg_settings WHERE source <> 'default' ORDER BY name"
+)
+# a checkpoint in progress: the checkpointer is off its idle main loop
+# (mostly in Timeout:CheckpointWriteDelay during a spread checkpoint)
+_CHECKPOINTING_SQL = (
+    f"{TAG} SELECT count(*) FROM pg_catalog.pg_stat_activity"
+    " WHERE backend_type = 'checkpointer'"
+    " AND coalesce(wait_event_type, '') <> 'Activity'"
+)
+_ALIVE_SQL = f"""{TAG} SELECT count(*) FROM pg_catalog.pg_stat_activity
+WHERE pid = ANY($1::int[])
+   OR ($2::text IS NOT NULL AND application_name = $2
+       AND backend_type = 'client backend'
+       AND datname = pg_catalog.current_database()
+       AND pid <> pg_catalog.pg_backend_pid() AND pid <> ALL($3::int[]))"""
+
+
+def _clock() -> int:
+    return time.monotonic_ns() // 1000
+
+
+def _warning(what: str, text: str) -> str:
+    return f"{PROG}: warning: {what}: {text}\n"
+
+
+def _one(conn: pgconn.PgConn, sql: str) -> str | None:
+    status, res = conn.exec_status(sql)
+    if status != pgconn.TUPLES_OK or res.ntuples == 0:
+        return None
+    return pgconn.value_text(res, 0, 0)
+
+
+@dataclass
+class Monitor:
+    """See the module doc. Built by :meth:`start`."""
+
+    cfg: RunConfig
+    conn: pgconn.PgConn | None = None
+    companions: Companions | None = None
+    #: warnings from the thread, for the runner to print at the end
+    warnings: list[str] = field(default_factory=list)
+    server_version_num: int = 0
+    privileged: bool = False
+    #: the workers' application_name (for -C, where pids are unknown)
+    app_name: str = ""
+    sources: list[StatSource] = field(default_factory=list)
+    unavailable: dict[str, str] = field(default_factory=dict)
+    tables: list[str] = field(default_factory=list)
+    settings: list[dict[str, str]] = field(default_factory=list)
+    version: str = ""
+    #: a checkpoint was seen in progress at a snapshot (needs privileges)
+    checkpointing: bool = False
+    start_snap: Snapshot | None = None
+    last_snap: Snapshot | None = None
+    interval_stats: dict[int, dict[str, float]] = field(default_factory=dict)
+    profile: WaitProfile | None = None
+    sampler: ActivitySampler | ProfileSampler | None = None
+    sample_every_us: int = 0
+    attribution: str = "pids"
+    pids: tuple[int, ...] = ()
+    start_us: int = 0
+    _thread: threading.Thread | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # -- 1. start ---------------------------------------------------------
+
+    @classmethod
+    def start(
+        cls,
+        cfg: RunConfig,
+        password: str | None,
+        scripts: Sequence[str],
+        warn: Warn,
+    ) -> Monitor:
+        """Open the sessions and the monitor connection (see the module
+        doc); raises :class:`ConnectError` when one cannot connect."""
+        mon = cls(cfg)
+        items = cfg.conn.conninfo_items()
+        try:
+            if cfg.idle_sessions:
+                mon.companions = open_companions(
+                    items, password, cfg.idle_sessions, cfg.idle_mode
+                )
+            if cfg.waits_ms is not None or cfg.server_stats:
+                mon._connect(items, password, warn)
+                if cfg.server_stats:
+                    mon._setup_counters(scripts, warn)
+        except BaseException:
+            mon.close()
+            raise
+        return mon
+
+    def _connect(self, items: dict[str, str], password: str | None, warn: Warn) -> None:
+        conn = pgconn.connect_or_raise(items, password)
+        self.conn = conn
+        self.server_version_num = conn.server_version
+        # the workers' name (they connect with the same items), then ours
+        self.app_name = _one(conn, "SHOW application_name") or ""
+        conn.exec_status("SET application_name = 'pgsurge monitor'")
+        self.privileged = _one(conn, _PRIVILEGED_SQL) == "t"
+        if not self.privileged:
+            warn(
+                _warning(
+                    "--waits/--server-stats",
+                    "the user has no pg_read_all_stats: background processes "
+                    "and other users' sessions are not visible (the run's own are)",
+                )
+            )
+
+    def _setup_counters(self, scripts: Sequence[str], warn: Warn) -> None:
+        conn = self.conn
+        assert conn is not None
+        self.version = _one(conn, "SELECT pg_catalog.version()") or ""
+        status, res = conn.exec_status(_SETTINGS_SQL)
+        if status == pgconn.TUPLES_OK:
+            self.settings = [
+                {
+                    "name": pgconn.value_text(res, r, 0),
+                    "setting": pgconn.value_text(res, r, 1),
+                    "unit": pgconn.value_text(res, r, 2),
+                    "source": pgconn.value_text(res, r, 3),
+                }
+                for r in range(res.ntuples)
+            ]
+        self.tables = counters.touched_tables(scripts)
+        version = conn.parameter_status("server_version") or str(
+            self.server_version_num
+        )
+        missing = []
+        for src in SOURCES:
+            if self.server_version_num < src.min_version:
+                reason = f"not in PostgreSQL {version}"
+            elif (
+                _one(conn, f"SELECT pg_catalog.to_regclass('{src.view}') IS NOT NULL")
+                != "t"
+            ):
+                reason = "not found"
+            else:
+                self.sources.append(src)
+                continue
+            self.unavailable[src.name] = f"{src.view}: {reason}"
+            # before 17 the checkpoints are pg_stat_bgwriter's: nothing lost
+            if not src.optional and src.name != "checkpointer":
+                missing.append(src.view.removeprefix("pg_catalog."))
+        if missing:
+            warn(
+                _warning(
+                    "--server-stats",
+                    f"{', '.join(missing)} not available on this server "
+                    f"(PostgreSQL {version}): left out",
+                )
+            )
+        self.start_snap = self._snapshot(warn)
+        self.last_snap = self.start_snap
+
+    def _snapshot(self, warn: Warn) -> Snapshot:
+        """A snapshot of the sources that work, dropping (with a warning)
+        any that fails (a missing privilege, a view gone)."""
+        conn = self.conn
+        assert conn is not None
+        while True:
+            snap, failed, message = counters.take_snapshot(
+                conn,
+                self.sources,
+                self.tables,
+                _clock(),
+                consistent=self.server_version_num >= 150000,
+            )
+            if failed is None:
+                if self.privileged and _one(conn, _CHECKPOINTING_SQL) not in (
+                    "0",
+                    None,
+                ):
+                    self.checkpointing = True
+                return snap
+            self.sources.remove(failed)
+            self.unavailable[failed.name] = message
+            warn(_warning("--server-stats", f"{failed.view}: {message}: left out"))
+
+    def header(self) -> str:
+        """The line naming the idle sessions (empty without them)."""
+        return self.companions.header_line() if self.companions else ""
+
+    # -- 2. the thread ------------------------------------------------------
+
+    def go(self, pids: Sequence[int], start_us: int, warn: Warn) -> None:
+        """Start sampling (``pids``: the run's backends, empty under -C)."""
+        cfg = self.cfg
+        self.pids = tuple(pids)
+        self.start_us = start_us
+        interval_us = 1_000_000 * (cfg.progress_s or 1)
+        if cfg.waits_ms is not None and self.conn is not None:
+            self.profile = WaitProfile(anchor_us=start_us, interval_us=interval_us)
+            self.sampler = self._make_sampler(interval_us, warn)
+        if self.sampler is None and not (cfg.server_stats and cfg.progress_s):
+            return
+        self._thread = threading.Thread(
+            target=self._run, name="pgsurge-monitor", daemon=True
+        )
+        self._thread.start()
+
+    def _make_sampler(
+        self, interval_us: int, warn: Warn
+    ) -> ActivitySampler | ProfileSampler | None:
+        conn = self.conn
+        assert conn is not None and self.cfg.waits_ms is not None
+        exclude = tuple(self.companions.pids) if self.companions else ()
+        by_app = not self.pids
+        if by_app:
+            self.attribution = "application_name"
+            warn(
+                _warning(
+                    "--waits",
+                    "-C gives no backend pids to follow: sampling the sessions "
+                    f'named "{self.app_name}" in this database',
+                )
+            )
+        if not by_app and self._has_wait_sampling():
+            profiler = ProfileSampler(
+                conn, self.pids, self.privileged, self._profile_period_ms()
+            )
+            try:
+                profiler.prepare()
+            except SamplerError as exc:
+                warn(
+                    _warning(
+                        "--waits", f"pg_wait_sampling: {exc}: using pg_stat_activity"
+                    )
+                )
+            else:
+                self.sample_every_us = interval_us
+                return profiler
+        sampler = ActivitySampler(
+            conn, self.pids, self.app_name if by_app else None, exclude, self.privileged
+        )
+        try:
+            sampler.prepare()
+        except SamplerError as exc:
+            warn(_warning("--waits", f"{exc}: no wait events"))
+            return None
+        self.sample_every_us = self.cfg.waits_ms * 1000
+        return sampler
+
+    def _has_wait_sampling(self) -> bool:
+        conn = self.conn
+        assert conn is not None
+        found = _one(
+            conn,
+            "SELECT pg_catalog.to_regclass('pg_wait_sampling_profile') IS NOT NULL",
+        )
+        pid_on = _one(
+            conn, "SELECT current_setting('pg_wait_sampling.profile_pid', true)"
+        )
+        return found == "t" and pid_on in ("on", "true", "1")
+
+    def _profile_period_ms(self) -> float:
+        conn = self.conn
+        assert conn is not None
+        value = _one(
+            conn, "SELECT current_setting('pg_wait_sampling.profile_period', true)"
+        )
+        try:
+            return float(value or 10)
+        except ValueError:
+            return 10.0
+
+    def _run(self) -> None:
+        """The thread: samples every period, a counters snapshot at each
+        ``-P`` boundary, until :meth:`finish`."""
+        cfg = self.cfg
+        step_us = 1_000_000 * cfg.progress_s if cfg.server_stats else 0
+        next_boundary = self.start_us + step_us if step_us else None
+        next_sample = _clock() if self.sampler is not None else None
+        while True:
+            dues = [t for t in (next_sample, next_boundary) if t is not None]
+            if not dues:
+                return
+            delay = max(0, min(dues) - _clock()) / 1e6
+            if self._stop.wait(delay):
+                return
+            now = _clock()
+            try:
+                if next_sample is not None and now >= next_sample:
+                    self._sample()
+                    while next_sample <= now:
+                        next_sample += self.sample_every_us
+                    if self.sampler is None:
+                        next_sample = None
+                if next_boundary is not None and now >= next_boundary:
+                    self._boundary(next_boundary - step_us)
+                    while next_boundary <= now:
+                        next_boundary += step_us
+            except Exception as exc:  # keep the run going without the monitor
+                self.warnings.append(_warning("monitor", f"stopped: {exc}"))
+                return
+
+    def _sample(self) -> None:
+        assert self.sampler is not None and self.profile is not None
+        try:
+            with self._lock:
+                self.sampler.sample(self.profile)
+        except SamplerError as exc:
+            self.warnings.append(_warning("--waits", f"sampling stopped: {exc}"))
+            self.sampler = None
+
+    def _boundary(self, interval_start_us: int) -> None:
+        prev = self.last_snap
+        snap = self._snapshot(self.warnings.append)
+        if prev is not None:
+            self.interval_stats[interval_start_us] = counters.interval_figures(
+                prev, snap, self.sources
+            )
+        self.last_snap = snap
+
+    # -- 3. -P --------------------------------------------------------------
+
+    def progress_suffix(self) -> str:
+        """``, waits: CPU 41% Lock:relation 23% ...``: the top three since
+        the previous line (empty without --waits)."""
+        if self.profile is None:
+            return ""
+        with self._lock:
+            shares = self.profile.take_recent()
+        if not shares:
+            return ""
+        top = " ".join(f"{label_text(lb)} {100 * s:.0f}%" for lb, s in shares[:3])
+        return f", waits: {top}"
+
+    # -- 4. the end ---------------------------------------------------------
+
+    def finish(self, transactions: int) -> dict[str, Any]:
+        """Stop sampling, read the end snapshot; the JSON-ready sections."""
+        self._stop_thread()
+        out: dict[str, Any] = {}
+        intervals: dict[int, dict[str, Any]] = {}
+        if self.profile is not None:
+            waits = self.profile.summary()
+            waits = {
+                "source": self.sampler.source if self.sampler else "pg_stat_activity",
+                "period_ms": self.sample_every_us / 1000.0,
+                "attribution": self.attribution,
+                "backends": len(self.pids),
+                "background_sampled": self.privileged,
+                **waits,
+            }
+            out["waits"] = waits
+            for start, shares in self.profile.interval_points():
+                intervals.setdefault(start, {"start_us": start})["waits"] = shares
+        if self.cfg.server_stats and self.start_snap is not None and self.conn:
+            self._wait_for_exit()
+            end = self._snapshot(self.warnings.append)
+            if self.last_snap is not None and self.cfg.progress_s:
+                last_start = max(self.interval_stats, default=None)
+                tail = (
+                    self.start_us
+                    if last_start is None
+                    else last_start + 1_000_000 * self.cfg.progress_s
+                )
+                self.interval_stats[tail] = counters.interval_figures(
+                    self.last_snap, end, self.sources
+                )
+            out["server_stats"] = self._server_stats(end, transactions)
+            for start, figures in self.interval_stats.items():
+                intervals.setdefault(start, {"start_us": start})["server_stats"] = (
+                    figures
+                )
+        if self.companions is not None:
+            out["idle_sessions"] = self.companions.to_dict()
+        if intervals:
+            out["intervals"] = [intervals[k] for k in sorted(intervals)]
+        return out
+
+    def _stop_thread(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _wait_for_exit(self) -> None:
+        """Until the run's backends are gone (they flush their counters as
+        they exit), at most :data:`EXIT_WAIT_S`."""
+        conn = self.conn
+        assert conn is not None
+        exclude = self.companions.pids if self.companions else []
+        params = [
+            pg_array(self.pids),
+            None if self.pids else self.app_name,
+            pg_array(exclude),
+        ]
+        deadline = time.monotonic() + EXIT_WAIT_S
+        while time.monotonic() < deadline:
+            status, res = conn.exec_params(_ALIVE_SQL, params)
+            if status != pgconn.TUPLES_OK or pgconn.value_text(res, 0, 0) == "0":
+                return
+            time.sleep(0.01)
+        self.warnings.append(
+            _warning(
+                "--server-stats",
+                "the run's sessions had not all exited: the end counters may "
+                "miss up to a second of their work",
+            )
+        )
+
+    def _server_stats(self, end: Snapshot, transactions: int) -> dict[str, Any]:
+        start = self.start_snap
+        assert start is not None
+        deltas = counters.run_deltas(start, end, self.sources)
+        before, after = counters.checkpoints(start.rows), counters.checkpoints(end.rows)
+        cps = None if before is None or after is None else after - before
+        return {
+            "server_version": self.version,
+            "server_version_num": self.server_version_num,
+            "elapsed_s": (end.taken_us - start.taken_us) / 1e6,
+            "transactions": transactions,
+            "per_transaction": counters.per_transaction(
+                {k: [v] if isinstance(v, dict) else v for k, v in deltas.items()},
+                transactions,
+            ),
+            "checkpoints": cps,
+            "checkpoint_during_run": bool(cps) or self.checkpointing,
+            "checkpoint_in_progress_seen": self.checkpointing,
+            "stats_reset_during_run": counters.resets(start, end),
+            "deltas": deltas,
+            "unavailable": dict(self.unavailable),
+            "tables": self.tables_seen(end),
+            "settings": self.settings,
+            "note": (
+                "deltas from before the clients connected to after their "
+                "backends exited (counters are flushed at exit); they include "
+                "the monitor's own queries; -P interval figures may each be "
+                "off by up to 1 s of work (flushes at most once a second)"
+            ),
+        }
+
+    def tables_seen(self, end: Snapshot) -> list[str]:
+        return sorted(
+            f"{r.get('schemaname')}.{r.get('relname')}"
+            for r in end.rows.get("tables", [])
+        )
+
+    # -- 5. always ------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the thread, close the monitor and the idle sessions
+        (idempotent, safe at any point)."""
+        self._stop_thread()
+        if self.conn is not None:
+            conn, self.conn = self.conn, None
+            conn.finish()
+        if self.companions is not None:
+            self.companions.close()

@@ -1,0 +1,167 @@
+"""The text of ``--waits`` and ``--server-stats``: pure functions of the
+JSON sections (``waits``, ``server_stats``) that ``pgsurge.insight`` made.
+
+Printed after pgbench's report and pgsurge's other extra lines, only when
+the option was given (nothing changes in pgbench's lines without it). They
+read the documented JSON layout, so that a loaded ``--json`` document
+prints the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["insight_warnings", "render_insight"]
+
+#: a client wait share above this says the client may be the bottleneck
+CLIENT_BOUND_SHARE = 0.5
+_TOP = 10
+
+
+def _label(e: Mapping[str, Any]) -> str:
+    text = str(e.get("type", "")) if not e.get("event") else f"{e['type']}:{e['event']}"
+    if text == "Client:ClientRead":
+        text += " (waiting for the client)"
+    return text
+
+
+def _num(v: Any, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"  # pragma: no cover
+
+
+def render_waits(w: Mapping[str, Any]) -> str:
+    q = w.get("sampler_query_ms") or {}
+    how = (
+        f"{w.get('source')} every {_num(w.get('period_ms'), 0)} ms"
+        if w.get("source") == "pg_stat_activity"
+        else f"{w.get('source')} profile, read every {_num(w.get('period_ms'), 0)} ms"
+    )
+    who = (
+        f"{w.get('backends')} backends"
+        if w.get("attribution") == "pids"
+        else "the sessions named like the workers (-C)"
+    )
+    lines = [
+        f"wait events of {who} ({how}: {w.get('samples')} samples; sampler "
+        f"query {_num(q.get('avg'), 3)} ms avg, {_num(q.get('max'), 3)} ms max):",
+        "   share  sessions  event",
+    ]
+    lines.extend(
+        f"  {100 * e['share']:5.1f}%  {_num(e.get('aas'), 2):>8}  {_label(e)}"
+        for e in (w.get("events") or [])[:_TOP]
+    )
+    if not w.get("events"):
+        lines.append("  (no samples)")
+    client = w.get("client_wait_share")
+    if client is not None and client > CLIENT_BOUND_SHARE:
+        lines.append(
+            f"the server waited for the client in {100 * client:.0f}% of the "
+            "samples: the client may be the bottleneck"
+        )
+    bg = w.get("background") or []
+    if bg:
+        parts = [
+            f"{b['backend_type']} "
+            f"{b['type'] if not b.get('event') else b['type'] + ':' + b['event']} "
+            f"{_num(b.get('aas'), 2)}"
+            for b in bg[:5]
+        ]
+        lines.append("background processes (average busy): " + ", ".join(parts))
+    return "".join(line + "\n" for line in lines)
+
+
+def _first(deltas: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    v = deltas.get(name)
+    return v if isinstance(v, Mapping) else {}
+
+
+def render_server_stats(s: Mapping[str, Any]) -> str:
+    deltas = s.get("deltas") or {}
+    db = _first(deltas, "database")
+    wal = _first(deltas, "wal")
+    per = s.get("per_transaction") or {}
+    lines = [
+        f"server counters (over {_num(s.get('elapsed_s'), 1)} s, from before "
+        "the clients connected to after their sessions exited):"
+    ]
+    if db:
+        lines.append(
+            f"  database: {db.get('xact_commit', 0)} commits, "
+            f"{db.get('xact_rollback', 0)} rollbacks, {db.get('blks_read', 0)} "
+            f"blocks read, {db.get('blks_hit', 0)} hit, {db.get('temp_files', 0)} "
+            f"temp files, {db.get('deadlocks', 0)} deadlocks"
+        )
+    if wal:
+        lines.append(
+            f"  WAL: {_bytes(float(wal.get('wal_bytes', 0)))} in "
+            f"{wal.get('wal_records', 0)} records, {wal.get('wal_fpi', 0)} "
+            "full-page images"
+        )
+    if s.get("transactions"):
+        ratio = per.get("hit_ratio")
+        lines.append(
+            f"  per transaction: {_num(per.get('wal_bytes'), 1)} WAL bytes, "
+            f"{_num(per.get('wal_fpi'), 3)} FPI, {_num(per.get('blks_read'), 3)} "
+            f"buffer reads, {_num(per.get('blks_hit'), 1)} buffer hits"
+            + (f" (hit ratio {100 * ratio:.2f}%)" if ratio is not None else "")
+        )
+    if s.get("checkpoints") is not None:
+        busy = " (one was in progress)" if s.get("checkpoint_in_progress_seen") else ""
+        lines.append(f"  checkpoints completed: {s['checkpoints']:g}{busy}")
+    lines.extend(
+        f"  {t.get('schemaname')}.{t.get('relname')}: "
+        f"{t.get('n_tup_ins', 0)} inserted, {t.get('n_tup_upd', 0)} updated "
+        f"({t.get('n_tup_hot_upd', 0)} HOT), {t.get('n_tup_del', 0)} deleted; "
+        f"{t.get('n_dead_tup', 0)} dead tuples at the end"
+        for t in deltas.get("tables") or []
+    )
+    stmts = deltas.get("statements") or []
+    if stmts:
+        lines.append("  top statements by execution time:")
+        for st in stmts[:5]:
+            query = " ".join(str(st.get("query") or "").split())[:60]
+            lines.append(
+                f"    {_num(st.get('total_exec_time_ms'), 1):>10} ms "
+                f"{st.get('calls'):>8} calls  {query}"
+            )
+    return "".join(line + "\n" for line in lines)
+
+
+def render_insight(doc: Mapping[str, Any]) -> str:
+    """The text blocks of the sections present in ``doc``."""
+    out = ""
+    if isinstance(doc.get("waits"), Mapping):
+        out += render_waits(doc["waits"])
+    if isinstance(doc.get("server_stats"), Mapping):
+        out += render_server_stats(doc["server_stats"])
+    return out
+
+
+def insight_warnings(doc: Mapping[str, Any], prog: str) -> str:
+    """Warnings for stderr: a checkpoint or a stats reset during the run."""
+    s = doc.get("server_stats")
+    if not isinstance(s, Mapping):
+        return ""
+    out = ""
+    if s.get("checkpoint_during_run"):
+        out += (
+            f"{prog}: warning: a checkpoint ran during the measurement: its "
+            "I/O is in the figures (compare runs without one, or CHECKPOINT "
+            "before the run)\n"
+        )
+    resets = s.get("stats_reset_during_run") or []
+    if resets:
+        out += (
+            f"{prog}: warning: statistics were reset during the run "
+            f"({', '.join(resets)}): their deltas are wrong\n"
+        )
+    return out
