@@ -88,6 +88,7 @@ from pgsurge import pgconn
 from pgsurge.engine import fastpq
 from pgsurge.engine.fastpq import DRAIN_BUSY, DRAIN_DONE, SEND_FALLBACK, ErrorResult
 from pgsurge.engine.meta import make_meta
+from pgsurge.engine.pyworkload import make_py
 from pgsurge.engine.sql import make_sql, params_of, substitute
 from pgsurge.engine.state import (
     ABORTED,
@@ -106,6 +107,7 @@ from pgsurge.engine.state import (
     K_END,
     K_ENDIF,
     K_IF,
+    K_PY,
     K_SET,
     K_SLEEP,
     K_SQL,
@@ -266,6 +268,7 @@ def make_engine(
     on_error = tx.on_error
     on_rollback_result = tx.on_rollback_result
     verbose_retry = tx.verbose_retry
+    py_step = make_py(s, sup)
 
     def lost(st: Client, op: Op) -> int:
         """The connection failed while the command's results were awaited.
@@ -472,6 +475,11 @@ def make_engine(
                             continue
                         now = 0
                         state = END_COMMAND
+                        continue
+                    if kind == K_PY:
+                        # a Python transaction's generator (engine.pyworkload)
+                        state = py_step(st, op)
+                        now = 0
                         continue
                     if debug:
                         trace(f"client {st.id} executing {op.trace}")

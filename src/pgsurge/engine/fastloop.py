@@ -157,6 +157,9 @@ def run_excluded(cfg: RunConfig) -> str | None:
         return "--debug"
     if cfg.percentiles is not None or cfg.json_path or cfg.html_path:
         return "histograms"
+    if any(s.python for s in cfg.scripts):
+        # a generator is advanced by the Python state machine only
+        return "Python workload"
     return None
 
 

@@ -38,7 +38,7 @@ from pgsurge.engine import fastloop, fastpq
 from pgsurge.engine import state as C
 from pgsurge.engine.client import make_engine
 from pgsurge.engine.loop import EventLoop, LoopOutcome
-from pgsurge.engine.program import compile_scripts
+from pgsurge.engine.program import ScriptLike, compile_scripts
 from pgsurge.engine.protocol import (
     Connected,
     Crash,
@@ -50,6 +50,7 @@ from pgsurge.engine.protocol import (
     Ready,
     Steady,
 )
+from pgsurge.engine.pyworkload import reported_ops
 from pgsurge.engine.state import Client, Op, Settings, WorkerState
 from pgsurge.engine.throttle import worker_delay_us
 from pgsurge.errors import PROG, PgsurgeError
@@ -79,7 +80,8 @@ class WorkerSpec:
 
     worker_id: int
     config: RunConfig
-    scripts: tuple[ParsedScript, ...]
+    #: parsed scripts, or Python transactions (``pgsurge.workloads``)
+    scripts: tuple[ScriptLike, ...]
     #: the client ids of this worker are first_client .. first_client+n-1
     first_client: int
     nclients: int
@@ -353,22 +355,25 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
         # the parent merges them by start time
         rec = WorkerRecorder(
             wstate.stats,
-            [len(s) - 1 for s in scripts],
+            [len(reported_ops(s)) for s in scripts],
             anchor_us=start_us,
             interval_us=1_000_000 * (cfg.progress_s or 1),
         )
         wstate.recorder = rec
         if cfg.report_per_command:
             for ops, recorders in zip(scripts, rec.command, strict=True):
-                for op, record in zip(ops[:-1], recorders, strict=True):
+                for op, record in zip(reported_ops(ops), recorders, strict=True):
                     op.rec = record
     run.recorder = rec
     run.conn_start = _clock()
 
     # the C loop for the runs it covers (pgsurge.engine.fastloop), else Python's
-    plan = fastloop.plan_for(
-        cfg, spec.scripts, scripts, spec.variables, spec.set_client_id
-    )
+    parsed = tuple(p for p in spec.scripts if isinstance(p, ParsedScript))
+    plan = None
+    if len(parsed) == len(spec.scripts):  # no Python transaction (run_excluded)
+        plan = fastloop.plan_for(
+            cfg, parsed, scripts, spec.variables, spec.set_client_id
+        )
     loop_type = EventLoop if plan is None else fastloop.FastEventLoop
     total, pipe = wstate.stats, run.pipe
     loop = loop_type(
@@ -511,12 +516,14 @@ def _result(run: _Run, usage0: resource.struct_rusage) -> WorkerResult:
 
     # per-command figures leave out each script's END sentinel
     result = WorkerResult.empty(
-        spec.worker_id, spec.nclients, [len(s) - 1 for s in run.scripts]
+        spec.worker_id, spec.nclients, [len(reported_ops(s)) for s in run.scripts]
     )
     result.total = wstate.stats
     result.per_script = wstate.per_script if wstate.per_script is not None else []
     if cfg.report_per_command:
-        result.per_command = [[op.stats for op in ops[:-1]] for ops in run.scripts]
+        result.per_command = [
+            [op.stats for op in reported_ops(ops)] for ops in run.scripts
+        ]
     else:
         result.per_command = []
     result.latency_late = wstate.latency_late

@@ -1,0 +1,327 @@
+"""Python transactions on the state machine: a generator as a script.
+
+A workload written in Python (``pgsurge.workloads``) gives the engine plain
+values: per transaction its generator function, its statements (SQL with
+``$n`` parameters) and a few factories (:class:`PyTransactionSpec`). This
+module turns one into ``Op`` records that the ordinary state machine runs,
+so that sending, reading, errors, retries, ``-r``, ``-R``/``-L``, logs and
+the accounting are those of scripts, and adds the one step scripts lack:
+advancing the generator (:func:`make_py`'s ``py_step``).
+
+The ops of a transaction of n statements::
+
+    0        K_PY  start: a new generator (a retry restarts here)
+    2k-1     K_SQL statement k (1..n), parameters in variables "$1".."$m"
+    2k       K_PY  resume: send the statement's result into the generator
+    2n+1     K_SLEEP target of ``yield ctx.sleep(s)`` (never started itself)
+    2n+2     K_PY  resume after the sleep
+    2n+3     K_END
+
+A driver op sets ``client.command`` to the statement the generator yielded
+and returns to START_COMMAND, which sends it as any SQL command;
+END_COMMAND then steps to the next index, a resume driver. Nothing of
+this costs a script anything: the state machine tests ``K_PY`` only among
+the meta commands, and a statement whose result the generator wants has
+``gset == GSET_PY``, which keeps it off the plain result path (the result
+is stored by ``sql.store_gset``). Statements declared with ``fetch=False``
+stay on that path: the generator receives None for them.
+
+The generator is advanced in the client's own step, on its own PRNG
+stream (``ctx.random*``): a retry restores the stream and restarts the
+generator, which then draws the same values, as a script's retry does.
+An exception in the generator aborts the client with the user's
+traceback (frames of the workload's files only).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pgsurge.config import QueryMode
+from pgsurge.engine import state as C
+from pgsurge.engine.state import (
+    ABORTED,
+    E_META,
+    END_TX,
+    SLEEP,
+    START_COMMAND,
+    Client,
+    Op,
+    Settings,
+    Support,
+)
+from pgsurge.prng import PgPrng
+
+__all__ = [
+    "PyClient",
+    "PyProgram",
+    "PyStatementSpec",
+    "PyTransactionSpec",
+    "compile_py",
+    "make_py",
+    "reported_ops",
+]
+
+#: the variables holding a statement's parameters ($n's value is "$n")
+PARAM_NAMES = tuple(f"${i}" for i in range(1, 65536))
+
+_monotonic_ns = time.monotonic_ns
+
+
+class PyStatementSpec(Protocol):
+    """A declared statement, as the engine needs it."""
+
+    #: unique in the run: names the prepared statement
+    @property
+    def key(self) -> int: ...
+    @property
+    def sql(self) -> str: ...
+    @property
+    def nparams(self) -> int: ...
+    #: the text split at its parameters: literal text at even indexes,
+    #: parameter numbers (1-based) at odd ones
+    @property
+    def simple_parts(self) -> tuple[str | int, ...]: ...
+    #: whether the generator receives the result (else None)
+    @property
+    def fetch(self) -> bool: ...
+    @property
+    def first_line(self) -> str: ...
+
+
+class PyTransactionSpec(Protocol):
+    """A loaded Python transaction (``pgsurge.workloads.loader.Transaction``)."""
+
+    @property
+    def source(self) -> str: ...
+    @property
+    def fn(self) -> Callable[[Any], Generator[Any, Any, Any]]: ...
+    #: every statement of the workload; the first ``nreported`` are those
+    #: the transaction's code names, which -r reports
+    @property
+    def statements(self) -> tuple[PyStatementSpec, ...]: ...
+    @property
+    def nreported(self) -> int: ...
+    #: the code calls ``sleep``: -r reports a row for it
+    @property
+    def uses_sleep(self) -> bool: ...
+    #: the types of what a generator yields: a statement call, a sleep
+    @property
+    def bound_type(self) -> type: ...
+    @property
+    def sleep_type(self) -> type: ...
+    #: files whose frames a traceback shows (the workload's own code)
+    @property
+    def user_files(self) -> frozenset[str]: ...
+    def new_context(
+        self, rng: PgPrng, variables: dict[str, Any], client_id: int
+    ) -> Any: ...
+    def wrap_result(self, res: Any) -> Any: ...
+    #: the rows -r reports (each with a ``first_line``)
+    @property
+    def commands(self) -> tuple[Any, ...]: ...
+
+
+@dataclass(slots=True, eq=False)
+class PyProgram:
+    """One transaction compiled for a worker (on each of its ``K_PY`` ops)."""
+
+    spec: PyTransactionSpec
+    #: statement -> index of its K_SQL op
+    index: dict[Any, int] = field(default_factory=dict)
+    sleep_index: int = 0
+    #: the ops -r reports, in the order of ``spec``'s report rows
+    reported: tuple[Op, ...] = ()
+
+
+@dataclass(slots=True, eq=False)
+class PyClient:
+    """A client's Python side: its context, generator, last result."""
+
+    ctx: Any
+    gen: Generator[Any, Any, Any] | None = None
+    res: Any = None
+
+
+def compile_py(spec: PyTransactionSpec, mode: QueryMode) -> tuple[Op, ...]:
+    """The ops of one transaction (layout in the module docstring)."""
+    prog = PyProgram(spec)
+    ops: list[Op] = [Op(C.K_PY, 0, spec.source, py=prog)]
+    for stmt in spec.statements:
+        prog.index[stmt] = len(ops)
+        ops.append(_statement_op(stmt, len(ops), mode))
+        ops.append(Op(C.K_PY, len(ops), spec.source, py=prog))
+    prog.sleep_index = len(ops)
+    sleep_op = Op(C.K_SLEEP, len(ops), "ctx.sleep()", name="sleep")
+    ops.append(sleep_op)
+    ops.append(Op(C.K_PY, len(ops), spec.source, py=prog))
+    ops.append(Op(C.K_END, len(ops), ""))
+    reported = [ops[prog.index[s]] for s in spec.statements[: spec.nreported]]
+    if spec.uses_sleep:
+        reported.append(sleep_op)
+    prog.reported = tuple(reported)
+    return tuple(ops)
+
+
+def reported_ops(ops: tuple[Op, ...]) -> tuple[Op, ...]:
+    """The ops whose figures -r reports: a script's commands, or a Python
+    transaction's statements (and its sleeps)."""
+    if ops[0].kind == C.K_PY:
+        prog: PyProgram = ops[0].py
+        return prog.reported
+    return ops[:-1]
+
+
+def _statement_op(stmt: PyStatementSpec, index: int, mode: QueryMode) -> Op:
+    op = Op(C.K_SQL, index, stmt.first_line)
+    op.gset = C.GSET_PY if stmt.fetch else C.GSET_NONE
+    n = stmt.nparams
+    if mode is QueryMode.SIMPLE:
+        op.sql = stmt.sql.encode()
+        if n:
+            op.parts = tuple(
+                str(p) if i % 2 == 0 else PARAM_NAMES[int(p) - 1]
+                for i, p in enumerate(stmt.simple_parts)
+            )
+    else:
+        op.sql = stmt.sql.encode()
+        op.names = PARAM_NAMES[:n]
+        if n == 1:
+            op.param1 = PARAM_NAMES[0]
+        if mode is QueryMode.PREPARED:
+            op.prepname = b"PY_%d" % stmt.key
+    return op
+
+
+def _literal(value: object) -> str:
+    """A parameter as an SQL literal (simple mode substitutes text)."""
+    if value is None:
+        return "NULL"
+    if type(value) is bool:
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value) if type(value) is float else str(value)
+    text = value.decode() if isinstance(value, bytes) else str(value)
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _text(value: object) -> str | int:
+    """A parameter as the text sent (extended and prepared modes)."""
+    if type(value) is bool:
+        return "true" if value else "false"
+    if type(value) is float:
+        return repr(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    return str(value)
+
+
+def user_traceback(exc: BaseException, files: frozenset[str]) -> str:
+    """The exception with the frames of the workload's files only."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in files]
+    text = "".join(traceback.format_exception_only(type(exc), exc)).rstrip("\n")
+    if not frames:
+        return text
+    return (
+        "Traceback (most recent call last):\n"
+        + "".join(traceback.format_list(frames))
+        + text
+    )
+
+
+def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
+    """``py_step(client, op)``: run a ``K_PY`` op; returns the next state."""
+    simple = s.query_mode == C.MODE_SIMPLE
+    names = PARAM_NAMES
+    error = sup.error
+    monotonic_ns = _monotonic_ns
+
+    def fail(st: Client, prog: PyProgram, message: str) -> int:
+        error(
+            f"client {st.id} aborted in Python transaction "
+            f"{prog.spec.source} of script {st.script}:\n{message}"
+        )
+        py = st.py
+        if py is not None:
+            py.gen = None
+            py.res = None
+        st.estatus = E_META
+        return ABORTED
+
+    def where(gen: Generator[Any, Any, Any]) -> str:
+        frame = getattr(gen, "gi_frame", None)
+        if frame is None:
+            return ""
+        return f'File "{frame.f_code.co_filename}", line {frame.f_lineno}: '
+
+    def py_step(st: Client, op: Op) -> int:
+        prog: PyProgram = op.py
+        py: PyClient | None = st.py
+        if py is None:
+            py = st.py = PyClient(prog.spec.new_context(st.rng, st.variables, st.id))
+        value = None
+        if op.index == 0:
+            if py.gen is not None:
+                try:
+                    py.gen.close()
+                except Exception:
+                    pass
+            try:
+                gen = py.gen = prog.spec.fn(py.ctx)
+            except Exception as e:
+                return fail(st, prog, user_traceback(e, prog.spec.user_files))
+            py.res = None
+        else:
+            gen = py.gen  # type: ignore[assignment]
+            if py.res is not None:
+                value = prog.spec.wrap_result(py.res)
+                py.res = None
+        try:
+            item = gen.send(value)
+        except StopIteration:
+            py.gen = None
+            return END_TX
+        except Exception as e:
+            return fail(st, prog, user_traceback(e, prog.spec.user_files))
+        spec = prog.spec
+        t = type(item)
+        if t is spec.bound_type:
+            i = prog.index.get(item.stmt)
+            if i is None:
+                return fail(
+                    st,
+                    prog,
+                    f"{where(gen)}the statement {item.stmt!r} is not "
+                    "one of this workload's",
+                )
+            variables = st.variables
+            if simple:
+                for name, v in zip(names, item.args, strict=False):
+                    variables[name] = v if type(v) is int else _literal(v)
+            else:
+                for name, v in zip(names, item.args, strict=False):
+                    tv = type(v)
+                    if tv is int or tv is str:
+                        variables[name] = v
+                    elif v is None:
+                        variables.pop(name, None)
+                    else:
+                        variables[name] = _text(v)
+            st.command = i
+            return START_COMMAND
+        if t is spec.sleep_type:
+            st.command = prog.sleep_index
+            st.sleep_until = monotonic_ns() // 1000 + item.usec
+            return SLEEP
+        return fail(
+            st,
+            prog,
+            f"{where(gen)}yielded {item!r} ({t.__name__}), not a statement "
+            "call or ctx.sleep()",
+        )
+
+    return py_step
