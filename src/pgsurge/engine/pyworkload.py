@@ -242,8 +242,8 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
 
     def fail(st: Client, prog: PyProgram, message: str) -> int:
         error(
-            f"client {st.id} aborted in Python transaction "
-            f"{prog.spec.source} of script {st.script}:\n{message}"
+            f"client {st.id} aborted in script {st.script} "
+            f"({prog.spec.source}):\n{message}"
         )
         py = st.py
         if py is not None:

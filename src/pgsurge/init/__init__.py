@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TextIO
+from typing import Any, TextIO
 
 import psycopg
 
@@ -124,6 +124,9 @@ def run_init(cfg: InitConfig, *, stream: TextIO | None = None) -> None:
         # pgbench's default method once partitions are asked for
         cfg = replace(cfg, partition_method=PartitionMethod.RANGE)
     out = Output(stream if stream is not None else sys.stderr)
+    if cfg.workload is not None and cfg.workload.loader is not None:
+        _init_workload(cfg, out)
+        return
     session = Session.open(cfg.conn, out)
     try:
         run = _Run(cfg, session)
@@ -144,6 +147,22 @@ def run_init(cfg: InitConfig, *, stream: TextIO | None = None) -> None:
         out.write(f"done in {total:.2f} s ({', '.join(parts)}).\n")
     finally:
         session.close()
+
+
+def _init_workload(cfg: InitConfig, out: Output) -> None:
+    """-i -b NAME / -i -f FILE.py: the Python workload's own loader (a
+    workload without one, py-tpcb, uses pgbench's tables and steps)."""
+    from pgsurge.workloads.loading import run_loader
+
+    session = Session.open(cfg.conn, out)
+    password = session.password
+    session.close()
+
+    def connect() -> psycopg.Connection[Any]:
+        return Session.open(cfg.conn, out, password).conn
+
+    elapsed = run_loader(cfg.workload, connect, cfg.scale, cfg.init_jobs, out.stream)
+    out.write(f"done in {elapsed:.2f} s ({cfg.workload.name}).\n")
 
 
 _CHECK_TABLES_SQL = (

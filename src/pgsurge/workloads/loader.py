@@ -132,7 +132,13 @@ def _syntax_error(e: SyntaxError, path: str) -> WorkloadError:
     return WorkloadError(message)
 
 
-def _import_error(e: BaseException, files: set[str], path: str) -> WorkloadError:
+def import_error(
+    e: BaseException,
+    files: set[str],
+    path: str,
+    what: str = "the workload file failed to load",
+) -> WorkloadError:
+    """An exception in the workload's code, with its frames only."""
     frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename in files]
     text = "".join(traceback.format_exception_only(type(e), e)).rstrip("\n")
     tb = ""
@@ -140,7 +146,7 @@ def _import_error(e: BaseException, files: set[str], path: str) -> WorkloadError
         tb = "Traceback (most recent call last):\n" + "".join(
             traceback.format_list(frames)
         )
-    return WorkloadError(f"{path}: the workload file failed to load:\n{tb}{text}")
+    return WorkloadError(f"{path}: {what}:\n{tb}{text}")
 
 
 def _names_used(fn: Any, module_globals: dict[str, Any]) -> tuple[set[str], set[str]]:
@@ -191,7 +197,7 @@ def load_file(path: str, *, name: str | None = None) -> Workload:
     except SyntaxError as e:  # compile() inside the module
         raise _syntax_error(e, e.filename or path) from None
     except Exception as e:
-        raise _import_error(e, {path}, path) from None
+        raise import_error(e, {path}, path) from None
     return _collect(module.__dict__, path, display)
 
 
@@ -199,12 +205,23 @@ def _collect(env: dict[str, Any], path: str, display: str) -> Workload:
     statements: list[Statement] = []
     txs: list[Transaction] = []
     hooks: dict[str, Callable[[Any], None]] = {}
+    #: statements in a list, tuple or dict: the name of their container
+    container: dict[Statement, str] = {}
     for gname, value in env.items():
         if isinstance(value, Statement):
             if value.name is None:
                 value.name = gname
             if value not in statements:
                 statements.append(value)
+        elif isinstance(value, list | tuple | dict):
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for k, v in items:
+                if isinstance(v, Statement):
+                    if v.name is None:
+                        v.name = f"{gname}[{k!r}]"
+                    if v not in statements:
+                        statements.append(v)
+                        container[v] = gname
         elif isinstance(value, Transaction):
             if value not in txs:
                 txs.append(value)
@@ -233,15 +250,11 @@ def _collect(env: dict[str, Any], path: str, display: str) -> Workload:
                 "row = (yield stmt(args)).one()",
             )
         names, files = _names_used(fn, env)
-        used = [s for s in statements if s.name in names and env.get(s.name) is s]
-        # also statements the function's own globals name (a helper module)
-        fglobals = fn.__globals__
-        used += [
+        used = [
             s
             for s in statements
-            if s not in used and s.name in names and fglobals.get(s.name) is s
+            if (s.name in names and env.get(s.name) is s) or container.get(s) in names
         ]
-        used.sort(key=lambda s: s.key)
         others = [s for s in statements if s not in used]
         files.add(path)
         loaded.append(
