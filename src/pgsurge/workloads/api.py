@@ -28,7 +28,7 @@ import itertools
 import sys
 from collections.abc import Callable, Generator, Iterator
 from decimal import Decimal
-from typing import Any
+from typing import Any, overload
 
 from pgsurge.errors import EvalError
 from pgsurge.prng import PgPrng
@@ -217,9 +217,17 @@ class Transaction:
         self.order = next(_keys)
 
 
+@overload
+def transaction(
+    fn: TransactionFn, *, weight: int = 1, name: str | None = None
+) -> Transaction: ...
+@overload
+def transaction(
+    fn: None = None, *, weight: int = 1, name: str | None = None
+) -> Callable[[TransactionFn], Transaction]: ...
 def transaction(
     fn: TransactionFn | None = None, *, weight: int = 1, name: str | None = None
-) -> Any:
+) -> Transaction | Callable[[TransactionFn], Transaction]:
     """Declare a transaction: ``@transaction``, ``@transaction(weight=45)``,
     or ``NAME = transaction(fn, weight=45)``."""
     if not isinstance(weight, int) or isinstance(weight, bool) or weight < 0:
