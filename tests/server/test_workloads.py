@@ -295,3 +295,30 @@ def test_ycsb_loads_and_runs(fresh_db: str) -> None:
     with psycopg.connect(fresh_db) as conn:
         n = conn.execute("SELECT count(*) FROM usertable").fetchone()
     assert n is not None and n[0] > 100_000  # ycsb-d and -e inserted
+
+
+def test_tpcc_consistency_after_a_multi_client_run(fresh_db: str) -> None:
+    from pgsurge.workloads.bundled import tpcc
+
+    init(fresh_db, "-b", "tpcc-like", "--init-jobs", "2")
+    assert [bad for _, bad in tpcc.check_consistency(fresh_db)] == [0, 0, 0, 0]
+    args = ["-n", "-b", "tpcc-like", "-c", "4", "-j", "2", "-t", "120"]
+    status, res, out, err = run_inprocess(
+        [*args, "--max-tries=20", "--random-seed=3", "-M", "prepared"], fresh_db
+    )
+    assert status == ExitStatus.SUCCESS, err
+    assert res.total.failures == 0 and res.total.cnt == 480
+    names = [s.desc.split(": ")[1] for s in res.facts.scripts]
+    assert names == ["new_order", "payment", "order_status", "delivery", "stock_level"]
+    assert all(s.cnt > 0 for s in res.per_script)
+    # TPC-C's conditions 1-4 hold after concurrent New-Orders, Payments and
+    # Deliveries
+    assert tpcc.check_consistency(fresh_db) == [(name, 0) for name, _ in tpcc.CHECKS]
+    # New-Orders that named the unused item rolled back: completed
+    # transactions (no failure), but no order
+    with psycopg.connect(fresh_db) as conn:
+        row = conn.execute("SELECT sum(d_next_o_id - 3001) FROM district").fetchone()
+    assert row is not None
+    committed = row[0]
+    rollbacks = res.per_script[0].cnt - committed
+    assert 0 < rollbacks <= res.per_script[0].cnt * 0.05, (rollbacks, committed)
