@@ -303,7 +303,7 @@ def test_tpcc_consistency_after_a_multi_client_run(fresh_db: str) -> None:
     init(fresh_db, "-b", "tpcc-like", "--init-jobs", "2")
     assert [bad for _, bad in tpcc.check_consistency(fresh_db)] == [0, 0, 0, 0]
     args = ["-n", "-b", "tpcc-like", "-c", "4", "-j", "2", "-t", "120"]
-    status, res, out, err = run_inprocess(
+    status, res, _, err = run_inprocess(
         [*args, "--max-tries=20", "--random-seed=3", "-M", "prepared"], fresh_db
     )
     assert status == ExitStatus.SUCCESS, err
