@@ -128,7 +128,11 @@ class PyTransactionSpec(Protocol):
 
 @dataclass(slots=True, eq=False)
 class PyProgram:
-    """One transaction compiled for a worker (on each of its ``K_PY`` ops)."""
+    """One transaction compiled for a worker (on each of its ``K_PY`` ops).
+
+    What ``py_step`` reads of the spec is copied here once: the hot path
+    reads slots, not the spec's properties.
+    """
 
     spec: PyTransactionSpec
     #: statement -> index of its K_SQL op
@@ -136,6 +140,10 @@ class PyProgram:
     sleep_index: int = 0
     #: the ops -r reports, in the order of ``spec``'s report rows
     reported: tuple[Op, ...] = ()
+    fn: Callable[[Any], Generator[Any, Any, Any]] | None = None
+    bound_type: type | None = None
+    sleep_type: type | None = None
+    wrap: Callable[[Any], Any] | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -150,6 +158,10 @@ class PyClient:
 def compile_py(spec: PyTransactionSpec, mode: QueryMode) -> tuple[Op, ...]:
     """The ops of one transaction (layout in the module docstring)."""
     prog = PyProgram(spec)
+    prog.fn = spec.fn
+    prog.bound_type = spec.bound_type
+    prog.sleep_type = spec.sleep_type
+    prog.wrap = spec.wrap_result
     ops: list[Op] = [Op(C.K_PY, 0, spec.source, py=prog)]
     for stmt in spec.statements:
         prog.index[stmt] = len(ops)
@@ -258,44 +270,40 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
             return ""
         return f'File "{frame.f_code.co_filename}", line {frame.f_lineno}: '
 
-    def py_step(st: Client, op: Op) -> int:
-        prog: PyProgram = op.py
+    def start(st: Client, prog: PyProgram) -> int:
+        """The first step of a try: a new generator (a retry restarts it)."""
         py: PyClient | None = st.py
         if py is None:
             py = st.py = PyClient(prog.spec.new_context(st.rng, st.variables, st.id))
-        value = None
-        if op.index == 0:
-            if py.gen is not None:
-                try:
-                    py.gen.close()
-                except Exception:
-                    pass
+        elif py.gen is not None:
             try:
-                gen = py.gen = prog.spec.fn(py.ctx)
-            except Exception as e:
-                return fail(st, prog, user_traceback(e, prog.spec.user_files))
-            py.res = None
-        else:
-            gen = py.gen  # type: ignore[assignment]
-            if py.res is not None:
-                value = prog.spec.wrap_result(py.res)
-                py.res = None
+                py.gen.close()
+            except Exception:
+                pass
+        py.res = None
         try:
-            item = gen.send(value)
+            py.gen = prog.fn(py.ctx)  # type: ignore[misc]
+        except Exception as e:
+            return fail(st, prog, user_traceback(e, prog.spec.user_files))
+        return step(st, prog, py, None)
+
+    def step(st: Client, prog: PyProgram, py: PyClient, value: Any) -> int:
+        gen = py.gen
+        try:
+            item = gen.send(value)  # type: ignore[union-attr]
         except StopIteration:
             py.gen = None
             return END_TX
         except Exception as e:
             return fail(st, prog, user_traceback(e, prog.spec.user_files))
-        spec = prog.spec
         t = type(item)
-        if t is spec.bound_type:
+        if t is prog.bound_type:
             i = prog.index.get(item.stmt)
             if i is None:
                 return fail(
                     st,
                     prog,
-                    f"{where(gen)}the statement {item.stmt!r} is not "
+                    f"{where(gen)}the statement {item.stmt!r} is not "  # type: ignore[arg-type]
                     "one of this workload's",
                 )
             variables = st.variables
@@ -313,15 +321,26 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
                         variables[name] = _text(v)
             st.command = i
             return START_COMMAND
-        if t is spec.sleep_type:
+        if t is prog.sleep_type:
             st.command = prog.sleep_index
             st.sleep_until = monotonic_ns() // 1000 + item.usec
             return SLEEP
         return fail(
             st,
             prog,
-            f"{where(gen)}yielded {item!r} ({t.__name__}), not a statement "
+            f"{where(gen)}yielded {item!r} ({t.__name__}), not a statement "  # type: ignore[arg-type]
             "call or ctx.sleep()",
         )
+
+    def py_step(st: Client, op: Op) -> int:
+        prog: PyProgram = op.py
+        if op.index == 0:
+            return start(st, prog)
+        py: PyClient = st.py
+        res = py.res
+        if res is None:
+            return step(st, prog, py, None)
+        py.res = None
+        return step(st, prog, py, prog.wrap(res))  # type: ignore[misc]
 
     return py_step

@@ -30,6 +30,7 @@ from collections.abc import Callable, Generator, Iterator
 from decimal import Decimal
 from typing import Any, overload
 
+from pgsurge.cnum import INT64_MAX as _INT64_MAX
 from pgsurge.errors import EvalError
 from pgsurge.prng import PgPrng
 from pgsurge.script.functions import (
@@ -285,7 +286,9 @@ class Context:
 
     def random(self, lo: int, hi: int) -> int:
         """``random(lo, hi)``: uniform in [lo, hi]."""
-        return random_uniform(self._rng, lo, hi)  # type: ignore[return-value]
+        if type(lo) is int and type(hi) is int and lo <= hi < lo + _INT64_MAX:
+            return self._rng.int64_range(lo, hi)
+        return _checked(random_uniform(self._rng, lo, hi))
 
     random_uniform = random
 
