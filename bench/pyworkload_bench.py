@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _suite_proc import SuiteServer, pgsurge_argv, run_measured  # noqa: E402
+from _suite_proc import SuiteServer, pgsurge_argv, run_measured
 
 _TPS = re.compile(r"^tps = ([\d.]+)", re.MULTILINE)
 _CPU = re.compile(r"^client CPU: .* ([\d.]+) us per transaction", re.MULTILINE)
