@@ -53,7 +53,7 @@ def test_split_params(text: str, parts: tuple[object, ...], n: int) -> None:
 
 def test_statement_call_checks_arity() -> None:
     two = sql("SELECT $1 + $2", name="two")
-    assert two(1, 2).args == (1, 2)
+    assert two(1, 2) == (two, (1, 2))
     with pytest.raises(
         WorkloadUsageError,
         match=r"test_workloads.py:\d+: statement "

@@ -332,6 +332,15 @@ def make_engine(
                 op = st.ops[i]
                 kind = op.kind
                 if kind != K_END:
+                    if kind == K_PY:
+                        # a Python transaction: its generator yields the
+                        # statement to send now (engine.pyworkload)
+                        state = py_step(st, op)
+                        if state != START_COMMAND:
+                            now = 0
+                            continue
+                        op = st.ops[st.command]
+                        kind = op.kind
                     if per_command:
                         if not now:
                             now = monotonic_ns() // 1000
@@ -475,11 +484,6 @@ def make_engine(
                             continue
                         now = 0
                         state = END_COMMAND
-                        continue
-                    if kind == K_PY:
-                        # a Python transaction's generator (engine.pyworkload)
-                        state = py_step(st, op)
-                        now = 0
                         continue
                     if debug:
                         trace(f"client {st.id} executing {op.trace}")

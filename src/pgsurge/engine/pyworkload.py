@@ -37,10 +37,11 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pgsurge import pgconn
 from pgsurge.config import QueryMode
 from pgsurge.engine import state as C
 from pgsurge.engine.state import (
@@ -109,9 +110,8 @@ class PyTransactionSpec(Protocol):
     #: the code calls ``sleep``: -r reports a row for it
     @property
     def uses_sleep(self) -> bool: ...
-    #: the types of what a generator yields: a statement call, a sleep
-    @property
-    def bound_type(self) -> type: ...
+    #: the type of ``ctx.sleep()``'s value (a statement call is a
+    #: ``(statement, args)`` tuple)
     @property
     def sleep_type(self) -> type: ...
     #: files whose frames a traceback shows (the workload's own code)
@@ -141,7 +141,6 @@ class PyProgram:
     #: the ops -r reports, in the order of ``spec``'s report rows
     reported: tuple[Op, ...] = ()
     fn: Callable[[Any], Generator[Any, Any, Any]] | None = None
-    bound_type: type | None = None
     sleep_type: type | None = None
     wrap: Callable[[Any], Any] | None = None
 
@@ -159,7 +158,6 @@ def compile_py(spec: PyTransactionSpec, mode: QueryMode) -> tuple[Op, ...]:
     """The ops of one transaction (layout in the module docstring)."""
     prog = PyProgram(spec)
     prog.fn = spec.fn
-    prog.bound_type = spec.bound_type
     prog.sleep_type = spec.sleep_type
     prog.wrap = spec.wrap_result
     ops: list[Op] = [Op(C.K_PY, 0, spec.source, py=prog)]
@@ -177,6 +175,32 @@ def compile_py(spec: PyTransactionSpec, mode: QueryMode) -> tuple[Op, ...]:
         reported.append(sleep_op)
     prog.reported = tuple(reported)
     return tuple(ops)
+
+
+def connect_hook(
+    scripts: Sequence[object],
+) -> Callable[[pgconn.PgConn], str | None] | None:
+    """What to run on each new connection: the ``@setup`` of every Python
+    workload of the run (once per workload), or None. A transaction of a
+    workload with one has a ``setup_connection(conn)`` returning None, or
+    the message of its failure."""
+    hooks: dict[str, Callable[[pgconn.PgConn], str | None]] = {}
+    for script in scripts:
+        hook = getattr(script, "setup_connection", None)
+        if hook is not None:
+            hooks.setdefault(str(getattr(script, "workload", "")), hook)
+    if not hooks:
+        return None
+    todo = tuple(hooks.values())
+
+    def on_connect(conn: pgconn.PgConn) -> str | None:
+        for hook in todo:
+            failed = hook(conn)
+            if failed:
+                return failed
+        return None
+
+    return on_connect
 
 
 def reported_ops(ops: tuple[Op, ...]) -> tuple[Op, ...]:
@@ -270,8 +294,21 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
             return ""
         return f'File "{frame.f_code.co_filename}", line {frame.f_lineno}: '
 
-    def start(st: Client, prog: PyProgram) -> int:
-        """The first step of a try: a new generator (a retry restarts it)."""
+    def bad_item(st: Client, prog: PyProgram, gen: Any, item: object) -> int:
+        """The generator yielded something that is not a statement call of
+        this workload nor a sleep."""
+        if type(item) is tuple and len(item) == 2 and hasattr(item[0], "first_line"):
+            what = f"the statement {item[0]!r} is not one of this workload's"
+        else:
+            what = (
+                f"yielded {item!r} ({type(item).__name__}), not a statement "
+                "call or ctx.sleep()"
+            )
+        return fail(st, prog, where(gen) + what)
+
+    def new_generator(st: Client, prog: PyProgram) -> PyClient | int:
+        """The first step of a try: a new generator (a retry restarts it);
+        the abort state when calling the function failed."""
         py: PyClient | None = st.py
         if py is None:
             py = st.py = PyClient(prog.spec.new_context(st.rng, st.variables, st.id))
@@ -285,9 +322,24 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
             py.gen = prog.fn(py.ctx)  # type: ignore[misc]
         except Exception as e:
             return fail(st, prog, user_traceback(e, prog.spec.user_files))
-        return step(st, prog, py, None)
+        return py
 
-    def step(st: Client, prog: PyProgram, py: PyClient, value: Any) -> int:
+    def py_step(st: Client, op: Op) -> int:
+        """Send the last result into the generator (None first, and for a
+        statement not fetched); file what it yields next."""
+        prog: PyProgram = op.py
+        if op.index == 0:
+            started = new_generator(st, prog)
+            if type(started) is int:
+                return started
+            py: PyClient = started  # type: ignore[assignment]
+            value = None
+        else:
+            py = st.py
+            value = py.res
+            if value is not None:
+                py.res = None
+                value = prog.wrap(value)  # type: ignore[misc]
         gen = py.gen
         try:
             item = gen.send(value)  # type: ignore[union-attr]
@@ -296,22 +348,17 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
             return END_TX
         except Exception as e:
             return fail(st, prog, user_traceback(e, prog.spec.user_files))
-        t = type(item)
-        if t is prog.bound_type:
-            i = prog.index.get(item.stmt)
-            if i is None:
-                return fail(
-                    st,
-                    prog,
-                    f"{where(gen)}the statement {item.stmt!r} is not "  # type: ignore[arg-type]
-                    "one of this workload's",
-                )
+        if type(item) is tuple:
+            try:
+                i = prog.index[item[0]]
+            except (KeyError, IndexError, TypeError):
+                return bad_item(st, prog, gen, item)
             variables = st.variables
             if simple:
-                for name, v in zip(names, item.args, strict=False):
+                for name, v in zip(names, item[1], strict=False):
                     variables[name] = v if type(v) is int else _literal(v)
             else:
-                for name, v in zip(names, item.args, strict=False):
+                for name, v in zip(names, item[1], strict=False):
                     tv = type(v)
                     if tv is int or tv is str:
                         variables[name] = v
@@ -321,26 +368,10 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
                         variables[name] = _text(v)
             st.command = i
             return START_COMMAND
-        if t is prog.sleep_type:
+        if type(item) is prog.sleep_type:
             st.command = prog.sleep_index
-            st.sleep_until = monotonic_ns() // 1000 + item.usec
+            st.sleep_until = monotonic_ns() // 1000 + item.usec  # type: ignore[attr-defined]
             return SLEEP
-        return fail(
-            st,
-            prog,
-            f"{where(gen)}yielded {item!r} ({t.__name__}), not a statement "  # type: ignore[arg-type]
-            "call or ctx.sleep()",
-        )
-
-    def py_step(st: Client, op: Op) -> int:
-        prog: PyProgram = op.py
-        if op.index == 0:
-            return start(st, prog)
-        py: PyClient = st.py
-        res = py.res
-        if res is None:
-            return step(st, prog, py, None)
-        py.res = None
-        return step(st, prog, py, prog.wrap(res))  # type: ignore[misc]
+        return bad_item(st, prog, gen, item)
 
     return py_step

@@ -348,6 +348,9 @@ class Settings:
     debug: bool = False
     #: each script's description, as --debug names it
     script_descs: tuple[str, ...] = ()
+    #: run on every new connection before use (a Python workload's
+    #: ``@setup``): None when it went well, else the error message
+    on_connect: Callable[[pgconn.PgConn], str | None] | None = None
 
 
 _monotonic_ns = time.monotonic_ns

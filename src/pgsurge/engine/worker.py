@@ -50,7 +50,7 @@ from pgsurge.engine.protocol import (
     Ready,
     Steady,
 )
-from pgsurge.engine.pyworkload import reported_ops
+from pgsurge.engine.pyworkload import connect_hook, reported_ops
 from pgsurge.engine.state import Client, Op, Settings, WorkerState
 from pgsurge.engine.throttle import worker_delay_us
 from pgsurge.errors import PROG, PgsurgeError
@@ -134,6 +134,7 @@ def build_settings(spec: WorkerSpec, end_us: int) -> Settings:
         log=cfg.log,
         debug=cfg.debug,
         script_descs=tuple(s.description or s.name for s in cfg.scripts),
+        on_connect=connect_hook(spec.scripts),
     )
 
 
@@ -423,6 +424,13 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
             _finish_connections(run)
             pipe.send(Fatal())
             return False
+        if settings.on_connect is not None:
+            failed = settings.on_connect(conn)
+            if failed:
+                conn.finish()
+                _finish_connections(run)
+                pipe.send(Fatal(f"{PROG}: error: {failed}\n"))
+                return False
         conn.set_nonblocking()
         st.conn = conn
         st.raw = conn._pgconn

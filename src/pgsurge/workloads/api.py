@@ -16,7 +16,8 @@ statement calls and receive their results::
 The engine (``pgsurge.engine.pyworkload``) prepares each statement once
 per connection under ``-M prepared`` and advances the generator when the
 result has arrived: a transaction never blocks. Calling a statement only
-builds a :class:`Bound` (its arity checked); yielding it runs it.
+builds a ``(statement, args)`` tuple (its arity checked); yielding it
+runs it.
 ``ctx.random*`` draw from the client's own pgbench PRNG stream, which a
 retry (serialization failure, deadlock) restores: the retried transaction
 draws the same values.
@@ -44,7 +45,6 @@ from pgsurge.script.functions import (
 )
 
 __all__ = [
-    "Bound",
     "Context",
     "Result",
     "Sleep",
@@ -160,30 +160,19 @@ class Statement:
         self.first_line = " ".join(text.split())
         self.where = _caller(3)  # who called sql()
 
-    def __call__(self, *args: object) -> Bound:
+    def __call__(self, *args: object) -> tuple[Statement, tuple[object, ...]]:
+        """The statement with its parameters, to be yielded: a plain tuple
+        (the cheapest object to make; the engine checks its type)."""
         if len(args) != self.nparams:
             raise WorkloadUsageError(
                 f"{_caller()}: statement {self.name or self.first_line!r} takes "
                 f"{self.nparams} parameter{'s' if self.nparams != 1 else ''}, "
                 f"got {len(args)}"
             )
-        return Bound(self, args)
+        return (self, args)
 
     def __repr__(self) -> str:
         return f"<statement {self.name or self.first_line!r} ({self.where})>"
-
-
-class Bound:
-    """A statement with its parameter values: what a transaction yields."""
-
-    __slots__ = ("args", "stmt")
-
-    def __init__(self, stmt: Statement, args: tuple[object, ...]) -> None:
-        self.stmt = stmt
-        self.args = args
-
-    def __repr__(self) -> str:
-        return f"<call of {self.stmt!r}>"
 
 
 class Sleep:

@@ -25,10 +25,10 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
+from pgsurge import pgconn
 from pgsurge.errors import PgsurgeError
 from pgsurge.prng import PgPrng
 from pgsurge.workloads.api import (
-    Bound,
     Context,
     Result,
     Sleep,
@@ -72,10 +72,26 @@ class LoadedTransaction:
     workload: str
     #: SQL whose one value is ``ctx.scale`` when -s is not given
     scale_query: str | None = None
+    #: the workload's ``@setup(conn)``, run on each new connection
+    setup: Callable[[Any], None] | None = None
 
-    @property
-    def bound_type(self) -> type:
-        return Bound
+    def __getattr__(self, name: str) -> Any:
+        # setup_connection exists only when there is a setup (the engine
+        # looks for it), so it is provided here
+        if name == "setup_connection" and self.setup is not None:
+            return self._setup_connection
+        raise AttributeError(name)
+
+    def _setup_connection(self, conn: Any) -> str | None:
+        """Run ``@setup`` on a new connection (``pgconn.PgConn``): None,
+        or the message of its failure, with the user's traceback."""
+        assert self.setup is not None
+        try:
+            self.setup(SetupConnection(conn))
+        except Exception as e:
+            files = set(self.user_files) | {self.setup.__code__.co_filename}
+            return import_error(e, files, self.source, "@setup failed").message
+        return None
 
     @property
     def sleep_type(self) -> type:
@@ -100,6 +116,21 @@ class LoadedTransaction:
     def __reduce__(self) -> tuple[Any, ...]:
         # a spawned worker loads the file again (functions do not pickle)
         return (_reload, (self.path, self.workload, self.name))
+
+
+class SetupConnection:
+    """The connection ``@setup(conn)`` receives: blocking statements."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str) -> None:
+        """Run one statement; an error raises (and fails the connection)."""
+        status, _res = self._conn.exec_status(sql)
+        if status not in (pgconn.COMMAND_OK, pgconn.TUPLES_OK):
+            raise RuntimeError(
+                f"{sql}: {pgconn.strip_newline(self._conn.error_message())}"
+            )
 
 
 def _reload(path: str, workload: str, name: str) -> LoadedTransaction:
@@ -270,6 +301,7 @@ def _collect(env: dict[str, Any], path: str, display: str) -> Workload:
                 path=path,
                 workload=display,
                 scale_query=scale_query,
+                setup=hooks.get("setup"),
             )
         )
     return Workload(
