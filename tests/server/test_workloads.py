@@ -322,3 +322,19 @@ def test_tpcc_consistency_after_a_multi_client_run(fresh_db: str) -> None:
     committed = row[0]
     rollbacks = res.per_script[0].cnt - committed
     assert 0 < rollbacks <= res.per_script[0].cnt * 0.05, (rollbacks, committed)
+
+
+def test_readme_example_runs(fresh_db: str, tmp_path: Path) -> None:
+    from tests.unit.test_workloads import readme_example
+
+    init(fresh_db)
+    path = tmp_path / "transfer.py"
+    path.write_text(readme_example())
+    args = ["-n", "-f", str(path), "-c", "3", "-t", "30", "-r", "--max-tries=50"]
+    status, res, out, err = run_inprocess(args, fresh_db)
+    assert status == ExitStatus.SUCCESS, err
+    assert res.total.cnt == 90 and res.total.failures == 0
+    assert "ctx.sleep()" in out
+    with psycopg.connect(fresh_db) as conn:
+        total = conn.execute("SELECT sum(abalance) FROM pgbench_accounts").fetchone()
+    assert total == (0,)  # transfers move money, never make it

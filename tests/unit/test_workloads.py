@@ -305,3 +305,27 @@ def test_ycsb_zipfian_skew() -> None:
     assert top[0][1] > 2_000
     assert sum(c for _, c in top) > 10_000
     assert top[0][0] != 1
+
+
+def readme_example() -> str:
+    """The example workload of README.md ("Python workloads")."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = text.index("# transfer.py")
+    return text[start : text.index("```", start)]
+
+
+def test_readme_example_loads(tmp_path: Path) -> None:
+    wl = load_file(write(tmp_path, readme_example(), "transfer.py"))
+    assert [(t.name, t.weight) for t in wl.transactions] == [
+        ("transfer", 9),
+        ("audit", 1),
+    ]
+    assert wl.setup is not None and wl.scale_query
+    transfer, audit = wl.transactions
+    assert [s.name for s in transfer.statements[: transfer.nreported]] == [
+        "begin",
+        "balance",
+        "move",
+        "commit",
+    ]
+    assert audit.uses_sleep
