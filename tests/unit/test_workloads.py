@@ -329,3 +329,15 @@ def test_readme_example_loads(tmp_path: Path) -> None:
         "commit",
     ]
     assert audit.uses_sleep
+
+
+def test_show_script_of_a_workload() -> None:
+    err = io.StringIO()
+    with pytest.raises(EarlyExit):
+        parse_command_line(["--show-script=py-tpcb"], environ={}, stderr=err)
+    assert err.getvalue().startswith("-- py-tpcb: <python: TPC-B (sort of)>\n")
+    assert "def tpcb_like(ctx" in err.getvalue()
+    err = io.StringIO()
+    with pytest.raises(EarlyExit):
+        parse_command_line(["--show-script=tpc"], environ={}, stderr=err)
+    assert err.getvalue().startswith("-- tpcb-like: <builtin: TPC-B (sort of)>")

@@ -525,8 +525,7 @@ class _CommandLine:
                 st.benchmarking_option_set = True
                 self.set_seed(arg, "--random-seed option")
             case "show-script":
-                b = builtins.find_builtin(arg)
-                self.stderr.write(builtins.show_text(b))
+                self.stderr.write(_show_script(arg))
                 raise EarlyExit(0)
             case "partitions":
                 st.initialization_option_set = True
@@ -743,6 +742,23 @@ class _CommandLine:
             json_path=st.json_path,
             html_path=st.html_path,
         )
+
+
+def _show_script(name: str) -> str:
+    """--show-script: a pgbench builtin (by pgbench's rule), else the
+    source of a bundled Python workload."""
+    try:
+        return builtins.show_text(builtins.find_builtin(name))
+    except builtins.BuiltinLookupError:
+        if any(b.name.startswith(name) for b in builtins.BUILTIN_SCRIPTS):
+            raise
+        from pgsurge.workloads import bundled
+
+        found = bundled.find_bundled(name)
+        if not isinstance(found, bundled.BundledWorkload):
+            raise
+        with open(found.path, encoding="utf-8") as f:
+            return f"-- {found.name}: {found.description}\n{f.read()}\n"
 
 
 def _load_workload(path: str, name: str | None) -> Any:
