@@ -302,7 +302,7 @@ def test_tpcc_consistency_after_a_multi_client_run(fresh_db: str) -> None:
 
     init(fresh_db, "-b", "tpcc-like", "--init-jobs", "2")
     assert [bad for _, bad in tpcc.check_consistency(fresh_db)] == [0, 0, 0, 0]
-    args = ["-n", "-b", "tpcc-like", "-c", "4", "-j", "2", "-t", "120"]
+    args = ["-n", "-b", "tpcc-like", "-c", "4", "-j", "2", "-t", "120", "-r"]
     status, res, _, err = run_inprocess(
         [*args, "--max-tries=20", "--random-seed=3", "-M", "prepared"], fresh_db
     )
@@ -322,6 +322,10 @@ def test_tpcc_consistency_after_a_multi_client_run(fresh_db: str) -> None:
     committed = row[0]
     rollbacks = res.per_script[0].cnt - committed
     assert 0 < rollbacks <= res.per_script[0].cnt * 0.05, (rollbacks, committed)
+    # -r counts them on new_order's ROLLBACK row (--json: its latency count)
+    rows = res.facts.scripts[0].commands
+    assert rows.count("ROLLBACK") == 1
+    assert res.per_command[0][rows.index("ROLLBACK")].latency.count == rollbacks
 
 
 def test_readme_example_runs(fresh_db: str, tmp_path: Path) -> None:
