@@ -342,3 +342,41 @@ def test_readme_example_runs(fresh_db: str, tmp_path: Path) -> None:
     with psycopg.connect(fresh_db) as conn:
         total = conn.execute("SELECT sum(abalance) FROM pgbench_accounts").fetchone()
     assert total == (0,)  # transfers move money, never make it
+
+
+BATCH = """
+from pgsurge.workloads import sql, transaction
+
+begin = sql("BEGIN")
+put = sql("INSERT INTO kv VALUES ($1, $2)", fetch=False)
+get = sql("SELECT v FROM kv WHERE k = $1")
+count = sql("SELECT count(*) FROM kv WHERE k >= $1 AND k < $2")
+commit = sql("COMMIT")
+
+@transaction
+def t(ctx):
+    base = ctx.random(0, 10**12) * 10
+    yield begin()
+    results = yield [put(base + i, f"v{i}") for i in range(5)]
+    assert results[0] is None or results[0].rowcount == 1, results
+    got = yield [get(base + 3), count(base, base + 10), get(base + 99)]
+    assert got[0].scalar() == "v3", got[0].rows()
+    assert got[1].scalar() == 5
+    assert got[2].first() is None
+    assert (yield []) == []
+    yield commit()
+"""
+
+
+@pytest.mark.parametrize("mode", ["simple", "extended", "prepared"])
+def test_batches(fresh_db: str, tmp_path: Path, mode: str) -> None:
+    with psycopg.connect(fresh_db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE kv (k bigint PRIMARY KEY, v text)")
+    path = tmp_path / "batch.py"
+    path.write_text(BATCH)
+    args = ["-n", "-f", str(path), "-M", mode, "-c", "2", "-t", "20", "-r"]
+    status, res, _, err = run_inprocess(args, fresh_db)
+    assert status == ExitStatus.SUCCESS, err
+    assert res.total.cnt == 40 and res.total.failures == 0
+    with psycopg.connect(fresh_db) as conn:
+        assert conn.execute("SELECT count(*) FROM kv").fetchone() == (200,)

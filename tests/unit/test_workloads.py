@@ -121,7 +121,18 @@ def test_compiled_layout(tmp_path: Path) -> None:
     ops = compile_py(tx, QueryMode.PREPARED)
     kinds = [op.kind for op in ops]
     n = len(tx.statements)
-    assert kinds == [C.K_PY] + [C.K_SQL, C.K_PY] * n + [C.K_SLEEP, C.K_PY, C.K_END]
+    assert kinds == (
+        [C.K_PY]
+        + [C.K_SQL, C.K_PY] * n
+        + [C.K_SLEEP, C.K_PY]
+        # a batch's pipeline: \startpipeline, \endpipeline, the statements
+        + [C.K_PSTART, C.K_PY, C.K_PEND, C.K_PY]
+        + [C.K_SQL, C.K_PY] * n
+        + [C.K_END]
+    )
+    assert ops[-3].gset == C.GSET_NONE and ops[2 * n + 5].gset == C.GSET_PY
+    simple_kinds = [op.kind for op in compile_py(tx, QueryMode.SIMPLE)]
+    assert simple_kinds == [*kinds[: 2 * n + 3], C.K_END]
     assert [op.first_line for op in reported_ops(ops)] == [
         c.first_line for c in tx.commands
     ]

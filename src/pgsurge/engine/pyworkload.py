@@ -15,7 +15,16 @@ The ops of a transaction of n statements::
     2k       K_PY  resume: send the statement's result into the generator
     2n+1     K_SLEEP target of ``yield ctx.sleep(s)`` (never started itself)
     2n+2     K_PY  resume after the sleep
-    2n+3     K_END
+    (extended and prepared modes: a yielded batch as a pipeline)
+    2n+3     K_PSTART, 2n+4 K_PY, 2n+5 K_PEND (gset GSET_PY), 2n+6 K_PY
+    2n+5+2k  K_SQL statement k again, its result left to K_PEND (k=1..n)
+    2n+6+2k  K_PY  queue the batch's next statement, or K_PEND
+    last     K_END
+
+A batch (``yield [s1(a), s2(b)]``) gives the generator the list of its
+results: in a pipeline (\\startpipeline, the statements, \\endpipeline,
+whose results ``sql.store_gset`` collects), or in simple mode, where
+libpq has no pipeline, one statement after the other.
 
 A driver op sets ``client.command`` to the statement the generator yielded
 and returns to START_COMMAND, which sends it as any SQL command;
@@ -138,6 +147,11 @@ class PyProgram:
     #: statement -> index of its K_SQL op
     index: dict[Any, int] = field(default_factory=dict)
     sleep_index: int = 0
+    #: a batch in a pipeline (extended and prepared modes): where its
+    #: \startpipeline and \endpipeline are, statement -> its op in it
+    pstart_index: int = 0
+    pend_index: int = 0
+    batch_index: dict[Any, int] = field(default_factory=dict)
     #: the ops -r reports, in the order of ``spec``'s report rows
     reported: tuple[Op, ...] = ()
     fn: Callable[[Any], Generator[Any, Any, Any]] | None = None
@@ -152,6 +166,13 @@ class PyClient:
     ctx: Any
     gen: Generator[Any, Any, Any] | None = None
     res: Any = None
+    #: a yielded batch: the statement calls still to send (None: no batch)
+    batch: list[Any] | None = None
+    #: the batch's results so far (in a pipeline, stored by sql.store_gset)
+    results: list[Any] | None = None
+    #: the pipeline's \endpipeline was sent (or, in simple mode, the first
+    #: statement of the batch was)
+    batch_sent: bool = False
 
 
 def compile_py(spec: PyTransactionSpec, mode: QueryMode) -> tuple[Op, ...]:
@@ -169,6 +190,27 @@ def compile_py(spec: PyTransactionSpec, mode: QueryMode) -> tuple[Op, ...]:
     sleep_op = Op(C.K_SLEEP, len(ops), "ctx.sleep()", name="sleep")
     ops.append(sleep_op)
     ops.append(Op(C.K_PY, len(ops), spec.source, py=prog))
+    if mode is not QueryMode.SIMPLE:
+        # a batch (a yielded list) as a pipeline: \startpipeline, the
+        # statements (copies that leave their results to \endpipeline,
+        # which gives them all to the generator), \endpipeline
+        pstart = Op(C.K_PSTART, len(ops), "", trace="\\startpipeline")
+        prog.pstart_index = len(ops)
+        ops.append(pstart)
+        ops.append(Op(C.K_PY, len(ops), spec.source, py=prog))
+        prog.pend_index = len(ops)
+        pend = Op(C.K_PEND, len(ops), "", gset=C.GSET_PY, trace="\\endpipeline")
+        ops.append(pend)
+        ops.append(Op(C.K_PY, len(ops), spec.source, py=prog))
+        inner = []
+        for stmt in spec.statements:
+            prog.batch_index[stmt] = len(ops)
+            op = _statement_op(stmt, len(ops), mode)
+            op.gset = C.GSET_NONE
+            inner.append(op)
+            ops.append(op)
+            ops.append(Op(C.K_PY, len(ops), spec.source, py=prog))
+        pstart.pipeline_ops = tuple(inner)
     ops.append(Op(C.K_END, len(ops), ""))
     reported = [ops[prog.index[s]] for s in spec.statements[: spec.nreported]]
     if spec.uses_sleep:
@@ -318,28 +360,66 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
             except Exception:
                 pass
         py.res = None
+        py.batch = py.results = None
         try:
             py.gen = prog.fn(py.ctx)  # type: ignore[misc]
         except Exception as e:
             return fail(st, prog, user_traceback(e, prog.spec.user_files))
         return py
 
-    def py_step(st: Client, op: Op) -> int:
-        """Send the last result into the generator (None first, and for a
-        statement not fetched); file what it yields next."""
-        prog: PyProgram = op.py
-        if op.index == 0:
-            started = new_generator(st, prog)
-            if type(started) is int:
-                return started
-            py: PyClient = started  # type: ignore[assignment]
-            value = None
-        else:
-            py = st.py
-            value = py.res
-            if value is not None:
-                py.res = None
-                value = prog.wrap(value)  # type: ignore[misc]
+    def set_params(st: Client, args: tuple[Any, ...]) -> None:
+        """A statement's parameters into the variables "$1".."$n"."""
+        variables = st.variables
+        if simple:
+            for name, v in zip(names, args, strict=False):
+                variables[name] = v if type(v) is int else _literal(v)
+            return
+        for name, v in zip(names, args, strict=False):
+            tv = type(v)
+            if tv is int or tv is str:
+                variables[name] = v
+            elif v is None:
+                variables.pop(name, None)
+            else:
+                variables[name] = _text(v)
+
+    def batch_step(st: Client, prog: PyProgram, py: PyClient) -> int:
+        """The next step of a batch: a state, or -1 once its results are
+        all in ``py.results``.
+
+        In a pipeline: each statement is queued in turn, then
+        \\endpipeline, whose results ``sql.store_gset`` appends to
+        ``py.results``. In simple mode (no pipeline there): one statement
+        after the other, each result appended here."""
+        batch = py.batch
+        results = py.results
+        assert batch is not None and results is not None
+        if simple and py.batch_sent:
+            results.append(py.res)
+            py.res = None
+        if batch:
+            item = batch.pop(0)
+            index = prog.index if simple else prog.batch_index
+            i = -1
+            if type(item) is tuple and len(item) == 2:
+                i = index.get(item[0], -1)
+            if i < 0:
+                py.batch = None
+                return bad_item(st, prog, py.gen, item)
+            set_params(st, item[1])
+            py.batch_sent = True
+            st.command = i
+            return START_COMMAND
+        if not simple and py.batch_sent and st.command != prog.pend_index + 1:
+            # every statement is queued: \endpipeline, then the results
+            st.command = prog.pend_index
+            return START_COMMAND
+        py.batch = None
+        return -1
+
+    def resume(st: Client, prog: PyProgram, py: PyClient, value: Any) -> int:
+        """Send ``value`` into the generator; file what it yields next
+        (``py_step`` has the common case inline)."""
         gen = py.gen
         try:
             item = gen.send(value)  # type: ignore[union-attr]
@@ -353,25 +433,85 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
                 i = prog.index[item[0]]
             except (KeyError, IndexError, TypeError):
                 return bad_item(st, prog, gen, item)
-            variables = st.variables
-            if simple:
-                for name, v in zip(names, item[1], strict=False):
-                    variables[name] = v if type(v) is int else _literal(v)
-            else:
-                for name, v in zip(names, item[1], strict=False):
-                    tv = type(v)
-                    if tv is int or tv is str:
-                        variables[name] = v
-                    elif v is None:
-                        variables.pop(name, None)
-                    else:
-                        variables[name] = _text(v)
+            set_params(st, item[1])
             st.command = i
             return START_COMMAND
+        return other_item(st, prog, py, item)
+
+    def other_item(st: Client, prog: PyProgram, py: PyClient, item: Any) -> int:
+        """What the generator yielded is not a statement call: a sleep, a
+        batch, or a mistake."""
         if type(item) is prog.sleep_type:
             st.command = prog.sleep_index
             st.sleep_until = monotonic_ns() // 1000 + item.usec  # type: ignore[attr-defined]
             return SLEEP
-        return bad_item(st, prog, gen, item)
+        if type(item) is list:
+            # a batch: a pipeline (extended, prepared) or one by one (simple)
+            py.batch = list(item)
+            py.results = []
+            py.batch_sent = False
+            if simple or not item:
+                state = batch_step(st, prog, py)
+                if state >= 0:
+                    return state
+                py.results = None
+                return resume(st, prog, py, [])  # an empty batch
+            st.command = prog.pstart_index
+            return START_COMMAND
+        return bad_item(st, prog, py.gen, item)
+
+    def py_step(st: Client, op: Op) -> int:
+        """Send the last result into the generator (None first, and for a
+        statement not fetched); file what it yields. The common case (a
+        statement call after a statement) inline: this runs per statement."""
+        prog: PyProgram = op.py
+        if op.index == 0:
+            started = new_generator(st, prog)
+            if type(started) is int:
+                return started
+            return resume(st, prog, started, None)  # type: ignore[arg-type]
+        py: PyClient = st.py
+        if py.batch is not None:
+            state = batch_step(st, prog, py)
+            if state >= 0:
+                return state
+            results = py.results or []
+            py.results = None
+            wrap = prog.wrap
+            values = [None if r is None else wrap(r) for r in results]  # type: ignore[misc]
+            return resume(st, prog, py, values)
+        value = py.res
+        if value is not None:
+            py.res = None
+            value = prog.wrap(value)  # type: ignore[misc]
+        gen = py.gen
+        try:
+            item = gen.send(value)  # type: ignore[union-attr]
+        except StopIteration:
+            py.gen = None
+            return END_TX
+        except Exception as e:
+            return fail(st, prog, user_traceback(e, prog.spec.user_files))
+        if type(item) is not tuple:
+            return other_item(st, prog, py, item)
+        try:
+            i = prog.index[item[0]]
+        except (KeyError, IndexError, TypeError):
+            return bad_item(st, prog, gen, item)
+        variables = st.variables
+        if simple:
+            for name, v in zip(names, item[1], strict=False):
+                variables[name] = v if type(v) is int else _literal(v)
+        else:
+            for name, v in zip(names, item[1], strict=False):
+                tv = type(v)
+                if tv is int or tv is str:
+                    variables[name] = v
+                elif v is None:
+                    variables.pop(name, None)
+                else:
+                    variables[name] = _text(v)
+        st.command = i
+        return START_COMMAND
 
     return py_step

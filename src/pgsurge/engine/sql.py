@@ -219,8 +219,11 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
         gset = op.gset
         if gset == GSET_PY:
             # a Python transaction's statement: its last result goes to the
-            # generator (engine.pyworkload)
-            if is_last:
+            # generator; in a pipeline (its \endpipeline), every result
+            # (engine.pyworkload)
+            if st.in_pipeline:
+                st.py.results.append(res)
+            elif is_last:
                 st.py.res = res
             return True
         status = res.status
