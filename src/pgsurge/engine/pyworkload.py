@@ -28,11 +28,12 @@ libpq has no pipeline, one statement after the other.
 
 A driver op sets ``client.command`` to the statement the generator yielded
 and returns to START_COMMAND, which sends it as any SQL command;
-END_COMMAND then steps to the next index, a resume driver. Nothing of
-this costs a script anything: the state machine tests ``K_PY`` only among
-the meta commands, and a statement whose result the generator wants has
-``gset == GSET_PY``, which keeps it off the plain result path (the result
-is stored by ``sql.store_gset``). Statements declared with ``fetch=False``
+END_COMMAND then steps to the next index, a resume driver. A script pays one
+int comparison per command for this (START_COMMAND tests ``K_PY`` first,
+so that the statement a driver chose is sent in the same pass), and a
+statement whose result the generator wants has ``gset == GSET_PY``, which
+keeps it off the plain result path (the result is stored by
+``sql.store_gset``). Statements declared with ``fetch=False``
 stay on that path: the generator receives None for them.
 
 The generator is advanced in the client's own step, on its own PRNG
