@@ -352,3 +352,11 @@ def test_show_script_of_a_workload() -> None:
     with pytest.raises(EarlyExit):
         parse_command_line(["--show-script=tpc"], environ={}, stderr=err)
     assert err.getvalue().startswith("-- tpcb-like: <builtin: TPC-B (sort of)>")
+
+
+def test_py_tpcb_reports_every_statement() -> None:
+    """Statement calls made once (BEGIN = begin()) still count as named."""
+    b = next(b for b in BUNDLED if b.name == "py-tpcb")
+    (tx,) = load_file(b.path, name=b.name).transactions
+    rows = [c.first_line for c in tx.commands]
+    assert len(rows) == 7 and rows[0] == "BEGIN" and rows[-1] == "END"

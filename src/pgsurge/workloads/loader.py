@@ -236,8 +236,9 @@ def _collect(env: dict[str, Any], path: str, display: str) -> Workload:
     statements: list[Statement] = []
     txs: list[Transaction] = []
     hooks: dict[str, Callable[[Any], None]] = {}
-    #: statements in a list, tuple or dict: the name of their container
-    container: dict[Statement, str] = {}
+    #: statements in a list, tuple or dict (a statement call made once is
+    #: a (statement, args) tuple): the names of their containers
+    container: dict[Statement, set[str]] = {}
     for gname, value in env.items():
         if isinstance(value, Statement):
             if value.name is None:
@@ -252,7 +253,7 @@ def _collect(env: dict[str, Any], path: str, display: str) -> Workload:
                         v.name = f"{gname}[{k!r}]"
                     if v not in statements:
                         statements.append(v)
-                        container[v] = gname
+                    container.setdefault(v, set()).add(gname)
         elif isinstance(value, Transaction):
             if value not in txs:
                 txs.append(value)
@@ -284,7 +285,8 @@ def _collect(env: dict[str, Any], path: str, display: str) -> Workload:
         used = [
             s
             for s in statements
-            if (s.name in names and env.get(s.name) is s) or container.get(s) in names
+            if (s.name in names and env.get(s.name) is s)
+            or not container.get(s, set()).isdisjoint(names)
         ]
         others = [s for s in statements if s not in used]
         files.add(path)
