@@ -86,6 +86,9 @@ class ScriptSource:
     #: ``pgsurge.script.ast.ParsedScript``; typed loosely because this base
     #: module imports no layer above it), or None when built by hand
     parsed: Any = field(default=None, compare=False, repr=False)
+    #: a Python transaction of a workload (``pgsurge.workloads``), whose
+    #: ``parsed`` is the loaded transaction rather than a parsed script
+    python: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +112,9 @@ class InitConfig:
     #: pgsurge extension (--embedded): use the embedded server even if a
     #: host/port is configured; ``conn.embedded`` tells what was chosen
     force_embedded: bool = False
+    #: pgsurge extension (-i -b NAME, -i -f FILE.py): the Python workload
+    #: (``pgsurge.workloads.loader.Workload``) whose data to create
+    workload: Any = None
 
 
 @dataclass(frozen=True, slots=True)

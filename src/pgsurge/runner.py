@@ -63,6 +63,7 @@ import psycopg
 from pgsurge import __version__, pgconn
 from pgsurge.config import RunConfig
 from pgsurge.engine.interrupt import ParentStop, describe_exit
+from pgsurge.engine.program import ScriptLike
 from pgsurge.engine.protocol import (
     Connected,
     Crash,
@@ -134,17 +135,37 @@ def _clock() -> int:
     return time.monotonic_ns() // 1000
 
 
-def _parse_scripts(cfg: RunConfig) -> tuple[ParsedScript, ...]:
+def _parse_scripts(cfg: RunConfig) -> tuple[ScriptLike, ...]:
     """The scripts as the option parser parsed them (parsed here only when
-    the config was built by hand)."""
+    the config was built by hand); a Python transaction as it was loaded."""
     from pgsurge.script.compile import parse_script
 
     return tuple(
         s.parsed
-        if isinstance(s.parsed, ParsedScript)
+        if isinstance(s.parsed, ParsedScript) or s.python
         else parse_script(s.description or s.name, s.text)
         for s in cfg.scripts
     )
+
+
+def _workload_scale(conn: pgconn.PgConn, cfg: RunConfig) -> int | None:
+    """The scale of the run's Python workloads: ``-s``, else what the first
+    workload's ``SCALE_QUERY`` reads from its tables; None without one."""
+    if cfg.scale is not None:
+        return cfg.scale
+    for s in cfg.scripts:
+        query = getattr(s.parsed, "scale_query", None) if s.python else None
+        if query:
+            status, res = conn.exec_status(query)
+            if status != pgconn.TUPLES_OK:
+                raise PgsurgeError(
+                    f"could not read the scale of {s.parsed.workload}: "
+                    + pgconn.strip_newline(conn.error_message()),
+                    hint=f'Perhaps you need to initialize it ("{PROG} -i -b '
+                    f'NAME" or "{PROG} -i -f FILE.py").',
+                )
+            return int(pgconn.value_text(res, 0, 0) or 1)
+    return None
 
 
 def _connect(
@@ -497,6 +518,8 @@ def run(
         info = TableInfo(cfg.scale or 1)
         if any(s.builtin for s in cfg.scripts):
             info = _table_info(conn, cfg, err)
+        elif any(s.python for s in cfg.scripts):
+            info = TableInfo(_workload_scale(conn, cfg) or 1)
         defined = {name for name, _ in cfg.defines}
         plan = derive_streams(
             cfg.random_seed,

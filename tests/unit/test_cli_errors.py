@@ -187,8 +187,6 @@ CASES = [
     c("posixly-correct-stops", "x", "-Z", env={"POSIXLY_CORRECT": "1"}),
     c("posixly-correct-option-first", "-Z", "x", env={"POSIXLY_CORRECT": "1"}),
     # -- builtin scripts ----------------------------------------------------
-    c("builtin-list", "-b", "list"),
-    c("builtin-list-then-error", "-b", "list", "-c", "abc"),
     c("builtin-list-weighted", "-b", "list@2"),
     c("builtin-unknown", "-b", "no-such-builtin"),
     c("builtin-ambiguous", "-b", "s"),
@@ -282,6 +280,22 @@ def test_table_is_large_and_unique() -> None:
     ids = [case.id for case in CASES]
     assert len(ids) == len(set(ids))
     assert len(CASES) >= 60
+
+
+@pytest.mark.parametrize(
+    "args", [("-b", "list"), ("-b", "list", "-c", "abc")], ids=["alone", "then-error"]
+)
+def test_builtin_list_is_pgbench_s_then_the_workloads(
+    args: tuple[str, ...], pgbench_bin: Path
+) -> None:
+    """``-b list``: pgbench's list, then the bundled Python workloads."""
+    from pgsurge.workloads.bundled import list_lines
+
+    expected = run_pgbench(pgbench_bin, args, env=base_env())
+    got = run_cli(args, env=base_env())
+    assert expected.stderr.endswith("\n\n")
+    assert got.stderr == expected.stderr[:-1] + list_lines() + "\n"
+    assert (got.status, got.stdout) == (expected.status, expected.stdout)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])

@@ -38,7 +38,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from pgsurge.cli.getopt import Getopt, LongOption
 from pgsurge.cli.values import (
@@ -182,6 +182,8 @@ class _State:
     dbname: str | None = None
     scripts: list[ScriptSource] = field(default_factory=list)
     parsed: list[ParsedScript] = field(default_factory=list)
+    #: Python workloads given by -b NAME or -f FILE.py (pgsurge.workloads)
+    workloads: list[Any] = field(default_factory=list)
     clients: int = 1
     jobs: int = 1
     transactions: int = 0
@@ -299,15 +301,58 @@ class _CommandLine:
         self.st.parsed.append(parsed)
 
     def add_builtin(self, name: str, weight: int) -> None:
-        b = builtins.find_builtin(name)
+        """pgbench's builtins first, by pgbench's prefix rule (so every
+        name pgbench accepts keeps its meaning), then the bundled Python
+        workloads."""
+        try:
+            b = builtins.find_builtin(name)
+        except builtins.BuiltinLookupError:
+            if any(b.name.startswith(name) for b in builtins.BUILTIN_SCRIPTS):
+                raise  # ambiguous among pgbench's: pgbench's error
+            from pgsurge.workloads import bundled
+
+            found = bundled.find_bundled(name)
+            if isinstance(found, bundled.BundledWorkload):
+                self.add_workload(_load_workload(found.path, found.name), weight)
+                return
+            if found:
+                raise UsageError(
+                    f"ambiguous builtin name: {len(found)} builtin scripts found"
+                    f' for prefix "{name}"',
+                    detail="Workloads: " + ", ".join(b.name for b in found),
+                ) from None
+            raise
         source = ScriptSource(
             b.name, b.text, weight, builtin=True, description=b.description
         )
         self.add_script(source)
+        self.st.benchmarking_option_set = True
 
     def add_file(self, name: str, weight: int) -> None:
+        if name.endswith(".py"):
+            self.add_workload(_load_workload(name, None), weight)
+            return
         text = _read_script_file(name, self.read_stdin)
         self.add_script(ScriptSource(name, text, weight, description=name))
+        self.st.benchmarking_option_set = True
+
+    def add_workload(self, workload: Any, weight: int) -> None:
+        """A Python workload: one script per transaction, weighted by its
+        weight times ``weight``."""
+        for tx in workload.transactions:
+            if len(self.st.scripts) >= MAX_SCRIPTS:
+                raise UsageError(f"at most {MAX_SCRIPTS} SQL scripts are allowed")
+            self.st.scripts.append(
+                ScriptSource(
+                    tx.source,
+                    "",
+                    weight * tx.weight,
+                    description=tx.source,
+                    parsed=tx,
+                    python=True,
+                )
+            )
+        self.st.workloads.append(workload)
 
     def check_open_files(self) -> None:
         """pgbench needs clients + 3 file descriptors and raises the limit."""
@@ -349,11 +394,13 @@ class _CommandLine:
         match key:
             case "b":
                 if arg == "list":
-                    self.stderr.write(builtins.list_text())
+                    from pgsurge.workloads.bundled import list_lines
+
+                    # pgbench's list, then the bundled Python workloads
+                    self.stderr.write(builtins.list_text()[:-1] + list_lines() + "\n")
                     raise EarlyExit(0)
                 name, weight = parse_weight(arg)
                 self.add_builtin(name, weight)
-                st.benchmarking_option_set = True
             case "c":
                 st.benchmarking_option_set = True
                 st.clients = parse_int_option(arg, "-c/--client", 1, INT32_MAX)
@@ -374,7 +421,6 @@ class _CommandLine:
             case "f":
                 name, weight = parse_weight(arg)
                 self.add_file(name, weight)
-                st.benchmarking_option_set = True
             case "F":
                 st.initialization_option_set = True
                 st.fillfactor = parse_int_option(arg, "-F/--fillfactor", 10, 100)
@@ -508,8 +554,7 @@ class _CommandLine:
                 st.benchmarking_option_set = True
                 self.set_seed(arg, "--random-seed option")
             case "show-script":
-                b = builtins.find_builtin(arg)
-                self.stderr.write(builtins.show_text(b))
+                self.stderr.write(_show_script(arg))
                 raise EarlyExit(0)
             case "partitions":
                 st.initialization_option_set = True
@@ -604,6 +649,8 @@ class _CommandLine:
 
     def finish_init(self, conn: ConnParams) -> InitConfig:
         st = self.st
+        if len(st.workloads) > 1:
+            raise UsageError("only one workload can be initialized at a time")
         if st.benchmarking_option_set:
             raise UsageError(
                 "some of the specified options cannot be used in initialization"
@@ -636,6 +683,7 @@ class _CommandLine:
             init_jobs=st.init_jobs,
             debug=st.debug,
             force_embedded=st.force_embedded,
+            workload=st.workloads[0] if st.workloads else None,
         )
 
     def finish_run(self, conn: ConnParams) -> RunConfig:
@@ -738,6 +786,30 @@ class _CommandLine:
             idle_mode=st.idle_mode,
             no_live=st.no_live,
         )
+
+
+def _show_script(name: str) -> str:
+    """--show-script: a pgbench builtin (by pgbench's rule), else the
+    source of a bundled Python workload."""
+    try:
+        return builtins.show_text(builtins.find_builtin(name))
+    except builtins.BuiltinLookupError:
+        if any(b.name.startswith(name) for b in builtins.BUILTIN_SCRIPTS):
+            raise
+        from pgsurge.workloads import bundled
+
+        found = bundled.find_bundled(name)
+        if not isinstance(found, bundled.BundledWorkload):
+            raise
+        with open(found.path, encoding="utf-8") as f:
+            return f"-- {found.name}: {found.description}\n{f.read()}\n"
+
+
+def _load_workload(path: str, name: str | None) -> Any:
+    """A Python workload file, loaded (``pgsurge.workloads.loader``)."""
+    from pgsurge.workloads.loader import load_file
+
+    return load_file(path, name=name)
 
 
 def _check_init_steps(steps: str) -> None:

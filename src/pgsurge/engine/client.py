@@ -100,6 +100,7 @@ from pgsurge.engine.abi import (
 )
 from pgsurge.engine.fastpq import DRAIN_BUSY, DRAIN_DONE, SEND_FALLBACK, ErrorResult
 from pgsurge.engine.meta import make_meta
+from pgsurge.engine.pyworkload import make_py
 from pgsurge.engine.sql import make_sql, params_of, substitute
 from pgsurge.engine.state import (
     ABORTED,
@@ -118,6 +119,7 @@ from pgsurge.engine.state import (
     K_END,
     K_ENDIF,
     K_IF,
+    K_PY,
     K_SET,
     K_SLEEP,
     K_SQL,
@@ -273,6 +275,7 @@ def make_engine(
     on_error = tx.on_error
     on_rollback_result = tx.on_rollback_result
     verbose_retry = tx.verbose_retry
+    py_step = make_py(s, sup)
 
     def lost(st: Client, op: Op) -> int:
         """The connection failed while the command's results were awaited.
@@ -336,6 +339,15 @@ def make_engine(
                 op = st.ops[i]
                 kind = op.kind
                 if kind != K_END:
+                    if kind == K_PY:
+                        # a Python transaction: its generator yields the
+                        # statement to send now (engine.pyworkload)
+                        state = py_step(st, op)
+                        if state != START_COMMAND:
+                            now = 0
+                            continue
+                        op = st.ops[st.command]
+                        kind = op.kind
                     if per_command:
                         if not now:
                             now = monotonic_ns() // 1000

@@ -163,6 +163,9 @@ def run_excluded(cfg: RunConfig) -> str | None:
         return "-C"
     if cfg.debug:
         return "--debug"
+    if any(s.python for s in cfg.scripts):
+        # a generator is advanced by the Python state machine only
+        return "Python workload"
     return None
 
 

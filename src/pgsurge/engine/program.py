@@ -6,13 +6,16 @@ script: commands as plain values. The engine runs ``Op`` records
 worker — expression closures, SQL text encoded for libpq, prepared
 statement names, parameter names, the ``\\if`` jump targets, the
 ``--debug`` traces. Both loops run these ops; ``fastloop.plan_for`` then
-derives the C loop's plan from them.
+derives the C loop's plan from them. A Python transaction (a
+``PyTransactionSpec`` from ``pgsurge.workloads``) in place of a script is
+compiled by ``pyworkload.compile_py``.
 """
 
 from __future__ import annotations
 
 from pgsurge.config import QueryMode
 from pgsurge.engine import state as C
+from pgsurge.engine.pyworkload import PyTransactionSpec, compile_py
 from pgsurge.engine.state import Op
 from pgsurge.script.ast import (
     Call,
@@ -33,7 +36,10 @@ from pgsurge.script.ast import (
 from pgsurge.script.evaluate import compile_expr
 from pgsurge.script.sqlvars import valid_variable_name
 
-__all__ = ["compile_scripts"]
+__all__ = ["ScriptLike", "compile_scripts"]
+
+#: what a worker runs: a parsed script or a Python transaction
+ScriptLike = ParsedScript | PyTransactionSpec
 
 _GSET = {
     GsetKind.NONE: C.GSET_NONE,
@@ -43,7 +49,7 @@ _GSET = {
 
 
 def compile_scripts(
-    scripts: tuple[ParsedScript, ...], mode: QueryMode, *, debug: bool = False
+    scripts: tuple[ScriptLike, ...], mode: QueryMode, *, debug: bool = False
 ) -> tuple[tuple[Op, ...], ...]:
     """Turn parsed scripts into the engine's ``Op`` tuples (once per worker).
 
@@ -54,6 +60,9 @@ def compile_scripts(
     prepnum = 0
     compiled: list[tuple[Op, ...]] = []
     for script in scripts:
+        if not isinstance(script, ParsedScript):
+            compiled.append(compile_py(script, mode))
+            continue
         commands = script.commands
         ops: list[Op] = []
         for index, cmd in enumerate(commands):

@@ -38,6 +38,7 @@ from pgsurge.engine.state import (
     E_SERIALIZATION,
     GSET_ALL,
     GSET_ONE,
+    GSET_PY,
     MISSING,
     MODE_EXTENDED,
     MODE_PREPARED,
@@ -215,8 +216,17 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
 
     def store_gset(st: Client, op: Op, res: Any, is_last: bool) -> bool:
         """pgbench ``readCommandResponse``'s \\gset/\\aset handling."""
-        status = res.status
         gset = op.gset
+        if gset == GSET_PY:
+            # a Python transaction's statement: its last result goes to the
+            # generator; in a pipeline (its \endpipeline), every result
+            # (engine.pyworkload)
+            if st.in_pipeline:
+                st.py.results.append(res)
+            elif is_last:
+                st.py.res = res
+            return True
+        status = res.status
         if gset == GSET_ONE and not is_last:
             return True
         if status != TUPLES_OK:

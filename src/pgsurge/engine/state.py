@@ -102,6 +102,8 @@ class OpKind(enum.IntEnum):
     PIPELINE_END = 10
     #: a sentinel after a script's last command
     END = 11
+    #: a Python transaction's driver: advance its generator (engine.pyworkload)
+    PY = 12
 
 
 K_SQL = int(OpKind.SQL)
@@ -116,6 +118,7 @@ K_PSTART = int(OpKind.PIPELINE_START)
 K_PSYNC = int(OpKind.PIPELINE_SYNC)
 K_PEND = int(OpKind.PIPELINE_END)
 K_END = int(OpKind.END)
+K_PY = int(OpKind.PY)
 
 # Query modes
 MODE_SIMPLE = 0
@@ -126,6 +129,8 @@ MODE_PREPARED = 2
 GSET_NONE = 0
 GSET_ONE = 1
 GSET_ALL = 2
+#: a Python transaction's statement whose last result goes to its generator
+GSET_PY = 3
 
 # pgbench's EStatus
 E_NONE = 0
@@ -205,6 +210,8 @@ class Op:
     pipeline_ops: tuple[Op, ...] = ()
     #: under -r with histograms: records each execution's elapsed µs
     rec: Callable[[int], None] | None = None
+    #: K_PY: the transaction's ``engine.pyworkload.PyProgram``
+    py: Any = None
 
 
 @dataclass(slots=True, eq=False)
@@ -263,6 +270,9 @@ class Client:
     unwatched: bool = False
     #: the next START_COMMAND evaluates an \elif (reached by a false jump)
     eval_elif: bool = False
+    #: a Python transaction's generator, context and last result
+    #: (``engine.pyworkload.PyClient``), None until one runs
+    py: Any = None
 
 
 @dataclass(slots=True, eq=False)
@@ -338,6 +348,9 @@ class Settings:
     debug: bool = False
     #: each script's description, as --debug names it
     script_descs: tuple[str, ...] = ()
+    #: run on every new connection before use (a Python workload's
+    #: ``@setup``): None when it went well, else the error message
+    on_connect: Callable[[pgconn.PgConn], str | None] | None = None
 
 
 _monotonic_ns = time.monotonic_ns

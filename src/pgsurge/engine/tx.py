@@ -175,6 +175,12 @@ def make_tx(
         if conn is None:
             error(strip_nl(message))
             return False
+        if s.on_connect is not None:
+            failed = s.on_connect(conn)
+            if failed:
+                error(failed)
+                conn.finish()
+                return False
         conn.set_nonblocking()
         st.conn = conn
         st.raw = conn._pgconn

@@ -43,7 +43,7 @@ from pgsurge.engine.abi import run_flags
 from pgsurge.engine.client import make_engine
 from pgsurge.engine.interrupt import WorkerStop, cancel_in_flight, take_stop
 from pgsurge.engine.loop import EventLoop, LoopOutcome
-from pgsurge.engine.program import compile_scripts
+from pgsurge.engine.program import ScriptLike, compile_scripts
 from pgsurge.engine.protocol import (
     Connected,
     Crash,
@@ -56,6 +56,7 @@ from pgsurge.engine.protocol import (
     Steady,
 )
 from pgsurge.engine.reconnect import with_reconnect
+from pgsurge.engine.pyworkload import connect_hook, reported_ops
 from pgsurge.engine.state import Client, Op, Settings, WorkerState
 from pgsurge.engine.throttle import worker_delay_us
 from pgsurge.errors import PROG, PgsurgeError
@@ -86,7 +87,8 @@ class WorkerSpec:
 
     worker_id: int
     config: RunConfig
-    scripts: tuple[ParsedScript, ...]
+    #: parsed scripts, or Python transactions (``pgsurge.workloads``)
+    scripts: tuple[ScriptLike, ...]
     #: the client ids of this worker are first_client .. first_client+n-1
     first_client: int
     nclients: int
@@ -142,6 +144,7 @@ def build_settings(spec: WorkerSpec, end_us: int) -> Settings:
         log=cfg.log,
         debug=cfg.debug,
         script_descs=tuple(s.description or s.name for s in cfg.scripts),
+        on_connect=connect_hook(spec.scripts),
     )
 
 
@@ -378,26 +381,27 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
         # the parent merges them by start time
         rec = WorkerRecorder(
             wstate.stats,
-            [len(s) - 1 for s in scripts],
+            [len(reported_ops(s)) for s in scripts],
             anchor_us=start_us,
             interval_us=1_000_000 * (cfg.progress_s or 1),
         )
         wstate.recorder = rec
         if cfg.report_per_command:
             for ops, recorders in zip(scripts, rec.command, strict=True):
-                for op, record in zip(ops[:-1], recorders, strict=True):
+                for op, record in zip(reported_ops(ops), recorders, strict=True):
                     op.rec = record
     run.recorder = rec
     run.conn_start = _clock()
 
     # the C loop for the runs it covers (pgsurge.engine.fastloop), else Python's
+    parsed = tuple(p for p in spec.scripts if isinstance(p, ParsedScript))
     decided = (
         # --reconnect: the Python engine (engine/reconnect.py)
         "--reconnect runs on the Python engine"
         if cfg.reconnect
-        else fastloop.decide(
-            cfg, spec.scripts, scripts, spec.variables, spec.set_client_id
-        )
+        else "Python workload"
+        if len(parsed) != len(spec.scripts)
+        else fastloop.decide(cfg, parsed, scripts, spec.variables, spec.set_client_id)
     )
     if isinstance(decided, str) and fastloop.required():
         pipe = run.pipe
@@ -443,6 +447,13 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
             _finish_connections(run)
             pipe.send(Fatal())
             return False
+        if settings.on_connect is not None:
+            failed = settings.on_connect(conn)
+            if failed:
+                conn.finish()
+                _finish_connections(run)
+                pipe.send(Fatal(f"{PROG}: error: {failed}\n"))
+                return False
         conn.set_nonblocking()
         st.conn = conn
         st.raw = conn._pgconn
@@ -549,12 +560,14 @@ def _result(run: _Run, usage0: resource.struct_rusage) -> WorkerResult:
 
     # per-command figures leave out each script's END sentinel
     result = WorkerResult.empty(
-        spec.worker_id, spec.nclients, [len(s) - 1 for s in run.scripts]
+        spec.worker_id, spec.nclients, [len(reported_ops(s)) for s in run.scripts]
     )
     result.total = wstate.stats
     result.per_script = wstate.per_script if wstate.per_script is not None else []
     if cfg.report_per_command:
-        result.per_command = [[op.stats for op in ops[:-1]] for ops in run.scripts]
+        result.per_command = [
+            [op.stats for op in reported_ops(ops)] for ops in run.scripts
+        ]
     else:
         result.per_command = []
     result.latency_late = wstate.latency_late

@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TextIO
+from typing import Any, TextIO
 
 from pgsurge.config import InitConfig, PartitionMethod
 from pgsurge.errors import InitError
@@ -123,6 +123,9 @@ def run_init(cfg: InitConfig, *, stream: TextIO | None = None) -> None:
         # pgbench's default method once partitions are asked for
         cfg = replace(cfg, partition_method=PartitionMethod.RANGE)
     out = Output(stream if stream is not None else sys.stderr)
+    if cfg.workload is not None and cfg.workload.loader is not None:
+        _init_workload(cfg, out)
+        return
     session = Session.open(cfg.conn, out)
     try:
         run = _Run(cfg, session)
@@ -143,6 +146,22 @@ def run_init(cfg: InitConfig, *, stream: TextIO | None = None) -> None:
         out.write(f"done in {total:.2f} s ({', '.join(parts)}).\n")
     finally:
         session.close()
+
+
+def _init_workload(cfg: InitConfig, out: Output) -> None:
+    """-i -b NAME / -i -f FILE.py: the Python workload's own loader (a
+    workload without one, py-tpcb, uses pgbench's tables and steps)."""
+    from pgsurge.workloads.loading import run_loader
+
+    session = Session.open(cfg.conn, out)
+    password = session.password
+    session.close()
+
+    def connect() -> psycopg.Connection[Any]:
+        return Session.open(cfg.conn, out, password).conn
+
+    elapsed = run_loader(cfg.workload, connect, cfg.scale, cfg.init_jobs, out.stream)
+    out.write(f"done in {elapsed:.2f} s ({cfg.workload.name}).\n")
 
 
 from pgsurge.init.auto import ensure_initialized  # noqa: E402 (uses run_init)

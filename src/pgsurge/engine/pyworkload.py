@@ -1,0 +1,518 @@
+"""Python transactions on the state machine: a generator as a script.
+
+A workload written in Python (``pgsurge.workloads``) gives the engine plain
+values: per transaction its generator function, its statements (SQL with
+``$n`` parameters) and a few factories (:class:`PyTransactionSpec`). This
+module turns one into ``Op`` records that the ordinary state machine runs,
+so that sending, reading, errors, retries, ``-r``, ``-R``/``-L``, logs and
+the accounting are those of scripts, and adds the one step scripts lack:
+advancing the generator (:func:`make_py`'s ``py_step``).
+
+The ops of a transaction of n statements::
+
+    0        K_PY  start: a new generator (a retry restarts here)
+    2k-1     K_SQL statement k (1..n), parameters in variables "$1".."$m"
+    2k       K_PY  resume: send the statement's result into the generator
+    2n+1     K_SLEEP target of ``yield ctx.sleep(s)`` (never started itself)
+    2n+2     K_PY  resume after the sleep
+    (extended and prepared modes: a yielded batch as a pipeline)
+    2n+3     K_PSTART, 2n+4 K_PY, 2n+5 K_PEND (gset GSET_PY), 2n+6 K_PY
+    2n+5+2k  K_SQL statement k again, its result left to K_PEND (k=1..n)
+    2n+6+2k  K_PY  queue the batch's next statement, or K_PEND
+    last     K_END
+
+A batch (``yield [s1(a), s2(b)]``) gives the generator the list of its
+results: in a pipeline (\\startpipeline, the statements, \\endpipeline,
+whose results ``sql.store_gset`` collects), or in simple mode, where
+libpq has no pipeline, one statement after the other.
+
+A driver op sets ``client.command`` to the statement the generator yielded
+and returns to START_COMMAND, which sends it as any SQL command;
+END_COMMAND then steps to the next index, a resume driver. A script pays one
+int comparison per command for this (START_COMMAND tests ``K_PY`` first,
+so that the statement a driver chose is sent in the same pass), and a
+statement whose result the generator wants has ``gset == GSET_PY``, which
+keeps it off the plain result path (the result is stored by
+``sql.store_gset``). Statements declared with ``fetch=False``
+stay on that path: the generator receives None for them.
+
+The generator is advanced in the client's own step, on its own PRNG
+stream (``ctx.random*``): a retry restores the stream and restarts the
+generator, which then draws the same values, as a script's retry does.
+An exception in the generator aborts the client with the user's
+traceback (frames of the workload's files only).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pgsurge import pgconn
+from pgsurge.config import QueryMode
+from pgsurge.engine import state as C
+from pgsurge.engine.state import (
+    ABORTED,
+    E_META,
+    END_TX,
+    SLEEP,
+    START_COMMAND,
+    Client,
+    Op,
+    Settings,
+    Support,
+)
+from pgsurge.prng import PgPrng
+
+__all__ = [
+    "PyClient",
+    "PyProgram",
+    "PyStatementSpec",
+    "PyTransactionSpec",
+    "compile_py",
+    "make_py",
+    "reported_ops",
+]
+
+#: the variables holding a statement's parameters ($n's value is "$n")
+PARAM_NAMES = tuple(f"${i}" for i in range(1, 65536))
+
+_monotonic_ns = time.monotonic_ns
+
+
+class PyStatementSpec(Protocol):
+    """A declared statement, as the engine needs it."""
+
+    #: unique in the run: names the prepared statement
+    @property
+    def key(self) -> int: ...
+    @property
+    def sql(self) -> str: ...
+    @property
+    def nparams(self) -> int: ...
+    #: the text split at its parameters: literal text at even indexes,
+    #: parameter numbers (1-based) at odd ones
+    @property
+    def simple_parts(self) -> tuple[str | int, ...]: ...
+    #: whether the generator receives the result (else None)
+    @property
+    def fetch(self) -> bool: ...
+    @property
+    def first_line(self) -> str: ...
+
+
+class PyTransactionSpec(Protocol):
+    """A loaded Python transaction (``pgsurge.workloads.loader.Transaction``)."""
+
+    @property
+    def source(self) -> str: ...
+    @property
+    def fn(self) -> Callable[[Any], Generator[Any, Any, Any]]: ...
+    #: every statement of the workload; the first ``nreported`` are those
+    #: the transaction's code names, which -r reports
+    @property
+    def statements(self) -> tuple[PyStatementSpec, ...]: ...
+    @property
+    def nreported(self) -> int: ...
+    #: the code calls ``sleep``: -r reports a row for it
+    @property
+    def uses_sleep(self) -> bool: ...
+    #: the type of ``ctx.sleep()``'s value (a statement call is a
+    #: ``(statement, args)`` tuple)
+    @property
+    def sleep_type(self) -> type: ...
+    #: files whose frames a traceback shows (the workload's own code)
+    @property
+    def user_files(self) -> frozenset[str]: ...
+    def new_context(
+        self, rng: PgPrng, variables: dict[str, Any], client_id: int
+    ) -> Any: ...
+    def wrap_result(self, res: Any) -> Any: ...
+    #: the rows -r reports (each with a ``first_line``)
+    @property
+    def commands(self) -> tuple[Any, ...]: ...
+
+
+@dataclass(slots=True, eq=False)
+class PyProgram:
+    """One transaction compiled for a worker (on each of its ``K_PY`` ops).
+
+    What ``py_step`` reads of the spec is copied here once: the hot path
+    reads slots, not the spec's properties.
+    """
+
+    spec: PyTransactionSpec
+    #: statement -> index of its K_SQL op
+    index: dict[Any, int] = field(default_factory=dict)
+    sleep_index: int = 0
+    #: a batch in a pipeline (extended and prepared modes): where its
+    #: \startpipeline and \endpipeline are, statement -> its op in it
+    pstart_index: int = 0
+    pend_index: int = 0
+    batch_index: dict[Any, int] = field(default_factory=dict)
+    #: the ops -r reports, in the order of ``spec``'s report rows
+    reported: tuple[Op, ...] = ()
+    fn: Callable[[Any], Generator[Any, Any, Any]] | None = None
+    sleep_type: type | None = None
+    wrap: Callable[[Any], Any] | None = None
+
+
+@dataclass(slots=True, eq=False)
+class PyClient:
+    """A client's Python side: its context, generator, last result."""
+
+    ctx: Any
+    gen: Generator[Any, Any, Any] | None = None
+    res: Any = None
+    #: a yielded batch: the statement calls still to send (None: no batch)
+    batch: list[Any] | None = None
+    #: the batch's results so far (in a pipeline, stored by sql.store_gset)
+    results: list[Any] | None = None
+    #: the pipeline's \endpipeline was sent (or, in simple mode, the first
+    #: statement of the batch was)
+    batch_sent: bool = False
+
+
+def compile_py(spec: PyTransactionSpec, mode: QueryMode) -> tuple[Op, ...]:
+    """The ops of one transaction (layout in the module docstring)."""
+    prog = PyProgram(spec)
+    prog.fn = spec.fn
+    prog.sleep_type = spec.sleep_type
+    prog.wrap = spec.wrap_result
+    ops: list[Op] = [Op(C.K_PY, 0, spec.source, py=prog)]
+    for stmt in spec.statements:
+        prog.index[stmt] = len(ops)
+        ops.append(_statement_op(stmt, len(ops), mode))
+        ops.append(Op(C.K_PY, len(ops), spec.source, py=prog))
+    prog.sleep_index = len(ops)
+    sleep_op = Op(C.K_SLEEP, len(ops), "ctx.sleep()", name="sleep")
+    ops.append(sleep_op)
+    ops.append(Op(C.K_PY, len(ops), spec.source, py=prog))
+    if mode is not QueryMode.SIMPLE:
+        # a batch (a yielded list) as a pipeline: \startpipeline, the
+        # statements (copies that leave their results to \endpipeline,
+        # which gives them all to the generator), \endpipeline
+        pstart = Op(C.K_PSTART, len(ops), "", trace="\\startpipeline")
+        prog.pstart_index = len(ops)
+        ops.append(pstart)
+        ops.append(Op(C.K_PY, len(ops), spec.source, py=prog))
+        prog.pend_index = len(ops)
+        pend = Op(C.K_PEND, len(ops), "", gset=C.GSET_PY, trace="\\endpipeline")
+        ops.append(pend)
+        ops.append(Op(C.K_PY, len(ops), spec.source, py=prog))
+        inner = []
+        for stmt in spec.statements:
+            prog.batch_index[stmt] = len(ops)
+            op = _statement_op(stmt, len(ops), mode)
+            op.gset = C.GSET_NONE
+            inner.append(op)
+            ops.append(op)
+            ops.append(Op(C.K_PY, len(ops), spec.source, py=prog))
+        pstart.pipeline_ops = tuple(inner)
+    ops.append(Op(C.K_END, len(ops), ""))
+    reported = [ops[prog.index[s]] for s in spec.statements[: spec.nreported]]
+    if spec.uses_sleep:
+        reported.append(sleep_op)
+    prog.reported = tuple(reported)
+    return tuple(ops)
+
+
+def connect_hook(
+    scripts: Sequence[object],
+) -> Callable[[pgconn.PgConn], str | None] | None:
+    """What to run on each new connection: the ``@setup`` of every Python
+    workload of the run (once per workload), or None. A transaction of a
+    workload with one has a ``setup_connection(conn)`` returning None, or
+    the message of its failure."""
+    hooks: dict[str, Callable[[pgconn.PgConn], str | None]] = {}
+    for script in scripts:
+        hook = getattr(script, "setup_connection", None)
+        if hook is not None:
+            hooks.setdefault(str(getattr(script, "workload", "")), hook)
+    if not hooks:
+        return None
+    todo = tuple(hooks.values())
+
+    def on_connect(conn: pgconn.PgConn) -> str | None:
+        for hook in todo:
+            failed = hook(conn)
+            if failed:
+                return failed
+        return None
+
+    return on_connect
+
+
+def reported_ops(ops: tuple[Op, ...]) -> tuple[Op, ...]:
+    """The ops whose figures -r reports: a script's commands, or a Python
+    transaction's statements (and its sleeps)."""
+    if ops[0].kind == C.K_PY:
+        prog: PyProgram = ops[0].py
+        return prog.reported
+    return ops[:-1]
+
+
+def _statement_op(stmt: PyStatementSpec, index: int, mode: QueryMode) -> Op:
+    op = Op(C.K_SQL, index, stmt.first_line)
+    op.gset = C.GSET_PY if stmt.fetch else C.GSET_NONE
+    n = stmt.nparams
+    if mode is QueryMode.SIMPLE:
+        op.sql = stmt.sql.encode()
+        if n:
+            op.parts = tuple(
+                str(p) if i % 2 == 0 else PARAM_NAMES[int(p) - 1]
+                for i, p in enumerate(stmt.simple_parts)
+            )
+    else:
+        op.sql = stmt.sql.encode()
+        op.names = PARAM_NAMES[:n]
+        if n == 1:
+            op.param1 = PARAM_NAMES[0]
+        if mode is QueryMode.PREPARED:
+            op.prepname = b"PY_%d" % stmt.key
+    return op
+
+
+def _literal(value: object) -> str:
+    """A parameter as an SQL literal (simple mode substitutes text)."""
+    if value is None:
+        return "NULL"
+    if type(value) is bool:
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value) if type(value) is float else str(value)
+    text = value.decode() if isinstance(value, bytes) else str(value)
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _text(value: object) -> str | int:
+    """A parameter as the text sent (extended and prepared modes)."""
+    if type(value) is bool:
+        return "true" if value else "false"
+    if type(value) is float:
+        return repr(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    return str(value)
+
+
+def user_traceback(exc: BaseException, files: frozenset[str]) -> str:
+    """The exception with the frames of the workload's files only."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in files]
+    text = "".join(traceback.format_exception_only(type(exc), exc)).rstrip("\n")
+    if not frames:
+        return text
+    return (
+        "Traceback (most recent call last):\n"
+        + "".join(traceback.format_list(frames))
+        + text
+    )
+
+
+def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
+    """``py_step(client, op)``: run a ``K_PY`` op; returns the next state."""
+    simple = s.query_mode == C.MODE_SIMPLE
+    names = PARAM_NAMES
+    error = sup.error
+    monotonic_ns = _monotonic_ns
+
+    def fail(st: Client, prog: PyProgram, message: str) -> int:
+        error(
+            f"client {st.id} aborted in script {st.script} "
+            f"({prog.spec.source}):\n{message}"
+        )
+        py = st.py
+        if py is not None:
+            py.gen = None
+            py.res = None
+        st.estatus = E_META
+        return ABORTED
+
+    def where(gen: Generator[Any, Any, Any]) -> str:
+        frame = getattr(gen, "gi_frame", None)
+        if frame is None:
+            return ""
+        return f'File "{frame.f_code.co_filename}", line {frame.f_lineno}: '
+
+    def bad_item(st: Client, prog: PyProgram, gen: Any, item: object) -> int:
+        """The generator yielded something that is not a statement call of
+        this workload nor a sleep."""
+        if type(item) is tuple and len(item) == 2 and hasattr(item[0], "first_line"):
+            what = f"the statement {item[0]!r} is not one of this workload's"
+        else:
+            what = (
+                f"yielded {item!r} ({type(item).__name__}), not a statement "
+                "call or ctx.sleep()"
+            )
+        return fail(st, prog, where(gen) + what)
+
+    def new_generator(st: Client, prog: PyProgram) -> PyClient | int:
+        """The first step of a try: a new generator (a retry restarts it);
+        the abort state when calling the function failed."""
+        py: PyClient | None = st.py
+        if py is None:
+            py = st.py = PyClient(prog.spec.new_context(st.rng, st.variables, st.id))
+        elif py.gen is not None:
+            try:
+                py.gen.close()
+            except Exception:
+                pass
+        py.res = None
+        py.batch = py.results = None
+        try:
+            py.gen = prog.fn(py.ctx)  # type: ignore[misc]
+        except Exception as e:
+            return fail(st, prog, user_traceback(e, prog.spec.user_files))
+        return py
+
+    def set_params(st: Client, args: tuple[Any, ...]) -> None:
+        """A statement's parameters into the variables "$1".."$n"."""
+        variables = st.variables
+        if simple:
+            for name, v in zip(names, args, strict=False):
+                variables[name] = v if type(v) is int else _literal(v)
+            return
+        for name, v in zip(names, args, strict=False):
+            tv = type(v)
+            if tv is int or tv is str:
+                variables[name] = v
+            elif v is None:
+                variables.pop(name, None)
+            else:
+                variables[name] = _text(v)
+
+    def batch_step(st: Client, prog: PyProgram, py: PyClient) -> int:
+        """The next step of a batch: a state, or -1 once its results are
+        all in ``py.results``.
+
+        In a pipeline: each statement is queued in turn, then
+        \\endpipeline, whose results ``sql.store_gset`` appends to
+        ``py.results``. In simple mode (no pipeline there): one statement
+        after the other, each result appended here."""
+        batch = py.batch
+        results = py.results
+        assert batch is not None and results is not None
+        if simple and py.batch_sent:
+            results.append(py.res)
+            py.res = None
+        if batch:
+            item = batch.pop(0)
+            index = prog.index if simple else prog.batch_index
+            i = -1
+            if type(item) is tuple and len(item) == 2:
+                i = index.get(item[0], -1)
+            if i < 0:
+                py.batch = None
+                return bad_item(st, prog, py.gen, item)
+            set_params(st, item[1])
+            py.batch_sent = True
+            st.command = i
+            return START_COMMAND
+        if not simple and py.batch_sent and st.command != prog.pend_index + 1:
+            # every statement is queued: \endpipeline, then the results
+            st.command = prog.pend_index
+            return START_COMMAND
+        py.batch = None
+        return -1
+
+    def resume(st: Client, prog: PyProgram, py: PyClient, value: Any) -> int:
+        """Send ``value`` into the generator; file what it yields next
+        (``py_step`` has the common case inline)."""
+        gen = py.gen
+        try:
+            item = gen.send(value)  # type: ignore[union-attr]
+        except StopIteration:
+            py.gen = None
+            return END_TX
+        except Exception as e:
+            return fail(st, prog, user_traceback(e, prog.spec.user_files))
+        if type(item) is tuple:
+            try:
+                i = prog.index[item[0]]
+            except (KeyError, IndexError, TypeError):
+                return bad_item(st, prog, gen, item)
+            set_params(st, item[1])
+            st.command = i
+            return START_COMMAND
+        return other_item(st, prog, py, item)
+
+    def other_item(st: Client, prog: PyProgram, py: PyClient, item: Any) -> int:
+        """What the generator yielded is not a statement call: a sleep, a
+        batch, or a mistake."""
+        if type(item) is prog.sleep_type:
+            st.command = prog.sleep_index
+            st.sleep_until = monotonic_ns() // 1000 + item.usec  # type: ignore[attr-defined]
+            return SLEEP
+        if type(item) is list:
+            # a batch: a pipeline (extended, prepared) or one by one (simple)
+            py.batch = list(item)
+            py.results = []
+            py.batch_sent = False
+            if simple or not item:
+                state = batch_step(st, prog, py)
+                if state >= 0:
+                    return state
+                py.results = None
+                return resume(st, prog, py, [])  # an empty batch
+            st.command = prog.pstart_index
+            return START_COMMAND
+        return bad_item(st, prog, py.gen, item)
+
+    def py_step(st: Client, op: Op) -> int:
+        """Send the last result into the generator (None first, and for a
+        statement not fetched); file what it yields. The common case (a
+        statement call after a statement) inline: this runs per statement."""
+        prog: PyProgram = op.py
+        if op.index == 0:
+            started = new_generator(st, prog)
+            if type(started) is int:
+                return started
+            return resume(st, prog, started, None)  # type: ignore[arg-type]
+        py: PyClient = st.py
+        if py.batch is not None:
+            state = batch_step(st, prog, py)
+            if state >= 0:
+                return state
+            results = py.results or []
+            py.results = None
+            wrap = prog.wrap
+            values = [None if r is None else wrap(r) for r in results]  # type: ignore[misc]
+            return resume(st, prog, py, values)
+        value = py.res
+        if value is not None:
+            py.res = None
+            value = prog.wrap(value)  # type: ignore[misc]
+        gen = py.gen
+        try:
+            item = gen.send(value)  # type: ignore[union-attr]
+        except StopIteration:
+            py.gen = None
+            return END_TX
+        except Exception as e:
+            return fail(st, prog, user_traceback(e, prog.spec.user_files))
+        if type(item) is not tuple:
+            return other_item(st, prog, py, item)
+        try:
+            i = prog.index[item[0]]
+        except (KeyError, IndexError, TypeError):
+            return bad_item(st, prog, gen, item)
+        variables = st.variables
+        if simple:
+            for name, v in zip(names, item[1], strict=False):
+                variables[name] = v if type(v) is int else _literal(v)
+        else:
+            for name, v in zip(names, item[1], strict=False):
+                tv = type(v)
+                if tv is int or tv is str:
+                    variables[name] = v
+                elif v is None:
+                    variables.pop(name, None)
+                else:
+                    variables[name] = _text(v)
+        st.command = i
+        return START_COMMAND
+
+    return py_step
