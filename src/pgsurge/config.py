@@ -160,6 +160,10 @@ class RunConfig:
     json_path: str | None = None
     #: --html FILE: the HTML report of the run (a file, never stdout)
     html_path: str | None = None
+    #: --dask: a Dask scheduler address (the run's workers are dealt over
+    #: its workers, see pgsurge.distributed) or ``local:N`` (a local cluster
+    #: of N workers); None: this machine's processes
+    dask: str | None = None
 
     @property
     def total_weight(self) -> int:

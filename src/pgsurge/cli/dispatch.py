@@ -138,7 +138,12 @@ def _dispatch(cfg: InitConfig | RunConfig) -> int:
     _startup_done()
     if conn.embedded:
         ensure_initialized(conn)
-    status = run(replace(cfg, conn=conn))
+    drive = None
+    if cfg.dask is not None:  # the workers run on the hosts of a Dask cluster
+        from pgsurge.distributed import dask_driver
+
+        drive = dask_driver(cfg.dask)
+    status = run(replace(cfg, conn=conn), drive=drive)
     return int(status)
 
 

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, TextIO
 from pgsurge.cli.getopt import Getopt, LongOption
 from pgsurge.cli.values import (
     check_output_path,
+    parse_dask_address,
     parse_int_option,
     parse_percentiles,
     parse_random_seed,
@@ -120,6 +121,7 @@ LONG_OPTIONS: tuple[LongOption, ...] = (
     LongOption("extended-report", False, "extended-report", extension=True),
     LongOption("json", True, "json", extension=True),
     LongOption("html", True, "html", extension=True),
+    LongOption("dask", True, "dask", extension=True),
 )
 
 #: long options with an optional value (getopt_long's optional_argument)
@@ -213,6 +215,7 @@ class _State:
     client_cpu: bool = False
     json_path: str | None = None
     html_path: str | None = None
+    dask: str | None = None
 
 
 class _Getopt(Getopt):
@@ -531,6 +534,9 @@ class _CommandLine:
             case "html":
                 st.benchmarking_option_set = True
                 st.html_path = arg
+            case "dask":
+                st.benchmarking_option_set = True
+                st.dask = parse_dask_address(arg)
             case _:  # pragma: no cover - the table and this switch disagree
                 raise AssertionError(f"unhandled option {key}")
 
@@ -693,6 +699,7 @@ class _CommandLine:
             client_cpu=st.client_cpu,
             json_path=st.json_path,
             html_path=st.html_path,
+            dask=st.dask,
         )
 
 

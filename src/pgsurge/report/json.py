@@ -282,6 +282,8 @@ def build_document(result: RunResult, config: RunConfig) -> dict[str, Any]:
         "clients_finished": result.clients_finished,
         "abort_messages": list(result.abort_messages),
     }
+    if result.hosts:  # a multi-host run (--dask)
+        doc["hosts"] = [dict(h) for h in result.hosts]
     return doc
 
 

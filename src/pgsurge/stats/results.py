@@ -377,6 +377,9 @@ class RunResult:
     #: monotonic timestamps above as dates
     epoch_shift_us: int = 0
     abort_messages: list[str] = field(default_factory=list)
+    #: a multi-host run's hosts (``distributed.plan.HostInfo.to_dict``:
+    #: address, clients, clock offset, own figures, lost); empty otherwise
+    hosts: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def aborted(self) -> bool:
@@ -478,6 +481,7 @@ class RunResult:
             "worker_cpu": [c.to_dict() for c in self.worker_cpu],
             "epoch_shift_us": self.epoch_shift_us,
             "abort_messages": list(self.abort_messages),
+            "hosts": [dict(h) for h in self.hosts],
         }
 
     @classmethod
@@ -505,6 +509,7 @@ class RunResult:
             worker_cpu=[WorkerCpu.from_dict(c) for c in data.get("worker_cpu", [])],
             epoch_shift_us=int(data.get("epoch_shift_us", 0)),
             abort_messages=[str(m) for m in data.get("abort_messages", [])],
+            hosts=[dict(h) for h in data.get("hosts", [])],
         )
 
 
