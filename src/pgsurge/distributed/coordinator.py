@@ -26,12 +26,15 @@ The coordinator then:
    :class:`~pgsurge.stats.results.RunResult`, which the runner reports as
    any run, with the hosts, their clock offsets and figures in the JSON.
 
-A host that sends nothing (not even its heartbeat) for a grace period is
-lost: ``host … lost`` on stderr; the others run on, and the run ends as an
-aborted one (status 2) with the merged result of the hosts that finished,
-its clients counted as aborted. A worker failure on a host (a client that
-cannot connect, ``--exit-on-abort``) ends the run as it would on one
-machine, after the other hosts are told to stop. Ctrl-C stops every host.
+A host whose Dask worker leaves the cluster, or that sends nothing (not
+even its heartbeat) for a grace period, is lost: ``host … lost`` on
+stderr. The other hosts are then stopped and return what they measured
+(their workers' last ``-P`` snapshots: hosts always tick at least every
+second), and the run ends as an aborted one (status 2) with that partial
+merged result, the lost host's clients counted as aborted. A worker
+failure on a host (a client that cannot connect, ``--exit-on-abort``)
+ends the run as it would on one machine, after the other hosts are told
+to stop. Ctrl-C stops every host.
 Connection parameters (passwords included) travel inside the task's
 arguments and are never printed or logged.
 """
@@ -75,6 +78,8 @@ CLOCK_PROBES = 5
 PROGRESS_GRACE_US = 2_000_000
 #: a host silent for max(this, 3 -P intervals) is lost
 LOSS_GRACE_S = 5.0
+#: how long the other hosts may take to stop after a host was lost
+STOP_WAIT_S = 5.0
 
 INSTALL_HINT = "Install it with: pip install 'pgsurge[dask]'"
 WORKER_HINT = (
@@ -195,6 +200,9 @@ class _Coordinator:
         self.start_at = 0
         self.reporter: Any = None
         self.printed = 0
+        #: after a host was lost: until when the others may take to stop
+        self.stop_deadline = 0.0
+        self.next_member_check = 0.0
 
     # -- messages ----------------------------------------------------------
 
@@ -224,7 +232,8 @@ class _Coordinator:
         now = time.monotonic()
         for host in self.hosts:
             if host.live and now - host.last_seen > self.loss_grace_s:
-                self.lose(host, now - host.last_seen)
+                self.lose(host, f"no word from it for {now - host.last_seen:.1f} s")
+        self.check_members()
         if self.reporter is not None:
             self.progress()
 
@@ -255,7 +264,8 @@ class _Coordinator:
         host.outcome = outcome
         host.last_seen = time.monotonic()
         match outcome.status:
-            case "done":
+            case "done" | "stopped":
+                host.info.partial = outcome.status == "stopped"
                 offset = host.info.clock_offset_us
                 outcome.results = [
                     to_coordinator_clock(r, offset) for r in outcome.results
@@ -278,16 +288,35 @@ class _Coordinator:
                 )
                 raise RunFailed(ExitStatus.RUN_ABORTED)
 
-    def lose(self, host: _Host, silent_s: float) -> None:
+    def lose(self, host: _Host, why: str) -> None:
+        """Give ``host`` up; stop the others, which return what they
+        measured until then (the run's report is of that)."""
         host.info.lost = True
         self.say(
-            f"{PROG}: error: host {host.info.index} ({host.info.name}, "
-            f"{host.info.address}) lost: no word from it for {silent_s:.1f} s\n"
+            f"{PROG}: error: host {host.info.index} ({host.info.address}) lost: {why}\n"
         )
         with suppress(Exception):
             self.client.cancel([host.future])
         if not self.started:
             raise RunFailed(ExitStatus.RUN_ABORTED)
+        if not self.stop_deadline:
+            self.stop_all()
+            self.stop_deadline = time.monotonic() + STOP_WAIT_S
+
+    def check_members(self) -> None:
+        """A host whose Dask worker left the cluster is lost at once (a
+        killed worker's connection to the scheduler closes)."""
+        now = time.monotonic()
+        if now < self.next_member_check:
+            return
+        self.next_member_check = now + 1.0
+        try:
+            present = set(self.client.scheduler_info()["workers"])
+        except Exception:
+            return  # the silence grace still applies
+        for host in self.hosts:
+            if host.live and host.info.address not in present:
+                self.lose(host, "its Dask worker left the cluster")
 
     # -- phases ------------------------------------------------------------
 
@@ -374,6 +403,10 @@ class _Coordinator:
         self.start(specs)
         while any(h.live for h in self.hosts):
             self.pump()
+            if self.stop_deadline and time.monotonic() > self.stop_deadline:
+                for host in self.hosts:
+                    if host.live:
+                        self.lose(host, "it did not stop when told")
         return self.merge()
 
     def merge(self) -> RunResult:

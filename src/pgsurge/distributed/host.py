@@ -83,7 +83,8 @@ class HostOutcome:
     """What a host task returns (pickled back to the coordinator).
 
     ``status``: ``done`` (``results`` holds every worker's), ``stopped``
-    (the coordinator said stop), ``fatal`` (pgbench's ``pg_fatal`` in a
+    (the coordinator said stop: ``results`` holds what was measured until
+    then, see ``_Relay.partial``), ``fatal`` (pgbench's ``pg_fatal`` in a
     worker: ``text`` to print, the run ends with status 1), ``aborted``
     (``--exit-on-abort``, a crash or a lost worker process: status 2),
     ``stale`` (the run had started before this task did).
@@ -120,6 +121,13 @@ class _Relay:
         self.emit = emit
         self.stop_set = stop_set
         self.next_beat = 0.0
+        n = len(pool.pipes)
+        #: each process's latest -P snapshot and its time, and the results
+        #: of those done: what a stopped host returns
+        self.snaps = [StatsData() for _ in range(n)]
+        self.nows = [0] * n
+        self.done: dict[int, WorkerResult] = {}
+        self.go_us = 0
 
     def beat(self) -> None:
         """A heartbeat once a second, and a look at the stop event."""
@@ -169,10 +177,8 @@ class _Relay:
         pipes = self.pool.pipes
         n = len(pipes)
         ticks = [0] * n
-        nows = [0] * n
-        snaps = [StatsData() for _ in range(n)]
+        nows, snaps, results = self.nows, self.snaps, self.done
         sent = 0
-        results: dict[int, WorkerResult] = {}
         pending = set(range(n))
         while pending:
             self.beat()
@@ -208,6 +214,22 @@ class _Relay:
                 sent = tick
         return [results[i] for i in range(n)]
 
+    def partial(self, specs: Sequence[WorkerSpec]) -> list[WorkerResult]:
+        """What was measured when the run was stopped: the results of the
+        processes done, the last -P snapshot of the others (counters only:
+        no histograms, no per-command figures)."""
+        out = []
+        for i, spec in enumerate(specs):
+            if i in self.done:
+                out.append(self.done[i])
+                continue
+            result = WorkerResult(spec.worker_id, spec.nclients, total=self.snaps[i])
+            result.conn_start_us = result.bench_start_us = self.go_us
+            result.end_us = max(self.nows[i], self.go_us)
+            result.client_tx_counts = [0] * spec.nclients
+            out.append(result)
+        return out
+
 
 def _allow_children() -> None:
     """Dask runs a nanny's worker as a daemonic process by default, and
@@ -233,9 +255,17 @@ def host_task(run_id: str, host: int, specs: Sequence[WorkerSpec]) -> HostOutcom
     def emit(msg: dict[str, Any]) -> None:
         worker.log_event(topic, msg)
 
-    # -l timestamps: Unix time on this host's clock
+    # -l timestamps: Unix time on this host's clock; a -P tick every second
+    # at least, so that a stopped host can tell what it measured
     shift = time.time_ns() // 1000 - monotonic_us()
-    specs = [replace(s, epoch_shift_us=shift) for s in specs]
+    specs = [
+        replace(
+            s,
+            epoch_shift_us=shift,
+            config=s.config if s.config.progress_s else replace(s.config, progress_s=1),
+        )
+        for s in specs
+    ]
     _allow_children()
     pool = WorkerPool(specs)
     relay = _Relay(host, pool, emit, stop_ev.is_set)
@@ -254,10 +284,13 @@ def host_task(run_id: str, host: int, specs: Sequence[WorkerSpec]) -> HostOutcom
         delay = start_us - monotonic_us()
         if delay > 0:
             time.sleep(delay / 1e6)
+        relay.go_us = monotonic_us()
         pool.send_all(Go())
         results = relay.results()
     except _Stop as stop:
         pool.stop()
+        if stop.outcome.status == "stopped" and relay.go_us:
+            stop.outcome.results = relay.partial(specs)
         emit({"kind": stop.outcome.status, "host": host, "text": stop.outcome.text})
         return stop.outcome
     except BaseException:

@@ -106,6 +106,9 @@ class HostInfo:
     clock_offset_us: int = 0
     clock_rtt_us: int = 0
     lost: bool = False
+    #: stopped before its end (another host was lost): its figures are
+    #: its workers' last -P snapshots
+    partial: bool = False
     #: the host's own figures (its workers merged), when it finished
     transactions: int = 0
     failed: int = 0
@@ -126,6 +129,7 @@ class HostInfo:
             "clock_offset_us": self.clock_offset_us,
             "clock_rtt_us": self.clock_rtt_us,
             "lost": self.lost,
+            "partial": self.partial,
             "transactions": self.transactions,
             "failed": self.failed,
             "latency_avg_ms": self.latency_avg_ms,
