@@ -308,3 +308,48 @@ def test_lost_host_ends_the_run_with_a_partial_report(
     processed = re.search(r"number of transactions actually processed: (\d+)", stdout)
     assert processed is not None, stdout
     assert int(processed.group(1)) > 100
+
+
+def test_interrupt_stops_every_host(
+    bench_db: str, cluster: Cluster, tmp_path: Path
+) -> None:
+    err_path = tmp_path / "stderr"
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(
+            _pgsurge(
+                *("--dask", cluster.address, "-n", "-S", "-T", "60", "-c", "4"),
+                *("-j", "2", bench_db),
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=base_env(),
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "pgsurge: dask:" not in err_path.read_text():
+            assert proc.poll() is None, err_path.read_text()
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        time.sleep(3)
+        assert _clients(bench_db) == 4
+        proc.send_signal(signal.SIGINT)  # the coordinator only, as a Ctrl-C
+        proc.wait(20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # the hosts stop their workers: their connections go away
+    deadline = time.monotonic() + 10
+    while _clients(bench_db):
+        assert time.monotonic() < deadline, "the hosts kept running"
+        time.sleep(0.2)
+
+
+def _clients(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "select count(*) from pg_stat_activity"
+            " where datname = current_database() and pid <> pg_backend_pid()"
+            " and application_name = 'pgsurge'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])

@@ -81,6 +81,20 @@ LOSS_GRACE_S = 5.0
 #: how long the other hosts may take to stop after a host was lost
 STOP_WAIT_S = 5.0
 
+#: a local cluster shares this machine with the load: its worker processes
+#: must be allowed to have children (pgsurge's workers), and Dask's own
+#: periodic chores that a pgsurge run does not need are off or rarer (the
+#: statistical profiler samples a busy task's thread 100 times a second)
+LOCAL_CLUSTER_CONFIG: dict[str, Any] = {
+    "distributed.worker.daemon": False,
+    "distributed.worker.profile.enabled": False,
+    "distributed.scheduler.work-stealing": False,
+    "distributed.admin.system-monitor.interval": "5s",
+    "distributed.admin.system-monitor.disk": False,
+    "distributed.admin.tick.interval": "500ms",
+    "distributed.worker.memory.monitor-interval": "1s",
+}
+
 INSTALL_HINT = "Install it with: pip install 'pgsurge[dask]'"
 WORKER_HINT = (
     "Start each load host with: dask worker tcp://SCHEDULER:8786 "
@@ -114,8 +128,7 @@ def _client(address: str) -> Iterator[Any]:
     try:
         if address.startswith("local:"):
             nworkers = int(address.removeprefix("local:"))
-            # the worker processes must be allowed to have children
-            with dask.config.set({"distributed.worker.daemon": False}):
+            with dask.config.set(LOCAL_CLUSTER_CONFIG):
                 cluster = LocalCluster(
                     n_workers=nworkers,
                     threads_per_worker=1,
@@ -277,7 +290,14 @@ class _Coordinator:
                     total.merge(r.total)
                 host.stats = total
             case "fatal":
-                self.say(outcome.text)
+                # the worker printed its message on the host's stderr, or
+                # left it to the parent (us)
+                self.say(
+                    outcome.text
+                    or f"{PROG}: error: host {host.info.index} "
+                    f"({host.info.address}) failed (its messages are on its "
+                    "stderr)\n"
+                )
                 raise RunFailed(ExitStatus.ERROR)
             case _:
                 if outcome.text:

@@ -241,9 +241,32 @@ def _allow_children() -> None:
         me._config["daemon"] = False
 
 
+#: the Dask worker's periodic callbacks paused while a host task runs: its
+#: statistical profiler samples the frames of a running task's thread 100
+#: times a second, in the Dask worker process, beside the load
+_PAUSED_CALLBACKS = ("profile", "profile-cycle")
+
+
+def _pause_profiler(worker: Any) -> Callable[[], None]:
+    """Pause the worker's profiler (on its event loop); the resume function."""
+    callbacks = [
+        pc
+        for name, pc in getattr(worker, "periodic_callbacks", {}).items()
+        if name in _PAUSED_CALLBACKS and pc.is_running()
+    ]
+    for pc in callbacks:
+        worker.loop.add_callback(pc.stop)
+
+    def resume() -> None:
+        for pc in callbacks:
+            worker.loop.add_callback(pc.start)
+
+    return resume
+
+
 def host_task(run_id: str, host: int, specs: Sequence[WorkerSpec]) -> HostOutcome:
     """The task of one host; see the module docstring."""
-    from distributed import Event, Variable, get_worker
+    from distributed import Event, get_worker
 
     worker = get_worker()
     n = names(run_id)
@@ -267,13 +290,31 @@ def host_task(run_id: str, host: int, specs: Sequence[WorkerSpec]) -> HostOutcom
         for s in specs
     ]
     _allow_children()
+    resume = _pause_profiler(worker)
+    try:
+        return _host(host, specs, emit, start_ev, go_ev, stop_ev, n["start_at"])
+    finally:
+        resume()
+
+
+def _host(
+    host: int,
+    specs: Sequence[WorkerSpec],
+    emit: Callable[[dict[str, Any]], None],
+    start_ev: Any,
+    go_ev: Any,
+    stop_ev: Any,
+    start_at_name: str,
+) -> HostOutcome:
+    from distributed import Variable
+
     pool = WorkerPool(specs)
     relay = _Relay(host, pool, emit, stop_ev.is_set)
     try:
         relay.barrier(Ready)
         emit({"kind": "ready", "host": host})
         relay.await_event(lambda t: bool(start_ev.wait(t)))
-        starts: dict[str, int] = Variable(n["start_at"]).get()
+        starts: dict[str, int] = Variable(start_at_name).get()
         start_us = starts[str(host)]
         end_us = start_us + starts["duration_us"] if starts["duration_us"] else 0
         pool.send_all(Steady(start_us, end_us))
