@@ -7,6 +7,8 @@ from __future__ import annotations
 import io
 import sys
 from contextlib import redirect_stderr
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -131,3 +133,52 @@ def test_without_dask_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> No
     text = err.getvalue()
     assert "--dask needs the Dask distributed package" in text
     assert "pip install 'pgsurge[dask]'" in text
+
+
+def _coordinator_with_two_hosts(start_at: int) -> tuple[Any, io.StringIO]:
+    from pgsurge.distributed.coordinator import _Coordinator, _Host
+    from pgsurge.distributed.plan import HostInfo
+    from pgsurge.stats.progress import ProgressReporter
+
+    err = io.StringIO()
+    coord = _Coordinator(None, SimpleNamespace(progress_s=1), err, "test")
+    coord.start_at = start_at
+    coord.reporter = ProgressReporter(test_start_us=start_at, interval_s=1)
+    for i in range(2):
+        coord.hosts.append(
+            _Host(HostInfo(i, f"tcp://h{i}:1", f"h{i}", 1, 2), future=None, last_seen=0)
+        )
+    return coord, err
+
+
+def _report(host: Any, tick: int, now_us: int, cnt: int) -> None:
+    host.tick, host.now_us = tick, now_us
+    host.stats = StatsData(cnt=cnt)
+
+
+def test_progress_line_waits_for_every_host_then_marks_the_late() -> None:
+    from pgsurge.distributed.coordinator import PROGRESS_GRACE_US
+    from pgsurge.distributed.host import monotonic_us
+
+    start = monotonic_us()
+    coord, err = _coordinator_with_two_hosts(start)
+    h0, h1 = coord.hosts
+    _report(h0, 1, start + 1_000_000, 100)
+    coord.progress()
+    assert err.getvalue() == ""  # host 1 has not reported interval 1 yet
+    _report(h1, 1, start + 1_000_000, 300)
+    coord.progress()
+    assert err.getvalue() == (
+        "progress: 1.0 s, 400.0 tps, lat 0.000 ms stddev 0.000, 0 failed\n"
+    )
+    # interval 2: host 1 is late; within the grace, no line
+    _report(h0, 2, start + 2_000_000, 200)
+    coord.progress()
+    assert len(err.getvalue().splitlines()) == 1
+    # past the grace (interval 2 ended long ago), the line goes without it
+    coord.start_at = start - 2_000_000 - PROGRESS_GRACE_US
+    coord.progress()
+    lines = err.getvalue().splitlines()
+    assert lines[1] == (
+        "progress: 2.0 s, 100.0 tps, lat 0.000 ms stddev 0.000, 0 failed, hosts 1/2"
+    )
