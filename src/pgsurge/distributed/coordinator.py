@@ -76,7 +76,7 @@ START_LEAD_US = 2_000_000
 CLOCK_PROBES = 5
 #: a -P line waits this long after its interval for late hosts
 PROGRESS_GRACE_US = 2_000_000
-#: a host silent for max(this, 3 -P intervals) is lost
+#: a host silent this long (it beats every second, whatever -P) is lost
 LOSS_GRACE_S = 5.0
 #: how long the other hosts may take to stop after a host was lost
 STOP_WAIT_S = 5.0
@@ -208,7 +208,7 @@ class _Coordinator:
         self.names = names(run_id)
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.hosts: list[_Host] = []
-        self.loss_grace_s = max(LOSS_GRACE_S, 3.0 * facts.progress_s)
+        self.loss_grace_s = LOSS_GRACE_S
         self.started = False
         self.start_at = 0
         self.reporter: Any = None
@@ -447,6 +447,11 @@ class _Coordinator:
         first = min(r.conn_start_us for r in results)
         result.conn_elapsed_us = max(0, max(connected) - first)
         result.aborted_clients += sum(h.info.clients for h in self.hosts if h.info.lost)
+        if any(h.info.lost or h.info.partial for h in self.hosts):
+            # histograms and series of only some hosts would pass for the
+            # run's: a partial run reports counters only
+            result.histograms = None
+            result.intervals = []
         result.hosts = [h.info.to_dict() for h in self.hosts]
         return result
 
