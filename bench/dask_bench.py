@@ -3,7 +3,7 @@
 Run::
 
     .venv/bin/python bench/dask_bench.py [CONNINFO] [--duration 10] [--pairs 4]
-        [-c 4] [-j 2] [--args "MORE RUN OPTIONS"]
+        [-c 4] [-j 2] [--hosts 1] [--args "MORE RUN OPTIONS"]
 
 CONNINFO names a maintenance database on the server (default:
 ``$PGSURGE_BENCH_DSN``, else ``$PGSURGE_TEST_DSN``, else a new embedded
@@ -12,11 +12,12 @@ PostgreSQL 18.6 in a temporary directory, removed at the end). A database
 
 Both variants run the select-only builtin (``-S``) with the same clients and
 workers for ``--duration`` seconds, as ``python -m pgsurge`` (what a user
-types); the Dask one adds ``--dask local:1``: a local cluster of one
-worker process on loopback, which starts pgsurge's worker processes from
-its task and relays their progress. Pairs run ABBA (plain first in even
-pairs, Dask first in odd ones, after an uncounted warm-up pair), each run
-after a CHECKPOINT, so slow drifts of the server hit both alike.
+types); the Dask one adds ``--dask local:1`` (``--hosts N``: ``local:N``):
+a local cluster of one worker process on loopback, which starts
+pgsurge's worker processes from its task and relays their progress.
+Pairs run ABBA (plain first in even pairs, Dask first in odd ones, after
+an uncounted warm-up pair), each run after a CHECKPOINT, so slow drifts of
+the server hit both alike.
 
 Output: one line per run (its tps, "without initial connection time", as
 the report prints it), then each variant's median tps and the median over
@@ -41,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _suite_proc import SuiteServer
 from _suite_stats import abba_order
 
-PLAIN, DASK = "plain", "dask local:1"
+PLAIN = "plain"
 _TPS = re.compile(r"^tps = ([0-9.]+) \(without initial connection time\)$", re.M)
 
 
@@ -50,10 +51,11 @@ def _env() -> dict[str, str]:
 
 
 def _run(variant: str, dsn: str, opts: argparse.Namespace) -> float:
+    """One run's tps; ``variant`` is PLAIN or a ``--dask`` value."""
     args = [sys.executable, "-m", "pgsurge", "-n", "-S", "-c", str(opts.clients)]
     args += ["-j", str(opts.jobs), "-T", str(opts.duration), *shlex.split(opts.args)]
-    if variant == DASK:
-        args += ["--dask", "local:1"]
+    if variant != PLAIN:
+        args += ["--dask", variant]
     proc = subprocess.run(
         [*args, dsn], capture_output=True, text=True, env=_env(), timeout=600
     )
@@ -71,12 +73,16 @@ def main() -> int:
     p.add_argument("-c", "--clients", type=int, default=4)
     p.add_argument("-j", "--jobs", type=int, default=2)
     p.add_argument("--args", default="", help="more options for both variants")
+    p.add_argument(
+        "--hosts", type=int, default=1, help="N of --dask local:N (default 1)"
+    )
     opts = p.parse_args()
     dsn = (
         opts.dsn
         or os.environ.get("PGSURGE_BENCH_DSN")
         or os.environ.get("PGSURGE_TEST_DSN")
     )
+    dask = f"local:{opts.hosts}"
     with SuiteServer(dsn) as server:
         db = server.recreate_db("pgsurge_dask_bench")
         subprocess.run(
@@ -85,11 +91,11 @@ def main() -> int:
             capture_output=True,
             env=_env(),
         )
-        tps: dict[str, list[float]] = {PLAIN: [], DASK: []}
+        tps: dict[str, list[float]] = {PLAIN: [], dask: []}
         ratios = []
         for pair in range(-1, opts.pairs):
             got = {}
-            for variant in abba_order(pair, PLAIN, DASK):
+            for variant in abba_order(pair, PLAIN, dask):
                 server.checkpoint()
                 got[variant] = _run(variant, db, opts)
                 label = "warm-up" if pair < 0 else f"pair {pair}"
@@ -97,7 +103,7 @@ def main() -> int:
             if pair >= 0:
                 for variant, value in got.items():
                     tps[variant].append(value)
-                ratios.append(got[DASK] / got[PLAIN])
+                ratios.append(got[dask] / got[PLAIN])
         print()
         for variant, values in tps.items():
             print(f"median tps {variant:13} {statistics.median(values):10.1f}")
