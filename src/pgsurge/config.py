@@ -164,6 +164,8 @@ class RunConfig:
     #: its workers, see pgsurge.distributed) or ``local:N`` (a local cluster
     #: of N workers); None: this machine's processes
     dask: str | None = None
+    #: --no-live: no live panel on a terminal (see report/live.py)
+    no_live: bool = False
 
     @property
     def total_weight(self) -> int:

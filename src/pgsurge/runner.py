@@ -50,6 +50,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from multiprocessing.connection import wait
 from typing import NoReturn, TextIO
 
@@ -74,6 +75,7 @@ from pgsurge.engine.protocol import (
 from pgsurge.engine.worker import WorkerSpec
 from pgsurge.errors import PROG, ConnectError, ExitStatus, PgsurgeError
 from pgsurge.prng import derive_streams
+from pgsurge.report import live
 from pgsurge.report.extras import client_limited_warning, render_extras
 from pgsurge.report.text import render_abort_notice, render_banner, render_text
 from pgsurge.script.ast import ParsedScript, Value
@@ -381,6 +383,9 @@ def run(
         partition_method=info.partition_method,
         partitions=info.partitions,
     )
+    show_live = live.live_wanted(
+        err, progress_s=cfg.progress_s, disabled=cfg.no_live or drive is not None
+    )
     epoch_shift_us = time.time_ns() // 1000 - _clock()
     specs = [
         WorkerSpec(
@@ -398,11 +403,13 @@ def run(
             password=password,
             parent_pid=os.getpid(),
             epoch_shift_us=epoch_shift_us,
+            snapshot_s=live.SNAPSHOT_S if show_live else 0,
         )
         for i, (first, count) in enumerate(split_clients(cfg.clients, nthreads))
     ]
     try:
-        result = (drive or _drive_local)(specs, facts, err)
+        local = partial(_drive_local, show_live=show_live)
+        result = (drive or local)(specs, facts, err)
     except _Failed as e:
         out.flush()
         err.flush()
@@ -451,13 +458,17 @@ def _write_html(result: RunResult, cfg: RunConfig, path: str) -> None:
 
 
 def _drive_local(
-    specs: Sequence[WorkerSpec], facts: RunFacts, err: TextIO
+    specs: Sequence[WorkerSpec],
+    facts: RunFacts,
+    err: TextIO,
+    *,
+    show_live: bool = False,
 ) -> RunResult:
     """The default driver: the workers are this machine's processes."""
     workers = _Workers(specs)
     try:
         with _stop_workers_on_signal(workers):
-            result = _drive(workers, specs[0].config, facts, err)
+            result = _drive(workers, specs[0].config, facts, err, show_live=show_live)
     except BaseException:
         workers.stop()
         raise
@@ -466,9 +477,15 @@ def _drive_local(
 
 
 def _drive(
-    workers: _Workers, cfg: RunConfig, facts: RunFacts, err: TextIO
+    workers: _Workers,
+    cfg: RunConfig,
+    facts: RunFacts,
+    err: TextIO,
+    *,
+    show_live: bool = False,
 ) -> RunResult:
-    """The barriers, the progress lines and the results of a started run."""
+    """The barriers, the progress lines (or the live panel) and the results
+    of a started run."""
     _barrier(workers, Ready, err)
     start_us = _clock()
     end_us = start_us + cfg.duration * 1000000 if cfg.duration else 0
@@ -483,38 +500,57 @@ def _drive(
         shift = time.time_ns() // 1000 - _clock() if cfg.progress_timestamp else None
         reporter = ProgressReporter.for_run(facts, start_us, epoch_shift_us=shift)
     n = len(workers.pipes)
+    panel = None
+    if show_live:
+        panel = live.LivePanel(
+            err,
+            start_us=start_us,
+            duration_s=cfg.duration,
+            transactions=cfg.transactions,
+            clients=cfg.clients,
+            nworkers=n,
+        )
+        panel.start()
     ticks = [0] * n
     nows = [start_us] * n
     snapshots = [StatsData() for _ in range(n)]
     printed = 0
     results: dict[int, WorkerResult] = {}
     pending = set(range(n))
-    while pending:
-        ready = wait([workers.pipes[i] for i in pending])
-        for pipe in ready:
-            index = workers.pipes.index(pipe)  # type: ignore[arg-type]
-            match _recv(workers, index):
-                case Progress(tick, now, stats):
-                    ticks[index], nows[index], snapshots[index] = tick, now, stats
-                case Done(result):
-                    results[index] = result
-                    snapshots[index] = result.total
-                    ticks[index] = sys.maxsize
-                    pending.discard(index)
-                case Fatal() as fatal:
-                    _fatal(fatal, err)
-                case _:  # ExitOnAbort, or a message out of order
-                    raise _Failed(ExitStatus.RUN_ABORTED)
-        if reporter is not None and pending:
+    try:
+        while pending:
+            ready = wait([workers.pipes[i] for i in pending])
+            for pipe in ready:
+                index = workers.pipes.index(pipe)  # type: ignore[arg-type]
+                match _recv(workers, index):
+                    case Progress(tick, now, stats):
+                        ticks[index], nows[index], snapshots[index] = tick, now, stats
+                    case Done(result):
+                        results[index] = result
+                        snapshots[index] = result.total
+                        ticks[index] = sys.maxsize
+                        pending.discard(index)
+                    case Fatal() as fatal:
+                        _fatal(fatal, err)
+                    case _:  # ExitOnAbort, or a message out of order
+                        raise _Failed(ExitStatus.RUN_ABORTED)
             tick = min(ticks)
-            if tick > printed:
-                merged = StatsData()
-                for snap in snapshots:
-                    merged.merge(snap)
-                now = max(nows[i] for i in pending)
+            if not pending or tick <= printed:
+                continue
+            printed = tick
+            merged = StatsData()
+            for snap in snapshots:
+                merged.merge(snap)
+            now = max(nows[i] for i in pending)
+            if reporter is not None:
                 err.write(reporter.report(merged, now) + "\n")
                 err.flush()
-                printed = tick
+            elif panel is not None:
+                cpu = [live.proc_cpu_seconds(p.pid) for p in workers.procs]
+                panel.update(merged, now, cpu)
+    finally:
+        if panel is not None:
+            panel.stop()
     return RunResult.from_workers(
         [results[i] for i in range(n)], facts, start_us=start_us
     )

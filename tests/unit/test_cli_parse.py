@@ -401,22 +401,26 @@ def test_help_is_pgbench_help_plus_our_options(pgbench_bin: Path) -> None:
         " FILE\n" + " " * 27 + '("-": stdout, the text report then goes to stderr)\n',
         "  --json": "  --html=FILE              write a self-contained HTML report"
         " to FILE\n",
-        "  --progress-timestamp": "  --percentiles[=LIST]     report latency"
-        " percentiles (default: 50,90,99,99.9)\n",
+        "  --progress-timestamp": "  --no-live                no live panel on the"
+        " terminal during the run\n"
+        "  --percentiles[=LIST]     report latency percentiles (default:"
+        " 50,90,99,99.9)\n",
         "  -d, --dbname": "  --embedded               use pgsurge's embedded"
         " PostgreSQL server\n",
     }
     for before, line in additions.items():
         expected = expected.replace(before, line + before, 1)
+    indent = " " * 27
     expected += (
         "\nCommands:\n"
+        "  pgsurge ab --runs N --a ARGS --b ARGS -- [OPTION]...\n"
+        f"{indent}interleaved A/B runs, then compare (--help for more)\n"
+        "  pgsurge compare BASE.json... --vs NEW.json...\n"
+        f"{indent}noise-aware verdict on results (--help for more)\n"
         "  pgsurge report RESULT.json... [--vs B.json...] -o FILE\n"
-        + " "
-        * 27
-        + "HTML report of --json results (--help for more)\n"
+        f"{indent}HTML report of --json results (--help for more)\n"
         "  pgsurge server start|stop|status|uri\n"
-        + " " * 27
-        + "manage the embedded server\n"
+        f"{indent}manage the embedded server\n"
     )
     result = run_cli(["--help"])
     assert (result.status, result.stderr) == (0, "")

@@ -51,23 +51,33 @@ def module_name(path: Path, src: Path = SRC) -> str:
     return ".".join(rel.parts).removesuffix(".__init__")
 
 
-def imports(tree: ast.AST) -> Iterator[tuple[int, str]]:
-    """(line, imported module) of every absolute import in ``tree``; for
-    ``from pgsurge import x`` the module is ``pgsurge.x`` when ``x`` is a
-    submodule (a unit), else ``pgsurge``."""
+def imports(tree: ast.AST, me: str = "") -> Iterator[tuple[int, str]]:
+    """(line, imported module) of every import in ``tree`` of module ``me``
+    (relative imports resolved against it); for ``from pgsurge import x``
+    the module is ``pgsurge.x`` when ``x`` is a submodule (a unit), else
+    ``pgsurge``."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "pgsurge":
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                # "from .x import y" in a.b.c means a.b.x (``me`` of a
+                # package's __init__ is given as a.b.__init__)
+                base = me.split(".")
+                base = base[: len(base) - node.level]
+                module = ".".join([*base, module] if module else base)
+            if not module:
+                continue
+            if module == "pgsurge":
                 for alias in node.names:
                     name = alias.name
                     is_unit = any(name in layer for layer in LAYERS)
                     yield node.lineno, f"pgsurge.{name}" if is_unit else "pgsurge"
             else:
                 for alias in node.names:
-                    yield node.lineno, f"{node.module}.{alias.name}"
+                    yield node.lineno, f"{module}.{alias.name}"
 
 
 def violations(src: Path) -> list[str]:
@@ -78,7 +88,8 @@ def violations(src: Path) -> list[str]:
         my_layer = layer_of(my_unit)
         tree = ast.parse(path.read_text(), str(path))
         where = path.relative_to(src.parent)
-        for line, target in imports(tree):
+        rel_base = f"{me}.__init__" if path.name == "__init__.py" else me
+        for line, target in imports(tree, rel_base):
             if target.startswith("psycopg.pq") and my_unit != "pgconn":
                 found.append(f"{where}:{line}: only pgconn imports psycopg.pq")
             if not target.startswith("pgsurge"):
@@ -112,7 +123,8 @@ def test_no_import_circle_between_modules() -> None:
     modules = {module_name(p): p for p in SRC.rglob("*.py")}
     for name, path in modules.items():
         deps = set()
-        for _line, target in imports(ast.parse(path.read_text())):
+        rel_base = f"{name}.__init__" if path.name == "__init__.py" else name
+        for _line, target in imports(ast.parse(path.read_text()), rel_base):
             # "from pgsurge.x import y": y may be a module or a name in x
             for cand in (target, target.rsplit(".", 1)[0]):
                 if cand in modules and cand != name:
@@ -151,6 +163,7 @@ def test_no_import_circle_between_modules() -> None:
         ("script/bad.py", "from pgsurge.stats import counters\n", "sibling"),
         ("runner_extra.py", "x = 1\n", "has no layer"),
         ("engine/bad.py", "from pgsurge.cli import main\n", "imports cli"),
+        ("stats/bad.py", "from ..engine import state\n", "higher layer"),
         ("engine/bad.py", "from psycopg import pq\nimport psycopg.pq\n", "psycopg.pq"),
     ],
 )

@@ -172,6 +172,16 @@ def _main(argv: Sequence[str]) -> int:
 
             _startup_done()
             return int(report_main(list(argv[2:])))
+        if first == "compare":
+            from pgsurge.experiment.command import compare_main
+
+            _startup_done()
+            return int(compare_main(list(argv[1:])))
+        if first == "ab":
+            from pgsurge.experiment.command import ab_main
+
+            _startup_done()
+            return int(ab_main(list(argv[1:])))
     from pgsurge.cli.options import EarlyExit, parse_command_line
 
     try:

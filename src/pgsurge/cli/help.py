@@ -81,6 +81,7 @@ Benchmarking options:
   --log-prefix=PREFIX      prefix for transaction time log file
                            (default: "pgbench_log")
   --max-tries=NUM          max number of tries to run transaction (default: 1)
+  --no-live                no live panel on the terminal during the run
   --percentiles[=LIST]     report latency percentiles (default: 50,90,99,99.9)
   --progress-timestamp     use Unix epoch timestamps for progress
   --random-seed=SEED       set random seed ("time", "rand", integer)
@@ -99,6 +100,10 @@ Common options:
   -?, --help               show this help, then exit
 
 Commands:
+  {PROG} ab --runs N --a ARGS --b ARGS -- [OPTION]...
+                           interleaved A/B runs, then compare (--help for more)
+  {PROG} compare BASE.json... --vs NEW.json...
+                           noise-aware verdict on results (--help for more)
   {PROG} report RESULT.json... [--vs B.json...] -o FILE
                            HTML report of --json results (--help for more)
   {PROG} server start|stop|status|uri

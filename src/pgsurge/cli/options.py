@@ -122,6 +122,7 @@ LONG_OPTIONS: tuple[LongOption, ...] = (
     LongOption("json", True, "json", extension=True),
     LongOption("html", True, "html", extension=True),
     LongOption("dask", True, "dask", extension=True),
+    LongOption("no-live", False, "no-live", extension=True),
 )
 
 #: long options with an optional value (getopt_long's optional_argument)
@@ -216,6 +217,7 @@ class _State:
     json_path: str | None = None
     html_path: str | None = None
     dask: str | None = None
+    no_live: bool = False
 
 
 class _Getopt(Getopt):
@@ -537,6 +539,9 @@ class _CommandLine:
             case "dask":
                 st.benchmarking_option_set = True
                 st.dask = parse_dask_address(arg)
+            case "no-live":
+                st.benchmarking_option_set = True
+                st.no_live = True
             case _:  # pragma: no cover - the table and this switch disagree
                 raise AssertionError(f"unhandled option {key}")
 
@@ -700,6 +705,7 @@ class _CommandLine:
             json_path=st.json_path,
             html_path=st.html_path,
             dask=st.dask,
+            no_live=st.no_live,
         )
 
 

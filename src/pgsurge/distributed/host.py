@@ -282,12 +282,7 @@ def host_task(run_id: str, host: int, specs: Sequence[WorkerSpec]) -> HostOutcom
     # at least, so that a stopped host can tell what it measured
     shift = time.time_ns() // 1000 - monotonic_us()
     specs = [
-        replace(
-            s,
-            epoch_shift_us=shift,
-            config=s.config if s.config.progress_s else replace(s.config, progress_s=1),
-        )
-        for s in specs
+        replace(s, epoch_shift_us=shift, snapshot_s=s.snapshot_s or 1) for s in specs
     ]
     _allow_children()
     resume = _pause_profiler(worker)

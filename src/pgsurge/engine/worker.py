@@ -99,6 +99,9 @@ class WorkerSpec:
     parent_pid: int = 0
     #: Unix time minus monotonic time (µs), for -l timestamps
     epoch_shift_us: int = 0
+    #: send a stats snapshot every this many seconds even without -P (the
+    #: parent's live panel); 0: only for -P
+    snapshot_s: int = 0
 
 
 def wants_histograms(cfg: RunConfig) -> bool:
@@ -374,7 +377,7 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
     loop = loop_type(
         run.clients,
         exit_on_abort=cfg.exit_on_abort,
-        progress_us=cfg.progress_s * 1000000,
+        progress_us=(cfg.progress_s or spec.snapshot_s) * 1000000,
         progress_start_us=start_us,
         on_progress=lambda tick, now: pipe.send(Progress(tick, now, total.copy())),
         control_fd=pipe.fileno(),

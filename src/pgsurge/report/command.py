@@ -19,6 +19,7 @@ from typing import Any, NoReturn, TextIO
 
 from pgsurge.errors import PROG, PgsurgeError, UsageError
 from pgsurge.report.html import RunDoc, render_html
+from pgsurge.report.output import write_output
 from pgsurge.report.verdict import DEFAULT_THRESHOLD
 
 __all__ = ["load_result", "report_main", "write_html"]
@@ -94,18 +95,7 @@ def _tool_name(doc: dict[str, Any]) -> Any:
 
 def write_html(text: str, path: str, stdout: TextIO | None = None) -> None:
     """Write the page to ``path`` (``-``: stdout)."""
-    if path == "-":
-        out = stdout if stdout is not None else sys.stdout
-        out.write(text)
-        out.flush()
-        return
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as exc:
-        raise PgsurgeError(
-            f'could not write HTML report to "{path}": {os.strerror(exc.errno or 0)}'
-        ) from None
+    write_output(text, path, "HTML report", stdout)
 
 
 def _render(runs: Sequence[RunDoc], title: str | None, threshold: float) -> str:

@@ -7,13 +7,11 @@ dot per side, and the 95% interval of each side's geometric mean as a bar.
 from __future__ import annotations
 
 import json
-import math
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pgsurge.report.html_parts import dig, esc, fmt, kv_table, pct
-from pgsurge.report.verdict import Verdict, t_quantile
+from pgsurge.report.verdict import Verdict, mean_ci
 
 __all__ = ["dot_plot_svg", "verdict_card", "workload_differences"]
 
@@ -69,19 +67,7 @@ def dot_plot_svg(a: Sequence[float], b: Sequence[float]) -> str:
     side's geometric mean as a bar (when scipy and 2+ runs allow it)."""
     values = [*a, *b]
     lo, hi = min(values), max(values)
-    bars: list[tuple[float, float, float] | None] = []
-    for side in (a, b):
-        logs = [math.log(v) for v in side]
-        if len(logs) < 2:
-            bars.append(None)
-            continue
-        m = statistics.fmean(logs)
-        se = statistics.stdev(logs) / math.sqrt(len(logs))
-        t = t_quantile(0.975, len(logs) - 1)
-        if t is None:
-            bars.append(None)
-            continue
-        bars.append((math.exp(m - t * se), math.exp(m), math.exp(m + t * se)))
+    bars = [mean_ci(side) for side in (a, b)]
     # the scale follows the dots; a wider interval (few runs) is clipped
     pad = (hi - lo) * 0.5 or hi * 0.05 or 1.0
     lo, hi = max(0.0, lo - pad), hi + pad

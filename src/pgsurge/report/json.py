@@ -23,8 +23,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import os
-import sys
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any, TextIO
@@ -32,8 +30,8 @@ from typing import Any, TextIO
 import psycopg
 
 from pgsurge.config import ConnParams, RunConfig
-from pgsurge.errors import PgsurgeError
 from pgsurge.report.extras import busy_workers, percentile_label
+from pgsurge.report.output import write_output
 from pgsurge.stats.counters import StatsData
 from pgsurge.stats.histogram import Histogram
 from pgsurge.stats.results import RunResult
@@ -292,15 +290,4 @@ def write_json(
 ) -> None:
     """Write the document to ``path``, or to ``stdout`` for ``-``."""
     text = json.dumps(build_document(result, config), indent=2, allow_nan=False) + "\n"
-    if path == "-":
-        out = stdout if stdout is not None else sys.stdout
-        out.write(text)
-        out.flush()
-        return
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as exc:
-        raise PgsurgeError(
-            f'could not write JSON result to "{path}": {os.strerror(exc.errno or 0)}'
-        ) from None
+    write_output(text, path, "JSON result", stdout)

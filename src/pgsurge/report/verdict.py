@@ -11,11 +11,10 @@ ratio of geometric means B/A with a confidence interval,
 * otherwise **inconclusive**, "significant" when it excludes 0.
 
 With fewer than two runs on a side there is no run-to-run variance, so no
-interval and no verdict: only the ratio, said plainly. The t quantile comes
-from ``scipy.stats`` when it is installed; without it the card shows the
-ratio and per-side spread, and says that the interval was not computed
-(``pgsurge compare``, issue 12, is the full statistical treatment; this card
-is a summary for people looking at the charts).
+interval and no verdict: only the ratio, said plainly. The statistics are
+``pgsurge.stats.compare``'s, the same as ``pgsurge compare`` (which adds
+the noise, drift and outliers, and the other metrics); this card is the
+summary for people looking at the charts.
 """
 
 from __future__ import annotations
@@ -25,19 +24,14 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_THRESHOLD", "Verdict", "compare_tps", "t_quantile"]
+from scipy import stats as sps
+
+from pgsurge.stats import compare as stats
+
+__all__ = ["DEFAULT_THRESHOLD", "Verdict", "compare_tps", "mean_ci"]
 
 #: the ± band of "no practical difference", as a fraction
 DEFAULT_THRESHOLD = 0.02
-
-
-def t_quantile(q: float, df: float) -> float | None:
-    """Student's t quantile from scipy, or None when scipy is missing."""
-    try:
-        from scipy import stats  # type: ignore[import-untyped, unused-ignore]
-    except ImportError:
-        return None
-    return float(stats.t.ppf(q, df))
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,10 +75,10 @@ def compare_tps(
         raise ValueError("each side needs at least one run")
     if min(*tps_a, *tps_b) <= 0:
         raise ValueError("tps must be positive to compare")
-    la = [math.log(v) for v in tps_a]
-    lb = [math.log(v) for v in tps_b]
-    delta = statistics.fmean(lb) - statistics.fmean(la)
-    ci, verdict, note = _interval(la, lb, delta, threshold, confidence)
+    delta = statistics.fmean(math.log(v) for v in tps_b) - statistics.fmean(
+        math.log(v) for v in tps_a
+    )
+    ci, verdict, note = _interval(tps_a, tps_b, threshold, confidence)
     return Verdict(
         n_a=len(tps_a),
         n_b=len(tps_b),
@@ -101,53 +95,55 @@ def compare_tps(
     )
 
 
+def mean_ci(
+    values: Sequence[float], confidence: float = 0.95
+) -> tuple[float, float, float] | None:
+    """(low, geometric mean, high) of one side's values, the interval of the
+    mean of their logarithms (Student's t); None below two values."""
+    if len(values) < 2 or min(values) <= 0:
+        return None
+    logs = [math.log(v) for v in values]
+    m = statistics.fmean(logs)
+    se = statistics.stdev(logs) / math.sqrt(len(logs))
+    t = float(sps.t.ppf(0.5 + confidence / 2, len(logs) - 1))
+    return math.exp(m - t * se), math.exp(m), math.exp(m + t * se)
+
+
 def _interval(
-    la: Sequence[float],
-    lb: Sequence[float],
-    delta: float,
+    tps_a: Sequence[float],
+    tps_b: Sequence[float],
     threshold: float,
     confidence: float,
 ) -> tuple[tuple[float, float] | None, str, str]:
-    """(interval of the ratio, verdict, note) from the logs of the tps."""
-    if len(la) < 2 or len(lb) < 2:
+    """(interval of the ratio, verdict, note)."""
+    est = (
+        stats.log_ratio_ci(tps_a, tps_b, confidence)
+        if len(tps_a) >= 2 and len(tps_b) >= 2
+        else None
+    )
+    if est is None:
         return (
             None,
             "no verdict",
             "single run on a side: run-to-run variance not measured; repeat "
             "the runs (2 or more per side, 5 or more to detect a few %)",
         )
-    va = statistics.variance(la) / len(la)
-    vb = statistics.variance(lb) / len(lb)
-    se = math.sqrt(va + vb)
-    if se == 0:
-        df = float(len(la) + len(lb) - 2)
-    else:
-        # Welch–Satterthwaite
-        df = (va + vb) ** 2 / (va**2 / (len(la) - 1) + vb**2 / (len(lb) - 1))
-    t = t_quantile(0.5 + confidence / 2, df)
-    if t is None:
-        return (
-            None,
-            "no verdict",
-            "the confidence interval needs scipy (pip install scipy)",
-        )
-    lo, hi = math.exp(delta - t * se), math.exp(delta + t * se)
-    up, down = 1 + threshold, 1 - threshold
-    if lo > up:
-        return (lo, hi), "faster", "the whole interval is above the band"
-    if hi < down:
-        return (lo, hi), "slower", "the whole interval is below the band"
-    if lo >= down and hi <= up:
-        return (
-            (lo, hi),
-            f"no difference (within ±{100 * threshold:g}%)",
-            "the whole interval is inside the band",
-        )
-    significant = lo > 1 or hi < 1
+    ci = (est.low, est.high)
+    match stats.classify(est, threshold):
+        case stats.Direction.UP:
+            return ci, "faster", "the whole interval is above the band"
+        case stats.Direction.DOWN:
+            return ci, "slower", "the whole interval is below the band"
+        case stats.Direction.SAME:
+            return (
+                ci,
+                f"no difference (within ±{100 * threshold:g}%)",
+                "the whole interval is inside the band",
+            )
     return (
-        (lo, hi),
+        ci,
         "inconclusive",
         "significant, but the interval crosses the band"
-        if significant
+        if est.significant
         else "the interval crosses the band; more runs would narrow it",
     )

@@ -1,0 +1,382 @@
+"""``pgsurge ab``: run an A/B (or repeat) experiment, one process per run.
+
+An experiment is a ``Plan``: one or two arms (each a list of pgsurge
+arguments plus environment variables, e.g. ``PGOPTIONS`` for server
+settings), the arguments common to both, the runs per arm and their order.
+``Experiment.run`` executes it:
+
+1. one warm-up run per arm (``--warmup N``, default 1), discarded;
+2. the counted runs, interleaved ABBA ABBA … (or ABAB with ``--order
+   abab``) so that a drift of the machine weighs on both arms alike;
+3. before each counted run with ``--checkpoint``, a ``CHECKPOINT`` on the
+   arm's server (the target its last run reported in its JSON result).
+
+Each run is ``python -m pgsurge ARM-ARGS COMMON-ARGS --json FILE`` in its
+own process group, its output in ``FILE.log`` beside it; after each run a
+line (arm, tps, p99, client CPU) goes to stdout and ``manifest.json`` in the
+output directory is rewritten, so that a directory always tells what ran.
+
+Ctrl-C (SIGINT) stops the experiment after the current run; a second one
+(or SIGTERM) stops the current run at once and discards it. What finished
+is then compared. A run that aborts (pgsurge's exit status 2) ends the
+experiment with status 2; one that fails otherwise, with status 1.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+from pgsurge import __version__
+from pgsurge.errors import ExitStatus, PgsurgeError
+from pgsurge.experiment.render import run_line
+from pgsurge.experiment.results import RunSummary, load_result
+
+__all__ = ["Arm", "Experiment", "Plan", "RunRecord", "schedule"]
+
+MANIFEST = "manifest.json"
+#: environment variables whose values never go into the manifest
+_SECRET_ENV = re.compile(r"PASS|SECRET|TOKEN", re.IGNORECASE)
+_SECRET_ARG = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
+
+#: runs the child's checkpoint: the arm's environment applies to it too
+#: (a dbname that is a conninfo string or URI is expanded, as libpq does
+#: for the program's own connections)
+_CHECKPOINT_CODE = (
+    "import json, sys, psycopg\n"
+    "items = json.loads(sys.argv[1])\n"
+    "db = items.get('dbname') or ''\n"
+    "base = items.pop('dbname') if '=' in db or '://' in db else ''\n"
+    "with psycopg.connect(base, **items, autocommit=True, connect_timeout=30) as c:\n"
+    "    c.execute('CHECKPOINT')\n"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Arm:
+    """One side of the experiment."""
+
+    name: str
+    #: the arm's own arguments, as given (shell words) and split
+    text: str
+    args: tuple[str, ...]
+    env: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """An experiment, validated (``command.py`` builds it from argv)."""
+
+    arms: tuple[Arm, ...]
+    common: tuple[str, ...]
+    runs: int
+    warmup: int
+    order: str
+    checkpoint: bool
+    out_dir: Path
+
+
+def schedule(n_arms: int, runs: int, order: str) -> list[int]:
+    """Arm indexes of the counted runs: ABBA ABBA … (``abba``) or ABAB …
+    (``abab``); one arm just repeats."""
+    if n_arms == 1:
+        return [0] * runs
+    seq: list[int] = []
+    for i in range(runs):
+        seq.extend((1, 0) if order == "abba" and i % 2 else (0, 1))
+    return seq
+
+
+@dataclass(slots=True)
+class RunRecord:
+    """One run as the manifest lists it."""
+
+    seq: int
+    arm: str
+    warmup: bool
+    file: str
+    log: str
+    status: str = "running"
+    exit_status: int | None = None
+    started: str | None = None
+    ended: str | None = None
+    summary: RunSummary | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "arm": self.arm,
+            "warmup": self.warmup,
+            "file": self.file,
+            "log": self.log,
+            "status": self.status,
+            "exit_status": self.exit_status,
+            "started": self.started,
+            "ended": self.ended,
+        }
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _mask_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: ("********" if _SECRET_ENV.search(k) else v) for k, v in env.items()}
+
+
+def _mask_args(text: str) -> str:
+    return _SECRET_ARG.sub(r"\1********", text)
+
+
+class RunAborted(PgsurgeError):
+    """A run of the experiment aborted: ab ends with pgsurge's status 2."""
+
+    exit_status = ExitStatus.RUN_ABORTED
+
+
+class Interrupted(Exception):
+    """The experiment was stopped by Ctrl-C or SIGTERM."""
+
+
+class Experiment:
+    """Runs a ``Plan``; ``records`` are all runs so far, in order."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        argv: Sequence[str] = (),
+        stdout: TextIO | None = None,
+        stderr: TextIO | None = None,
+        python: str = sys.executable,
+    ) -> None:
+        self.plan = plan
+        self.argv = tuple(argv)
+        self.out = stdout or sys.stdout
+        self.err = stderr or sys.stderr
+        self.python = python
+        self.records: list[RunRecord] = []
+        self.state = "running"
+        self._stop = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        #: the connection items (JSON) each arm's last run reported, for
+        #: --checkpoint
+        self._conninfo: dict[str, str] = {}
+
+    # -- signals --------------------------------------------------------------
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._stop += 1 if signum == signal.SIGINT else 2
+        if self._stop == 1:
+            self.err.write(
+                "pgsurge ab: stopping after the current run "
+                "(Ctrl-C again to stop it now and discard it)\n"
+            )
+            self.err.flush()
+        elif self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGINT)
+
+    def _install(self) -> Callable[[], None]:
+        old_int = signal.signal(signal.SIGINT, self._on_signal)
+        old_term = signal.signal(signal.SIGTERM, self._on_signal)
+
+        def restore() -> None:
+            signal.signal(signal.SIGINT, old_int)
+            signal.signal(signal.SIGTERM, old_term)
+
+        return restore
+
+    # -- the manifest ---------------------------------------------------------
+
+    def manifest(self) -> dict[str, Any]:
+        p = self.plan
+        return {
+            "schema": 1,
+            "kind": "pgsurge-ab",
+            "pgsurge": __version__,
+            "command": [_mask_args(a) for a in self.argv],
+            "arms": [
+                {
+                    "name": a.name,
+                    "args": _mask_args(a.text),
+                    "env": _mask_env(a.env),
+                }
+                for a in p.arms
+            ],
+            "common": [_mask_args(a) for a in p.common],
+            "runs_per_arm": p.runs,
+            "warmup": p.warmup,
+            "order": p.order,
+            "checkpoint": p.checkpoint,
+            "state": self.state,
+            "runs": [r.to_dict() for r in self.records],
+        }
+
+    def write_manifest(self) -> None:
+        path = self.plan.out_dir / MANIFEST
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.manifest(), indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+
+    # -- running --------------------------------------------------------------
+
+    def _checkpoint(self, arm: Arm) -> None:
+        conninfo = self._conninfo.get(arm.name)
+        if conninfo is None:
+            return  # no run of this arm has told us its server yet
+        env = os.environ | dict(arm.env)
+        proc = subprocess.run(
+            [self.python, "-c", _CHECKPOINT_CODE, conninfo],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+            raise PgsurgeError(f"CHECKPOINT on arm {arm.name}'s server failed: {last}")
+
+    def _run_one(self, arm: Arm, record: RunRecord) -> RunSummary | None:
+        """Run one benchmark; its summary, or None when it was discarded."""
+        out_dir = self.plan.out_dir
+        json_path = out_dir / record.file
+        cmd = [
+            self.python,
+            "-m",
+            "pgsurge",
+            *arm.args,
+            *self.plan.common,
+            "--json",
+            str(json_path),
+        ]
+        env = os.environ | dict(arm.env)
+        record.started = _now()
+        self.records.append(record)
+        self.write_manifest()
+        with open(out_dir / record.log, "wb") as log:
+            self._proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                # a terminal's Ctrl-C reaches ab only: the run finishes
+                process_group=0,
+            )
+            try:
+                rc = self._proc.wait()
+            finally:
+                if self._proc.poll() is None:
+                    self._proc.kill()
+                    self._proc.wait()
+                self._proc = None
+        record.ended = _now()
+        record.exit_status = rc
+        if self._stop >= 2 and rc != 0:
+            record.status = "discarded"
+            json_path.unlink(missing_ok=True)
+            self.write_manifest()
+            return None
+        if rc != 0:
+            record.status = "aborted" if rc == ExitStatus.RUN_ABORTED else "failed"
+            self.write_manifest()
+            last = self._last_error(out_dir / record.log)
+            what = f"run {record.seq} (arm {record.arm})"
+            if rc == ExitStatus.RUN_ABORTED:
+                raise RunAborted(f"{what} was aborted: {last}")
+            raise PgsurgeError(f"{what} failed with exit status {rc}: {last}")
+        summary = load_result(str(json_path))
+        record.status = "ok"
+        record.summary = summary
+        self.write_manifest()
+        return summary
+
+    @staticmethod
+    def _last_error(log: Path) -> str:
+        """The run's first error message, with where the rest is."""
+        try:
+            lines = log.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            lines = []
+        errors = [ln.strip() for ln in lines if ": error: " in ln]
+        first = (errors or lines or ["(no output)"])[0].strip()
+        return f"{first.removeprefix('pgsurge: error: ')} (see {log})"
+
+    def _remember_target(self, arm: Arm, run: RunSummary) -> None:
+        if not self.plan.checkpoint:
+            return
+        try:
+            with open(run.path, encoding="utf-8") as f:
+                conn = json.load(f)["config"]["conn"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        items = {k: str(v) for k, v in conn.items() if v is not None}
+        self._conninfo[arm.name] = json.dumps(items)
+
+    def _step(self, arm: Arm, record: RunRecord, label: str) -> None:
+        if self._stop:
+            raise Interrupted
+        if self.plan.checkpoint and not record.warmup:
+            self._checkpoint(arm)
+        summary = self._run_one(arm, record)
+        if summary is None:
+            self.out.write(f"{label}  discarded (interrupted)\n")
+            self.out.flush()
+            raise Interrupted
+        self._remember_target(arm, summary)
+        suffix = "  (warm-up, discarded)" if record.warmup else ""
+        self.out.write(run_line(label, summary) + suffix + "\n")
+        self.out.flush()
+
+    def run(self) -> None:
+        """Execute the plan. Returns normally when every run finished; raises
+        ``Interrupted`` after Ctrl-C/SIGTERM, ``RunAborted`` or
+        ``PgsurgeError`` when a run went wrong (the manifest says which)."""
+        p = self.plan
+        restore = self._install()
+        seq = 0
+        try:
+            for arm in p.arms:
+                for w in range(p.warmup):
+                    seq += 1
+                    tag = f"warmup{w + 1 if p.warmup > 1 else ''}-{arm.name}"
+                    record = RunRecord(seq, arm.name, True, f"{tag}.json", f"{tag}.log")
+                    self._step(arm, record, f"warm-up   {arm.name}")
+            order = schedule(len(p.arms), p.runs, p.order)
+            width = len(str(len(order)))
+            for k, index in enumerate(order, 1):
+                seq += 1
+                arm = p.arms[index]
+                base = f"run-{k:0{width}d}-{arm.name}"
+                record = RunRecord(seq, arm.name, False, f"{base}.json", f"{base}.log")
+                self._step(arm, record, f"run {k:>{width}}/{len(order)}  {arm.name}")
+            self.state = "finished"
+        except Interrupted:
+            self.state = "interrupted"
+            raise
+        except PgsurgeError:
+            self.state = "failed"
+            raise
+        finally:
+            restore()
+            if self.state == "running":  # an unexpected exception
+                self.state = "failed"
+            self.write_manifest()
+
+    def finished(self, arm: str) -> list[RunSummary]:
+        """The counted runs of ``arm`` that finished, in run order."""
+        return [
+            r.summary
+            for r in self.records
+            if r.arm == arm and not r.warmup and r.summary is not None
+        ]

@@ -1,0 +1,476 @@
+"""``pgsurge compare`` and ``pgsurge ab``: argv → plan → output → exit status.
+
+``cli.main`` hands over ``argv`` starting at the subcommand's name, as for
+``pgsurge server``. Each parses its own options with argparse (they are
+pgsurge's, not pgbench's), and every problem ends here as one line on
+stderr, ``pgsurge: error: …``, and an exit status:
+
+* 0: done (whatever the verdict, unless ``--fail-on`` says otherwise);
+* 1: bad arguments or input (unreadable file, not a pgsurge result, a
+  newer schema, an empty side, different workloads without ``--force``),
+  or a run of ``ab`` that failed;
+* 2: a run of ``ab`` aborted (pgsurge's own status for that);
+* 3: ``--fail-on slower`` and the primary metric got worse, or
+  ``--fail-on change`` and it changed beyond the threshold;
+* 130: ``ab`` interrupted by Ctrl-C (after comparing what finished).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+from pgsurge.errors import PROG, PgsurgeError, UsageError
+from pgsurge.experiment.ab import Arm, Experiment, Interrupted, Plan
+from pgsurge.experiment.compare import METRIC_KEYS, compare
+from pgsurge.experiment.render import (
+    render_json,
+    render_repeat,
+    render_text,
+    repeat_json,
+)
+from pgsurge.experiment.results import RunSummary, load_results
+
+__all__ = ["ab_main", "compare_main"]
+
+EXIT_INTERRUPTED = 130
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+class _Exit(Exception):
+    """argparse wanted to exit (``--help``): the status to return."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with errors raised as one-line ``UsageError``s and no
+    ``sys.exit`` (callers may run in-process)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f'{self.prog}: {message} (try "{self.prog} --help")')
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        if message:
+            sys.stderr.write(message)
+        raise _Exit(status)
+
+
+def _percent(text: str) -> float:
+    """A percentage given as ``2``, ``2.5`` or ``2%``, as a fraction."""
+    try:
+        value = float(text.strip().removesuffix("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'invalid percentage: "{text}"') from None
+    if not 0 <= value < 100:
+        raise argparse.ArgumentTypeError(f'percentage out of range: "{text}"')
+    return value / 100.0
+
+
+def _confidence(text: str) -> float:
+    """A confidence level as ``95``, ``95%`` or ``0.95``."""
+    try:
+        value = float(text.strip().removesuffix("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'invalid confidence: "{text}"') from None
+    if value >= 1:
+        value /= 100.0
+    if not 0.5 <= value < 1:
+        raise argparse.ArgumentTypeError(
+            f'confidence out of range (50 to 99.9…): "{text}"'
+        )
+    return value
+
+
+def _add_verdict_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--threshold",
+        metavar="PCT",
+        type=_percent,
+        default=0.02,
+        help="practical threshold: changes within ±PCT %% are no difference "
+        "(default: 2)",
+    )
+    p.add_argument(
+        "--confidence",
+        metavar="LEVEL",
+        type=_confidence,
+        default=0.95,
+        help="confidence level of the intervals, in %% (default: 95)",
+    )
+    p.add_argument(
+        "--metric",
+        choices=METRIC_KEYS,
+        default="tps",
+        help="the metric whose verdict decides --fail-on (default: tps)",
+    )
+    p.add_argument(
+        "--fail-on",
+        choices=("slower", "change"),
+        help="exit with status 3 when the metric got worse (slower) or changed "
+        "beyond the threshold either way (change)",
+    )
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        help='write the comparison as JSON to FILE ("-": stdout, the text then '
+        "goes to stderr)",
+    )
+
+
+def _compare_parser() -> _Parser:
+    p = _Parser(
+        prog=f"{PROG} compare",
+        usage=f"{PROG} compare BASE.json [BASE.json ...] --vs NEW.json [NEW.json ...] "
+        "[OPTION]...",
+        description="Compare pgsurge --json results: NEW against BASE, one value "
+        "per run and metric (several files per side are repeated runs).",
+        allow_abbrev=False,
+    )
+    p.add_argument("base", nargs="*", metavar="BASE.json", help="the base runs")
+    p.add_argument(
+        "--vs", nargs="*", metavar="NEW.json", default=None, help="the new runs"
+    )
+    _add_verdict_options(p)
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="compare even when the workloads differ",
+    )
+    return p
+
+
+def _emit(
+    text: str,
+    doc: dict[str, Any] | None,
+    json_to: str | None,
+    out: TextIO,
+    err: TextIO,
+) -> None:
+    """The text on stdout, or on stderr when the JSON goes to stdout."""
+    if json_to == "-":
+        err.write(text)
+        err.flush()
+        out.write(json.dumps(doc, indent=2) + "\n")
+        out.flush()
+        return
+    out.write(text)
+    out.flush()
+    if json_to is not None and doc is not None:
+        try:
+            Path(json_to).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise PgsurgeError(
+                f'could not write "{json_to}": {exc.strerror or exc}'
+            ) from None
+
+
+def _funnel(err: TextIO, func: Any, *args: Any) -> int:
+    """Run a subcommand body; a ``PgsurgeError`` becomes its message and
+    exit status, ``--help`` its status."""
+    try:
+        return int(func(*args))
+    except _Exit as e:
+        return e.status
+    except PgsurgeError as e:
+        err.write(e.format())
+        err.flush()
+        return int(e.exit_status)
+
+
+def compare_main(
+    argv: list[str], *, stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> int:
+    """``pgsurge compare …``; ``argv[0]`` is ``"compare"``."""
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    return _funnel(err, _compare, argv[1:], out, err)
+
+
+def _compare(args: list[str], out: TextIO, err: TextIO) -> int:
+    ns = _compare_parser().parse_args(args)
+    if not ns.base:
+        raise UsageError(
+            "no BASE results given (pgsurge compare BASE.json --vs NEW.json)"
+        )
+    if ns.vs is None:
+        raise UsageError("no --vs given (pgsurge compare BASE.json --vs NEW.json)")
+    if not ns.vs:
+        raise UsageError("no NEW results after --vs")
+    base = load_results(ns.base)
+    new = load_results(ns.vs)
+    c = compare(
+        base,
+        new,
+        confidence=ns.confidence,
+        threshold=ns.threshold,
+        primary=ns.metric,
+        force=ns.force,
+    )
+    _emit(render_text(c), render_json(c, ns.fail_on), ns.json, out, err)
+    return c.exit_status(ns.fail_on)
+
+
+# -- ab -------------------------------------------------------------------------
+
+#: ab options whose value is a set of pgsurge arguments, often starting with
+#: "-": "--a -S" is read as "--a=-S" (argparse would take "-S" for an option)
+_ARM_OPTIONS = ("--a", "--b", "--a-env", "--b-env")
+
+
+def _ab_parser() -> _Parser:
+    p = _Parser(
+        prog=f"{PROG} ab",
+        usage=f'{PROG} ab [--runs N] [--a "ARGS"] [--b "ARGS"] [OPTION]... '
+        "-- [COMMON PGSURGE ARGS]...",
+        description="Run an A/B experiment: a warm-up run per arm, then N runs per "
+        "arm interleaved ABBA…, each `pgsurge ARM-ARGS COMMON-ARGS --json FILE` in "
+        "its own process, then the comparison of arm B against arm A. With one "
+        "arm (no --b), a repeat summary. Ctrl-C stops after the current run "
+        "(twice: at once, discarding it) and compares what finished.",
+        allow_abbrev=False,
+    )
+    p.add_argument(
+        "--runs", type=int, default=5, metavar="N", help="runs per arm (default: 5)"
+    )
+    p.add_argument(
+        "--a",
+        default=None,
+        metavar="ARGS",
+        help="arm A's own pgsurge arguments (shell words)",
+    )
+    p.add_argument(
+        "--b",
+        default=None,
+        metavar="ARGS",
+        help="arm B's own pgsurge arguments (shell words)",
+    )
+    p.add_argument(
+        "--a-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment variable for arm A's runs, e.g. "
+        "PGOPTIONS='-c work_mem=64MB' (repeatable)",
+    )
+    p.add_argument(
+        "--b-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment variable for arm B's runs (repeatable; makes an arm B)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        metavar="N",
+        help="discarded warm-up runs per arm (default: 1)",
+    )
+    p.add_argument(
+        "--order",
+        choices=("abba", "abab"),
+        default="abba",
+        help="order of the runs (default: abba)",
+    )
+    p.add_argument(
+        "--checkpoint",
+        action="store_true",
+        help="CHECKPOINT the arm's server before each counted run",
+    )
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="directory for the results and the manifest "
+        "(default: a new pgsurge-ab-TIMESTAMP)",
+    )
+    p.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the HTML report of the experiment's runs to FILE",
+    )
+    _add_verdict_options(p)
+    return p
+
+
+def _split_ab_argv(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(ab's own arguments, the common pgsurge arguments after ``--``)."""
+    own: list[str] = []
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        if tok == "--":
+            return own, list(args[i + 1 :])
+        if tok in _ARM_OPTIONS and i + 1 < len(args):
+            own.append(f"{tok}={args[i + 1]}")
+            i += 2
+            continue
+        own.append(tok)
+        i += 1
+    return own, []
+
+
+def _env(items: list[str], option: str) -> dict[str, str]:
+    env = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not _ENV_NAME.match(name):
+            raise UsageError(f'{option}: expected NAME=VALUE, got "{item}"')
+        env[name] = value
+    return env
+
+
+def _words(text: str, option: str) -> tuple[str, ...]:
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}: {text}") from None
+
+
+def _out_dir(given: str | None) -> Path:
+    if given is None:
+        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        path = Path(f"pgsurge-ab-{stamp}")
+        n = 1
+        while path.exists():
+            n += 1
+            path = Path(f"pgsurge-ab-{stamp}-{n}")
+    else:
+        path = Path(given)
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+            raise UsageError(f'--out: "{given}" exists and is not an empty directory')
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PgsurgeError(
+            f'could not create "{path}": {exc.strerror or exc}'
+        ) from None
+    return path
+
+
+def _plan(ns: argparse.Namespace, common: list[str]) -> Plan:
+    if ns.runs < 1:
+        raise UsageError("--runs must be at least 1")
+    if ns.warmup < 0:
+        raise UsageError("--warmup must be 0 or more")
+    arms = [Arm("A", ns.a or "", _words(ns.a or "", "--a"), _env(ns.a_env, "--a-env"))]
+    if ns.b is not None or ns.b_env:
+        arms.append(
+            Arm("B", ns.b or "", _words(ns.b or "", "--b"), _env(ns.b_env, "--b-env"))
+        )
+    for where, args in [("the common arguments", common)] + [
+        (f"--{arm.name.lower()}", list(arm.args)) for arm in arms
+    ]:
+        if any(a == "--json" or a.startswith("--json=") for a in args):
+            raise UsageError(
+                f"ab writes each run's --json itself: drop it from {where}"
+            )
+    return Plan(
+        arms=tuple(arms),
+        common=tuple(common),
+        runs=ns.runs,
+        warmup=ns.warmup,
+        order=ns.order,
+        checkpoint=ns.checkpoint,
+        out_dir=_out_dir(ns.out),
+    )
+
+
+def ab_main(
+    argv: list[str], *, stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> int:
+    """``pgsurge ab …``; ``argv[0]`` is ``"ab"``."""
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    return _funnel(err, _ab, argv, out, err)
+
+
+def _ab(argv: list[str], out: TextIO, err: TextIO) -> int:
+    own, common = _split_ab_argv(argv[1:])
+    ns = _ab_parser().parse_args(own)
+    plan = _plan(ns, common)
+    # with --json -, stdout is the JSON document alone
+    progress = err if ns.json == "-" else out
+    exp = Experiment(plan, argv=[PROG, *argv], stdout=progress, stderr=err)
+    arms = " vs ".join(
+        f"{a.name}: {a.text or '(no arguments)'}"
+        + "".join(f" {k}={shlex.quote(v)}" for k, v in a.env.items())
+        for a in plan.arms
+    )
+    progress.write(
+        f"pgsurge ab: {plan.runs} run{'s' if plan.runs > 1 else ''} per arm "
+        f"({plan.order if len(plan.arms) > 1 else 'repeat'}, {plan.warmup} warm-up), "
+        f"{arms}; common: {shlex.join(plan.common) or '(none)'}; results in "
+        f"{plan.out_dir}{os.sep}\n"
+    )
+    progress.flush()
+    interrupted = False
+    try:
+        exp.run()
+    except Interrupted:
+        interrupted = True
+    status = _ab_report(exp, ns, out, err)
+    return EXIT_INTERRUPTED if interrupted else status
+
+
+def _ab_report(
+    exp: Experiment, ns: argparse.Namespace, out: TextIO, err: TextIO
+) -> int:
+    plan = exp.plan
+    a_runs = exp.finished("A")
+    if len(plan.arms) == 1:
+        if not a_runs:
+            err.write("pgsurge ab: no run finished: nothing to summarize\n")
+            return 0
+        text = render_repeat(a_runs, ns.confidence, ns.threshold)
+        doc = repeat_json(a_runs, ns.confidence, ns.threshold)
+        status = 0
+    else:
+        b_runs = exp.finished("B")
+        if not a_runs or not b_runs:
+            err.write("pgsurge ab: no finished runs on both arms: nothing to compare\n")
+            return 0
+        c = compare(
+            a_runs,
+            b_runs,
+            confidence=ns.confidence,
+            threshold=ns.threshold,
+            primary=ns.metric,
+            across_expected=True,
+        )
+        text = render_text(c)
+        doc = render_json(c, ns.fail_on)
+        status = c.exit_status(ns.fail_on)
+    (err if ns.json == "-" else out).write("\n")
+    _emit(text, doc, ns.json, out, err)
+    (plan.out_dir / "comparison.txt").write_text(text, encoding="utf-8")
+    if ns.html:
+        _write_html(ns.html, a_runs, exp.finished("B"), ns.threshold)
+    (plan.out_dir / "comparison.json").write_text(
+        json.dumps(doc, indent=2) + "\n", encoding="utf-8"
+    )
+    return status
+
+
+def _write_html(
+    path: str, a_runs: list[RunSummary], b_runs: list[RunSummary], threshold: float
+) -> None:
+    """``--html``: the report page of the finished runs, arm A against B
+    (the renderer's own verdict card uses the same statistics)."""
+    from pgsurge.report.command import load_result, write_html
+    from pgsurge.report.html import RunDoc, render_html
+
+    runs = [RunDoc(r.name, load_result(r.path), "A") for r in a_runs]
+    runs += [RunDoc(r.name, load_result(r.path), "B") for r in b_runs]
+    write_html(render_html(runs, threshold=threshold), path)

@@ -1,0 +1,498 @@
+"""A comparison of two sides of runs: per metric, the ratio, its CI, the
+verdict and the noise.
+
+``compare(base, new, ...)`` is a pure function of loaded results
+(``RunSummary`` values) that returns a ``Comparison``; ``render.py`` turns
+that into text or JSON. The rules:
+
+* the run is the unit: each metric is one value per run (tps, the latency
+  average, p50/p90/p99 from that run's own histogram, client CPU per
+  transaction); per-transaction samples are never pooled across runs;
+* two or more runs on a side: Welch's t on log values (``stats``); one
+  run on one side: the other side's variance stands for both; one run per
+  side: batch means over the per-interval series within each run, and the
+  comparison says "single run per side: run-to-run variance not measured";
+* the verdict of the primary metric (``tps`` unless asked otherwise)
+  drives the exit status; every metric has its own verdict line;
+* runs of different workloads (``results.WORKLOAD_FIELDS``) are refused
+  unless forced, naming what differs; ``pgsurge ab`` passes the
+  differences its arms ask for as expected.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as sps
+
+from pgsurge.errors import PgsurgeError
+from pgsurge.experiment.results import Interval, RunSummary, workload_differences
+from pgsurge.stats import compare as stats
+from pgsurge.stats.compare import Direction, Estimate, Method
+
+__all__ = [
+    "METRICS",
+    "Comparison",
+    "FailureResult",
+    "Metric",
+    "MetricResult",
+    "Side",
+    "check_workloads",
+    "compare",
+    "side_stats",
+]
+
+#: length of a batch for the single-run fallback, in seconds
+BATCH_S = 10.0
+#: the fallback wants at least this many batches per run (shorter batches
+#: on short runs)
+MIN_BATCHES = 5
+
+#: exit statuses of ``compare``/``ab`` beyond pgbench's 0/1/2
+EXIT_FAIL_ON = 3
+
+
+Series = tuple[list[float], list[float]]
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """A per-run figure and how to read its change."""
+
+    key: str
+    label: str
+    unit: str
+    higher_is_better: bool
+    #: the verdict words for a change for the better and for the worse
+    better: str
+    worse: str
+    value: Callable[[RunSummary], float | None]
+    #: per-interval (numerators, denominators) for batch means, if any
+    series: Callable[[Sequence[Interval]], Series] | None
+
+
+def _tps_series(ivs: Sequence[Interval]) -> Series:
+    return [float(i.processed) for i in ivs], [i.duration_s for i in ivs]
+
+
+def _latency_series(ivs: Sequence[Interval]) -> Series:
+    num = [(i.latency_avg_ms or 0.0) * i.latency_count for i in ivs]
+    return num, [float(i.latency_count) for i in ivs]
+
+
+def _pct_series(label: str) -> Callable[[Sequence[Interval]], Series]:
+    # a count-weighted mean of per-interval percentiles: an approximation
+    # of the batch's percentile, good enough for its spread
+    def series(ivs: Sequence[Interval]) -> Series:
+        num, den = [], []
+        for i in ivs:
+            v = i.percentiles.get(label)
+            num.append(v * i.latency_count if v is not None else 0.0)
+            den.append(float(i.latency_count) if v is not None else 0.0)
+        return num, den
+
+    return series
+
+
+def _pct(label: str) -> Callable[[RunSummary], float | None]:
+    return lambda run: run.percentiles.get(label)
+
+
+#: the metrics, in table order; the first is the default primary one
+METRICS: tuple[Metric, ...] = (
+    Metric("tps", "tps", "", True, "faster", "slower", lambda r: r.tps, _tps_series),
+    Metric(
+        "latency",
+        "latency avg",
+        "ms",
+        False,
+        "faster",
+        "slower",
+        lambda r: r.latency_avg_ms,
+        _latency_series,
+    ),
+    *(
+        Metric(
+            f"p{p}", f"p{p}", "ms", False, "faster", "slower", _pct(p), _pct_series(p)
+        )
+        for p in ("50", "90", "99")
+    ),
+    Metric(
+        "cpu",
+        "CPU/tx",
+        "µs",
+        False,
+        "less CPU",
+        "more CPU",
+        lambda r: r.cpu_us_per_tx,
+        None,
+    ),
+)
+METRIC_KEYS = tuple(m.key for m in METRICS)
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """One side's values of a metric, in the order the files were given."""
+
+    names: tuple[str, ...]
+    values: tuple[float, ...]
+    median: float | None
+    min: float | None
+    max: float | None
+    cv: float | None
+    #: Spearman ρ against run order, when |ρ| > DRIFT_RHO
+    drift: float | None
+    #: (file name, modified z) of outlier runs
+    outliers: tuple[tuple[str, float], ...]
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+
+def _run_order(runs: Sequence[RunSummary]) -> list[int]:
+    """Indexes of ``runs`` in the order they ran: by start time when every
+    run has one, else as given."""
+    if all(r.start for r in runs):
+        return sorted(range(len(runs)), key=lambda i: runs[i].start or "")
+    return list(range(len(runs)))
+
+
+def side_stats(runs: Sequence[RunSummary], metric: Metric) -> Side:
+    pairs = [(r, metric.value(r)) for r in runs]
+    kept = [(r, v) for r, v in pairs if v is not None and math.isfinite(v)]
+    values = tuple(v for _, v in kept)
+    names = tuple(r.name for r, _ in kept)
+    if not values:
+        return Side(names, values, None, None, None, None, None, ())
+    order = _run_order([r for r, _ in kept])
+    rho = stats.drift_rho([values[i] for i in order])
+    z = stats.modified_z(values)
+    return Side(
+        names=names,
+        values=values,
+        median=float(np.median(values)),
+        min=min(values),
+        max=max(values),
+        cv=stats.cv(values),
+        drift=rho if rho is not None and abs(rho) > stats.DRIFT_RHO else None,
+        outliers=tuple(
+            (names[i], zi) for i, zi in enumerate(z) if abs(zi) > stats.OUTLIER_Z
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class MetricResult:
+    """The comparison of one metric."""
+
+    metric: Metric
+    base: Side
+    new: Side
+    estimate: Estimate | None
+    direction: Direction | None
+    #: exact permutation p-value (primary metric, ≤ 10 runs per side)
+    permutation_p: float | None
+    #: minimum detectable effect (fraction) at 80 % power, and runs per side
+    #: the threshold would need (None: more than stats.MAX_RUNS_NEEDED)
+    mde: float | None
+    runs_needed: int | None
+    #: why there is no estimate, when there is none
+    missing: str | None
+
+    @property
+    def word(self) -> str | None:
+        """faster/slower (or the metric's words) for a change beyond the
+        threshold, else None."""
+        m = self.metric
+        if self.direction is Direction.UP:
+            return m.better if m.higher_is_better else m.worse
+        if self.direction is Direction.DOWN:
+            return m.worse if m.higher_is_better else m.better
+        return None
+
+    @property
+    def worse(self) -> bool:
+        return self.word is not None and self.word == self.metric.worse
+
+    def verdict(self, threshold: float) -> str:
+        """The verdict as the table prints it."""
+        band = f"±{_pct_number(threshold)} %"
+        if self.estimate is None or self.direction is None:
+            return f"no verdict ({self.missing})" if self.missing else "no verdict"
+        if self.word is not None:
+            return self.word
+        if self.direction is Direction.SAME:
+            return f"no difference (within {band})"
+        sig = "significant; " if self.estimate.significant else ""
+        return f"inconclusive ({sig}threshold {band})"
+
+
+@dataclass(frozen=True, slots=True)
+class FailureResult:
+    """Failed transactions: per-run failure rates and their difference."""
+
+    base_rates: tuple[float, ...]
+    new_rates: tuple[float, ...]
+    base_failed: int
+    new_failed: int
+    #: Welch p of the per-run rates (None below 2 runs per side or no failure)
+    p_value: float | None
+
+    @property
+    def any(self) -> bool:
+        return self.base_failed > 0 or self.new_failed > 0
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """A finished comparison; ``render`` prints it."""
+
+    base: tuple[RunSummary, ...]
+    new: tuple[RunSummary, ...]
+    confidence: float
+    threshold: float
+    primary: str
+    single_run: bool
+    #: the single-run fallback's batches
+    batches: BatchPlan | None
+    #: workload differences between the sides that were accepted (--force,
+    #: or the arms of an A/B experiment), and why
+    differences: tuple[str, ...]
+    differences_reason: str | None
+    metrics: tuple[MetricResult, ...]
+    failures: FailureResult
+    notes: tuple[str, ...]
+
+    @property
+    def primary_result(self) -> MetricResult:
+        return next(m for m in self.metrics if m.metric.key == self.primary)
+
+    def exit_status(self, fail_on: str | None) -> int:
+        """0, or ``EXIT_FAIL_ON`` when ``fail_on`` ("slower" or "change")
+        matches the primary metric's verdict."""
+        res = self.primary_result
+        if fail_on == "slower" and res.worse:
+            return EXIT_FAIL_ON
+        if fail_on == "change" and res.word is not None:
+            return EXIT_FAIL_ON
+        return 0
+
+
+def _pct_number(frac: float) -> str:
+    return f"{frac * 100:g}"
+
+
+def check_workloads(
+    base: Sequence[RunSummary],
+    new: Sequence[RunSummary],
+    *,
+    force: bool,
+    across_expected: bool = False,
+) -> list[str]:
+    """The workload differences found, between the sides (first run of
+    each) then within a side.
+
+    Runs within a side must share their workload, and the sides must too,
+    unless ``force``; with ``across_expected`` (the arms of ``ab``),
+    differences between the sides are returned rather than refused.
+    """
+    within = [
+        f"{side[0].name} and {run.name}: {'; '.join(diff)}"
+        for side in (base, new)
+        for run in side[1:]
+        if (diff := workload_differences(side[0].workload, run.workload))
+    ]
+    across = workload_differences(base[0].workload, new[0].workload)
+    found = (["; ".join(across)] if across else []) + within
+    refused = within if across_expected else found
+    if refused and not force:
+        raise PgsurgeError(
+            f"different workloads: {' | '.join(refused)} (--force compares anyway)"
+        )
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPlan:
+    """The single-run fallback's batches, common to both runs."""
+
+    #: intervals per batch, and their length
+    size: int
+    seconds: float
+    #: batches per run (the shorter run's count)
+    batches: int
+
+
+def _steady(run: RunSummary) -> Sequence[Interval]:
+    """The run's intervals without the first (it holds the start-up) and
+    without a last, partial one."""
+    ivs = list(run.intervals)
+    full = max((i.duration_s for i in ivs), default=0.0)
+    if ivs and ivs[-1].duration_s < 0.9 * full:
+        ivs.pop()
+    return ivs[1:] if len(ivs) >= 3 else ivs
+
+
+def _batch_plan(runs: Sequence[RunSummary]) -> BatchPlan | None:
+    """Batches of ``BATCH_S`` seconds, shorter when that leaves fewer than
+    ``MIN_BATCHES``; None when a run has fewer than ``MIN_BATCHES`` steady
+    intervals."""
+    series = [_steady(r) for r in runs]
+    n = min(len(s) for s in series)
+    if n < MIN_BATCHES:
+        return None
+    step = float(np.median([i.duration_s for s in series for i in s])) or 1.0
+    size = max(1, round(BATCH_S / step))
+    if n // size < MIN_BATCHES:
+        size = max(1, n // MIN_BATCHES)
+    return BatchPlan(size, size * step, n // size)
+
+
+def _batch_estimate(
+    metric: Metric,
+    base: RunSummary,
+    new: RunSummary,
+    plan: BatchPlan,
+    confidence: float,
+) -> Estimate | None:
+    if metric.series is None:
+        return None
+    sides = [
+        stats.batch_values(*metric.series(_steady(run)), plan.size)
+        for run in (base, new)
+    ]
+    est = stats.log_ratio_ci(sides[0], sides[1], confidence)
+    b, n = metric.value(base), metric.value(new)
+    if est is None or b is None or n is None or b <= 0 or n <= 0:
+        return None
+    # the whole-run ratio, with the spread the batches show
+    return est.recentred(n / b, Method.BATCH_MEANS)
+
+
+def _metric(
+    metric: Metric,
+    base: Sequence[RunSummary],
+    new: Sequence[RunSummary],
+    *,
+    confidence: float,
+    threshold: float,
+    primary: bool,
+    plan: BatchPlan | None,
+) -> MetricResult:
+    bside, nside = side_stats(base, metric), side_stats(new, metric)
+    missing = None
+    mde = runs = perm = None
+    if not bside.values or not nside.values:
+        est = None
+        missing = "not in every result" if (bside.values or nside.values) else "n/a"
+    elif len(base) == 1 and len(new) == 1:
+        est = None
+        if plan is not None:
+            est = _batch_estimate(metric, base[0], new[0], plan, confidence)
+        if est is None:
+            missing = (
+                "single run per side, no per-interval series"
+                if plan is not None or metric.series is None
+                else "single run per side, too short for batch means"
+            )
+    else:
+        est = stats.log_ratio_ci(bside.values, nside.values, confidence)
+        if est is None:
+            missing = "zero values"
+        pooled = stats.pooled_log_sd(bside.values, nside.values)
+        if pooled is not None:
+            sd, df = pooled
+            mde = stats.min_detectable_effect(
+                sd, bside.n, nside.n, confidence, df=float(df)
+            )
+            runs = stats.runs_needed(sd, threshold, confidence)
+        if primary:
+            perm = stats.permutation_p(bside.values, nside.values)
+    return MetricResult(
+        metric=metric,
+        base=bside,
+        new=nside,
+        estimate=est,
+        direction=stats.classify(est, threshold) if est is not None else None,
+        permutation_p=perm,
+        mde=mde,
+        runs_needed=runs,
+        missing=missing,
+    )
+
+
+def _failures(base: Sequence[RunSummary], new: Sequence[RunSummary]) -> FailureResult:
+    def rates(runs: Sequence[RunSummary]) -> tuple[float, ...]:
+        return tuple(r.failed / r.transactions if r.transactions else 0.0 for r in runs)
+
+    br, nr = rates(base), rates(new)
+    bf, nf = sum(r.failed for r in base), sum(r.failed for r in new)
+    p = None
+    if (bf or nf) and len(br) >= 2 and len(nr) >= 2 and np.ptp(br + nr) > 0:
+        with np.errstate(all="ignore"):
+            res = sps.ttest_ind(nr, br, equal_var=False)
+        pv = float(res.pvalue)
+        p = pv if math.isfinite(pv) else None
+    return FailureResult(br, nr, bf, nf, p)
+
+
+def compare(
+    base: Sequence[RunSummary],
+    new: Sequence[RunSummary],
+    *,
+    confidence: float = 0.95,
+    threshold: float = 0.02,
+    primary: str = "tps",
+    force: bool = False,
+    across_expected: bool = False,
+) -> Comparison:
+    """Compare NEW against BASE (``threshold`` as a fraction)."""
+    if not base:
+        raise PgsurgeError("no BASE results to compare")
+    if not new:
+        raise PgsurgeError("no NEW results to compare (give them after --vs)")
+    if primary not in METRIC_KEYS:
+        raise PgsurgeError(f'unknown metric "{primary}"')
+    found = check_workloads(base, new, force=force, across_expected=across_expected)
+    single = len(base) == 1 and len(new) == 1
+    plan = _batch_plan([base[0], new[0]]) if single else None
+    results = tuple(
+        _metric(
+            m,
+            base,
+            new,
+            confidence=confidence,
+            threshold=threshold,
+            primary=m.key == primary,
+            plan=plan,
+        )
+        for m in METRICS
+    )
+    notes = [
+        f"{r.name}: the run was aborted (some clients failed); its figures are partial"
+        for r in (*base, *new)
+        if r.aborted
+    ]
+    reason = None
+    if found:
+        # without force, only the arms of an A/B experiment get here
+        reason = "--force" if force else "the arms' arguments"
+    return Comparison(
+        base=tuple(base),
+        new=tuple(new),
+        confidence=confidence,
+        threshold=threshold,
+        primary=primary,
+        single_run=single,
+        batches=plan,
+        differences=tuple(found),
+        differences_reason=reason,
+        metrics=results,
+        failures=_failures(base, new),
+        notes=tuple(notes),
+    )

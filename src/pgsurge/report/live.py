@@ -1,0 +1,232 @@
+"""The live view: a small panel on the terminal while a run goes on.
+
+When stderr is a terminal and neither ``-P`` nor ``--no-live`` is given,
+the parent shows what the workers' one-second snapshots say — elapsed and
+remaining time, tps and latency of the last second and of the run so far,
+failures, each worker's client CPU — in a panel drawn by ``rich`` on
+stderr. The panel is *transient*: it is erased when the run ends, so what
+remains on the terminal is exactly what pgbench prints (and what a pipe
+receives, where the panel never appears).
+
+The panel takes plain values only: merged :class:`StatsData` snapshots,
+the monotonic clock and the workers' CPU seconds, which the parent reads
+from ``/proc`` (the workers send nothing for it but the snapshot they send
+for ``-P`` anyway). ``rich`` is imported only when a panel is shown.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from pgsurge.stats.counters import StatsData
+
+__all__ = ["LivePanel", "live_wanted", "proc_cpu_seconds"]
+
+#: the interval of the workers' snapshots while the panel is shown (s)
+SNAPSHOT_S = 1
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def live_wanted(stream: TextIO, *, progress_s: int, disabled: bool) -> bool:
+    """Whether to show the panel on ``stream``: a terminal (not dumb), no
+    ``-P`` (pgbench's progress lines win), not turned off."""
+    if disabled or progress_s:
+        return False
+    if os.environ.get("TERM", "") == "dumb":
+        return False
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def proc_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` (Linux ``/proc``), or
+    None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces: split after its ")"
+    fields = data[data.rfind(b")") + 2 :].split()
+    try:
+        return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    except (IndexError, ValueError):
+        return None
+
+
+@dataclass(slots=True)
+class _Figures:
+    """What the panel shows, updated by :meth:`LivePanel.update`."""
+
+    start_us: int
+    duration_s: int | None
+    transactions: int | None
+    total: StatsData = field(default_factory=StatsData)
+    last: StatsData = field(default_factory=StatsData)
+    last_span_us: int = 0
+    now_us: int = 0
+    cpu: list[float | None] = field(default_factory=list)
+    cpu_share: list[float | None] = field(default_factory=list)
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000.0:.3f} ms"
+
+
+class LivePanel:
+    """The transient panel of one run (see the module docstring).
+
+    ``start`` draws it, ``update`` feeds it a merged snapshot, ``stop``
+    erases it; ``stop`` is safe to call more than once and after errors.
+    """
+
+    def __init__(
+        self,
+        stream: TextIO,
+        *,
+        start_us: int,
+        duration_s: int | None,
+        transactions: int | None,
+        clients: int,
+        nworkers: int,
+    ) -> None:
+        self._stream = stream
+        self._fig = _Figures(start_us, duration_s, transactions)
+        self._fig.cpu = [None] * nworkers
+        self._fig.cpu_share = [None] * nworkers
+        self._clients = clients
+        self._prev = StatsData()
+        self._prev_us = start_us
+        self._prev_cpu: list[float | None] = [None] * nworkers
+        self._live: Any = None
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def start(self) -> None:
+        from rich.console import Console
+        from rich.live import Live
+
+        console = Console(file=self._stream, highlight=False, soft_wrap=False)
+        self._live = Live(
+            _Renderable(self),
+            console=console,
+            transient=True,
+            refresh_per_second=4,
+            # pgbench's output goes to stdout afterwards, untouched
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        self._live.start()
+
+    def stop(self) -> None:
+        live, self._live = self._live, None
+        if live is not None:
+            live.stop()
+            self._stream.flush()
+
+    # -- data -----------------------------------------------------------------
+
+    def update(
+        self, total: StatsData, now_us: int, worker_cpu: list[float | None]
+    ) -> None:
+        """A merged cumulative snapshot at ``now_us`` and the workers' CPU
+        seconds so far."""
+        fig = self._fig
+        last = total.copy()
+        _subtract(last, self._prev)
+        fig.last = last
+        fig.last_span_us = max(1, now_us - self._prev_us)
+        fig.total = total
+        fig.now_us = now_us
+        span_s = fig.last_span_us / 1e6
+        for i, cpu in enumerate(worker_cpu):
+            prev = self._prev_cpu[i]
+            fig.cpu[i] = cpu
+            fig.cpu_share[i] = (
+                None if cpu is None or prev is None else (cpu - prev) / span_s
+            )
+            self._prev_cpu[i] = cpu
+        self._prev = total.copy()
+        self._prev_us = now_us
+
+    def lines(self, now_us: int | None = None) -> list[str]:
+        """The panel's text (a few lines; also what tests read)."""
+        fig = self._fig
+        now = now_us if now_us is not None else time.monotonic_ns() // 1000
+        elapsed = max(0.0, (now - fig.start_us) / 1e6)
+        if fig.duration_s:
+            left = max(0.0, fig.duration_s - elapsed)
+            head = f"elapsed {elapsed:6.1f} s   remaining {left:6.1f} s"
+        elif fig.transactions:
+            goal = fig.transactions * self._clients
+            done = fig.total.cnt + fig.total.failures + fig.total.skipped
+            head = f"elapsed {elapsed:6.1f} s   transactions {done}/{goal}"
+        else:
+            head = f"elapsed {elapsed:6.1f} s"
+        last, total = fig.last, fig.total
+        span_s = fig.last_span_us / 1e6
+        run_s = max(1e-6, (fig.now_us - fig.start_us) / 1e6)
+        lines = [f"pgsurge live   {head}"]
+        if fig.now_us:
+            lat_last = (
+                _ms(last.latency.sum / last.latency.count)
+                if last.latency.count
+                else "-"
+            )
+            lat_run = _ms(total.latency.sum / max(1, total.latency.count))
+            lines.append(
+                f"tps {last.cnt / span_s:10.1f} (last {span_s:.1f} s)   "
+                f"{total.cnt / run_s:10.1f} (run)"
+            )
+            if total.latency.count:
+                # only when the workers time each transaction (-R, -L,
+                # --percentiles, --json, -l...): the panel adds no timing
+                worst = _ms(total.latency.max)
+                lines.append(
+                    f"latency avg {lat_last} (last), {lat_run} (run), max {worst}"
+                )
+            lines.append(
+                f"transactions {total.cnt}   failures {total.failures}   "
+                f"retried {total.retried}   skipped {total.skipped}"
+            )
+        cpus = [
+            f"w{i} {'-' if c is None else f'{100.0 * c:3.0f}%'}"
+            for i, c in enumerate(fig.cpu_share)
+        ]
+        if cpus:
+            lines.append("client CPU " + "  ".join(cpus))
+        return lines
+
+
+def _subtract(acc: StatsData, prev: StatsData) -> None:
+    """``acc`` minus ``prev`` for the counters the panel shows (a minimum
+    or maximum cannot be subtracted: the panel shows the run's)."""
+    acc.cnt -= prev.cnt
+    acc.skipped -= prev.skipped
+    acc.retried -= prev.retried
+    acc.retries -= prev.retries
+    acc.serialization_failures -= prev.serialization_failures
+    acc.deadlock_failures -= prev.deadlock_failures
+    acc.other_failures -= prev.other_failures
+    acc.latency.count -= prev.latency.count
+    acc.latency.sum -= prev.latency.sum
+
+
+class _Renderable:
+    """Re-rendered by rich at each refresh: the elapsed time moves between
+    snapshots."""
+
+    def __init__(self, panel: LivePanel) -> None:
+        self._panel = panel
+
+    def __rich__(self) -> Any:
+        from rich.panel import Panel
+        from rich.text import Text
+
+        return Panel(Text("\n".join(self._panel.lines())), expand=False)

@@ -1,0 +1,468 @@
+"""``pgsurge compare`` and ``pgsurge ab``'s argument checks, in-process, on
+result files made from a real ``--json`` document
+(``tests/data/results/select-only.json``) with the figures edited."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pgsurge.experiment.ab import schedule
+from tests.fix_cli import run_cli
+
+TEMPLATE = Path(__file__).parent.parent / "data" / "results" / "select-only.json"
+
+
+def _doc() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(TEMPLATE.read_text())
+    return data
+
+
+def write_result(
+    path: Path,
+    tps: float,
+    *,
+    seq: int = 0,
+    edit: dict[str, Any] | None = None,
+    intervals: list[float] | None = None,
+) -> str:
+    """A result whose figures scale with ``tps`` (latencies inversely), its
+    start ``seq`` minutes into the day; ``edit`` sets dotted fields."""
+    doc = _doc()
+    t = doc["totals"]
+    factor = t["tps"] / tps
+    t["tps"] = tps
+    t["latency_ms"]["avg"] *= factor
+    t["latency_ms"]["percentiles"] = {
+        k: v * factor for k, v in t["latency_ms"]["percentiles"].items()
+    }
+    doc["client_cpu"]["us_per_transaction"] *= factor
+    doc["start"] = f"2026-01-01T10:{seq:02d}:00.000000Z"
+    if intervals is not None:
+        point = doc["intervals"][1]
+        doc["intervals"] = []
+        for k, v in enumerate(intervals):
+            p = copy.deepcopy(point)
+            p.update(offset_s=float(k), duration_s=1.0, processed=int(v), tps=v)
+            p["latency_ms"]["avg"] = 2000.0 / v
+            p["latency_ms"]["count"] = int(v)
+            doc["intervals"].append(p)
+    for dotted, value in (edit or {}).items():
+        node = doc
+        *parents, last = dotted.split(".")
+        for key in parents:
+            node = node[key]
+        node[last] = value
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def _side(tmp_path: Path, prefix: str, values: list[float], **kw: Any) -> list[str]:
+    return [
+        write_result(tmp_path / f"{prefix}{i + 1}.json", v, seq=i, **kw)
+        for i, v in enumerate(values)
+    ]
+
+
+DEV = [0.99, 1.01, 1.0, 0.995, 1.005]
+
+
+def _compare(tmp_path: Path, base: list[float], new: list[float], *opts: str) -> Any:
+    args = ["compare", *_side(tmp_path, "b", base), "--vs", *_side(tmp_path, "n", new)]
+    return run_cli([*args, *opts])
+
+
+def _row(stdout: str, label: str) -> str:
+    (line,) = [ln for ln in stdout.splitlines() if ln.startswith(f"{label}  ")]
+    return line
+
+
+# -- verdicts and exit statuses ---------------------------------------------------
+
+
+def test_faster_with_the_issue_line_format(tmp_path: Path) -> None:
+    r = _compare(tmp_path, [40_000 * d for d in DEV], [44_000 * d for d in DEV[::-1]])
+    assert (r.status, r.stderr) == (0, "")
+    row = re.sub(r" {2,}", "  ", _row(r.stdout, "tps"))
+    assert re.fullmatch(
+        r"tps  5 vs 5 runs  40 000 → 44 000  \+10\.0 %  "
+        r"95 % CI \[\+\d+\.\d %, \+\d+\.\d %\]  faster",
+        row,
+    ), row
+    # latencies went down: faster too; CPU per transaction: less CPU
+    assert _row(r.stdout, "p99").endswith("faster")
+    assert _row(r.stdout, "CPU/tx").endswith("less CPU")
+    assert _row(r.stdout, "failures").endswith("none on either side")
+    assert "5+5 runs detect a change of ≥" in r.stdout
+    assert "exact permutation p = 0.0079 (252 splits)" in r.stdout
+    assert "noise (run-to-run CV, base / new): tps 0.8 % / 0.8 %" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("ratio", "fail_on", "status"),
+    [
+        (1.10, None, 0),
+        (1.10, "slower", 0),
+        (1.10, "change", 3),
+        (0.90, "slower", 3),
+        (0.90, "change", 3),
+        (1.00, "change", 0),
+    ],
+)
+def test_fail_on(
+    tmp_path: Path, ratio: float, fail_on: str | None, status: int
+) -> None:
+    opts = ["--fail-on", fail_on] if fail_on else []
+    r = _compare(
+        tmp_path, [40_000 * d for d in DEV], [40_000 * ratio * d for d in DEV], *opts
+    )
+    assert r.status == status, r.stdout + r.stderr
+
+
+def test_fail_on_a_latency_metric(tmp_path: Path) -> None:
+    # tps unchanged; --metric p99 judges p99, which the edit makes 20 % worse
+    base = _side(tmp_path, "b", [40_000 * d for d in DEV])
+    new = []
+    for i, d in enumerate(DEV):
+        doc = json.loads(Path(base[i]).read_text())
+        p = doc["totals"]["latency_ms"]["percentiles"]
+        p["99"] *= 1.2 * d
+        path = tmp_path / f"n{i}.json"
+        path.write_text(json.dumps(doc))
+        new.append(str(path))
+    r = run_cli(
+        ["compare", *base, "--vs", *new, "--metric", "p99", "--fail-on", "slower"]
+    )
+    assert r.status == 3
+    assert _row(r.stdout, "p99").endswith("slower")
+
+
+def test_inconclusive_significant_and_no_difference(tmp_path: Path) -> None:
+    tight = [0.998, 1.002, 1.0, 0.999, 1.001]
+    r = _compare(
+        tmp_path, [40_000 * d for d in tight], [40_800 * d for d in tight[::-1]]
+    )
+    assert _row(r.stdout, "tps").endswith("inconclusive (significant; threshold ±2 %)")
+    r = _compare(
+        tmp_path,
+        [40_000 * d for d in tight],
+        [41_000 * d for d in tight],
+        "--threshold",
+        "5",
+    )
+    assert _row(r.stdout, "tps").endswith("no difference (within ±5 %)")
+    wide = [0.97, 1.03, 1.0, 0.98, 1.02]
+    r = _compare(tmp_path, [40_000 * d for d in wide], [40_400 * d for d in wide])
+    assert _row(r.stdout, "tps").endswith("inconclusive (threshold ±2 %)")
+
+
+def test_confidence_option(tmp_path: Path) -> None:
+    r = _compare(
+        tmp_path,
+        [40_000 * d for d in DEV],
+        [44_000 * d for d in DEV],
+        "--confidence",
+        "90",
+    )
+    assert "90 % CI [" in _row(r.stdout, "tps")
+    r = _compare(
+        tmp_path,
+        [40_000 * d for d in DEV],
+        [44_000 * d for d in DEV],
+        "--confidence",
+        "0.99",
+    )
+    assert "99 % CI [" in _row(r.stdout, "tps")
+
+
+def test_json_to_stdout_and_file(tmp_path: Path) -> None:
+    r = _compare(
+        tmp_path, [40_000 * d for d in DEV], [36_000 * d for d in DEV], "--json", "-"
+    )
+    assert r.status == 0
+    doc = json.loads(r.stdout)
+    assert "tps  " in r.stderr  # the table went to stderr
+    assert doc["kind"] == "pgsurge-compare" and doc["verdict"] == "slower"
+    tps = doc["metrics"][0]
+    assert tps["metric"] == "tps" and tps["ratio"] == pytest.approx(0.9)
+    assert tps["ci"][0] < 0.9 < tps["ci"][1]
+    assert tps["method"] == "welch" and tps["base"]["runs"] == 5
+    assert [m["metric"] for m in doc["metrics"]] == [
+        "tps",
+        "latency",
+        "p50",
+        "p90",
+        "p99",
+        "cpu",
+    ]
+    out = tmp_path / "cmp.json"
+    r = _compare(
+        tmp_path,
+        [40_000 * d for d in DEV],
+        [36_000 * d for d in DEV],
+        "--json",
+        str(out),
+        "--fail-on",
+        "slower",
+    )
+    assert r.status == 3 and "tps  " in r.stdout
+    assert json.loads(out.read_text())["exit_status"] == 3
+
+
+def test_drift_and_outliers_are_reported(tmp_path: Path) -> None:
+    base = [40_000, 40_300, 39_800, 40_100, 52_000]  # b5 is an outlier
+    new = [40_000, 40_400, 40_800, 41_200, 41_600]  # rises run after run
+    r = _compare(tmp_path, base, new)
+    assert "drift: new tps rises with run order (Spearman ρ = +1.00)" in r.stdout
+    assert re.search(
+        r"outlier runs \(reported, not dropped\): "
+        r"base b5\.json tps 52 000 \(modified z = \+\d+\.\d\)",
+        r.stdout,
+    )
+    doc = json.loads(_compare(tmp_path, base, new, "--json", "-").stdout)
+    tps = doc["metrics"][0]
+    assert tps["base"]["outliers"][0]["file"] == "b5.json"
+    assert tps["new"]["drift_rho"] == pytest.approx(1.0)
+    # reported, never dropped: the base side still has 5 runs
+    assert _row(r.stdout, "tps").startswith("tps          5 vs 5 runs")
+
+
+def test_single_run_per_side_uses_batch_means(tmp_path: Path) -> None:
+    flat = [40_000.0 + (200 if k % 2 else -200) for k in range(62)]
+    base = write_result(tmp_path / "one.json", 40_000, intervals=flat)
+    new = write_result(tmp_path / "two.json", 36_000, intervals=[v * 0.9 for v in flat])
+    r = run_cli(["compare", base, "--vs", new])
+    assert r.status == 0, r.stderr
+    assert (
+        "single run per side: run-to-run variance not measured (CIs from 6+6 batch "
+        "means of 10 s within each run)"
+    ) in r.stdout
+    row = _row(r.stdout, "tps")
+    assert "1 vs 1 run  40 000 → 36 000" in re.sub(r" {2,}", "  ", row)
+    assert row.endswith("slower")
+    # no per-interval series for CPU: no verdict, said so
+    assert _row(r.stdout, "CPU/tx").endswith(
+        "no verdict (single run per side, no per-interval series)"
+    )
+    short = write_result(tmp_path / "short.json", 40_000)  # a 2 s run
+    r = run_cli(["compare", short, "--vs", short])
+    assert "too short for batch means" in _row(r.stdout, "tps")
+
+
+# -- workloads --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("edit", "phrase"),
+    [
+        ({"run.scale": 10}, "scale 1 vs 10"),
+        ({"config.clients": 8}, "-c 2 vs 8"),
+        ({"config.jobs": 2}, "-j 1 vs 2"),
+        ({"config.query_mode": "prepared"}, "-M simple vs prepared"),
+        ({"config.rate": 500.0}, "-R none vs 500"),
+        ({"config.duration_s": 60}, "-T 2 vs 60"),
+        ({"server.version": "19devel"}, "server version 18.6 vs 19devel"),
+        (
+            {
+                "scripts": [
+                    {"desc": "my.sql", "weight": 1, "commands": [{"line": "SELECT 1;"}]}
+                ]
+            },
+            "script texts: <builtin: select only>@1 vs my.sql@1",
+        ),
+    ],
+)
+def test_different_workloads_are_refused(
+    tmp_path: Path, edit: dict[str, Any], phrase: str
+) -> None:
+    base = write_result(tmp_path / "a.json", 40_000)
+    new = write_result(tmp_path / "b.json", 40_000, edit=edit)
+    r = run_cli(["compare", base, "--vs", new])
+    assert r.status == 1 and r.stdout == ""
+    assert r.stderr == (
+        f"pgsurge: error: different workloads: {phrase} (--force compares anyway)\n"
+    )
+    r = run_cli(["compare", base, "--vs", new, "--force"])
+    assert r.status == 0
+    assert f"differs (--force): {phrase}" in r.stdout
+
+
+def test_script_text_differences_are_seen(tmp_path: Path) -> None:
+    doc = _doc()
+    doc["scripts"][0]["commands"][1]["line"] = "SELECT 1;"
+    base = write_result(tmp_path / "a.json", 40_000)
+    new = write_result(tmp_path / "b.json", 40_000, edit={"scripts": doc["scripts"]})
+    r = run_cli(["compare", base, "--vs", new])
+    assert "script texts differ (<builtin: select only>@1)" in r.stderr
+
+
+def test_runs_within_a_side_must_match(tmp_path: Path) -> None:
+    a1 = write_result(tmp_path / "a1.json", 40_000)
+    a2 = write_result(tmp_path / "a2.json", 40_000, edit={"run.scale": 5})
+    b = write_result(tmp_path / "b.json", 40_000)
+    r = run_cli(["compare", a1, a2, "--vs", b])
+    assert r.stderr == (
+        "pgsurge: error: different workloads: a1.json and a2.json: scale 1 vs 5 "
+        "(--force compares anyway)\n"
+    )
+
+
+# -- bad input: one line, exit 1, never a traceback -------------------------------
+
+
+def _bad_files(tmp_path: Path) -> dict[str, str]:
+    good = write_result(tmp_path / "good.json", 40_000)
+    (tmp_path / "text.json").write_text("tps = 40000\n")
+    (tmp_path / "other.json").write_text('{"name": "something else"}')
+    newer = _doc() | {"schema": 2}
+    (tmp_path / "newer.json").write_text(json.dumps(newer))
+    partial = _doc()
+    del partial["totals"]["tps"]
+    (tmp_path / "partial.json").write_text(json.dumps(partial))
+    (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00")
+    return {"good": good}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["missing.json", "--vs", "GOOD"],
+            'could not read "missing.json": No such file or directory',
+        ),
+        (
+            ["text.json", "--vs", "GOOD"],
+            '"text.json" is not a pgsurge result (not JSON)',
+        ),
+        (
+            ["GOOD", "--vs", "binary.json"],
+            '"binary.json" is not a pgsurge result (not text)',
+        ),
+        (["GOOD", "--vs", "other.json"], '"other.json" is not a pgsurge result'),
+        (
+            ["newer.json", "--vs", "GOOD"],
+            '"newer.json" has result schema 2, newer than this pgsurge reads (1): '
+            "upgrade pgsurge",
+        ),
+        (
+            ["partial.json", "--vs", "GOOD"],
+            '"partial.json" is not a valid pgsurge result: missing totals.tps',
+        ),
+        (["GOOD", "--vs"], "no NEW results after --vs"),
+        (["GOOD"], "no --vs given (pgsurge compare BASE.json --vs NEW.json)"),
+        (
+            ["--vs", "GOOD"],
+            "no BASE results given (pgsurge compare BASE.json --vs NEW.json)",
+        ),
+        (
+            ["GOOD", "--vs", "GOOD", "--threshold", "x"],
+            'pgsurge compare: argument --threshold: invalid percentage: "x" '
+            '(try "pgsurge compare --help")',
+        ),
+        (
+            ["GOOD", "--vs", "GOOD", "--confidence", "30"],
+            "pgsurge compare: argument --confidence: confidence out of range "
+            '(50 to 99.9…): "30" (try "pgsurge compare --help")',
+        ),
+        (
+            ["GOOD", "--vs", "GOOD", "--bogus"],
+            'pgsurge compare: unrecognized arguments: --bogus (try "pgsurge compare '
+            '--help")',
+        ),
+    ],
+)
+def test_bad_input_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    good = _bad_files(tmp_path)["good"]
+    r = run_cli(["compare", *(good if a == "GOOD" else a for a in args)])
+    assert (r.status, r.stdout) == (1, "")
+    assert r.stderr == f"pgsurge: error: {message}\n"
+
+
+def test_compare_help(tmp_path: Path) -> None:
+    r = run_cli(["compare", "--help"])
+    assert r.status == 0 and "--vs" in r.stdout and "--fail-on" in r.stdout
+
+
+# -- ab: arguments ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--runs", "0", "--", "-S"], "--runs must be at least 1"),
+        (["--warmup", "-1", "--", "-S"], "--warmup must be 0 or more"),
+        (
+            ["--a", "-h 'unclosed", "--", "-S"],
+            "--a: No closing quotation: -h 'unclosed",
+        ),
+        (
+            ["--b-env", "PGOPTIONS", "--", "-S"],
+            '--b-env: expected NAME=VALUE, got "PGOPTIONS"',
+        ),
+        (
+            ["--", "-S", "--json", "x.json"],
+            "ab writes each run's --json itself: drop it from the common arguments",
+        ),
+        (
+            ["--b", "--json=x", "--", "-S"],
+            "ab writes each run's --json itself: drop it from --b",
+        ),
+        (
+            ["--runs", "x"],
+            "pgsurge ab: argument --runs: invalid int value: 'x' "
+            '(try "pgsurge ab --help")',
+        ),
+        (["--order", "aabb"], "pgsurge ab: argument --order: invalid choice: "),
+    ],
+)
+def test_ab_bad_arguments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    r = run_cli(["ab", *args])
+    assert (r.status, r.stdout) == (1, "")
+    assert r.stderr.startswith(f"pgsurge: error: {message}")
+    assert r.stderr.count("\n") == 1 and r.stderr.endswith("\n")
+    assert list(tmp_path.iterdir()) == []  # no output directory was made
+
+
+def test_ab_out_must_be_new_or_empty(tmp_path: Path) -> None:
+    (tmp_path / "x").write_text("")
+    r = run_cli(["ab", "--out", str(tmp_path), "--", "-S"])
+    assert r.status == 1
+    assert (
+        r.stderr
+        == f'pgsurge: error: --out: "{tmp_path}" exists and is not an empty directory\n'
+    )
+
+
+def test_schedule() -> None:
+    assert schedule(2, 4, "abba") == [0, 1, 1, 0, 0, 1, 1, 0]
+    assert schedule(2, 3, "abab") == [0, 1, 0, 1, 0, 1]
+    assert schedule(1, 3, "abba") == [0, 0, 0]
+
+
+def test_experiment_imports_no_run_machinery() -> None:
+    # the layering rule: experiment reads results, it never runs the engine
+    code = (
+        "import sys, pgsurge.experiment.command\n"
+        "print('\\n'.join(m for m in sys.modules if m.startswith('pgsurge')))"
+    )
+    mods = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    # the values and statistics below it are fine; no engine, no runner, no
+    # report renderer, no connection
+    forbidden = ("engine", "runner", "report", "pgconn", "cli", "init", "server")
+    bad = [m for m in mods if m.split(".")[1:2] and m.split(".")[1] in forbidden]
+    assert bad == []
