@@ -183,6 +183,10 @@ class RunConfig:
     #: --idle-sessions N[:MODE]: companion sessions held open for the run
     idle_sessions: int = 0
     idle_mode: IdleMode = IdleMode.IDLE
+    #: --dask: a Dask scheduler address (the run's workers are dealt over
+    #: its workers, see pgsurge.distributed) or ``local:N`` (a local cluster
+    #: of N workers); None: this machine's processes
+    dask: str | None = None
     #: --no-live: no live panel on a terminal (see report/live.py)
     no_live: bool = False
 

@@ -46,7 +46,6 @@ printed, with status 2.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import sys
@@ -55,14 +54,18 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from functools import partial
+from multiprocessing.connection import wait
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 import psycopg
 
 from pgsurge import __version__, pgconn
 from pgsurge.config import RunConfig
 from pgsurge.engine.interrupt import ParentStop, describe_exit
+from pgsurge.engine.pool import RunFailed as _Failed
+from pgsurge.engine.pool import WorkerPool as _Workers
+from pgsurge.engine.pool import split_clients
 from pgsurge.engine.program import ScriptLike
 from pgsurge.engine.protocol import (
     Connected,
@@ -70,14 +73,13 @@ from pgsurge.engine.protocol import (
     Done,
     Fatal,
     Go,
-    ParentMessage,
     Progress,
     Ready,
     Steady,
     Stop,
     WorkerMessage,
 )
-from pgsurge.engine.worker import WorkerSpec, worker_main
+from pgsurge.engine.worker import WorkerSpec
 from pgsurge.errors import (
     PROG,
     ConnectError,
@@ -101,7 +103,7 @@ from pgsurge.stats.results import RunFacts, RunResult, WorkerResult
 if TYPE_CHECKING:
     from pgsurge.insight import Monitor
 
-__all__ = ["TableInfo", "run", "split_clients"]
+__all__ = ["Driver", "TableInfo", "run", "split_clients"]
 
 _UNDEFINED_TABLE = "42P01"
 
@@ -110,16 +112,8 @@ _UNDEFINED_TABLE = "42P01"
 #: and shutdown, not whether the client kept up with the server
 WARN_MIN_DURATION_US = 1_000_000
 
-
-def split_clients(nclients: int, nthreads: int) -> list[tuple[int, int]]:
-    """``(first client id, count)`` per worker, as pgbench deals clients."""
-    out = []
-    dealt = 0
-    for i in range(nthreads):
-        n = (nclients - dealt + nthreads - i - 1) // (nthreads - i)
-        out.append((dealt, n))
-        dealt += n
-    return out
+#: runs a started run's workers and returns their merged result (see ``run``)
+Driver = Callable[[Sequence[WorkerSpec], RunFacts, TextIO], RunResult]
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,101 +301,6 @@ def _initial_variables(
     return tuple(variables.items()), set_client_id
 
 
-def _mp_context() -> Any:
-    """How workers start.
-
-    ``fork`` where the platform has it: a spawned worker re-imports pgsurge
-    and psycopg, about 0.2 s of CPU each, a few µs per transaction of a
-    10 s run; the parent has no threads and no open connection when it
-    forks. Not ``forkserver``: its children are not this process's
-    children, so their CPU time would escape ``getrusage(RUSAGE_CHILDREN)``
-    of whoever measures pgsurge (bench/compare.py does). Elsewhere
-    ``spawn``. ``PGSURGE_START_METHOD`` overrides (for measurements).
-    """
-    methods = multiprocessing.get_all_start_methods()
-    method = os.environ.get("PGSURGE_START_METHOD") or (
-        "fork" if "fork" in methods else "spawn"
-    )
-    return multiprocessing.get_context(method)
-
-
-def _worker_entry(
-    spec: WorkerSpec, pipe: Connection, parent: int, abort_owner: Any
-) -> None:
-    _die_with_parent(parent)
-    worker_main(spec, pipe, abort_owner)
-
-
-def _die_with_parent(parent: int) -> None:
-    """On Linux, have the kernel kill this worker when the parent dies,
-    even of SIGKILL (no handler sees it: ``timeout -s KILL``, a test
-    harness's timeout, the OOM killer); the worker would run on, orphaned."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes  # already loaded with psycopg: no import cost here
-
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return
-    pr_set_pdeathsig = 1
-    prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # it died before the request: too late
-        os._exit(1)
-
-
-class _Workers:
-    """The worker processes and their pipes, with clean shutdown."""
-
-    def __init__(self, specs: Sequence[WorkerSpec]) -> None:
-        ctx = _mp_context()
-        self.pipes: list[Connection] = []
-        self.nclients = [spec.nclients for spec in specs]
-        self.procs: list[Any] = []
-        # --exit-on-abort: the id of the first worker to report an abort,
-        # shared, so that only it reports (pgbench's first aborting thread
-        # ends the process before another can print)
-        abort_owner = (
-            ctx.Value("i", -1) if specs and specs[0].config.exit_on_abort else None
-        )
-        for spec in specs:
-            parent_end, child_end = ctx.Pipe(duplex=True)
-            proc = ctx.Process(
-                target=_worker_entry,
-                args=(spec, child_end, os.getpid(), abort_owner),
-                name=f"pgsurge-worker-{spec.worker_id}",
-                daemon=True,
-            )
-            proc.start()
-            child_end.close()
-            self.pipes.append(parent_end)
-            self.procs.append(proc)
-
-    def send_all(self, msg: ParentMessage) -> None:
-        for pipe in self.pipes:
-            pipe.send(msg)
-
-    def pids(self) -> list[int]:
-        return [p.pid for p in self.procs if p.pid is not None and p.is_alive()]
-
-    def stop(self) -> None:
-        """Kill the workers (they stop gracefully on SIGTERM, which is for
-        an interrupted run: here their work is to be thrown away)."""
-        for proc in self.procs:
-            if proc.is_alive():
-                proc.kill()
-        for proc in self.procs:
-            proc.join(5)
-        for pipe in self.pipes:
-            pipe.close()
-
-    def join(self) -> None:
-        for proc in self.procs:
-            proc.join()
-        for pipe in self.pipes:
-            pipe.close()
-
-
 #: signals whose default action kills pgbench, threads and all, and that
 #: do not interrupt a run gracefully (SIGINT and SIGTERM do: ParentStop)
 _KILLING_SIGNALS = (signal.SIGHUP,)
@@ -426,11 +325,6 @@ def _stop_workers_on_signal(workers: _Workers) -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-class _Failed(Exception):
-    def __init__(self, status: ExitStatus) -> None:
-        self.status = status
 
 
 class _Died:
@@ -489,11 +383,16 @@ def run(
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
     on_result: Callable[[RunResult], None] | None = None,
+    drive: Driver | None = None,
 ) -> ExitStatus:
     """Run the benchmark ``cfg`` and print pgbench's output; see the module doc.
 
     ``on_result`` receives the merged :class:`RunResult` before the report
     is printed (tests and the benchmark suite read the figures from it).
+    ``drive`` runs the workers elsewhere (``--dask``: on several hosts) in
+    place of this machine's processes; it gets their specs (all seeds
+    derived here, by global client number) and returns the merged result,
+    or raises :class:`~pgsurge.engine.pool.RunFailed`.
     """
     out = sys.stdout if stdout is None else stdout
     err = sys.stderr if stderr is None else stderr
@@ -545,7 +444,9 @@ def run(
         partition_method=info.partition_method,
         partitions=info.partitions,
     )
-    show_live = live.live_wanted(err, progress_s=cfg.progress_s, disabled=cfg.no_live)
+    show_live = live.live_wanted(
+        err, progress_s=cfg.progress_s, disabled=cfg.no_live or drive is not None
+    )
     epoch_shift_us = time.time_ns() // 1000 - _clock()
     specs = [
         WorkerSpec(
@@ -567,36 +468,22 @@ def run(
         )
         for i, (first, count) in enumerate(split_clients(cfg.clients, nthreads))
     ]
-    workers = _Workers(specs)
     monitor = None
     try:
         if cfg.insight:  # --waits, --server-stats, --idle-sessions
             monitor = _start_monitor(cfg, password, text_out, err)
-        with _stop_workers_on_signal(workers), _parent_stop(workers) as stopper:
-            result = _drive(
-                workers,
-                cfg,
-                facts,
-                err,
-                stopper=stopper,
-                show_live=show_live,
-                monitor=monitor,
-            )
+        local = partial(_drive_local, show_live=show_live, monitor=monitor)
+        result = (drive or local)(specs, facts, err)
         if monitor is not None:
             result.insight = monitor.finish(result.total.cnt)
     except _Failed as e:
-        workers.stop()
         out.flush()
         err.flush()
         return e.status
-    except BaseException:
-        workers.stop()
-        raise
     finally:
         if monitor is not None:  # end, abort, Ctrl-C: the sessions close
             monitor.close()
             err.write("".join(monitor.warnings))
-    workers.join()
     result.epoch_shift_us = epoch_shift_us
 
     if on_result is not None:
@@ -724,6 +611,34 @@ def _writer(stream: TextIO) -> Callable[[str], None]:
         stream.flush()
 
     return write
+
+
+def _drive_local(
+    specs: Sequence[WorkerSpec],
+    facts: RunFacts,
+    err: TextIO,
+    *,
+    show_live: bool = False,
+    monitor: Monitor | None = None,
+) -> RunResult:
+    """The default driver: the workers are this machine's processes."""
+    workers = _Workers(specs)
+    try:
+        with _stop_workers_on_signal(workers), _parent_stop(workers) as stopper:
+            result = _drive(
+                workers,
+                specs[0].config,
+                facts,
+                err,
+                stopper=stopper,
+                show_live=show_live,
+                monitor=monitor,
+            )
+    except BaseException:
+        workers.stop()
+        raise
+    workers.join()
+    return result
 
 
 def _drive(

@@ -390,7 +390,9 @@ def test_help_is_pgbench_help_plus_our_options(pgbench_bin: Path) -> None:
         "  --partition-method": "  --init-jobs=NUM          generate pgbench_accounts"
         " with NUM parallel connections (default: 1)\n",
         "  --exit-on-abort": "  --continue-on-error      continue running after an"
-        " SQL error\n",
+        " SQL error\n"
+        "  --dask=ADDRESS|local:N   run on the workers of a Dask cluster (one host"
+        " each)\n",
         "  --continue-on-error": "  --client-cpu             report client CPU time"
         " and per-thread utilization\n",
         "  --failures-detailed": "  --extended-report        same as --percentiles"

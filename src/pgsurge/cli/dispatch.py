@@ -128,10 +128,17 @@ def _dispatch(cfg: InitConfig | RunConfig) -> int:
     # imported here, not at the top: ``--help`` and ``-V`` do without them
     from dataclasses import replace
 
-    from pgsurge.config import InitConfig
+    from pgsurge.config import InitConfig, RunConfig
     from pgsurge.init import ensure_initialized, run_init
     from pgsurge.server.target import resolve_target
 
+    drive = None
+    if isinstance(cfg, RunConfig) and cfg.dask is not None:
+        # the workers run on the hosts of a Dask cluster (fails at once
+        # when Dask is not installed)
+        from pgsurge.distributed import dask_driver
+
+        drive = dask_driver(cfg.dask)
     conn = resolve_target(cfg.conn, force_embedded=cfg.force_embedded)
     if not conn.embedded and conn.dbname is None:
         conn = replace(conn, dbname=_default_dbname(os.environ))
@@ -144,7 +151,7 @@ def _dispatch(cfg: InitConfig | RunConfig) -> int:
     _startup_done()
     if conn.embedded:
         ensure_initialized(conn)
-    status = run(replace(cfg, conn=conn))
+    status = run(replace(cfg, conn=conn), drive=drive)
     return int(status)
 
 

@@ -71,6 +71,7 @@ Benchmarking options:
   --aggregate-interval=NUM aggregate data over NUM seconds
   --client-cpu             report client CPU time and per-thread utilization
   --continue-on-error      continue running after an SQL error
+  --dask=ADDRESS|local:N   run on the workers of a Dask cluster (one host each)
   --exit-on-abort          exit when any client is aborted
   --extended-report        same as --percentiles --client-cpu
   --failures-detailed      report the failures grouped by basic types

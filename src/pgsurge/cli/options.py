@@ -44,6 +44,7 @@ from pgsurge.cli.getopt import Getopt, LongOption
 from pgsurge.cli.values import (
     check_output_path,
     parse_idle_sessions,
+    parse_dask_address,
     parse_int_option,
     parse_percentiles,
     parse_random_seed,
@@ -130,6 +131,7 @@ LONG_OPTIONS: tuple[LongOption, ...] = (
     LongOption("waits", False, "waits", extension=True),
     LongOption("server-stats", False, "server-stats", extension=True),
     LongOption("idle-sessions", True, "idle-sessions", extension=True),
+    LongOption("dask", True, "dask", extension=True),
     LongOption("no-live", False, "no-live", extension=True),
 )
 
@@ -233,6 +235,7 @@ class _State:
     server_stats: bool = False
     idle_sessions: int = 0
     idle_mode: IdleMode = IdleMode.IDLE
+    dask: str | None = None
     no_live: bool = False
 
 
@@ -611,6 +614,9 @@ class _CommandLine:
             case "idle-sessions":
                 st.benchmarking_option_set = True
                 st.idle_sessions, st.idle_mode = parse_idle_sessions(arg)
+            case "dask":
+                st.benchmarking_option_set = True
+                st.dask = parse_dask_address(arg)
             case "no-live":
                 st.benchmarking_option_set = True
                 st.no_live = True
@@ -784,6 +790,7 @@ class _CommandLine:
             server_stats=st.server_stats,
             idle_sessions=st.idle_sessions,
             idle_mode=st.idle_mode,
+            dask=st.dask,
             no_live=st.no_live,
         )
 

@@ -129,6 +129,33 @@ _PLAIN_NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
 _PERCENTILES_OPT = "--percentiles"
 
 
+#: most workers a ``--dask local:N`` cluster may start on this machine
+MAX_LOCAL_DASK_WORKERS = 64
+
+
+def parse_dask_address(value: str) -> str:
+    """``--dask``: ``local:N`` (1 <= N <= 64) or a scheduler address as
+    Dask takes it (``tcp://host:8786``, ``host:8786``, ``tls://…``)."""
+    text = value.strip()
+    if text.startswith("local:"):
+        count = text[len("local:") :]
+        if not count.isascii() or not count.isdigit():
+            raise UsageError(
+                f'invalid value "{value}" for option --dask',
+                detail='Expecting "local:N" with N a number of workers, or the'
+                ' address of a Dask scheduler such as "tcp://host:8786".',
+            )
+        parse_int_option(count, "--dask", 1, MAX_LOCAL_DASK_WORKERS)
+        return f"local:{int(count)}"
+    if not text or any(c.isspace() for c in text):
+        raise UsageError(
+            f'invalid value "{value}" for option --dask',
+            detail="Expecting the address of a Dask scheduler such as"
+            ' "tcp://host:8786", or "local:N".',
+        )
+    return text
+
+
 def parse_percentiles(value: str | None) -> tuple[float, ...]:
     """``--percentiles[=LIST]`` → the percentiles, ascending, without repeats.
 

@@ -55,8 +55,8 @@ from pgsurge.engine.protocol import (
     Ready,
     Steady,
 )
-from pgsurge.engine.reconnect import with_reconnect
 from pgsurge.engine.pyworkload import connect_hook, reported_ops
+from pgsurge.engine.reconnect import with_reconnect
 from pgsurge.engine.state import Client, Op, Settings, WorkerState
 from pgsurge.engine.throttle import worker_delay_us
 from pgsurge.errors import PROG, PgsurgeError

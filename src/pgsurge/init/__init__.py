@@ -22,13 +22,16 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from pgsurge.config import InitConfig, PartitionMethod
 from pgsurge.errors import InitError
 from pgsurge.init import schema
 from pgsurge.init.generate import generate_client_side, generate_server_side
 from pgsurge.init.session import Output, Session
+
+if TYPE_CHECKING:
+    import psycopg
 
 __all__ = ["ensure_initialized", "run_init"]
 

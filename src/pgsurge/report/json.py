@@ -304,6 +304,8 @@ def build_document(result: RunResult, config: RunConfig) -> dict[str, Any]:
         }
     # --waits, --server-stats, --idle-sessions (pgsurge.insight)
     doc.update((k, v) for k, v in result.insight.items() if k != "intervals")
+    if result.hosts:  # a multi-host run (--dask)
+        doc["hosts"] = [dict(h) for h in result.hosts]
     return doc
 
 

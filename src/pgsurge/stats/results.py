@@ -392,6 +392,9 @@ class RunResult:
     #: JSON-ready sections ``waits``, ``server_stats``, ``idle_sessions``,
     #: and ``intervals`` (a list of ``{"start_us": monotonic µs, ...}``)
     insight: dict[str, Any] = field(default_factory=dict)
+    #: a multi-host run's hosts (``distributed.plan.HostInfo.to_dict``:
+    #: address, clients, clock offset, own figures, lost); empty otherwise
+    hosts: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def aborted(self) -> bool:
@@ -497,6 +500,7 @@ class RunResult:
             "interrupted_by": self.interrupted_by,
             "interrupted_after_us": self.interrupted_after_us,
             "insight": self.insight,
+            "hosts": [dict(h) for h in self.hosts],
         }
 
     @classmethod
@@ -527,6 +531,7 @@ class RunResult:
             interrupted_by=data.get("interrupted_by"),
             interrupted_after_us=int(data.get("interrupted_after_us", 0)),
             insight=dict(data.get("insight") or {}),
+            hosts=[dict(h) for h in data.get("hosts", [])],
         )
 
 

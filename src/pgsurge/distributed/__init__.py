@@ -1,0 +1,16 @@
+"""Multi-host runs on Dask: one benchmark driven from many client machines.
+
+``pgsurge --dask tcp://SCHEDULER:8786 …`` runs any pgbench-style run on the
+Dask workers that offer the ``pgsurge`` resource, one worker per load
+host, and reports it as one run; ``--dask local:N`` starts a local cluster
+of N workers on loopback. ``coordinator`` is the side of the command line,
+``host`` the task on each load host, ``plan`` the layout and clocks as
+plain data. Dask is an optional extra (``pip install 'pgsurge[dask]'``);
+nothing here imports it until a run asks for it.
+"""
+
+from __future__ import annotations
+
+from pgsurge.distributed.coordinator import dask_driver
+
+__all__ = ["dask_driver"]

@@ -1,0 +1,141 @@
+"""The worker processes of one machine: start them, talk to them, stop them.
+
+pgbench's threads are pgsurge's worker processes (``engine.worker``). This
+module starts them with their :class:`~pgsurge.engine.worker.WorkerSpec`,
+holds the parent end of each one's pipe and stops them; it is shared by
+the parent of a local run (``runner``) and by the host task of a
+multi-host run (``distributed``), which both drive the same barriers over
+these pipes. It also holds pgbench's rule for dealing clients over
+threads, used to deal clients over workers and workers over hosts.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+from pgsurge.engine.protocol import ParentMessage
+from pgsurge.engine.worker import WorkerSpec, worker_main
+from pgsurge.errors import ExitStatus
+
+__all__ = ["RunFailed", "WorkerPool", "mp_context", "split_clients"]
+
+
+class RunFailed(Exception):
+    """The run ends with ``status`` and no report (what went wrong has
+    been printed already)."""
+
+    def __init__(self, status: ExitStatus) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+def split_clients(nclients: int, nthreads: int) -> list[tuple[int, int]]:
+    """``(first client id, count)`` per worker, as pgbench deals clients."""
+    out = []
+    dealt = 0
+    for i in range(nthreads):
+        n = (nclients - dealt + nthreads - i - 1) // (nthreads - i)
+        out.append((dealt, n))
+        dealt += n
+    return out
+
+
+def mp_context() -> Any:
+    """How workers start.
+
+    ``fork`` where the platform has it: a spawned worker re-imports pgsurge
+    and psycopg, about 0.2 s of CPU each, a few µs per transaction of a
+    10 s run; the parent has no threads and no open connection when it
+    forks. Not ``forkserver``: its children are not this process's
+    children, so their CPU time would escape ``getrusage(RUSAGE_CHILDREN)``
+    of whoever measures pgsurge (bench/compare.py does). Elsewhere
+    ``spawn``. ``PGSURGE_START_METHOD`` overrides (for measurements).
+    """
+    methods = multiprocessing.get_all_start_methods()
+    method = os.environ.get("PGSURGE_START_METHOD") or (
+        "fork" if "fork" in methods else "spawn"
+    )
+    return multiprocessing.get_context(method)
+
+
+def _worker_entry(
+    spec: WorkerSpec, pipe: Connection, parent: int, abort_owner: Any
+) -> None:
+    _die_with_parent(parent)
+    worker_main(spec, pipe, abort_owner)
+
+
+def _die_with_parent(parent: int) -> None:
+    """On Linux, have the kernel kill this worker when the parent dies,
+    even of SIGKILL (no handler sees it: ``timeout -s KILL``, a test
+    harness's timeout, the OOM killer); the worker would run on, orphaned."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes  # already loaded with psycopg: no import cost here
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return
+    pr_set_pdeathsig = 1
+    prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # it died before the request: too late
+        os._exit(1)
+
+
+class WorkerPool:
+    """The worker processes and their pipes, with clean shutdown."""
+
+    def __init__(self, specs: Sequence[WorkerSpec]) -> None:
+        ctx = mp_context()
+        self.pipes: list[Connection] = []
+        self.nclients = [spec.nclients for spec in specs]
+        self.procs: list[Any] = []
+        # --exit-on-abort: the id of the first worker to report an abort,
+        # shared, so that only it reports (pgbench's first aborting thread
+        # ends the process before another can print)
+        abort_owner = (
+            ctx.Value("i", -1) if specs and specs[0].config.exit_on_abort else None
+        )
+        for spec in specs:
+            parent_end, child_end = ctx.Pipe(duplex=True)
+            proc = ctx.Process(
+                target=_worker_entry,
+                args=(spec, child_end, os.getpid(), abort_owner),
+                name=f"pgsurge-worker-{spec.worker_id}",
+                daemon=True,
+            )
+            proc.start()
+            child_end.close()
+            self.pipes.append(parent_end)
+            self.procs.append(proc)
+
+    def send_all(self, msg: ParentMessage) -> None:
+        for pipe in self.pipes:
+            pipe.send(msg)
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p.pid is not None and p.is_alive()]
+
+    def stop(self) -> None:
+        """Kill the workers (they stop gracefully on SIGTERM, which is for
+        an interrupted run: here their work is to be thrown away)."""
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.kill()
+        for proc in self.procs:
+            proc.join(5)
+        for pipe in self.pipes:
+            pipe.close()
+
+    def join(self) -> None:
+        for proc in self.procs:
+            proc.join()
+        for pipe in self.pipes:
+            pipe.close()

@@ -1,0 +1,357 @@
+"""Multi-host runs on Dask (``--dask``) against a real server, on loopback.
+
+In-process runs with ``--dask local:2`` (a LocalCluster of two worker
+processes) check the merged result: exactly the transactions of a
+one-host run, the merged histogram equal to the merge of the hosts', the
+same per-client random values whatever the layout, the aggregate ``-R``
+rate, one ``-P`` line per interval. A real cluster (``dask scheduler`` and
+two ``dask worker`` processes started here, as a user would start them on
+their machines) runs the command line, and loses one of its workers in
+the middle of a run.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pgsurge.cli.options import parse_command_line
+from pgsurge.config import RunConfig
+from pgsurge.distributed import dask_driver
+from pgsurge.errors import ExitStatus
+from pgsurge.runner import run
+from pgsurge.stats.histogram import Histogram
+from pgsurge.stats.results import RunResult
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+
+def base_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+
+
+@pytest.fixture
+def bench_db(fresh_db: str, pgbench_bin: Path) -> str:
+    subprocess.run(
+        [str(pgbench_bin), "-i", "-s", "1", "-q", fresh_db],
+        check=True,
+        capture_output=True,
+        env=base_env(),
+    )
+    return fresh_db
+
+
+def run_inprocess(args: list[str], dsn: str) -> tuple[ExitStatus, RunResult, str, str]:
+    cfg = parse_command_line([*args, dsn])
+    assert isinstance(cfg, RunConfig)
+    drive = dask_driver(cfg.dask) if cfg.dask else None
+    results: list[RunResult] = []
+    out, err = io.StringIO(), io.StringIO()
+    status = run(cfg, stdout=out, stderr=err, on_result=results.append, drive=drive)
+    assert results, err.getvalue()
+    return status, results[0], out.getvalue(), err.getvalue()
+
+
+#: report lines that depend on timing
+_TIMED = re.compile(r"^(latency|initial connection|tps|  *[0-9.]+ ms)")
+
+
+def test_two_hosts_process_exactly_the_transactions_of_one(bench_db: str) -> None:
+    args = ["-n", "-S", "-t", "1000", "-c", "8", "-j", "2", "--percentiles"]
+    status1, one, out1, _ = run_inprocess(args, bench_db)
+    status2, two, out2, err2 = run_inprocess(["--dask", "local:2", *args], bench_db)
+    assert status1 == status2 == ExitStatus.SUCCESS, err2
+    assert one.total.cnt == two.total.cnt == 8000
+    assert two.total.failures == 0 and two.aborted_clients == 0
+    assert two.clients_finished == 8 and two.workers == 2
+    # the report is the one-host report but for the timings
+    keep = [line for line in out1.splitlines() if not _TIMED.match(line)]
+    assert keep == [line for line in out2.splitlines() if not _TIMED.match(line)]
+    assert "number of transactions actually processed: 8000/8000" in out2
+    # two hosts, four clients each, their own figures and clock offsets
+    assert [(h["clients"], h["transactions"]) for h in two.hosts] == [
+        (4, 4000),
+        (4, 4000),
+    ]
+    assert all(abs(h["clock_offset_us"]) <= h["clock_rtt_us"] for h in two.hosts)
+    assert "dask: host 0 tcp://127.0.0.1:" in err2
+    # the run's histogram is the exact merge of the hosts' histograms
+    hists = [Histogram.from_dict(h["latency_histogram"]) for h in two.hosts]
+    merged = Histogram(hists[0].digits)
+    for h in hists:
+        merged.merge(h)
+    assert two.histograms is not None
+    assert merged == two.histograms.latency
+    assert merged.count == 8000
+    ps = (50.0, 90.0, 99.0, 99.9)
+    assert merged.percentiles(ps) == two.histograms.latency.percentiles(ps)
+
+
+SEED_SCRIPT = """\
+\\set r random(1, 1000000000)
+\\set z random_zipfian(1, 1000, 1.5)
+insert into dask_seed (client, r, z) values (:client_id, :r, :z);
+"""
+
+
+def _per_client(dsn: str) -> dict[int, list[tuple[int, int]]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "select client, array_agg(array[r, z] order by id)"
+            " from dask_seed group by client order by client"
+        ).fetchall()
+        conn.execute("truncate dask_seed")
+    return {c: [tuple(p) for p in values] for c, values in rows}
+
+
+def test_random_seed_gives_the_same_values_on_one_and_two_hosts(
+    fresh_db: str, tmp_path: Path
+) -> None:
+    with psycopg.connect(fresh_db, autocommit=True) as conn:
+        conn.execute(
+            "create table dask_seed (id bigserial, client int, r bigint, z bigint)"
+        )
+    script = tmp_path / "seed.sql"
+    script.write_text(SEED_SCRIPT)
+    args = ["-n", "-f", str(script), "-t", "20", "-c", "6", "--random-seed", "4242"]
+    status, _, _, err = run_inprocess([*args, "-j", "1"], fresh_db)
+    assert status == ExitStatus.SUCCESS, err
+    one_host = _per_client(fresh_db)
+    status, res, _, err = run_inprocess(
+        ["--dask", "local:2", *args, "-j", "3"], fresh_db
+    )
+    assert status == ExitStatus.SUCCESS, err
+    assert [h["clients"] for h in res.hosts] == [4, 2]  # 3 workers: 2 + 1
+    two_hosts = _per_client(fresh_db)
+    assert sorted(one_host) == list(range(6))
+    assert all(len(v) == 20 for v in one_host.values())
+    assert two_hosts == one_host
+
+
+def test_rate_and_progress_over_two_hosts(bench_db: str) -> None:
+    status, res, _, err = run_inprocess(
+        [
+            *("--dask", "local:2", "-n", "-S", "-c", "4", "-j", "2"),
+            *("-R", "2000", "-T", "6", "-P", "1", "--percentiles"),
+        ],
+        bench_db,
+    )
+    assert status == ExitStatus.SUCCESS, err
+    tps = res.total.cnt * 1e6 / res.total_duration_us
+    assert abs(tps - 2000) / 2000 < 0.03, tps
+    # one line per interval, every host in each, in order
+    times = [
+        float(m.group(1)) for m in re.finditer(r"^progress: ([0-9.]+) s", err, re.M)
+    ]
+    assert times[:5] == [1.0, 2.0, 3.0, 4.0, 5.0], err
+    assert len(times) in (5, 6) and times == sorted(set(times)), err
+    assert "hosts " not in err  # no host was late
+    # the interval series of the hosts line up on the common start
+    assert len(res.intervals) >= 6
+    assert sum(iv.stats.cnt for iv in res.intervals) == res.total.cnt
+
+
+# -- a real cluster: dask scheduler + dask worker processes -------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Cluster:
+    """``dask scheduler`` and ``dask worker --nthreads 1 --resources
+    pgsurge=1`` processes on loopback, each in its own process group."""
+
+    def __init__(self, tmp: Path, nworkers: int) -> None:
+        self.address = f"tcp://127.0.0.1:{_free_port()}"
+        self.procs: list[subprocess.Popen[bytes]] = []
+        port = self.address.rsplit(":", 1)[1]
+        self._start(
+            tmp / "scheduler.log",
+            ["scheduler", "--host", "127.0.0.1", "--port", port, "--no-dashboard"],
+        )
+        self.workers = []
+        for i in range(nworkers):
+            self.workers.append(
+                self._start(
+                    tmp / f"worker{i}.log",
+                    [
+                        "worker",
+                        self.address,
+                        *("--nthreads", "1", "--resources", "pgsurge=1"),
+                        *("--host", "127.0.0.1", "--no-dashboard"),
+                        *("--name", f"load{i}"),
+                    ],
+                )
+            )
+        self._wait(nworkers)
+
+    def _start(self, log: Path, args: list[str]) -> subprocess.Popen[bytes]:
+        with open(log, "wb") as f:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "dask", *args],
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                env=base_env(),
+                start_new_session=True,
+            )
+        self.procs.append(proc)
+        return proc
+
+    def _wait(self, nworkers: int) -> None:
+        from distributed import Client
+
+        with Client(self.address, timeout="30s") as client:
+            client.wait_for_workers(nworkers, timeout=60)
+
+    def kill_worker(self, index: int) -> None:
+        os.killpg(self.workers[index].pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path, 2)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def _pgsurge(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pgsurge", *args]
+
+
+def test_real_cluster_runs_the_command_line(
+    bench_db: str, cluster: Cluster, tmp_path: Path
+) -> None:
+    out_json = tmp_path / "run.json"
+    proc = subprocess.run(
+        _pgsurge(
+            *("--dask", cluster.address, "-n", "-S", "-t", "1000", "-c", "8"),
+            *("-j", "2", "--json", str(out_json), bench_db),
+        ),
+        capture_output=True,
+        text=True,
+        env=base_env(),
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "number of transactions actually processed: 8000/8000" in proc.stdout
+    assert "password" not in proc.stderr.lower()
+    doc = json.loads(out_json.read_text())
+    hosts = doc["hosts"]
+    assert sorted(h["name"] for h in hosts) == ["load0", "load1"]
+    assert [h["transactions"] for h in hosts] == [4000, 4000]
+    assert not any(h["lost"] or h["partial"] for h in hosts)
+
+
+def test_lost_host_ends_the_run_with_a_partial_report(
+    bench_db: str, cluster: Cluster, tmp_path: Path
+) -> None:
+    err_path = tmp_path / "stderr"
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(
+            _pgsurge(
+                *("--dask", cluster.address, "-n", "-S", "-T", "60", "-c", "4"),
+                *("-j", "2", bench_db),
+            ),
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env=base_env(),
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "pgsurge: dask:" not in err_path.read_text():
+            assert proc.poll() is None, err_path.read_text()
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        time.sleep(4)  # the common start is 2 s ahead: 2 s of load
+        cluster.kill_worker(1)
+        killed = time.monotonic()
+        stdout, _ = proc.communicate(timeout=30)
+        elapsed = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stderr = err_path.read_text()
+    assert proc.returncode == 2, stderr
+    assert elapsed < 10, elapsed
+    # (hosts are numbered in the order of their addresses)
+    lost = re.findall(r"error: host [01] \(tcp://127\.0\.0\.1:\d+\) lost", stderr)
+    assert len(lost) == 1, stderr
+    assert "Run was aborted" in stderr
+    # the partial report: what the hosts measured until then
+    processed = re.search(r"number of transactions actually processed: (\d+)", stdout)
+    assert processed is not None, stdout
+    assert int(processed.group(1)) > 100
+
+
+def test_interrupt_stops_every_host(
+    bench_db: str, cluster: Cluster, tmp_path: Path
+) -> None:
+    err_path = tmp_path / "stderr"
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(
+            _pgsurge(
+                *("--dask", cluster.address, "-n", "-S", "-T", "60", "-c", "4"),
+                *("-j", "2", bench_db),
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=base_env(),
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "pgsurge: dask:" not in err_path.read_text():
+            assert proc.poll() is None, err_path.read_text()
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        time.sleep(3)
+        assert _clients(bench_db) == 4
+        proc.send_signal(signal.SIGINT)  # the coordinator only, as a Ctrl-C
+        proc.wait(20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # the hosts stop their workers: their connections go away
+    deadline = time.monotonic() + 10
+    while _clients(bench_db):
+        assert time.monotonic() < deadline, "the hosts kept running"
+        time.sleep(0.2)
+
+
+def _clients(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "select count(*) from pg_stat_activity"
+            " where datname = current_database() and pid <> pg_backend_pid()"
+            " and application_name = 'pgsurge'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])

@@ -1,0 +1,184 @@
+"""Multi-host runs without a cluster: the layout and clock arithmetic of
+``distributed.plan``, the ``--dask`` option, and the message when Dask is
+not installed."""
+
+from __future__ import annotations
+
+import io
+import sys
+from contextlib import redirect_stderr
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from pgsurge.cli import main
+from pgsurge.cli.options import parse_command_line
+from pgsurge.config import RunConfig
+from pgsurge.distributed.plan import (
+    ClockProbe,
+    best_offset,
+    deal_specs,
+    to_coordinator_clock,
+)
+from pgsurge.engine.worker import WorkerSpec
+from pgsurge.errors import UsageError
+from pgsurge.prng import derive_streams
+from pgsurge.stats.counters import StatsData
+from pgsurge.stats.results import WorkerResult
+from pgsurge.stats.series import IntervalStats
+
+
+def _specs(nworkers: int) -> list[WorkerSpec]:
+    cfg = parse_command_line(["-S", "db"])
+    assert isinstance(cfg, RunConfig)
+    plan = derive_streams(1, nworkers, nworkers)
+    return [
+        WorkerSpec(
+            worker_id=i,
+            config=cfg,
+            scripts=(),
+            first_client=i,
+            nclients=1,
+            nthreads=nworkers,
+            client_rngs=plan.clients[i : i + 1],
+            streams=plan.threads[i],
+            variables=(),
+            set_client_id=True,
+            detailed=False,
+        )
+        for i in range(nworkers)
+    ]
+
+
+def test_workers_dealt_over_hosts_like_clients_over_threads() -> None:
+    specs = _specs(5)
+    groups = deal_specs(specs, 2)
+    assert [[s.worker_id for s in g] for g in groups] == [[0, 1, 2], [3, 4]]
+    # no more hosts than workers: the spare hosts stay idle
+    assert [len(g) for g in deal_specs(specs[:2], 4)] == [1, 1]
+    # the specs themselves (seeds by global client number) are unchanged
+    assert groups[1][0] is specs[3]
+
+
+def test_best_clock_probe_is_the_shortest_round_trip() -> None:
+    probes = [
+        ClockProbe(sent_us=0, host_us=5_000, received_us=4_000),
+        ClockProbe(sent_us=10_000, host_us=13_600, received_us=11_000),
+        ClockProbe(sent_us=20_000, host_us=30_000, received_us=26_000),
+    ]
+    best = best_offset(probes)
+    assert best.rtt_us == 1_000
+    assert best.offset_us == 13_600 - 10_500
+    with pytest.raises(ValueError):
+        best_offset([])
+
+
+def test_host_timestamps_map_back_exactly() -> None:
+    offset = 123_457
+    start = 1_000_000
+    result = WorkerResult(0, 1)
+    result.conn_start_us = start + offset - 50
+    result.bench_start_us = start + offset
+    result.end_us = start + offset + 2_500_000
+    result.intervals = [
+        IntervalStats(start + offset + k * 1_000_000, 1_000_000, StatsData())
+        for k in range(3)
+    ]
+    mapped = to_coordinator_clock(result, offset)
+    assert mapped.bench_start_us == start
+    assert mapped.end_us - mapped.bench_start_us == 2_500_000
+    assert [iv.start_us for iv in mapped.intervals] == [
+        start + k * 1_000_000 for k in range(3)
+    ]
+    assert result.bench_start_us == start + offset  # the original is untouched
+
+
+@pytest.mark.parametrize(
+    ("value", "stored"),
+    [
+        ("local:2", "local:2"),
+        ("local:02", "local:2"),
+        ("tcp://10.0.0.1:8786", "tcp://10.0.0.1:8786"),
+        ("sched:8786", "sched:8786"),
+    ],
+)
+def test_dask_option(value: str, stored: str) -> None:
+    cfg = parse_command_line(["--dask", value, "-S", "db"])
+    assert isinstance(cfg, RunConfig)
+    assert cfg.dask == stored
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("local:0", "--dask must be in range 1..64"),
+        ("local:x", 'invalid value "local:x" for option --dask'),
+        ("", 'invalid value "" for option --dask'),
+        ("tcp://a b", 'invalid value "tcp://a b" for option --dask'),
+    ],
+)
+def test_dask_option_errors(value: str, message: str) -> None:
+    with pytest.raises(UsageError) as info:
+        parse_command_line(["--dask", value, "-S", "db"])
+    assert info.value.message == message
+
+
+def test_without_dask_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import fails
+    err = io.StringIO()
+    with redirect_stderr(err):
+        status = main(["pgsurge", "--dask", "local:2", "-S", "-t", "1", "nosuchdb"])
+    assert status == 1
+    text = err.getvalue()
+    assert "--dask needs the Dask distributed package" in text
+    assert "pip install 'pgsurge[dask]'" in text
+
+
+def _coordinator_with_two_hosts(start_at: int) -> tuple[Any, io.StringIO]:
+    from pgsurge.distributed.coordinator import _Coordinator, _Host
+    from pgsurge.distributed.plan import HostInfo
+    from pgsurge.stats.progress import ProgressReporter
+
+    err = io.StringIO()
+    coord = _Coordinator(None, SimpleNamespace(progress_s=1), err, "test")
+    coord.start_at = start_at
+    coord.reporter = ProgressReporter(test_start_us=start_at, interval_s=1)
+    for i in range(2):
+        coord.hosts.append(
+            _Host(HostInfo(i, f"tcp://h{i}:1", f"h{i}", 1, 2), future=None, last_seen=0)
+        )
+    return coord, err
+
+
+def _report(host: Any, tick: int, now_us: int, cnt: int) -> None:
+    host.tick, host.now_us = tick, now_us
+    host.stats = StatsData(cnt=cnt)
+
+
+def test_progress_line_waits_for_every_host_then_marks_the_late() -> None:
+    from pgsurge.distributed.coordinator import PROGRESS_GRACE_US
+    from pgsurge.distributed.host import monotonic_us
+
+    start = monotonic_us()
+    coord, err = _coordinator_with_two_hosts(start)
+    h0, h1 = coord.hosts
+    _report(h0, 1, start + 1_000_000, 100)
+    coord.progress()
+    assert err.getvalue() == ""  # host 1 has not reported interval 1 yet
+    _report(h1, 1, start + 1_000_000, 300)
+    coord.progress()
+    assert err.getvalue() == (
+        "progress: 1.0 s, 400.0 tps, lat 0.000 ms stddev 0.000, 0 failed\n"
+    )
+    # interval 2: host 1 is late; within the grace, no line
+    _report(h0, 2, start + 2_000_000, 200)
+    coord.progress()
+    assert len(err.getvalue().splitlines()) == 1
+    # past the grace (interval 2 ended long ago), the line goes without it
+    coord.start_at = start - 2_000_000 - PROGRESS_GRACE_US
+    coord.progress()
+    lines = err.getvalue().splitlines()
+    assert lines[1] == (
+        "progress: 2.0 s, 100.0 tps, lat 0.000 ms stddev 0.000, 0 failed, hosts 1/2"
+    )
