@@ -55,8 +55,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from multiprocessing.connection import wait
-from typing import TYPE_CHECKING, NoReturn, TextIO
+from multiprocessing.connection import Connection, wait
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import psycopg
 
@@ -73,6 +73,7 @@ from pgsurge.engine.protocol import (
     Done,
     Fatal,
     Go,
+    ParentMessage,
     Progress,
     Ready,
     Steady,

@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from pgsurge.cli.getopt import Getopt, LongOption
 from pgsurge.cli.values import (
     check_output_path,
-    parse_idle_sessions,
     parse_dask_address,
+    parse_idle_sessions,
     parse_int_option,
     parse_percentiles,
     parse_random_seed,
