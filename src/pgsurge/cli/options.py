@@ -37,12 +37,12 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 from pgsurge.cli.getopt import Getopt, LongOption
+from pgsurge.cli.rules import OptionState, init_config, run_config
 from pgsurge.cli.values import (
-    check_output_path,
     parse_dask_address,
     parse_idle_sessions,
     parse_int_option,
@@ -54,7 +54,6 @@ from pgsurge.cli.values import (
 from pgsurge.cnum import INT32_MAX, atof, atoi, double_to_int64, wrap_int32
 from pgsurge.config import (
     ConnParams,
-    IdleMode,
     InitConfig,
     PartitionMethod,
     QueryMode,
@@ -66,7 +65,7 @@ from pgsurge.script import builtins
 from pgsurge.script.sqlvars import valid_variable_name
 
 if TYPE_CHECKING:
-    from pgsurge.script.ast import ParsedScript
+    pass
 
 SHORT_OPTIONS = "b:c:Cd:D:f:F:h:iI:j:lL:M:nNp:P:qrR:s:St:T:U:v"
 
@@ -138,9 +137,7 @@ LONG_OPTIONS: tuple[LongOption, ...] = (
 #: long options with an optional value (getopt_long's optional_argument)
 OPTIONAL_VALUE_OPTIONS = frozenset({"percentiles", "reconnect", "waits"})
 
-DEFAULT_INIT_STEPS = "dtgvp"
 ALL_INIT_STEPS = "dtgGvpf"
-DEFAULT_TRANSACTIONS = 10
 #: --reconnect without a value: attempts per lost connection
 DEFAULT_RECONNECT_ATTEMPTS = 10
 MAX_SCRIPTS = 128
@@ -169,74 +166,6 @@ class MultiLineError(UsageError):
 def _usage_error(message: str) -> UsageError:
     """An error followed by pgbench's "Try --help" hint."""
     return UsageError(message, hint=_HINT)
-
-
-@dataclass(slots=True)
-class _State:
-    """What the options said so far, while they are being read."""
-
-    init_mode: bool = False
-    benchmarking_option_set: bool = False
-    initialization_option_set: bool = False
-    host: str | None = None
-    port: str | None = None
-    user: str | None = None
-    dbname: str | None = None
-    scripts: list[ScriptSource] = field(default_factory=list)
-    parsed: list[ParsedScript] = field(default_factory=list)
-    #: Python workloads given by -b NAME or -f FILE.py (pgsurge.workloads)
-    workloads: list[Any] = field(default_factory=list)
-    clients: int = 1
-    jobs: int = 1
-    transactions: int = 0
-    duration: int = 0
-    scale: int = 1
-    scale_given: bool = False
-    fillfactor: int = 100
-    init_steps: str | None = None
-    foreign_keys: bool = False
-    no_vacuum: bool = False
-    vacuum_all: bool = False
-    quiet: bool = False
-    connect_each_tx: bool = False
-    defines: list[tuple[str, str]] = field(default_factory=list)
-    query_mode: QueryMode = QueryMode.SIMPLE
-    rate: float | None = None
-    latency_limit_ms: float | None = None
-    latency_limit_us: int = 0
-    progress: int = 0
-    progress_timestamp: bool = False
-    report_per_command: bool = False
-    log: bool = False
-    log_prefix: str | None = None
-    sampling_rate: float = 0.0
-    aggregate_interval: int = 0
-    max_tries: int = 1
-    failures_detailed: bool = False
-    verbose_errors: bool = False
-    exit_on_abort: bool = False
-    continue_on_error: bool = False
-    random_seed: int = 0
-    random_seed_explicit: bool = False
-    partitions: int = 0
-    partition_method: PartitionMethod = PartitionMethod.NONE
-    unlogged_tables: bool = False
-    tablespace: str | None = None
-    index_tablespace: str | None = None
-    init_jobs: int = 1
-    debug: bool = False
-    force_embedded: bool = False
-    percentiles: tuple[float, ...] | None = None
-    client_cpu: bool = False
-    json_path: str | None = None
-    html_path: str | None = None
-    reconnect: int = 0
-    waits_ms: int | None = None
-    server_stats: bool = False
-    idle_sessions: int = 0
-    idle_mode: IdleMode = IdleMode.IDLE
-    dask: str | None = None
-    no_live: bool = False
 
 
 class _Getopt(Getopt):
@@ -270,7 +199,7 @@ class _CommandLine:
         self.environ = environ
         self.stderr = stderr
         self.read_stdin = read_stdin
-        self.st = _State()
+        self.st = OptionState()
 
     # -- helpers ----------------------------------------------------------
 
@@ -646,153 +575,12 @@ class _CommandLine:
             )
         conn = ConnParams(host=st.host, port=st.port, user=st.user, dbname=st.dbname)
         if st.init_mode:
-            return self.finish_init(conn)
+            return init_config(st, conn)
         if st.initialization_option_set:
             raise UsageError(
                 "some of the specified options cannot be used in benchmarking mode"
             )
-        return self.finish_run(conn)
-
-    def finish_init(self, conn: ConnParams) -> InitConfig:
-        st = self.st
-        if len(st.workloads) > 1:
-            raise UsageError("only one workload can be initialized at a time")
-        if st.benchmarking_option_set:
-            raise UsageError(
-                "some of the specified options cannot be used in initialization"
-                " (-i) mode"
-            )
-        if st.partitions == 0 and st.partition_method is not PartitionMethod.NONE:
-            raise UsageError(
-                "--partition-method requires greater than zero --partitions"
-            )
-        method = st.partition_method
-        if st.partitions > 0 and method is PartitionMethod.NONE:
-            method = PartitionMethod.RANGE
-        steps = st.init_steps if st.init_steps is not None else DEFAULT_INIT_STEPS
-        if st.no_vacuum:
-            steps = steps.replace("v", " ")
-        if st.foreign_keys and "f" not in steps:
-            steps += "f"
-        return InitConfig(
-            conn=conn,
-            steps=steps,
-            scale=st.scale,
-            fillfactor=st.fillfactor,
-            quiet=st.quiet,
-            foreign_keys=st.foreign_keys,
-            partitions=st.partitions,
-            partition_method=method,
-            unlogged_tables=st.unlogged_tables,
-            tablespace=st.tablespace,
-            index_tablespace=st.index_tablespace,
-            init_jobs=st.init_jobs,
-            debug=st.debug,
-            force_embedded=st.force_embedded,
-            workload=st.workloads[0] if st.workloads else None,
-        )
-
-    def finish_run(self, conn: ConnParams) -> RunConfig:
-        st = self.st
-        if st.transactions > 0 and st.duration > 0:
-            raise UsageError(
-                "specify either a number of transactions (-t) or a duration (-T),"
-                " not both"
-            )
-        if st.transactions <= 0 and st.duration <= 0:
-            st.transactions = DEFAULT_TRANSACTIONS
-        if st.sampling_rate > 0.0 and not st.log:
-            raise UsageError(
-                "log sampling (--sampling-rate) is allowed only when logging"
-                " transactions (-l)"
-            )
-        if st.sampling_rate > 0.0 and st.aggregate_interval > 0:
-            raise UsageError(
-                "log sampling (--sampling-rate) and aggregation (--aggregate-interval)"
-                " cannot be used at the same time"
-            )
-        if st.aggregate_interval > 0 and not st.log:
-            raise UsageError(
-                "log aggregation is allowed only when actually logging transactions"
-            )
-        if not st.log and st.log_prefix is not None:
-            raise UsageError(
-                "log file prefix (--log-prefix) is allowed only when logging"
-                " transactions (-l)"
-            )
-        agg, duration = st.aggregate_interval, st.duration
-        if duration > 0 and agg > duration:
-            raise UsageError(
-                f"number of seconds for aggregation ({agg}) must not be higher than"
-                f" test duration ({duration})"
-            )
-        if duration > 0 and agg > 0 and duration % agg != 0:
-            raise UsageError(
-                f"duration ({duration}) must be a multiple of aggregation interval"
-                f" ({agg})"
-            )
-        if st.progress_timestamp and st.progress == 0:
-            raise UsageError("--progress-timestamp is allowed only under --progress")
-        if st.max_tries == 0 and not st.latency_limit_us and duration <= 0:
-            raise UsageError(
-                "an unlimited number of transaction tries can only be used with"
-                " --latency-limit or a duration (-T)"
-            )
-        # ours, after all of pgbench's checks (which keep their precedence)
-        if st.json_path is not None:
-            check_output_path(st.json_path, "--json")
-        if st.html_path is not None:
-            if st.html_path == "-":
-                # stdout holds the text report (or the --json document)
-                raise UsageError(
-                    'invalid value "-" for option --html',
-                    detail="Expecting a file name.",
-                )
-            check_output_path(st.html_path, "--html")
-        return RunConfig(
-            conn=conn,
-            scripts=tuple(st.scripts),
-            clients=st.clients,
-            jobs=st.jobs,
-            transactions=st.transactions if duration <= 0 else None,
-            duration=duration if duration > 0 else None,
-            query_mode=st.query_mode,
-            connect_each_tx=st.connect_each_tx,
-            no_vacuum=st.no_vacuum,
-            vacuum_all=st.vacuum_all,
-            scale=st.scale if st.scale_given else None,
-            defines=tuple(st.defines),
-            rate=st.rate,
-            # a limit that truncates to 0 µs is no limit at all for pgbench
-            latency_limit_ms=st.latency_limit_ms if st.latency_limit_us else None,
-            progress_s=st.progress,
-            progress_timestamp=st.progress_timestamp,
-            report_per_command=st.report_per_command,
-            log=st.log,
-            log_prefix=st.log_prefix,
-            sampling_rate=st.sampling_rate if st.sampling_rate != 0.0 else None,
-            aggregate_interval=agg if agg > 0 else None,
-            max_tries=st.max_tries,
-            failures_detailed=st.failures_detailed,
-            verbose_errors=st.verbose_errors,
-            exit_on_abort=st.exit_on_abort,
-            continue_on_error=st.continue_on_error,
-            random_seed=st.random_seed,
-            random_seed_explicit=st.random_seed_explicit,
-            debug=st.debug,
-            force_embedded=st.force_embedded,
-            percentiles=st.percentiles,
-            client_cpu=st.client_cpu,
-            json_path=st.json_path,
-            html_path=st.html_path,
-            reconnect=st.reconnect,
-            waits_ms=st.waits_ms,
-            server_stats=st.server_stats,
-            idle_sessions=st.idle_sessions,
-            idle_mode=st.idle_mode,
-            dask=st.dask,
-            no_live=st.no_live,
-        )
+        return run_config(st, conn)
 
 
 def _show_script(name: str) -> str:
