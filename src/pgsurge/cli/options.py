@@ -38,7 +38,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from pgsurge.cli.getopt import Getopt, LongOption
 from pgsurge.cli.rules import OptionState, init_config, run_config
@@ -63,9 +63,6 @@ from pgsurge.config import (
 from pgsurge.errors import PROG, UsageError
 from pgsurge.script import builtins
 from pgsurge.script.sqlvars import valid_variable_name
-
-if TYPE_CHECKING:
-    pass
 
 SHORT_OPTIONS = "b:c:Cd:D:f:F:h:iI:j:lL:M:nNp:P:qrR:s:St:T:U:v"
 
