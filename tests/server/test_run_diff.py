@@ -12,123 +12,30 @@ processed + failed (+ skipped) = clients x transactions.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from tests.fix_run import Loop, Outcome, run_pgbench, run_pgsurge, tool_env
+
 pytestmark = pytest.mark.server
-
-_NUM = re.compile(r"-?\d+(?:\.\d+)?")
-
-
-@dataclass(frozen=True)
-class Outcome:
-    status: int
-    stdout: str
-    stderr: str
-
-    @property
-    def report(self) -> list[str]:
-        """Report lines without the banner, numbers masked."""
-        lines = self.stdout.splitlines()
-        assert lines, self.stderr
-        assert lines[0].startswith(("pgbench (", "pgsurge (")), lines[0]
-        return [mask(line) for line in lines[1:]]
-
-    @property
-    def messages(self) -> Counter[str]:
-        """stderr lines, program name normalized, numbers masked."""
-        text = self.stderr.replace('("pgbench -i")', '("pgsurge -i")')
-        return Counter(
-            mask(line.replace("pgbench: ", "pgsurge: "))
-            for line in text.splitlines()
-            if not line.startswith("progress:")
-        )
-
-    @property
-    def progress(self) -> set[str]:
-        return {
-            mask(line)
-            for line in self.stderr.splitlines()
-            if line.startswith("progress:")
-        }
-
-    def number(self, prefix: str) -> str:
-        for line in self.stdout.splitlines():
-            if line.startswith(prefix):
-                return line[len(prefix) :].strip()
-        raise AssertionError(f"no line {prefix!r} in:\n{self.stdout}")
-
-
-def mask(line: str) -> str:
-    """Numbers masked; runs of blanks collapsed, since the -r table pads its
-    columns to the width of numbers that differ between runs."""
-    return re.sub(r" {2,}", " ", _NUM.sub("N", line))
-
-
-def loop_env(fastloop: str, *, eligible: bool = True) -> dict[str, str]:
-    """The environment of a run on the C loop (``fastloop == ""``: required
-    when the run is ``eligible``, so that the test cannot silently run Python
-    twice) or on the Python loop (``"1"``)."""
-    require = not fastloop and eligible
-    return {
-        "PGSURGE_NO_FASTLOOP": fastloop,
-        "PGSURGE_FASTLOOP": "require" if require else "",
-    }
-
-
-def base_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    env["LC_ALL"] = "C"
-    return env
-
-
-def run_tool(
-    tool: str, pgbench: Path, args: Sequence[str], dsn: str, cwd: Path, **env: str
-) -> Outcome:
-    if tool == "pgbench":
-        cmd = [str(pgbench), *args, dsn]
-    else:
-        cmd = [sys.executable, "-m", "pgsurge", *args, dsn]
-    proc = subprocess.run(
-        cmd,
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={**base_env(), **env},
-        timeout=120,
-    )
-    return Outcome(proc.returncode, proc.stdout, proc.stderr)
-
-
-@pytest.fixture
-def bench_db(fresh_db: str, pgbench_bin: Path) -> str:
-    """The fresh database, initialized by the real pgbench at scale 1."""
-    subprocess.run(
-        [str(pgbench_bin), "-i", "-s", "1", "-q", fresh_db],
-        check=True,
-        capture_output=True,
-        env=base_env(),
-    )
-    return fresh_db
 
 
 @pytest.fixture
 def both(bench_db: str, pgbench_bin: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
-    def run(*args: str, dsn: str | None = None, **env: str) -> tuple[Outcome, Outcome]:
+    def run(
+        *args: str, dsn: str | None = None, loop: Loop = "auto", **env: str
+    ) -> tuple[Outcome, Outcome]:
         target = dsn or bench_db
-        ref = run_tool("pgbench", pgbench_bin, args, target, tmp_path, **env)
-        ours = run_tool("pgsurge", pgbench_bin, args, target, tmp_path, **env)
+        ref = run_pgbench(pgbench_bin, args, target, cwd=tmp_path, env=env)
+        ours = run_pgsurge(args, target, cwd=tmp_path, env=env, loop=loop)
         return ref, ours
 
     return run
@@ -340,6 +247,7 @@ def test_rate_skipping(both) -> None:  # type: ignore[no-untyped-def]
     assert_identity(ours)
 
 
+@pytest.mark.slow
 def test_progress(both) -> None:  # type: ignore[no-untyped-def]
     ref, ours = both("-S", "-n", "-P", "1", "-T", "2", "-c", "2", "-j", "2")
     assert_same(ref, ours, messages=False)
@@ -363,8 +271,6 @@ END;
 
 @pytest.fixture
 def ser_table(bench_db: str) -> str:
-    import psycopg
-
     with psycopg.connect(bench_db, autocommit=True) as conn:
         conn.execute("create table ser(id int primary key, v int)")
         conn.execute("insert into ser values (1, 0), (2, 0)")
@@ -468,8 +374,6 @@ def test_exit_on_abort(both, tmp_path: Path) -> None:  # type: ignore[no-untyped
 
 
 def drop_tables(dsn: str) -> str:
-    import psycopg
-
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "drop table pgbench_accounts, pgbench_branches, pgbench_history,"
@@ -592,7 +496,7 @@ def test_killed_by_signal(bench_db: str, pgbench_bin: Path, sig: int) -> None:
     args = ["-n", "-S", "-T", "60", "-c", "2", "-j", "2", bench_db]
     for cmd in ([str(pgbench_bin), *args], [sys.executable, "-m", "pgsurge", *args]):
         proc = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=base_env()
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=tool_env()
         )
         try:
             assert _wait_sessions(bench_db, 2, 20), cmd
@@ -604,8 +508,8 @@ def test_killed_by_signal(bench_db: str, pgbench_bin: Path, sig: int) -> None:
             proc.wait()
 
 
-@pytest.mark.parametrize("fastloop", ["", "1"])
-def test_server_notices_printed(both, tmp_path: Path, fastloop: str) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("loop", ["c", "python"])
+def test_server_notices_printed(both, tmp_path: Path, loop: Loop) -> None:  # type: ignore[no-untyped-def]
     """pgbench keeps libpq's default notice processor: a NOTICE or WARNING
     raised during the run goes to stderr as the server sent it. psycopg's
     PGconn drops them unless a handler is set."""
@@ -615,7 +519,7 @@ def test_server_notices_printed(both, tmp_path: Path, fastloop: str) -> None:  #
         "DO $$ BEGIN RAISE NOTICE 'hello %', 1; RAISE WARNING 'careful'; END $$;\n"
         "SELECT 1;\n",
     )
-    ref, ours = both("-n", "-f", path, "-t", "2", "-c", "2", **loop_env(fastloop))
+    ref, ours = both("-n", "-f", path, "-t", "2", "-c", "2", loop=loop)
     assert ref.messages["NOTICE: hello N"] == 4
     assert_same(ref, ours)
 
@@ -623,8 +527,8 @@ def test_server_notices_printed(both, tmp_path: Path, fastloop: str) -> None:  #
 # -- the run engine's edge cases (audit against pgbench 18.6) ---------------------
 
 
-@pytest.mark.parametrize("fastloop", ["", "1"])
-def test_backend_terminated_mid_query(both, tmp_path: Path, fastloop: str) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("loop", ["c", "python"])
+def test_backend_terminated_mid_query(both, tmp_path: Path, loop: Loop) -> None:  # type: ignore[no-untyped-def]
     """The server sends its FATAL message, then closes: pgbench reports the
     error result libpq built from the message, not a dead backend."""
     path = script(
@@ -633,8 +537,9 @@ def test_backend_terminated_mid_query(both, tmp_path: Path, fastloop: str) -> No
     runs = [("-M", mode) for mode in ("simple", "extended", "prepared")]
     runs += [("-C",), ("--max-tries", "3")]
     for extra in runs:
-        env = loop_env(fastloop, eligible="-C" not in extra)
-        ref, ours = both("-n", "-f", path, "-t", "1", *extra, **env)
+        # -C runs on the Python loop: "c" would fail it (require)
+        run_loop: Loop = "auto" if loop == "c" and extra == ("-C",) else loop
+        ref, ours = both("-n", "-f", path, "-t", "1", *extra, loop=run_loop)
         assert ref.status == 2, ref.stderr
         assert (
             "pgsurge: error: client N script N aborted in command N query N: "
@@ -643,10 +548,8 @@ def test_backend_terminated_mid_query(both, tmp_path: Path, fastloop: str) -> No
         assert_same(ref, ours)
 
 
-@pytest.mark.parametrize("fastloop", ["", "1"])
-def test_sleep_variable_saturates_like_atoi(
-    both, tmp_path: Path, fastloop: str
-) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("loop", ["auto", "python"])
+def test_sleep_variable_saturates_like_atoi(both, tmp_path: Path, loop: Loop) -> None:  # type: ignore[no-untyped-def]
     """pgbench reads a \\sleep variable with atoi, i.e. (int) strtol: a number
     beyond the long range saturates, then truncates to -1 (no sleep); its
     low 32 bits here would make a 2 s sleep."""
@@ -661,8 +564,7 @@ def test_sleep_variable_saturates_like_atoi(
             "2",
             "-D",
             f"x={value}",
-            # not an int64: the C loop does not take it
-            **loop_env(fastloop, eligible=False),
+            loop=loop,
         )
         assert_same(ref, ours)
         if not value.startswith("-"):  # else: "invalid sleep time", as pgbench
@@ -672,7 +574,7 @@ def test_sleep_variable_saturates_like_atoi(
     path = script(
         tmp_path, "isleep.sql", f"\\set x {2**62}\n\\sleep :x us\nselect 1;\n"
     )
-    ref, ours = both("-n", "-f", path, "-t", "2", **loop_env(fastloop))
+    ref, ours = both("-n", "-f", path, "-t", "2", loop=loop)
     assert_same(ref, ours)
 
 
@@ -686,15 +588,14 @@ def test_shell_messages_name_sh(both, tmp_path: Path) -> None:  # type: ignore[n
         assert_same(ref, ours)
 
 
-@pytest.mark.parametrize("fastloop", ["", "1"])
-def test_latency_limit_inf(both, fastloop: str) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["c", "python"])
+def test_latency_limit_inf(both, loop: Loop) -> None:  # type: ignore[no-untyped-def]
     """-L inf makes pgbench's limit INT64_MIN; its skip test ``trigger < now -
     latency_limit`` wraps in int64 and never skips, while every
     transaction counts as above the (negative) limit."""
     for args in (("-t", "20"), ("-T", "1")):
-        ref, ours = both(
-            "-n", "-S", "-L", "inf", "-R", "200", *args, **loop_env(fastloop)
-        )
+        ref, ours = both("-n", "-S", "-L", "inf", "-R", "200", *args, loop=loop)
         assert_same(ref, ours)
         skipped = "number of transactions skipped:"
         assert ours.number(skipped) == ref.number(skipped) == "0 (0.000%)"
@@ -740,7 +641,7 @@ def test_bytes_that_are_not_utf8(
             else [sys.executable, "-m", "pgsurge"]
         )
         proc = subprocess.run(
-            [*prog, *args, bench_db], capture_output=True, env=base_env(), timeout=60
+            [*prog, *args, bench_db], capture_output=True, env=tool_env(), timeout=60
         )
         err = re.sub(rb"(?m)^pgbench: ", b"pgsurge: ", proc.stderr)
         return proc.returncode, err
@@ -781,6 +682,7 @@ def test_unopenable_log_file(both, aggregate: tuple[str, ...]) -> None:  # type:
         assert ours.messages == Counter({line: 1}), ours.stderr
 
 
+@pytest.mark.slow
 def test_exit_on_abort_reports_once(
     both, bench_db: str, pgbench_bin: Path, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
@@ -814,13 +716,13 @@ def test_exit_on_abort_reports_once(
         )
     assert ours.messages == once, (ref.stderr, ours.stderr)
     for _ in range(10):
-        out = run_tool("pgsurge", pgbench_bin, args, bench_db, tmp_path)
+        out = run_pgsurge(args, bench_db, cwd=tmp_path)
         assert out.status == 2
         assert out.messages == once, out.stderr
 
 
-@pytest.mark.parametrize("fastloop", ["", "1"])
-def test_fatal_while_idle_in_transaction(both, tmp_path: Path, fastloop: str) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("loop", ["c", "python"])
+def test_fatal_while_idle_in_transaction(both, tmp_path: Path, loop: Loop) -> None:  # type: ignore[no-untyped-def]
     """A FATAL sent while the client sleeps idle in a transaction, then the
     close: pgbench does not watch that connection, its next send succeeds,
     and the FATAL is read as that command's result. pgsurge's loops once
@@ -837,6 +739,6 @@ def test_fatal_while_idle_in_transaction(both, tmp_path: Path, fastloop: str) ->
         "\\sleep 50 ms\nselect 1;\nend;\n",
     )
     for mode in ("simple", "extended", "prepared"):
-        ref, ours = both("-n", "-f", path, "-t", "1", "-M", mode, **loop_env(fastloop))
+        ref, ours = both("-n", "-f", path, "-t", "1", "-M", mode, loop=loop)
         assert ref.status == 2
         assert_same(ref, ours)
