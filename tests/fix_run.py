@@ -200,6 +200,15 @@ class Outcome:
         return self.line(prefix)[len(prefix) :].strip()
 
 
+def plain_env() -> dict[str, str]:
+    """This process's environment without any ``PG*`` variable (pgsurge's
+    own ``PGSURGE_*`` included), in the C locale: for tests that set every
+    variable they need themselves."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    env["LC_ALL"] = "C"
+    return env
+
+
 def tool_env(
     env: Mapping[str, str] | None = None, *, loop: Loop = "auto"
 ) -> dict[str, str]:

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from .test_run_diff import base_env
+from tests.fix_run import plain_env
 
 pytestmark = pytest.mark.server
 
@@ -48,7 +48,7 @@ def latin1_db(server_dsn: str) -> Iterator[str]:
 
 def _run(cmd: list[str], cwd: Path, **env: str) -> tuple[int, bytes, bytes]:
     proc = subprocess.run(
-        cmd, capture_output=True, cwd=cwd, env={**base_env(), **env}, timeout=120
+        cmd, capture_output=True, cwd=cwd, env={**plain_env(), **env}, timeout=120
     )
     return proc.returncode, proc.stdout, proc.stderr
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_run_diff import base_env
+from tests.fix_run import plain_env
 
 pytestmark = pytest.mark.server
 
@@ -30,7 +30,7 @@ def _run(hide: str, args: list[str], cwd: Path, **env: str):  # type: ignore[no-
         capture_output=True,
         text=True,
         cwd=cwd,
-        env={**base_env(), **env},
+        env={**plain_env(), **env},
         timeout=120,
     )
 

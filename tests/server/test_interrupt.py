@@ -21,8 +21,7 @@ import psycopg
 import pytest
 
 from pgsurge.report.json import load_schema
-
-from .test_run_diff import base_env
+from tests.fix_run import plain_env
 
 pytestmark = pytest.mark.server
 
@@ -34,7 +33,7 @@ def bench_db(fresh_db: str, pgbench_bin: Path) -> str:
         [str(pgbench_bin), "-i", "-s", "1", "-q", fresh_db],
         check=True,
         capture_output=True,
-        env=base_env(),
+        env=plain_env(),
     )
     return fresh_db
 
@@ -46,7 +45,7 @@ def _start(args: list[str], cwd: Path, **env: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         cwd=cwd,
-        env={**base_env(), **env},
+        env={**plain_env(), **env},
         start_new_session=True,  # its own process group, as a terminal's job
     )
 

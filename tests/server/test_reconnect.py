@@ -21,8 +21,7 @@ import psycopg
 import pytest
 
 from pgsurge.server import EmbeddedServer
-
-from .test_run_diff import base_env
+from tests.fix_run import plain_env
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -41,7 +40,7 @@ def own_server(pgbench_bin: Path) -> Iterator[tuple[EmbeddedServer, str]]:
             [str(pgbench_bin), "-i", "-q", dsn],
             check=True,
             capture_output=True,
-            env=base_env(),
+            env=plain_env(),
         )
         yield server, dsn
     finally:
@@ -59,7 +58,7 @@ def _run_across_restart(
         stderr=subprocess.PIPE,
         text=True,
         cwd=cwd,
-        env=base_env(),
+        env=plain_env(),
     )
     time.sleep(3.5)
     assert server.stop()
