@@ -15,6 +15,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from pgsurge.script.sqlvars import split_variables, to_params
+
 Value = None | bool | int | float | str
 
 
@@ -162,16 +164,49 @@ class SqlCommand(CommandBase):
 
     ``nqueries`` counts the ``\\;``-separated parts that hold something to
     run (not only whitespace/comments); at least 1.
+
+    ``simple_parts``, ``param_text`` and ``param_vars`` are functions of
+    ``text``, derived on first use and kept: pgbench itself looks for
+    variables only when it sends (simple mode) or prepares (extended), and
+    the 500,000 parts of a 4 MB statement of references cost more to make
+    than the whole rest of the parse. A worker derives them once.
     """
 
     text: str
-    param_text: str
-    param_vars: tuple[str, ...]
-    simple_parts: tuple[str, ...]
     gset: GsetKind = GsetKind.NONE
     #: the ``\\gset``/``\\aset`` prefix ("" when none)
     gset_prefix: str = ""
     nqueries: int = 1
+    _parts: tuple[str, ...] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    _params: tuple[str, tuple[str, ...]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    @property
+    def simple_parts(self) -> tuple[str, ...]:
+        parts = self._parts
+        if parts is None:
+            parts = split_variables(self.text)
+            # frozen: the cache is set past the generated __setattr__
+            object.__setattr__(self, "_parts", parts)
+        return parts
+
+    @property
+    def param_text(self) -> str:
+        return self._param_form()[0]
+
+    @property
+    def param_vars(self) -> tuple[str, ...]:
+        return self._param_form()[1]
+
+    def _param_form(self) -> tuple[str, tuple[str, ...]]:
+        params = self._params
+        if params is None:
+            params = to_params(self.simple_parts)
+            object.__setattr__(self, "_params", params)
+        return params
 
 
 @dataclass(frozen=True, slots=True)
