@@ -24,8 +24,7 @@ import enum
 import math
 import re
 import sys
-from dataclasses import dataclass
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 from pgsurge.cnum import INT64_MAX
 from pgsurge.errors import ScriptError
@@ -59,8 +58,9 @@ class Tok(enum.Enum):
     EOL = "end of command"
 
 
-@dataclass(frozen=True, slots=True)
-class Token:
+class Token(NamedTuple):
+    """One expression token (a named tuple: made for every token read)."""
+
     kind: Tok
     #: operator text, identifier/variable name, or the numeric/boolean value
     value: object
@@ -86,11 +86,6 @@ _KEYWORDS: dict[str, Tok] = {
     "true": Tok.BOOLEAN,
     "false": Tok.BOOLEAN,
 }
-
-# Two-character operators are tried before one-character ones (flex takes
-# the longest match).
-_OPS2 = ("<>", "!=", "<=", ">=", "<<", ">>")
-_OPS1 = "+-*/%=<>|&#~"
 
 
 def wide_class(ascii_members: str) -> str:
@@ -130,13 +125,26 @@ IDENT_CHAR = wide_class(ASCII_IDENT_CHARS)
 
 # Whitespace inside a command; a newline ends it.
 _SPACE = " \t\r\f\v"
-_IDENT_RE = re.compile(f"{IDENT_START}{IDENT_CHAR}*")
-_ALNUM_RE = re.compile(f"{IDENT_CHAR}+")
-# {digit}+(\.{digit}*)?([eE][-+]?{digit}+)?  and  \.{digit}+([eE][-+]?{digit}+)?
-_NUMBER_RE = re.compile(
-    r"[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?|\.[0-9]+([eE][-+]?[0-9]+)?"
-)
 _CONTINUATION_RE = re.compile(r"\\\r?\n")
+# exprscan.l's rules in the order flex prefers them (two-character
+# operators before one-character ones); "\\" + newline continues the
+# command, a newline ends it. No group matches: an unexpected character,
+# or the end of the text.
+_EXPR_TOKEN = re.compile(
+    r"(?:[ \t\r\f\v]++|\\\r?\n)*+"
+    r"(?:(?P<op><>|!=|<=|>=|<<|>>|[-+*/%=<>|&#~])"
+    rf"|(?P<word>{IDENT_START}{IDENT_CHAR}*)"
+    r"|(?P<num>[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?)"
+    r"|(?P<lparen>\()|(?P<rparen>\))|(?P<comma>,)"
+    rf"|:(?P<var>{IDENT_CHAR}+)"
+    r"|(?P<eol>\n))?"
+)
+_SINGLE = {
+    "lparen": Tok.LPAREN,
+    "rparen": Tok.RPAREN,
+    "comma": Tok.COMMA,
+    "eol": Tok.EOL,
+}
 _NONSPACE_RE = re.compile(r"[^ \t\r\f\v\n]+")
 
 
@@ -274,61 +282,42 @@ class MetaLexer:
     def next_token(self) -> Token:
         """Next expression token; lexing errors are reported via fail()."""
         src = self.src
-        n = len(src)
         self.last_was_newline = False
-        while True:
-            pos = self.pos
-            if pos >= n:
-                return Token(Tok.EOL, None, pos, pos)
-            ch = src[pos]
-            if ch in _SPACE:
-                self.pos = pos + 1
-                continue
-            if ch == "\n":
-                self.pos = pos + 1
-                self.last_was_newline = True
-                return Token(Tok.EOL, None, pos, pos + 1)
-            if ch == "\\":
-                m = _CONTINUATION_RE.match(src, pos)
-                if m:
-                    self.pos = m.end()
-                    continue
-            break
-        two = src[pos : pos + 2]
-        if two in _OPS2:
-            return self._take(Tok.OP, two, pos, pos + 2)
-        if ch in _OPS1:
-            return self._take(Tok.OP, ch, pos, pos + 1)
-        if ch == "(":
-            return self._take(Tok.LPAREN, ch, pos, pos + 1)
-        if ch == ")":
-            return self._take(Tok.RPAREN, ch, pos, pos + 1)
-        if ch == ",":
-            return self._take(Tok.COMMA, ch, pos, pos + 1)
-        if ch == ":":
-            m = _ALNUM_RE.match(src, pos + 1)
-            if m:
-                return self._take(Tok.VARIABLE, m.group(), pos, m.end())
-        elif (ch.isascii() and ch.isdigit()) or ch == ".":
-            m = _NUMBER_RE.match(src, pos)
-            if m:
-                return self._number(m.group(), pos, m.end())
-        else:
-            m = _IDENT_RE.match(src, pos)
-            if m:
-                word = m.group()
-                kind = _KEYWORDS.get(word.lower()) if word.isascii() else None
-                if kind is None:
-                    return self._take(Tok.FUNCTION, word, pos, m.end())
-                value: object = word.lower() == "true" if kind is Tok.BOOLEAN else None
-                return self._take(kind, value, pos, m.end())
-        # any other single character
-        self.pos = pos + 1
-        self.fail("unexpected character", ch)
-
-    def _take(self, kind: Tok, value: object, start: int, end: int) -> Token:
+        # one match: the whitespace and continuations before the token,
+        # then the token, its kind named by the group that matched
+        m = _EXPR_TOKEN.match(src, self.pos)
+        assert m is not None  # the pattern matches the empty string
+        kind = m.lastgroup
+        end = m.end()
         self.pos = end
-        return Token(kind, value, start, end)
+        if kind == "op":
+            return Token(Tok.OP, m.group(kind), end - len(m.group(kind)), end)
+        if kind == "word":
+            word = m.group(kind)
+            start = end - len(word)
+            tok = _KEYWORDS.get(word.lower()) if word.isascii() else None
+            if tok is None:
+                return Token(Tok.FUNCTION, word, start, end)
+            value: object = word.lower() == "true" if tok is Tok.BOOLEAN else None
+            return Token(tok, value, start, end)
+        if kind == "num":
+            text = m.group(kind)
+            return self._number(text, end - len(text), end)
+        if kind == "var":
+            name = m.group(kind)
+            return Token(Tok.VARIABLE, name, end - len(name) - 1, end)
+        if kind is not None:
+            # "(", ")", ",", or the newline that ends the command
+            tok = _SINGLE[kind]
+            if tok is Tok.EOL:
+                self.last_was_newline = True
+                return Token(Tok.EOL, None, end - 1, end)
+            return Token(tok, m.group(kind), end - 1, end)
+        if end >= len(src):
+            return Token(Tok.EOL, None, end, end)
+        # any other character
+        self.pos = end + 1
+        self.fail("unexpected character", src[end])
 
     def _number(self, text: str, start: int, end: int) -> Token:
         self.pos = end
