@@ -163,6 +163,8 @@ _XE_TEXT = re.compile(r"[^'\\]+")
 # the part has something to run); emptied, it turns the runs off
 _WORD_FIRST = _PLAIN_FIRST | frozenset(ASCII_LETTERS + _SPACE + "'\"(")
 _COMMENTS = ("--", "/*")
+# what "\\" escapes in SQL text (any other character starts a meta command)
+_ESCAPED = (";", ":")
 
 # After a closing quote: whitespace holding a newline, then a quote, makes
 # the string continue (SQL's string continuation). Possessive quantifiers
@@ -219,7 +221,10 @@ class SqlScanner:
             # what the token loop would drop anyway
             lead = LEADING.match(src, self.pos)
             assert lead is not None  # the pattern matches the empty string
-            self.pos = lead.end()
+            pos = self.pos = lead.end()
+            if src.startswith("\\", pos) and src[pos + 1 : pos + 2] not in _ESCAPED:
+                # a meta command right away (a \set line): nothing collected
+                return ScanResult(Stop.BACKSLASH, "", -1, pos, 1)
         n = len(src)
         out: list[str] = []
         start = -1
