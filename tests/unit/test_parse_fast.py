@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from pgsurge.errors import ScriptError
 from pgsurge.script import splitter, sqlruns
-from pgsurge.script.ast import GsetKind, SqlCommand
+from pgsurge.script.ast import GsetKind, SqlCommand, sql_command
 from pgsurge.script.compile import parse_script
 from pgsurge.script.lexer import IDENT_CHAR, IDENT_START, MetaLexer, Tok, byte_len
 from pgsurge.script.splitter import (
@@ -249,6 +249,28 @@ def test_sql_command_derives_its_plans_once() -> None:
     gset = dataclasses.replace(cmd, gset=GsetKind.GSET)
     assert gset.param_text == cmd.param_text
     assert "_parts" not in repr(cmd)
+
+
+@pytest.mark.parametrize(
+    ("lineno", "first_line", "text", "nqueries"),
+    [(1, "select 1;", "select 1;", 1), (7, "a", "a\nb :x \\; c", 2), (2, "", "", 1)],
+)
+def test_sql_command_as_the_constructor(
+    lineno: int, first_line: str, text: str, nqueries: int
+) -> None:
+    made = sql_command(lineno, first_line, text, nqueries)
+    built = SqlCommand(lineno, first_line, text, nqueries=nqueries)
+    assert type(made) is SqlCommand
+    assert made == built
+    assert hash(made) == hash(built)
+    assert repr(made) == repr(built)
+    assert pickle.loads(pickle.dumps(made)) == built
+    assert (made.simple_parts, made.param_text) == (
+        built.simple_parts,
+        built.param_text,
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.text = "x"  # type: ignore[misc]
 
 
 def test_sql_command_plans_of_a_big_statement() -> None:

@@ -36,6 +36,7 @@ from pgsurge.script.ast import (
     ShellCommand,
     SleepCommand,
     SqlCommand,
+    sql_command,
 )
 from pgsurge.script.fatal import PlainScriptError
 from pgsurge.script.lexer import MetaLexer, byte_len
@@ -80,7 +81,6 @@ class _Gset:
     lineno: int
 
 
-_NO_GSET = GsetKind.NONE
 _BACKSLASH = Stop.BACKSLASH
 # what a command cannot start with for skip_sql_comments to drop anything
 _NOTHING_TO_SKIP = frozenset(
@@ -118,11 +118,7 @@ class _ScriptCompiler:
                 lineno = self._lineno(start)
                 if skipped:
                     lineno += text.count("\n", 0, skipped)
-                # positional: a frozen dataclass takes keywords at twice
-                # the cost, felt over 20,000 commands
-                append(
-                    SqlCommand(lineno, sql_first_line(sql), sql, _NO_GSET, "", nqueries)
-                )
+                append(sql_command(lineno, sql_first_line(sql), sql, nqueries))
             if stop is _BACKSLASH:
                 scanner.pos = self._meta_command(end)
             elif stop is _EOF:
