@@ -384,6 +384,62 @@ def test_expression_tokens_as_before(src: str) -> None:
     assert _tokens_now(src) == _tokens_before(src)
 
 
+def _words_before(src: str) -> list[tuple[str, int] | None]:
+    """MetaLexer.next_word as it was (a loop over the characters)."""
+    lexer = MetaLexer(src, 0, "t.sql", 1)
+    lexer.pos = 0
+    n = len(src)
+    out: list[tuple[str, int] | None] = []
+    while True:
+        while True:
+            pos = lexer.pos
+            if pos >= n:
+                return [*out, None]
+            ch = src[pos]
+            if ch in " \t\r\f\v":
+                lexer.pos = pos + 1
+                continue
+            if ch == "\n":
+                return [*out, None]
+            m = _CONT.match(src, pos)
+            if m:
+                lexer.pos = m.end()
+                continue
+            break
+        m = re.compile(r"[^ \t\r\f\v\n]+").match(src, pos)
+        assert m is not None
+        word, end = m.group(), m.end()
+        if word.endswith("\\") and (cont := _CONT.match(src, end - 1)):
+            word, end = word[:-1], cont.end()
+        lexer.pos = end
+        out.append((word, byte_len(src[:end]) - byte_len(word)))
+
+
+def _words_now(src: str, ascii_text: bool) -> list[tuple[str, int] | None]:
+    lexer = MetaLexer(src, 0, "t.sql", 1, ascii_text=ascii_text)
+    lexer.pos = 0
+    out: list[tuple[str, int] | None] = []
+    while (word := lexer.next_word()) is not None:
+        out.append(word)
+    return [*out, None]
+
+
+@settings(max_examples=3000)
+@given(st.text(alphabet=" \t\r\n\v\\ab1:é", max_size=30))
+def test_words_as_before(src: str) -> None:
+    assert _words_now(src, src.isascii()) == _words_before(src)
+
+
+@settings(max_examples=1000)
+@given(st.text(alphabet=" \t\\\nab1+(:", min_size=1, max_size=40))
+def test_ascii_columns_count_characters(text: str) -> None:
+    src = "\\" + text
+    lexer = MetaLexer(src, 0, "x", 1, ascii_text=True)
+    counted = MetaLexer(src, 0, "x", 1)
+    for pos in range(len(src) + 1):
+        assert lexer.column(pos) == counted.column(pos) == pos
+
+
 # ---------------------------------------------------------------------------
 # errors on long lines, as pgbench 18.6 reports them
 

@@ -99,6 +99,8 @@ class _ScriptCompiler:
         self.commands: list[Command] = []
         self._line_pos = 0
         self._line_no = 1
+        #: the script is all ASCII: meta commands count columns in characters
+        self._ascii = self.src.isascii()
         #: has an \\if, \\elif, \\else or \\endif been read?
         self._conditionals = False
 
@@ -153,7 +155,7 @@ class _ScriptCompiler:
         """Read the backslash command at ``start``; return where SQL
         scanning resumes."""
         lineno = self._lineno(start)
-        lex = MetaLexer(self.src, start, self.source, lineno)
+        lex = MetaLexer(self.src, start, self.source, lineno, ascii_text=self._ascii)
         first = lex.next_word()
         if first is None:
             return lex.pos  # a lone backslash: ignored

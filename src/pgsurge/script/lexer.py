@@ -146,6 +146,8 @@ _SINGLE = {
     "eol": Tok.EOL,
 }
 _NONSPACE_RE = re.compile(r"[^ \t\r\f\v\n]+")
+# what separates words: whitespace and continuations (not the newline)
+_WORD_SKIP = re.compile(r"(?:[ \t\r\f\v]++|\\\r?\n)*+")
 
 
 def byte_len(text: str) -> int:
@@ -180,8 +182,19 @@ class MetaLexer:
     for messages) is set by the caller once the first word is known.
     """
 
-    def __init__(self, src: str, cmd_start: int, source: str, lineno: int) -> None:
+    def __init__(
+        self,
+        src: str,
+        cmd_start: int,
+        source: str,
+        lineno: int,
+        *,
+        ascii_text: bool = False,
+    ) -> None:
         self.src = src
+        #: ``src`` is all ASCII (the caller knows): a byte column is then
+        #: a character count, and column() counts nothing
+        self._ascii = ascii_text
         self.cmd_start = cmd_start
         self.pos = cmd_start + 1
         self.source = source
@@ -203,6 +216,8 @@ class MetaLexer:
         asks at every token, in order, and again for an operator once its
         right operand is parsed): counting from the backslash each time
         made a 4 MB ``\\set`` line quadratic."""
+        if self._ascii:
+            return pos - self.cmd_start
         marks, counts = self._col_marks, self._col_counts
         if pos >= marks[-1]:
             count = counts[-1] + byte_len(self.src[marks[-1] : pos])
@@ -242,39 +257,31 @@ class MetaLexer:
         """Next whitespace-separated word and its byte column, or None at
         the end of the command (the newline is consumed)."""
         src = self.src
-        n = len(src)
         self.last_was_newline = False
-        while True:
-            pos = self.pos
-            if pos >= n:
-                return None
-            ch = src[pos]
-            if ch in _SPACE:
-                self.pos = pos + 1
-                continue
-            if ch == "\n":
-                self.pos = pos + 1
+        skip = _WORD_SKIP.match(src, self.pos)
+        assert skip is not None  # the pattern matches the empty string
+        pos = skip.end()
+        m = _NONSPACE_RE.match(src, pos)
+        if m is None:
+            # the end of the text, or the newline that ends the command
+            if pos < len(src):
+                pos += 1
                 self.last_was_newline = True
-                return None
-            m = _CONTINUATION_RE.match(src, pos)
-            if m:
-                self.pos = m.end()
-                continue
-            m = _NONSPACE_RE.match(src, pos)
-            assert m is not None
-            word = m.group()
-            end = m.end()
-            if word.endswith("\\"):
-                cont = _CONTINUATION_RE.match(src, end - 1)
-                if cont:
-                    # "word\<newline>": the word without its backslash, and
-                    # the continuation is eaten with it.
-                    word = word[:-1]
-                    end = cont.end()
-            self.pos = end
-            # pgbench computes the word's offset as "end - length", which
-            # is off when a continuation was eaten; keep that quirk.
-            return word, self.column(end) - byte_len(word)
+            self.pos = pos
+            return None
+        word = m.group()
+        end = m.end()
+        if word.endswith("\\"):
+            cont = _CONTINUATION_RE.match(src, end - 1)
+            if cont:
+                # "word\<newline>": the word without its backslash, and
+                # the continuation is eaten with it.
+                word = word[:-1]
+                end = cont.end()
+        self.pos = end
+        # pgbench computes the word's offset as "end - length", which
+        # is off when a continuation was eaten; keep that quirk.
+        return word, self.column(end) - byte_len(word)
 
     # ------------------------------------------------------------------
     # expression mode
