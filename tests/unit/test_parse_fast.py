@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -161,6 +162,32 @@ def test_big_line_is_one_run() -> None:
     (res, eof) = _scan_all(text)
     assert res == ScanResult(Stop.SEMICOLON, text[:-1], 0, len(text) - 1, 1)
     assert eof.stop is Stop.EOF
+
+
+_MB = 1_000_000
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        # a long first word, then what fails the statement's match: the
+        # word's letters were given back one at a time (quadratic)
+        # (12,000 letters: ~25 s when quadratic, not hours)
+        ("first-word", "a" * 12_000 + " b" * 12_000 + " $;"),
+        ("unclosed-parens", "SELECT " + "( x x x " * (_MB // 8)),
+        ("unclosed-deep", "SELECT " + "(" * 1000 + "x, " * (_MB // 3)),
+        ("unterminated-comment", "SELECT 1 /* " + "x" * _MB),
+        ("unterminated-strings", "SELECT 1, " + "'a " * (_MB // 3)),
+        ("colon-quotes", "SELECT " + ":'" * (_MB // 2)),
+        ("nested-comments", "SELECT " + "/* /* */ " * (_MB // 9) + ";"),
+    ],
+)
+def test_hostile_lines_parse_in_linear_time(name: str, text: str) -> None:
+    t0 = time.perf_counter()
+    parse_script(name, text)
+    # 0.01-0.5 s measured; the bound only catches a return to quadratic
+    # backtracking (the first-word case took 9 s for 16 KB)
+    assert time.perf_counter() - t0 < 6.0
 
 
 # ---------------------------------------------------------------------------

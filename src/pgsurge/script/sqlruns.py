@@ -29,8 +29,11 @@ import re
 
 from pgsurge.script.lexer import ASCII_IDENT_CHARS, IDENT_CHAR, IDENT_START, wide_class
 
-#: an SQL identifier: it may contain "$" (a dollar-quote tag may not)
-SQL_IDENT = re.compile(f"{IDENT_START}{wide_class(ASCII_IDENT_CHARS + '$')}*")
+#: an SQL identifier: it may contain "$" (a dollar-quote tag may not);
+#: possessive, as everything below: a statement's first word is not inside
+#: a possessive loop, and giving back its letters one at a time after a
+#: failed match made a long first word quadratic
+SQL_IDENT = re.compile(f"{IDENT_START}{wide_class(ASCII_IDENT_CHARS + '$')}*+")
 #: what follows ":" in a psql variable reference
 VARCHARS = IDENT_CHAR
 #: whitespace, punctuation and operators that start no longer token
@@ -49,7 +52,7 @@ _IDENT_CHAR_OR_DOLLAR = re.compile(wide_class(ASCII_IDENT_CHARS + "$"))
 _DIGITS = f"[{PUNCT}0-9]++"
 _STRICT_DIGITS = rf"[{PUNCT}0-9]++(?:(?<![0-9])|(?!{_NUM_TAIL}))"
 _VARIABLE = (
-    rf":(?:{VARCHARS}++|'{VARCHARS}+'|\"{VARCHARS}+\"|\{{\?{VARCHARS}+\}}|[:=])?+"
+    rf":(?:{VARCHARS}++|'{VARCHARS}++'|\"{VARCHARS}++\"|\{{\?{VARCHARS}++\}}|[:=])?+"
 )
 
 
