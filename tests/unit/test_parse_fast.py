@@ -103,6 +103,36 @@ def test_runs_scan_as_token_by_token_tokens(text: str) -> None:
     assert fast == slow
 
 
+def _parse(text: str) -> object:
+    try:
+        return parse_script("t.sql", text).commands
+    except ScriptError as e:
+        return e.format()
+
+
+_SCRIPT_TOKENS = [
+    *_TOKENS,
+    "\\set x 1 + 2\n", "\\set y :x * 3\n", "\\if :x > 1\n", "\\else\n",
+    "\\endif\n", "\\sleep 1 ms\n", "\\gset p_\n", "\\aset\n", "select 1;\n",
+    "select :x, 'a:b' from t where c = :y;\n",
+]  # fmt: skip
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(_SCRIPT_TOKENS), max_size=40).map("".join))
+def test_scripts_parse_as_token_by_token(text: str) -> None:
+    """Whole scripts: the same commands (line numbers, first lines, texts,
+    \\; counts, \\gset merges) or the same error, runs on or off."""
+    fast = _parse(text)
+    saved = splitter._PLAIN_FIRST, splitter._WORD_FIRST
+    splitter._PLAIN_FIRST = splitter._WORD_FIRST = frozenset()
+    try:
+        slow = _parse(text)
+    finally:
+        splitter._PLAIN_FIRST, splitter._WORD_FIRST = saved
+    assert fast == slow
+
+
 @pytest.mark.parametrize(
     "text",
     [
