@@ -4,7 +4,8 @@ In-process runs with ``--dask local:2`` (a LocalCluster of two worker
 processes) check the merged result: exactly the transactions of a
 one-host run, the merged histogram equal to the merge of the hosts', the
 same per-client random values whatever the layout, the aggregate ``-R``
-rate, one ``-P`` line per interval. A real cluster (``dask scheduler`` and
+rate, one ``-P`` line per interval, the interval series merged from the
+deltas the hosts stream. A real cluster (``dask scheduler`` and
 two ``dask worker`` processes started here, as a user would start them on
 their machines) runs the command line, and loses one of its workers in
 the middle of a run.
@@ -22,7 +23,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -30,10 +33,13 @@ import pytest
 from pgsurge.cli.options import parse_command_line
 from pgsurge.config import RunConfig
 from pgsurge.distributed import dask_driver
+from pgsurge.distributed.coordinator import drive as dask_drive
 from pgsurge.errors import ExitStatus
+from pgsurge.report.json import JSON_PERCENTILES
 from pgsurge.runner import run
-from pgsurge.stats.histogram import Histogram
+from pgsurge.stats.histogram import Histogram, merged
 from pgsurge.stats.results import RunResult
+from pgsurge.stats.series import IntervalStats
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -53,10 +59,13 @@ def bench_db(fresh_db: str, pgbench_bin: Path) -> str:
     return fresh_db
 
 
-def run_inprocess(args: list[str], dsn: str) -> tuple[ExitStatus, RunResult, str, str]:
+def run_inprocess(
+    args: list[str], dsn: str, drive: Any = None
+) -> tuple[ExitStatus, RunResult, str, str]:
     cfg = parse_command_line([*args, dsn])
     assert isinstance(cfg, RunConfig)
-    drive = dask_driver(cfg.dask) if cfg.dask else None
+    if drive is None and cfg.dask:
+        drive = dask_driver(cfg.dask)
     results: list[RunResult] = []
     out, err = io.StringIO(), io.StringIO()
     status = run(cfg, stdout=out, stderr=err, on_result=results.append, drive=drive)
@@ -161,6 +170,55 @@ def test_rate_and_progress_over_two_hosts(bench_db: str) -> None:
     # the interval series of the hosts line up on the common start
     assert len(res.intervals) >= 6
     assert sum(iv.stats.cnt for iv in res.intervals) == res.total.cnt
+
+
+def test_interval_series_is_the_merge_of_the_hosts_streamed_deltas(
+    bench_db: str, tmp_path: Path
+) -> None:
+    deltas: list[tuple[int, IntervalStats, bool]] = []
+    drive = partial(
+        dask_drive, "local:2", on_interval=lambda *delta: deltas.append(delta)
+    )
+    out_json = tmp_path / "run.json"
+    status, res, _, err = run_inprocess(
+        [
+            *("--dask", "local:2", "-n", "-S", "-c", "4", "-j", "2"),
+            *("-T", "4", "-P", "1", "--json", str(out_json)),
+        ],
+        bench_db,
+        drive,
+    )
+    assert status == ExitStatus.SUCCESS, err
+    # every host streamed its complete intervals while the run went on (only
+    # each worker's last one comes with the results)
+    for host in (0, 1):
+        streamed = [iv for h, iv, s in deltas if h == host and s]
+        assert len(streamed) >= 3, deltas
+    by_start: dict[int, list[Histogram]] = {}
+    counts: dict[int, int] = {}
+    for _, iv, _ in deltas:
+        by_start.setdefault(iv.start_us, []).append(iv.latency_hist())
+        counts[iv.start_us] = counts.get(iv.start_us, 0) + iv.stats.cnt
+    assert all(len(hists) == 2 for hists in by_start.values()), by_start
+    # the run's series: the hosts' deltas merged interval by interval
+    assert [iv.start_us for iv in res.intervals] == sorted(by_start)
+    assert [iv.stats.cnt for iv in res.intervals] == [counts[s] for s in sorted(counts)]
+    assert sum(counts.values()) == res.total.cnt
+    for iv in res.intervals:
+        assert iv.latency_hist() == merged(by_start[iv.start_us])
+    # the JSON's per-interval percentiles are those of the merged histogram,
+    # computed as for a one-host run
+    doc = json.loads(out_json.read_text())
+    ps = sorted(JSON_PERCENTILES)
+    assert len(doc["intervals"]) == len(by_start)
+    for point, start in zip(doc["intervals"], sorted(by_start), strict=True):
+        assert point["processed"] == counts[start]
+        want = [v / 1000.0 for v in merged(by_start[start]).percentiles(ps)]
+        assert list(point["latency_ms"]["percentiles"].values()) == want
+    # and each host's deltas add up to its own run-total histogram
+    for host in doc["hosts"]:
+        mine = merged([iv.latency_hist() for h, iv, _ in deltas if h == host["index"]])
+        assert mine == Histogram.from_dict(host["latency_histogram"])
 
 
 # -- a real cluster: dask scheduler + dask worker processes -------------------
