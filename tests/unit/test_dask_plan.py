@@ -136,6 +136,38 @@ def test_dask_option_errors(value: str, message: str) -> None:
     assert info.value.message == message
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-l"], "--dask-collect-logs is allowed only with --dask"),
+        (
+            ["--dask", "local:2"],
+            "--dask-collect-logs is allowed only when logging transactions (-l)",
+        ),
+    ],
+)
+def test_collect_logs_needs_dask_and_l(
+    args: list[str], message: str, tmp_path: Any
+) -> None:
+    with pytest.raises(UsageError) as info:
+        parse_command_line([*args, "--dask-collect-logs", str(tmp_path), "-S", "db"])
+    assert info.value.message == message
+
+
+def test_collect_logs_needs_an_existing_directory(tmp_path: Any) -> None:
+    base = ["--dask", "local:2", "-l", "-S", "db"]
+    cfg = parse_command_line(["--dask-collect-logs", str(tmp_path), *base])
+    assert isinstance(cfg, RunConfig)
+    assert cfg.dask_collect_logs == str(tmp_path)
+    for bad in (str(tmp_path / "missing"), ""):
+        with pytest.raises(UsageError) as info:
+            parse_command_line(["--dask-collect-logs", bad, *base])
+        assert info.value.message == (
+            f'invalid value "{bad}" for option --dask-collect-logs'
+        )
+        assert info.value.detail == "Expecting an existing directory."
+
+
 def test_without_dask_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "distributed", None)  # import fails
     err = io.StringIO()

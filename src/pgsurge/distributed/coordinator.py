@@ -56,6 +56,7 @@ from typing import Any, TextIO
 
 from pgsurge.distributed.host import HostOutcome, host_task, monotonic_us, names
 from pgsurge.distributed.intervals import decode_interval
+from pgsurge.distributed.logs import collect_logs
 from pgsurge.distributed.plan import (
     ClockProbe,
     HostInfo,
@@ -522,6 +523,37 @@ def _host_figures(info: HostInfo, results: Sequence[WorkerResult]) -> None:
         info.latency_histogram = merged.to_dict()
 
 
+def _logs_after_run(
+    client: Any,
+    address: str,
+    hosts: Sequence[_Host],
+    groups: Sequence[Sequence[WorkerSpec]],
+    err: TextIO,
+) -> None:
+    """-l: bring the hosts' files back (--dask-collect-logs), or say where
+    they are (a local cluster writes them in our working directory)."""
+    dest = groups[0][0].config.dask_collect_logs
+    for host in hosts:
+        if host.info.lost:
+            err.write(
+                f"{PROG}: error: the -l files of host {host.info.index} "
+                f"({host.info.address}) stay on it: it was lost\n"
+            )
+    kept = [
+        (h.info.address, group)
+        for h, group in zip(hosts, groups, strict=False)
+        if not h.info.lost
+    ]
+    if dest is not None:
+        collect_logs(client, kept, dest, err)
+    elif not address.startswith("local:"):
+        err.write(
+            f"{PROG}: dask: the -l files are on the hosts, in each Dask worker's "
+            "working directory (--dask-collect-logs DIR brings them here)\n"
+        )
+    err.flush()
+
+
 def drive(
     address: str,
     specs: Sequence[WorkerSpec],
@@ -567,7 +599,10 @@ def drive(
                     clients=sum(s.nclients for s in group),
                 )
                 coord.hosts.append(_Host(info, future, time.monotonic()))
-            return coord.run(specs)
+            result = coord.run(specs)
+            if specs[0].config.log:
+                _logs_after_run(client, address, coord.hosts, groups, err)
+            return result
         except BaseException:
             coord.stop_all()
             raise
