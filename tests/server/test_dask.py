@@ -480,11 +480,12 @@ def test_lost_host_ends_the_run_with_a_partial_report(
     bench_db: str, cluster: Cluster, tmp_path: Path
 ) -> None:
     err_path = tmp_path / "stderr"
+    out_json = tmp_path / "run.json"
     with open(err_path, "w") as err:
         proc = subprocess.Popen(
             _pgsurge(
                 *("--dask", cluster.address, "-n", "-S", "-T", "60", "-c", "4"),
-                *("-j", "2", bench_db),
+                *("-j", "2", "--json", str(out_json), bench_db),
             ),
             stdout=subprocess.PIPE,
             stderr=err,
@@ -516,6 +517,20 @@ def test_lost_host_ends_the_run_with_a_partial_report(
     processed = re.search(r"number of transactions actually processed: (\d+)", stdout)
     assert processed is not None, stdout
     assert int(processed.group(1)) > 100
+    doc = json.loads(out_json.read_text())
+    assert doc["aborted"] and doc["aborted_clients"] == 2
+    assert sorted((h["lost"], h["partial"]) for h in doc["hosts"]) == [
+        (False, True),
+        (True, False),
+    ]
+    # no load is left, and none starts again (Dask does not rerun the lost
+    # host's task on the other worker)
+    deadline = time.monotonic() + 10
+    while _clients(bench_db):
+        assert time.monotonic() < deadline, "a host kept running"
+        time.sleep(0.2)
+    time.sleep(2)
+    assert _clients(bench_db) == 0
 
 
 def test_interrupt_stops_every_host(
