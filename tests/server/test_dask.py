@@ -160,6 +160,9 @@ def test_rate_and_progress_over_two_hosts(bench_db: str) -> None:
     assert status == ExitStatus.SUCCESS, err
     tps = res.total.cnt * 1e6 / res.total_duration_us
     assert abs(tps - 2000) / 2000 < 0.03, tps
+    # each host's share in proportion to its workers (one each): half
+    assert [h["workers"] for h in res.hosts] == [1, 1]
+    assert all(abs(h["tps"] - 1000) / 1000 < 0.05 for h in res.hosts), res.hosts
     # one line per interval, every host in each, in order
     times = [
         float(m.group(1)) for m in re.finditer(r"^progress: ([0-9.]+) s", err, re.M)
