@@ -111,6 +111,9 @@ class WorkerSpec:
     #: send a stats snapshot every this many seconds even without -P (the
     #: parent's live panel); 0: only for -P
     snapshot_s: int = 0
+    #: each Progress carries the series intervals closed since the last one
+    #: (a multi-host run's host streams them to the coordinator)
+    stream_intervals: bool = False
 
 
 def wants_histograms(cfg: RunConfig) -> bool:
@@ -420,7 +423,9 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
         exit_on_abort=cfg.exit_on_abort,
         progress_us=(cfg.progress_s or spec.snapshot_s) * 1000000,
         progress_start_us=start_us,
-        on_progress=lambda tick, now: pipe.send(Progress(tick, now, total.copy())),
+        on_progress=_progress_sender(
+            pipe, total, rec if spec.stream_intervals else None
+        ),
         control_fd=pipe.fileno(),
         recorder=rec,
     )
@@ -460,6 +465,26 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
         st.ptr = fastpq.usable_with(conn)
         loop.attach(st)
     return True
+
+
+def _progress_sender(
+    pipe: Connection, total: StatsData, rec: WorkerRecorder | None
+) -> Callable[[int, int], None]:
+    """The loop's ``on_progress``: the cumulative stats, and with ``rec``
+    the intervals it closed since the previous tick (the loop closes the
+    recorder's intervals before it ticks, and both count from the same
+    start with the same length, so tick k carries interval k)."""
+    if rec is None:
+        return lambda tick, now: pipe.send(Progress(tick, now, total.copy()))
+    sent = 0
+
+    def send(tick: int, now: int) -> None:
+        nonlocal sent
+        closed = rec.intervals
+        pipe.send(Progress(tick, now, total.copy(), tuple(closed[sent:])))
+        sent = len(closed)
+
+    return send
 
 
 def _finish_connections(run: _Run) -> None:
