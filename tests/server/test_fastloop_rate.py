@@ -34,7 +34,7 @@ from pgsurge.config import RunConfig
 from pgsurge.engine import fastloop, protocol, worker
 from pgsurge.engine.state import WorkerState
 from pgsurge.prng import derive_streams
-from pgsurge.runner import _parse_scripts
+from pgsurge.runner import parse_scripts
 from pgsurge.stats.results import WorkerResult
 from tests.fix_db import run_both_loops, take_rows
 from tests.fix_run import run_pgsurge
@@ -177,7 +177,7 @@ def _run_worker(args: list[str], dsn: str) -> tuple[WorkerState, WorkerResult]:
     with the parent's side of its pipe in a thread; returns its state."""
     cfg = parse_command_line([*args, dsn], environ={})
     assert isinstance(cfg, RunConfig)
-    parsed = _parse_scripts(cfg)
+    parsed = parse_scripts(cfg)
     seeds = derive_streams(cfg.random_seed, cfg.clients, 1)
     spec = worker.WorkerSpec(
         worker_id=0,
