@@ -28,8 +28,9 @@
 
 Only this package (and ``cli``) writes to the console for a run;
 workers write their clients' error messages to stderr themselves, as
-pgbench's threads do. Steps 1 to 3 are in ``setup``, 4 to 6 in ``drive``
-(the default driver: this machine's processes), step 7 here.
+pgbench's threads do. Steps 1 to 3 are in ``setup``, 4 to 6 up to the
+merged result in ``drive`` (the default driver: this machine's
+processes), the report and step 7 here.
 
 A signal that kills pgbench kills all its threads. Here the first SIGINT
 or SIGTERM of a running benchmark stops it gracefully and the report of
