@@ -100,7 +100,7 @@ from pgsurge.engine.abi import (
 from pgsurge.engine.fastpq import DRAIN_BUSY, DRAIN_DONE, SEND_FALLBACK, ErrorResult
 from pgsurge.engine.handback import make_handback
 from pgsurge.engine.meta import make_meta
-from pgsurge.engine.pyworkload import make_py
+from pgsurge.engine.program import python_step
 from pgsurge.engine.sql import make_sql, params_of, substitute
 from pgsurge.engine.state import (
     ABORTED,
@@ -275,7 +275,7 @@ def make_engine(
     on_error = tx.on_error
     on_rollback_result = tx.on_rollback_result
     verbose_retry = tx.verbose_retry
-    py_step = make_py(s, sup)
+    py_step = python_step(s, sup, scripts)
 
     # -- the state machine ----------------------------------------------------
 
