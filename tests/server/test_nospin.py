@@ -37,7 +37,7 @@ def test_sleeping_clients_do_not_spin(fresh_db: str, tmp_path: Path) -> None:
     sleep = tmp_path / "sleep.sql"
     sleep.write_text("SELECT pg_sleep(0.5);\n")
     common = ["-n", "-f", str(sleep), "-c", "8", "-j", "2"]
-    base_cpu, base_wall, _ = measured_run([*common, "-t", "1"], fresh_db, tmp_path)
+    base_cpu, _, _ = measured_run([*common, "-t", "1"], fresh_db, tmp_path)
     cpu, wall, out = measured_run([*common, "-T", "4"], fresh_db, tmp_path)
     assert "number of transactions actually processed: " in out
     # the wall-clock floor is the run's own -T 4 (a difference of two walls
@@ -59,9 +59,7 @@ def test_large_and_trickling_results_do_not_spin(fresh_db: str, tmp_path: Path) 
     )
     one = tmp_path / "one.sql"
     one.write_text("SELECT 1;\n")
-    base_cpu, base_wall, _ = measured_run(
-        ["-n", "-f", str(one), "-t", "1"], fresh_db, tmp_path
-    )
+    base_cpu, _, _ = measured_run(["-n", "-f", str(one), "-t", "1"], fresh_db, tmp_path)
     cpu, wall, out = measured_run(
         ["-n", "-f", str(big), "-t", "1", "-M", "extended"], fresh_db, tmp_path
     )
