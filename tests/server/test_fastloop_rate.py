@@ -355,3 +355,44 @@ def test_logic_script_runs_in_c(
     assert {d for _cid, d, _a, _x in rows} == {1, -1}
     # a hand-back per client for its first prepares and one at its end
     assert loops and loops[0]._fast.handbacks <= 2 * 4
+    # and Python ran only the first transaction of each client (its
+    # prepares, a few waits each) and its end, not one wait per command
+    assert loops[0]._fast.py_calls <= 2 * 12
+
+
+@pytest.mark.parametrize("sleep", [False, True])
+def test_prepared_transactions_come_back_to_c(
+    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sleep: bool
+) -> None:
+    # Python's advance() prepares each statement at its first use and then
+    # goes from one transaction straight into the next, never stopping in
+    # CHOOSE_SCRIPT: C takes the client back at a wait (a result, a \sleep)
+    # of its next transaction, so that Python's share does not grow with -t
+    pause = "\\sleep 10 us\n" if sleep else ""
+    (tmp_path / "tx.sql").write_text(
+        "\\set a random(1, 1000)\n"
+        "BEGIN;\n"
+        "INSERT INTO t (cid, s, a, b) VALUES (:client_id, 1, :a, 0);\n"
+        + pause
+        + "UPDATE t SET b = b + 1 WHERE cid = :client_id AND a = :a;\n"
+        "END;\n"
+    )
+    loops: list[Any] = []
+    use_c = fastloop.FastEventLoop.use_c
+
+    def spy(self: fastloop.FastEventLoop, *a: Any) -> None:
+        loops.append(self)
+        use_c(self, *a)
+
+    monkeypatch.setattr(fastloop.FastEventLoop, "use_c", spy)
+    monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    args = ["-f", str(tmp_path / "tx.sql"), "-M", "prepared", "-c", "3", "-t", "400"]
+    _w, result = _run_worker([*args, "-n"], draws_db)
+    assert result.total.cnt == 1200
+    rows = take_rows(draws_db)
+    assert len(rows) == 1200
+    assert loops
+    # the first transaction of each client: a wait for each prepare and
+    # each result (4 statements) and the \\sleep, then its end (before C
+    # took clients back within a transaction: some 4 per transaction)
+    assert loops[0]._fast.py_calls <= 3 * (2 * 4 + 2 + sleep)

@@ -27,7 +27,12 @@
  * count, timestamps, counters, variables, PRNG state) and hands the client
  * to Python: either to advance() itself, or to the engine's resume(), which
  * does with a result C has already read what advance() would have done.
- * The client stays Python-owned until it reaches CHOOSE_SCRIPT again.
+ * The client stays Python-owned until it reaches CHOOSE_SCRIPT or THROTTLE
+ * again, or until it waits for a result or a \sleep in a later
+ * transaction than the one C handed it back in: Python's advance() goes
+ * from one transaction straight into the next, so C takes the client back
+ * there, with the transaction's position (command, result count,
+ * timestamps) loaded too.
  *
  * Shared worker state. The worker's total and per-script stats, its
  * choose stream and, under -R, its throttle stream and schedule
@@ -75,7 +80,7 @@ PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s_cnt,
     *s_choose_rng, *s_throttle_rng, *s_throttle_trigger, *s_latency_late,
     *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched, *s_layout,
     *s_add_counts, *s_eval_elif, *s_meta_failed, *s_id, *s_write_chunk, *s_current,
-    *s_roll_to, *s_start_us;
+    *s_roll_to, *s_start_us, *s_pending;
 
 /* ---------------------------------------------------------------------- */
 /* Construction                                                           */
@@ -618,9 +623,18 @@ FastLoop_get_handbacks(FastLoop *fl, void *closure)
     return PyLong_FromLongLong(fl->handbacks);
 }
 
+static PyObject *
+FastLoop_get_py_calls(FastLoop *fl, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLongLong(fl->py_calls);
+}
+
 static PyGetSetDef FastLoop_getset[] = {
     {"handbacks", (getter)FastLoop_get_handbacks, NULL,
      "how many times a C-owned client was handed to Python", NULL},
+    {"py_calls", (getter)FastLoop_get_py_calls, NULL,
+     "how many times the loop called Python's advance, resume or absorb", NULL},
     {"idle_us", (getter)FastLoop_get_idle, NULL, "µs spent blocked in waits", NULL},
     {"now_us", (getter)FastLoop_get_now, NULL, "the clock when run() returned TICK",
      NULL},
@@ -787,6 +801,7 @@ static const struct {
     {"Client", "eval_elif", &s_eval_elif},
     {"Client", "meta_failed", &s_meta_failed},
     {"Client", "id", &s_id},
+    {"Client", "pending", &s_pending},
     {"TxLogWriter", "write_chunk", &s_write_chunk},
     {"TxLogWriter", "current", &s_current},
     {"TxLogWriter", "roll_to", &s_roll_to},

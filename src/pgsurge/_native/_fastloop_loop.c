@@ -7,6 +7,29 @@
 
 #include "_fastloop.h"
 
+/* A Python-owned client waiting within a transaction (WAIT_RESULT,
+ * SLEEP): take it over once it is in a transaction after the one C handed
+ * back (Client.cnt >= retake_at), so that a client Python's advance() runs
+ * from one transaction straight into the next comes back to C, and one
+ * that C hands back at every transaction (a variable C does not hold, ...)
+ * costs one hand-back per transaction, not one per wait. 1: C owns it. */
+static int
+retake(FastLoop *fl, int index, int state)
+{
+    fl_client *c = &fl->clients[index];
+    int64_t cnt;
+    int r;
+
+    if (fl_get_i64(c->st, s_cnt, &cnt) < 0)
+        return -1;
+    if (cnt < c->retake_at)
+        return 0;
+    r = fl_take_over(fl, index, state);
+    if (r == 0)
+        c->retake_at = cnt + 1;
+    return r;
+}
+
 /* Run a client of the runnable queue, or whose deadline has come
  * (pgsurge.engine.loop: advance, settle). */
 static int
@@ -21,7 +44,7 @@ run_client(FastLoop *fl, int index)
             return -1;
         r = state == CHOOSE_SCRIPT || state == THROTTLE
                 ? fl_take_over(fl, index, (int)state)
-                : 0;
+                : state == SLEEP ? retake(fl, index, SLEEP) : 0;
         if (r < 0)
             return -1;
         if (!r) {
@@ -46,6 +69,14 @@ socket_ready(FastLoop *fl, int index)
     } else if (c->owner == OWN_PY) {
         if (fl_get_i64(c->st, s_state, &state) < 0)
             return -1;
+        if (state == WAIT_RESULT) {
+            int r = retake(fl, index, WAIT_RESULT);
+
+            if (r < 0)
+                return -1;
+            if (r)
+                return fl_advance(fl, index);
+        }
         if (state == WAIT_RESULT || state == WAIT_ROLLBACK_RESULT) {
             if (fl_call_python(fl, fl->advance, index, NULL) < 0)
                 return -1;
