@@ -20,7 +20,9 @@ depend on timing:
 from __future__ import annotations
 
 import gc
+import os
 import re
+import signal
 import threading
 import time
 from multiprocessing import Pipe
@@ -396,3 +398,54 @@ def test_prepared_transactions_come_back_to_c(
     # each result (4 statements) and the \\sleep, then its end (before C
     # took clients back within a transaction: some 4 per transaction)
     assert loops[0]._fast.py_calls <= 3 * (2 * 4 + 2 + sleep)
+
+
+@pytest.mark.parametrize("preset", [False, True])
+def test_signal_wakeup_descriptor(
+    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, preset: bool
+) -> None:
+    # the C loop runs Python's signal handlers when signal.set_wakeup_fd's
+    # pipe is readable: set for the run, put back after it; a descriptor
+    # someone else set is left alone (C then looks after every wait)
+    calls: list[int] = []
+    real = signal.set_wakeup_fd
+
+    def spy(fd: int, **kw: Any) -> int:
+        calls.append(fd)
+        return real(fd, **kw)
+
+    monkeypatch.setattr(signal, "set_wakeup_fd", spy)
+    monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    theirs = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC) if preset else None
+    try:
+        if theirs is not None:
+            real(theirs[1])
+        (tmp_path / "sel.sql").write_text("SELECT 1;\n")
+        _w, result = _run_worker(
+            ["-f", str(tmp_path / "sel.sql"), "-c", "2", "-t", "50", "-n"], draws_db
+        )
+        assert result.total.cnt == 100
+        assert real(-1) == (-1 if theirs is None else theirs[1])
+    finally:
+        real(-1)
+        if theirs is not None:
+            os.close(theirs[0])
+            os.close(theirs[1])
+    if theirs is None:
+        assert len(calls) == 2 and calls[0] >= 0 and calls[1] == -1, calls
+    else:
+        # tried, found theirs, put it back
+        assert len(calls) == 2 and calls[1] == theirs[1], calls
+
+
+def test_duration_ends_without_ticks(draws_db: str, tmp_path: Path) -> None:
+    # no -P and no interval output: run() returns only when the clients are
+    # done, so the end of -T reaches C through the signal wakeup descriptor
+    (tmp_path / "sel.sql").write_text("SELECT 1;\n")
+    args = ["-f", "sel.sql", "-M", "prepared", "-c", "4", "-j", "2", "-T", "2", "-n"]
+    start = time.monotonic()
+    fast = run_pgsurge(args, draws_db, cwd=tmp_path, loop="c")
+    elapsed = time.monotonic() - start
+    assert fast.status == 0, fast.stderr
+    assert "duration: 2 s" in fast.stdout
+    assert elapsed < 2 + 10, elapsed

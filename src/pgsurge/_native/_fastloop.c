@@ -56,10 +56,18 @@
  * timeouts and idle accounting, the same clock (CLOCK_MONOTONIC in whole
  * microseconds, as time.monotonic_ns() // 1000). Progress ticks are left
  * to Python: run() returns TICK when one is due and is called again.
- * Signals: a wait interrupted by one, or any loop iteration, runs Python's
- * handlers (PyErr_CheckSignals); the SIGALRM handler sets the worker's
- * timer_exceeded (the end of -T), which C then reads; a KeyboardInterrupt
+ * Signals: pgsurge.engine.fastloop points signal.set_wakeup_fd at a pipe
+ * whose read end is in the epoll set while the loop runs (set_signal_fd);
+ * when it is readable, or a wait was interrupted, C runs Python's handlers
+ * (PyErr_CheckSignals) and reads the worker's timer_exceeded, which the
+ * SIGALRM handler sets (the end of -T) -- without that descriptor (not the
+ * main thread, or someone else's), after every wait. A KeyboardInterrupt
  * propagates as an exception.
+ *
+ * The waits: epoll_wait, or epoll_pwait2 when there is a deadline (its
+ * timeout in nanoseconds, as Python's Waiter; ppoll and a fetch where the
+ * kernel lacks it). The GIL is given up around a blocking wait only when
+ * the interpreter has another thread, which a worker has not.
  */
 
 /*
@@ -303,6 +311,37 @@ log_init(FastLoop *fl, PyObject *log)
     return step > 0 ? fl_agg_roll(fl, INT64_MIN) : 0;
 }
 
+/* set_signal_fd(fd): see FastLoop_methods */
+static PyObject *
+FastLoop_set_signal_fd(FastLoop *fl, PyObject *arg)
+{
+    long fd = PyLong_AsLong(arg);
+    struct epoll_event ev;
+
+    if (fd == -1 && PyErr_Occurred())
+        return NULL;
+    if (fd < -1 || fd > INT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "not a descriptor");
+        return NULL;
+    }
+    if (fl->signal_fd >= 0) {
+        /* a descriptor closed since is out of the set already */
+        if (epoll_ctl(fl->epfd, EPOLL_CTL_DEL, fl->signal_fd, NULL) < 0 && errno != ENOENT &&
+            errno != EBADF)
+            return PyErr_SetFromErrno(PyExc_OSError);
+        fl->signal_fd = -1;
+    }
+    if (fd >= 0) {
+        memset(&ev, 0, sizeof ev);
+        ev.events = EPOLLIN;
+        ev.data.fd = (int)fd;
+        if (epoll_ctl(fl->epfd, EPOLL_CTL_ADD, (int)fd, &ev) < 0)
+            return PyErr_SetFromErrno(PyExc_OSError);
+        fl->signal_fd = (int)fd;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 FastLoop_set_log(FastLoop *fl, PyObject *log)
 {
@@ -419,6 +458,7 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     fl->per_command = per_command;
     fl->epfd = epfd;
     fl->control_fd = control_fd;
+    fl->signal_fd = -1;
     Py_INCREF(plan);
     fl->keep = plan;
     Py_INCREF(script_ops);
@@ -579,7 +619,7 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     fl->nclients = (int)PyList_GET_SIZE(clients);
     fl->runq = PyMem_New(int, fl->nclients + 1);
     fl->batch = PyMem_New(int, fl->nclients + 1);
-    fl->events = PyMem_New(struct epoll_event, fl->nclients + 2);
+    fl->events = PyMem_New(struct epoll_event, fl->nclients + 3);
     fl->timers = PyMem_New(fl_timer, fl->nclients + 1);
     if (fl->clients == NULL || fl->runq == NULL || fl->batch == NULL ||
         fl->events == NULL || fl->timers == NULL) {
@@ -643,6 +683,10 @@ static PyGetSetDef FastLoop_getset[] = {
 
 static PyMethodDef FastLoop_methods[] = {
     {"run", (PyCFunction)fl_run, METH_O, fl_run_doc},
+    {"set_signal_fd", (PyCFunction)FastLoop_set_signal_fd, METH_O,
+     "set_signal_fd(fd)\n--\n\nWatch fd, the read end of signal.set_wakeup_fd's "
+     "non-blocking\ndescriptor, in the epoll set (-1: stop): run() then runs "
+     "Python's\nsignal handlers only when a signal came, not after every wait."},
     {"set_log", (PyCFunction)FastLoop_set_log, METH_O,
      "set_log(spec)\n--\n\nWrite -l as the TxLogWriter of spec does "
      "(pgsurge.engine.fastloop._log_spec)."},

@@ -30,7 +30,9 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "_fastpq_api.h"
 
@@ -41,7 +43,7 @@
 #define FL_HIDDEN
 #endif
 
-#define FASTLOOP_API 8
+#define FASTLOOP_API 9
 
 /* setup.py's digest of the sources this was built from (see there) */
 #ifndef PGSURGE_SOURCE_HASH
@@ -275,6 +277,9 @@ typedef struct {
     int64_t latency_late; /* WorkerState.latency_late (-L) */
     int timer_exceeded;
     int epfd, control_fd;
+    /* signal.set_wakeup_fd's read end, in the epoll set while run() is
+     * called (-1: none; then C runs the signal handlers after every wait) */
+    int signal_fd;
     /* fd -> client index + 1 (0: none) */
     int *by_fd;
     int by_fd_len;
