@@ -449,3 +449,33 @@ def test_duration_ends_without_ticks(draws_db: str, tmp_path: Path) -> None:
     assert fast.status == 0, fast.stderr
     assert "duration: 2 s" in fast.stdout
     assert elapsed < 2 + 10, elapsed
+
+
+def test_other_threads_run_during_waits(
+    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the C loop gives the GIL up around its blocking waits when the
+    # interpreter has another thread: this one ticks through the run
+    monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    (tmp_path / "sel.sql").write_text("SELECT pg_sleep(0.002);\n")
+    stop = threading.Event()
+    ticks: list[float] = []
+
+    def tick() -> None:
+        while not stop.wait(0.002):
+            ticks.append(time.monotonic())
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    try:
+        start = time.monotonic()
+        _w, result = _run_worker(
+            ["-f", str(tmp_path / "sel.sql"), "-c", "1", "-t", "300", "-n"], draws_db
+        )
+        end = time.monotonic()
+    finally:
+        stop.set()
+        ticker.join()
+    assert result.total.cnt == 300
+    during = [t for t in ticks if start + 0.2 < t < end - 0.2]
+    assert len(during) > 20, len(during)

@@ -280,6 +280,9 @@ typedef struct {
     /* signal.set_wakeup_fd's read end, in the epoll set while run() is
      * called (-1: none; then C runs the signal handlers after every wait) */
     int signal_fd;
+    /* the thread that called run(), and its interpreter */
+    PyThreadState *tstate;
+    PyInterpreterState *interp;
     /* fd -> client index + 1 (0: none) */
     int *by_fd;
     int by_fd_len;

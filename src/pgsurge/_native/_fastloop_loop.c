@@ -106,10 +106,10 @@ socket_ready(FastLoop *fl, int index)
  * interpreter has a thread state from its start (threading, or a C thread
  * through PyGILState_Ensure), so it is seen at the next wait. */
 static inline int
-others(PyThreadState *ts)
+others(const FastLoop *fl)
 {
-    return PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(ts)) != ts ||
-           PyThreadState_Next(ts) != NULL;
+    return PyInterpreterState_ThreadHead(fl->interp) != fl->tstate ||
+           PyThreadState_Next(fl->tstate) != NULL;
 }
 
 #ifdef SYS_epoll_pwait2
@@ -133,7 +133,7 @@ wait_events(FastLoop *fl, int64_t timeout_us)
     if (timeout_us == 0)
         n = epoll_wait(fl->epfd, fl->events, max, 0);
     else {
-        if (others(PyThreadState_Get()))
+        if (others(fl))
             ts = PyEval_SaveThread();
         if (timeout_us < 0)
             n = epoll_wait(fl->epfd, fl->events, max, -1);
@@ -214,6 +214,9 @@ fl_run(FastLoop *fl, PyObject *arg)
 
     if (next_tick == -1 && PyErr_Occurred())
         return NULL;
+    /* this thread's state, for the waits (others()) */
+    fl->tstate = PyThreadState_Get();
+    fl->interp = PyThreadState_GetInterpreter(fl->tstate);
     if (fl_shared_load(fl) < 0)
         return NULL;
     if (!fl->started) {
