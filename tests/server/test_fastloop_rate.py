@@ -20,7 +20,9 @@ depend on timing:
 from __future__ import annotations
 
 import gc
+import os
 import re
+import signal
 import threading
 import time
 from multiprocessing import Pipe
@@ -355,3 +357,125 @@ def test_logic_script_runs_in_c(
     assert {d for _cid, d, _a, _x in rows} == {1, -1}
     # a hand-back per client for its first prepares and one at its end
     assert loops and loops[0]._fast.handbacks <= 2 * 4
+    # and Python ran only the first transaction of each client (its
+    # prepares, a few waits each) and its end, not one wait per command
+    assert loops[0]._fast.py_calls <= 2 * 12
+
+
+@pytest.mark.parametrize("sleep", [False, True])
+def test_prepared_transactions_come_back_to_c(
+    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sleep: bool
+) -> None:
+    # Python's advance() prepares each statement at its first use and then
+    # goes from one transaction straight into the next, never stopping in
+    # CHOOSE_SCRIPT: C takes the client back at a wait (a result, a \sleep)
+    # of its next transaction, so that Python's share does not grow with -t
+    pause = "\\sleep 10 us\n" if sleep else ""
+    (tmp_path / "tx.sql").write_text(
+        "\\set a random(1, 1000)\n"
+        "BEGIN;\n"
+        "INSERT INTO t (cid, s, a, b) VALUES (:client_id, 1, :a, 0);\n"
+        + pause
+        + "UPDATE t SET b = b + 1 WHERE cid = :client_id AND a = :a;\n"
+        "END;\n"
+    )
+    loops: list[Any] = []
+    use_c = fastloop.FastEventLoop.use_c
+
+    def spy(self: fastloop.FastEventLoop, *a: Any) -> None:
+        loops.append(self)
+        use_c(self, *a)
+
+    monkeypatch.setattr(fastloop.FastEventLoop, "use_c", spy)
+    monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    args = ["-f", str(tmp_path / "tx.sql"), "-M", "prepared", "-c", "3", "-t", "400"]
+    _w, result = _run_worker([*args, "-n"], draws_db)
+    assert result.total.cnt == 1200
+    rows = take_rows(draws_db)
+    assert len(rows) == 1200
+    assert loops
+    # the first transaction of each client: a wait for each prepare and
+    # each result (4 statements) and the \\sleep, then its end (before C
+    # took clients back within a transaction: some 4 per transaction)
+    assert loops[0]._fast.py_calls <= 3 * (2 * 4 + 2 + sleep)
+
+
+@pytest.mark.parametrize("preset", [False, True])
+def test_signal_wakeup_descriptor(
+    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, preset: bool
+) -> None:
+    # the C loop runs Python's signal handlers when signal.set_wakeup_fd's
+    # pipe is readable: set for the run, put back after it; a descriptor
+    # someone else set is left alone (C then looks after every wait)
+    calls: list[int] = []
+    real = signal.set_wakeup_fd
+
+    def spy(fd: int, **kw: Any) -> int:
+        calls.append(fd)
+        return real(fd, **kw)
+
+    monkeypatch.setattr(signal, "set_wakeup_fd", spy)
+    monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    theirs = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC) if preset else None
+    try:
+        if theirs is not None:
+            real(theirs[1])
+        (tmp_path / "sel.sql").write_text("SELECT 1;\n")
+        _w, result = _run_worker(
+            ["-f", str(tmp_path / "sel.sql"), "-c", "2", "-t", "50", "-n"], draws_db
+        )
+        assert result.total.cnt == 100
+        assert real(-1) == (-1 if theirs is None else theirs[1])
+    finally:
+        real(-1)
+        if theirs is not None:
+            os.close(theirs[0])
+            os.close(theirs[1])
+    if theirs is None:
+        assert len(calls) == 2 and calls[0] >= 0 and calls[1] == -1, calls
+    else:
+        # tried, found theirs, put it back
+        assert len(calls) == 2 and calls[1] == theirs[1], calls
+
+
+def test_duration_ends_without_ticks(draws_db: str, tmp_path: Path) -> None:
+    # no -P and no interval output: run() returns only when the clients are
+    # done, so the end of -T reaches C through the signal wakeup descriptor
+    (tmp_path / "sel.sql").write_text("SELECT 1;\n")
+    args = ["-f", "sel.sql", "-M", "prepared", "-c", "4", "-j", "2", "-T", "2", "-n"]
+    start = time.monotonic()
+    fast = run_pgsurge(args, draws_db, cwd=tmp_path, loop="c")
+    elapsed = time.monotonic() - start
+    assert fast.status == 0, fast.stderr
+    assert "duration: 2 s" in fast.stdout
+    assert elapsed < 2 + 10, elapsed
+
+
+def test_other_threads_run_during_waits(
+    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the C loop gives the GIL up around its blocking waits when the
+    # interpreter has another thread: this one ticks through the run
+    monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    (tmp_path / "sel.sql").write_text("SELECT pg_sleep(0.002);\n")
+    stop = threading.Event()
+    ticks: list[float] = []
+
+    def tick() -> None:
+        while not stop.wait(0.002):
+            ticks.append(time.monotonic())
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    try:
+        start = time.monotonic()
+        _w, result = _run_worker(
+            ["-f", str(tmp_path / "sel.sql"), "-c", "1", "-t", "300", "-n"], draws_db
+        )
+        end = time.monotonic()
+    finally:
+        stop.set()
+        ticker.join()
+    assert result.total.cnt == 300
+    during = [t for t in ticks if start + 0.2 < t < end - 0.2]
+    assert len(during) > 20, len(during)
