@@ -1,9 +1,16 @@
 """pytest configuration: fixtures live in plugin modules (psycopg's layout).
 
 ``fix_server``: the PostgreSQL server and the reference pgbench;
-``fix_run``: benchmark databases, running pgsurge and pgbench, masks;
+``fix_run``: running pgsurge and pgbench, masks; ``fix_db``: benchmark
+databases; ``fix_data``: made-up configs, results and result files;
 ``fix_cli``: pgsurge's command line in-process. tests/README.md tells how
 to run the suite.
 """
 
-pytest_plugins = ("tests.fix_server", "tests.fix_run", "tests.fix_cli")
+pytest_plugins = (
+    "tests.fix_server",
+    "tests.fix_run",
+    "tests.fix_db",
+    "tests.fix_data",
+    "tests.fix_cli",
+)

@@ -187,6 +187,8 @@ class RunConfig:
     #: its workers, see pgsurge.distributed) or ``local:N`` (a local cluster
     #: of N workers); None: this machine's processes
     dask: str | None = None
+    #: --dask-collect-logs DIR: bring the hosts' -l files into DIR at the end
+    dask_collect_logs: str | None = None
     #: --no-live: no live panel on a terminal (see report/live.py)
     no_live: bool = False
 

@@ -4,7 +4,8 @@ In-process runs with ``--dask local:2`` (a LocalCluster of two worker
 processes) check the merged result: exactly the transactions of a
 one-host run, the merged histogram equal to the merge of the hosts', the
 same per-client random values whatever the layout, the aggregate ``-R``
-rate, one ``-P`` line per interval. A real cluster (``dask scheduler`` and
+rate, one ``-P`` line per interval, the interval series merged from the
+deltas the hosts stream. A real cluster (``dask scheduler`` and
 two ``dask worker`` processes started here, as a user would start them on
 their machines) runs the command line, and loses one of its workers in
 the middle of a run.
@@ -22,7 +23,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -30,10 +33,13 @@ import pytest
 from pgsurge.cli.options import parse_command_line
 from pgsurge.config import RunConfig
 from pgsurge.distributed import dask_driver
+from pgsurge.distributed.coordinator import drive as dask_drive
 from pgsurge.errors import ExitStatus
+from pgsurge.report.json import JSON_PERCENTILES
 from pgsurge.runner import run
-from pgsurge.stats.histogram import Histogram
+from pgsurge.stats.histogram import Histogram, merged
 from pgsurge.stats.results import RunResult
+from pgsurge.stats.series import IntervalStats
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -53,10 +59,13 @@ def bench_db(fresh_db: str, pgbench_bin: Path) -> str:
     return fresh_db
 
 
-def run_inprocess(args: list[str], dsn: str) -> tuple[ExitStatus, RunResult, str, str]:
+def run_inprocess(
+    args: list[str], dsn: str, drive: Any = None
+) -> tuple[ExitStatus, RunResult, str, str]:
     cfg = parse_command_line([*args, dsn])
     assert isinstance(cfg, RunConfig)
-    drive = dask_driver(cfg.dask) if cfg.dask else None
+    if drive is None and cfg.dask:
+        drive = dask_driver(cfg.dask)
     results: list[RunResult] = []
     out, err = io.StringIO(), io.StringIO()
     status = run(cfg, stdout=out, stderr=err, on_result=results.append, drive=drive)
@@ -151,6 +160,9 @@ def test_rate_and_progress_over_two_hosts(bench_db: str) -> None:
     assert status == ExitStatus.SUCCESS, err
     tps = res.total.cnt * 1e6 / res.total_duration_us
     assert abs(tps - 2000) / 2000 < 0.03, tps
+    # each host's share in proportion to its workers (one each): half
+    assert [h["workers"] for h in res.hosts] == [1, 1]
+    assert all(abs(h["tps"] - 1000) / 1000 < 0.05 for h in res.hosts), res.hosts
     # one line per interval, every host in each, in order
     times = [
         float(m.group(1)) for m in re.finditer(r"^progress: ([0-9.]+) s", err, re.M)
@@ -161,6 +173,127 @@ def test_rate_and_progress_over_two_hosts(bench_db: str) -> None:
     # the interval series of the hosts line up on the common start
     assert len(res.intervals) >= 6
     assert sum(iv.stats.cnt for iv in res.intervals) == res.total.cnt
+
+
+def test_interval_series_is_the_merge_of_the_hosts_streamed_deltas(
+    bench_db: str, tmp_path: Path
+) -> None:
+    deltas: list[tuple[int, IntervalStats, bool]] = []
+    drive = partial(
+        dask_drive, "local:2", on_interval=lambda *delta: deltas.append(delta)
+    )
+    out_json = tmp_path / "run.json"
+    status, res, _, err = run_inprocess(
+        [
+            *("--dask", "local:2", "-n", "-S", "-c", "4", "-j", "2"),
+            *("-T", "4", "-P", "1", "--json", str(out_json)),
+        ],
+        bench_db,
+        drive,
+    )
+    assert status == ExitStatus.SUCCESS, err
+    # every host streamed its complete intervals while the run went on (only
+    # each worker's last one comes with the results)
+    for host in (0, 1):
+        streamed = [iv for h, iv, s in deltas if h == host and s]
+        assert len(streamed) >= 3, deltas
+    by_start: dict[int, list[Histogram]] = {}
+    counts: dict[int, int] = {}
+    for _, iv, _ in deltas:
+        by_start.setdefault(iv.start_us, []).append(iv.latency_hist())
+        counts[iv.start_us] = counts.get(iv.start_us, 0) + iv.stats.cnt
+    assert all(len(hists) == 2 for hists in by_start.values()), by_start
+    # the run's series: the hosts' deltas merged interval by interval
+    assert [iv.start_us for iv in res.intervals] == sorted(by_start)
+    assert [iv.stats.cnt for iv in res.intervals] == [counts[s] for s in sorted(counts)]
+    assert sum(counts.values()) == res.total.cnt
+    for iv in res.intervals:
+        assert iv.latency_hist() == merged(by_start[iv.start_us])
+    # the JSON's per-interval percentiles are those of the merged histogram,
+    # computed as for a one-host run
+    doc = json.loads(out_json.read_text())
+    ps = sorted(JSON_PERCENTILES)
+    assert len(doc["intervals"]) == len(by_start)
+    for point, start in zip(doc["intervals"], sorted(by_start), strict=True):
+        assert point["processed"] == counts[start]
+        want = [v / 1000.0 for v in merged(by_start[start]).percentiles(ps)]
+        assert list(point["latency_ms"]["percentiles"].values()) == want
+    # and each host's deltas add up to its own run-total histogram
+    for host in doc["hosts"]:
+        mine = merged([iv.latency_hist() for h, iv, _ in deltas if h == host["index"]])
+        assert mine == Histogram.from_dict(host["latency_histogram"])
+
+
+#: pgbench's -l line without -R and --max-tries: client_id transaction_no
+#: time script_no time_epoch time_us
+_LOG_LINE = re.compile(r"^(\d+) (\d+) (\d+) (\d+) (\d+) (\d+)$")
+
+
+def _log_lines(paths: list[Path]) -> list[tuple[int, ...]]:
+    lines = []
+    for path in paths:
+        for line in path.read_text().splitlines():
+            m = _LOG_LINE.match(line)
+            assert m, (path.name, line)
+            lines.append(tuple(int(x) for x in m.groups()))
+    return lines
+
+
+def test_log_files_of_two_hosts_are_written_and_collected(
+    bench_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir, out_dir = tmp_path / "run", tmp_path / "collected"
+    run_dir.mkdir()
+    out_dir.mkdir()
+    monkeypatch.chdir(run_dir)  # the local cluster's workers start here
+    t0 = time.time()
+    status, res, _, err = run_inprocess(
+        [
+            *("--dask", "local:2", "-n", "-S", "-c", "4", "-j", "2"),
+            *("-t", "100", "-l", "--dask-collect-logs", str(out_dir)),
+        ],
+        bench_db,
+    )
+    t1 = time.time()
+    assert status == ExitStatus.SUCCESS, err
+    assert res.total.cnt == 400
+    # a one-machine run's names (the coordinator's pid, global worker
+    # numbers): one file per worker, worker 0 on host 0, worker 1 on host 1
+    names = [f"pgbench_log.{os.getpid()}", f"pgbench_log.{os.getpid()}.1"]
+    # the hosts wrote them in their working directory (with local:N, ours)
+    assert sorted(p.name for p in run_dir.iterdir()) == names
+    assert sorted(p.name for p in out_dir.iterdir()) == names
+    for name in names:
+        assert (out_dir / name).read_bytes() == (run_dir / name).read_bytes()
+    assert f'dask: 2 -l files in "{out_dir}"' in err
+    # every transaction has exactly one line, in pgbench's format
+    lines = _log_lines(sorted(out_dir.iterdir()))
+    assert sorted((c, n) for c, n, *_ in lines) == [
+        (c, n) for c in range(4) for n in range(1, 101)
+    ]
+    assert {script for _, _, _, script, _, _ in lines} == {0}
+    assert all(int(t0) <= epoch <= t1 for *_, epoch, _ in lines)
+    assert all(0 < lat < 10_000_000 for _, _, lat, *_ in lines)
+
+
+def test_a_rescheduled_host_task_starts_no_load() -> None:
+    """A host task that Dask would run again after the run started (its
+    worker lost mid-run) returns at once, without starting processes."""
+    from distributed import Client, Event, LocalCluster
+
+    from pgsurge.distributed.host import host_task, names
+
+    with (
+        # in this process (its own worker thread): no load can start here
+        LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        Event(names("r1")["start"], client=client).set()
+        outcome = client.submit(host_task, "r1", 0, [], pure=False).result(30)
+        assert (outcome.status, outcome.results) == ("stale", [])
+        Event(names("r2")["stop"], client=client).set()
+        outcome = client.submit(host_task, "r2", 0, [], pure=False).result(30)
+        assert outcome.status == "stale"
 
 
 # -- a real cluster: dask scheduler + dask worker processes -------------------
@@ -185,7 +318,10 @@ class Cluster:
             ["scheduler", "--host", "127.0.0.1", "--port", port, "--no-dashboard"],
         )
         self.workers = []
-        for i in range(nworkers):
+        #: each worker's working directory, as on a machine of its own
+        self.dirs = [tmp / f"load{i}" for i in range(nworkers)]
+        for i, cwd in enumerate(self.dirs):
+            cwd.mkdir()
             self.workers.append(
                 self._start(
                     tmp / f"worker{i}.log",
@@ -196,11 +332,18 @@ class Cluster:
                         *("--host", "127.0.0.1", "--no-dashboard"),
                         *("--name", f"load{i}"),
                     ],
+                    cwd,
                 )
             )
+        self.logs = [
+            tmp / "scheduler.log",
+            *(tmp / f"worker{i}.log" for i in range(nworkers)),
+        ]
         self._wait(nworkers)
 
-    def _start(self, log: Path, args: list[str]) -> subprocess.Popen[bytes]:
+    def _start(
+        self, log: Path, args: list[str], cwd: Path | None = None
+    ) -> subprocess.Popen[bytes]:
         with open(log, "wb") as f:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "dask", *args],
@@ -208,6 +351,7 @@ class Cluster:
                 stderr=subprocess.STDOUT,
                 env=base_env(),
                 start_new_session=True,
+                cwd=cwd,
             )
         self.procs.append(proc)
         return proc
@@ -246,39 +390,105 @@ def _pgsurge(*args: str) -> list[str]:
     return [sys.executable, "-m", "pgsurge", *args]
 
 
-def test_real_cluster_runs_the_command_line(
-    bench_db: str, cluster: Cluster, tmp_path: Path
-) -> None:
-    out_json = tmp_path / "run.json"
-    proc = subprocess.run(
-        _pgsurge(
-            *("--dask", cluster.address, "-n", "-S", "-t", "1000", "-c", "8"),
-            *("-j", "2", "--json", str(out_json), bench_db),
-        ),
-        capture_output=True,
+def _run_cli(args: list[str], cwd: Path | None = None) -> tuple[int, str, str, int]:
+    """pgsurge's exit status, stdout, stderr and process id (in -l names)."""
+    with subprocess.Popen(
+        _pgsurge(*args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         env=base_env(),
-        timeout=120,
+        cwd=cwd,
+    ) as proc:
+        out, err = proc.communicate(timeout=120)
+    return proc.returncode, out, err, proc.pid
+
+
+SECRET = "xyzzy-t16-secret"
+
+
+@pytest.fixture
+def secret_dsn(bench_db: str) -> Iterator[str]:
+    """``bench_db`` as a role with a password given in the conninfo (the
+    server may trust local connections: the password is then unused)."""
+    role = "dask_secret_user"
+    with psycopg.connect(bench_db, autocommit=True) as conn:
+        conn.execute(f"create role {role} login password '{SECRET}'")
+        conn.execute(f"grant select on all tables in schema public to {role}")
+    yield psycopg.conninfo.make_conninfo(bench_db, user=role, password=SECRET)
+    with psycopg.connect(bench_db, autocommit=True) as conn:
+        conn.execute(f"drop owned by {role}")
+        conn.execute(f"drop role {role}")
+
+
+def test_real_cluster_runs_the_command_line(
+    secret_dsn: str, cluster: Cluster, tmp_path: Path
+) -> None:
+    out_json = tmp_path / "run.json"
+    here = tmp_path / "coordinator"
+    here.mkdir()
+    status, out, err, pid = _run_cli(
+        [
+            *("--dask", cluster.address, "-n", "-S", "-t", "1000", "-c", "8"),
+            *("-j", "2", "--json", str(out_json), "-l", "--sampling-rate", "0.1"),
+            *("--dask-collect-logs", ".", secret_dsn),
+        ],
+        cwd=here,
     )
-    assert proc.returncode == 0, proc.stderr
-    assert "number of transactions actually processed: 8000/8000" in proc.stdout
-    assert "password" not in proc.stderr.lower()
+    assert status == 0, err
+    assert "number of transactions actually processed: 8000/8000" in out
     doc = json.loads(out_json.read_text())
     hosts = doc["hosts"]
     assert sorted(h["name"] for h in hosts) == ["load0", "load1"]
     assert [h["transactions"] for h in hosts] == [4000, 4000]
     assert not any(h["lost"] or h["partial"] for h in hosts)
+    # the password went to the hosts (inside the tasks) and nowhere else
+    for text in (out, err, out_json.read_text()):
+        assert SECRET not in text
+    for log in cluster.logs:
+        assert SECRET not in log.read_text(errors="replace"), log
+    # each host wrote its worker's -l file in its own working directory;
+    # they were brought here, as a one-machine run names them
+    names = [f"pgbench_log.{pid}", f"pgbench_log.{pid}.1"]
+    for cwd, name in zip(cluster.dirs, names, strict=True):
+        assert [p.name for p in cwd.iterdir()] == [name]
+        assert (here / name).read_bytes() == (cwd / name).read_bytes()
+    assert sorted(p.name for p in here.iterdir()) == names
+    lines = _log_lines([here / n for n in names])
+    assert 400 < len(lines) < 1200  # about 10 % of 8000
+    assert len({(c, n) for c, n, *_ in lines}) == len(lines)
+
+
+def test_log_files_already_in_place_are_left_alone(
+    bench_db: str, cluster: Cluster, tmp_path: Path
+) -> None:
+    # every host of this machine writes into the directory collected into
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    status, _, err, pid = _run_cli(
+        [
+            *("--dask", cluster.address, "-n", "-S", "-t", "50", "-c", "2"),
+            *("-j", "2", "-l", "--log-prefix", str(shared / "x")),
+            *("--dask-collect-logs", str(shared), bench_db),
+        ]
+    )
+    assert status == 0, err
+    assert f'dask: 2 -l files in "{shared}" (0 bytes copied' in err
+    names = sorted(p.name for p in shared.iterdir())
+    assert names == [f"x.{pid}", f"x.{pid}.1"]
+    assert len(_log_lines(sorted(shared.iterdir()))) == 100
 
 
 def test_lost_host_ends_the_run_with_a_partial_report(
     bench_db: str, cluster: Cluster, tmp_path: Path
 ) -> None:
     err_path = tmp_path / "stderr"
+    out_json = tmp_path / "run.json"
     with open(err_path, "w") as err:
         proc = subprocess.Popen(
             _pgsurge(
                 *("--dask", cluster.address, "-n", "-S", "-T", "60", "-c", "4"),
-                *("-j", "2", bench_db),
+                *("-j", "2", "--json", str(out_json), bench_db),
             ),
             stdout=subprocess.PIPE,
             stderr=err,
@@ -310,6 +520,20 @@ def test_lost_host_ends_the_run_with_a_partial_report(
     processed = re.search(r"number of transactions actually processed: (\d+)", stdout)
     assert processed is not None, stdout
     assert int(processed.group(1)) > 100
+    doc = json.loads(out_json.read_text())
+    assert doc["aborted"] and doc["aborted_clients"] == 2
+    assert sorted((h["lost"], h["partial"]) for h in doc["hosts"]) == [
+        (False, True),
+        (True, False),
+    ]
+    # no load is left, and none starts again (Dask does not rerun the lost
+    # host's task on the other worker)
+    deadline = time.monotonic() + 10
+    while _clients(bench_db):
+        assert time.monotonic() < deadline, "a host kept running"
+        time.sleep(0.2)
+    time.sleep(2)
+    assert _clients(bench_db) == 0
 
 
 def test_interrupt_stops_every_host(

@@ -16,17 +16,15 @@ way in every script, and the per-script counts, are compared instead.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from pgsurge.engine import fastloop
+from tests.fix_db import run_both_loops, take_rows
+from tests.fix_run import run_pgsurge
 
 pytestmark = [
     pytest.mark.server,
@@ -39,67 +37,12 @@ _TPS = re.compile(r"tps = [\d.]+")
 _NUM = re.compile(r"-?\d+(?:\.\d+)?")
 
 
-def _run(
-    args: list[str], dsn: str, cwd: Path, *, fast: bool
-) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    env["LC_ALL"] = "C"
-    if fast:
-        # fail rather than compare Python with Python
-        env["PGSURGE_FASTLOOP"] = "require"
-    else:
-        env["PGSURGE_NO_FASTLOOP"] = "1"
-    return subprocess.run(
-        [sys.executable, "-m", "pgsurge", *args, dsn],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-
-
-def _run_both(
-    args: list[str], db: str, cwd: Path
-) -> tuple[
-    subprocess.CompletedProcess[str],
-    list[tuple[int, int, int, int]],
-    subprocess.CompletedProcess[str],
-    list[tuple[int, int, int, int]],
-]:
-    """The same run on the C loop, then on the Python loop, each followed by
-    the rows it left: (fast, fast_rows, slow, slow_rows)."""
-    fast = _run(args, db, cwd, fast=True)
-    fast_rows = _rows(db)
-    slow = _run(args, db, cwd, fast=False)
-    return fast, fast_rows, slow, _rows(db)
-
-
 def _report(stdout: str) -> list[str]:
     """The report with timing figures masked (everything else exact)."""
     return [
         _NUM.sub("N", line) if _TIMING.match(line) else _TPS.sub("tps = N", line)
         for line in stdout.splitlines()
     ]
-
-
-@pytest.fixture
-def db(fresh_db: str) -> Iterator[str]:
-    with psycopg.connect(fresh_db, autocommit=True) as conn:
-        conn.execute(
-            "CREATE TABLE t"
-            " (id bigserial PRIMARY KEY, cid int, s int, a bigint, b bigint)"
-        )
-        conn.execute("CREATE TABLE u (v int)")
-    yield fresh_db
-
-
-def _rows(dsn: str) -> list[tuple[int, int, int, int]]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        rows = conn.execute("SELECT cid, s, a, b FROM t ORDER BY cid, id").fetchall()
-        conn.execute("TRUNCATE t")
-    return rows
 
 
 def _scripts(tmp_path: Path) -> list[str]:
@@ -129,11 +72,13 @@ def _scripts(tmp_path: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("mode", ["simple", "extended", "prepared"])
-def test_one_client_per_worker_same_rows(db: str, tmp_path: Path, mode: str) -> None:
+def test_one_client_per_worker_same_rows(
+    draws_db: str, tmp_path: Path, mode: str
+) -> None:
     args = [*_scripts(tmp_path), "-M", mode, "-c", "2", "-j", "2", "-t", "150"]
     args += ["--random-seed", "5", "-n", "-s", "1000"]
-    fast, fast_rows, slow, slow_rows = _run_both(args, db, tmp_path)
-    assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
+    fast, fast_rows, slow, slow_rows = run_both_loops(args, draws_db, tmp_path)
+    assert fast.status == slow.status == 0, (fast.stderr, slow.stderr)
     assert len(fast_rows) == 300
     assert fast_rows == slow_rows
     assert _report(fast.stdout) == _report(slow.stdout)
@@ -141,13 +86,13 @@ def test_one_client_per_worker_same_rows(db: str, tmp_path: Path, mode: str) -> 
 
 
 @pytest.mark.parametrize("mode", ["simple", "prepared"])
-def test_many_clients_same_draws(db: str, tmp_path: Path, mode: str) -> None:
+def test_many_clients_same_draws(draws_db: str, tmp_path: Path, mode: str) -> None:
     args = [*_scripts(tmp_path), "-M", mode, "-c", "6", "-j", "2", "-t", "100"]
     args += ["--random-seed", "11", "-n", "-s", "1000"]
     # the per-script counts (in the report) are deterministic: every worker
     # draws its choices from its own stream, as many times either way
-    fast, fast_rows, slow, slow_rows = _run_both(args, db, tmp_path)
-    assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
+    fast, fast_rows, slow, slow_rows = run_both_loops(args, draws_db, tmp_path)
+    assert fast.status == slow.status == 0, (fast.stderr, slow.stderr)
     assert _report(fast.stdout) == _report(slow.stdout)
     assert len(fast_rows) == len(slow_rows) == 600
 
@@ -163,49 +108,49 @@ def test_many_clients_same_draws(db: str, tmp_path: Path, mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", ["extended", "prepared"])
-def test_error_mid_run_same_messages(db: str, tmp_path: Path, mode: str) -> None:
+def test_error_mid_run_same_messages(draws_db: str, tmp_path: Path, mode: str) -> None:
     # each client fails when its own stream first draws 5: deterministic
     (tmp_path / "err.sql").write_text(
         "\\set a random(1, 12)\nINSERT INTO u VALUES (:a);\nSELECT 1 / (:a - 5);\n"
     )
     args = ["-f", "err.sql", "-M", mode, "-c", "4", "-j", "2", "-t", "40"]
     args += ["--random-seed", "3", "-n"]
-    fast = _run(args, db, tmp_path, fast=True)
-    slow = _run(args, db, tmp_path, fast=False)
-    assert fast.returncode == slow.returncode == 2
+    fast = run_pgsurge(args, draws_db, cwd=tmp_path, loop="c")
+    slow = run_pgsurge(args, draws_db, cwd=tmp_path, loop="python")
+    assert fast.status == slow.status == 2
     assert "division by zero" in fast.stderr
     assert sorted(fast.stderr.splitlines()) == sorted(slow.stderr.splitlines())
     assert _report(fast.stdout) == _report(slow.stdout)
 
 
-def test_exit_on_abort(db: str, tmp_path: Path) -> None:
+def test_exit_on_abort(draws_db: str, tmp_path: Path) -> None:
     (tmp_path / "err.sql").write_text("\\set a random(1, 12)\nSELECT 1 / (:a - 5);\n")
     args = ["-f", "err.sql", "-c", "1", "-j", "1", "-t", "40", "--exit-on-abort"]
     args += ["--random-seed", "3", "-n"]
-    fast = _run(args, db, tmp_path, fast=True)
-    slow = _run(args, db, tmp_path, fast=False)
-    assert fast.returncode == slow.returncode == 2
+    fast = run_pgsurge(args, draws_db, cwd=tmp_path, loop="c")
+    slow = run_pgsurge(args, draws_db, cwd=tmp_path, loop="python")
+    assert fast.status == slow.status == 2
     assert fast.stderr == slow.stderr
     assert "Run was aborted" in fast.stderr
 
 
-def test_open_transaction_at_script_end(db: str, tmp_path: Path) -> None:
+def test_open_transaction_at_script_end(draws_db: str, tmp_path: Path) -> None:
     (tmp_path / "open.sql").write_text("\\set a 1\nBEGIN;\nSELECT :a;\n")
     args = ["-f", "open.sql", "-M", "prepared", "-c", "2", "-j", "2", "-t", "5", "-n"]
-    fast = _run(args, db, tmp_path, fast=True)
-    slow = _run(args, db, tmp_path, fast=False)
-    assert fast.returncode == slow.returncode == 2
+    fast = run_pgsurge(args, draws_db, cwd=tmp_path, loop="c")
+    slow = run_pgsurge(args, draws_db, cwd=tmp_path, loop="python")
+    assert fast.status == slow.status == 2
     assert sorted(fast.stderr.splitlines()) == sorted(slow.stderr.splitlines())
     assert "without completing the last transaction" in fast.stderr
     assert _report(fast.stdout) == _report(slow.stdout)
 
 
-def test_duration_and_progress(db: str, tmp_path: Path) -> None:
+def test_duration_and_progress(draws_db: str, tmp_path: Path) -> None:
     (tmp_path / "sel.sql").write_text("\\set a random(1, 100)\nSELECT :a;\n")
     args = ["-f", "sel.sql", "-M", "prepared", "-c", "4", "-j", "2", "-T", "3"]
     args += ["-P", "1", "-n"]
-    fast = _run(args, db, tmp_path, fast=True)
-    assert fast.returncode == 0, fast.stderr
+    fast = run_pgsurge(args, draws_db, cwd=tmp_path, loop="c")
+    assert fast.status == 0, fast.stderr
     ticks = re.findall(r"^progress: (\d+\.\d) s, ([\d.]+) tps", fast.stderr, re.M)
     assert [t for t, _ in ticks] == ["1.0", "2.0", "3.0"], fast.stderr
     assert all(float(tps) > 0 for _, tps in ticks)
@@ -216,7 +161,7 @@ def test_duration_and_progress(db: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("mode", ["simple", "extended", "prepared"])
 def test_command_reading_a_variable_many_times(
-    db: str, tmp_path: Path, mode: str
+    draws_db: str, tmp_path: Path, mode: str
 ) -> None:
     # a reference is a parameter each (pgbench allows 255 per command): the
     # C loop took a plan of 64 or more as malformed and the worker crashed
@@ -226,14 +171,14 @@ def test_command_reading_a_variable_many_times(
     )
     args = ["-f", "many.sql", "-M", mode, "-c", "1", "-j", "1", "-t", "20"]
     args += ["--random-seed", "4", "-n"]
-    fast = _run(args, db, tmp_path, fast=True)
-    with psycopg.connect(db, autocommit=True) as conn:
+    fast = run_pgsurge(args, draws_db, cwd=tmp_path, loop="c")
+    with psycopg.connect(draws_db, autocommit=True) as conn:
         fast_rows = conn.execute("SELECT v FROM u").fetchall()
         conn.execute("TRUNCATE u")
-    slow = _run(args, db, tmp_path, fast=False)
-    with psycopg.connect(db, autocommit=True) as conn:
+    slow = run_pgsurge(args, draws_db, cwd=tmp_path, loop="python")
+    with psycopg.connect(draws_db, autocommit=True) as conn:
         slow_rows = conn.execute("SELECT v FROM u").fetchall()
-    assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
+    assert fast.status == slow.status == 0, (fast.stderr, slow.stderr)
     assert fast.stderr == slow.stderr
     assert len(fast_rows) == 20
     assert fast_rows == slow_rows
@@ -245,16 +190,16 @@ _STATEMENT = re.compile(r"^(\s+)[\d.]+(\s+\d+\s)")
 
 
 @pytest.mark.parametrize("mode", ["simple", "prepared"])
-def test_report_per_command(db: str, tmp_path: Path, mode: str) -> None:
+def test_report_per_command(draws_db: str, tmp_path: Path, mode: str) -> None:
     # -r runs in C too: the same statement lines, failures and all, in the
     # same report (per-command counts: test_fastloop_rate, in-process)
     args = [*_scripts(tmp_path), "-M", mode, "-c", "3", "-j", "2", "-t", "60", "-r"]
     args += ["--random-seed", "7", "-n", "-s", "1000"]
-    fast = _run(args, db, tmp_path, fast=True)
-    _rows(db)
-    slow = _run(args, db, tmp_path, fast=False)
-    _rows(db)
-    assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
+    fast = run_pgsurge(args, draws_db, cwd=tmp_path, loop="c")
+    take_rows(draws_db)
+    slow = run_pgsurge(args, draws_db, cwd=tmp_path, loop="python")
+    take_rows(draws_db)
+    assert fast.status == slow.status == 0, (fast.stderr, slow.stderr)
 
     def masked(stdout: str) -> list[str]:
         return [_STATEMENT.sub(r"\1N\2", line) for line in _report(stdout)]
@@ -264,7 +209,7 @@ def test_report_per_command(db: str, tmp_path: Path, mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", ["simple", "prepared"])
-def test_notifications_while_sleeping(db: str, tmp_path: Path, mode: str) -> None:
+def test_notifications_while_sleeping(draws_db: str, tmp_path: Path, mode: str) -> None:
     # Each NOTIFY reaches the other clients while they sleep, not waiting
     # for a result: the loop takes such a socket out of its epoll set
     # (loop.absorb) and the client's next wait puts it back, in C for a
@@ -274,20 +219,22 @@ def test_notifications_while_sleeping(db: str, tmp_path: Path, mode: str) -> Non
         "LISTEN pgsurge_fl;\n\\sleep 5 ms\nNOTIFY pgsurge_fl;\nSELECT 1;\n"
     )
     args = ["-f", "notify.sql", "-M", mode, "-c", "4", "-j", "1", "-t", "30", "-n"]
-    fast = _run(args, db, tmp_path, fast=True)
-    slow = _run(args, db, tmp_path, fast=False)
-    assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
+    fast = run_pgsurge(args, draws_db, cwd=tmp_path, loop="c")
+    slow = run_pgsurge(args, draws_db, cwd=tmp_path, loop="python")
+    assert fast.status == slow.status == 0, (fast.stderr, slow.stderr)
     assert fast.stderr == slow.stderr == ""
     assert _report(fast.stdout) == _report(slow.stdout)
     assert "number of transactions actually processed: 120/120" in fast.stdout
 
 
-def test_require_names_the_reason(db: str, tmp_path: Path) -> None:
+def test_require_names_the_reason(draws_db: str, tmp_path: Path) -> None:
     # a run the C loop does not take fails under require: status 1, one
     # line naming the reason, no traceback
     (tmp_path / "sh.sql").write_text("\\shell true\nSELECT 1;\n")
-    out = _run(["-n", "-f", "sh.sql", "-t", "1"], db, tmp_path, fast=True)
-    assert out.returncode == 1, out.stderr
+    out = run_pgsurge(
+        ["-n", "-f", "sh.sql", "-t", "1"], draws_db, cwd=tmp_path, loop="c"
+    )
+    assert out.status == 1, out.stderr
     assert "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines() == [
         "pgsurge: error: PGSURGE_FASTLOOP=require: the C loop is not taken: "
@@ -295,8 +242,10 @@ def test_require_names_the_reason(db: str, tmp_path: Path) -> None:
         "supported by the C loop"
     ], out.stderr
     (tmp_path / "ok.sql").write_text("\\set a 1\nSELECT :a;\n")
-    ok = _run(["-n", "-f", "ok.sql", "-t", "1"], db, tmp_path, fast=True)
-    assert ok.returncode == 0, ok.stderr
+    ok = run_pgsurge(
+        ["-n", "-f", "ok.sql", "-t", "1"], draws_db, cwd=tmp_path, loop="c"
+    )
+    assert ok.status == 0, ok.stderr
 
 
 #: JSON keys whose values depend on timing (latencies, rates, clocks, CPU)
@@ -364,7 +313,9 @@ def _check_histograms(doc: dict) -> None:  # type: ignore[type-arg]
     [[], ["-r"], ["-R", "3000"], ["-R", "3000", "-L", "5000", "-r"], ["one"]],
     ids=["plain", "per-command", "rate", "rate-limit-r", "one-script"],
 )
-def test_json_and_histograms_same(db: str, tmp_path: Path, extra: list[str]) -> None:
+def test_json_and_histograms_same(
+    draws_db: str, tmp_path: Path, extra: list[str]
+) -> None:
     # the C loop records what the Python loop records: the same JSON apart
     # from timing, and histograms holding exactly the accounted latencies
     if extra == ["one"]:
@@ -378,10 +329,10 @@ def test_json_and_histograms_same(db: str, tmp_path: Path, extra: list[str]) -> 
     args += ["--random-seed", "5", "-n", "--percentiles", "--json", "out.json"]
     args += extra
     docs = []
-    for fast in (True, False):
-        out = _run(args, db, tmp_path, fast=fast)
-        assert out.returncode == 0, out.stderr
-        _rows(db)
+    for loop in ("c", "python"):
+        out = run_pgsurge(args, draws_db, cwd=tmp_path, loop=loop)
+        assert out.status == 0, out.stderr
+        take_rows(draws_db)
         doc = json.loads((tmp_path / "out.json").read_text())
         _check_histograms(doc)
         docs.append(doc)
@@ -416,14 +367,14 @@ _LOGIC = (
 
 
 @pytest.mark.parametrize("mode", ["simple", "extended", "prepared"])
-def test_logic_script_same_values(db: str, tmp_path: Path, mode: str) -> None:
+def test_logic_script_same_values(draws_db: str, tmp_path: Path, mode: str) -> None:
     # \set of expressions, \if/\elif/\else, \gset/\aset in C: the same rows
     # (values and branches) as Python's, client by client
     (tmp_path / "logic.sql").write_text(_LOGIC)
     args = ["-f", "logic.sql", "-M", mode, "-c", "2", "-j", "2", "-t", "200"]
     args += ["--random-seed", "11", "-n", "-D", "k=5"]
-    fast, fast_rows, slow, slow_rows = _run_both(args, db, tmp_path)
-    assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
+    fast, fast_rows, slow, slow_rows = run_both_loops(args, draws_db, tmp_path)
+    assert fast.status == slow.status == 0, (fast.stderr, slow.stderr)
     assert fast_rows == slow_rows
     assert len({r[1] for r in fast_rows}) >= 2  # several branches taken
     assert _report(fast.stdout) == _report(slow.stdout)
@@ -449,17 +400,17 @@ def test_logic_script_same_values(db: str, tmp_path: Path, mode: str) -> None:
     ],
 )
 def test_logic_errors_same_outcome(
-    db: str, tmp_path: Path, text: str, status: int | None
+    draws_db: str, tmp_path: Path, text: str, status: int | None
 ) -> None:
     (tmp_path / "e.sql").write_text(text)
     args = ["-f", "e.sql", "-M", "prepared", "-c", "2", "-j", "2", "-t", "20"]
     args += ["--random-seed", "3", "-n"]
-    fast, _fast_rows, slow, _slow_rows = _run_both(args, db, tmp_path)
-    assert fast.returncode == slow.returncode, (fast.stderr, slow.stderr)
-    assert status is None or slow.returncode == status, slow.stderr
+    fast, _fast_rows, slow, _slow_rows = run_both_loops(args, draws_db, tmp_path)
+    assert fast.status == slow.status, (fast.stderr, slow.stderr)
+    assert status is None or slow.status == status, slow.stderr
     assert sorted(fast.stderr.splitlines()) == sorted(slow.stderr.splitlines())
     assert _report(fast.stdout) == _report(slow.stdout)
-    with psycopg.connect(db, autocommit=True) as conn:
+    with psycopg.connect(draws_db, autocommit=True) as conn:
         conn.execute("TRUNCATE u")
 
 
@@ -478,17 +429,17 @@ def _log_lines(cwd: Path) -> dict[str, list[list[str]]]:
     [[], ["--sampling-rate", "0.3"], ["-R", "2000"], ["--max-tries", "3"], ["-r"]],
     ids=["plain", "sampling", "rate", "retries", "per-command"],
 )
-def test_log_lines_same(db: str, tmp_path: Path, extra: list[str]) -> None:
+def test_log_lines_same(draws_db: str, tmp_path: Path, extra: list[str]) -> None:
     # -l in C: the same lines as Python's (the same transactions, numbers,
     # scripts and fields; latency, lag and times are timing), and with
     # --json too
     args = [*_scripts(tmp_path), "-M", "prepared", "-c", "2", "-j", "2", "-t", "300"]
     args += ["--random-seed", "8", "-n", "-l", "--json", "out.json", *extra]
     logs = []
-    for fast in (True, False):
-        out = _run(args, db, tmp_path, fast=fast)
-        assert out.returncode == 0, out.stderr
-        _rows(db)
+    for loop in ("c", "python"):
+        out = run_pgsurge(args, draws_db, cwd=tmp_path, loop=loop)
+        assert out.status == 0, out.stderr
+        take_rows(draws_db)
         lines = _log_lines(tmp_path)
         assert set(lines) == {"0", "1"}
         for worker in lines.values():
@@ -511,15 +462,15 @@ def test_log_lines_same(db: str, tmp_path: Path, extra: list[str]) -> None:
 
 
 @pytest.mark.parametrize("extra", [[], ["-R", "3000"]], ids=["plain", "rate"])
-def test_aggregate_log_same(db: str, tmp_path: Path, extra: list[str]) -> None:
+def test_aggregate_log_same(draws_db: str, tmp_path: Path, extra: list[str]) -> None:
     # --aggregate-interval in C: the same intervals' counts as Python's
     # (sums and extremes are timing), the complete intervals only
     args = [*_scripts(tmp_path), "-M", "prepared", "-c", "2", "-j", "2", "-T", "3"]
     args += ["--random-seed", "8", "-n", "-l", "--aggregate-interval", "1", *extra]
-    for fast in (True, False):
-        out = _run(args, db, tmp_path, fast=fast)
-        assert out.returncode == 0, out.stderr
-        rows = len(_rows(db))
+    for loop in ("c", "python"):
+        out = run_pgsurge(args, draws_db, cwd=tmp_path, loop=loop)
+        assert out.status == 0, out.stderr
+        rows = len(take_rows(draws_db))
         lines = _log_lines(tmp_path)
         assert set(lines) == {"0", "1"}
         total = 0

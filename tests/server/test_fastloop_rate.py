@@ -20,15 +20,15 @@ depend on timing:
 from __future__ import annotations
 
 import gc
+import os
 import re
+import signal
 import threading
 import time
-from collections.abc import Iterator
 from multiprocessing import Pipe
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from pgsurge.cli.options import parse_command_line
@@ -36,9 +36,10 @@ from pgsurge.config import RunConfig
 from pgsurge.engine import fastloop, protocol, worker
 from pgsurge.engine.state import WorkerState
 from pgsurge.prng import derive_streams
-from pgsurge.runner import _parse_scripts
+from pgsurge.runner import parse_scripts
 from pgsurge.stats.results import WorkerResult
-from tests.server.test_fastloop import _rows, _run, _run_both
+from tests.fix_db import run_both_loops, take_rows
+from tests.fix_run import run_pgsurge
 
 pytestmark = [
     pytest.mark.server,
@@ -68,16 +69,6 @@ def _figure(pattern: str, stdout: str) -> int:
     m = re.search(pattern, stdout)
     assert m is not None, stdout
     return int(m.group(1))
-
-
-@pytest.fixture
-def db(fresh_db: str) -> Iterator[str]:
-    with psycopg.connect(fresh_db, autocommit=True) as conn:
-        conn.execute(
-            "CREATE TABLE t"
-            " (id bigserial PRIMARY KEY, cid int, s int, a bigint, b bigint)"
-        )
-    yield fresh_db
 
 
 def _scripts(tmp_path: Path, sleep: bool = False) -> list[str]:
@@ -113,12 +104,12 @@ def _per_client(rows: list[tuple[int, int, int, int]]) -> dict[int, list[Any]]:
 @pytest.mark.parametrize("mode", ["simple", "prepared"])
 @pytest.mark.parametrize("sleep", [False, True])
 def test_rate_one_client_per_worker_same_rows(
-    db: str, tmp_path: Path, mode: str, sleep: bool
+    draws_db: str, tmp_path: Path, mode: str, sleep: bool
 ) -> None:
     args = [*_scripts(tmp_path, sleep), "-M", mode, "-c", "2", "-j", "2", "-t", "120"]
     args += ["-R", "3000", "--random-seed", "5", "-n", "-s", "1000"]
-    fast, fast_rows, slow, slow_rows = _run_both(args, db, tmp_path)
-    assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
+    fast, fast_rows, slow, slow_rows = run_both_loops(args, draws_db, tmp_path)
+    assert fast.status == slow.status == 0, (fast.stderr, slow.stderr)
     assert len(fast_rows) == 240
     assert fast_rows == slow_rows
     assert _report(fast.stdout) == _report(slow.stdout)
@@ -126,24 +117,24 @@ def test_rate_one_client_per_worker_same_rows(
     assert fast.stderr == slow.stderr
 
 
-def test_sleep_without_rate_same_rows(db: str, tmp_path: Path) -> None:
+def test_sleep_without_rate_same_rows(draws_db: str, tmp_path: Path) -> None:
     args = [*_scripts(tmp_path, True), "-M", "extended", "-c", "4", "-j", "2"]
     args += ["-t", "60", "--random-seed", "9", "-n", "-s", "1000"]
-    fast, fast_rows, slow, slow_rows = _run_both(args, db, tmp_path)
-    assert fast.returncode == slow.returncode == 0, (fast.stderr, slow.stderr)
+    fast, fast_rows, slow, slow_rows = run_both_loops(args, draws_db, tmp_path)
+    assert fast.status == slow.status == 0, (fast.stderr, slow.stderr)
     assert _per_client(fast_rows) == _per_client(slow_rows)
     assert _report(fast.stdout) == _report(slow.stdout)
 
 
-def test_latency_limit_skips(db: str, tmp_path: Path) -> None:
+def test_latency_limit_skips(draws_db: str, tmp_path: Path) -> None:
     # a schedule far faster than the server answers: the clients fall behind
     # and skip; what is skipped depends on timing, the accounting does not
     args = [*_scripts(tmp_path), "-M", "prepared", "-c", "4", "-j", "2", "-t", "150"]
     args += ["-R", "100000", "-L", "0.3", "--random-seed", "7", "-n", "-s", "1000"]
     for fast in (True, False):
-        out = _run(args, db, tmp_path, fast=fast)
-        rows = _rows(db)
-        assert out.returncode == 0, out.stderr
+        out = run_pgsurge(args, draws_db, cwd=tmp_path, loop="c" if fast else "python")
+        rows = take_rows(draws_db)
+        assert out.status == 0, out.stderr
         processed = _figure(r"actually processed: (\d+)/600", out.stdout)
         skipped = _figure(r"transactions skipped: (\d+) ", out.stdout)
         assert processed + skipped == 600
@@ -162,13 +153,13 @@ def test_latency_limit_skips(db: str, tmp_path: Path) -> None:
             assert fast_report == _report(out.stdout, True)
 
 
-def test_rate_with_duration(db: str, tmp_path: Path) -> None:
+def test_rate_with_duration(draws_db: str, tmp_path: Path) -> None:
     args = [*_scripts(tmp_path), "-M", "prepared", "-c", "4", "-j", "2", "-T", "2"]
     args += ["-R", "400", "-P", "1", "--random-seed", "3", "-n", "-s", "1000"]
     for fast in (True, False):
-        out = _run(args, db, tmp_path, fast=fast)
-        _rows(db)
-        assert out.returncode == 0, out.stderr
+        out = run_pgsurge(args, draws_db, cwd=tmp_path, loop="c" if fast else "python")
+        take_rows(draws_db)
+        assert out.status == 0, out.stderr
         processed = _figure(r"actually processed: (\d+)", out.stdout)
         # 800 slots are scheduled on average; the last slots past the end
         # finish their clients
@@ -188,7 +179,7 @@ def _run_worker(args: list[str], dsn: str) -> tuple[WorkerState, WorkerResult]:
     with the parent's side of its pipe in a thread; returns its state."""
     cfg = parse_command_line([*args, dsn], environ={})
     assert isinstance(cfg, RunConfig)
-    parsed = _parse_scripts(cfg)
+    parsed = parse_scripts(cfg)
     seeds = derive_streams(cfg.random_seed, cfg.clients, 1)
     spec = worker.WorkerSpec(
         worker_id=0,
@@ -237,7 +228,7 @@ def _run_worker(args: list[str], dsn: str) -> tuple[WorkerState, WorkerResult]:
 
 @pytest.mark.parametrize("limit", [None, "0.3"])
 def test_throttle_stream_same_draws(
-    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: str | None
+    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: str | None
 ) -> None:
     args = [*_scripts(tmp_path), "-M", "prepared", "-c", "3", "-t", "100"]
     args += ["-R", "20000" if limit is None else "100000", "--random-seed", "21", "-n"]
@@ -257,8 +248,8 @@ def test_throttle_stream_same_draws(
         else:
             monkeypatch.setenv("PGSURGE_NO_FASTLOOP", "1")
             monkeypatch.delenv("PGSURGE_FASTLOOP", raising=False)
-        w, result = _run_worker(args, db)
-        rows = _rows(db)
+        w, result = _run_worker(args, draws_db)
+        rows = take_rows(draws_db)
         total = w.stats
         assert total.cnt + total.skipped == 300
         assert total.lag.count == total.latency.count == total.cnt == len(rows)
@@ -280,23 +271,23 @@ def test_throttle_stream_same_draws(
         assert out[True][2:] == out[False][2:]
 
 
-def test_sleep_of_odd_values_same_outcome(db: str, tmp_path: Path) -> None:
+def test_sleep_of_odd_values_same_outcome(draws_db: str, tmp_path: Path) -> None:
     # a negative sleep does not wait; a value whose C int is 0 but whose text
     # is not a number of pgbench's atoi is pgbench's error (Python's message)
     (tmp_path / "ok.sql").write_text("\\set d -5\n\\sleep :d ms\nSELECT 1;\n")
     (tmp_path / "bad.sql").write_text("\\set d -4294967296\n\\sleep :d us\nSELECT 1;\n")
     for name, rc in (("ok.sql", 0), ("bad.sql", 2)):
         args = ["-f", name, "-M", "prepared", "-c", "2", "-j", "1", "-t", "5", "-n"]
-        fast = _run(args, db, tmp_path, fast=True)
-        slow = _run(args, db, tmp_path, fast=False)
-        assert fast.returncode == slow.returncode == rc, (fast.stderr, slow.stderr)
+        fast = run_pgsurge(args, draws_db, cwd=tmp_path, loop="c")
+        slow = run_pgsurge(args, draws_db, cwd=tmp_path, loop="python")
+        assert fast.status == slow.status == rc, (fast.stderr, slow.stderr)
         assert sorted(fast.stderr.splitlines()) == sorted(slow.stderr.splitlines())
         assert _report(fast.stdout) == _report(slow.stdout)
 
 
 @pytest.mark.parametrize("rate", [None, "5000"])
 def test_per_command_counts_same(
-    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rate: str | None
+    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rate: str | None
 ) -> None:
     # -r in C: every command's latency count (and failures, retries) as
     # Python's; a worker's script choices come from its own stream, so the
@@ -322,9 +313,9 @@ def test_per_command_counts_same(
         else:
             monkeypatch.setenv("PGSURGE_NO_FASTLOOP", "1")
             monkeypatch.delenv("PGSURGE_FASTLOOP", raising=False)
-        _w, result = _run_worker(args, db)
+        _w, result = _run_worker(args, draws_db)
         assert used == [True], "the C loop ran the -r run"
-        _rows(db)
+        take_rows(draws_db)
         out[fast] = [
             [(c.latency.count, c.failures, c.retries) for c in script]
             for script in result.per_command
@@ -337,7 +328,7 @@ def test_per_command_counts_same(
 
 
 def test_logic_script_runs_in_c(
-    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the logic script of bench/ (\set of expressions, \if/\else, \gset):
     # after the first transactions (first prepares) C runs them all
@@ -359,10 +350,132 @@ def test_logic_script_runs_in_c(
     monkeypatch.setattr(fastloop.FastEventLoop, "use_c", spy)
     monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
     args = [str(tmp_path / "logic.sql"), "-M", "prepared", "-c", "2", "-t", "300"]
-    _w, _result = _run_worker(["-f", *args, "-n"], db)
-    rows = _rows(db)
+    _w, _result = _run_worker(["-f", *args, "-n"], draws_db)
+    rows = take_rows(draws_db)
     assert len(rows) == 600
     assert all(x == a + 100 + d for _cid, d, a, x in rows)
     assert {d for _cid, d, _a, _x in rows} == {1, -1}
     # a hand-back per client for its first prepares and one at its end
     assert loops and loops[0]._fast.handbacks <= 2 * 4
+    # and Python ran only the first transaction of each client (its
+    # prepares, a few waits each) and its end, not one wait per command
+    assert loops[0]._fast.py_calls <= 2 * 12
+
+
+@pytest.mark.parametrize("sleep", [False, True])
+def test_prepared_transactions_come_back_to_c(
+    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sleep: bool
+) -> None:
+    # Python's advance() prepares each statement at its first use and then
+    # goes from one transaction straight into the next, never stopping in
+    # CHOOSE_SCRIPT: C takes the client back at a wait (a result, a \sleep)
+    # of its next transaction, so that Python's share does not grow with -t
+    pause = "\\sleep 10 us\n" if sleep else ""
+    (tmp_path / "tx.sql").write_text(
+        "\\set a random(1, 1000)\n"
+        "BEGIN;\n"
+        "INSERT INTO t (cid, s, a, b) VALUES (:client_id, 1, :a, 0);\n"
+        + pause
+        + "UPDATE t SET b = b + 1 WHERE cid = :client_id AND a = :a;\n"
+        "END;\n"
+    )
+    loops: list[Any] = []
+    use_c = fastloop.FastEventLoop.use_c
+
+    def spy(self: fastloop.FastEventLoop, *a: Any) -> None:
+        loops.append(self)
+        use_c(self, *a)
+
+    monkeypatch.setattr(fastloop.FastEventLoop, "use_c", spy)
+    monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    args = ["-f", str(tmp_path / "tx.sql"), "-M", "prepared", "-c", "3", "-t", "400"]
+    _w, result = _run_worker([*args, "-n"], draws_db)
+    assert result.total.cnt == 1200
+    rows = take_rows(draws_db)
+    assert len(rows) == 1200
+    assert loops
+    # the first transaction of each client: a wait for each prepare and
+    # each result (4 statements) and the \\sleep, then its end (before C
+    # took clients back within a transaction: some 4 per transaction)
+    assert loops[0]._fast.py_calls <= 3 * (2 * 4 + 2 + sleep)
+
+
+@pytest.mark.parametrize("preset", [False, True])
+def test_signal_wakeup_descriptor(
+    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, preset: bool
+) -> None:
+    # the C loop runs Python's signal handlers when signal.set_wakeup_fd's
+    # pipe is readable: set for the run, put back after it; a descriptor
+    # someone else set is left alone (C then looks after every wait)
+    calls: list[int] = []
+    real = signal.set_wakeup_fd
+
+    def spy(fd: int, **kw: Any) -> int:
+        calls.append(fd)
+        return real(fd, **kw)
+
+    monkeypatch.setattr(signal, "set_wakeup_fd", spy)
+    monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    theirs = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC) if preset else None
+    try:
+        if theirs is not None:
+            real(theirs[1])
+        (tmp_path / "sel.sql").write_text("SELECT 1;\n")
+        _w, result = _run_worker(
+            ["-f", str(tmp_path / "sel.sql"), "-c", "2", "-t", "50", "-n"], draws_db
+        )
+        assert result.total.cnt == 100
+        assert real(-1) == (-1 if theirs is None else theirs[1])
+    finally:
+        real(-1)
+        if theirs is not None:
+            os.close(theirs[0])
+            os.close(theirs[1])
+    if theirs is None:
+        assert len(calls) == 2 and calls[0] >= 0 and calls[1] == -1, calls
+    else:
+        # tried, found theirs, put it back
+        assert len(calls) == 2 and calls[1] == theirs[1], calls
+
+
+def test_duration_ends_without_ticks(draws_db: str, tmp_path: Path) -> None:
+    # no -P and no interval output: run() returns only when the clients are
+    # done, so the end of -T reaches C through the signal wakeup descriptor
+    (tmp_path / "sel.sql").write_text("SELECT 1;\n")
+    args = ["-f", "sel.sql", "-M", "prepared", "-c", "4", "-j", "2", "-T", "2", "-n"]
+    start = time.monotonic()
+    fast = run_pgsurge(args, draws_db, cwd=tmp_path, loop="c")
+    elapsed = time.monotonic() - start
+    assert fast.status == 0, fast.stderr
+    assert "duration: 2 s" in fast.stdout
+    assert elapsed < 2 + 10, elapsed
+
+
+def test_other_threads_run_during_waits(
+    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the C loop gives the GIL up around its blocking waits when the
+    # interpreter has another thread: this one ticks through the run
+    monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    (tmp_path / "sel.sql").write_text("SELECT pg_sleep(0.002);\n")
+    stop = threading.Event()
+    ticks: list[float] = []
+
+    def tick() -> None:
+        while not stop.wait(0.002):
+            ticks.append(time.monotonic())
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    try:
+        start = time.monotonic()
+        _w, result = _run_worker(
+            ["-f", str(tmp_path / "sel.sql"), "-c", "1", "-t", "300", "-n"], draws_db
+        )
+        end = time.monotonic()
+    finally:
+        stop.set()
+        ticker.join()
+    assert result.total.cnt == 300
+    during = [t for t in ticks if start + 0.2 < t < end - 0.2]
+    assert len(during) > 20, len(during)

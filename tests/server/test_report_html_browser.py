@@ -29,7 +29,7 @@ import pytest
 from playwright.sync_api import Browser, Page, Route, sync_playwright
 
 from pgsurge.report.html import RunDoc, percentile_curve, redact, render_html
-from tests.fix_run import create_database, db_dsn, drop_database
+from tests.fix_db import create_database, db_dsn, drop_database
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 

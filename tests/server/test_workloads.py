@@ -23,6 +23,7 @@ from pgsurge.errors import ExitStatus
 from pgsurge.init import run_init
 from pgsurge.runner import run
 from pgsurge.stats.results import RunResult
+from tests.fix_data import readme_example
 
 pytestmark = pytest.mark.server
 
@@ -332,8 +333,6 @@ def test_tpcc_consistency_after_a_multi_client_run(fresh_db: str) -> None:
 
 
 def test_readme_example_runs(fresh_db: str, tmp_path: Path) -> None:
-    from tests.unit.test_workloads import readme_example
-
     init(fresh_db)
     path = tmp_path / "transfer.py"
     path.write_text(readme_example())

@@ -392,7 +392,9 @@ def test_help_is_pgbench_help_plus_our_options(pgbench_bin: Path) -> None:
         "  --exit-on-abort": "  --continue-on-error      continue running after an"
         " SQL error\n"
         "  --dask=ADDRESS|local:N   run on the workers of a Dask cluster (one host"
-        " each)\n",
+        " each)\n"
+        "  --dask-collect-logs=DIR  copy the hosts' -l files into DIR after the"
+        " run\n",
         "  --continue-on-error": "  --client-cpu             report client CPU time"
         " and per-thread utilization\n",
         "  --failures-detailed": "  --extended-report        same as --percentiles"

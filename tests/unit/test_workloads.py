@@ -20,6 +20,7 @@ from pgsurge.prng import PgPrng
 from pgsurge.workloads.api import Context, WorkloadUsageError, split_params, sql
 from pgsurge.workloads.bundled import BUNDLED
 from pgsurge.workloads.loader import WorkloadError, load_file
+from tests.fix_data import readme_example
 
 
 def write(tmp_path: Path, text: str, name: str = "w.py") -> str:
@@ -316,13 +317,6 @@ def test_ycsb_zipfian_skew() -> None:
     assert top[0][1] > 2_000
     assert sum(c for _, c in top) > 10_000
     assert top[0][0] != 1
-
-
-def readme_example() -> str:
-    """The example workload of README.md ("Python workloads")."""
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    start = text.index("# transfer.py")
-    return text[start : text.index("```", start)]
 
 
 def test_readme_example_loads(tmp_path: Path) -> None:

@@ -27,7 +27,12 @@
  * count, timestamps, counters, variables, PRNG state) and hands the client
  * to Python: either to advance() itself, or to the engine's resume(), which
  * does with a result C has already read what advance() would have done.
- * The client stays Python-owned until it reaches CHOOSE_SCRIPT again.
+ * The client stays Python-owned until it reaches CHOOSE_SCRIPT or THROTTLE
+ * again, or until it waits for a result or a \sleep in a later
+ * transaction than the one C handed it back in: Python's advance() goes
+ * from one transaction straight into the next, so C takes the client back
+ * there, with the transaction's position (command, result count,
+ * timestamps) loaded too.
  *
  * Shared worker state. The worker's total and per-script stats, its
  * choose stream and, under -R, its throttle stream and schedule
@@ -51,10 +56,18 @@
  * timeouts and idle accounting, the same clock (CLOCK_MONOTONIC in whole
  * microseconds, as time.monotonic_ns() // 1000). Progress ticks are left
  * to Python: run() returns TICK when one is due and is called again.
- * Signals: a wait interrupted by one, or any loop iteration, runs Python's
- * handlers (PyErr_CheckSignals); the SIGALRM handler sets the worker's
- * timer_exceeded (the end of -T), which C then reads; a KeyboardInterrupt
+ * Signals: pgsurge.engine.fastloop points signal.set_wakeup_fd at a pipe
+ * whose read end is in the epoll set while the loop runs (set_signal_fd);
+ * when it is readable, or a wait was interrupted, C runs Python's handlers
+ * (PyErr_CheckSignals) and reads the worker's timer_exceeded, which the
+ * SIGALRM handler sets (the end of -T) -- without that descriptor (not the
+ * main thread, or someone else's), after every wait. A KeyboardInterrupt
  * propagates as an exception.
+ *
+ * The waits: epoll_wait, or epoll_pwait2 when there is a deadline (its
+ * timeout in nanoseconds, as Python's Waiter; ppoll and a fetch where the
+ * kernel lacks it). The GIL is given up around a blocking wait only when
+ * the interpreter has another thread, which a worker has not.
  */
 
 /*
@@ -75,7 +88,7 @@ PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s_cnt,
     *s_choose_rng, *s_throttle_rng, *s_throttle_trigger, *s_latency_late,
     *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched, *s_layout,
     *s_add_counts, *s_eval_elif, *s_meta_failed, *s_id, *s_write_chunk, *s_current,
-    *s_roll_to, *s_start_us;
+    *s_roll_to, *s_start_us, *s_pending;
 
 /* ---------------------------------------------------------------------- */
 /* Construction                                                           */
@@ -298,6 +311,37 @@ log_init(FastLoop *fl, PyObject *log)
     return step > 0 ? fl_agg_roll(fl, INT64_MIN) : 0;
 }
 
+/* set_signal_fd(fd): see FastLoop_methods */
+static PyObject *
+FastLoop_set_signal_fd(FastLoop *fl, PyObject *arg)
+{
+    long fd = PyLong_AsLong(arg);
+    struct epoll_event ev;
+
+    if (fd == -1 && PyErr_Occurred())
+        return NULL;
+    if (fd < -1 || fd > INT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "not a descriptor");
+        return NULL;
+    }
+    if (fl->signal_fd >= 0) {
+        /* a descriptor closed since is out of the set already */
+        if (epoll_ctl(fl->epfd, EPOLL_CTL_DEL, fl->signal_fd, NULL) < 0 && errno != ENOENT &&
+            errno != EBADF)
+            return PyErr_SetFromErrno(PyExc_OSError);
+        fl->signal_fd = -1;
+    }
+    if (fd >= 0) {
+        memset(&ev, 0, sizeof ev);
+        ev.events = EPOLLIN;
+        ev.data.fd = (int)fd;
+        if (epoll_ctl(fl->epfd, EPOLL_CTL_ADD, (int)fd, &ev) < 0)
+            return PyErr_SetFromErrno(PyExc_OSError);
+        fl->signal_fd = (int)fd;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 FastLoop_set_log(FastLoop *fl, PyObject *log)
 {
@@ -414,6 +458,7 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     fl->per_command = per_command;
     fl->epfd = epfd;
     fl->control_fd = control_fd;
+    fl->signal_fd = -1;
     Py_INCREF(plan);
     fl->keep = plan;
     Py_INCREF(script_ops);
@@ -574,7 +619,7 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     fl->nclients = (int)PyList_GET_SIZE(clients);
     fl->runq = PyMem_New(int, fl->nclients + 1);
     fl->batch = PyMem_New(int, fl->nclients + 1);
-    fl->events = PyMem_New(struct epoll_event, fl->nclients + 2);
+    fl->events = PyMem_New(struct epoll_event, fl->nclients + 3);
     fl->timers = PyMem_New(fl_timer, fl->nclients + 1);
     if (fl->clients == NULL || fl->runq == NULL || fl->batch == NULL ||
         fl->events == NULL || fl->timers == NULL) {
@@ -618,9 +663,18 @@ FastLoop_get_handbacks(FastLoop *fl, void *closure)
     return PyLong_FromLongLong(fl->handbacks);
 }
 
+static PyObject *
+FastLoop_get_py_calls(FastLoop *fl, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLongLong(fl->py_calls);
+}
+
 static PyGetSetDef FastLoop_getset[] = {
     {"handbacks", (getter)FastLoop_get_handbacks, NULL,
      "how many times a C-owned client was handed to Python", NULL},
+    {"py_calls", (getter)FastLoop_get_py_calls, NULL,
+     "how many times the loop called Python's advance, resume or absorb", NULL},
     {"idle_us", (getter)FastLoop_get_idle, NULL, "µs spent blocked in waits", NULL},
     {"now_us", (getter)FastLoop_get_now, NULL, "the clock when run() returned TICK",
      NULL},
@@ -629,6 +683,10 @@ static PyGetSetDef FastLoop_getset[] = {
 
 static PyMethodDef FastLoop_methods[] = {
     {"run", (PyCFunction)fl_run, METH_O, fl_run_doc},
+    {"set_signal_fd", (PyCFunction)FastLoop_set_signal_fd, METH_O,
+     "set_signal_fd(fd)\n--\n\nWatch fd, the read end of signal.set_wakeup_fd's "
+     "non-blocking\ndescriptor, in the epoll set (-1: stop): run() then runs "
+     "Python's\nsignal handlers only when a signal came, not after every wait."},
     {"set_log", (PyCFunction)FastLoop_set_log, METH_O,
      "set_log(spec)\n--\n\nWrite -l as the TxLogWriter of spec does "
      "(pgsurge.engine.fastloop._log_spec)."},
@@ -787,6 +845,7 @@ static const struct {
     {"Client", "eval_elif", &s_eval_elif},
     {"Client", "meta_failed", &s_meta_failed},
     {"Client", "id", &s_id},
+    {"Client", "pending", &s_pending},
     {"TxLogWriter", "write_chunk", &s_write_chunk},
     {"TxLogWriter", "current", &s_current},
     {"TxLogWriter", "roll_to", &s_roll_to},

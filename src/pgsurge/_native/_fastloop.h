@@ -30,7 +30,9 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "_fastpq_api.h"
 
@@ -41,7 +43,7 @@
 #define FL_HIDDEN
 #endif
 
-#define FASTLOOP_API 8
+#define FASTLOOP_API 9
 
 /* setup.py's digest of the sources this was built from (see there) */
 #ifndef PGSURGE_SOURCE_HASH
@@ -234,6 +236,9 @@ typedef struct {
     int meta_failed;   /* Client.meta_failed: a \aset failed, draining */
     PGresult *pending; /* \gset's lookahead (Client.pending) */
     uint64_t prepared; /* statements prepared on the connection */
+    /* while Python owns it: the Client.cnt from which C may take it back
+     * within a transaction (at a wait of the next one after a hand-back) */
+    int64_t retake_at;
     int64_t vals[MAX_VARS];
 } fl_client;
 
@@ -272,6 +277,12 @@ typedef struct {
     int64_t latency_late; /* WorkerState.latency_late (-L) */
     int timer_exceeded;
     int epfd, control_fd;
+    /* signal.set_wakeup_fd's read end, in the epoll set while run() is
+     * called (-1: none; then C runs the signal handlers after every wait) */
+    int signal_fd;
+    /* the thread that called run(), and its interpreter */
+    PyThreadState *tstate;
+    PyInterpreterState *interp;
     /* fd -> client index + 1 (0: none) */
     int *by_fd;
     int by_fd_len;
@@ -280,8 +291,9 @@ typedef struct {
     int nrunq;
     int remains, aborted_exit, started;
     int64_t idle_us, now_us;
-    /* clients handed to Python (tests check that C ran the run) */
-    int64_t handbacks;
+    /* clients handed to Python, and calls into Python's advance, resume
+     * and absorb (tests check that C ran the run) */
+    int64_t handbacks, py_calls;
     /* -l: the worker's TxLogWriter (its write_chunk), Unix minus monotonic
      * µs, the sampling rate and stream (--sampling-rate), the optional
      * fields (lag under -R, retries when --max-tries is not 1), and the
@@ -316,7 +328,7 @@ FL_HIDDEN extern PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s
     *s_choose_rng, *s_throttle_rng, *s_throttle_trigger, *s_latency_late,
     *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched, *s_layout,
     *s_add_counts, *s_eval_elif, *s_meta_failed, *s_id, *s_write_chunk, *s_current,
-    *s_roll_to, *s_start_us;
+    *s_roll_to, *s_start_us, *s_pending;
 
 static inline int64_t
 clock_us(void)

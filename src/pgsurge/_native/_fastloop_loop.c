@@ -7,6 +7,29 @@
 
 #include "_fastloop.h"
 
+/* A Python-owned client waiting within a transaction (WAIT_RESULT,
+ * SLEEP): take it over once it is in a transaction after the one C handed
+ * back (Client.cnt >= retake_at), so that a client Python's advance() runs
+ * from one transaction straight into the next comes back to C, and one
+ * that C hands back at every transaction (a variable C does not hold, ...)
+ * costs one hand-back per transaction, not one per wait. 1: C owns it. */
+static int
+retake(FastLoop *fl, int index, int state)
+{
+    fl_client *c = &fl->clients[index];
+    int64_t cnt;
+    int r;
+
+    if (fl_get_i64(c->st, s_cnt, &cnt) < 0)
+        return -1;
+    if (cnt < c->retake_at)
+        return 0;
+    r = fl_take_over(fl, index, state);
+    if (r == 0)
+        c->retake_at = cnt + 1;
+    return r;
+}
+
 /* Run a client of the runnable queue, or whose deadline has come
  * (pgsurge.engine.loop: advance, settle). */
 static int
@@ -21,7 +44,7 @@ run_client(FastLoop *fl, int index)
             return -1;
         r = state == CHOOSE_SCRIPT || state == THROTTLE
                 ? fl_take_over(fl, index, (int)state)
-                : 0;
+                : state == SLEEP ? retake(fl, index, SLEEP) : 0;
         if (r < 0)
             return -1;
         if (!r) {
@@ -46,6 +69,14 @@ socket_ready(FastLoop *fl, int index)
     } else if (c->owner == OWN_PY) {
         if (fl_get_i64(c->st, s_state, &state) < 0)
             return -1;
+        if (state == WAIT_RESULT) {
+            int r = retake(fl, index, WAIT_RESULT);
+
+            if (r < 0)
+                return -1;
+            if (r)
+                return fl_advance(fl, index);
+        }
         if (state == WAIT_RESULT || state == WAIT_ROLLBACK_RESULT) {
             if (fl_call_python(fl, fl->advance, index, NULL) < 0)
                 return -1;
@@ -68,36 +99,95 @@ socket_ready(FastLoop *fl, int index)
     return fl_refresh_fd(fl, index);
 }
 
-/* Wait on the epoll instance: timeout_us < 0 without limit. epoll_wait
- * counts milliseconds; like pgsurge.engine.loop.Waiter, a finite timeout waits on
- * the epoll descriptor with ppoll (nanoseconds), then fetches. */
+/* Whether another thread may want the GIL while this one waits: the
+ * interpreter has another thread state. A worker has none, and then
+ * giving the GIL up and taking it back around every wait (a few atomic
+ * operations and a mutex each) buys nothing. Any other thread of the
+ * interpreter has a thread state from its start (threading, or a C thread
+ * through PyGILState_Ensure), so it is seen at the next wait. */
+static inline int
+others(const FastLoop *fl)
+{
+    return PyInterpreterState_ThreadHead(fl->interp) != fl->tstate ||
+           PyThreadState_Next(fl->tstate) != NULL;
+}
+
+#ifdef SYS_epoll_pwait2
+/* 0 once the kernel (before 5.11) or a seccomp filter refused epoll_pwait2 */
+static int have_pwait2 = 1;
+#endif
+
+/* Wait on the epoll instance: timeout_us < 0 without limit; the number of
+ * events, WAIT_EINTR when a signal interrupted the wait, or -1 (errno).
+ * epoll_wait counts milliseconds; like pgsurge.engine.loop.Waiter, a finite
+ * timeout waits in nanoseconds: epoll_pwait2 (one call), or where it is
+ * missing, ppoll on the epoll descriptor, then a fetch. */
+#define WAIT_EINTR (-2)
+
 static int
 wait_events(FastLoop *fl, int64_t timeout_us)
 {
-    int n, max = fl->nclients + 1;
+    int n, err, max = fl->nclients + 2;
+    PyThreadState *ts = NULL;
 
-    if (timeout_us > 0) {
-        struct pollfd pfd = {fl->epfd, POLLIN, 0};
-        struct timespec ts = {(time_t)(timeout_us / 1000000),
-                              (long)(timeout_us % 1000000) * 1000};
-
-        Py_BEGIN_ALLOW_THREADS
-        n = ppoll(&pfd, 1, &ts, NULL);
-        Py_END_ALLOW_THREADS
-        if (n <= 0)
-            return n < 0 && errno != EINTR ? -1 : 0;
-        timeout_us = 0;
-    }
     if (timeout_us == 0)
         n = epoll_wait(fl->epfd, fl->events, max, 0);
     else {
-        Py_BEGIN_ALLOW_THREADS
-        n = epoll_wait(fl->epfd, fl->events, max, -1);
-        Py_END_ALLOW_THREADS
+        if (others(fl))
+            ts = PyEval_SaveThread();
+        if (timeout_us < 0)
+            n = epoll_wait(fl->epfd, fl->events, max, -1);
+        else {
+            struct timespec tv = {(time_t)(timeout_us / 1000000),
+                                  (long)(timeout_us % 1000000) * 1000};
+
+            n = -1;
+            errno = ENOSYS;
+#ifdef SYS_epoll_pwait2
+            if (have_pwait2) {
+                n = (int)syscall(SYS_epoll_pwait2, fl->epfd, fl->events, max, &tv, NULL, 0);
+                if (n < 0 && (errno == ENOSYS || errno == EPERM))
+                    have_pwait2 = 0;
+            }
+#endif
+            if (n < 0 && (errno == ENOSYS || errno == EPERM)) {
+                struct pollfd pfd = {fl->epfd, POLLIN, 0};
+
+                n = ppoll(&pfd, 1, &tv, NULL);
+                if (n > 0)
+                    n = epoll_wait(fl->epfd, fl->events, max, 0);
+            }
+        }
+        if (ts != NULL) {
+            err = errno;
+            PyEval_RestoreThread(ts);
+            errno = err;
+        }
     }
     if (n < 0)
-        return errno == EINTR ? 0 : -1;
+        return errno == EINTR ? WAIT_EINTR : -1;
     return n;
+}
+
+/* Run Python's signal handlers and read what they set (the -T alarm's
+ * timer_exceeded, a stop); -1 with an exception (a KeyboardInterrupt) */
+static int
+check_signals(FastLoop *fl)
+{
+    if (PyErr_CheckSignals() < 0)
+        return -1;
+    return fl_read_timer(fl);
+}
+
+/* the signal wakeup descriptor became readable: empty it, then look */
+static int
+signalled(FastLoop *fl)
+{
+    char buf[64];
+
+    while (read(fl->signal_fd, buf, sizeof buf) > 0)
+        ;
+    return check_signals(fl);
 }
 
 /* write everything back before leaving run() */
@@ -124,6 +214,9 @@ fl_run(FastLoop *fl, PyObject *arg)
 
     if (next_tick == -1 && PyErr_Occurred())
         return NULL;
+    /* this thread's state, for the waits (others()) */
+    fl->tstate = PyThreadState_Get();
+    fl->interp = PyThreadState_GetInterpreter(fl->tstate);
     if (fl_shared_load(fl) < 0)
         return NULL;
     if (!fl->started) {
@@ -156,12 +249,13 @@ fl_run(FastLoop *fl, PyObject *arg)
             n = wait_events(fl, deadline ? (deadline > t0 ? deadline - t0 : 0) : -1);
             fl->idle_us += clock_us() - t0;
         }
-        if (n < 0)
+        if (n == -1)
             return PyErr_SetFromErrno(PyExc_OSError);
-        /* the alarm of -T (or a Ctrl-C) lands here */
-        if (PyErr_CheckSignals() < 0)
-            return NULL;
-        if (fl_read_timer(fl) < 0)
+        /* The alarm of -T (or a Ctrl-C) lands here: Python's handler sets
+         * timer_exceeded. With the signal wakeup descriptor (set_signal_fd)
+         * C looks when a signal came (its descriptor is among the events,
+         * or it interrupted the wait), else after every wait. */
+        if ((fl->signal_fd < 0 || n == WAIT_EINTR) && check_signals(fl) < 0)
             return NULL;
         for (i = 0; i < n; i++) {
             int fd = fl->events[i].data.fd, index;
@@ -170,6 +264,8 @@ fl_run(FastLoop *fl, PyObject *arg)
             if (index < 0) {
                 if (fd == fl->control_fd)
                     return leave(fl, OUT_STOPPED);
+                if (fd == fl->signal_fd && fd >= 0 && signalled(fl) < 0)
+                    return NULL;
                 continue;
             }
             if (socket_ready(fl, index) < 0)

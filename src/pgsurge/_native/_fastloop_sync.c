@@ -529,16 +529,79 @@ fl_watch(FastLoop *fl, int index)
     return 0;
 }
 
-/* Take a Python-owned client in CHOOSE_SCRIPT or THROTTLE (its slot
- * drawn, waiting for it) over. 1: done; 0: this client is not for C now
- * (Python keeps it); -1: error. */
+/* Python's mid-transaction state of a client waiting in WAIT_RESULT or
+ * SLEEP, into C's copy: 1 loaded; 0 not a state C runs (a retry, a failed
+ * \gset, a \gset's lookahead result, a command C does not run); -1 error. */
+static int
+load_mid_tx(FastLoop *fl, fl_client *c, int state)
+{
+    PyObject *st = c->st, *v;
+    int64_t command, qrynum, estatus, tries;
+    const fl_script *sc;
+    int kind, r;
+
+    if (fl_get_i64(st, s_estatus, &estatus) < 0 || fl_get_i64(st, s_tries, &tries) < 0 ||
+        fl_get_i64(st, s_command, &command) < 0 || fl_get_i64(st, s_qrynum, &qrynum) < 0)
+        return -1;
+    /* C accounts first tries that went well so far only */
+    if (estatus != 0 || tries != 1 || c->script < 0 || c->script >= fl->nscripts)
+        return 0;
+    sc = &fl->scripts[c->script];
+    if (command < 0 || command >= sc->nops - 1 || qrynum < 0 || qrynum > INT_MAX)
+        return 0;
+    kind = sc->ops[command].kind;
+    if (state == WAIT_RESULT ? kind != OP_SQL : kind != OP_SLEEP_CONST && kind != OP_SLEEP_VAR)
+        return 0;
+    if ((r = attr_is_true(st, s_meta_failed)) != 0)
+        return r < 0 ? -1 : 0;
+    v = PyObject_GetAttr(st, s_pending);
+    if (v == NULL)
+        return -1;
+    r = v == Py_None;
+    Py_DECREF(v);
+    if (!r)
+        return 0;
+    if (fl_get_i64(st, s_txn_scheduled, &c->txn_scheduled) < 0 ||
+        fl_get_i64(st, s_txn_begin, &c->txn_begin) < 0 ||
+        (fl->per_command && fl_get_i64(st, s_stmt_begin, &c->stmt_begin) < 0) ||
+        (state == SLEEP && fl_get_i64(st, s_sleep_until, &c->sleep_until) < 0))
+        return -1;
+    if ((r = attr_is_true(st, s_eval_elif)) < 0)
+        return -1;
+    c->eval_elif = r;
+    if (fl->save_rng) {
+        /* the transaction's start, for a retry Python may yet make */
+        v = PyObject_GetAttr(st, s_saved_rng);
+        if (v == NULL)
+            return -1;
+        if (!PyTuple_Check(v) || PyTuple_GET_SIZE(v) != 2) {
+            Py_DECREF(v);
+            PyErr_SetString(PyExc_TypeError, "saved_rng must be two words");
+            return -1;
+        }
+        c->saved0 = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(v, 0));
+        c->saved1 = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(v, 1));
+        Py_DECREF(v);
+        if (PyErr_Occurred())
+            return -1;
+    }
+    c->command = (int)command;
+    c->qrynum = (int)qrynum;
+    return 1;
+}
+
+/* Take a Python-owned client over: in CHOOSE_SCRIPT, in THROTTLE (its
+ * slot drawn, waiting for it), or within a transaction, waiting in
+ * WAIT_RESULT or SLEEP (Python's advance() goes from one transaction
+ * straight into the next: C takes the client back at its next wait).
+ * 1: done; 0: this client is not for C now (Python keeps it); -1: error. */
 int
 fl_take_over(FastLoop *fl, int index, int state)
 {
     fl_client *c = &fl->clients[index];
     PyObject *st = c->st, *v, *vars, *prepared;
     int64_t ptr, script;
-    int i, k, r;
+    int i, k, r, mid_tx = state == WAIT_RESULT || state == SLEEP;
 
     if (fl_get_i64(st, s_ptr, &ptr) < 0)
         return -1;
@@ -555,6 +618,13 @@ fl_take_over(FastLoop *fl, int index, int state)
     Py_DECREF(v);
     if (!r)
         return 0;
+    if (mid_tx) {
+        if (fl_get_i64(st, s_script, &script) < 0)
+            return -1;
+        c->script = (int)script;
+        if ((r = load_mid_tx(fl, c, state)) <= 0)
+            return r;
+    }
     vars = PyObject_GetAttr(st, s_variables);
     if (vars == NULL)
         return -1;
@@ -631,12 +701,14 @@ fl_take_over(FastLoop *fl, int index, int state)
     c->script = (int)script;
     c->conn = (PGconn *)(intptr_t)ptr;
     c->assigned = 0;
-    c->eval_elif = 0;
     c->meta_failed = 0;
     c->pending = NULL;
     c->state = state;
-    c->command = 0;
-    c->qrynum = 0;
+    if (!mid_tx) {
+        c->eval_elif = 0;
+        c->command = 0;
+        c->qrynum = 0;
+    }
     c->owner = OWN_C;
     return 1;
 }
@@ -651,6 +723,7 @@ hand_back(FastLoop *fl, int index, int state)
     int i, r;
 
     c->owner = OWN_PY;
+    c->retake_at = c->cnt + 1;
     fl->handbacks++;
     if (c->pending != NULL) {
         /* Python's reading of an error drops the lookahead too */
@@ -754,6 +827,7 @@ fl_call_python(FastLoop *fl, PyObject *fn, int index, PyObject *arg)
 {
     PyObject *r;
 
+    fl->py_calls++;
     if (fl_shared_store(fl) < 0)
         return -1;
     if (arg == NULL)

@@ -129,7 +129,6 @@ def _dispatch(cfg: InitConfig | RunConfig) -> int:
     from dataclasses import replace
 
     from pgsurge.config import InitConfig, RunConfig
-    from pgsurge.init import ensure_initialized, run_init
     from pgsurge.server.target import resolve_target
 
     drive = None
@@ -142,7 +141,12 @@ def _dispatch(cfg: InitConfig | RunConfig) -> int:
     conn = resolve_target(cfg.conn, force_embedded=cfg.force_embedded)
     if not conn.embedded and conn.dbname is None:
         conn = replace(conn, dbname=_default_dbname(os.environ))
+    # pgsurge.init only for -i and the embedded server: a run against a
+    # given server does without its modules (start-up is part of every
+    # run's client CPU per transaction)
     if isinstance(cfg, InitConfig):
+        from pgsurge.init import run_init
+
         _startup_done()
         run_init(replace(cfg, conn=conn))
         return int(ExitStatus.SUCCESS)
@@ -150,6 +154,8 @@ def _dispatch(cfg: InitConfig | RunConfig) -> int:
 
     _startup_done()
     if conn.embedded:
+        from pgsurge.init import ensure_initialized
+
         ensure_initialized(conn)
     status = run(replace(cfg, conn=conn), drive=drive)
     return int(status)

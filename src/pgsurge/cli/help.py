@@ -72,6 +72,7 @@ Benchmarking options:
   --client-cpu             report client CPU time and per-thread utilization
   --continue-on-error      continue running after an SQL error
   --dask=ADDRESS|local:N   run on the workers of a Dask cluster (one host each)
+  --dask-collect-logs=DIR  copy the hosts' -l files into DIR after the run
   --exit-on-abort          exit when any client is aborted
   --extended-report        same as --percentiles --client-cpu
   --failures-detailed      report the failures grouped by basic types

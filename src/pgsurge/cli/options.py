@@ -128,6 +128,7 @@ LONG_OPTIONS: tuple[LongOption, ...] = (
     LongOption("server-stats", False, "server-stats", extension=True),
     LongOption("idle-sessions", True, "idle-sessions", extension=True),
     LongOption("dask", True, "dask", extension=True),
+    LongOption("dask-collect-logs", True, "dask-collect-logs", extension=True),
     LongOption("no-live", False, "no-live", extension=True),
 )
 
@@ -543,6 +544,9 @@ class _CommandLine:
             case "dask":
                 st.benchmarking_option_set = True
                 st.dask = parse_dask_address(arg)
+            case "dask-collect-logs":
+                st.benchmarking_option_set = True
+                st.dask_collect_logs = arg
             case "no-live":
                 st.benchmarking_option_set = True
                 st.no_live = True

@@ -9,6 +9,7 @@ config.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -98,6 +99,7 @@ class OptionState:
     idle_sessions: int = 0
     idle_mode: IdleMode = IdleMode.IDLE
     dask: str | None = None
+    dask_collect_logs: str | None = None
     no_live: bool = False
 
 
@@ -194,6 +196,8 @@ def run_config(st: OptionState, conn: ConnParams) -> RunConfig:
                 detail="Expecting a file name.",
             )
         check_output_path(st.html_path, "--html")
+    if st.dask_collect_logs is not None:
+        _check_collect_logs(st)
     return RunConfig(
         conn=conn,
         scripts=tuple(st.scripts),
@@ -236,5 +240,22 @@ def run_config(st: OptionState, conn: ConnParams) -> RunConfig:
         idle_sessions=st.idle_sessions,
         idle_mode=st.idle_mode,
         dask=st.dask,
+        dask_collect_logs=st.dask_collect_logs,
         no_live=st.no_live,
     )
+
+
+def _check_collect_logs(st: OptionState) -> None:
+    """--dask-collect-logs: with --dask and -l, into an existing directory
+    (checked now rather than after the run)."""
+    if st.dask is None:
+        raise UsageError("--dask-collect-logs is allowed only with --dask")
+    if not st.log:
+        raise UsageError(
+            "--dask-collect-logs is allowed only when logging transactions (-l)"
+        )
+    if not os.path.isdir(st.dask_collect_logs or ""):
+        raise UsageError(
+            f'invalid value "{st.dask_collect_logs}" for option --dask-collect-logs',
+            detail="Expecting an existing directory.",
+        )

@@ -5,8 +5,10 @@ Dask workers that offer the ``pgsurge`` resource, one worker per load
 host, and reports it as one run; ``--dask local:N`` starts a local cluster
 of N workers on loopback. ``coordinator`` is the side of the command line,
 ``host`` the task on each load host, ``plan`` the layout and clocks as
-plain data. Dask is an optional extra (``pip install 'pgsurge[dask]'``);
-nothing here imports it until a run asks for it.
+plain data, ``intervals`` the per-interval deltas the hosts stream,
+``logs`` the hosts' ``-l`` files and their collection. Dask is an
+optional extra (``pip install 'pgsurge[dask]'``); nothing here imports it
+until a run asks for it.
 """
 
 from __future__ import annotations

@@ -21,10 +21,13 @@ The coordinator then:
    (``Worker.log_event`` on the run's topic, received with
    ``Client.subscribe_topic``), or, a grace period after the interval's
    end, without the late ones, marked ``hosts N/M``;
-5. merges the hosts' worker results exactly (counters, histograms,
-   per-interval series, on the coordinator's clock) into one
-   :class:`~pgsurge.stats.results.RunResult`, which the runner reports as
-   any run, with the hosts, their clock offsets and figures in the JSON.
+5. merges, interval by interval, the per-interval deltas (counts and
+   latency histograms) the hosts stream with their ``-P`` events
+   (``intervals``), when the run records histograms: the run's series;
+6. merges the hosts' worker results exactly (counters, histograms, on the
+   coordinator's clock) into one :class:`~pgsurge.stats.results.RunResult`
+   with that series, which the runner reports as any run, with the hosts,
+   their clock offsets and figures in the JSON.
 
 A host whose Dask worker leaves the cluster, or that sends nothing (not
 even its heartbeat) for a grace period, is lost: ``host … lost`` on
@@ -52,6 +55,8 @@ from functools import partial
 from typing import Any, TextIO
 
 from pgsurge.distributed.host import HostOutcome, host_task, monotonic_us, names
+from pgsurge.distributed.intervals import decode_interval
+from pgsurge.distributed.logs import collect_logs
 from pgsurge.distributed.plan import (
     ClockProbe,
     HostInfo,
@@ -65,6 +70,7 @@ from pgsurge.errors import PROG, ExitStatus, PgsurgeError
 from pgsurge.stats.counters import StatsData
 from pgsurge.stats.histogram import Histogram
 from pgsurge.stats.results import RunFacts, RunResult, WorkerResult
+from pgsurge.stats.series import IntervalStats, merge_series
 
 __all__ = ["dask_driver", "drive"]
 
@@ -102,6 +108,10 @@ WORKER_HINT = (
 )
 
 Driver = Callable[[Sequence[WorkerSpec], RunFacts, TextIO], RunResult]
+#: ``drive``'s observer of the hosts' interval deltas: (host index, the
+#: delta on the coordinator's clock, whether it was streamed during the
+#: run rather than taken from the host's final results)
+IntervalHook = Callable[[int, IntervalStats, bool], None]
 
 
 def dask_driver(address: str) -> Driver:
@@ -193,6 +203,8 @@ class _Host:
     stats: StatsData = field(default_factory=StatsData)
     phase: str = "starting"
     outcome: HostOutcome | None = None
+    #: the host's per-interval deltas by start (coordinator clock)
+    series: dict[int, IntervalStats] = field(default_factory=dict)
 
     @property
     def live(self) -> bool:
@@ -200,8 +212,16 @@ class _Host:
 
 
 class _Coordinator:
-    def __init__(self, client: Any, facts: RunFacts, err: TextIO, run_id: str) -> None:
+    def __init__(
+        self,
+        client: Any,
+        facts: RunFacts,
+        err: TextIO,
+        run_id: str,
+        on_interval: IntervalHook | None = None,
+    ) -> None:
         self.client = client
+        self.on_interval = on_interval
         self.facts = facts
         self.err = err
         self.run_id = run_id
@@ -255,7 +275,8 @@ class _Coordinator:
         if not 0 <= index < len(self.hosts):
             return
         host = self.hosts[index]
-        if host.info.lost:
+        if not host.live:
+            # lost, or its results are in (a late event adds nothing)
             return
         host.last_seen = time.monotonic()
         kind = msg.get("kind")
@@ -267,6 +288,15 @@ class _Coordinator:
                 host.tick = tick
                 host.now_us = int(msg["now_us"]) - host.info.clock_offset_us
                 host.stats = StatsData.from_dict(msg["stats"])
+            for data in msg.get("intervals", ()):
+                self.add_interval(
+                    host, decode_interval(data, host.info.clock_offset_us), True
+                )
+
+    def add_interval(self, host: _Host, iv: IntervalStats, streamed: bool) -> None:
+        host.series[iv.start_us] = iv
+        if self.on_interval is not None:
+            self.on_interval(host.info.index, iv, streamed)
 
     def on_finished(self, host: _Host) -> None:
         """A host task ended: its result, or the end of the run."""
@@ -284,6 +314,12 @@ class _Coordinator:
                     to_coordinator_clock(r, offset) for r in outcome.results
                 ]
                 outcome.connected_us -= offset
+                # the intervals that were not streamed: those that ended
+                # with a process's end (the last one of each), and any
+                # whose event has not arrived yet
+                for iv in merge_series([r.intervals for r in outcome.results]):
+                    if iv.start_us not in host.series:
+                        self.add_interval(host, iv, False)
                 host.tick = 1 << 62
                 total = StatsData()
                 for r in outcome.results:
@@ -452,6 +488,12 @@ class _Coordinator:
             # run's: a partial run reports counters only
             result.histograms = None
             result.intervals = []
+        elif result.intervals:
+            # the series merged interval by interval from the hosts' deltas
+            # (equal to the merge of every worker's series)
+            result.intervals = merge_series(
+                [list(h.series.values()) for h in self.hosts]
+            )
         result.hosts = [h.info.to_dict() for h in self.hosts]
         return result
 
@@ -481,10 +523,47 @@ def _host_figures(info: HostInfo, results: Sequence[WorkerResult]) -> None:
         info.latency_histogram = merged.to_dict()
 
 
+def _logs_after_run(
+    client: Any,
+    address: str,
+    hosts: Sequence[_Host],
+    groups: Sequence[Sequence[WorkerSpec]],
+    err: TextIO,
+) -> None:
+    """-l: bring the hosts' files back (--dask-collect-logs), or say where
+    they are (a local cluster writes them in our working directory)."""
+    dest = groups[0][0].config.dask_collect_logs
+    for host in hosts:
+        if host.info.lost:
+            err.write(
+                f"{PROG}: error: the -l files of host {host.info.index} "
+                f"({host.info.address}) stay on it: it was lost\n"
+            )
+    kept = [
+        (h.info.address, group)
+        for h, group in zip(hosts, groups, strict=False)
+        if not h.info.lost
+    ]
+    if dest is not None:
+        collect_logs(client, kept, dest, err)
+    elif not address.startswith("local:"):
+        err.write(
+            f"{PROG}: dask: the -l files are on the hosts, in each Dask worker's "
+            "working directory (--dask-collect-logs DIR brings them here)\n"
+        )
+    err.flush()
+
+
 def drive(
-    address: str, specs: Sequence[WorkerSpec], facts: RunFacts, err: TextIO
+    address: str,
+    specs: Sequence[WorkerSpec],
+    facts: RunFacts,
+    err: TextIO,
+    *,
+    on_interval: IntervalHook | None = None,
 ) -> RunResult:
-    """Run ``specs`` on the hosts of the Dask cluster at ``address``."""
+    """Run ``specs`` on the hosts of the Dask cluster at ``address``;
+    ``on_interval`` sees every host's interval deltas (tests)."""
     with _client(address) as client:
         hosts = _load_hosts(client)
         groups = deal_specs(specs, len(hosts))
@@ -494,7 +573,7 @@ def drive(
                 f"the {len(hosts)} Dask hosts\n"
             )
         run_id = uuid.uuid4().hex[:16]
-        coord = _Coordinator(client, facts, err, run_id)
+        coord = _Coordinator(client, facts, err, run_id, on_interval)
         client.subscribe_topic(coord.names["topic"], coord.on_event)
         try:
             for index, ((address_, name), group) in enumerate(
@@ -520,7 +599,10 @@ def drive(
                     clients=sum(s.nclients for s in group),
                 )
                 coord.hosts.append(_Host(info, future, time.monotonic()))
-            return coord.run(specs)
+            result = coord.run(specs)
+            if specs[0].config.log:
+                _logs_after_run(client, address, coord.hosts, groups, err)
+            return result
         except BaseException:
             coord.stop_all()
             raise

@@ -17,7 +17,10 @@ coordinator's word in between:
 3. wait for the coordinator's ``go`` (every host connected), then for the
    common start on this host's clock, and send GO;
 4. relay each ``-P`` tick (the processes' cumulative stats merged) as a
-   ``progress`` event; return the workers' results.
+   ``progress`` event, with the series intervals that every process has
+   closed, merged (``intervals.HostSeries``: the per-interval counts and
+   latency histograms, when the run records them); return the workers'
+   results.
 
 Events go to the coordinator through ``Worker.log_event`` on the run's
 topic (the client subscribes to it); the coordinator's word comes back
@@ -38,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from pgsurge.distributed.intervals import HostSeries, encode_interval
 from pgsurge.engine.pool import WorkerPool
 from pgsurge.engine.protocol import (
     Connected,
@@ -178,6 +182,7 @@ class _Relay:
         n = len(pipes)
         ticks = [0] * n
         nows, snaps, results = self.nows, self.snaps, self.done
+        series = HostSeries(n)
         sent = 0
         pending = set(range(n))
         while pending:
@@ -185,13 +190,15 @@ class _Relay:
             for pipe in wait([pipes[i] for i in pending], HEARTBEAT_S / 2):
                 index = pipes.index(pipe)  # type: ignore[arg-type]
                 match self.recv(pipes[index]):
-                    case Progress(tick, now, stats):
+                    case Progress(tick, now, stats, intervals):
                         ticks[index], nows[index], snaps[index] = tick, now, stats
+                        series.add(index, intervals)
                     case Done(result):
                         results[index] = result
                         snaps[index] = result.total
                         ticks[index] = 1 << 62
                         pending.discard(index)
+                        series.finish(index, result.intervals)
                     case other:
                         raise _Stop(
                             HostOutcome("aborted", text=f"unexpected {other!r}\n")
@@ -202,15 +209,19 @@ class _Relay:
                 for snap in snaps:
                     merged.merge(snap)
                 now = max(nows[i] for i in pending)
-                self.emit(
-                    {
-                        "kind": "progress",
-                        "host": self.host,
-                        "tick": tick,
-                        "now_us": now,
-                        "stats": merged.to_dict(),
-                    }
-                )
+                event: dict[str, Any] = {
+                    "kind": "progress",
+                    "host": self.host,
+                    "tick": tick,
+                    "now_us": now,
+                    "stats": merged.to_dict(),
+                }
+                # (those completed by a process's end without a tick after
+                # it reach the coordinator with the results)
+                complete = series.take_complete()
+                if complete:
+                    event["intervals"] = [encode_interval(iv) for iv in complete]
+                self.emit(event)
                 sent = tick
         return [results[i] for i in range(n)]
 
@@ -282,7 +293,13 @@ def host_task(run_id: str, host: int, specs: Sequence[WorkerSpec]) -> HostOutcom
     # at least, so that a stopped host can tell what it measured
     shift = time.time_ns() // 1000 - monotonic_us()
     specs = [
-        replace(s, epoch_shift_us=shift, snapshot_s=s.snapshot_s or 1) for s in specs
+        replace(
+            s,
+            epoch_shift_us=shift,
+            snapshot_s=s.snapshot_s or 1,
+            stream_intervals=True,
+        )
+        for s in specs
     ]
     _allow_children()
     resume = _pause_profiler(worker)

@@ -68,9 +68,10 @@ This module is the dispatch on the state, with the hot path inline (plain
 SQL sends and result reads, ``\\set``, first-try success accounting, the
 common script start); the phases live beside it: ``state`` (the structs
 and constants), ``sql`` (sending, reading results), ``meta`` (meta
-commands), ``tx`` (accounting, connections, errors and retries). Their
-steps are closures built once per worker and bound here as closure
-variables, so a call costs what it did when they were nested functions.
+commands), ``tx`` (accounting, connections, errors and retries),
+``handback`` (the C loop's ``resume`` and ``gset``). Their steps are
+closures built once per worker and bound here as closure variables, so a
+call costs what it did when they were nested functions.
 """
 
 # Chained == on ints beats "in (A, B)", which builds a tuple of closure
@@ -88,9 +89,7 @@ from pgsurge import pgconn
 from pgsurge.engine import fastpq
 from pgsurge.engine.abi import (
     NEXT_STATE,
-    R_ABORT,
     R_DONE,
-    R_ERROR,
     R_READ_ON,
     R_WAIT,
     RESUME_FLUSH,
@@ -99,8 +98,9 @@ from pgsurge.engine.abi import (
     run_flags,
 )
 from pgsurge.engine.fastpq import DRAIN_BUSY, DRAIN_DONE, SEND_FALLBACK, ErrorResult
+from pgsurge.engine.handback import make_handback
 from pgsurge.engine.meta import make_meta
-from pgsurge.engine.pyworkload import make_py
+from pgsurge.engine.program import python_step
 from pgsurge.engine.sql import make_sql, params_of, substitute
 from pgsurge.engine.state import (
     ABORTED,
@@ -113,7 +113,6 @@ from pgsurge.engine.state import (
     ERROR,
     FAILURE,
     FINISHED,
-    GSET_ONE,
     K_ELIF,
     K_ELSE,
     K_END,
@@ -128,7 +127,6 @@ from pgsurge.engine.state import (
     MODE_PREPARED,
     MODE_SIMPLE,
     PREPARE_THROTTLE,
-    PREPARING,
     RETRY,
     SLEEP,
     START_COMMAND,
@@ -262,6 +260,8 @@ def make_engine(
     send_sql = sql.send_sql
     read_results = sql.read_results
     note_error = sql.note_error
+    read_lost = sql.read_lost
+    queue_in_pipeline = sql.queue_in_pipeline
     meta = make_meta(s, w, sup, sql)
     evaluate = meta.evaluate
     sleep_usec = meta.sleep_usec
@@ -275,35 +275,7 @@ def make_engine(
     on_error = tx.on_error
     on_rollback_result = tx.on_rollback_result
     verbose_retry = tx.verbose_retry
-    py_step = make_py(s, sup)
-
-    def lost(st: Client, op: Op) -> int:
-        """The connection failed while the command's results were awaited.
-
-        A backend that ends with a FATAL error (pg_terminate_backend, a
-        timeout) sends its message, then closes: libpq turns the message
-        into an error result, which ``note_error`` has noted when the loss
-        is seen (libpq waits for more results after an error). pgbench
-        reports that error as it reads it; so does this, by finishing the
-        drain of the failed command. Without an error noted, the backend
-        died silently: pgbench's "perhaps the backend died".
-
-        A prepare in flight (first use under -M prepared) is pgbench's
-        blocking PQprepare, which returns the FATAL as its error: finishing
-        it prints that, then the query's send fails, as in pgbench.
-        """
-        state = st.drain_state
-        if state is PREPARING:
-            if read_results(st, op) == R_ABORT:
-                return ABORTED
-        elif state is not None:
-            r = read_results(st, op)
-            if r == R_ERROR:
-                return ERROR
-            if r == R_ABORT:
-                return ABORTED
-        command_failed(st, "SQL", BACKEND_DIED)
-        return ABORTED
+    py_step = python_step(s, sup, scripts)
 
     # -- the state machine ----------------------------------------------------
 
@@ -354,19 +326,7 @@ def make_engine(
                         st.stmt_begin = now
                     if kind == K_SQL:
                         if st.in_pipeline:
-                            if op.gset:
-                                cmd = "gset" if op.gset == GSET_ONE else "aset"
-                                command_failed(
-                                    st, cmd, f"\\{cmd} is not allowed in pipeline mode"
-                                )
-                                st.estatus = E_META
-                                state = ABORTED
-                                continue
-                            if not send_sql(st, op):
-                                command_failed(st, "SQL", "SQL command send failed")
-                                state = ABORTED
-                                continue
-                            state = END_COMMAND
+                            state = NEXT_STATE[queue_in_pipeline(st, op)]
                             continue
                         raw = st.raw
                         ptr = st.ptr
@@ -671,10 +631,10 @@ def make_engine(
                 try:
                     raw.consume_input()
                 except libpq_error:
-                    state = lost(st, op)
+                    state = NEXT_STATE[read_lost(st, op)]
                     continue
                 if st.flush_pending and not flush_sent(st):
-                    state = lost(st, op)
+                    state = NEXT_STATE[read_lost(st, op)]
                     continue
                 if not op.gset and not st.in_pipeline and st.drain_state is None:
                     # a plain command: count its results up to the end
@@ -834,63 +794,5 @@ def make_engine(
 
             raise AssertionError(f"unexpected client state {state}")
 
-    def resume(st: Client, event: object) -> None:
-        """The C loop hands ``st`` back in the middle of a step (``Engine``)."""
-        if event == RESUME_FLUSH:
-            # as after a send in advance: wait for writability, then read
-            io.want_write(st)
-            st.state = WAIT_RESULT
-        elif event == RESUME_SEND_FAILED:
-            command_failed(st, "SQL", "SQL command send failed")
-            st.state = ABORTED
-        elif type(event) is str:
-            # a \\gset/\\aset failed (its message given, or ``event``)
-            if event:
-                error(event)
-            st.estatus = E_META
-            st.state = ABORTED
-        elif type(event) is int:
-            # what advance does with these drain() results
-            q = event >> 2
-            st.qrynum = q
-            if event & 3 == DRAIN_DONE:
-                if q:
-                    st.state = END_COMMAND
-                else:
-                    error(f"client {st.id} command {st.command}: no results")
-                    st.state = ABORTED
-            else:
-                command_failed(st, "SQL", BACKEND_DIED)
-                st.state = ABORTED
-        else:
-            q, status, sqlstate, message = cast(fastpq.Failed, event)
-            st.qrynum = q
-            r = note_error(st, ErrorResult(status, sqlstate, message))
-            if r == R_READ_ON:
-                r = read_results(st, st.ops[st.command])
-            st.state = NEXT_STATE[r]
-            if r == R_WAIT:
-                return
-        advance(st)
-
-    def gset(
-        st: Client,
-        script: int,
-        command: int,
-        qrynum: int,
-        got: int,
-        context: str,
-        name: str | None,
-        value: str,
-    ) -> bool:
-        """See ``Engine.gset`` (sql.store_gset's messages)."""
-        where = f"client {st.id} script {script} command {command} query {qrynum}"
-        if name is None:
-            error(f"{where}: expected one row, got {got}")
-            return False
-        if store_variable(st, context, name, value):
-            return True
-        error(f"{where}: error storing into variable {name}")
-        return False
-
+    resume, gset = make_handback(io, sup, sql, advance)
     return Engine(advance, resume, gset)

@@ -47,7 +47,9 @@ does.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+import signal
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import partial
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -112,7 +114,7 @@ __all__ = [
 ]
 
 #: the interface version of pgsurge._fastloop this code expects
-FASTLOOP_API = 8
+FASTLOOP_API = 9
 
 
 def disabled() -> bool:
@@ -471,6 +473,10 @@ class FastEventLoop(EventLoop):
         fast = self._fast
         if fast is None:
             return super().run()
+        with _signal_wakeup(fast):
+            return self._run_c(fast)
+
+    def _run_c(self, fast: Any) -> int:
         progress_us = self._progress_us
         start = self._progress_start_us
         next_report = start + progress_us if progress_us else 0
@@ -497,6 +503,38 @@ class FastEventLoop(EventLoop):
             next_tick = next_report
             if rec is not None and (not next_tick or rec.next_us < next_tick):
                 next_tick = rec.next_us
+
+
+@contextmanager
+def _signal_wakeup(fast: Any) -> Iterator[None]:
+    """Have the signals wake the C loop while it runs: Python's handlers
+    (the -T alarm, a stop) write to a pipe (:func:`signal.set_wakeup_fd`)
+    whose read end C watches, and C runs them and reads ``timer_exceeded``
+    when it is readable instead of after every wait. Outside the main
+    thread, or where a wakeup descriptor is set already (someone else's),
+    C looks after every wait as before."""
+    rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        try:
+            old = signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
+        except ValueError:  # not the main thread
+            yield
+            return
+        if old != -1:
+            signal.set_wakeup_fd(old)
+            yield
+            return
+        try:
+            fast.set_signal_fd(rfd)
+            try:
+                yield
+            finally:
+                fast.set_signal_fd(-1)
+        finally:
+            signal.set_wakeup_fd(-1)
+    finally:
+        os.close(rfd)
+        os.close(wfd)
 
 
 def flags_for(

@@ -8,15 +8,23 @@ statement names, parameter names, the ``\\if`` jump targets, the
 ``--debug`` traces. Both loops run these ops; ``fastloop.plan_for`` then
 derives the C loop's plan from them. A Python transaction (a
 ``PyTransactionSpec`` from ``pgsurge.workloads``) in place of a script is
-compiled by ``pyworkload.compile_py``.
+compiled by ``pyworkload.compile_py``; :func:`reported_ops` and
+:func:`connect_hook` answer for both kinds, :func:`python_step` gives the
+state machine its step for Python ops. ``pyworkload`` is imported
+only by runs that have a Python transaction: its import (a table of 65535
+parameter names, Protocol classes) is some 10 ms of every run's start-up,
+which the client-CPU-per-transaction figures pay.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeAlias
+
+from pgsurge import pgconn
 from pgsurge.config import QueryMode
 from pgsurge.engine import state as C
-from pgsurge.engine.pyworkload import PyTransactionSpec, compile_py
-from pgsurge.engine.state import Op
+from pgsurge.engine.state import Client, Op, Settings, Support
 from pgsurge.script.ast import (
     Call,
     Command,
@@ -36,10 +44,20 @@ from pgsurge.script.ast import (
 from pgsurge.script.evaluate import compile_expr
 from pgsurge.script.sqlvars import valid_variable_name
 
-__all__ = ["ScriptLike", "compile_scripts"]
+if TYPE_CHECKING:
+    from pgsurge.engine.pyworkload import PyTransactionSpec
 
-#: what a worker runs: a parsed script or a Python transaction
-ScriptLike = ParsedScript | PyTransactionSpec
+__all__ = [
+    "ScriptLike",
+    "compile_scripts",
+    "connect_hook",
+    "python_step",
+    "reported_ops",
+]
+
+#: what a worker runs: a parsed script or a Python transaction (spelled as
+#: a string: the Python side's module is not imported at run time)
+ScriptLike: TypeAlias = "ParsedScript | PyTransactionSpec"
 
 _GSET = {
     GsetKind.NONE: C.GSET_NONE,
@@ -61,6 +79,8 @@ def compile_scripts(
     compiled: list[tuple[Op, ...]] = []
     for script in scripts:
         if not isinstance(script, ParsedScript):
+            from pgsurge.engine.pyworkload import compile_py  # see the docstring
+
             compiled.append(compile_py(script, mode))
             continue
         commands = script.commands
@@ -84,6 +104,44 @@ def compile_scripts(
         ops.append(Op(C.K_END, len(ops), ""))
         compiled.append(tuple(ops))
     return tuple(compiled)
+
+
+def reported_ops(ops: tuple[Op, ...]) -> tuple[Op, ...]:
+    """The ops whose figures -r reports: a script's commands (all but its
+    final ``K_END``), or a Python transaction's statements and sleeps."""
+    if ops[0].kind == C.K_PY:
+        from pgsurge.engine.pyworkload import reported_ops as py_reported
+
+        return py_reported(ops)
+    return ops[:-1]
+
+
+def python_step(
+    s: Settings, sup: Support, scripts: Sequence[tuple[Op, ...]]
+) -> Callable[[Client, Op], int]:
+    """The state machine's step for ``K_PY`` ops (``pyworkload.make_py``);
+    in a run without Python transactions, one that is never called."""
+    if not any(ops[0].kind == C.K_PY for ops in scripts):
+        return _no_python_step
+    from pgsurge.engine.pyworkload import make_py
+
+    return make_py(s, sup)
+
+
+def _no_python_step(st: Client, op: Op) -> int:
+    raise AssertionError(f"client {st.id}: a Python op in a run of scripts")
+
+
+def connect_hook(
+    scripts: Sequence[ScriptLike],
+) -> Callable[[pgconn.PgConn], str | None] | None:
+    """What to run on each new connection: the ``@setup`` of the run's
+    Python workloads (``pyworkload.connect_hook``); None for scripts."""
+    if all(isinstance(s, ParsedScript) for s in scripts):
+        return None
+    from pgsurge.engine.pyworkload import connect_hook as py_hook
+
+    return py_hook(scripts)
 
 
 def _compile_command(

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from pgsurge.stats.counters import StatsData
 from pgsurge.stats.results import WorkerResult
+from pgsurge.stats.series import IntervalStats
 
 __all__ = [
     "Connected",
@@ -75,11 +76,17 @@ class Go:
 
 @dataclass(frozen=True, slots=True)
 class Progress:
-    """A ``-P`` tick: the worker's cumulative stats at ``now_us``."""
+    """A ``-P`` tick: the worker's cumulative stats at ``now_us``.
+
+    ``intervals``: the series intervals closed since the previous tick,
+    histograms included, when the spec asks for them (``stream_intervals``:
+    a multi-host run's host relays them to the coordinator as they close).
+    """
 
     tick: int
     now_us: int
     stats: StatsData
+    intervals: tuple[IntervalStats, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

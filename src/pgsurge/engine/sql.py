@@ -12,7 +12,9 @@ the state machine in :mod:`pgsurge.engine.client`:
   ``\\gset``/``\\aset`` variables, reading a whole pipeline up to its last
   sync, and draining a failed command; ``note_error`` and ``finish_drain``
   classify the error (serialization, deadlock, other) when the command's
-  results are all in; ``discard_until_sync`` empties an aborted pipeline.
+  results are all in; ``discard_until_sync`` empties an aborted pipeline;
+  ``read_lost`` reads what a connection left when it failed mid-command;
+  ``queue_in_pipeline`` is a command's send inside ``\\startpipeline``.
 
 The plain case (no ``\\gset``, no pipeline, no error) is inlined in
 ``advance``; these are its general forms. Results codes of the readers:
@@ -31,6 +33,7 @@ from typing import Any
 
 from pgsurge import pgconn
 from pgsurge.engine.state import (
+    BACKEND_DIED,
     E_CONN,
     E_DEADLOCK,
     E_META,
@@ -111,6 +114,10 @@ class SqlSteps:
     #: an error result arrived: -1 to go on draining, else a result code
     note_error: Callable[[Client, Any], int]
     discard_until_sync: Callable[[Client], int]
+    #: the connection failed while the command's results were awaited
+    read_lost: Callable[[Client, Op], int]
+    #: in a pipeline: queue the command (1), or abort the client (3)
+    queue_in_pipeline: Callable[[Client, Op], int]
 
 
 def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
@@ -472,11 +479,56 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
         st.discarding = False
         return 1
 
+    def read_lost(st: Client, op: Op) -> int:
+        """The connection failed while the command's results were awaited:
+        2 (the error the backend sent before it closed) or 3 (abort).
+
+        A backend that ends with a FATAL error (pg_terminate_backend, a
+        timeout) sends its message, then closes: libpq turns the message
+        into an error result, which ``note_error`` has noted when the loss
+        is seen (libpq waits for more results after an error). pgbench
+        reports that error as it reads it; so does this, by finishing the
+        drain of the failed command. Without an error noted, the backend
+        died silently: pgbench's "perhaps the backend died".
+
+        A prepare in flight (first use under -M prepared) is pgbench's
+        blocking PQprepare, which returns the FATAL as its error: finishing
+        it prints that, then the query's send fails, as in pgbench.
+        """
+        drain = st.drain_state
+        if drain is PREPARING:
+            if read_results(st, op) == 3:
+                return 3
+        elif drain is not None:
+            r = read_results(st, op)
+            if r == 2 or r == 3:
+                return r
+        command_failed(st, "SQL", BACKEND_DIED)
+        return 3
+
+    send = send_sql_traced if debug else send_sql
+
+    def queue_in_pipeline(st: Client, op: Op) -> int:
+        """In a pipeline a command is only queued (its results are read
+        at the sync): 1, or 3 when the client aborts (a ``\\gset`` or
+        ``\\aset``, which a pipeline does not allow, or a refused send)."""
+        if op.gset:
+            cmd = "gset" if op.gset == GSET_ONE else "aset"
+            command_failed(st, cmd, f"\\{cmd} is not allowed in pipeline mode")
+            st.estatus = E_META
+            return 3
+        if not send(st, op):
+            command_failed(st, "SQL", "SQL command send failed")
+            return 3
+        return 1
+
     return SqlSteps(
         flush_sent,
         prepare,
-        send_sql_traced if debug else send_sql,
+        send,
         read_results,
         note_error,
         discard_until_sync,
+        read_lost,
+        queue_in_pipeline,
     )

@@ -33,7 +33,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pgsurge import pgconn
 from pgsurge.config import QueryMode, RunConfig
@@ -43,7 +43,12 @@ from pgsurge.engine.abi import run_flags
 from pgsurge.engine.client import make_engine
 from pgsurge.engine.interrupt import WorkerStop, cancel_in_flight, take_stop
 from pgsurge.engine.loop import EventLoop, LoopOutcome
-from pgsurge.engine.program import ScriptLike, compile_scripts
+from pgsurge.engine.program import (
+    ScriptLike,
+    compile_scripts,
+    connect_hook,
+    reported_ops,
+)
 from pgsurge.engine.protocol import (
     Connected,
     Crash,
@@ -55,8 +60,6 @@ from pgsurge.engine.protocol import (
     Ready,
     Steady,
 )
-from pgsurge.engine.pyworkload import connect_hook, reported_ops
-from pgsurge.engine.reconnect import with_reconnect
 from pgsurge.engine.state import Client, Op, Settings, WorkerState
 from pgsurge.engine.throttle import worker_delay_us
 from pgsurge.errors import PROG, PgsurgeError
@@ -70,7 +73,9 @@ from pgsurge.stats.counters import StatsData
 from pgsurge.stats.cpu import IMPL_C_LOOP, IMPL_FASTPQ, IMPL_PURE
 from pgsurge.stats.results import WorkerResult
 from pgsurge.stats.series import WorkerRecorder
-from pgsurge.stats.txlog import TxLogOptions, TxLogWriter, log_path
+
+if TYPE_CHECKING:
+    from pgsurge.stats.txlog import TxLogWriter
 
 __all__ = ["WorkerSpec", "build_settings", "worker_main"]
 
@@ -111,6 +116,9 @@ class WorkerSpec:
     #: send a stats snapshot every this many seconds even without -P (the
     #: parent's live panel); 0: only for -P
     snapshot_s: int = 0
+    #: each Progress carries the series intervals closed since the last one
+    #: (a multi-host run's host streams them to the coordinator)
+    stream_intervals: bool = False
 
 
 def wants_histograms(cfg: RunConfig) -> bool:
@@ -205,6 +213,10 @@ def _open_log(
     fail: pgbench's first failing thread ends the process) and ends the
     run with status 1.
     """
+    # imported here, as only -l runs need it (the start-up of every run
+    # counts in its client CPU per transaction)
+    from pgsurge.stats.txlog import TxLogOptions, TxLogWriter, log_path
+
     cfg = spec.config
     try:
         return TxLogWriter(
@@ -420,7 +432,9 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
         exit_on_abort=cfg.exit_on_abort,
         progress_us=(cfg.progress_s or spec.snapshot_s) * 1000000,
         progress_start_us=start_us,
-        on_progress=lambda tick, now: pipe.send(Progress(tick, now, total.copy())),
+        on_progress=_progress_sender(
+            pipe, total, rec if spec.stream_intervals else None
+        ),
         control_fd=pipe.fileno(),
         recorder=rec,
     )
@@ -430,6 +444,8 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
         log = _abort_gated_log(run.abort_owner, spec.worker_id)
     engine = make_engine(settings, wstate, scripts, loop, log)
     if cfg.reconnect:
+        from pgsurge.engine.reconnect import with_reconnect  # only --reconnect
+
         engine = with_reconnect(engine, settings, wstate, loop, log, cfg.reconnect)
     loop.advance = engine.advance
     if plan is not None:
@@ -460,6 +476,26 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
         st.ptr = fastpq.usable_with(conn)
         loop.attach(st)
     return True
+
+
+def _progress_sender(
+    pipe: Connection, total: StatsData, rec: WorkerRecorder | None
+) -> Callable[[int, int], None]:
+    """The loop's ``on_progress``: the cumulative stats, and with ``rec``
+    the intervals it closed since the previous tick (the loop closes the
+    recorder's intervals before it ticks, and both count from the same
+    start with the same length, so tick k carries interval k)."""
+    if rec is None:
+        return lambda tick, now: pipe.send(Progress(tick, now, total.copy()))
+    sent = 0
+
+    def send(tick: int, now: int) -> None:
+        nonlocal sent
+        closed = rec.intervals
+        pipe.send(Progress(tick, now, total.copy(), tuple(closed[sent:])))
+        sent = len(closed)
+
+    return send
 
 
 def _finish_connections(run: _Run) -> None:

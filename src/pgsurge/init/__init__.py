@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any, TextIO
 from pgsurge.config import InitConfig, PartitionMethod
 from pgsurge.errors import InitError
 from pgsurge.init import schema
-from pgsurge.init.generate import generate_client_side, generate_server_side
 from pgsurge.init.session import Output, Session
 
 if TYPE_CHECKING:
@@ -68,6 +67,10 @@ def _create_tables(run: _Run) -> None:
 
 
 def _generate_client_side(run: _Run) -> None:
+    # the generators are imported by the steps that use them: a run on the
+    # embedded server imports this package only to check its tables
+    from pgsurge.init.generate import generate_client_side
+
     cfg = run.cfg
 
     def open_session() -> Session:
@@ -86,6 +89,8 @@ def _generate_client_side(run: _Run) -> None:
 
 
 def _generate_server_side(run: _Run) -> None:
+    from pgsurge.init.generate import generate_server_side  # as above
+
     generate_server_side(run.session, run.cfg.scale)
 
 

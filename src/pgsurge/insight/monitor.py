@@ -1,6 +1,6 @@
 """The monitor of a run: one extra connection, in a thread of the parent.
 
-The runner drives it through a run's phases (``runner.py``):
+The runner drives it through a run's phases (``pgsurge.runner``):
 
 1. :meth:`Monitor.start`, after the workers are forked (the parent forks
    with no thread and no connection open): the idle sessions

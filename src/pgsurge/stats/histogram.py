@@ -45,6 +45,7 @@ import zlib
 from array import array
 from collections.abc import Callable, Iterator
 from fractions import Fraction
+from operator import add
 from types import MethodType
 from typing import Any
 
@@ -177,7 +178,10 @@ class Histogram:
     @property
     def count(self) -> int:
         """Number of recorded values (a sum over the buckets: not free)."""
-        return sum(self._counts) if self.hi >= 0 else 0
+        if self.hi < 0:
+            return 0
+        first, last = self._span()
+        return sum(self._counts[first : last + 1])
 
     @property
     def min(self) -> int:
@@ -267,9 +271,8 @@ class Histogram:
         end = offset + len(arr)
         if end > len(counts):
             self._grow(end - 1)
-        for i, n in enumerate(arr, offset):
-            if n:
-                counts[i] += n
+        # element-wise at C speed (the loop returns here once per interval)
+        counts[offset:end] = map(add, counts[offset:end], arr)
         self.total += total
         if hi > self.hi:
             self.hi = hi
@@ -283,20 +286,23 @@ class Histogram:
         if other.hi < 0:
             return
         mine = self._counts
-        theirs = other._counts
-        if len(theirs) > len(mine):
-            mine.extend([0] * (len(theirs) - len(mine)))
-        for idx, n in enumerate(theirs):
-            if n:
-                mine[idx] += n
+        # only the span of ``other``'s values has counts (lo and hi are
+        # exact), added element-wise at C speed
+        first, last = other._span()
+        if last >= len(mine):
+            mine.extend([0] * (last + 1 - len(mine)))
+        end = last + 1
+        mine[first:end] = map(add, mine[first:end], other._counts[first:end])
         self.total += other.total
         self.hi = max(self.hi, other.hi)
         self.lo = min(self.lo, other.lo)
 
     def reset(self) -> None:
         """Forget all values (keeps the allocated buckets)."""
-        counts = self._counts
-        counts[:] = [0] * len(counts)
+        if self.hi >= 0:
+            # the buckets outside the span of the values are empty already
+            first, last = self._span()
+            self._counts[first : last + 1] = [0] * (last + 1 - first)
         self.total = 0
         self.lo = _EMPTY_LO
         self.hi = -1

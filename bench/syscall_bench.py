@@ -1,0 +1,184 @@
+"""Per-transaction syscalls and CPU of pgsurge and pgbench, deterministic enough
+for a noisy machine (issue 10).
+
+Wall-clock CPU ratios swing by ±30 % on a small shared machine; the number of
+system calls a client makes per transaction, by kind, does not. For each
+case this runs the tool under ``perf stat`` (tracepoints, software events)
+twice, with ``-t LOW`` and ``-t HIGH``, and divides the difference of every
+counter by the difference of the transactions processed: start-up and
+connection set-up cancel out, what is left is the cost of a transaction::
+
+    python bench/syscall_bench.py                       # every case, own server
+    python bench/syscall_bench.py --cases so-json,tp-log --dsn "host=/tmp dbname=bench"
+    python bench/syscall_bench.py --pgsurge "env PYTHONPATH=/other/src pgsurge"
+
+The cases are those of bench/suite.py's issue-10 targets (plain, --json
+--percentiles, -l, the logic script) and -P 1; pgbench runs each without
+pgsurge's extra options. ``--dsn`` names a database initialized by
+``pgbench -i`` (scale 10 or more); without it an embedded server is created
+and initialized, and removed at the end. Needs ``perf`` with access to the
+``syscalls`` tracepoints (root, or kernel.perf_event_paranoid <= -1).
+
+Output, per case and tool: syscalls per transaction (all, and the kinds
+that a client loop makes: sendto, recvfrom, the waits, write, clock and
+rusage reads, futex), context switches and task-clock µs per transaction.
+The task-clock is timing, hence indicative only; the counts are not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _suite_proc import SuiteServer, pg_bindir, pgsurge_argv
+
+#: the counters, short name -> perf event
+EVENTS = {
+    "all": "raw_syscalls:sys_enter",
+    "sendto": "syscalls:sys_enter_sendto",
+    "recvfrom": "syscalls:sys_enter_recvfrom",
+    "epoll_wait": "syscalls:sys_enter_epoll_wait",
+    "epoll_pwait2": "syscalls:sys_enter_epoll_pwait2",
+    "ppoll": "syscalls:sys_enter_ppoll",
+    "poll": "syscalls:sys_enter_poll",
+    "write": "syscalls:sys_enter_write",
+    "read": "syscalls:sys_enter_read",
+    "clock_gettime": "syscalls:sys_enter_clock_gettime",
+    "getrusage": "syscalls:sys_enter_getrusage",
+    "futex": "syscalls:sys_enter_futex",
+    "epoll_ctl": "syscalls:sys_enter_epoll_ctl",
+    "cs": "context-switches",
+    "task_ms": "task-clock",
+}
+_SO = ("-b", "select-only", "-M", "prepared", "-c", "8", "-j", "2")
+_TP = ("-b", "tpcb-like", "-M", "prepared", "-c", "8", "-j", "2")
+_JSON = ("--json", "{tmp}/run.json", "--percentiles")
+_ASYNC = (("PGOPTIONS", "-c synchronous_commit=off"),)
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    name: str
+    args: tuple[str, ...]
+    #: pgsurge's extra options (pgbench runs without them)
+    extra: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    #: -t of the two runs (per client)
+    low: int = 500
+    high: int = 4000
+
+
+CASES = (
+    Case("so", _SO),
+    Case("so-json", _SO, _JSON),
+    Case("so-log", (*_SO, "-l")),
+    Case("so-P1", (*_SO, "-P", "1")),
+    Case("tp", _TP, env=_ASYNC, low=100, high=800),
+    Case("tp-json", _TP, _JSON, _ASYNC, 100, 800),
+    Case("tp-log", (*_TP, "-l"), env=_ASYNC, low=100, high=800),
+    Case("logic", ("-f", "{bench}/logic.sql", "-M", "prepared", "-c", "8", "-j", "2")),
+)
+
+
+def measure(
+    argv: Sequence[str], env: dict[str, str], dsn: str, t: int
+) -> tuple[int, dict[str, float]]:
+    """One run under perf stat: (transactions processed, counters)."""
+    with tempfile.TemporaryDirectory(prefix="pgsurge-sysc-") as tmp:
+        where = {"tmp": tmp, "bench": str(Path(__file__).resolve().parent)}
+        args = [a.format(**where) if "{" in a else a for a in argv]
+        cmd = ["perf", "stat", "-x", ",", "-e", ",".join(EVENTS.values()), "--"]
+        cmd += [*args, "-t", str(t), dsn]
+        p = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
+    m = re.search(r"actually processed: (\d+)", p.stdout)
+    if p.returncode or m is None:
+        raise SystemExit(f"{shlex.join(cmd)} failed:\n{p.stdout}{p.stderr}")
+    by_event = {v: k for k, v in EVENTS.items()}
+    counts: dict[str, float] = {}
+    for line in p.stderr.splitlines():
+        f = line.split(",")
+        if len(f) > 2 and f[2] in by_event:
+            counts[by_event[f[2]]] = float(f[0]) if f[0][:1].isdigit() else 0.0
+    return int(m.group(1)), counts
+
+
+def per_tx(
+    argv: Sequence[str], env: dict[str, str], dsn: str, case: Case, rounds: int
+) -> dict[str, float]:
+    """Counter deltas between -t high and -t low over transaction deltas."""
+    dtx = 0
+    sums = dict.fromkeys(EVENTS, 0.0)
+    for _ in range(rounds):
+        t0, c0 = measure(argv, env, dsn, case.low)
+        t1, c1 = measure(argv, env, dsn, case.high)
+        dtx += t1 - t0
+        for k in sums:
+            sums[k] += c1.get(k, 0.0) - c0.get(k, 0.0)
+    return {k: v / dtx for k, v in sums.items()}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--cases", help="comma-separated: " + ",".join(c.name for c in CASES)
+    )
+    ap.add_argument("--dsn", help="a database pgbench -i initialized (scale >= 10)")
+    ap.add_argument("--rounds", type=int, default=1, help="low/high pairs per case")
+    ap.add_argument("--pgsurge", metavar="CMD", help="command that starts pgsurge")
+    ap.add_argument("--tools", default="pgbench,pgsurge", help="which tools, in order")
+    o = ap.parse_args(argv)
+    if shutil.which("perf") is None:
+        ap.error("perf is not installed")
+    cases = CASES
+    if o.cases:
+        wanted = o.cases.split(",")
+        cases = tuple(c for c in CASES if c.name in wanted)
+        if len(cases) != len(wanted):
+            ap.error(f"unknown case in {o.cases}")
+    pgbench = [str(pg_bindir() / "pgbench")]
+    pgsurge = shlex.split(o.pgsurge) if o.pgsurge else pgsurge_argv()
+    server = None
+    dsn = o.dsn
+    if dsn is None:
+        server = SuiteServer(None)
+        dsn = server.recreate_db("pgsurge_sysc")
+        subprocess.run([*pgbench, "-i", "-q", "-s", "10", dsn], check=True)
+    shown = [k for k in EVENTS if k not in ("task_ms",)]
+    print(f"{'case':8} {'tool':8} " + " ".join(f"{k:>9.9}" for k in shown) + "  cpu µs")
+    try:
+        for case in cases:
+            for tool in o.tools.split(","):
+                env = dict(os.environ)
+                env.update(case.env)
+                if tool == "pgbench":
+                    run_argv = [*pgbench, *case.args]
+                else:
+                    # a run the C loop does not take fails instead of being measured
+                    env["PGSURGE_FASTLOOP"] = "require"
+                    run_argv = [*pgsurge, *case.args, *case.extra]
+                r = per_tx(run_argv, env, dsn, case, o.rounds)
+                print(
+                    f"{case.name:8} {tool:8} "
+                    + " ".join(f"{r[k]:9.3f}" for k in shown)
+                    + f"  {r['task_ms'] * 1000:6.2f}",
+                    flush=True,
+                )
+    finally:
+        if server is not None:
+            server.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""The ``-l`` files of a multi-host run: written on the hosts, brought back.
+
+Each worker writes its transaction log on its own host, as on one
+machine: pgbench's name ``PREFIX.PID`` for worker 0 and ``PREFIX.PID.N``
+for worker N, where PID is the coordinator's process id and N the
+worker's global number, so the files of all hosts never clash and are
+named exactly as those of a one-machine run with the same ``-j``. A
+relative prefix is relative to the Dask worker's working directory; with
+``--dask local:N`` that is the coordinator's own, so the files are there
+already.
+
+``--dask-collect-logs DIR`` copies every host's files into DIR once the
+run is over: small Dask tasks pinned to the host read each file in chunks
+of :data:`CHUNK` bytes and return them as their results (no other channel
+than Dask's, and never more than a chunk or two in memory). A file that
+is already the destination (a host on this machine writing into DIR) is
+left as it is. The lines are the workers' own: pgbench's format, byte for
+byte.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from pgsurge.engine.worker import WorkerSpec
+from pgsurge.errors import PROG
+from pgsurge.stats.txlog import log_path
+
+__all__ = ["CHUNK", "FileId", "collect_logs", "file_id", "read_chunk"]
+
+#: bytes read by one task
+CHUNK = 8 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class FileId:
+    """Where a file is: its machine and inode, and its size."""
+
+    machine: str
+    device: int
+    inode: int
+    size: int
+
+
+def _machine() -> str:
+    """This machine: its boot id where Linux gives one (two containers may
+    share a host name), else its host name."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return socket.gethostname()
+
+
+def file_id(path: str) -> FileId | None:
+    """On a host: the identity of ``path``, None when it does not exist."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return FileId(_machine(), st.st_dev, st.st_ino, st.st_size)
+
+
+def read_chunk(path: str, offset: int, size: int) -> bytes:
+    """On a host: up to ``size`` bytes of ``path`` from ``offset``."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(size)
+
+
+def _on(client: Any, address: str, func: Any, *args: Any) -> Any:
+    """``func(*args)`` as a task on the Dask worker at ``address`` only."""
+    future = client.submit(
+        func, *args, workers=[address], allow_other_workers=False, pure=False
+    )
+    try:
+        return future.result()
+    finally:
+        future.release()
+
+
+def _copy(client: Any, address: str, source: str, target: Path) -> int:
+    """Copy ``source`` on the host into ``target``; the bytes copied.
+
+    The next chunk's task is submitted before the current one is written,
+    so reading on the host and writing here overlap.
+    """
+
+    def submit(offset: int) -> Any:
+        return client.submit(
+            read_chunk,
+            source,
+            offset,
+            CHUNK,
+            workers=[address],
+            allow_other_workers=False,
+            pure=False,
+        )
+
+    copied = 0
+    with open(target, "wb") as out:
+        future = submit(0)
+        try:
+            while True:
+                data: bytes = future.result()
+                future.release()
+                if not data:
+                    return copied
+                copied += len(data)
+                future = submit(copied)
+                out.write(data)
+        except BaseException:
+            future.release()
+            target.unlink()  # a part of it would pass for all of it
+            raise
+
+
+def collect_logs(
+    client: Any,
+    hosts: Sequence[tuple[str, Sequence[WorkerSpec]]],
+    dest: str,
+    err: TextIO,
+) -> bool:
+    """Copy the -l files of every host ((its address, its workers' specs))
+    into ``dest``; False when some could not be (said on ``err``)."""
+    ok = True
+    files = copied = 0
+    here = _machine()
+    for address, specs in hosts:
+        for spec in specs:
+            source = log_path(spec.config.log_prefix, spec.parent_pid, spec.worker_id)
+            target = Path(dest) / os.path.basename(source)
+            try:
+                where: FileId | None = _on(client, address, file_id, source)
+                if where is None:
+                    raise FileNotFoundError("no such file")
+                if where.machine == here and _same_file(target, where):
+                    files += 1  # the host wrote it here
+                    continue
+                copied += _copy(client, address, source, target)
+                files += 1
+            except Exception as e:
+                ok = False
+                err.write(
+                    f'{PROG}: error: could not collect "{source}" from host '
+                    f"{address}: {e}\n"
+                )
+    err.write(
+        f'{PROG}: dask: {files} -l files in "{dest}" ({copied} bytes copied '
+        "from the hosts)\n"
+    )
+    err.flush()
+    return ok
+
+
+def _same_file(target: Path, where: FileId) -> bool:
+    try:
+        st = target.stat()
+    except FileNotFoundError:
+        return False
+    return (st.st_dev, st.st_ino) == (where.device, where.inode)

@@ -1,0 +1,125 @@
+"""The C loop's ways back into the reference state machine.
+
+``pgsurge._fastloop`` runs the plain case of the client states itself and
+hands a client back to Python at the events listed in ENGINE.md ("Who
+owns a client when", step 4), after writing everything back into the
+:class:`~pgsurge.engine.state.Client`. When it is in the middle of a step
+(a send done, a result read), ``advance`` cannot just take over where the
+client's state says: ``resume`` first does what ``advance`` would have
+done with what C saw, then calls ``advance``. ``gset`` stores a
+``\\gset``/``\\aset`` value into a variable C does not hold, with
+pgbench's messages on failure.
+
+:func:`make_handback` builds both once per worker, from the same steps as
+``advance`` (:func:`pgsurge.engine.client.make_engine` passes them), so
+that the messages and states are exactly the reference's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import cast
+
+from pgsurge.engine import fastpq
+from pgsurge.engine.abi import (
+    NEXT_STATE,
+    R_READ_ON,
+    R_WAIT,
+    RESUME_FLUSH,
+    RESUME_SEND_FAILED,
+)
+from pgsurge.engine.fastpq import DRAIN_DONE, ErrorResult
+from pgsurge.engine.sql import SqlSteps
+from pgsurge.engine.state import (
+    ABORTED,
+    BACKEND_DIED,
+    E_META,
+    END_COMMAND,
+    WAIT_RESULT,
+    Client,
+    IoHooks,
+    Support,
+)
+
+__all__ = ["Gset", "Resume", "make_handback"]
+
+#: (client, event) -> None; see :func:`make_handback`
+Resume = Callable[[Client, object], None]
+#: (client, script, command, qrynum, got, context, name, value) -> stored?
+Gset = Callable[[Client, int, int, int, int, str, str | None, str], bool]
+
+
+def make_handback(
+    io: IoHooks,
+    sup: Support,
+    sql: SqlSteps,
+    advance: Callable[[Client], None],
+) -> tuple[Resume, Gset]:
+    """``resume`` and ``gset`` for one worker's clients (see
+    ``pgsurge.engine.client.Engine`` for their contracts)."""
+    error = sup.error
+    command_failed = sup.command_failed
+    store_variable = sup.store_variable
+    note_error = sql.note_error
+    read_results = sql.read_results
+
+    def resume(st: Client, event: object) -> None:
+        """The C loop hands ``st`` back in the middle of a step."""
+        if event == RESUME_FLUSH:
+            # as after a send in advance: wait for writability, then read
+            io.want_write(st)
+            st.state = WAIT_RESULT
+        elif event == RESUME_SEND_FAILED:
+            command_failed(st, "SQL", "SQL command send failed")
+            st.state = ABORTED
+        elif type(event) is str:
+            # a \\gset/\\aset failed (its message given, or ``event``)
+            if event:
+                error(event)
+            st.estatus = E_META
+            st.state = ABORTED
+        elif type(event) is int:
+            # what advance does with these drain() results
+            q = event >> 2
+            st.qrynum = q
+            if event & 3 == DRAIN_DONE:
+                if q:
+                    st.state = END_COMMAND
+                else:
+                    error(f"client {st.id} command {st.command}: no results")
+                    st.state = ABORTED
+            else:
+                command_failed(st, "SQL", BACKEND_DIED)
+                st.state = ABORTED
+        else:
+            q, status, sqlstate, message = cast(fastpq.Failed, event)
+            st.qrynum = q
+            r = note_error(st, ErrorResult(status, sqlstate, message))
+            if r == R_READ_ON:
+                r = read_results(st, st.ops[st.command])
+            st.state = NEXT_STATE[r]
+            if r == R_WAIT:
+                return
+        advance(st)
+
+    def gset(
+        st: Client,
+        script: int,
+        command: int,
+        qrynum: int,
+        got: int,
+        context: str,
+        name: str | None,
+        value: str,
+    ) -> bool:
+        """See ``Engine.gset`` (sql.store_gset's messages)."""
+        where = f"client {st.id} script {script} command {command} query {qrynum}"
+        if name is None:
+            error(f"{where}: expected one row, got {got}")
+            return False
+        if store_variable(st, context, name, value):
+            return True
+        error(f"{where}: error storing into variable {name}")
+        return False
+
+    return resume, gset

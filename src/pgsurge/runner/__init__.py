@@ -1,0 +1,252 @@
+"""The parent of a benchmark run: pgbench's ``main`` from connecting to the report.
+
+``run(cfg)`` does what pgbench does once its options are parsed:
+
+1. parse the scripts (errors end the program before any connection);
+2. connect once: print the version banner, read ``:scale`` and the
+   partitioning of ``pgbench_accounts`` when a builtin script is used
+   (warning when ``-s`` is overridden), run the pre-run ``vacuum``/
+   ``truncate`` unless ``-n`` (``starting vacuum...end.``; failures there
+   are only warnings), and disconnect;
+3. derive every PRNG state from ``--random-seed`` in pgbench's order and
+   start one worker process per ``-j`` with its share of the clients
+   (pgbench's split: thread ``i`` gets ``(n - dealt + j - i - 1)/(j - i)``);
+4. drive the start-up barriers (READY, STEADY: connect, GO), so that
+   every client starts together and the initial connection time is
+   measured apart from the benchmark;
+5. during the run, merge the workers' progress snapshots and print
+   pgbench's progress line for all clients (``-P``) on stderr;
+6. merge the workers' results and print the report on stdout; exit status
+   2 when a client aborted (with pgbench's notice), 1 for fatal start-up
+   errors;
+7. pgsurge's extras after the report: ``--percentiles``/``--client-cpu``
+   lines on stdout, the ``--json`` document, and — whatever the options —
+   the one-line client-limited warning on stderr (runs of 1 s or more).
+   With ``--json -`` the document alone goes to stdout and everything
+   pgbench prints there (the banner, the report and its extra lines) goes
+   to stderr instead.
+
+Only this package (and ``cli``) writes to the console for a run;
+workers write their clients' error messages to stderr themselves, as
+pgbench's threads do. Steps 1 to 3 are in ``setup``, 4 to 6 up to the
+merged result in ``drive`` (the default driver: this machine's
+processes), the report and step 7 here.
+
+A signal that kills pgbench kills all its threads. Here the first SIGINT
+or SIGTERM of a running benchmark stops it gracefully and the report of
+what ran is printed before the program dies of the signal
+(``pgsurge.engine.interrupt``); before GO, or a second time, the workers
+are killed and the parent dies of it at once. SIGHUP (a closed terminal)
+kills the workers first, and the parent then dies of it, as pgbench would;
+they would otherwise run on, orphaned. On Linux the kernel also kills the
+workers when the parent dies of a signal no handler sees (SIGKILL).
+
+A worker that dies (the OOM killer's SIGKILL) is named with how it ended;
+the others stop gracefully, and the report of what the parent received is
+printed, with status 2.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, TextIO
+
+from pgsurge import __version__
+from pgsurge.config import RunConfig
+from pgsurge.engine.pool import RunFailed, split_clients
+from pgsurge.engine.worker import WorkerSpec
+from pgsurge.errors import PROG, ConnectError, ExitStatus, RunInterrupted
+from pgsurge.report import live
+from pgsurge.report.extras import client_limited_warning, render_extras
+from pgsurge.report.text import (
+    render_abort_notice,
+    render_interrupt_notice,
+    render_text,
+)
+from pgsurge.runner.drive import drive_local, writer
+from pgsurge.runner.setup import (
+    TableInfo,
+    epoch_shift_us,
+    parse_scripts,
+    pure_python_notice,
+    set_up,
+    worker_specs,
+)
+from pgsurge.stats.results import RunFacts, RunResult
+
+if TYPE_CHECKING:
+    from pgsurge.insight import Monitor
+
+__all__ = [
+    "Driver",
+    "TableInfo",
+    "parse_scripts",
+    "pure_python_notice",
+    "run",
+    "split_clients",
+]
+
+#: no client-limited warning for a shorter run: over a few milliseconds
+#: (-t 10, a client aborting at once) the busy share measures start-up
+#: and shutdown, not whether the client kept up with the server
+WARN_MIN_DURATION_US = 1_000_000
+
+#: runs a started run's workers and returns their merged result (see ``run``)
+Driver = Callable[[Sequence[WorkerSpec], RunFacts, TextIO], RunResult]
+
+
+def run(
+    cfg: RunConfig,
+    *,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    on_result: Callable[[RunResult], None] | None = None,
+    drive: Driver | None = None,
+) -> ExitStatus:
+    """Run the benchmark ``cfg`` and print pgbench's output; see the module doc.
+
+    ``on_result`` receives the merged :class:`RunResult` before the report
+    is printed (tests and the benchmark suite read the figures from it).
+    ``drive`` runs the workers elsewhere (``--dask``: on several hosts) in
+    place of this machine's processes; it gets their specs (all seeds
+    derived here, by global client number) and returns the merged result,
+    or raises :class:`~pgsurge.engine.pool.RunFailed`.
+    """
+    out = sys.stdout if stdout is None else stdout
+    err = sys.stderr if stderr is None else stderr
+    # what pgbench prints on stdout; stderr when the JSON document takes it
+    text_out = err if cfg.json_path == "-" else out
+    parsed = parse_scripts(cfg)
+    pure_notice = pure_python_notice()
+    if pure_notice:
+        err.write(pure_notice)
+        err.flush()
+
+    setup = set_up(cfg, text_out, err)
+    facts = RunFacts.from_config(
+        cfg,
+        pgsurge_version=__version__,
+        server_version_num=setup.server_version_num,
+        server_version=setup.server_version,
+        script_commands=[[c.first_line for c in p.commands] for p in parsed],
+        scale=setup.table.scale,
+        partition_method=setup.table.partition_method,
+        partitions=setup.table.partitions,
+    )
+    show_live = live.live_wanted(
+        err, progress_s=cfg.progress_s, disabled=cfg.no_live or drive is not None
+    )
+    shift_us = epoch_shift_us()
+    specs = worker_specs(
+        cfg,
+        setup,
+        parsed,
+        facts,
+        epoch_shift_us=shift_us,
+        snapshot_s=live.SNAPSHOT_S if show_live else 0,
+    )
+    monitor = None
+    try:
+        if cfg.insight:  # --waits, --server-stats, --idle-sessions
+            monitor = _start_monitor(cfg, setup.password, text_out, err)
+        local = partial(drive_local, show_live=show_live, monitor=monitor)
+        result = (drive or local)(specs, facts, err)
+        if monitor is not None:
+            result.insight = monitor.finish(result.total.cnt)
+    except RunFailed as e:
+        out.flush()
+        err.flush()
+        return e.status
+    finally:
+        if monitor is not None:  # end, abort, Ctrl-C: the sessions close
+            monitor.close()
+            err.write("".join(monitor.warnings))
+    result.epoch_shift_us = shift_us
+
+    if on_result is not None:
+        on_result(result)
+    return _report(result, cfg, out=out, text_out=text_out, err=err)
+
+
+def _report(
+    result: RunResult, cfg: RunConfig, *, out: TextIO, text_out: TextIO, err: TextIO
+) -> ExitStatus:
+    """Step 7: the report and pgsurge's extras; the exit status (or the
+    signal the run was interrupted by, raised again)."""
+    text_out.write(render_text(result, banner=False))
+    text_out.write(
+        render_extras(result, percentiles=cfg.percentiles, client_cpu=cfg.client_cpu)
+    )
+    if result.insight:
+        from pgsurge.report.insight import insight_warnings, render_insight
+
+        text_out.write(render_insight(result.insight))
+        err.write(insight_warnings(result.insight, PROG))
+    text_out.flush()
+    warning = ""
+    if result.total_duration_us >= WARN_MIN_DURATION_US:
+        warning = client_limited_warning(result, PROG, cpus=_cpus())
+    if warning:
+        err.write(warning)
+        err.flush()
+    if cfg.json_path:
+        from pgsurge.report.json import write_json
+
+        write_json(result, cfg, cfg.json_path, stdout=out)
+    if cfg.html_path:
+        _write_html(result, cfg, cfg.html_path)
+    notice = render_abort_notice(result, PROG)
+    if notice:
+        err.write(notice)
+        err.flush()
+    if result.interrupted_by is not None:
+        err.write(render_interrupt_notice(result, PROG))
+        err.flush()
+        raise RunInterrupted(getattr(signal, result.interrupted_by))
+    return ExitStatus.RUN_ABORTED if notice else ExitStatus.SUCCESS
+
+
+def _cpus() -> int:
+    """The cores this process may run on (for the client-limited hint)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 0
+
+
+def _write_html(result: RunResult, cfg: RunConfig, path: str) -> None:
+    """--html: the report page of the run's --json document (by value: the
+    renderer reads only the document, as ``pgsurge report`` does)."""
+    import json
+
+    from pgsurge.report.command import write_html
+    from pgsurge.report.html import RunDoc, render_html
+    from pgsurge.report.json import build_document
+
+    doc = json.loads(json.dumps(build_document(result, cfg), allow_nan=False))
+    label = os.path.splitext(os.path.basename(path))[0]
+    write_html(render_html([RunDoc(label, doc)]), path)
+
+
+def _start_monitor(
+    cfg: RunConfig, password: str | None, text_out: TextIO, err: TextIO
+) -> Monitor:
+    """The insight monitor's sessions (an error ends the run, as a client's
+    failed connection does); the idle sessions named under the banner."""
+    from pgsurge.insight import Monitor  # only for these options
+
+    try:
+        monitor = Monitor.start(
+            cfg, password, [s.text for s in cfg.scripts], writer(err)
+        )
+    except ConnectError as exc:
+        err.write(f"{PROG}: error: {exc}\n")
+        err.flush()
+        raise RunFailed(ExitStatus.ERROR) from None
+    text_out.write(monitor.header())
+    text_out.flush()
+    return monitor

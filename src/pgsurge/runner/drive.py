@@ -1,0 +1,468 @@
+"""A started run's workers, from the start-up barriers to the merged result.
+
+Steps 4 to 6 of :mod:`pgsurge.runner`, on this machine's worker processes
+(:func:`drive_local`, the default driver):
+
+* the start-up barriers (:func:`_start`): every worker says READY, the
+  parent sends STEADY (the run's start time: the clients connect), every
+  worker says it is connected, the parent sends GO, so that every client
+  starts together and the initial connection time is measured apart from
+  the benchmark;
+* during the run (:func:`_collect`), the workers' cumulative snapshots,
+  merged into pgbench's progress line for all clients (``-P``, on stderr)
+  or the live panel, once every worker has passed a tick;
+* at the end (:func:`_merge`), the workers' results merged into the run's.
+
+A worker that dies (the OOM killer's SIGKILL) is named with how it ended;
+the others stop gracefully and the result is what the parent received: the
+dead worker's clients count as aborted, with its last progress figures.
+A signal that would kill pgbench (SIGHUP) kills the workers first and the
+parent then dies of it; SIGINT and SIGTERM stop the run gracefully
+(``pgsurge.engine.interrupt``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+
+from pgsurge.config import RunConfig
+from pgsurge.engine.interrupt import ParentStop, describe_exit
+from pgsurge.engine.pool import RunFailed, WorkerPool
+from pgsurge.engine.protocol import (
+    Connected,
+    Crash,
+    Done,
+    Fatal,
+    Go,
+    ParentMessage,
+    Progress,
+    Ready,
+    Steady,
+    Stop,
+    WorkerMessage,
+)
+from pgsurge.engine.worker import WorkerSpec
+from pgsurge.errors import PROG, ExitStatus
+from pgsurge.report import live
+from pgsurge.runner.setup import clock_us, epoch_shift_us
+from pgsurge.stats.counters import StatsData
+from pgsurge.stats.results import RunFacts, RunResult, WorkerResult
+
+if TYPE_CHECKING:
+    from pgsurge.insight import Monitor
+    from pgsurge.stats.progress import ProgressReporter
+
+__all__ = ["drive", "drive_local", "writer"]
+
+#: signals whose default action kills pgbench, threads and all, and that
+#: do not interrupt a run gracefully (SIGINT and SIGTERM do: ParentStop)
+_KILLING_SIGNALS = (signal.SIGHUP,)
+
+
+def writer(stream: TextIO) -> Callable[[str], None]:
+    """A function that writes to ``stream`` and flushes it (for the insight
+    monitor, which writes from its own thread)."""
+
+    def write(text: str) -> None:
+        stream.write(text)
+        stream.flush()
+
+    return write
+
+
+def drive_local(
+    specs: Sequence[WorkerSpec],
+    facts: RunFacts,
+    err: TextIO,
+    *,
+    show_live: bool = False,
+    monitor: Monitor | None = None,
+) -> RunResult:
+    """The default driver: the workers are this machine's processes."""
+    workers = WorkerPool(specs)
+    try:
+        with _stop_workers_on_signal(workers), _parent_stop(workers) as stopper:
+            result = drive(
+                workers,
+                specs[0].config,
+                facts,
+                err,
+                stopper=stopper,
+                show_live=show_live,
+                monitor=monitor,
+            )
+    except BaseException:
+        workers.stop()
+        raise
+    workers.join()
+    return result
+
+
+def drive(
+    workers: WorkerPool,
+    cfg: RunConfig,
+    facts: RunFacts,
+    err: TextIO,
+    *,
+    stopper: ParentStop | None = None,
+    show_live: bool = False,
+    monitor: Monitor | None = None,
+) -> RunResult:
+    """The barriers, the progress lines (or the live panel) and the results
+    of a started run.
+
+    A worker that dies, or an interrupt (``stopper``), stops the others
+    gracefully; the result is then what the parent received: a dead
+    worker counts its clients as aborted, with its last progress figures.
+    """
+    start_us = _start(workers, cfg, err, stopper, monitor)
+    got = _Received.at_start(len(workers.pipes), start_us)
+    display = _Display.open(workers, cfg, facts, err, start_us, show_live, monitor)
+    try:
+        _collect(workers, got, err, stopper, display)
+    finally:
+        display.close()
+    return _merge(workers, got, facts, start_us, stopper)
+
+
+# -- the phases of a run ---------------------------------------------------------
+
+
+def _start(
+    workers: WorkerPool,
+    cfg: RunConfig,
+    err: TextIO,
+    stopper: ParentStop | None,
+    monitor: Monitor | None,
+) -> int:
+    """The start-up barriers (READY, STEADY, connected, GO); the run's start
+    time, the zero of its progress ticks."""
+    _barrier(workers, Ready, err)
+    start_us = clock_us()
+    end_us = start_us + cfg.duration * 1000000 if cfg.duration else 0
+    workers.send_all(Steady(start_us, end_us))
+    connected = _barrier(workers, Connected, err)
+    if monitor is not None:  # the run's backends, from libpq at connect
+        pids = [pid for m in connected if isinstance(m, Connected) for pid in m.pids]
+        monitor.go(pids, start_us, writer(err))
+    workers.send_all(Go())
+    if stopper is not None:
+        stopper.start_run()
+    return start_us
+
+
+@dataclass(slots=True)
+class _Received:
+    """What the parent holds of each worker (by index) while the run goes on."""
+
+    #: the last progress tick each worker sent (sys.maxsize once it ended)
+    ticks: list[int]
+    #: when each worker took its last snapshot
+    nows: list[int]
+    #: each worker's last cumulative figures (its total once done)
+    snapshots: list[StatsData]
+    #: the workers still running
+    pending: set[int]
+    results: dict[int, WorkerResult] = field(default_factory=dict)
+    #: worker -> when its death was seen
+    dead: dict[int, int] = field(default_factory=dict)
+    #: the last tick shown
+    shown: int = 0
+
+    @classmethod
+    def at_start(cls, n: int, start_us: int) -> _Received:
+        return cls(
+            ticks=[0] * n,
+            nows=[start_us] * n,
+            snapshots=[StatsData() for _ in range(n)],
+            pending=set(range(n)),
+        )
+
+    def ended(self, index: int) -> None:
+        self.ticks[index] = sys.maxsize
+        self.pending.discard(index)
+
+    def merged(self) -> StatsData:
+        total = StatsData()
+        for snap in self.snapshots:
+            total.merge(snap)
+        return total
+
+
+class _Display:
+    """Where the merged figures go during the run: pgbench's progress line
+    (``-P``, with the insight monitor's suffix), else the live panel, else
+    nowhere."""
+
+    def __init__(
+        self,
+        err: TextIO,
+        workers: WorkerPool,
+        reporter: ProgressReporter | None,
+        panel: live.LivePanel | None,
+        monitor: Monitor | None,
+    ) -> None:
+        self._err = err
+        self._workers = workers
+        self._reporter = reporter
+        self._panel = panel
+        self._monitor = monitor
+
+    @classmethod
+    def open(
+        cls,
+        workers: WorkerPool,
+        cfg: RunConfig,
+        facts: RunFacts,
+        err: TextIO,
+        start_us: int,
+        show_live: bool,
+        monitor: Monitor | None,
+    ) -> _Display:
+        reporter = None
+        if cfg.progress_s:
+            from pgsurge.stats.progress import ProgressReporter  # only for -P
+
+            shift = epoch_shift_us() if cfg.progress_timestamp else None
+            reporter = ProgressReporter.for_run(facts, start_us, epoch_shift_us=shift)
+        panel = None
+        if show_live:
+            panel = live.LivePanel(
+                err,
+                start_us=start_us,
+                duration_s=cfg.duration,
+                transactions=cfg.transactions,
+                clients=cfg.clients,
+                nworkers=len(workers.pipes),
+            )
+            panel.start()
+        return cls(err, workers, reporter, panel, monitor)
+
+    def show(self, merged: StatsData, now: int) -> None:
+        if self._reporter is not None:
+            line = self._reporter.report(merged, now)
+            if self._monitor is not None:
+                line += self._monitor.progress_suffix()
+            self._err.write(line + "\n")
+            self._err.flush()
+        elif self._panel is not None:
+            cpu = [live.proc_cpu_seconds(p.pid) for p in self._workers.procs]
+            self._panel.update(merged, now, cpu)
+
+    def close(self) -> None:
+        if self._panel is not None:
+            self._panel.stop()
+
+
+def _collect(
+    workers: WorkerPool,
+    got: _Received,
+    err: TextIO,
+    stopper: ParentStop | None,
+    display: _Display,
+) -> None:
+    """Receive until every worker has sent its result or died; show the
+    merged figures whenever every running worker has passed a new tick."""
+    wake: list[Any] = [] if stopper is None else [stopper.wake_fd]
+    while got.pending:
+        timeout = None if stopper is None else stopper.timeout()
+        ready = wait([*(workers.pipes[i] for i in got.pending), *wake], timeout)
+        if stopper is not None:
+            _escalate(workers, got, stopper, ready)
+        for pipe in ready:
+            if isinstance(pipe, Connection):
+                _receive(workers, workers.pipes.index(pipe), got, err, stopper)
+        tick = min(got.ticks)
+        if got.pending and tick > got.shown:
+            got.shown = tick
+            display.show(got.merged(), max(got.nows[i] for i in got.pending))
+
+
+def _escalate(
+    workers: WorkerPool, got: _Received, stopper: ParentStop, ready: list[Any]
+) -> None:
+    """The later steps of a graceful stop, when their time has come."""
+    if stopper.wake_fd in ready:
+        stopper.drain()
+    step = stopper.due()
+    if step == 2:  # the grace is over: cancel what still runs
+        for i in got.pending:
+            _send_quietly(workers.pipes[i], Stop())
+    elif step == 3:  # no answer: they are dead to us
+        for i in sorted(got.pending):
+            workers.procs[i].kill()
+
+
+def _receive(
+    workers: WorkerPool,
+    index: int,
+    got: _Received,
+    err: TextIO,
+    stopper: ParentStop | None,
+) -> None:
+    """One message of worker ``index`` during the run."""
+    match _recv(workers, index):
+        case Progress(tick, now, stats):
+            got.ticks[index], got.nows[index], got.snapshots[index] = tick, now, stats
+        case Done(done):
+            got.results[index] = done
+            got.snapshots[index] = done.total
+            got.ended(index)
+        case _Died():
+            _report_death(workers, index, err)
+            got.dead[index] = clock_us()
+            got.ended(index)
+            if stopper is None:
+                raise RunFailed(ExitStatus.RUN_ABORTED)
+            stopper.stop(clock_us())
+        case Fatal() as fatal:
+            _fatal(fatal, err)
+        case _:  # ExitOnAbort, or a message out of order
+            raise RunFailed(ExitStatus.RUN_ABORTED)
+
+
+def _merge(
+    workers: WorkerPool,
+    got: _Received,
+    facts: RunFacts,
+    start_us: int,
+    stopper: ParentStop | None,
+) -> RunResult:
+    """The run's result from the workers' (a dead one's made up from what
+    it last sent), and the interrupt that stopped it, if one did."""
+    for index, when in got.dead.items():
+        got.results[index] = _dead_result(
+            workers.nclients[index], index, got.snapshots[index], start_us, when
+        )
+    result = RunResult.from_workers(
+        [got.results[i] for i in range(len(workers.pipes))], facts, start_us=start_us
+    )
+    if stopper is not None and stopper.signum is not None:
+        result.interrupted_by = signal.Signals(stopper.signum).name
+        result.interrupted_after_us = max(0, stopper.at_us - result.bench_start_us)
+    return result
+
+
+# -- messages, deaths and signals ------------------------------------------------
+
+
+class _Died:
+    """What :func:`_recv` returns for a worker whose pipe closed."""
+
+
+def _recv(workers: WorkerPool, index: int) -> WorkerMessage | _Died:
+    try:
+        msg: WorkerMessage = workers.pipes[index].recv()
+    except (EOFError, OSError):
+        return _Died()
+    if isinstance(msg, Crash):
+        sys.stderr.write(msg.traceback)
+        sys.stderr.write(f"{PROG}: error: worker {index} failed\n")
+        raise RunFailed(ExitStatus.RUN_ABORTED)
+    return msg
+
+
+def _fatal(msg: Fatal, err: TextIO) -> NoReturn:
+    """A worker's :class:`Fatal`: pgbench's ``pg_fatal`` in a thread, which
+    ends the process with status 1. The text, when the worker left it to
+    the parent, is printed here: only the first failing worker's."""
+    if msg.text is not None:
+        err.write(msg.text)
+        err.flush()
+    raise RunFailed(ExitStatus.ERROR)
+
+
+def _barrier(
+    workers: WorkerPool, expected: type[Ready | Connected], err: TextIO
+) -> list[WorkerMessage]:
+    """Wait for every worker's ``expected`` message (a fatal one ends the
+    run); the messages, by worker."""
+    got: dict[int, WorkerMessage] = {}
+    waiting = set(range(len(workers.pipes)))
+    while waiting:
+        ready = wait([workers.pipes[i] for i in waiting])
+        for pipe in ready:
+            index = workers.pipes.index(pipe)  # type: ignore[arg-type]
+            msg = _recv(workers, index)
+            if isinstance(msg, _Died):
+                _report_death(workers, index, err)
+                raise RunFailed(ExitStatus.RUN_ABORTED)
+            if isinstance(msg, Fatal):
+                _fatal(msg, err)
+            if not isinstance(msg, expected):
+                raise RunFailed(ExitStatus.RUN_ABORTED)
+            got[index] = msg
+            waiting.discard(index)
+    return [got[i] for i in sorted(got)]
+
+
+def _report_death(workers: WorkerPool, index: int, err: TextIO) -> None:
+    """A worker's pipe closed without a result: say which and how it ended."""
+    proc = workers.procs[index]
+    proc.join(1.0)
+    err.write(
+        f"{PROG}: error: worker {index} (pid {proc.pid}) died: "
+        f"{describe_exit(proc.exitcode)}\n"
+    )
+    err.flush()
+
+
+def _send_quietly(pipe: Connection, msg: ParentMessage) -> None:
+    try:
+        pipe.send(msg)
+    except OSError:  # it died meanwhile: its pipe says so next
+        pass
+
+
+def _dead_result(
+    nclients: int, index: int, last: StatsData, start_us: int, when: int
+) -> WorkerResult:
+    """A dead worker's share of the result: its clients aborted, with the
+    figures of its last progress snapshot (none without -P)."""
+    result = WorkerResult(index, nclients, total=last)
+    result.aborted_clients = nclients
+    result.client_tx_counts = [0] * nclients
+    result.conn_start_us = result.bench_start_us = start_us
+    result.end_us = when
+    result.abort_messages = [f"worker {index} died"]
+    return result
+
+
+@contextmanager
+def _stop_workers_on_signal(workers: WorkerPool) -> Iterator[None]:
+    """While the workers run, a killing signal terminates them, then this
+    process dies of it (see the module docstring)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # (run() called from a thread: only the main one has handlers)
+        return
+
+    def die(signum: int, frame: object) -> None:
+        workers.stop()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    previous = {sig: signal.signal(sig, die) for sig in _KILLING_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def _parent_stop(workers: WorkerPool) -> Iterator[ParentStop | None]:
+    """The graceful stop of a running benchmark (main thread only: only it
+    has signal handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield None
+        return
+    with ParentStop(workers.pids, workers.stop) as stopper:
+        yield stopper

@@ -1,0 +1,357 @@
+"""A run's set-up, before any worker starts: scripts, setup connection, seeds.
+
+What pgbench's ``main`` does between parsing its options and starting its
+threads (steps 1 to 3 of :mod:`pgsurge.runner`):
+
+* the scripts as the option parser parsed them (:func:`parse_scripts`);
+* one setup connection (``doConnect``: a password prompt when the server
+  asks for one and stdin is a terminal) that prints the version banner,
+  reads ``:scale`` and the partitioning of ``pgbench_accounts`` for a
+  builtin script (``GetTableInfo``) or a Python workload's scale, runs the
+  pre-run ``vacuum``/``truncate`` unless ``-n`` (failures there are only
+  warnings), and is closed again;
+* every PRNG state derived from ``--random-seed`` in pgbench's order, and
+  the clients' starting variables (:class:`Setup`);
+* one :class:`~pgsurge.engine.worker.WorkerSpec` per ``-j`` with its share
+  of the clients (:func:`worker_specs`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import TextIO
+
+import psycopg
+
+from pgsurge import __version__, pgconn
+from pgsurge.config import RunConfig
+from pgsurge.engine.pool import split_clients
+from pgsurge.engine.program import ScriptLike
+from pgsurge.engine.worker import WorkerSpec
+from pgsurge.errors import PROG, ConnectError, PgsurgeError
+from pgsurge.prng import SeedPlan, derive_streams
+from pgsurge.report.text import render_banner
+from pgsurge.script.ast import ParsedScript, Value
+from pgsurge.stats.results import RunFacts
+
+__all__ = [
+    "Setup",
+    "TableInfo",
+    "clock_us",
+    "epoch_shift_us",
+    "parse_scripts",
+    "pure_python_notice",
+    "set_up",
+    "worker_specs",
+]
+
+_UNDEFINED_TABLE = "42P01"
+
+
+@dataclass(frozen=True, slots=True)
+class TableInfo:
+    """What pgbench reads from the database before a builtin script runs."""
+
+    scale: int
+    partition_method: str = "none"
+    partitions: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """What the setup connection found, and what every worker starts from."""
+
+    #: the password typed at the prompt (the workers connect with it)
+    password: str | None
+    server_version_num: int
+    server_version: str
+    table: TableInfo
+    #: every client's and every worker's PRNG state
+    seeds: SeedPlan
+    #: every client's starting variables (-D, :scale, the seeds)
+    variables: tuple[tuple[str, Value], ...]
+    #: whether each client gets :client_id (not when -D defines it)
+    set_client_id: bool
+
+
+def clock_us() -> int:
+    """The monotonic clock in µs, the time base of the run's barriers."""
+    return time.monotonic_ns() // 1000
+
+
+def epoch_shift_us() -> int:
+    """Unix time minus :func:`clock_us`, in µs (to print Unix timestamps)."""
+    return time.time_ns() // 1000 - clock_us()
+
+
+def parse_scripts(cfg: RunConfig) -> tuple[ScriptLike, ...]:
+    """The scripts as the option parser parsed them (parsed here only when
+    the config was built by hand); a Python transaction as it was loaded."""
+    from pgsurge.script.compile import parse_script
+
+    return tuple(
+        s.parsed
+        if isinstance(s.parsed, ParsedScript) or s.python
+        else parse_script(s.description or s.name, s.text)
+        for s in cfg.scripts
+    )
+
+
+def pure_python_notice() -> str:
+    """One stderr line when a C extension could not be loaded although it
+    was not turned off (``PGSURGE_PURE``): the run then measures with about
+    twice the client CPU per transaction, which the user should know.
+    Empty when every extension loaded or when the pure paths were asked for.
+    """
+    from pgsurge import _native
+
+    missing = _native.unavailable()
+    if not missing or _native.pure_requested():
+        return ""
+    what = "; ".join(f"pgsurge.{name} {why}" for name, why in sorted(missing.items()))
+    return (
+        f"{PROG}: notice: this run uses pure-Python paths, at about twice the "
+        f"client CPU per transaction ({what}); to build the C extensions, "
+        "install a C compiler and the Python headers (e.g. gcc and python3-dev) "
+        "and reinstall pgsurge (PGSURGE_PURE=1 silences this notice)\n"
+    )
+
+
+def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
+    """The setup connection's work (module docstring); the banner goes to
+    ``text_out``, warnings and the vacuum messages to ``err``."""
+    conn, password = _connect_setup(cfg, err)
+    try:
+        server_num = conn.server_version
+        server_version = conn.parameter_status("server_version") or str(server_num)
+        text_out.write(render_banner(__version__, server_version))
+        text_out.flush()
+        if cfg.debug:
+            err.write(_debug_target(conn, cfg))
+            err.flush()
+        info = TableInfo(cfg.scale or 1)
+        if any(s.builtin for s in cfg.scripts):
+            info = _table_info(conn, cfg, err)
+        elif any(s.python for s in cfg.scripts):
+            info = TableInfo(_workload_scale(conn, cfg) or 1)
+        defined = {name for name, _ in cfg.defines}
+        seeds = derive_streams(
+            cfg.random_seed,
+            cfg.clients,
+            min(cfg.jobs, cfg.clients),
+            draw_default_seed="default_seed" not in defined,
+        )
+        variables, set_client_id = _initial_variables(
+            cfg, info.scale, seeds.default_seed
+        )
+        if not cfg.no_vacuum:
+            _vacuum(conn, cfg, err)
+    finally:
+        conn.finish()
+    return Setup(
+        password=password,
+        server_version_num=server_num,
+        server_version=server_version,
+        table=info,
+        seeds=seeds,
+        variables=variables,
+        set_client_id=set_client_id,
+    )
+
+
+def worker_specs(
+    cfg: RunConfig,
+    setup: Setup,
+    parsed: tuple[ScriptLike, ...],
+    facts: RunFacts,
+    *,
+    epoch_shift_us: int,
+    snapshot_s: int,
+) -> list[WorkerSpec]:
+    """One spec per worker, each with its share of the clients (pgbench's
+    split: thread ``i`` gets ``(n - dealt + j - i - 1)/(j - i)``) and their
+    PRNG states, by global client number."""
+    nthreads = min(cfg.jobs, cfg.clients)
+    seeds = setup.seeds
+    return [
+        WorkerSpec(
+            worker_id=i,
+            config=cfg,
+            scripts=parsed,
+            first_client=first,
+            nclients=count,
+            nthreads=nthreads,
+            client_rngs=seeds.clients[first : first + count],
+            streams=seeds.threads[i],
+            variables=setup.variables,
+            set_client_id=setup.set_client_id,
+            detailed=facts.measure_latency,
+            password=setup.password,
+            parent_pid=os.getpid(),
+            epoch_shift_us=epoch_shift_us,
+            snapshot_s=snapshot_s,
+        )
+        for i, (first, count) in enumerate(split_clients(cfg.clients, nthreads))
+    ]
+
+
+def _workload_scale(conn: pgconn.PgConn, cfg: RunConfig) -> int | None:
+    """The scale of the run's Python workloads: ``-s``, else what the first
+    workload's ``SCALE_QUERY`` reads from its tables; None without one."""
+    if cfg.scale is not None:
+        return cfg.scale
+    for s in cfg.scripts:
+        query = getattr(s.parsed, "scale_query", None) if s.python else None
+        if query:
+            status, res = conn.exec_status(query)
+            if status != pgconn.TUPLES_OK:
+                raise PgsurgeError(
+                    f"could not read the scale of {s.parsed.workload}: "
+                    + pgconn.strip_newline(conn.error_message()),
+                    hint=f'Perhaps you need to initialize it ("{PROG} -i -b '
+                    f'NAME" or "{PROG} -i -f FILE.py").',
+                )
+            return int(pgconn.value_text(res, 0, 0) or 1)
+    return None
+
+
+def _connect(
+    items: dict[str, str], password: str | None
+) -> tuple[pgconn.PgConn | None, str, bool]:
+    """:func:`pgconn.connect`, with a conninfo string or URI in the database
+    name that cannot even be parsed (``foo=bar``) reported as libpq's
+    message, as pgbench reports it, rather than raised."""
+    try:
+        return pgconn.connect(items, password)
+    except psycopg.Error as exc:
+        return None, str(exc), False
+
+
+def _connect_setup(cfg: RunConfig, err: TextIO) -> tuple[pgconn.PgConn, str | None]:
+    """pgbench ``doConnect`` for the setup connection (prompts once for a
+    password if the server asks for one and stdin is a terminal)."""
+    items = cfg.conn.conninfo_items()
+    conn, message, needs = _connect(items, None)
+    password = None
+    if conn is None and needs and sys.stdin.isatty():
+        import getpass  # lazily, as the prompt is rare (it pulls in termios)
+
+        password = getpass.getpass("Password: ")
+        conn, message, needs = _connect(items, password)
+    if conn is None:
+        err.write(f"{PROG}: error: {pgconn.strip_newline(message)}\n")
+        err.flush()
+        raise ConnectError("could not create connection for setup")
+    return conn, password
+
+
+def _debug_target(conn: pgconn.PgConn, cfg: RunConfig) -> str:
+    """pgbench's --debug line about the setup connection and the run size."""
+    raw = conn._pgconn
+
+    def text(value: bytes | None) -> str:
+        return "(null)" if value is None else value.decode("utf-8", "replace")
+
+    what, count = (
+        ("duration", cfg.duration) if cfg.duration else ("nxacts", cfg.transactions)
+    )
+    return (
+        f"{PROG}: pghost: {text(raw.host)} pgport: {text(raw.port)} "
+        f"nclients: {cfg.clients} {what}: {count} dbName: {text(raw.db)}\n"
+    )
+
+
+def _table_info(conn: pgconn.PgConn, cfg: RunConfig, err: TextIO) -> TableInfo:
+    """pgbench ``GetTableInfo``: the scale from ``pgbench_branches`` and the
+    partitioning of the ``pgbench_accounts`` found first in search_path."""
+    hint = (
+        f'Perhaps you need to do initialization ("{PROG} -i") in database '
+        f'"{conn.dbname}".'
+    )
+    status, res = conn.exec_status("select count(*) from pgbench_branches")
+    if status != pgconn.TUPLES_OK:
+        state = pgconn.sqlstate(res)
+        raise PgsurgeError(
+            "could not count number of branches: "
+            + pgconn.strip_newline(conn.error_message()),
+            hint=hint if state == _UNDEFINED_TABLE else None,
+        )
+    scale = int(pgconn.value_text(res, 0, 0))
+    if cfg.scale is not None:
+        err.write(
+            f"{PROG}: warning: scale option ignored, using count from "
+            f"pgbench_branches table ({scale})\n"
+        )
+        err.flush()
+    # The table the unqualified name resolves to, its partition strategy
+    # (NULL when not partitioned) and how many partitions hang off it.
+    status, res = conn.exec_status(
+        "select p.partstrat, "
+        "(select pg_catalog.count(*) from pg_catalog.pg_inherits i"
+        " where i.inhparent = c.oid) "
+        "from pg_catalog.pg_class c "
+        "left join pg_catalog.pg_partitioned_table p on p.partrelid = c.oid "
+        "where c.oid = pg_catalog.to_regclass('pgbench_accounts')"
+    )
+    if status != pgconn.TUPLES_OK:
+        return TableInfo(scale)
+    if res.ntuples == 0:
+        raise PgsurgeError(
+            'no pgbench_accounts table found in "search_path"', hint=hint
+        )
+    strategy = pgconn.value_text(res, 0, 0)
+    partitions = int(pgconn.value_text(res, 0, 1) or 0)
+    if strategy == "":
+        return TableInfo(scale)
+    if strategy == "r":
+        return TableInfo(scale, "range", partitions)
+    if strategy == "h":
+        return TableInfo(scale, "hash", partitions)
+    raise PgsurgeError(f'unexpected partition method: "{strategy}"')
+
+
+def _try_execute(conn: pgconn.PgConn, sql: str, err: TextIO) -> None:
+    """pgbench ``tryExecuteStatement``: a failure is only reported."""
+    status, _res = conn.exec_status(sql)
+    if status != pgconn.COMMAND_OK:
+        err.write(
+            f"{PROG}: error: {pgconn.strip_newline(conn.error_message())}\n"
+            f"{PROG}: detail: (ignoring this error and continuing anyway)\n"
+        )
+        err.flush()
+
+
+def _vacuum(conn: pgconn.PgConn, cfg: RunConfig, err: TextIO) -> None:
+    err.write("starting vacuum...")
+    err.flush()
+    _try_execute(conn, "vacuum pgbench_branches", err)
+    _try_execute(conn, "vacuum pgbench_tellers", err)
+    _try_execute(conn, "truncate pgbench_history", err)
+    err.write("end.\n")
+    if cfg.vacuum_all:
+        err.write("starting vacuum pgbench_accounts...")
+        err.flush()
+        _try_execute(conn, "vacuum analyze pgbench_accounts", err)
+        err.write("end.\n")
+    err.flush()
+
+
+def _initial_variables(
+    cfg: RunConfig, scale: int, default_seed: int | None
+) -> tuple[tuple[tuple[str, Value], ...], bool]:
+    """Every client's starting variables (pgbench ``main``): the -D values
+    as strings, then :scale, :default_seed and :random_seed unless -D gave
+    them; :client_id is per client (the flag says whether to set it)."""
+    variables: dict[str, Value] = dict(cfg.defines)
+    if "scale" not in variables:
+        variables["scale"] = scale
+    set_client_id = "client_id" not in variables
+    if default_seed is not None and "default_seed" not in variables:
+        variables["default_seed"] = default_seed
+    if "random_seed" not in variables:
+        seed = cfg.random_seed & 0xFFFFFFFFFFFFFFFF
+        variables["random_seed"] = seed - (1 << 64) if seed >= 1 << 63 else seed
+    return tuple(variables.items()), set_client_id

@@ -1,0 +1,132 @@
+"""The test server's databases for benchmark runs (fixtures and helpers).
+
+* ``bench_template`` (session): one database initialised once per session
+  by the reference ``pgbench -i -s 1``, then closed to connections and
+  marked a template. Nothing runs in it.
+* ``bench_db`` (per test): ``CREATE DATABASE … TEMPLATE`` of it, a copy
+  the test may change at will, dropped at the end. A test that needs
+  another scale or partitioning initialises a ``fresh_db`` itself.
+* ``draws_db`` (per test): a ``fresh_db`` with the tables ``t`` (scripts
+  insert the values they drew: client, script, a, b) and ``u`` (v), for
+  comparing runs row by row; :func:`take_rows` reads ``t`` and empties it,
+  and :func:`run_both_loops` runs the same arguments on the C loop, then
+  on the Python loop, each followed by :func:`take_rows`.
+
+The template is made by the reference pgbench, so this plugin uses
+``tests/fix_run.py``'s programs (not the other way round).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from tests.fix_run import Outcome, run_pgbench, run_pgsurge
+
+#: the scale of the template database
+TEMPLATE_SCALE = 1
+
+
+def _admin_execute(server_dsn: str, *statements: sql.Composable) -> None:
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def create_database(server_dsn: str, prefix: str, template: str | None = None) -> str:
+    """A new database (copied from ``template`` if given); its name."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template is not None:
+        statement = sql.SQL("{} TEMPLATE {}").format(
+            statement, sql.Identifier(template)
+        )
+    _admin_execute(server_dsn, statement)
+    return name
+
+
+def drop_database(server_dsn: str, name: str) -> None:
+    _admin_execute(
+        server_dsn,
+        sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)),
+    )
+
+
+def db_dsn(server_dsn: str, name: str) -> str:
+    return psycopg.conninfo.make_conninfo(server_dsn, dbname=name)
+
+
+@pytest.fixture(scope="session")
+def bench_template(server_dsn: str, pgbench_bin: Path) -> Iterator[str]:
+    """The name of a database initialised once by ``pgbench -i -s 1``
+    (a template: no connections; copy it through ``bench_db``)."""
+    name = create_database(server_dsn, "t_template")
+    try:
+        outcome = run_pgbench(
+            pgbench_bin,
+            ["-i", "-s", str(TEMPLATE_SCALE), "-q"],
+            db_dsn(server_dsn, name),
+        )
+        assert outcome.status == 0, outcome.stderr
+        ident = sql.Identifier(name)
+        _admin_execute(
+            server_dsn,
+            sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS false").format(ident),
+            sql.SQL("ALTER DATABASE {} IS_TEMPLATE true").format(ident),
+        )
+        yield name
+    finally:
+        _admin_execute(
+            server_dsn,
+            sql.SQL("ALTER DATABASE {} IS_TEMPLATE false").format(sql.Identifier(name)),
+        )
+        drop_database(server_dsn, name)
+
+
+@pytest.fixture
+def bench_db(server_dsn: str, bench_template: str) -> Iterator[str]:
+    """A database of the pgbench tables at scale 1 for one test (a copy of
+    the session's template); yields its conninfo string."""
+    name = create_database(server_dsn, "t", template=bench_template)
+    yield db_dsn(server_dsn, name)
+    drop_database(server_dsn, name)
+
+
+@pytest.fixture
+def draws_db(fresh_db: str) -> str:
+    """A new database with the tables ``t`` and ``u`` (module docstring)."""
+    with psycopg.connect(fresh_db, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE t"
+            " (id bigserial PRIMARY KEY, cid int, s int, a bigint, b bigint)"
+        )
+        conn.execute("CREATE TABLE u (v int)")
+    return fresh_db
+
+
+Row = tuple[int, int, int, int]
+
+
+def take_rows(dsn: str) -> list[Row]:
+    """The rows of ``t`` (client, script, a, b) in the order each client
+    inserted them; ``t`` is emptied for the next run."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT cid, s, a, b FROM t ORDER BY cid, id").fetchall()
+        conn.execute("TRUNCATE t")
+    return rows
+
+
+def run_both_loops(
+    args: Sequence[str], dsn: str, cwd: Path
+) -> tuple[Outcome, list[Row], Outcome, list[Row]]:
+    """The same run on the C loop, then on the Python loop, each followed by
+    the rows it left in ``t``: (fast, fast_rows, slow, slow_rows)."""
+    fast = run_pgsurge(args, dsn, cwd=cwd, loop="c")
+    fast_rows = take_rows(dsn)
+    slow = run_pgsurge(args, dsn, cwd=cwd, loop="python")
+    return fast, fast_rows, slow, take_rows(dsn)
