@@ -36,17 +36,13 @@ from pgsurge.script.ast import (
     ShellCommand,
     SleepCommand,
     SqlCommand,
+    sql_command,
 )
 from pgsurge.script.fatal import PlainScriptError
 from pgsurge.script.lexer import MetaLexer, byte_len
 from pgsurge.script.parser import ExprParser
 from pgsurge.script.splitter import SqlScanner, Stop, skip_sql_comments, sql_first_line
-from pgsurge.script.sqlvars import (
-    MAX_SQL_PARAMS,
-    split_variables,
-    to_params,
-    too_many_params,
-)
+from pgsurge.script.sqlvars import MAX_SQL_PARAMS, too_many_params
 
 #: pgbench's MAX_ARGS: words of a meta command, the command name included
 MAX_META_WORDS = 256
@@ -85,33 +81,57 @@ class _Gset:
     lineno: int
 
 
+_BACKSLASH = Stop.BACKSLASH
+# what a command cannot start with for skip_sql_comments to drop anything
+_NOTHING_TO_SKIP = frozenset(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz(;:'\"/0123456789"
+) | {""}
+_EOF = Stop.EOF
+
+
 class _ScriptCompiler:
     def __init__(self, source: str, text: str) -> None:
-        # pgbench reads the file as a C string: a NUL byte ends it
-        self.src = text.split("\0", 1)[0]
+        # pgbench reads the file as a C string: a NUL byte ends it (found
+        # first: split() would copy a 4 MB script that has none)
+        nul = text.find("\0")
+        self.src = text if nul < 0 else text[:nul]
         self.source = source
         self.commands: list[Command] = []
         self._line_pos = 0
         self._line_no = 1
+        #: the script is all ASCII: meta commands count columns in characters
+        self._ascii = self.src.isascii()
+        #: has an \\if, \\elif, \\else or \\endif been read?
+        self._conditionals = False
 
     # ------------------------------------------------------------------
 
     def run(self, check_structure: bool) -> ParsedScript:
         scanner = SqlScanner(self.src)
+        scan = scanner.scan
+        append = self.commands.append
         while True:
-            res = scanner.scan()
-            sql, skipped = skip_sql_comments(res.text)
+            stop, text, start, end, nqueries = scan()
+            if text[:1] in _NOTHING_TO_SKIP:
+                sql, skipped = text, 0  # "" too
+            else:
+                sql, skipped = skip_sql_comments(text)
             if sql:
-                lineno = self._lineno(res.start) + res.text.count("\n", 0, skipped)
-                self.commands.append(self._sql_command(sql, lineno, res.nqueries))
-            if res.stop is Stop.BACKSLASH:
-                scanner.pos = self._meta_command(res.end)
-            elif res.stop is Stop.EOF:
+                lineno = self._lineno(start)
+                if skipped:
+                    lineno += text.count("\n", 0, skipped)
+                append(sql_command(lineno, sql_first_line(sql), sql, nqueries))
+            if stop is _BACKSLASH:
+                scanner.pos = self._meta_command(end)
+            elif stop is _EOF:
                 break
         if not self.commands:
             raise PlainScriptError(
                 self.source, f'empty command list for script "{self.source}"'
             )
+        if not self._conditionals:
+            # nothing to check or link (two passes less over 20,000 commands)
+            return ParsedScript(self.source, tuple(self.commands))
         if check_structure:
             check_conditionals(self.source, self.commands)
         elif not _balanced(self.commands):
@@ -128,19 +148,6 @@ class _ScriptCompiler:
         self._line_pos = pos
         return self._line_no
 
-    def _sql_command(self, sql: str, lineno: int, nqueries: int) -> SqlCommand:
-        parts = split_variables(sql)
-        param_text, param_vars = to_params(parts)
-        return SqlCommand(
-            lineno=lineno,
-            first_line=sql_first_line(sql),
-            text=sql,
-            param_text=param_text,
-            param_vars=param_vars,
-            simple_parts=parts,
-            nqueries=nqueries,
-        )
-
     # ------------------------------------------------------------------
     # backslash commands (pgbench's process_backslash_command)
 
@@ -148,7 +155,7 @@ class _ScriptCompiler:
         """Read the backslash command at ``start``; return where SQL
         scanning resumes."""
         lineno = self._lineno(start)
-        lex = MetaLexer(self.src, start, self.source, lineno)
+        lex = MetaLexer(self.src, start, self.source, lineno, ascii_text=self._ascii)
         first = lex.next_word()
         if first is None:
             return lex.pos  # a lone backslash: ignored
@@ -157,6 +164,8 @@ class _ScriptCompiler:
         meta = name.lower() if name.isascii() else ""
         if meta not in _META_NAMES:
             meta = ""
+        if meta in ("if", "elif", "else", "endif"):
+            self._conditionals = True
         if meta in ("set", "if", "elif"):
             self.commands.append(self._expr_command(lex, meta, lineno))
             return lex.pos

@@ -24,8 +24,7 @@ import enum
 import math
 import re
 import sys
-from dataclasses import dataclass
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 from pgsurge.cnum import INT64_MAX
 from pgsurge.errors import ScriptError
@@ -59,8 +58,9 @@ class Tok(enum.Enum):
     EOL = "end of command"
 
 
-@dataclass(frozen=True, slots=True)
-class Token:
+class Token(NamedTuple):
+    """One expression token (a named tuple: made for every token read)."""
+
     kind: Tok
     #: operator text, identifier/variable name, or the numeric/boolean value
     value: object
@@ -86,11 +86,6 @@ _KEYWORDS: dict[str, Tok] = {
     "true": Tok.BOOLEAN,
     "false": Tok.BOOLEAN,
 }
-
-# Two-character operators are tried before one-character ones (flex takes
-# the longest match).
-_OPS2 = ("<>", "!=", "<=", ">=", "<<", ">>")
-_OPS1 = "+-*/%=<>|&#~"
 
 
 def wide_class(ascii_members: str) -> str:
@@ -130,14 +125,29 @@ IDENT_CHAR = wide_class(ASCII_IDENT_CHARS)
 
 # Whitespace inside a command; a newline ends it.
 _SPACE = " \t\r\f\v"
-_IDENT_RE = re.compile(f"{IDENT_START}{IDENT_CHAR}*")
-_ALNUM_RE = re.compile(f"{IDENT_CHAR}+")
-# {digit}+(\.{digit}*)?([eE][-+]?{digit}+)?  and  \.{digit}+([eE][-+]?{digit}+)?
-_NUMBER_RE = re.compile(
-    r"[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?|\.[0-9]+([eE][-+]?[0-9]+)?"
-)
 _CONTINUATION_RE = re.compile(r"\\\r?\n")
+# exprscan.l's rules in the order flex prefers them (two-character
+# operators before one-character ones); "\\" + newline continues the
+# command, a newline ends it. No group matches: an unexpected character,
+# or the end of the text.
+_EXPR_TOKEN = re.compile(
+    r"(?:[ \t\r\f\v]++|\\\r?\n)*+"
+    r"(?:(?P<op><>|!=|<=|>=|<<|>>|[-+*/%=<>|&#~])"
+    rf"|(?P<word>{IDENT_START}{IDENT_CHAR}*)"
+    r"|(?P<num>[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?)"
+    r"|(?P<lparen>\()|(?P<rparen>\))|(?P<comma>,)"
+    rf"|:(?P<var>{IDENT_CHAR}+)"
+    r"|(?P<eol>\n))?"
+)
+_SINGLE = {
+    "lparen": Tok.LPAREN,
+    "rparen": Tok.RPAREN,
+    "comma": Tok.COMMA,
+    "eol": Tok.EOL,
+}
 _NONSPACE_RE = re.compile(r"[^ \t\r\f\v\n]+")
+# what separates words: whitespace and continuations (not the newline)
+_WORD_SKIP = re.compile(r"(?:[ \t\r\f\v]++|\\\r?\n)*+")
 
 
 def byte_len(text: str) -> int:
@@ -172,8 +182,19 @@ class MetaLexer:
     for messages) is set by the caller once the first word is known.
     """
 
-    def __init__(self, src: str, cmd_start: int, source: str, lineno: int) -> None:
+    def __init__(
+        self,
+        src: str,
+        cmd_start: int,
+        source: str,
+        lineno: int,
+        *,
+        ascii_text: bool = False,
+    ) -> None:
         self.src = src
+        #: ``src`` is all ASCII (the caller knows): a byte column is then
+        #: a character count, and column() counts nothing
+        self._ascii = ascii_text
         self.cmd_start = cmd_start
         self.pos = cmd_start + 1
         self.source = source
@@ -195,6 +216,8 @@ class MetaLexer:
         asks at every token, in order, and again for an operator once its
         right operand is parsed): counting from the backslash each time
         made a 4 MB ``\\set`` line quadratic."""
+        if self._ascii:
+            return pos - self.cmd_start
         marks, counts = self._col_marks, self._col_counts
         if pos >= marks[-1]:
             count = counts[-1] + byte_len(self.src[marks[-1] : pos])
@@ -234,39 +257,31 @@ class MetaLexer:
         """Next whitespace-separated word and its byte column, or None at
         the end of the command (the newline is consumed)."""
         src = self.src
-        n = len(src)
         self.last_was_newline = False
-        while True:
-            pos = self.pos
-            if pos >= n:
-                return None
-            ch = src[pos]
-            if ch in _SPACE:
-                self.pos = pos + 1
-                continue
-            if ch == "\n":
-                self.pos = pos + 1
+        skip = _WORD_SKIP.match(src, self.pos)
+        assert skip is not None  # the pattern matches the empty string
+        pos = skip.end()
+        m = _NONSPACE_RE.match(src, pos)
+        if m is None:
+            # the end of the text, or the newline that ends the command
+            if pos < len(src):
+                pos += 1
                 self.last_was_newline = True
-                return None
-            m = _CONTINUATION_RE.match(src, pos)
-            if m:
-                self.pos = m.end()
-                continue
-            m = _NONSPACE_RE.match(src, pos)
-            assert m is not None
-            word = m.group()
-            end = m.end()
-            if word.endswith("\\"):
-                cont = _CONTINUATION_RE.match(src, end - 1)
-                if cont:
-                    # "word\<newline>": the word without its backslash, and
-                    # the continuation is eaten with it.
-                    word = word[:-1]
-                    end = cont.end()
-            self.pos = end
-            # pgbench computes the word's offset as "end - length", which
-            # is off when a continuation was eaten; keep that quirk.
-            return word, self.column(end) - byte_len(word)
+            self.pos = pos
+            return None
+        word = m.group()
+        end = m.end()
+        if word.endswith("\\"):
+            cont = _CONTINUATION_RE.match(src, end - 1)
+            if cont:
+                # "word\<newline>": the word without its backslash, and
+                # the continuation is eaten with it.
+                word = word[:-1]
+                end = cont.end()
+        self.pos = end
+        # pgbench computes the word's offset as "end - length", which
+        # is off when a continuation was eaten; keep that quirk.
+        return word, self.column(end) - byte_len(word)
 
     # ------------------------------------------------------------------
     # expression mode
@@ -274,61 +289,42 @@ class MetaLexer:
     def next_token(self) -> Token:
         """Next expression token; lexing errors are reported via fail()."""
         src = self.src
-        n = len(src)
         self.last_was_newline = False
-        while True:
-            pos = self.pos
-            if pos >= n:
-                return Token(Tok.EOL, None, pos, pos)
-            ch = src[pos]
-            if ch in _SPACE:
-                self.pos = pos + 1
-                continue
-            if ch == "\n":
-                self.pos = pos + 1
-                self.last_was_newline = True
-                return Token(Tok.EOL, None, pos, pos + 1)
-            if ch == "\\":
-                m = _CONTINUATION_RE.match(src, pos)
-                if m:
-                    self.pos = m.end()
-                    continue
-            break
-        two = src[pos : pos + 2]
-        if two in _OPS2:
-            return self._take(Tok.OP, two, pos, pos + 2)
-        if ch in _OPS1:
-            return self._take(Tok.OP, ch, pos, pos + 1)
-        if ch == "(":
-            return self._take(Tok.LPAREN, ch, pos, pos + 1)
-        if ch == ")":
-            return self._take(Tok.RPAREN, ch, pos, pos + 1)
-        if ch == ",":
-            return self._take(Tok.COMMA, ch, pos, pos + 1)
-        if ch == ":":
-            m = _ALNUM_RE.match(src, pos + 1)
-            if m:
-                return self._take(Tok.VARIABLE, m.group(), pos, m.end())
-        elif (ch.isascii() and ch.isdigit()) or ch == ".":
-            m = _NUMBER_RE.match(src, pos)
-            if m:
-                return self._number(m.group(), pos, m.end())
-        else:
-            m = _IDENT_RE.match(src, pos)
-            if m:
-                word = m.group()
-                kind = _KEYWORDS.get(word.lower()) if word.isascii() else None
-                if kind is None:
-                    return self._take(Tok.FUNCTION, word, pos, m.end())
-                value: object = word.lower() == "true" if kind is Tok.BOOLEAN else None
-                return self._take(kind, value, pos, m.end())
-        # any other single character
-        self.pos = pos + 1
-        self.fail("unexpected character", ch)
-
-    def _take(self, kind: Tok, value: object, start: int, end: int) -> Token:
+        # one match: the whitespace and continuations before the token,
+        # then the token, its kind named by the group that matched
+        m = _EXPR_TOKEN.match(src, self.pos)
+        assert m is not None  # the pattern matches the empty string
+        kind = m.lastgroup
+        end = m.end()
         self.pos = end
-        return Token(kind, value, start, end)
+        if kind == "op":
+            return Token(Tok.OP, m.group(kind), end - len(m.group(kind)), end)
+        if kind == "word":
+            word = m.group(kind)
+            start = end - len(word)
+            tok = _KEYWORDS.get(word.lower()) if word.isascii() else None
+            if tok is None:
+                return Token(Tok.FUNCTION, word, start, end)
+            value: object = word.lower() == "true" if tok is Tok.BOOLEAN else None
+            return Token(tok, value, start, end)
+        if kind == "num":
+            text = m.group(kind)
+            return self._number(text, end - len(text), end)
+        if kind == "var":
+            name = m.group(kind)
+            return Token(Tok.VARIABLE, name, end - len(name) - 1, end)
+        if kind is not None:
+            # "(", ")", ",", or the newline that ends the command
+            tok = _SINGLE[kind]
+            if tok is Tok.EOL:
+                self.last_was_newline = True
+                return Token(Tok.EOL, None, end - 1, end)
+            return Token(tok, m.group(kind), end - 1, end)
+        if end >= len(src):
+            return Token(Tok.EOL, None, end, end)
+        # any other character
+        self.pos = end + 1
+        self.fail("unexpected character", src[end])
 
     def _number(self, text: str, start: int, end: int) -> Token:
         self.pos = end

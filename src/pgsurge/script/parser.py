@@ -61,20 +61,25 @@ DEFAULT_SEED = Var("default_seed")
 #: fails with "memory exhausted" (the stack starts with one state)
 MAX_PARSER_STATES = 10000
 
+# Token kinds in tuples, not sets: an Enum member hashes in Python code,
+# while "in" on a tuple compares identities first.
 # Tokens that start an operand (besides the prefix operators - + ~).
-_OPERAND_START = frozenset(
-    {
-        Tok.NOT,
-        Tok.LPAREN,
-        Tok.INT,
-        Tok.DOUBLE,
-        Tok.BOOLEAN,
-        Tok.NULL,
-        Tok.VARIABLE,
-        Tok.FUNCTION,
-        Tok.CASE,
-    }
+_OPERAND_START = (
+    Tok.NOT,
+    Tok.LPAREN,
+    Tok.INT,
+    Tok.DOUBLE,
+    Tok.BOOLEAN,
+    Tok.NULL,
+    Tok.VARIABLE,
+    Tok.FUNCTION,
+    Tok.CASE,
 )
+# Operands that are a leaf of the tree; the token's value is the
+# constant's (None for NULL) or the variable's name.
+_LEAVES = (Tok.INT, Tok.VARIABLE, Tok.DOUBLE, Tok.BOOLEAN, Tok.NULL)
+_POSTFIX = (Tok.IS, Tok.ISNULL, Tok.NOTNULL)
+_OP = Tok.OP
 
 # Precedence levels, as in exprparse.y (higher binds tighter).
 OR, AND, NOT, IS, CMP, BIT, ADD, MUL, UNARY = range(1, 10)
@@ -166,15 +171,30 @@ class ExprParser:
         # another comparison is an error (they are non-associative).
         after_cmp = False
         while True:
-            tok = self.peek()
-            if tok.kind in (Tok.IS, Tok.ISNULL, Tok.NOTNULL):
-                if min_level > IS:
+            # (peek(), advance() and shifted() written out: this loop runs
+            # for every operand of every \set of a script)
+            tok = self._tok
+            if tok is None:
+                tok = self._tok = self.lexer.next_token()
+            kind = tok.kind
+            if kind is _OP:
+                if tok.value == "~":
                     break
-                left = self.postfix(left)
-                after_cmp = False
+                level, name, swap = _BINARY[str(tok.value)]
+                if level < min_level:
+                    break
+                if level == CMP and after_cmp:
+                    self.syntax_error()
+                self._tok = None
+                if 3 + self._held >= MAX_PARSER_STATES:
+                    self.lexer.fail("memory exhausted")
+                right = self.expr(level + 1, 2)
+                args = (right, left) if swap else (left, right)
+                left = Call(name, args, self.col(tok))
+                after_cmp = level == CMP
                 continue
-            if tok.kind is Tok.AND or tok.kind is Tok.OR:
-                level = AND if tok.kind is Tok.AND else OR
+            if kind is Tok.AND or kind is Tok.OR:
+                level = AND if kind is Tok.AND else OR
                 if level < min_level:
                     break
                 self.advance()
@@ -184,19 +204,13 @@ class ExprParser:
                 left = Call(name, (left, right), self.col(tok))
                 after_cmp = False
                 continue
-            if tok.kind is not Tok.OP or tok.value == "~":
-                break
-            level, name, swap = _BINARY[str(tok.value)]
-            if level < min_level:
-                break
-            if level == CMP and after_cmp:
-                self.syntax_error()
-            self.advance()
-            self.shifted(2)
-            right = self.expr(level + 1, 2)
-            args = (right, left) if swap else (left, right)
-            left = Call(name, args, self.col(tok))
-            after_cmp = level == CMP
+            if kind in _POSTFIX:
+                if min_level > IS:
+                    break
+                left = self.postfix(left)
+                after_cmp = False
+                continue
+            break
         self._held -= held
         return left
 
@@ -226,8 +240,22 @@ class ExprParser:
         return Call("not", (test,), col) if negate else test
 
     def prefix(self) -> Expr:
-        tok = self.advance()
+        tok = self._tok
+        if tok is None:
+            tok = self.lexer.next_token()
+        else:
+            self._tok = None
         kind = tok.kind
+        if kind in _LEAVES:
+            # (no column: a leaf has none, and counting bytes up to every
+            # operand was a third of the time on a long \set)
+            if 2 + self._held >= MAX_PARSER_STATES:
+                self.lexer.fail("memory exhausted")
+            if kind is Tok.VARIABLE:
+                return Var(str(tok.value))
+            return Const(tok.value)  # type: ignore[arg-type]
+        # asked in reading order, so that MetaLexer.column counts on from
+        # here when the operators around are asked later
         col = self.col(tok)
         if kind in _OPERAND_START or (kind is Tok.OP and tok.value in ("-", "+", "~")):
             self.shifted(1)
@@ -249,13 +277,6 @@ class ExprParser:
             self.expect(Tok.RPAREN)
             self.shifted(3)
             return inner
-        elif kind is Tok.INT or kind is Tok.DOUBLE or kind is Tok.BOOLEAN:
-            assert isinstance(tok.value, int | float)
-            return Const(tok.value)
-        elif kind is Tok.NULL:
-            return Const(None)
-        elif kind is Tok.VARIABLE:
-            return Var(str(tok.value))
         elif kind is Tok.FUNCTION:
             return self.function(tok)
         elif kind is Tok.CASE:

@@ -20,21 +20,34 @@ swallows later semicolons.
 
 Standard-conforming strings are assumed on (as pgbench does): ``'...'``
 has no backslash escapes, ``E'...'`` has.
+
+The scanner below goes token by token; where tokens change none of its
+state it takes them in runs instead, one regex match each (``sqlruns``:
+whole statements, runs of tokens once the first word is known not to be
+CREATE; ``_PLAIN_RUN`` before that), so a 4 MB line or 20,000 statements
+cost a few passes of its loop per statement, not one per token.
 """
 
 from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from pgsurge.script.lexer import (
     ASCII_IDENT_CHARS,
+    ASCII_LETTERS,
     IDENT_CHAR,
     IDENT_START,
     byte_len,
     wide_class,
+)
+from pgsurge.script.sqlruns import (
+    LEADING,
+    SQL_IDENT,
+    VARCHARS,
+    match_statement,
+    word_run_end,
 )
 
 
@@ -50,8 +63,9 @@ class Stop(enum.Enum):
     EOF = 3
 
 
-@dataclass(frozen=True, slots=True)
-class ScanResult:
+class ScanResult(NamedTuple):
+    """One stop of the scanner (a named tuple: made once per statement)."""
+
     stop: Stop
     #: the collected query buffer (psqlscan's output)
     text: str
@@ -81,14 +95,13 @@ _SPACE = " \t\n\r\f"
 # i.e. every non-ASCII character (see lexer.wide_class for why they are not
 # written with a "\x80-\U0010ffff" range)
 _IDENT_START = re.compile(IDENT_START)
-# identifiers may contain "$"; dollar-quote tags may not
-_IDENT = re.compile(f"{IDENT_START}{wide_class(ASCII_IDENT_CHARS + '$')}*")
+_IDENT = SQL_IDENT
 _TAG = f"{IDENT_START}{IDENT_CHAR}*"
 _DOLQ_DELIM = re.compile(rf"\$(?:{_TAG})?\$")
 _DOLQ_FAILED = re.compile(rf"\${_TAG}")
 _PARAM = re.compile(r"\$[0-9](?:_?[0-9])*")
 # psql variable references: ":name", ":'name'", ':"name"', ":{?name}"
-_VARCHARS = IDENT_CHAR
+_VARCHARS = VARCHARS
 _PSQL_VAR = re.compile(
     rf":(?:{_VARCHARS}+|'{_VARCHARS}+'|\"{_VARCHARS}+\"|\{{\?{_VARCHARS}+\}})"
 )
@@ -146,6 +159,13 @@ _XC_TEXT = re.compile(r"[^*/]+")
 _XQ_TEXT = re.compile(r"[^']+")
 _XE_TEXT = re.compile(r"[^'\\]+")
 
+# where the runs of sqlruns may start (whitespace and comments only once
+# the part has something to run); emptied, it turns the runs off
+_WORD_FIRST = _PLAIN_FIRST | frozenset(ASCII_LETTERS + _SPACE + "'\"(")
+_COMMENTS = ("--", "/*")
+# what "\\" escapes in SQL text (any other character starts a meta command)
+_ESCAPED = (";", ":")
+
 # After a closing quote: whitespace holding a newline, then a quote, makes
 # the string continue (SQL's string continuation). Possessive quantifiers
 # keep the regex linear on hostile input.
@@ -179,6 +199,32 @@ class SqlScanner:
     def scan(self) -> ScanResult:
         """Collect text from :attr:`pos` up to the next stop."""
         src = self.src
+        if (
+            self.mode is _Mode.INITIAL
+            and self.paren_depth == 0
+            and self.begin_depth == 0
+            and _WORD_FIRST
+        ):
+            # between statements: the whole next one in one match, unless
+            # it is (or may be) a CREATE FUNCTION or holds what only the
+            # token loop handles
+            first_word = self.ident_count == 0
+            if first_word or self.idents[0] != "c":
+                m = match_statement(src, self.pos, first_word)
+                if m is not None:
+                    # (a single part: its nqueries is 1 whatever it holds;
+                    # its ";" ends the statement's word tracking)
+                    pos = m.start(1)
+                    end = self.pos = m.end()
+                    self.ident_count = 0
+                    return ScanResult(Stop.SEMICOLON, src[pos:end], pos, end, 1)
+            # what the token loop would drop anyway
+            lead = LEADING.match(src, self.pos)
+            assert lead is not None  # the pattern matches the empty string
+            pos = self.pos = lead.end()
+            if src.startswith("\\", pos) and src[pos + 1 : pos + 2] not in _ESCAPED:
+                # a meta command right away (a \set line): nothing collected
+                return ScanResult(Stop.BACKSLASH, "", -1, pos, 1)
         n = len(src)
         out: list[str] = []
         start = -1
@@ -206,6 +252,19 @@ class SqlScanner:
                 continue
 
             # ---- INITIAL
+            if (
+                self.ident_count > 0
+                and self.idents[0] != "c"
+                and ch in _WORD_FIRST
+                and (content or not (ch in _SPACE or src.startswith(_COMMENTS, pos)))
+            ):
+                # (a run emitted whole is significant: it starts with
+                # something to run, or the part has something already)
+                end = word_run_end(src, pos)
+                if end > pos:
+                    emit(src[pos:end], pos)
+                    self.pos = end
+                    continue
             if ch in _SPACE:
                 end = pos + 1
                 while end < n and src[end] in _SPACE:
@@ -483,29 +542,34 @@ def skip_sql_comments(text: str) -> tuple[str, int]:
     """pgbench's ``skip_sql_comments``: drop leading whitespace (C's
     ``isspace``) and ``--`` lines. Returns the rest ("" if nothing is left)
     and how many characters were dropped."""
-    pos = 0
-    n = len(text)
-    while pos < n:
-        if text[pos] in " \t\n\v\f\r":
-            pos += 1
-        elif text.startswith("--", pos):
-            nl = text.find("\n", pos)
-            if nl < 0:
-                return "", n
-            pos = nl + 1
-        else:
-            break
+    m = _SQL_LEADING.match(text)
+    assert m is not None  # the pattern matches the empty string
+    pos = m.end()
+    if pos == 0 and not text.startswith("--"):
+        return text, 0
+    if text.startswith("--", pos):
+        return "", len(text)  # a "--" comment without a newline: nothing left
     return text[pos:], pos
+
+
+_SQL_LEADING = re.compile(r"(?:[ \t\n\v\f\r]++|--[^\n]*+\n)*+")
 
 
 def sql_first_line(text: str) -> str:
     """What pgbench shows for an SQL command in ``-r`` reports: its first
     127 bytes, cut at the first newline or carriage return."""
-    if byte_len(text) > 127:
-        text = text.encode("utf-8", "surrogateescape")[:127].decode(
+    if len(text) <= 127 and text.isascii() and "\n" not in text and "\r" not in text:
+        return text  # the common case, without a copy
+    # 127 characters hold at least 127 bytes: only they are looked at (a
+    # 4 MB statement is neither encoded nor scanned)
+    head = text[:127]
+    if not head.isascii() and byte_len(head) > 127:
+        head = head.encode("utf-8", "surrogateescape")[:127].decode(
             "utf-8", "surrogateescape"
         )
-    for i, ch in enumerate(text):
-        if ch in "\n\r":
-            return text[:i]
-    return text
+    m = _FIRST_LINE.match(head)
+    assert m is not None  # the pattern matches the empty string
+    return m.group()
+
+
+_FIRST_LINE = re.compile(r"[^\n\r]*+")
