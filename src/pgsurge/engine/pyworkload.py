@@ -522,6 +522,9 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
         except Exception as e:
             return fail(st, prog, user_traceback(e, prog.spec.user_files))
         if type(item) is not tuple:
+            if item is DONE:
+                py.gen = None
+                return END_TX
             return other_item(st, prog, py, item)
         try:
             i = prog.index[item[0]]
