@@ -4,6 +4,7 @@ the batch path must agree), and how a transaction's generator ends."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -69,10 +70,12 @@ MODE_NO = {
 
 
 def compiled(
-    tmp_path: Path, name: str, mode: QueryMode
-) -> tuple[Any, tuple[Op, ...], Client]:
+    tmp_path: Path, name: str, mode: QueryMode, text: str = WORKLOAD
+) -> tuple[Any, tuple[Op, ...], Client, list[str]]:
+    """``py_step`` of a worker, the ops of transaction ``name`` of the
+    workload ``text``, a client, and the messages the client gave."""
     path = tmp_path / "w.py"
-    path.write_text(WORKLOAD)
+    path.write_text(text)
     (tx,) = [t for t in load_file(str(path)).transactions if t.name == name]
     ops = compile_py(tx, mode)
     s = Settings(
@@ -88,7 +91,7 @@ def compiled(
     variables: dict[str, Any] = {}
     st = Client(0, variables, rng, EvalContext(variables, rng))
     st.ops = ops
-    return py_step, ops, st
+    return py_step, ops, st, errors
 
 
 def params(st: Client) -> dict[str, Any]:
@@ -104,7 +107,7 @@ def stale(st: Client) -> None:
 def test_parameters_of_a_statement_and_of_a_batch(
     tmp_path: Path, mode: QueryMode
 ) -> None:
-    py_step, ops, st = compiled(tmp_path, "both", mode)
+    py_step, ops, st, _ = compiled(tmp_path, "both", mode)
     stale(st)
     # the first step: a statement call (the inline path)
     assert py_step(st, ops[0]) == C.START_COMMAND
@@ -127,10 +130,49 @@ def test_parameters_of_a_statement_and_of_a_batch(
 def test_a_generator_that_returns_ends_the_transaction(
     tmp_path: Path, mode: QueryMode
 ) -> None:
-    py_step, ops, st = compiled(tmp_path, "early", mode)
+    py_step, ops, st, _ = compiled(tmp_path, "early", mode)
     for _ in range(2):  # the next transaction starts a new generator
         assert py_step(st, ops[0]) == C.START_COMMAND
         assert st.py.gen is not None
         assert py_step(st, ops[st.command + 1]) == C.END_TX
         assert st.py.gen is None
         assert st.estatus == C.E_NONE
+
+
+BAD_PARAMS = """
+from pgsurge.workloads import sql, transaction
+
+one = sql("SELECT $1", fetch=False)
+
+@transaction
+def by_hand(ctx):
+    yield (one, ARGS)
+"""
+
+
+@pytest.mark.parametrize("batch", [False, True])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ("None", r"got parameters None \(NoneType\), not a sequence"),
+        ("5", r"got parameters 5 \(int\), not a sequence"),
+        ("tuple(range(70000))", r"got 70000 parameters, more than 65535"),
+    ],
+)
+@pytest.mark.parametrize("mode", [QueryMode.SIMPLE, QueryMode.PREPARED])
+def test_parameters_made_by_hand_that_cannot_be_sent(
+    tmp_path: Path, mode: QueryMode, args: str, message: str, batch: bool
+) -> None:
+    """A (statement, args) tuple made without calling the statement: the
+    client aborts with a message naming the line, never a traceback."""
+    item = "(one, ARGS)" if not batch else "[(one, ARGS)]"
+    text = BAD_PARAMS.replace("(one, ARGS)", item).replace("ARGS", args)
+    py_step, ops, st, errors = compiled(tmp_path, "by_hand", mode, text)
+    state = py_step(st, ops[0])
+    if batch and mode is not QueryMode.SIMPLE:
+        assert state == C.START_COMMAND  # \startpipeline, then the statement
+        state = py_step(st, ops[st.command + 1])
+    assert state == C.ABORTED and st.estatus == C.E_META
+    assert len(errors) == 1
+    assert re.search(r'w\.py", line 8: the statement <statement .one.', errors[0])
+    assert re.search(message, errors[0]), errors[0]

@@ -373,28 +373,44 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
             return None
         return py
 
-    def set_params(st: Client, args: tuple[Any, ...]) -> None:
-        """A statement's parameters into the variables "$1".."$n".
+    def set_params(st: Client, args: tuple[Any, ...]) -> bool:
+        """A statement's parameters into the variables "$1".."$n"; False
+        when they are not a sequence of at most 65535 values.
 
         Indexed rather than zipped: zip(names, args) builds an object and
         two iterators per statement (and zip(strict=) parses its keyword
         on every call), twice what the loop itself costs."""
         variables = st.variables
         k = 0
-        if simple:
+        try:
+            if simple:
+                for v in args:
+                    variables[names[k]] = v if type(v) is int else _literal(v)
+                    k += 1
+                return True
             for v in args:
-                variables[names[k]] = v if type(v) is int else _literal(v)
+                tv = type(v)
+                if tv is int or tv is str:
+                    variables[names[k]] = v
+                elif v is None:
+                    variables.pop(names[k], None)
+                else:
+                    variables[names[k]] = _text(v)
                 k += 1
-            return
-        for v in args:
-            tv = type(v)
-            if tv is int or tv is str:
-                variables[names[k]] = v
-            elif v is None:
-                variables.pop(names[k], None)
-            else:
-                variables[names[k]] = _text(v)
-            k += 1
+        except (TypeError, IndexError):
+            return False
+        return True
+
+    def bad_params(st: Client, prog: PyProgram, gen: Any, item: tuple[Any, Any]) -> int:
+        """A statement call whose parameters are not a sequence of at most
+        65535 values (a tuple made by hand: calling a statement makes a
+        good one)."""
+        args = item[1]
+        try:
+            what = f"{len(args)} parameters, more than {len(names)}"
+        except TypeError:
+            what = f"parameters {args!r} ({type(args).__name__}), not a sequence"
+        return fail(st, prog, where(gen) + f"the statement {item[0]!r} got {what}")
 
     def batch_step(st: Client, prog: PyProgram, py: PyClient) -> int:
         """The next step of a batch: a state, or -1 once its results are
@@ -419,7 +435,9 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
             if i < 0:
                 py.batch = None
                 return bad_item(st, prog, py.gen, item)
-            set_params(st, item[1])
+            if not set_params(st, item[1]):
+                py.batch = None
+                return bad_params(st, prog, py.gen, item)
             py.batch_sent = True
             st.command = i
             return START_COMMAND
@@ -446,7 +464,8 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
                 i = prog.index[item[0]]
             except (KeyError, IndexError, TypeError):
                 return bad_item(st, prog, gen, item)
-            set_params(st, item[1])
+            if not set_params(st, item[1]):
+                return bad_params(st, prog, gen, item)
             st.command = i
             return START_COMMAND
         return other_item(st, prog, py, item)
@@ -531,24 +550,27 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
         except (KeyError, IndexError, TypeError):
             return bad_item(st, prog, gen, item)
         args = item[1]
-        if args:
+        if args or type(args) is not tuple:  # () is BEGIN's, END's...
             # set_params, inline
             variables = st.variables
             k = 0
-            if simple:
-                for v in args:
-                    variables[names[k]] = v if type(v) is int else _literal(v)
-                    k += 1
-            else:
-                for v in args:
-                    tv = type(v)
-                    if tv is int or tv is str:
-                        variables[names[k]] = v
-                    elif v is None:
-                        variables.pop(names[k], None)
-                    else:
-                        variables[names[k]] = _text(v)
-                    k += 1
+            try:
+                if simple:
+                    for v in args:
+                        variables[names[k]] = v if type(v) is int else _literal(v)
+                        k += 1
+                else:
+                    for v in args:
+                        tv = type(v)
+                        if tv is int or tv is str:
+                            variables[names[k]] = v
+                        elif v is None:
+                            variables.pop(names[k], None)
+                        else:
+                            variables[names[k]] = _text(v)
+                        k += 1
+            except (TypeError, IndexError):
+                return bad_params(st, prog, gen, item)
         st.command = i
         return START_COMMAND
 
