@@ -82,6 +82,9 @@ PARAM_NAMES = tuple(f"${i}" for i in range(1, 65536))
 
 _monotonic_ns = time.monotonic_ns
 
+#: what ``next(gen, DONE)`` returns once a transaction's generator is done
+DONE: Any = object()
+
 
 class PyStatementSpec(Protocol):
     """A declared statement, as the engine needs it."""
@@ -318,6 +321,7 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
     names = PARAM_NAMES
     error = sup.error
     monotonic_ns = _monotonic_ns
+    next_item = next
 
     def fail(st: Client, prog: PyProgram, message: str) -> int:
         error(
@@ -349,9 +353,9 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
             )
         return fail(st, prog, where(gen) + what)
 
-    def new_generator(st: Client, prog: PyProgram) -> PyClient | int:
+    def new_generator(st: Client, prog: PyProgram) -> PyClient | None:
         """The first step of a try: a new generator (a retry restarts it);
-        the abort state when calling the function failed."""
+        None (the client aborted) when calling the function failed."""
         py: PyClient | None = st.py
         if py is None:
             py = st.py = PyClient(prog.spec.new_context(st.rng, st.variables, st.id))
@@ -365,24 +369,48 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
         try:
             py.gen = prog.fn(py.ctx)  # type: ignore[misc]
         except Exception as e:
-            return fail(st, prog, user_traceback(e, prog.spec.user_files))
+            fail(st, prog, user_traceback(e, prog.spec.user_files))
+            return None
         return py
 
-    def set_params(st: Client, args: tuple[Any, ...]) -> None:
-        """A statement's parameters into the variables "$1".."$n"."""
+    def set_params(st: Client, args: tuple[Any, ...]) -> bool:
+        """A statement's parameters into the variables "$1".."$n"; False
+        when they are not a sequence of at most 65535 values.
+
+        Indexed rather than zipped: zip(names, args) builds an object and
+        two iterators per statement (and zip(strict=) parses its keyword
+        on every call), twice what the loop itself costs."""
         variables = st.variables
-        if simple:
-            for name, v in zip(names, args, strict=False):
-                variables[name] = v if type(v) is int else _literal(v)
-            return
-        for name, v in zip(names, args, strict=False):
-            tv = type(v)
-            if tv is int or tv is str:
-                variables[name] = v
-            elif v is None:
-                variables.pop(name, None)
-            else:
-                variables[name] = _text(v)
+        k = 0
+        try:
+            if simple:
+                for v in args:
+                    variables[names[k]] = v if type(v) is int else _literal(v)
+                    k += 1
+                return True
+            for v in args:
+                tv = type(v)
+                if tv is int or tv is str:
+                    variables[names[k]] = v
+                elif v is None:
+                    variables.pop(names[k], None)
+                else:
+                    variables[names[k]] = _text(v)
+                k += 1
+        except (TypeError, IndexError):
+            return False
+        return True
+
+    def bad_params(st: Client, prog: PyProgram, gen: Any, item: tuple[Any, Any]) -> int:
+        """A statement call whose parameters are not a sequence of at most
+        65535 values (a tuple made by hand: calling a statement makes a
+        good one)."""
+        args = item[1]
+        try:
+            what = f"{len(args)} parameters, more than {len(names)}"
+        except TypeError:
+            what = f"parameters {args!r} ({type(args).__name__}), not a sequence"
+        return fail(st, prog, where(gen) + f"the statement {item[0]!r} got {what}")
 
     def batch_step(st: Client, prog: PyProgram, py: PyClient) -> int:
         """The next step of a batch: a state, or -1 once its results are
@@ -407,7 +435,9 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
             if i < 0:
                 py.batch = None
                 return bad_item(st, prog, py.gen, item)
-            set_params(st, item[1])
+            if not set_params(st, item[1]):
+                py.batch = None
+                return bad_params(st, prog, py.gen, item)
             py.batch_sent = True
             st.command = i
             return START_COMMAND
@@ -420,10 +450,10 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
 
     def resume(st: Client, prog: PyProgram, py: PyClient, value: Any) -> int:
         """Send ``value`` into the generator; file what it yields next
-        (``py_step`` has the common case inline)."""
+        (``py_step`` has the same inline)."""
         gen = py.gen
         try:
-            item = gen.send(value)  # type: ignore[union-attr]
+            item = next_item(gen, DONE) if value is None else gen.send(value)  # type: ignore[arg-type,union-attr]
         except StopIteration:
             py.gen = None
             return END_TX
@@ -434,14 +464,18 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
                 i = prog.index[item[0]]
             except (KeyError, IndexError, TypeError):
                 return bad_item(st, prog, gen, item)
-            set_params(st, item[1])
+            if not set_params(st, item[1]):
+                return bad_params(st, prog, gen, item)
             st.command = i
             return START_COMMAND
         return other_item(st, prog, py, item)
 
     def other_item(st: Client, prog: PyProgram, py: PyClient, item: Any) -> int:
-        """What the generator yielded is not a statement call: a sleep, a
-        batch, or a mistake."""
+        """What the generator yielded is not a statement call: the end, a
+        sleep, a batch, or a mistake."""
+        if item is DONE:
+            py.gen = None
+            return END_TX
         if type(item) is prog.sleep_type:
             st.command = prog.sleep_index
             st.sleep_until = monotonic_ns() // 1000 + item.usec  # type: ignore[attr-defined]
@@ -461,57 +495,82 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
             return START_COMMAND
         return bad_item(st, prog, py.gen, item)
 
+    def batch_done(st: Client, prog: PyProgram, py: PyClient) -> int:
+        """A step inside a batch: the next statement, or, once the results
+        are all in, the list of them into the generator."""
+        state = batch_step(st, prog, py)
+        if state >= 0:
+            return state
+        results = py.results or []
+        py.results = None
+        wrap = prog.wrap
+        values = [None if r is None else wrap(r) for r in results]  # type: ignore[misc]
+        return resume(st, prog, py, values)
+
     def py_step(st: Client, op: Op) -> int:
         """Send the last result into the generator (None first, and for a
-        statement not fetched); file what it yields. The common case (a
-        statement call after a statement) inline: this runs per statement."""
+        statement not fetched); file what it yields.
+
+        This runs once per statement, so the common case (a statement
+        call after a statement) is inline and allocates nothing of its
+        own: a None result goes in through ``next(gen, DONE)``, which
+        also ends a transaction without the StopIteration that
+        ``gen.send`` raises; the parameters go straight into the
+        variables the send reads."""
         prog: PyProgram = op.py
+        py: PyClient = st.py
         if op.index == 0:
             started = new_generator(st, prog)
-            if type(started) is int:
-                return started
-            return resume(st, prog, started, None)  # type: ignore[arg-type]
-        py: PyClient = st.py
-        if py.batch is not None:
-            state = batch_step(st, prog, py)
-            if state >= 0:
-                return state
-            results = py.results or []
-            py.results = None
-            wrap = prog.wrap
-            values = [None if r is None else wrap(r) for r in results]  # type: ignore[misc]
-            return resume(st, prog, py, values)
-        value = py.res
-        if value is not None:
-            py.res = None
-            value = prog.wrap(value)  # type: ignore[misc]
+            if started is None:
+                return ABORTED
+            py = started
+            value = None
+        elif py.batch is not None:
+            return batch_done(st, prog, py)
+        else:
+            value = py.res
+            if value is not None:
+                py.res = None
+                value = prog.wrap(value)  # type: ignore[misc]
         gen = py.gen
         try:
-            item = gen.send(value)  # type: ignore[union-attr]
+            item = next_item(gen, DONE) if value is None else gen.send(value)  # type: ignore[arg-type,union-attr]
         except StopIteration:
             py.gen = None
             return END_TX
         except Exception as e:
             return fail(st, prog, user_traceback(e, prog.spec.user_files))
         if type(item) is not tuple:
+            if item is DONE:
+                py.gen = None
+                return END_TX
             return other_item(st, prog, py, item)
         try:
             i = prog.index[item[0]]
         except (KeyError, IndexError, TypeError):
             return bad_item(st, prog, gen, item)
-        variables = st.variables
-        if simple:
-            for name, v in zip(names, item[1], strict=False):
-                variables[name] = v if type(v) is int else _literal(v)
-        else:
-            for name, v in zip(names, item[1], strict=False):
-                tv = type(v)
-                if tv is int or tv is str:
-                    variables[name] = v
-                elif v is None:
-                    variables.pop(name, None)
+        args = item[1]
+        if args or type(args) is not tuple:  # () is BEGIN's, END's...
+            # set_params, inline
+            variables = st.variables
+            k = 0
+            try:
+                if simple:
+                    for v in args:
+                        variables[names[k]] = v if type(v) is int else _literal(v)
+                        k += 1
                 else:
-                    variables[name] = _text(v)
+                    for v in args:
+                        tv = type(v)
+                        if tv is int or tv is str:
+                            variables[names[k]] = v
+                        elif v is None:
+                            variables.pop(names[k], None)
+                        else:
+                            variables[names[k]] = _text(v)
+                        k += 1
+            except (TypeError, IndexError):
+                return bad_params(st, prog, gen, item)
         st.command = i
         return START_COMMAND
 

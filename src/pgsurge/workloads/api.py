@@ -25,6 +25,7 @@ draws the same values.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
 from collections.abc import Callable, Generator, Iterator
@@ -264,12 +265,14 @@ class Context:
         #: pgbench's :client_id
         self.client_id = client_id
 
-    @property
+    # Read once, on first use: both are set before the run starts and
+    # never change during it, and a transaction reads ctx.scale every time.
+    @functools.cached_property
     def scale(self) -> int:
         """pgbench's :scale (-s, or what the workload reads from its tables)."""
         return int(self._variables.get("scale", 1))
 
-    @property
+    @functools.cached_property
     def default_seed(self) -> int:
         return int(self._variables.get("default_seed", 0))
 
