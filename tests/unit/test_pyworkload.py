@@ -157,6 +157,11 @@ def by_hand(ctx):
         ("None", r"got parameters None \(NoneType\), not a sequence"),
         ("5", r"got parameters 5 \(int\), not a sequence"),
         ("tuple(range(70000))", r"got 70000 parameters, more than 65535"),
+        # too few would send the $n an earlier call left, too many would be
+        # dropped: both are the user's mistake, named
+        ("()", r"got 0 parameters, it takes 1$"),
+        ("[]", r"got 0 parameters, it takes 1$"),
+        ("(1, 2)", r"got 2 parameters, it takes 1$"),
     ],
 )
 @pytest.mark.parametrize("mode", [QueryMode.SIMPLE, QueryMode.PREPARED])

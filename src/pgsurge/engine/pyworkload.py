@@ -150,6 +150,10 @@ class PyProgram:
     spec: PyTransactionSpec
     #: statement -> index of its K_SQL op
     index: dict[Any, int] = field(default_factory=dict)
+    #: op index -> the number of parameters its statement takes (0 for
+    #: ops that are not statements): a hand-made (statement, args) tuple
+    #: with fewer values would otherwise send the $n of an earlier call
+    counts: list[int] = field(default_factory=list)
     sleep_index: int = 0
     #: a batch in a pipeline (extended and prepared modes): where its
     #: \startpipeline and \endpipeline are, statement -> its op in it
@@ -216,6 +220,11 @@ def compile_py(spec: PyTransactionSpec, mode: QueryMode) -> tuple[Op, ...]:
             ops.append(Op(C.K_PY, len(ops), spec.source, py=prog))
         pstart.pipeline_ops = tuple(inner)
     ops.append(Op(C.K_END, len(ops), ""))
+    prog.counts = [0] * len(ops)
+    for stmt in spec.statements:
+        prog.counts[prog.index[stmt]] = stmt.nparams
+        if stmt in prog.batch_index:
+            prog.counts[prog.batch_index[stmt]] = stmt.nparams
     reported = [ops[prog.index[s]] for s in spec.statements[: spec.nreported]]
     if spec.uses_sleep:
         reported.append(sleep_op)
@@ -373,9 +382,9 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
             return None
         return py
 
-    def set_params(st: Client, args: tuple[Any, ...]) -> bool:
-        """A statement's parameters into the variables "$1".."$n"; False
-        when they are not a sequence of at most 65535 values.
+    def set_params(st: Client, args: tuple[Any, ...]) -> int:
+        """A statement's parameters into the variables "$1".."$n": how
+        many, or -1 when they are not a sequence of at most 65535 values.
 
         Indexed rather than zipped: zip(names, args) builds an object and
         two iterators per statement (and zip(strict=) parses its keyword
@@ -387,7 +396,7 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
                 for v in args:
                     variables[names[k]] = v if type(v) is int else _literal(v)
                     k += 1
-                return True
+                return k
             for v in args:
                 tv = type(v)
                 if tv is int or tv is str:
@@ -398,8 +407,8 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
                     variables[names[k]] = _text(v)
                 k += 1
         except (TypeError, IndexError):
-            return False
-        return True
+            return -1
+        return k
 
     def bad_params(st: Client, prog: PyProgram, gen: Any, item: tuple[Any, Any]) -> int:
         """A statement call whose parameters are not a sequence of at most
@@ -407,9 +416,15 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
         good one)."""
         args = item[1]
         try:
-            what = f"{len(args)} parameters, more than {len(names)}"
+            n = len(args)
         except TypeError:
             what = f"parameters {args!r} ({type(args).__name__}), not a sequence"
+        else:
+            if n > len(names):
+                what = f"{n} parameters, more than {len(names)}"
+            else:
+                want = getattr(item[0], "nparams", "another number of")
+                what = f"{n} parameter{'s' if n != 1 else ''}, it takes {want}"
         return fail(st, prog, where(gen) + f"the statement {item[0]!r} got {what}")
 
     def batch_step(st: Client, prog: PyProgram, py: PyClient) -> int:
@@ -435,7 +450,7 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
             if i < 0:
                 py.batch = None
                 return bad_item(st, prog, py.gen, item)
-            if not set_params(st, item[1]):
+            if set_params(st, item[1]) != prog.counts[i]:
                 py.batch = None
                 return bad_params(st, prog, py.gen, item)
             py.batch_sent = True
@@ -464,7 +479,7 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
                 i = prog.index[item[0]]
             except (KeyError, IndexError, TypeError):
                 return bad_item(st, prog, gen, item)
-            if not set_params(st, item[1]):
+            if set_params(st, item[1]) != prog.counts[i]:
                 return bad_params(st, prog, gen, item)
             st.command = i
             return START_COMMAND
@@ -571,6 +586,10 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
                         k += 1
             except (TypeError, IndexError):
                 return bad_params(st, prog, gen, item)
+            if k != prog.counts[i]:
+                return bad_params(st, prog, gen, item)
+        elif prog.counts[i]:
+            return bad_params(st, prog, gen, item)
         st.command = i
         return START_COMMAND
 
