@@ -474,6 +474,11 @@ def _wait_sessions(dsn: str, wanted: int, timeout: float) -> bool:
     return False
 
 
+def _default_signals() -> None:
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(
     "sig",
     [
@@ -496,7 +501,14 @@ def test_killed_by_signal(bench_db: str, pgbench_bin: Path, sig: int) -> None:
     args = ["-n", "-S", "-T", "60", "-c", "2", "-j", "2", bench_db]
     for cmd in ([str(pgbench_bin), *args], [sys.executable, "-m", "pgsurge", *args]):
         proc = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=tool_env()
+            cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=tool_env(),
+            # the programs' own reaction, not the harness's: under nohup (or
+            # as a background job of a script) SIGHUP (SIGINT) is ignored,
+            # and an ignored signal stays ignored across exec
+            preexec_fn=_default_signals,
         )
         try:
             assert _wait_sessions(bench_db, 2, 20), cmd
