@@ -89,6 +89,20 @@ attr_is_true(PyObject *obj, PyObject *name)
     return r;
 }
 
+/* 1 when obj.name is None, 0 when not, -1 on error. */
+static int
+attr_is_none(PyObject *obj, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    int r;
+
+    if (v == NULL)
+        return -1;
+    r = v == Py_None;
+    Py_DECREF(v);
+    return r;
+}
+
 /* ---------------------------------------------------------------------- */
 /* Stats working copies                                                   */
 
@@ -554,13 +568,8 @@ load_mid_tx(FastLoop *fl, fl_client *c, int state)
         return 0;
     if ((r = attr_is_true(st, s_meta_failed)) != 0)
         return r < 0 ? -1 : 0;
-    v = PyObject_GetAttr(st, s_pending);
-    if (v == NULL)
-        return -1;
-    r = v == Py_None;
-    Py_DECREF(v);
-    if (!r)
-        return 0;
+    if ((r = attr_is_none(st, s_pending)) != 1)
+        return r;
     if (fl_get_i64(st, s_txn_scheduled, &c->txn_scheduled) < 0 ||
         fl_get_i64(st, s_txn_begin, &c->txn_begin) < 0 ||
         (fl->per_command && fl_get_i64(st, s_stmt_begin, &c->stmt_begin) < 0) ||
@@ -611,13 +620,8 @@ fl_take_over(FastLoop *fl, int index, int state)
     if ((r = attr_is_true(st, s_flush_pending)) != 0 ||
         (r = attr_is_true(st, s_in_pipeline)) != 0)
         return r < 0 ? -1 : 0;
-    v = PyObject_GetAttr(st, s_drain_state);
-    if (v == NULL)
-        return -1;
-    r = v == Py_None;
-    Py_DECREF(v);
-    if (!r)
-        return 0;
+    if ((r = attr_is_none(st, s_drain_state)) != 1)
+        return r;
     if (mid_tx) {
         if (fl_get_i64(st, s_script, &script) < 0)
             return -1;
