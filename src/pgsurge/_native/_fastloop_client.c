@@ -36,7 +36,12 @@ static inline void
 stats_add(fl_simple *s, int64_t latency)
 {
     double v = (double)latency;
-    __int128 sq = (__int128)latency * latency;
+    /* the square exactly, rounded once to a double; in int64 (one
+     * conversion instruction) whenever it fits, as it does for any latency
+     * below 50 minutes, else in 128 bits (a libgcc call per value) */
+    double sq = latency > -3037000499LL && latency < 3037000499LL
+                    ? (double)(latency * latency)
+                    : (double)((__int128)latency * latency);
 
     if (s->count == 0) {
         s->min = s->max = v;
@@ -50,7 +55,7 @@ stats_add(fl_simple *s, int64_t latency)
     }
     s->count++;
     s->sum += v;
-    s->sum2 += (double)sq;
+    s->sum2 += sq;
 }
 
 static int
@@ -153,8 +158,40 @@ record(fl_stats *s, int64_t latency, int64_t lag, int skipped, int throttled)
         stats_add(&s->lag, lag);
 }
 
+/* n in decimal at p (no NUL); returns the end. The -l line's fields are
+ * formatted here rather than by sprintf, whose format parsing costs some
+ * 2,500 instructions a line (bench/instr_bench.py): a line is written per
+ * transaction. */
+static inline char *
+put_int(char *p, int64_t n)
+{
+    char tmp[INT_TEXT];
+    char *q = tmp + sizeof tmp;
+    uint64_t u = n < 0 ? 0ULL - (uint64_t)n : (uint64_t)n;
+    size_t len;
+
+    do {
+        *--q = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (n < 0)
+        *--q = '-';
+    len = (size_t)(tmp + sizeof tmp - q);
+    memcpy(p, q, len);
+    return p + len;
+}
+
+/* a space, then n */
+static inline char *
+put_field(char *p, int64_t n)
+{
+    *p++ = ' ';
+    return put_int(p, n);
+}
+
 /* TxLogWriter's line of a transaction C accounted (a success, or a slot
- * skipped under -L), after the sampling draw; 0, or -1 with an error */
+ * skipped under -L), after the sampling draw; the clock is read afresh,
+ * as tx.process_xact (and pgbench's doLog) do; 0, or -1 with an error */
 static int
 log_line(FastLoop *fl, fl_client *c, int64_t latency, int64_t lag, int skipped)
 {
@@ -174,20 +211,23 @@ log_line(FastLoop *fl, fl_client *c, int64_t latency, int64_t lag, int skipped)
     }
     if (fl->loglen + 160 > fl->logcap && fl_log_flush(fl) < 0)
         return -1;
-    p = fl->logbuf + fl->loglen;
-    if (skipped)
-        p += sprintf(p, "%lld %lld skipped %d %lld %lld", (long long)c->id,
-                     (long long)c->cnt, c->script, (long long)(now / 1000000),
-                     (long long)(now % 1000000));
-    else
-        p += sprintf(p, "%lld %lld %lld %d %lld %lld", (long long)c->id, (long long)c->cnt,
-                     (long long)latency, c->script, (long long)(now / 1000000),
-                     (long long)(now % 1000000));
+    /* "client cnt latency script sec usec [lag] [retries]", "skipped" in
+     * the latency's place for a skipped slot (TxLogWriter.log) */
+    p = put_int(fl->logbuf + fl->loglen, c->id);
+    p = put_field(p, c->cnt);
+    if (skipped) {
+        memcpy(p, " skipped", 8);
+        p += 8;
+    } else
+        p = put_field(p, latency);
+    p = put_field(p, c->script);
+    p = put_field(p, now / 1000000);
+    p = put_field(p, now % 1000000);
     if (fl->log_lag)
-        p += sprintf(p, " %lld", (long long)(skipped ? 0 : lag));
+        p = put_field(p, skipped ? 0 : lag);
     if (fl->log_retries)
         /* C accounts first tries only */
-        p += sprintf(p, " 0");
+        p = put_field(p, 0);
     *p++ = '\n';
     fl->loglen = (size_t)(p - fl->logbuf);
     if (now - fl->log_flushed >= 1000000) {
