@@ -72,9 +72,11 @@ from _suite_proc import (
     Measured,
     SuiteServer,
     affinity_of,
+    byte_compile,
     parse_pin,
     pg_bindir,
     pgsurge_argv,
+    pgsurge_package_dir,
     pin_tree,
     postmaster_of,
     run_measured,
@@ -227,6 +229,8 @@ class Suite:
         self.run_dsn = ""
         #: what --pin did (None: not pinned); recorded in meta["pin"]
         self.pin: dict[str, Any] | None = None
+        #: the package directory whose .pyc files were written before measuring
+        self.byte_compiled: str | None = None
 
     def tool_argv(self, tool: str) -> list[str]:
         return [str(self.bindir / "pgbench")] if tool == PGBENCH else list(self.pgsurge)
@@ -637,6 +641,8 @@ def environment(suite: Suite) -> dict[str, Any]:
         "python": sys.version,
         "git_commit": out(["git", "rev-parse", "HEAD"]),
         "snapshot_of": suite.snapshot_commit,
+        "byte_compiled": suite.byte_compiled,
+        "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE"),
         "pythonpath": os.environ.get("PYTHONPATH"),
         "git_dirty_src": out(
             ["git", "status", "--porcelain", "--", "../src"]
@@ -667,6 +673,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     json_path = opts.out / f"suite-{stamp}.json"
     with contextlib.ExitStack() as stack:
         snapshot_commit = None
+        compiled: Path | None
         if opts.snapshot:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
             repo = Path(__file__).resolve().parent.parent
@@ -676,9 +683,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             old = os.environ.get("PYTHONPATH")
             os.environ["PYTHONPATH"] = str(tmp / "src") + (f":{old}" if old else "")
             print(f"measuring a snapshot of {snapshot_commit[:12]} in {tmp}")
+            compiled = tmp / "src" / "pgsurge"
+        else:
+            compiled = pgsurge_package_dir()
+        # start-up as installed: with .pyc files (see byte_compile)
+        if compiled is not None and not byte_compile(compiled):
+            print(f"warning: some modules under {compiled} did not compile")
         server = stack.enter_context(SuiteServer(opts.dsn, opts.data_dir, opts.keep))
         suite = Suite(opts, server, json_path)
         suite.snapshot_commit = snapshot_commit
+        suite.byte_compiled = str(compiled) if compiled is not None else None
         if opts.pin is None:
             print("not pinned: the scheduler places tools and server (see --pin)")
         suite.pin_cpus()

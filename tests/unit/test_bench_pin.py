@@ -1,5 +1,6 @@
 """bench/suite.py --pin: the option's value, finding a server's postmaster
-from a backend, and pinning a process tree (children started later too).
+from a backend, and pinning a process tree (children started later too);
+and the .pyc files the suite writes before measuring.
 
 bench/ is not a package, so _suite_proc is loaded from its file. The tests
 use child processes of their own (no server): the test process stands in
@@ -106,3 +107,18 @@ def test_pin_tree_pins_the_tree_and_what_it_forks_later() -> None:
     assert out.strip() == str([cpu])
     # the test process itself was left alone
     assert len(os.sched_getaffinity(0)) >= 2
+
+
+def test_byte_compile_writes_the_pyc_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # as under PYTHONDONTWRITEBYTECODE=1: imports write none, compileall does
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "mod.py").write_text("X = 1\n")
+    assert proc.byte_compile(pkg)
+    assert list((pkg / "sub" / "__pycache__").glob("mod.*.pyc"))
+    (pkg / "bad.py").write_text("def (:\n")
+    assert not proc.byte_compile(pkg)
