@@ -8,7 +8,9 @@
   of the process tree while it runs;
 * :class:`SuiteServer`: the server under test, either a fresh embedded
   PostgreSQL 18.6 in a temporary location (stopped and removed at the end)
-  or an existing one given by a conninfo.
+  or an existing one given by a conninfo;
+* :func:`pin_tree` and :func:`postmaster_of`: CPU pinning (``--pin``), the
+  server's processes on one CPU and the measured tools on another.
 """
 
 from __future__ import annotations
@@ -80,6 +82,29 @@ def snapshot_source(repo: Path, dest: Path) -> str:
         if (dest / rel).parent.is_dir():
             shutil.copy2(built, dest / rel)
     return commit
+
+
+def byte_compile(src: Path) -> bool:
+    """Write the ``.pyc`` files of every module under ``src``.
+
+    An installed pgsurge has them (pip compiles on install); a snapshot has
+    none, and under ``PYTHONDONTWRITEBYTECODE=1`` (set in some shells and
+    CI images) no run writes them, so each run would compile all of
+    pgsurge's modules from source first: some 460 million instructions,
+    about 50 ms of CPU per start, counted in the client's CPU. compileall
+    writes them whatever that variable says.
+    """
+    import compileall
+
+    return bool(compileall.compile_dir(str(src), quiet=1))
+
+
+def pgsurge_package_dir() -> Path | None:
+    """The directory of the pgsurge package this interpreter imports."""
+    spec = find_spec("pgsurge")
+    if spec is None or spec.origin is None:
+        return None
+    return Path(spec.origin).parent
 
 
 # -- one measured child ------------------------------------------------------------
@@ -226,6 +251,56 @@ class _MemorySampler(threading.Thread):
         self.join()
 
 
+# -- CPU pinning ---------------------------------------------------------------------
+
+
+def parse_pin(text: str, ncpus: int | None) -> tuple[int, int]:
+    """``CLIENT,SERVER`` (two distinct CPU numbers) of ``--pin``."""
+    try:
+        client, server = (int(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(
+            f"--pin wants CLIENT,SERVER (two CPU numbers), not {text!r}"
+        ) from None
+    if client == server or min(client, server) < 0:
+        raise ValueError(f"--pin {text}: two distinct CPUs are needed")
+    if ncpus is not None and max(client, server) >= ncpus:
+        raise ValueError(f"--pin {text}: this machine has CPUs 0-{ncpus - 1}")
+    return client, server
+
+
+def postmaster_of(backend_pid: int) -> int:
+    """The postmaster of a server backend running on this machine: the
+    backend's parent process (every PostgreSQL process but the postmaster
+    is its child). ``OSError`` when the backend is not a local process."""
+    with open(f"/proc/{backend_pid}/stat", encoding="ascii") as f:
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[1])
+
+
+def pin_tree(pid: int, cpus: set[int]) -> list[int]:
+    """Restrict ``pid`` and all its live descendants (each of their
+    threads) to ``cpus``; returns the processes pinned. Processes the tree
+    forks later inherit the mask: pinning a postmaster pins every backend
+    it starts afterwards."""
+    pids = process_tree(pid)
+    for p in pids:
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{p}/task")]
+        except OSError:
+            continue  # gone meanwhile
+        for tid in tids:
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(tid, cpus)
+    return pids
+
+
+def affinity_of(pid: int) -> list[int]:
+    """The CPUs ``pid`` may run on, sorted (for the suite's header)."""
+    return sorted(os.sched_getaffinity(pid))
+
+
 # -- the server -------------------------------------------------------------------
 
 
@@ -291,6 +366,17 @@ class SuiteServer:
 
     def checkpoint(self) -> None:
         self._conn.execute("CHECKPOINT")
+
+    def backend_pid(self) -> int:
+        """The process id of the suite's own connection on the server."""
+        return int(self._conn.info.backend_pid)
+
+    def new_backend_affinity(self) -> list[int]:
+        """The CPUs a backend started now may run on (it must be local)."""
+        import psycopg
+
+        with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
+            return affinity_of(conn.info.backend_pid)
 
     def setting(self, name: str) -> str:
         row = self._conn.execute("SELECT current_setting(%s)", (name,)).fetchone()

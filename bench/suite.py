@@ -22,6 +22,14 @@ included). The A/A control runs pgbench against itself with the same
 procedure on the first run case: its per-pair spread is the noise level the
 other ratios must be read against.
 
+With ``--pin`` (``--pin CLIENT,SERVER``, default 0,1) the server's
+postmaster and every process it has (so every backend it forks later) are
+restricted to one CPU and the suite with the tools it runs to another, for
+both tools alike: client CPU per transaction then no longer depends on
+which core the scheduler gave the client and whether it shared it with
+the backends. The server must run on this machine. The header line and
+the JSON's ``meta.pin`` say what was pinned.
+
 Output: a table on stdout, the same as Markdown, and a JSON file with every
 raw run (``--out``, default bench/results/suite-<timestamp>.json).
 """
@@ -63,8 +71,14 @@ from _suite_cases import (
 from _suite_proc import (
     Measured,
     SuiteServer,
+    affinity_of,
+    byte_compile,
+    parse_pin,
     pg_bindir,
     pgsurge_argv,
+    pgsurge_package_dir,
+    pin_tree,
+    postmaster_of,
     run_measured,
     snapshot_source,
 )
@@ -101,6 +115,8 @@ class Options:
     report: Path | None
     snapshot: bool
     pgsurge: str | None
+    #: (client CPU, server CPU) of --pin; None: not pinned
+    pin: tuple[int, int] | None = None
 
 
 def parse_options(argv: Sequence[str] | None = None) -> Options:
@@ -135,6 +151,14 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     )
     ap.add_argument("--pgsurge", metavar="CMD", help="command that starts pgsurge")
     ap.add_argument(
+        "--pin",
+        nargs="?",
+        const="0,1",
+        metavar="CLIENT,SERVER",
+        help="run the tools on CPU CLIENT and the server's processes on CPU "
+        "SERVER (default 0,1); the server must run on this machine",
+    )
+    ap.add_argument(
         "--report",
         type=Path,
         metavar="JSON",
@@ -149,6 +173,13 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
             ap.error(
                 f"unknown case(s) {', '.join(unknown)}; known: {', '.join(ALL_CASES)}"
             )
+
+    pin = None
+    if o.pin is not None:
+        try:
+            pin = parse_pin(o.pin, os.cpu_count())
+        except ValueError as exc:
+            ap.error(str(exc))
 
     def pick(value: int | None, full: int, quick: int) -> int:
         return value if value is not None else (quick if o.quick else full)
@@ -172,6 +203,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         report=o.report,
         snapshot=o.snapshot,
         pgsurge=o.pgsurge,
+        pin=pin,
     )
 
 
@@ -195,6 +227,10 @@ class Suite:
         self._warmup: tuple[Run, ...] = ()
         self.meta: dict[str, Any] = {}
         self.run_dsn = ""
+        #: what --pin did (None: not pinned); recorded in meta["pin"]
+        self.pin: dict[str, Any] | None = None
+        #: the package directory whose .pyc files were written before measuring
+        self.byte_compiled: str | None = None
 
     def tool_argv(self, tool: str) -> list[str]:
         return [str(self.bindir / "pgbench")] if tool == PGBENCH else list(self.pgsurge)
@@ -446,6 +482,39 @@ class Suite:
 
     # -- the whole suite ---------------------------------------------------------------
 
+    def pin_cpus(self) -> None:
+        """--pin: the server's processes on one CPU, this process (hence
+        every tool it starts, and their workers) on another."""
+        if self.opts.pin is None:
+            return
+        client, server = self.opts.pin
+        try:
+            postmaster = postmaster_of(self.server.backend_pid())
+            pinned = pin_tree(postmaster, {server})
+        except OSError as exc:
+            sys.exit(
+                f"--pin: cannot pin the server's processes ({exc}); "
+                "the server must run on this machine, as a user we may "
+                "change (or run the suite as root)"
+            )
+        os.sched_setaffinity(0, {client})
+        # a backend started now must have inherited the postmaster's CPU
+        fresh = self.server.new_backend_affinity()
+        if fresh != [server]:
+            sys.exit(f"--pin: a new backend runs on CPUs {fresh}, not [{server}]")
+        self.pin = {
+            "client_cpus": affinity_of(0),
+            "server_cpus": affinity_of(postmaster),
+            "postmaster_pid": postmaster,
+            "server_processes_pinned": len(pinned),
+            "new_backend_cpus": fresh,
+        }
+        print(
+            f"pinned: tools on CPU {client}; server (postmaster {postmaster}, "
+            f"{len(pinned)} processes, and every backend it starts) on CPU {server}",
+            flush=True,
+        )
+
     def prepare(self) -> None:
         """Create and initialize the run database (scale ``--scale``, real pgbench)."""
         self.run_dsn = self.server.recreate_db(RUN_DB)
@@ -466,6 +535,7 @@ class Suite:
             sys.exit(f"pgbench -i failed:\n{m.stderr}")
         self.server.disable_autovacuum(RUN_DB)
         self.meta = environment(self)
+        self.meta["pin"] = self.pin
         self.save()
 
     def run(self) -> None:
@@ -571,6 +641,8 @@ def environment(suite: Suite) -> dict[str, Any]:
         "python": sys.version,
         "git_commit": out(["git", "rev-parse", "HEAD"]),
         "snapshot_of": suite.snapshot_commit,
+        "byte_compiled": suite.byte_compiled,
+        "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE"),
         "pythonpath": os.environ.get("PYTHONPATH"),
         "git_dirty_src": out(
             ["git", "status", "--porcelain", "--", "../src"]
@@ -601,6 +673,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     json_path = opts.out / f"suite-{stamp}.json"
     with contextlib.ExitStack() as stack:
         snapshot_commit = None
+        compiled: Path | None
         if opts.snapshot:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
             repo = Path(__file__).resolve().parent.parent
@@ -610,9 +683,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             old = os.environ.get("PYTHONPATH")
             os.environ["PYTHONPATH"] = str(tmp / "src") + (f":{old}" if old else "")
             print(f"measuring a snapshot of {snapshot_commit[:12]} in {tmp}")
+            compiled = tmp / "src" / "pgsurge"
+        else:
+            compiled = pgsurge_package_dir()
+        # start-up as installed: with .pyc files (see byte_compile)
+        if compiled is not None and not byte_compile(compiled):
+            print(f"warning: some modules under {compiled} did not compile")
         server = stack.enter_context(SuiteServer(opts.dsn, opts.data_dir, opts.keep))
         suite = Suite(opts, server, json_path)
         suite.snapshot_commit = snapshot_commit
+        suite.byte_compiled = str(compiled) if compiled is not None else None
+        if opts.pin is None:
+            print("not pinned: the scheduler places tools and server (see --pin)")
+        suite.pin_cpus()
         suite.prepare()
         try:
             suite.run()

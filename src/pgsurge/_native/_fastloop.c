@@ -728,6 +728,69 @@ record_into(PyObject *module, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* _stats_add(values): SimpleStats.add of each value as the loop does it;
+ * returns (count, min, max, sum, sum2) (tests compare with SimpleStats) */
+static PyObject *
+stats_add_values(PyObject *module, PyObject *values)
+{
+    PyObject *seq;
+    fl_simple s;
+    Py_ssize_t i;
+
+    (void)module;
+    memset(&s, 0, sizeof s);
+    seq = PySequence_Fast(values, "values must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    for (i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        int64_t v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        stats_add(&s, v);
+    }
+    Py_DECREF(seq);
+    return Py_BuildValue("(Ldddd)", (long long)s.count, s.min, s.max, s.sum, s.sum2);
+}
+
+/* _log_fields(values): the ints as an -l line writes them, separated by
+ * spaces (tests compare with str) */
+static PyObject *
+log_fields(PyObject *module, PyObject *values)
+{
+    PyObject *seq, *out;
+    char *buf, *p;
+    Py_ssize_t i, n;
+
+    (void)module;
+    seq = PySequence_Fast(values, "values must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    n = PySequence_Fast_GET_SIZE(seq);
+    buf = PyMem_Malloc((size_t)(n + 1) * INT_TEXT);
+    if (buf == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    p = buf;
+    for (i = 0; i < n; i++) {
+        int64_t v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
+
+        if (v == -1 && PyErr_Occurred()) {
+            PyMem_Free(buf);
+            Py_DECREF(seq);
+            return NULL;
+        }
+        p = i ? put_field(p, v) : put_int(p, v);
+    }
+    out = PyUnicode_DecodeASCII(buf, p - buf, NULL);
+    PyMem_Free(buf);
+    Py_DECREF(seq);
+    return out;
+}
+
 /* _eval(code, values, s0, s1): run an expression program as the loop
  * does, over variables ``values`` (an int, or None: not held by C) and
  * the PRNG words; returns (bailed, value, s0, s1) (tests compare with
@@ -785,6 +848,11 @@ static PyMethodDef module_methods[] = {
     {"_eval", eval_expr, METH_VARARGS,
      "_eval(code, values, s0, s1)\n--\n\nRun an expression program as the loop "
      "does (tests)."},
+    {"_stats_add", stats_add_values, METH_O,
+     "_stats_add(values)\n--\n\nSimpleStats.add of each value as the loop does it "
+     "(tests)."},
+    {"_log_fields", log_fields, METH_O,
+     "_log_fields(values)\n--\n\nThe ints as an -l line writes them (tests)."},
     {"_record_into", record_into, METH_VARARGS,
      "_record_into(hist, values)\n--\n\nCount values as the loop does, add them "
      "to hist."},

@@ -466,6 +466,68 @@ fl_hist_record(fl_hist *h, int64_t v)
 }
 
 /* ---------------------------------------------------------------------- */
+/* Accounting and -l formatting (inline: per transaction)                 */
+
+/* SimpleStats.add(latency) of an int latency, as Python does it: min/max
+ * become ints, the sums stay floats (float + int rounds the int once) */
+static inline void
+stats_add(fl_simple *s, int64_t latency)
+{
+    double v = (double)latency;
+    /* the square exactly, rounded once to a double; in int64 (one
+     * conversion instruction) whenever it fits, as it does for any latency
+     * below 50 minutes, else in 128 bits (a libgcc call per value) */
+    double sq = latency > -3037000499LL && latency < 3037000499LL
+                    ? (double)(latency * latency)
+                    : (double)((__int128)latency * latency);
+
+    if (s->count == 0) {
+        s->min = s->max = v;
+        s->min_int = s->max_int = 1;
+    } else if (v < s->min) {
+        s->min = v;
+        s->min_int = 1;
+    } else if (v > s->max) {
+        s->max = v;
+        s->max_int = 1;
+    }
+    s->count++;
+    s->sum += v;
+    s->sum2 += sq;
+}
+
+/* n in decimal at p (no NUL); returns the end. The -l line's fields are
+ * formatted here rather than by sprintf, whose format parsing costs some
+ * 2,500 instructions a line (bench/instr_bench.py): a line is written per
+ * transaction. */
+static inline char *
+put_int(char *p, int64_t n)
+{
+    char tmp[INT_TEXT];
+    char *q = tmp + sizeof tmp;
+    uint64_t u = n < 0 ? 0ULL - (uint64_t)n : (uint64_t)n;
+    size_t len;
+
+    do {
+        *--q = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (n < 0)
+        *--q = '-';
+    len = (size_t)(tmp + sizeof tmp - q);
+    memcpy(p, q, len);
+    return p + len;
+}
+
+/* a space, then n */
+static inline char *
+put_field(char *p, int64_t n)
+{
+    *p++ = ' ';
+    return put_int(p, n);
+}
+
+/* ---------------------------------------------------------------------- */
 /* Between the units                                                      */
 
 /* _fastloop_plan.c: one op of the plan into *op (-1: error set) */

@@ -30,29 +30,6 @@ int_text(int64_t n, char *buf)
     memcpy(buf, p, len);
     return buf;
 }
-/* SimpleStats.add(latency) of an int latency, as Python does it: min/max
- * become ints, the sums stay floats (float + int rounds the int once) */
-static inline void
-stats_add(fl_simple *s, int64_t latency)
-{
-    double v = (double)latency;
-    __int128 sq = (__int128)latency * latency;
-
-    if (s->count == 0) {
-        s->min = s->max = v;
-        s->min_int = s->max_int = 1;
-    } else if (v < s->min) {
-        s->min = v;
-        s->min_int = 1;
-    } else if (v > s->max) {
-        s->max = v;
-        s->max_int = 1;
-    }
-    s->count++;
-    s->sum += v;
-    s->sum2 += (double)sq;
-}
-
 static int
 send_sql(FastLoop *fl, fl_client *c, const fl_op *op)
 {
@@ -154,7 +131,8 @@ record(fl_stats *s, int64_t latency, int64_t lag, int skipped, int throttled)
 }
 
 /* TxLogWriter's line of a transaction C accounted (a success, or a slot
- * skipped under -L), after the sampling draw; 0, or -1 with an error */
+ * skipped under -L), after the sampling draw; the clock is read afresh,
+ * as tx.process_xact (and pgbench's doLog) do; 0, or -1 with an error */
 static int
 log_line(FastLoop *fl, fl_client *c, int64_t latency, int64_t lag, int skipped)
 {
@@ -174,20 +152,23 @@ log_line(FastLoop *fl, fl_client *c, int64_t latency, int64_t lag, int skipped)
     }
     if (fl->loglen + 160 > fl->logcap && fl_log_flush(fl) < 0)
         return -1;
-    p = fl->logbuf + fl->loglen;
-    if (skipped)
-        p += sprintf(p, "%lld %lld skipped %d %lld %lld", (long long)c->id,
-                     (long long)c->cnt, c->script, (long long)(now / 1000000),
-                     (long long)(now % 1000000));
-    else
-        p += sprintf(p, "%lld %lld %lld %d %lld %lld", (long long)c->id, (long long)c->cnt,
-                     (long long)latency, c->script, (long long)(now / 1000000),
-                     (long long)(now % 1000000));
+    /* "client cnt latency script sec usec [lag] [retries]", "skipped" in
+     * the latency's place for a skipped slot (TxLogWriter.log) */
+    p = put_int(fl->logbuf + fl->loglen, c->id);
+    p = put_field(p, c->cnt);
+    if (skipped) {
+        memcpy(p, " skipped", 8);
+        p += 8;
+    } else
+        p = put_field(p, latency);
+    p = put_field(p, c->script);
+    p = put_field(p, now / 1000000);
+    p = put_field(p, now % 1000000);
     if (fl->log_lag)
-        p += sprintf(p, " %lld", (long long)(skipped ? 0 : lag));
+        p = put_field(p, skipped ? 0 : lag);
     if (fl->log_retries)
         /* C accounts first tries only */
-        p += sprintf(p, " 0");
+        p = put_field(p, 0);
     *p++ = '\n';
     fl->loglen = (size_t)(p - fl->logbuf);
     if (now - fl->log_flushed >= 1000000) {
