@@ -431,6 +431,9 @@ def test_help_is_pgbench_help_plus_our_options(pgbench_bin: Path) -> None:
         f"{indent}HTML report of --json results (--help for more)\n"
         "  pgsurge server start|stop|status|uri\n"
         f"{indent}manage the embedded server\n"
+        "\nReport bugs to pgsurge's maintainers (pgbench's own to"
+        " <pgsql-bugs@lists.postgresql.org>).\n"
+        "PostgreSQL home page: <https://www.postgresql.org/>\n"
     )
     result = run_cli(["--help"])
     assert (result.status, result.stderr) == (0, "")
@@ -439,7 +442,11 @@ def test_help_is_pgbench_help_plus_our_options(pgbench_bin: Path) -> None:
 
 
 def test_version() -> None:
-    assert run_cli(["-V"]).stdout == "pgsurge 0.1.0 (pgbench 18.6 compatible)\n"
+    out = run_cli(["-V"]).stdout
+    assert out == "pgbench (PostgreSQL) 18.6 (pgsurge 0.1.0)\n"
+    # PostgreSQL's own check of pgbench -V, and what version sniffers read
+    assert re.match(r"^pgbench .PostgreSQL. ", out)
+    assert out.split()[2] == "18.6"
     assert run_cli(["--version", "-Z"]).status == 0
 
 

@@ -13,13 +13,13 @@ a closed stdout exits 141, quietly, like a C program killed by SIGPIPE.
 
 Deliberate differences from pgbench 18.6:
 
-* ``-V`` prints ``pgsurge 0.1.0 (pgbench 18.6 compatible)``: our version,
-  and the pgbench release whose behaviour we follow;
+* ``-V`` prints ``pgbench (PostgreSQL) 18.6 (pgsurge 0.1.0)``: pgbench's
+  words and the release whose behaviour we follow (what scripts that sniff
+  ``pgbench -V`` read), then our own version;
 * ``--help`` names pgsurge, lists our options (``--init-jobs``,
   ``--continue-on-error`` from PG19, ``--embedded``, the report extras
   ``--percentiles``, ``--client-cpu``, ``--extended-report``, ``--json``)
-  and has no "Report bugs to pgsql-bugs" lines (they would not be
-  PostgreSQL's bugs);
+  and sends bug reports to pgsurge's maintainers, not to pgsql-bugs;
 * ``--json -`` puts the JSON document on stdout in place of the text
   report, which then goes to stderr (stdout stays one valid document);
 * ``pgsurge server ...`` is the embedded-server subcommand and
@@ -170,8 +170,10 @@ def _main(argv: Sequence[str]) -> int:
             sys.stdout.write(HELP)
             return 0
         if first in ("--version", "-V"):
+            # pgbench's first words, which PostgreSQL's own tests and
+            # version-sniffing scripts read; then what actually runs
             sys.stdout.write(
-                f"{PROG} {__version__} (pgbench {PGBENCH_COMPAT_VERSION} compatible)\n"
+                f"pgbench (PostgreSQL) {PGBENCH_COMPAT_VERSION} ({PROG} {__version__})\n"
             )
             return 0
         if first == "server":

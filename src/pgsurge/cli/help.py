@@ -115,4 +115,7 @@ Commands:
                            HTML report of --json results (--help for more)
   {PROG} server start|stop|status|uri
                            manage the embedded server
+
+Report bugs to {PROG}'s maintainers (pgbench's own to <pgsql-bugs@lists.postgresql.org>).
+PostgreSQL home page: <https://www.postgresql.org/>
 """  # noqa: E501
