@@ -100,7 +100,7 @@ class TapNode:
     def sql(self, text: str) -> str:
         """Run ``text``; the rows as ``a|b`` lines (psql's unaligned form)."""
         with psycopg.connect(self.conninfo(), autocommit=True) as conn:
-            cur = conn.execute(text)  # type: ignore[arg-type]
+            cur = conn.execute(text)
             if cur.description is None:
                 return ""
             return "\n".join(
