@@ -58,6 +58,9 @@ def _param(case: TapCase) -> object:
 def _check_both(case: TapCase, node: TapNode | None, workdir: Path) -> None:
     ref = run_case(pgbench_program(), case, node, workdir)
     ours = run_case(pgsurge_program(), case, node, workdir)
+    if case.todo and not (ref.passed and ours.passed):
+        # upstream marks it "to do": a server race that rarely strikes
+        pytest.xfail(f"known server race (to do upstream): {describe(ref)}")
     if expected_to_pass(ref):
         assert ref.passed, "the case table is wrong for pgbench:\n" + describe(ref)
     if expected_to_pass(ours):
