@@ -34,6 +34,7 @@ import pytest
 from pgsurge.server.binaries import wheel_pginstall
 from pgsurge.server.embedded import EmbeddedServer
 from pgsurge.server.runas import chown_to, server_user
+from tests.fix_cli import run_cli
 from tests.fix_tap_cases import DEFAULT_LOGGING, TapCase
 
 #: the tablespace the "all options" -i case names
@@ -50,10 +51,14 @@ class Program:
     argv: tuple[str, ...]
     #: the file to execute when argv[0] is only the name to show
     executable: Path | None = None
+    #: run in this process (fix_cli.run_cli): for cases without a server,
+    #: where only the command line's handling is at stake, at a fraction
+    #: of a new interpreter's start-up
+    inprocess: bool = False
 
 
-def pgsurge_program() -> Program:
-    return Program("pgsurge", (sys.executable, "-m", "pgsurge"))
+def pgsurge_program(*, inprocess: bool = False) -> Program:
+    return Program("pgsurge", (sys.executable, "-m", "pgsurge"), inprocess=inprocess)
 
 
 def pgbench_program() -> Program:
@@ -215,6 +220,11 @@ def run_case(
     argv = [*program.argv, *case.args.split(), *_write_files(case, workdir)]
     argv += [arg.format(dir=workdir) for arg in case.extra]
     offset = node.log_size() if node is not None and case.server_log else 0
+    if program.inprocess and not case.server:
+        cli = run_cli(argv[len(program.argv) :], env=_env(case, node, workdir))
+        result.status, result.stdout, result.stderr = cli.status, cli.stdout, cli.stderr
+        result.missed = _check(case, result, node, workdir, offset)
+        return result
     for _ in range(case.runs):
         proc = subprocess.run(
             argv,
