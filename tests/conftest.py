@@ -3,7 +3,8 @@
 ``fix_server``: the PostgreSQL server and the reference pgbench;
 ``fix_run``: running pgsurge and pgbench, masks; ``fix_db``: benchmark
 databases; ``fix_data``: made-up configs, results and result files;
-``fix_cli``: pgsurge's command line in-process. tests/README.md tells how
+``fix_cli``: pgsurge's command line in-process; ``fix_tap``: the cluster
+of PostgreSQL's pgbench TAP cases. tests/README.md tells how
 to run the suite.
 """
 
@@ -13,4 +14,5 @@ pytest_plugins = (
     "tests.fix_db",
     "tests.fix_data",
     "tests.fix_cli",
+    "tests.fix_tap",
 )
