@@ -72,10 +72,12 @@ INPUTS: dict[str, Callable[[], str]] = {
     "20000 lines: SQL": lambda: "".join(
         f"SELECT {i}, 'a:b' AS c WHERE :scale > 0;\n" for i in range(20000)
     ),
+    # a \set on even lines, on odd ones an SQL command reading the variable
+    # just set: under "run -t 1" every one of the 10,000 statements runs
     "20000 lines: \\set+SQL": lambda: "".join(
-        f"\\set v{i % 50} random(1, 100000 * :scale) + {i}\n"
+        f"SELECT abalance FROM pgbench_accounts WHERE aid = :v{i // 2 % 50};\n"
         if i % 2
-        else f"SELECT abalance FROM pgbench_accounts WHERE aid = :v{(i - 1) % 50};\n"
+        else f"\\set v{i // 2 % 50} random(1, 100000 * :scale) + {i}\n"
         for i in range(20000)
     ),
 }
