@@ -246,6 +246,24 @@ class SetCommand(CommandBase):
     expr: Expr
 
 
+(_SET_LINENO, _SET_FIRST, _SET_VAR, _SET_EXPR) = _slot_setters(
+    SetCommand, "lineno first_line var expr"
+)
+
+
+def set_command(lineno: int, first_line: str, var: str, expr: Expr) -> SetCommand:
+    """``SetCommand(lineno, first_line, var, expr)`` made as
+    :func:`sql_command` makes an SqlCommand: 10,000 ``\\set`` lines of a
+    big script paid the frozen dataclass's __init__ as much as their
+    parsing in C."""
+    cmd = object.__new__(SetCommand)
+    _SET_LINENO(cmd, lineno)
+    _SET_FIRST(cmd, first_line)
+    _SET_VAR(cmd, var)
+    _SET_EXPR(cmd, expr)
+    return cmd
+
+
 @dataclass(frozen=True, slots=True)
 class SleepCommand(CommandBase):
     """``\\sleep N [us|ms|s]`` (also ``\\sleep 10ms``; default unit: s).

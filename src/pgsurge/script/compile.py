@@ -36,8 +36,10 @@ from pgsurge.script.ast import (
     ShellCommand,
     SleepCommand,
     SqlCommand,
+    set_command,
     sql_command,
 )
+from pgsurge.script.fastparse import meta_expr
 from pgsurge.script.fatal import PlainScriptError
 from pgsurge.script.lexer import MetaLexer, byte_len
 from pgsurge.script.parser import ExprParser
@@ -90,7 +92,7 @@ _EOF = Stop.EOF
 
 
 class _ScriptCompiler:
-    def __init__(self, source: str, text: str) -> None:
+    def __init__(self, source: str, text: str, *, native: bool = True) -> None:
         # pgbench reads the file as a C string: a NUL byte ends it (found
         # first: split() would copy a 4 MB script that has none)
         nul = text.find("\0")
@@ -103,6 +105,8 @@ class _ScriptCompiler:
         self._ascii = self.src.isascii()
         #: has an \\if, \\elif, \\else or \\endif been read?
         self._conditionals = False
+        #: the C reader of \\set/\\if/\\elif lines (script.fastparse), if any
+        self._fast = meta_expr if native else None
 
     # ------------------------------------------------------------------
 
@@ -155,6 +159,20 @@ class _ScriptCompiler:
         """Read the backslash command at ``start``; return where SQL
         scanning resumes."""
         lineno = self._lineno(start)
+        if self._fast is not None:
+            hit = self._fast(self.src, start)
+            if hit is not None:
+                # the line read in C, into the tree the parser below builds
+                which, var, expr, line, end = hit
+                if which == 0:
+                    assert var is not None
+                    self.commands.append(set_command(lineno, line, var, expr))
+                else:
+                    self._conditionals = True
+                    self.commands.append(
+                        IfCommand(lineno, line, expr, which == 2, -1, -1)
+                    )
+                return end
         lex = MetaLexer(self.src, start, self.source, lineno, ascii_text=self._ascii)
         first = lex.next_word()
         if first is None:
@@ -383,16 +401,19 @@ def _balanced(commands: Sequence[Command]) -> bool:
 
 
 def compile_script(
-    source: str, text: str, *, check_structure: bool = True
+    source: str, text: str, *, check_structure: bool = True, native: bool = True
 ) -> ParsedScript:
     """Parse a whole script; see :func:`parse_script`.
+
+    ``native=False`` reads every backslash command in Python, also when
+    ``pgsurge._fastparse`` is built (the tests compare both readers).
 
     pgbench checks the \\if structure after its "at most 128 scripts" check;
     a caller that wants that order passes ``check_structure=False`` and
     calls :func:`check_conditionals` itself (the jumps of a script with a
     broken structure are then left unset, -1).
     """
-    return _ScriptCompiler(source, text).run(check_structure)
+    return _ScriptCompiler(source, text, native=native).run(check_structure)
 
 
 def parse_script(source_name: str, text: str) -> ParsedScript:
