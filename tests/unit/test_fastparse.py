@@ -27,6 +27,7 @@ from pgsurge.script import fastparse
 from pgsurge.script.ast import Call, Const, Expr, IfCommand, SetCommand, Var
 from pgsurge.script.compile import compile_script
 from pgsurge.script.functions import ARITY
+from pgsurge.script.parser import DEFAULT_SEED
 
 pytestmark = pytest.mark.skipif(
     fastparse.meta_expr is None, reason="pgsurge._fastparse not built"
@@ -313,3 +314,40 @@ def test_the_pure_paths_do_not_use_it() -> None:
     env = {**os.environ, "PGSURGE_PURE": "1"}
     code = "from pgsurge.script import fastparse; assert fastparse.meta_expr is None"
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+
+
+@pytest.mark.parametrize("text", ["\\set x 1 + 2\n", "\\set x 1 +\n", ""])
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_collector_is_left_as_it_was(text: str, enabled: bool) -> None:
+    # the parse turns the cyclic collector off while it reads, and back on
+    # only when it was on, error or not
+    import gc
+
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        try:
+            compile_script("t", text)
+        except ScriptError:
+            pass
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def test_trees_read_in_c_are_not_tracked_by_the_collector() -> None:
+    # acyclic by construction: reference counting frees them, and the
+    # collector's passes need not walk them
+    import gc
+
+    meta_expr = fastparse.meta_expr
+    assert meta_expr is not None
+    hit = meta_expr("\\set x hash(:a) + case when :b then 1.5 end\n", 0)
+    assert hit is not None
+    todo: list[object] = [hit[2]]
+    while todo:
+        node = todo.pop()
+        assert not gc.is_tracked(node), node
+        if isinstance(node, Call):
+            assert not gc.is_tracked(node.args)
+            todo.extend(a for a in node.args if a is not DEFAULT_SEED)
