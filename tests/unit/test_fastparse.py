@@ -82,13 +82,13 @@ def _check_line(line: str) -> bool:
     assert _read(text, native=True) == python
     if hit is None:
         return False
-    kind, var, expr, first_line, end = hit
+    kind, var, expr, first_line, start, end = hit
     # C took it: the Python parser must accept it and agree on everything
     assert isinstance(python, list), (line, python)
     cmd, shape = python[0]  # type: ignore[misc]
     assert _shape(expr) == shape
     assert first_line == cmd.first_line
-    assert end == len(line) + 1
+    assert (start, end) == (0, len(line) + 1)
     if isinstance(cmd, SetCommand):
         assert (kind, var) == (0, cmd.var)
     else:
@@ -294,9 +294,36 @@ def test_a_line_at_the_end_of_the_text() -> None:
     start = text.index("\\")
     hit = meta_expr(text, start)
     assert hit is not None
-    assert hit[3] == "\\set x 1 + 2" and hit[4] == len(text)
+    assert hit[3:] == ("\\set x 1 + 2", start, len(text))
     assert meta_expr(text, 0) is None  # not a backslash
     assert meta_expr(text, len(text)) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "start"),
+    [
+        ("\\set x 1\n", 0),
+        ("  \n\t\r\f\\if 1\n\\endif\n", 6),
+        ("-- a comment\n\\set x 1\n", 13),
+        ("--\r\\set x 1\n", 3),
+        ("--é\n--\n \\set x 1\n", 8),
+        ("/* c */\\set x 1\n", None),
+        ("\v\\set x 1\n", None),
+        ("- \\set x 1\n", None),
+        ("-- \\set x 1\n", None),
+        ("x\\set x 1\n", None),
+        ("   ", None),
+    ],
+)
+def test_what_the_sql_scanner_drops_before_a_command_is_skipped(
+    text: str, start: int | None
+) -> None:
+    # between statements the reader is asked at the scanner's position
+    meta_expr = fastparse.meta_expr
+    assert meta_expr is not None
+    hit = meta_expr(text, 0)
+    assert (None if hit is None else hit[4]) == start
+    assert _read(text, native=True) == _read(text, native=False)
 
 
 def test_a_non_ascii_script_still_reads_its_ascii_lines_in_c() -> None:

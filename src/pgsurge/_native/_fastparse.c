@@ -869,12 +869,14 @@ next_word(const char *s, Py_ssize_t n, Py_ssize_t *pos)
 }
 
 PyDoc_STRVAR(meta_expr_doc,
-"meta_expr(src, start) -> (kind, var, expr, first_line, next_pos) or None\n\n"
+"meta_expr(src, pos) -> (kind, var, expr, first_line, start, next_pos) or None\n\n"
 "Read the \\set (kind 0), \\if (1) or \\elif (2) command whose backslash is\n"
-"src[start]: var is the \\set variable (None otherwise), expr its tree,\n"
-"first_line the command's text without its newline, next_pos where SQL\n"
-"scanning resumes. None: another command, or a line left to the Python\n"
-"lexer and parser (see the module comment).");
+"at src[pos], or after what the SQL scanner drops between statements there\n"
+"(blanks, newlines, -- comments): start is the backslash's index, var the\n"
+"\\set variable (None otherwise), expr its tree, first_line the command's\n"
+"text without its newline, next_pos where SQL scanning resumes. None: no\n"
+"backslash there, another command, or a line left to the Python lexer and\n"
+"parser (see the module comment).");
 
 static PyObject *
 meta_expr(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
@@ -900,11 +902,30 @@ meta_expr(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     if (start == -1 && PyErr_Occurred())
         return NULL;
     len = PyUnicode_GET_LENGTH(src);
-    if (start < 0 || start >= len)
+    if (start < 0)
         Py_RETURN_NONE;
     kind_u = PyUnicode_KIND(src);
     data = PyUnicode_DATA(src);
-    if (PyUnicode_READ(kind_u, data, start) != '\\')
+    /* sqlruns.LEADING: blanks, newlines and -- comments (no \v) */
+    while (start < len) {
+        Py_UCS4 c = PyUnicode_READ(kind_u, data, start);
+
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f')
+            start++;
+        else if (c == '-' && start + 1 < len &&
+                 PyUnicode_READ(kind_u, data, start + 1) == '-') {
+            start += 2;
+            while (start < len) {
+                c = PyUnicode_READ(kind_u, data, start);
+                if (c == '\n' || c == '\r')
+                    break;
+                start++;
+            }
+        }
+        else
+            break;
+    }
+    if (start >= len || PyUnicode_READ(kind_u, data, start) != '\\')
         Py_RETURN_NONE;
 
     /* the line: up to the newline; ASCII and no second backslash, or
@@ -985,8 +1006,8 @@ meta_expr(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
     if (line == NULL)
         goto error;
     PyMem_Free(copy);
-    result = Py_BuildValue("(iNNNn)", meta, var ? var : Py_NewRef(Py_None),
-                           tree, line, next_pos);
+    result = Py_BuildValue("(iNNNnn)", meta, var ? var : Py_NewRef(Py_None),
+                           tree, line, start, next_pos);
     return result;
 
 give_up:

@@ -40,7 +40,7 @@ from pgsurge.script.ast import (
     set_command,
     sql_command,
 )
-from pgsurge.script.fastparse import meta_expr
+from pgsurge.script.fastparse import MetaHit, meta_expr
 from pgsurge.script.fatal import PlainScriptError
 from pgsurge.script.lexer import MetaLexer, byte_len
 from pgsurge.script.parser import ExprParser
@@ -114,8 +114,18 @@ class _ScriptCompiler:
     def run(self, check_structure: bool) -> ParsedScript:
         scanner = SqlScanner(self.src)
         scan = scanner.scan
+        between = scanner.between_statements
         append = self.commands.append
+        # Between statements the C reader is asked first (in a script that
+        # has a backslash at all): a \\set line then costs no scan(), which
+        # would only skip the blanks before it and stop at its backslash.
+        fast = self._fast if "\\" in self.src else None
         while True:
+            if fast is not None and between():
+                hit = fast(self.src, scanner.pos)
+                if hit is not None:
+                    scanner.pos = self._fast_command(hit)
+                    continue
             stop, text, start, end, nqueries = scan()
             if text[:1] in _NOTHING_TO_SKIP:
                 sql, skipped = text, 0  # "" too
@@ -159,21 +169,11 @@ class _ScriptCompiler:
     def _meta_command(self, start: int) -> int:
         """Read the backslash command at ``start``; return where SQL
         scanning resumes."""
-        lineno = self._lineno(start)
         if self._fast is not None:
             hit = self._fast(self.src, start)
             if hit is not None:
-                # the line read in C, into the tree the parser below builds
-                which, var, expr, line, end = hit
-                if which == 0:
-                    assert var is not None
-                    self.commands.append(set_command(lineno, line, var, expr))
-                else:
-                    self._conditionals = True
-                    self.commands.append(
-                        IfCommand(lineno, line, expr, which == 2, -1, -1)
-                    )
-                return end
+                return self._fast_command(hit)
+        lineno = self._lineno(start)
         lex = MetaLexer(self.src, start, self.source, lineno, ascii_text=self._ascii)
         first = lex.next_word()
         if first is None:
@@ -243,6 +243,19 @@ class _ScriptCompiler:
         else:
             self.commands.append(cmd)
         return lex.pos
+
+    def _fast_command(self, hit: MetaHit) -> int:
+        """Add the command the C reader read (the tree the parser below
+        would build); return where SQL scanning resumes."""
+        which, var, expr, line, start, end = hit
+        lineno = self._lineno(start)
+        if which == 0:
+            assert var is not None
+            self.commands.append(set_command(lineno, line, var, expr))
+        else:
+            self._conditionals = True
+            self.commands.append(IfCommand(lineno, line, expr, which == 2, -1, -1))
+        return end
 
     def _error(self, lex: MetaLexer, message: str, *, show_line: bool) -> NoReturn:
         raise ScriptError(

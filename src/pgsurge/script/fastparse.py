@@ -25,14 +25,15 @@ from pgsurge.script.ast import Call, Const, Expr, Var
 from pgsurge.script.functions import ARITY
 from pgsurge.script.parser import DEFAULT_SEED, SEEDED_FUNCTIONS
 
-__all__ = ["FASTPARSE_API", "MetaExpr", "meta_expr"]
+__all__ = ["FASTPARSE_API", "MetaExpr", "MetaHit", "meta_expr"]
 
 #: the interface version of pgsurge._fastparse this code expects
 FASTPARSE_API = 1
 
 #: (kind: 0 \\set, 1 \\if, 2 \\elif; the \\set variable or None; the tree;
-#: the command's first_line; where SQL scanning resumes)
-MetaHit: TypeAlias = tuple[int, str | None, Expr, str, int]
+#: the command's first_line; the index of its backslash; where SQL
+#: scanning resumes)
+MetaHit: TypeAlias = tuple[int, str | None, Expr, str, int, int]
 MetaExpr: TypeAlias = Callable[[str, int], MetaHit | None]
 
 
@@ -51,6 +52,8 @@ def _load() -> MetaExpr | None:
     return fn
 
 
-#: ``meta_expr(src, start)``: the command whose backslash is ``src[start]``
-#: read in C, or None (see the module docstring); None when not built
+#: ``meta_expr(src, pos)``: the command whose backslash is at ``src[pos]``,
+#: or after the blanks, newlines and ``--`` comments there (what the SQL
+#: scanner drops between statements), read in C; or None (see the module
+#: docstring). None itself when the extension is not built
 meta_expr: MetaExpr | None = _load()
