@@ -217,6 +217,25 @@ def test_any_text_after_a_backslash_reads_alike(text: str) -> None:
     assert _read(script, native=True) == _read(script, native=False)
 
 
+_SCRIPT_PARTS = [
+    "\\set x 1 + 2\n", "\\set y :x * 3", "\\if :x > 1\n", "\\elif 2\n",
+    "\\else\n", "\\endif\n", "\\sleep 1 ms\n", "\\gset p_\n", "\\set z (1\n",
+    "\\set bad 1e400\n", "\\set é 1\n", "select 1;", "select :x, 'a:b';",
+    "begin;", "create function f() begin atomic", "end;", "(", ")", "'", "\"",
+    "$$", "/*", "*/", "-- c\n", "--", "\n", " ", "\t", "\r\n", "\f", "\v", ";",
+    "\\;", "\\", "x", "1", "é",
+]  # fmt: skip
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(_SCRIPT_PARTS), max_size=30).map("".join))
+def test_whole_scripts_read_alike(text: str) -> None:
+    """The C reader is asked between statements, where the SQL scanner
+    would stop at a backslash after blanks and comments: the same
+    commands (lines, texts, trees) or the same error, on or off."""
+    assert _read(text, native=True) == _read(text, native=False)
+
+
 # ---------------------------------------------------------------------------
 # what C takes and what it leaves to Python
 
