@@ -397,3 +397,16 @@ def test_trees_read_in_c_are_not_tracked_by_the_collector() -> None:
         if isinstance(node, Call):
             assert not gc.is_tracked(node.args)
             todo.extend(a for a in node.args if a is not DEFAULT_SEED)
+
+
+def test_configure_refuses_classes_without_those_slots() -> None:
+    import pgsurge._fastparse as native  # type: ignore[import-not-found]
+
+    class Plain:
+        value: object = None
+
+    with pytest.raises(TypeError):
+        native.configure(Plain, Var, Call, {}, DEFAULT_SEED)
+    # configured again as pgsurge does: it reads lines as before
+    assert fastparse._load() is not None
+    assert _check_line("\\set x 1 + hash(:a)")

@@ -24,6 +24,11 @@ Value = None | bool | int | float | str
 
 # --------------------------------------------------------------------------
 # Expressions
+#
+# pgsurge._fastparse (script/fastparse.py) makes Const, Var and Call nodes
+# in C without calling __init__: it fills in the slots named below, found
+# by name. A new field must be filled in there too (test_fastparse compares
+# its trees with the parser's).
 
 
 @dataclass(frozen=True, slots=True)
