@@ -3,10 +3,11 @@
 The script language (``pgsurge.script``) gives a :class:`ParsedScript` per
 script: commands as plain values. The engine runs ``Op`` records
 (``state.Op``): each command with what running it needs computed once per
-worker — expression closures, SQL text encoded for libpq, prepared
-statement names, parameter names, the ``\\if`` jump targets, the
-``--debug`` traces. Both loops run these ops; ``fastloop.plan_for`` then
-derives the C loop's plan from them. A Python transaction (a
+worker — SQL text encoded for libpq, prepared statement names, parameter
+names, the ``\\if`` jump targets, the ``--debug`` traces; expression
+closures are compiled when the Python engine first evaluates them (the C
+loop, which runs most scripts, never does). Both loops run these ops;
+``fastloop.plan_for`` then derives the C loop's plan from them. A Python transaction (a
 ``PyTransactionSpec`` from ``pgsurge.workloads``) in place of a script is
 compiled by ``pyworkload.compile_py``; :func:`reported_ops` and
 :func:`connect_hook` answer for both kinds, :func:`python_step` gives the
