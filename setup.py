@@ -6,7 +6,8 @@ and ``permute()``, src/pgsurge/_native/_speedups.c) and ``pgsurge._fastpq`` (the
 run engine's per-transaction libpq calls, src/pgsurge/_native/_fastpq.c) and
 ``pgsurge._fastloop`` (a worker's event loop with the common case of its
 clients' state machine, src/pgsurge/_native/_fastloop*.c; the parts are listed in
-src/pgsurge/_native/_fastloop.h).
+src/pgsurge/_native/_fastloop.h) and ``pgsurge._fastparse`` (the common ``\\set``
+and ``\\if`` lines of a script parsed in C, src/pgsurge/_native/_fastparse.c).
 pgsurge runs the same without them, in pure Python. So a failed build —
 no C compiler, no Python headers — must not fail the install:
 :class:`OptionalBuildExt` reports the failure and carries on.
@@ -89,6 +90,14 @@ def _extensions() -> list[Extension]:
             "pgsurge._speedups",
             sources=["src/pgsurge/_native/_speedups.c"],
             extra_compile_args=args,
+            optional=True,
+        ),
+        # the common \\set/\\if lines parsed into the same trees as
+        # pgsurge.script.parser builds (pgsurge.script.fastparse)
+        _hashed(
+            name="pgsurge._fastparse",
+            sources=["src/pgsurge/_native/_fastparse.c"],
+            depends=[],
             optional=True,
         ),
         # dlopen/dlsym live in libdl on glibc before 2.34

@@ -7,8 +7,10 @@ Generates the issue's inputs in a temporary directory -- 4 MB on one line
 20,000 lines (SQL with a variable, or ``\\set`` lines and SQL) -- and
 measures, best of ``--rounds`` (default 5):
 
-* ``parse_script in-process``: pgsurge's ``parse_script`` in this process,
-  CPU time (the script's splitting, lexing and compiling alone);
+* ``in-process``: pgsurge's ``parse_script`` in this process, CPU time
+  (the script's splitting, lexing and compiling alone), and what a worker
+  then does before it runs: ``compile_scripts`` (the engine's ops) and
+  ``fastloop.decide`` (the C loop's plan, or why not), for ``-M simple``;
 * ``no-server``: each program whole, up to its connection failure
   (``-h /nonexistent``): start-up, reading and parsing the script, which
   both do before connecting;
@@ -72,10 +74,12 @@ INPUTS: dict[str, Callable[[], str]] = {
     "20000 lines: SQL": lambda: "".join(
         f"SELECT {i}, 'a:b' AS c WHERE :scale > 0;\n" for i in range(20000)
     ),
+    # a \set on even lines, on odd ones an SQL command reading the variable
+    # just set: under "run -t 1" every one of the 10,000 statements runs
     "20000 lines: \\set+SQL": lambda: "".join(
-        f"\\set v{i % 50} random(1, 100000 * :scale) + {i}\n"
+        f"SELECT abalance FROM pgbench_accounts WHERE aid = :v{i // 2 % 50};\n"
         if i % 2
-        else f"SELECT abalance FROM pgbench_accounts WHERE aid = :v{(i - 1) % 50};\n"
+        else f"\\set v{i // 2 % 50} random(1, 100000 * :scale) + {i}\n"
         for i in range(20000)
     ),
 }
@@ -107,13 +111,30 @@ def _run(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, usage.ru_utime + usage.ru_stime
 
 
-def _parse_cpu(rounds: int, text: str) -> float:
-    best = float("inf")
+def _pipeline_cpu(rounds: int, path: Path, text: str) -> tuple[float, float, float]:
+    """Best CPU seconds of parse_script, compile_scripts and fastloop.decide."""
+    # imported here: the engine is only this measure's business
+    from pgsurge.cli.options import parse_command_line
+    from pgsurge.config import RunConfig
+    from pgsurge.engine import fastloop
+    from pgsurge.engine.program import compile_scripts
+
+    cfg = parse_command_line(["-n", "-t", "1", "-M", "simple", "-f", str(path)])
+    assert isinstance(cfg, RunConfig)
+    variables = (("scale", 1), ("default_seed", 0))
+    best = [float("inf")] * 3
     for _ in range(rounds):
         t0 = time.process_time()
-        parse_script("s.sql", text)
-        best = min(best, time.process_time() - t0)
-    return best
+        parsed = (parse_script("s.sql", text),)
+        t1 = time.process_time()
+        ops = compile_scripts(parsed, cfg.query_mode)
+        t2 = time.process_time()
+        fastloop.decide(cfg, parsed, ops, variables, True)
+        t3 = time.process_time()
+        best = [
+            min(b, t) for b, t in zip(best, (t1 - t0, t2 - t1, t3 - t2), strict=True)
+        ]
+    return best[0], best[1], best[2]
 
 
 def _ratio(ours: float, ref: float) -> str:
@@ -177,7 +198,10 @@ def main() -> None:
     pgsurge = [sys.executable, "-m", "pgsurge"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
     rows: dict[tuple[str, str], Row] = {}
-    print(f"{'input':24} parse_script in-process, CPU")
+    print(
+        f"{'input':24} {'in-process CPU (s):':>20} {'parse_script':>12} "
+        f"{'compile_scripts':>15} {'fastloop.decide':>15}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         one = Path(tmp) / "one.sql"
         one.write_text(STARTUP_SCRIPT)
@@ -185,7 +209,11 @@ def main() -> None:
         for name, make in INPUTS.items():
             text = make()
             path.write_text(text)
-            print(f"{name:24} {_parse_cpu(args.rounds, text):8.3f} s", flush=True)
+            cpu = _pipeline_cpu(args.rounds, path, text)
+            print(
+                f"{name:24} {'':20} {cpu[0]:12.3f} {cpu[1]:15.3f} {cpu[2]:15.3f}",
+                flush=True,
+            )
             tails = {"no-server": ["-h", "/nonexistent"]}
             if args.dsn:
                 tails["run -t 1"] = ["-M", "simple", args.dsn]

@@ -12,6 +12,7 @@ import pytest
 from pgsurge.cli.options import parse_command_line
 from pgsurge.config import RunConfig
 from pgsurge.engine import fastloop
+from pgsurge.engine.abi import Sql
 from pgsurge.engine.program import compile_scripts
 from pgsurge.runner import parse_scripts
 
@@ -223,3 +224,40 @@ def test_flags() -> None:
     assert per_command[-1] == 1
     # unthrottled, one script: transactions restart inline
     assert fastloop.flags_for(0, 10, 0, False, False, 1, 1, False)[6] == 1
+
+
+def test_too_many_commands_are_refused_before_planning(tmp_path) -> None:
+    # 65 SQL commands: refused whatever the commands, before any of them
+    # is planned (the \set of a double, planned first, would say so)
+    text = "\\set a 1.5\n" + "SELECT :a;\n" * 65
+    path = tmp_path / "s.sql"
+    path.write_text(text)
+    cfg = parse_command_line(["-f", str(path)], environ={})
+    assert isinstance(cfg, RunConfig)
+    parsed = parse_scripts(cfg)
+    ops = compile_scripts(parsed, cfg.query_mode)
+    why = fastloop.decide(cfg, parsed, ops, VARS, True)
+    assert why == "more than 64 variables or SQL commands"
+    text = "".join(f"\\set v{i} 1\n" for i in range(65)) + "SELECT 1;\n"
+    path.write_text(text)
+    cfg = parse_command_line(["-f", str(path)], environ={})
+    assert isinstance(cfg, RunConfig)
+    parsed = parse_scripts(cfg)
+    ops = compile_scripts(parsed, cfg.query_mode)
+    assert fastloop.decide(cfg, parsed, ops, VARS, True) == (
+        "more than 64 variables or SQL commands"
+    )
+
+
+def test_a_statement_of_many_references_plans_each_reference(tmp_path) -> None:
+    # each distinct name is asked for its slot once; every reference gets it
+    refs = [":a", ":scale", ":a", ":client_id"] * 1000
+    text = "\\set a 3\nSELECT " + ", ".join(refs) + " -- é\n;\n"
+    plan = _plan(["-M", "simple"], tmp_path, text)
+    assert plan is not None
+    names, _, _, scripts = plan
+    assert names == ("a", "scale", "client_id")
+    sql = scripts[0][1]
+    assert isinstance(sql, Sql)
+    assert sql.params == tuple(names.index(r[1:]) for r in refs)
+    assert sql.lits == (b"SELECT ", *[b", "] * (len(refs) - 1), " -- é\n;".encode())

@@ -3,10 +3,11 @@
 The script language (``pgsurge.script``) gives a :class:`ParsedScript` per
 script: commands as plain values. The engine runs ``Op`` records
 (``state.Op``): each command with what running it needs computed once per
-worker — expression closures, SQL text encoded for libpq, prepared
-statement names, parameter names, the ``\\if`` jump targets, the
-``--debug`` traces. Both loops run these ops; ``fastloop.plan_for`` then
-derives the C loop's plan from them. A Python transaction (a
+worker — SQL text encoded for libpq, prepared statement names, parameter
+names, the ``\\if`` jump targets, the ``--debug`` traces; expression
+closures are compiled when the Python engine first evaluates them (the C
+loop, which runs most scripts, never does). Both loops run these ops;
+``fastloop.plan_for`` then derives the C loop's plan from them. A Python transaction (a
 ``PyTransactionSpec`` from ``pgsurge.workloads``) in place of a script is
 compiled by ``pyworkload.compile_py``; :func:`reported_ops` and
 :func:`connect_hook` answer for both kinds, :func:`python_step` gives the
@@ -18,6 +19,7 @@ which the client-CPU-per-transaction figures pay.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -40,8 +42,9 @@ from pgsurge.script.ast import (
     ShellCommand,
     SleepCommand,
     SqlCommand,
+    Value,
 )
-from pgsurge.script.evaluate import compile_expr
+from pgsurge.script.evaluate import CompiledExpr, EvalContext, compile_expr
 from pgsurge.script.sqlvars import valid_variable_name
 
 if TYPE_CHECKING:
@@ -169,16 +172,16 @@ def _compile_command(
         return op, prepnum
     if isinstance(cmd, SetCommand):
         op = Op(C.K_SET, index, line, var=cmd.var, name="set", trace=f"\\set {cmd.var}")
-        op.expr = compile_expr(cmd.expr)
+        op.expr = _compiled_on_first_call(op, cmd.expr)
         op.var_ok = valid_variable_name(cmd.var)
-        op.uses_debug = _uses_debug(cmd.expr)
+        op.uses_debug = _uses_debug(line, cmd.expr)
         return op, prepnum
     if isinstance(cmd, IfCommand):
         kind = C.K_ELIF if cmd.is_elif else C.K_IF
         name = "elif" if cmd.is_elif else "if"
         op = Op(kind, index, line, name=name, trace="\\" + name)
-        op.expr = compile_expr(cmd.expr)
-        op.uses_debug = _uses_debug(cmd.expr)
+        op.expr = _compiled_on_first_call(op, cmd.expr)
+        op.uses_debug = _uses_debug(line, cmd.expr)
         target = cmd.false_jump
         landing = commands[target] if target < len(commands) else None
         if isinstance(landing, EndifCommand):
@@ -229,13 +232,45 @@ def _sleep_trace(first_line: str) -> str:
     return " ".join(words)
 
 
-def _uses_debug(expr: Expr) -> bool:
-    """Whether ``expr`` calls debug() anywhere.
+def _compiled_on_first_call(op: Op, expr: Expr) -> CompiledExpr:
+    """``op.expr``: a stand-in that compiles ``expr`` into its closure
+    (:func:`~pgsurge.script.evaluate.compile_expr`) when the Python engine
+    first evaluates it, puts the closure in its place and returns its value.
 
-    A walk with an explicit stack: pgbench accepts operator chains of tens
-    of thousands of terms (a tree that deep), which a recursive walk
+    When the C loop runs a script (``fastloop``), the Python engine
+    evaluates an expression only for a client handed back to it at that
+    command, if ever; and compiling every ``\\set`` of a worker's scripts
+    up front cost a 10,000-line script a third of a second per worker.
+    Compiling raises nothing for a tree the parser built: pgbench's
+    expression errors all happen at run time, and are raised by the
+    closure then, as before.
+    """
+
+    def first_call(ctx: EvalContext) -> Value:
+        fn = compile_expr(expr)
+        op.expr = fn
+        return fn(ctx)
+
+    return first_call
+
+
+#: "debug" in any letter case: a tree calls debug() only when the
+#: command's text holds the function's name (case-insensitive, ASCII)
+_DEBUG_NAME = re.compile("debug", re.IGNORECASE | re.ASCII)
+
+
+def _uses_debug(line: str, expr: Expr) -> bool:
+    """Whether ``expr``, the tree of the command whose text is ``line``,
+    calls debug() anywhere.
+
+    Only a command whose text names the function is walked (the name is
+    one ASCII identifier in it: a continuation cannot cut it). The walk
+    has an explicit stack: pgbench accepts operator chains of tens of
+    thousands of terms (a tree that deep), which a recursive walk
     through a generator turned into a RecursionError.
     """
+    if _DEBUG_NAME.search(line) is None:
+        return False
     stack = [expr]
     while stack:
         node = stack.pop()

@@ -185,6 +185,7 @@ class Op:
     prefix: str = ""
     # \set, \if, \elif
     var: str = ""
+    #: the expression's closure (program.py: compiled on its first call)
     expr: Callable[[EvalContext], Value] | None = None
     #: meta command name for messages ("set", "if", "elif", "sleep", ...)
     name: str = ""

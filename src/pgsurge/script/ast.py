@@ -24,6 +24,11 @@ Value = None | bool | int | float | str
 
 # --------------------------------------------------------------------------
 # Expressions
+#
+# pgsurge._fastparse (script/fastparse.py) makes Const, Var and Call nodes
+# in C without calling __init__: it fills in the slots named below, found
+# by name. A new field must be filled in there too (test_fastparse compares
+# its trees with the parser's).
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +249,24 @@ def sql_command(lineno: int, first_line: str, text: str, nqueries: int) -> SqlCo
 class SetCommand(CommandBase):
     var: str
     expr: Expr
+
+
+(_SET_LINENO, _SET_FIRST, _SET_VAR, _SET_EXPR) = _slot_setters(
+    SetCommand, "lineno first_line var expr"
+)
+
+
+def set_command(lineno: int, first_line: str, var: str, expr: Expr) -> SetCommand:
+    """``SetCommand(lineno, first_line, var, expr)`` made as
+    :func:`sql_command` makes an SqlCommand: 10,000 ``\\set`` lines of a
+    big script paid the frozen dataclass's __init__ as much as their
+    parsing in C."""
+    cmd = object.__new__(SetCommand)
+    _SET_LINENO(cmd, lineno)
+    _SET_FIRST(cmd, first_line)
+    _SET_VAR(cmd, var)
+    _SET_EXPR(cmd, expr)
+    return cmd
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,7 +84,7 @@ class _Node:
     (``100000 * :scale``, ``random(1, …)``) cost one closure call.
     """
 
-    __slots__ = ("const", "fn", "name", "scaled", "value")
+    __slots__ = ("_fn", "const", "name", "scaled", "value")
 
     def __init__(
         self,
@@ -98,10 +98,19 @@ class _Node:
         self.const = const
         self.value = value
         self.name = name
-        self.fn: CompiledExpr = fn if fn is not None else _constant(value)
+        self._fn = fn
         #: (k, name) when the node is ``k * :name`` or ``:name * k`` with an
         #: int constant k: a parent may compute it inline (``fn`` still works)
         self.scaled = scaled
+
+    @property
+    def fn(self) -> CompiledExpr:
+        """The node's closure; a constant's is made when a parent asks
+        (most capture the value instead)."""
+        fn = self._fn
+        if fn is None:
+            fn = self._fn = _constant(self.value)
+        return fn
 
 
 def _constant(value: Value) -> CompiledExpr:

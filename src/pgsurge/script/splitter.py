@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import NamedTuple, Protocol
+from collections.abc import Callable
+from functools import partial
+from typing import NamedTuple, Protocol, cast
 
 from pgsurge.script.lexer import (
     ASCII_IDENT_CHARS,
@@ -88,6 +90,20 @@ class _Mode(enum.Enum):
     XD = 7  # "..."
     XUI = 8  # U&"..."
     XDOLQ = 9  # $tag$...$tag$
+
+
+_INITIAL = _Mode.INITIAL
+_SEMICOLON = Stop.SEMICOLON
+_BACKSLASH = Stop.BACKSLASH
+
+
+#: ``ScanResult(*fields)`` at C speed: the named tuple's own ``__new__``
+#: is a Python function (this is what its ``_make`` does)
+_result = cast(
+    "Callable[[tuple[Stop, str, int, int, int]], ScanResult]",
+    partial(tuple.__new__, ScanResult),
+)
+_LEADING_MATCH = LEADING.match
 
 
 _SPACE = " \t\n\r\f"
@@ -196,11 +212,19 @@ class SqlScanner:
         self.ident_count = 0
         self.idents = ["", "", "", ""]
 
+    def between_statements(self) -> bool:
+        """No quote, comment, parenthesis or BEGIN block is open: what
+        comes next (after blanks and ``--`` comments, which :meth:`scan`
+        would drop) starts a statement or a backslash command."""
+        return self.mode is _INITIAL and self.paren_depth == 0 and self.begin_depth == 0
+
     def scan(self) -> ScanResult:
         """Collect text from :attr:`pos` up to the next stop."""
         src = self.src
+        # (module constants and a C-level tuple.__new__: this prologue runs
+        # once per statement, 20,000 times for a big script)
         if (
-            self.mode is _Mode.INITIAL
+            self.mode is _INITIAL
             and self.paren_depth == 0
             and self.begin_depth == 0
             and _WORD_FIRST
@@ -217,14 +241,14 @@ class SqlScanner:
                     pos = m.start(1)
                     end = self.pos = m.end()
                     self.ident_count = 0
-                    return ScanResult(Stop.SEMICOLON, src[pos:end], pos, end, 1)
+                    return _result((_SEMICOLON, src[pos:end], pos, end, 1))
             # what the token loop would drop anyway
-            lead = LEADING.match(src, self.pos)
+            lead = _LEADING_MATCH(src, self.pos)
             assert lead is not None  # the pattern matches the empty string
             pos = self.pos = lead.end()
             if src.startswith("\\", pos) and src[pos + 1 : pos + 2] not in _ESCAPED:
                 # a meta command right away (a \set line): nothing collected
-                return ScanResult(Stop.BACKSLASH, "", -1, pos, 1)
+                return _result((_BACKSLASH, "", -1, pos, 1))
         n = len(src)
         out: list[str] = []
         start = -1
