@@ -172,9 +172,8 @@ def _main(argv: Sequence[str]) -> int:
         if first in ("--version", "-V"):
             # pgbench's first words, which PostgreSQL's own tests and
             # version-sniffing scripts read; then what actually runs
-            sys.stdout.write(
-                f"pgbench (PostgreSQL) {PGBENCH_COMPAT_VERSION} ({PROG} {__version__})\n"
-            )
+            ours = f"{PROG} {__version__}"
+            sys.stdout.write(f"pgbench (PostgreSQL) {PGBENCH_COMPAT_VERSION} ({ours})\n")
             return 0
         if first == "server":
             from pgsurge.server.cli import server_main
