@@ -173,7 +173,9 @@ def _main(argv: Sequence[str]) -> int:
             # pgbench's first words, which PostgreSQL's own tests and
             # version-sniffing scripts read; then what actually runs
             ours = f"{PROG} {__version__}"
-            sys.stdout.write(f"pgbench (PostgreSQL) {PGBENCH_COMPAT_VERSION} ({ours})\n")
+            sys.stdout.write(
+                f"pgbench (PostgreSQL) {PGBENCH_COMPAT_VERSION} ({ours})\n"
+            )
             return 0
         if first == "server":
             from pgsurge.server.cli import server_main
