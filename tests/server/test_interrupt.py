@@ -208,3 +208,54 @@ def test_rate_log_reaches_file_within_2s(bench_db: str, tmp_path: Path) -> None:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
     assert proc.returncode == -signal.SIGINT
+
+
+def _limit_file_size() -> None:
+    # a full disk, without mounting one: writes past 64 KiB fail (EFBIG)
+    # instead of killing the writer with SIGXFSZ (ignored: kept across exec)
+    import resource
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))
+
+
+@pytest.mark.parametrize(
+    "loop", [{"PGSURGE_FASTLOOP": "require"}, {"PGSURGE_NO_FASTLOOP": "1"}]
+)
+def test_log_write_failure_keeps_the_run(
+    bench_db: str, tmp_path: Path, loop: dict[str, str]
+) -> None:
+    """A log that cannot be written (disk full, quota) costs the log, not
+    the run: pgbench ignores its write errors and reports; pgsurge reports
+    too, says once per file that the log is incomplete, and cuts each file
+    back to whole lines."""
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "pgsurge", "-n", "-S", "-T", "2"),
+            *("-c", "2", "-j", "2", "-l", "--log-prefix", "full", bench_db),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**plain_env(), **loop},
+        preexec_fn=_limit_file_size,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "number of transactions actually processed:" in proc.stdout
+    assert "tps = " in proc.stdout
+    logs = sorted(tmp_path.glob("full.*"))
+    assert len(logs) == 2
+    warnings = [ln for ln in proc.stderr.splitlines() if "could not write" in ln]
+    # each file hit the limit (2 s of select-only is far more than 64 KiB)
+    assert sorted(warnings) == sorted(
+        f'pgsurge: warning: could not write log file "{p.name}": '
+        "File too large; the log is incomplete"
+        for p in logs
+    ), proc.stderr
+    for p in logs:
+        data = p.read_bytes()
+        assert 0 < len(data) <= 65536
+        assert data.endswith(b"\n")  # no cut line
+        for line in data.decode().splitlines():
+            assert len(line.split()) == 6, line

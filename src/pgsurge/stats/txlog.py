@@ -51,13 +51,15 @@ and so do we (``close()`` without a time).
 
 from __future__ import annotations
 
+import io
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
 
 from pgsurge.config import RunConfig
-from pgsurge.errors import PgsurgeError
+from pgsurge.errors import PROG, PgsurgeError
 from pgsurge.prng import PgPrng
 from pgsurge.stats.counters import FailureKind, StatsData
 
@@ -198,6 +200,7 @@ class TxLogWriter:
         "_agg",
         "_buf",
         "_file",
+        "_good",
         "_interval_us",
         "_opts",
         "_owned",
@@ -205,6 +208,7 @@ class TxLogWriter:
         "log",
         "path",
         "sample_rng",
+        "write_error",
     )
 
     log: LogFunc
@@ -226,6 +230,8 @@ class TxLogWriter:
         self.sample_rng = sample_rng
         self._shift = epoch_shift_us
         self._buf: list[str] = []
+        #: why the log stopped being written (a full disk...), or None
+        self.write_error: str | None = None
         self._interval_us = 1000000 * (opts.aggregate_interval_s or 0)
         self._agg = StatsData()
         if opts.sample_rate is not None and sample_rng is None:
@@ -239,11 +245,16 @@ class TxLogWriter:
         else:
             self.log = self._make_raw(buffer_lines, sample_rng)
         self._owned = stream is None
+        #: bytes of whole lines in the file (where a failed write is cut back to)
+        self._good = 0
+        self._file: TextIO | io.FileIO | None
         if stream is not None:
-            self._file: TextIO | None = stream
+            self._file = stream
         else:
             try:
-                self._file = open(path, "w", encoding="utf-8")  # noqa: SIM115
+                # unbuffered: lines are buffered here, and a failed write
+                # must leave nothing pending that a later close could append
+                self._file = io.FileIO(path, "w")
             except OSError as exc:
                 raise PgsurgeError(
                     f'could not open logfile "{path}": {os.strerror(exc.errno or 0)}'
@@ -395,11 +406,63 @@ class TxLogWriter:
     # -- end -----------------------------------------------------------------
 
     def flush(self) -> None:
-        """Write the buffered lines to the file."""
-        if self._buf and self._file is not None:
-            self._file.write("".join(self._buf))
-            self._buf.clear()
-            self._file.flush()
+        """Write the buffered lines to the file.
+
+        A write that fails (a full disk, a quota) does not stop the run:
+        the measurement goes on and its report is printed, as pgbench's
+        are (pgbench does not check its log writes at all), but the log is
+        given up with one warning on stderr saying so, instead of being
+        silently cut."""
+        if not self._buf:
+            return
+        if self._file is None:
+            self._buf.clear()  # given up: lines made after the failure
+            return
+        text = "".join(self._buf)
+        self._buf.clear()
+        f = self._file
+        try:
+            if isinstance(f, io.FileIO):
+                self._write_raw(f, text.encode("utf-8"))
+            else:
+                f.write(text)
+                f.flush()
+        except OSError as exc:
+            self._give_up(exc)
+
+    def _write_raw(self, f: io.FileIO, data: bytes) -> None:
+        done = 0
+        view = memoryview(data)
+        try:
+            while done < len(data):
+                n = f.write(view[done:])
+                if n is None:  # only a non-blocking file: not what we opened
+                    raise OSError(0, "log file would block")
+                done += n
+        except OSError:
+            # what reached the file up to its last whole line stays
+            self._good += data.rfind(b"\n", 0, done) + 1
+            raise
+        self._good += len(data)
+
+    def _give_up(self, exc: OSError) -> None:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        self.write_error = f'could not write log file "{self.path}": {reason}'
+        sys.stderr.write(
+            f"{PROG}: warning: {self.write_error}; the log is incomplete\n"
+        )
+        sys.stderr.flush()
+        f, self._file = self._file, None
+        if isinstance(f, io.FileIO):
+            # no cut line: back to the end of the last whole chunk of lines
+            try:
+                f.truncate(self._good)
+            except OSError:
+                pass  # the file keeps a partial last line; the warning says so
+            try:
+                f.close()
+            except OSError:
+                pass
 
     def close(self, now_us: int | None = None) -> None:
         """Finish the log: with ``now_us`` (monotonic), first write the
@@ -412,7 +475,11 @@ class TxLogWriter:
         self.flush()
         f, self._file = self._file, None
         if f is not None and self._owned:
-            f.close()
+            try:
+                f.close()
+            except OSError as exc:  # e.g. NFS reports a full disk at close
+                self._file = f
+                self._give_up(exc)
 
     def __enter__(self) -> TxLogWriter:
         return self
