@@ -7,7 +7,9 @@ written is a one-line error naming it, never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import sys
 from typing import TextIO
 
@@ -18,16 +20,56 @@ __all__ = ["write_output"]
 
 def write_output(text: str, path: str, what: str, stdout: TextIO | None = None) -> None:
     """Write ``text`` to ``path`` (``-``: ``stdout``); ``what`` names the
-    output in the error message, e.g. ``"JSON result"``."""
+    output in the error message, e.g. ``"JSON result"``.
+
+    A regular file (or a new one) is written beside itself and renamed
+    over: a write that fails half way (a full disk) leaves no truncated
+    document, and an earlier result at that path stays whole. Anything
+    else (a symlink, a FIFO, ``/dev/stderr``) is written in place."""
     if path == "-":
         out = stdout if stdout is not None else sys.stdout
         out.write(text)
         out.flush()
         return
     try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        if not _write_renamed(text, path):
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
     except OSError as exc:
         raise PgsurgeError(
             f'could not write {what} to "{path}": {os.strerror(exc.errno or 0)}'
         ) from None
+
+
+def _write_renamed(text: str, path: str) -> bool:
+    """Write through a temporary file renamed over ``path``; False when
+    ``path`` is not a plain file or its directory takes no new file (the
+    caller writes in place then)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        mode = 0o666  # as open() would create it, less the umask
+    except OSError:
+        return False
+    else:
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        mode = stat.S_IMODE(st.st_mode)
+    tmp = os.path.join(
+        os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.getpid()}.tmp"
+    )
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            if mode != 0o666:
+                os.fchmod(f.fileno(), mode)  # an existing file's mode, exactly
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return True
