@@ -378,6 +378,19 @@ def _write_notice(res: Any) -> None:
             pass
 
 
+def attempt_param(conninfo: str, name: str) -> bytes | None:
+    """libpq's value of the connection parameter ``name`` (``host``,
+    ``port``) after connecting with ``conninfo``, whether that connected or
+    not (blocking; the connection is closed again): how pgsurge reads the
+    defaults compiled into the libpq in use."""
+    pgconn = pq.PGconn.connect(conninfo.encode("utf-8", "surrogateescape"))
+    try:
+        value = getattr(pgconn, name, None)
+    finally:
+        pgconn.finish()
+    return value if isinstance(value, bytes) else None
+
+
 def connect_or_raise(items: dict[str, str], password: str | None = None) -> PgConn:
     """:func:`connect`, raising :class:`ConnectError` with libpq's text."""
     conn, message, _needs = connect(items, password)
