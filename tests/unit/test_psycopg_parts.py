@@ -8,7 +8,7 @@ has psycopg imported already): what a plain import leaves out, and that
 the completed package is the one ``import psycopg`` gives (same names,
 submodules, adapters and classes), including when a part turns out to
 need the package (the fallback) or ``PGSURGE_PSYCOPG=full`` asks for it.
-The same with a server: tests/server/test_psycopg_parts.py.
+The same with a server, and a whole run: tests/server/test_psycopg_parts.py.
 """
 
 from __future__ import annotations
