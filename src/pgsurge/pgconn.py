@@ -18,22 +18,106 @@ Raised errors: psycopg raises ``psycopg.OperationalError`` when a send,
 consume or flush fails (libpq returned an error); callers catch
 :data:`LibpqError` and read :meth:`PgConn.error_message` for libpq's text.
 Passwords never appear in anything this module prints or raises.
+
+Importing psycopg's package costs a run's start-up more than all of
+pgsurge's own modules (connections, cursors, copy, the type adapters, some
+200M instructions), and a run only needs ``psycopg.pq`` (with
+``psycopg.errors`` and ``psycopg.conninfo``). :func:`_import_psycopg_pq`
+imports just those when nothing has imported psycopg yet, and leaves the
+package to complete itself, exactly as ``import psycopg`` would, on the
+first use of anything else it has (see there).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
-import psycopg
-from psycopg import pq
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+#: the parts of psycopg pgsurge's runs use
+PSYCOPG_PARTS = ("psycopg.pq", "psycopg.errors", "psycopg.conninfo")
 
-from pgsurge.errors import ConnectError
 
-#: what a failed libpq call raises (send, consume, flush, pipeline calls)
-LibpqError = psycopg.OperationalError
+def _import_psycopg_pq() -> None:
+    """Import :data:`PSYCOPG_PARTS` without running psycopg's ``__init__``
+    if psycopg is not imported yet; else (or on any surprise) import it
+    whole, as usual.
+
+    ``import psycopg.pq`` runs the package's ``__init__`` first, which
+    imports the whole adapter (connections, cursors, pipelines, copy) and
+    registers its type adapters; ``psycopg.pq`` itself and the two modules
+    beside it only import each other, psycopg's implementation packages
+    (``psycopg_binary``) and the standard library. So the package's module
+    is created from its spec but not executed, the parts are imported
+    into it, and a module ``__getattr__`` (PEP 562) executes the
+    package's ``__init__`` into that same module object on the first
+    access to a name it does not have yet (``psycopg.connect``,
+    ``psycopg.Error``, ``from psycopg import sql``): from then on it is
+    the module a plain ``import psycopg`` gives, holding the same
+    submodules, classes and libpq. Should a part need the package (an
+    ``AttributeError``/``ImportError`` from a future psycopg), the
+    package is executed at once, as a normal import would have done.
+    ``PGSURGE_PSYCOPG=full`` imports it whole from the start.
+    """
+    if "psycopg" in sys.modules or os.environ.get("PGSURGE_PSYCOPG") == "full":
+        importlib.import_module("psycopg")
+        return
+    spec = importlib.util.find_spec("psycopg")
+    if spec is None or spec.loader is None or not spec.submodule_search_locations:
+        importlib.import_module("psycopg")  # raises as usual when it is missing
+        return
+    package = importlib.util.module_from_spec(spec)
+    sys.modules["psycopg"] = package
+    try:
+        for name in PSYCOPG_PARTS:
+            importlib.import_module(name)
+    except Exception:
+        # a part that needs the package: complete it now (a part that
+        # failed was removed from sys.modules and is imported again by the
+        # package's own imports; an error there is raised as usual)
+        _complete_psycopg(package)
+        return
+
+    def complete_on_access(name: str) -> object:
+        _complete_psycopg(package)
+        return getattr(package, name)
+
+    package.__getattr__ = complete_on_access  # type: ignore[method-assign]
+
+
+def _complete_psycopg(package: ModuleType) -> None:
+    """Execute psycopg's ``__init__`` into its module (once)."""
+    vars(package).pop("__getattr__", None)
+    spec = package.__spec__
+    assert spec is not None and spec.loader is not None
+    try:
+        spec.loader.exec_module(package)
+    except BaseException:
+        # what a failed import leaves: no module under that name
+        if sys.modules.get("psycopg") is package:
+            del sys.modules["psycopg"]
+        raise
+
+
+_import_psycopg_pq()
+
+# (after the function above has set up the package's module)
+from psycopg import pq  # noqa: E402
+from psycopg.conninfo import conninfo_to_dict, make_conninfo  # noqa: E402
+from psycopg.errors import Error, OperationalError  # noqa: E402
+
+from pgsurge.errors import ConnectError  # noqa: E402
+
+#: what a failed libpq call raises (send, consume, flush, pipeline calls):
+#: ``psycopg.OperationalError`` (named from its module: the package's own
+#: name would complete the package)
+LibpqError = OperationalError
+#: the base of everything psycopg raises (``psycopg.Error``), e.g. for a
+#: connection string it cannot parse
+PsycopgError = Error
 
 # Result statuses (PQresultStatus)
 EMPTY_QUERY = int(pq.ExecStatus.EMPTY_QUERY)
@@ -292,6 +376,19 @@ def _write_notice(res: Any) -> None:
             os.write(2, message)
         except OSError:  # stderr closed: nothing to tell
             pass
+
+
+def attempt_param(conninfo: str, name: str) -> bytes | None:
+    """libpq's value of the connection parameter ``name`` (``host``,
+    ``port``) after connecting with ``conninfo``, whether that connected or
+    not (blocking; the connection is closed again): how pgsurge reads the
+    defaults compiled into the libpq in use."""
+    pgconn = pq.PGconn.connect(conninfo.encode("utf-8", "surrogateescape"))
+    try:
+        value = getattr(pgconn, name, None)
+    finally:
+        pgconn.finish()
+    return value if isinstance(value, bytes) else None
 
 
 def connect_or_raise(items: dict[str, str], password: str | None = None) -> PgConn:

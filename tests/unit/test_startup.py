@@ -11,6 +11,10 @@ structural causes of past regressions instead of timing anything:
   Python workloads, ``-l``, ``--reconnect``, ``-P``, the JSON and HTML
   reports, the insight options, ``--dask``): those modules are imported
   by the functions that use them;
+* a run (any run connecting through ``pgconn``) must not execute
+  psycopg's package (its connections, cursors and type adapters, a fifth
+  of the start-up): ``pgconn`` imports only ``psycopg.pq`` and its
+  neighbours (tests/unit/test_psycopg_parts.py has the details);
 * no module-level pattern may spell a character class with a range up to
   a wide code point (``\\x80-\\U0010ffff``): ``re`` folds such a range into
   a bitmap at compile time, milliseconds per pattern at every start-up.
@@ -51,6 +55,14 @@ ONLY_SOME_RUNS = (
     "pgsurge.workloads",
     "pgsurge.distributed",
     "pgsurge.experiment",
+)
+
+#: modules only psycopg's ``__init__`` imports, which a run must not load
+PSYCOPG_PACKAGE_ONLY = (
+    "psycopg.connection",
+    "psycopg.cursor",
+    "psycopg.adapt",
+    "psycopg.types",
 )
 
 # a range in a character class whose upper end is written as a \u/\U escape
@@ -104,6 +116,14 @@ def test_run_of_scripts_imports_only_what_it_needs() -> None:
     )
     assert "pgsurge.engine.worker" in loaded  # the engine's modules are in
     assert sorted(loaded.intersection(ONLY_SOME_RUNS)) == []
+    assert "psycopg.pq" in loaded
+    assert sorted(loaded.intersection(PSYCOPG_PACKAGE_ONLY)) == []
+
+
+def test_init_imports_psycopg_whole() -> None:
+    # -i uses psycopg's connections: the names above are real modules
+    loaded = _loaded_after(["-i", "-h", "/nonexistent/pgsurge-startup", "bench"])
+    assert set(PSYCOPG_PACKAGE_ONLY) <= loaded
 
 
 def test_init_imports_the_init_package() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import os
 import socket
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -167,3 +169,34 @@ def test_libpq_default_address(monkeypatch: pytest.MonkeyPatch) -> None:
     host, port = libpq_default_address()
     assert host is not None and os.path.isabs(host)
     assert port == 5432
+
+
+def test_libpq_default_address_leaves_psycopg_unimported() -> None:
+    """The probe goes through pgconn's bare libpq: it must not complete the
+    import of psycopg's package (a run without a target would pay for it),
+    and it reads what psycopg.connect's failed attempts report."""
+    code = (
+        "import sys\n"
+        "from pgsurge.server import target\n"
+        "print(*target.libpq_default_address())\n"
+        "print('psycopg.connection' in sys.modules)\n"
+        "import psycopg\n"
+        "def via_psycopg(conninfo, attr):\n"
+        "    try:\n"
+        "        psycopg.connect(conninfo + ' connect_timeout=2').close()\n"
+        "    except psycopg.OperationalError as exc:\n"
+        "        return getattr(exc.pgconn, attr).decode()\n"
+        "print(via_psycopg('port=1', 'host'),"
+        " via_psycopg('host=/nonexistent/pgsurge-probe', 'port'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=60,
+    ).stdout.splitlines()
+    assert out[1] == "False"
+    assert out[0] == out[2]

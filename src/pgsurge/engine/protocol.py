@@ -19,11 +19,16 @@ unexpected exception, with its traceback: status 2).
 Once the run is interrupted (``pgsurge.engine.interrupt``), the parent may
 send :class:`Stop`: the worker cancels what its clients still run and
 sends :class:`Done` at once.
+
+The messages are plain classes on one small base (:class:`_Message`:
+positional ``match`` patterns, equality and repr from ``__match_args__``),
+not dataclasses: every run imports them, and ten dataclasses cost 4 ms of
+generated methods at each start. Nothing assigns to a message once built.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
 
 from pgsurge.stats.counters import StatsData
 from pgsurge.stats.results import WorkerResult
@@ -45,37 +50,73 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Ready:
+class _Message:
+    """What every message has: ``__match_args__`` names its fields, in
+    ``__init__``'s order; equal when of the same class with equal fields."""
+
+    __slots__ = ()
+    __match_args__: tuple[str, ...] = ()
+
+    def _fields(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.__match_args__)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        assert isinstance(other, _Message)
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash((type(self), self._fields()))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(
+            f"{name}={getattr(self, name)!r}" for name in self.__match_args__
+        )
+        return f"{type(self).__name__}({fields})"
+
+
+class Ready(_Message):
     """The worker is set up and waits for :class:`Steady`."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True, slots=True)
-class Steady:
+
+class Steady(_Message):
     """The run's start and end on the shared monotonic clock (µs; end 0
     when the run is counted in transactions)."""
+
+    __slots__ = __match_args__ = ("start_us", "end_us")
 
     start_us: int
     end_us: int
 
+    def __init__(self, start_us: int, end_us: int) -> None:
+        self.start_us = start_us
+        self.end_us = end_us
 
-@dataclass(frozen=True, slots=True)
-class Connected:
+
+class Connected(_Message):
     """Every client of the worker is connected; it waits for :class:`Go`.
 
     ``pids``: the clients' server process ids (libpq's, no query; empty
     under ``-C``), for the parent's wait sampling (``--waits``)."""
 
-    pids: tuple[int, ...] = ()
+    __slots__ = __match_args__ = ("pids",)
+
+    pids: tuple[int, ...]
+
+    def __init__(self, pids: tuple[int, ...] = ()) -> None:
+        self.pids = pids
 
 
-@dataclass(frozen=True, slots=True)
-class Go:
+class Go(_Message):
     """Start the benchmark."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True, slots=True)
-class Progress:
+
+class Progress(_Message):
     """A ``-P`` tick: the worker's cumulative stats at ``now_us``.
 
     ``intervals``: the series intervals closed since the previous tick,
@@ -83,43 +124,71 @@ class Progress:
     a multi-host run's host relays them to the coordinator as they close).
     """
 
+    __slots__ = __match_args__ = ("tick", "now_us", "stats", "intervals")
+
     tick: int
     now_us: int
     stats: StatsData
-    intervals: tuple[IntervalStats, ...] = ()
+    intervals: tuple[IntervalStats, ...]
+
+    def __init__(
+        self,
+        tick: int,
+        now_us: int,
+        stats: StatsData,
+        intervals: tuple[IntervalStats, ...] = (),
+    ) -> None:
+        self.tick = tick
+        self.now_us = now_us
+        self.stats = stats
+        self.intervals = intervals
 
 
-@dataclass(frozen=True, slots=True)
-class Done:
+class Done(_Message):
     """The worker's clients are finished: its whole result."""
+
+    __slots__ = __match_args__ = ("result",)
 
     result: WorkerResult
 
+    def __init__(self, result: WorkerResult) -> None:
+        self.result = result
 
-@dataclass(frozen=True, slots=True)
-class ExitOnAbort:
+
+class ExitOnAbort(_Message):
     """A client aborted under ``--exit-on-abort`` (its messages are printed)."""
 
+    __slots__ = ()
 
-@dataclass(frozen=True, slots=True)
-class Fatal:
+
+class Fatal(_Message):
     """pgbench's ``pg_fatal``: the run ends with status 1. ``text``, when
     given, is for the parent to print (only the first failing worker's)."""
 
-    text: str | None = None
+    __slots__ = __match_args__ = ("text",)
+
+    text: str | None
+
+    def __init__(self, text: str | None = None) -> None:
+        self.text = text
 
 
-@dataclass(frozen=True, slots=True)
-class Crash:
+class Crash(_Message):
     """An unexpected exception in the worker, with its traceback."""
+
+    __slots__ = __match_args__ = ("traceback",)
 
     traceback: str
 
+    def __init__(self, traceback: str) -> None:
+        self.traceback = traceback
 
-@dataclass(frozen=True, slots=True)
-class Stop:
+
+class Stop(_Message):
     """The run was interrupted and its grace is over: cancel the
     transactions in flight and send the result now."""
+
+    __slots__ = ()
 
 
 WorkerMessage = Ready | Connected | Progress | Done | ExitOnAbort | Fatal | Crash

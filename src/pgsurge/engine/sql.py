@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from pgsurge import pgconn
@@ -100,9 +99,24 @@ def substitute(variables: dict[str, Value], parts: tuple[str, ...]) -> bytes:
     return "".join(out).encode("utf-8", "surrogateescape")
 
 
-@dataclass(frozen=True, slots=True)
 class SqlSteps:
-    """The SQL steps of one worker's clients (see the module docstring)."""
+    """The SQL steps of one worker's clients (see the module docstring).
+
+    A plain class, not a dataclass: every run imports it, and generated
+    methods would cost start-up time and buy nothing for a bundle of
+    closures (never compared, copied or printed).
+    """
+
+    __slots__ = (
+        "discard_until_sync",
+        "flush_sent",
+        "note_error",
+        "prepare",
+        "queue_in_pipeline",
+        "read_lost",
+        "read_results",
+        "send_sql",
+    )
 
     #: after a send: push the data, wait for writability if needed; False
     #: when the connection failed
@@ -118,6 +132,26 @@ class SqlSteps:
     read_lost: Callable[[Client, Op], int]
     #: in a pipeline: queue the command (1), or abort the client (3)
     queue_in_pipeline: Callable[[Client, Op], int]
+
+    def __init__(
+        self,
+        flush_sent: Callable[[Client], bool],
+        prepare: Callable[[Client, Op], None],
+        send_sql: Callable[[Client, Op], bool],
+        read_results: Callable[[Client, Op], int],
+        note_error: Callable[[Client, Any], int],
+        discard_until_sync: Callable[[Client], int],
+        read_lost: Callable[[Client, Op], int],
+        queue_in_pipeline: Callable[[Client, Op], int],
+    ) -> None:
+        self.flush_sent = flush_sent
+        self.prepare = prepare
+        self.send_sql = send_sql
+        self.read_results = read_results
+        self.note_error = note_error
+        self.discard_until_sync = discard_until_sync
+        self.read_lost = read_lost
+        self.queue_in_pipeline = queue_in_pipeline
 
 
 def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:

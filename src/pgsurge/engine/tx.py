@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from pgsurge import pgconn
 from pgsurge.engine.fastpq import usable_with
@@ -53,9 +52,24 @@ __all__ = ["TxSteps", "make_tx"]
 _monotonic_ns = time.monotonic_ns
 
 
-@dataclass(frozen=True, slots=True)
 class TxSteps:
-    """The transaction-level steps of one worker's clients."""
+    """The transaction-level steps of one worker's clients.
+
+    A plain class, not a dataclass: every run imports it, and generated
+    methods would cost start-up time and buy nothing for a bundle of
+    closures (never compared, copied or printed).
+    """
+
+    __slots__ = (
+        "choose_script",
+        "connect",
+        "disconnect",
+        "on_error",
+        "on_rollback_result",
+        "process_xact",
+        "tx_status_error",
+        "verbose_retry",
+    )
 
     choose_script: Callable[[], int]
     #: (client, clock or 0, skipped) -> the clock, read if it was needed
@@ -70,6 +84,26 @@ class TxSteps:
     on_rollback_result: Callable[[Client, int], int]
     #: (client, clock or 0, retrying?) -> the clock, read if it was needed
     verbose_retry: Callable[[Client, int, bool], int]
+
+    def __init__(
+        self,
+        choose_script: Callable[[], int],
+        process_xact: Callable[[Client, int, bool], int],
+        connect: Callable[[Client], bool],
+        disconnect: Callable[[Client], None],
+        tx_status_error: Callable[[Client], None],
+        on_error: Callable[[Client, int], int],
+        on_rollback_result: Callable[[Client, int], int],
+        verbose_retry: Callable[[Client, int, bool], int],
+    ) -> None:
+        self.choose_script = choose_script
+        self.process_xact = process_xact
+        self.connect = connect
+        self.disconnect = disconnect
+        self.tx_status_error = tx_status_error
+        self.on_error = on_error
+        self.on_rollback_result = on_rollback_result
+        self.verbose_retry = verbose_retry
 
 
 def make_tx(

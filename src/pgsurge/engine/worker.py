@@ -297,10 +297,29 @@ def _abort_gated_log(abort_owner: Any, worker_id: int) -> Callable[[str], None]:
     return log
 
 
-@dataclass(slots=True)
 class _Run:
     """What a worker builds while it goes through the barriers (see
-    :func:`_run`): its compiled scripts, clients, shared state and loop."""
+    :func:`_run`): its compiled scripts, clients, shared state and loop.
+
+    A plain class, not a dataclass: every run imports it, and generated
+    methods would cost start-up time and buy nothing for this
+    working state (never compared, copied or printed).
+    """
+
+    __slots__ = (
+        "abort_owner",
+        "bench_start",
+        "clients",
+        "conn_start",
+        "end_us",
+        "loop",
+        "pipe",
+        "recorder",
+        "scripts",
+        "spec",
+        "txlog",
+        "wstate",
+    )
 
     spec: WorkerSpec
     pipe: Connection
@@ -308,13 +327,41 @@ class _Run:
     scripts: tuple[tuple[Op, ...], ...]
     clients: list[Client]
     wstate: WorkerState
-    txlog: TxLogWriter | None = None
-    recorder: WorkerRecorder | None = None
-    loop: EventLoop | None = None
+    txlog: TxLogWriter | None
+    recorder: WorkerRecorder | None
+    loop: EventLoop | None
     #: the run's end from STEADY (0 under -t)
-    end_us: int = 0
-    conn_start: int = 0
-    bench_start: int = 0
+    end_us: int
+    conn_start: int
+    bench_start: int
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        pipe: Connection,
+        abort_owner: Any,
+        scripts: tuple[tuple[Op, ...], ...],
+        clients: list[Client],
+        wstate: WorkerState,
+        txlog: TxLogWriter | None = None,
+        recorder: WorkerRecorder | None = None,
+        loop: EventLoop | None = None,
+        end_us: int = 0,
+        conn_start: int = 0,
+        bench_start: int = 0,
+    ) -> None:
+        self.spec = spec
+        self.pipe = pipe
+        self.abort_owner = abort_owner
+        self.scripts = scripts
+        self.clients = clients
+        self.wstate = wstate
+        self.txlog = txlog
+        self.recorder = recorder
+        self.loop = loop
+        self.end_us = end_us
+        self.conn_start = conn_start
+        self.bench_start = bench_start
 
 
 def _run(spec: WorkerSpec, pipe: Connection, abort_owner: Any = None) -> None:

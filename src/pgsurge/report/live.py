@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from pgsurge.stats.counters import StatsData
@@ -60,19 +59,51 @@ def proc_cpu_seconds(pid: int) -> float | None:
         return None
 
 
-@dataclass(slots=True)
 class _Figures:
-    """What the panel shows, updated by :meth:`LivePanel.update`."""
+    """What the panel shows, updated by :meth:`LivePanel.update`.
+
+    A plain class, not a dataclass: every run imports it, and generated
+    methods would cost start-up time and buy nothing for this
+    working state (never compared, copied or printed).
+    """
+
+    __slots__ = (
+        "cpu",
+        "cpu_share",
+        "duration_s",
+        "last",
+        "last_span_us",
+        "now_us",
+        "start_us",
+        "total",
+        "transactions",
+    )
 
     start_us: int
     duration_s: int | None
     transactions: int | None
-    total: StatsData = field(default_factory=StatsData)
-    last: StatsData = field(default_factory=StatsData)
-    last_span_us: int = 0
-    now_us: int = 0
-    cpu: list[float | None] = field(default_factory=list)
-    cpu_share: list[float | None] = field(default_factory=list)
+    total: StatsData
+    last: StatsData
+    last_span_us: int
+    now_us: int
+    cpu: list[float | None]
+    cpu_share: list[float | None]
+
+    def __init__(
+        self,
+        start_us: int,
+        duration_s: int | None,
+        transactions: int | None,
+    ) -> None:
+        self.start_us = start_us
+        self.duration_s = duration_s
+        self.transactions = transactions
+        self.total = StatsData()
+        self.last = StatsData()
+        self.last_span_us = 0
+        self.now_us = 0
+        self.cpu = []
+        self.cpu_share = []
 
 
 def _ms(us: float) -> str:

@@ -29,7 +29,6 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
@@ -159,9 +158,15 @@ def _start(
     return start_us
 
 
-@dataclass(slots=True)
 class _Received:
-    """What the parent holds of each worker (by index) while the run goes on."""
+    """What the parent holds of each worker (by index) while the run goes on.
+
+    A plain class, not a dataclass: every run imports it, and generated
+    methods would cost start-up time and buy nothing for this
+    working state (never compared, copied or printed).
+    """
+
+    __slots__ = ("dead", "nows", "pending", "results", "shown", "snapshots", "ticks")
 
     #: the last progress tick each worker sent (sys.maxsize once it ended)
     ticks: list[int]
@@ -171,11 +176,26 @@ class _Received:
     snapshots: list[StatsData]
     #: the workers still running
     pending: set[int]
-    results: dict[int, WorkerResult] = field(default_factory=dict)
+    results: dict[int, WorkerResult]
     #: worker -> when its death was seen
-    dead: dict[int, int] = field(default_factory=dict)
+    dead: dict[int, int]
     #: the last tick shown
-    shown: int = 0
+    shown: int
+
+    def __init__(
+        self,
+        ticks: list[int],
+        nows: list[int],
+        snapshots: list[StatsData],
+        pending: set[int],
+    ) -> None:
+        self.ticks = ticks
+        self.nows = nows
+        self.snapshots = snapshots
+        self.pending = pending
+        self.results = {}
+        self.dead = {}
+        self.shown = 0
 
     @classmethod
     def at_start(cls, n: int, start_us: int) -> _Received:

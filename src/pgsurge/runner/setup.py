@@ -24,8 +24,6 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
-import psycopg
-
 from pgsurge import __version__, pgconn
 from pgsurge.config import RunConfig
 from pgsurge.engine.pool import split_clients
@@ -226,7 +224,7 @@ def _connect(
     message, as pgbench reports it, rather than raised."""
     try:
         return pgconn.connect(items, password)
-    except psycopg.Error as exc:
+    except pgconn.PsycopgError as exc:
         return None, str(exc), False
 
 

@@ -198,19 +198,14 @@ def libpq_default_address() -> tuple[str | None, int]:
 
 
 def _probe_param(conninfo: str, attr: str) -> str | None:
-    import psycopg  # lazily: pgsurge --help must not pay for it
+    # through pgconn's bare libpq: psycopg.connect would complete the
+    # import of psycopg's whole package, a fifth of a run's start-up
+    from .. import pgconn  # lazily: pgsurge --help must not pay for it
 
-    try:
-        conn = psycopg.connect(conninfo + " connect_timeout=2")
-    except psycopg.OperationalError as exc:
-        pgconn = getattr(exc, "pgconn", None)
-        value = getattr(pgconn, attr, None) if pgconn is not None else None
-    else:  # something did answer; ask the connection itself
-        with conn:
-            value = getattr(conn.pgconn, attr, None)
-    if isinstance(value, bytes):
-        return value.decode(errors="replace") or None
-    return None
+    value = pgconn.attempt_param(conninfo + " connect_timeout=2", attr)
+    if value is None:
+        return None
+    return value.decode(errors="replace") or None
 
 
 def _unix_listening(path: str) -> bool:

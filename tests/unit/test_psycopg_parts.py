@@ -1,0 +1,137 @@
+"""pgconn imports only psycopg's parts a run uses, and the package stays whole.
+
+``pgsurge.pgconn`` imports ``psycopg.pq``, ``psycopg.errors`` and
+``psycopg.conninfo`` without executing psycopg's ``__init__`` (a fifth of
+a run's start-up) and leaves the package to complete itself on first use.
+These tests pin both halves, each in a fresh interpreter (the test process
+has psycopg imported already): what a plain import leaves out, and that
+the completed package is the one ``import psycopg`` gives (same names,
+submodules, adapters and classes), including when a part turns out to
+need the package (the fallback) or ``PGSURGE_PSYCOPG=full`` asks for it.
+The same with a server, and a whole run: tests/server/test_psycopg_parts.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+#: modules only psycopg's ``__init__`` imports (connections, cursors,
+#: the adapters): a plain pgconn import must not load them
+PACKAGE_ONLY = (
+    "psycopg.connection",
+    "psycopg.cursor",
+    "psycopg.adapt",
+    "psycopg.types",
+    "psycopg._psycopg",
+    "psycopg_binary._psycopg",
+)
+
+# what a process reports about psycopg once it is (completed and) imported
+_DESCRIBE = (
+    "import psycopg, psycopg.errors, psycopg.pq\n"
+    "from pgsurge import pgconn\n"
+    "print(json.dumps({\n"
+    "    'names': sorted(vars(psycopg)),\n"
+    "    'modules': sorted(m for m in sys.modules if m.startswith('psycopg')),\n"
+    "    'types': len(list(psycopg.adapters.types)),\n"
+    "    'impl': psycopg.pq.__impl__,\n"
+    "    'same_errors': psycopg.OperationalError is pgconn.LibpqError\n"
+    "        and psycopg.Error is pgconn.PsycopgError\n"
+    "        and psycopg.errors.OperationalError is pgconn.LibpqError,\n"
+    "    'same_pq': psycopg.pq is pgconn.pq,\n"
+    "    'lazy_hook': '__getattr__' in vars(psycopg),\n"
+    "}))\n"
+)
+
+
+def _run(code: str, **env: str) -> str:
+    full_env = {k: v for k, v in os.environ.items() if k != "PGSURGE_PSYCOPG"}
+    full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-c", "import json, sys\n" + code],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        check=True,
+        timeout=60,
+    ).stdout
+
+
+def _describe(before: str = "", **env: str) -> dict[str, object]:
+    out = _run(before + _DESCRIBE, **env)
+    described: dict[str, object] = json.loads(out.splitlines()[-1])
+    return described
+
+
+def test_pgconn_imports_only_the_parts() -> None:
+    out = _run(
+        "from pgsurge import pgconn\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('psycopg'))))"
+    )
+    loaded = set(json.loads(out))
+    assert {"psycopg.pq", "psycopg.errors", "psycopg.conninfo"} <= loaded
+    assert "psycopg_binary.pq" in loaded  # the binary implementation's libpq
+    assert sorted(loaded.intersection(PACKAGE_ONLY)) == []
+
+
+def test_the_completed_package_is_the_plain_one() -> None:
+    plain = _describe("import psycopg\n")
+    completed = _describe()  # pgconn first, then "import psycopg" completes it
+    assert completed == plain
+    assert plain["same_errors"] is True
+    assert plain["same_pq"] is True
+    assert plain["lazy_hook"] is False
+    assert plain["impl"] == "binary"
+    assert "psycopg.connection" in plain["modules"]  # type: ignore[operator]
+
+
+def test_any_missing_name_completes_the_package() -> None:
+    out = _run(
+        "from pgsurge import pgconn\n"
+        "import psycopg\n"
+        "assert 'psycopg.connection' not in sys.modules\n"
+        "from psycopg import sql\n"  # a submodule not yet imported
+        "complete = 'psycopg.connection' in sys.modules\n"
+        "print(complete, callable(psycopg.connect), sql.SQL('x').as_string())\n"
+    )
+    assert out == "True True x\n"
+
+
+def test_a_part_that_needs_the_package_falls_back_to_the_whole_import() -> None:
+    # a stand-in for a future psycopg whose psycopg.conninfo reads a name of
+    # the package: it fails while the package is not executed
+    before = (
+        "import importlib.abc\n"
+        "class Finder(importlib.abc.MetaPathFinder):\n"
+        "    failed = False\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'psycopg.conninfo' and not self.failed:\n"
+        "            self.failed = True\n"
+        "            raise ImportError('needs the package')\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Finder())\n"
+        "from pgsurge import pgconn\n"
+        "assert 'psycopg.connection' in sys.modules, 'not completed'\n"
+    )
+    assert _describe(before) == _describe("import psycopg\n")
+
+
+def test_full_import_on_request() -> None:
+    out = _run(
+        "from pgsurge import pgconn\nprint('psycopg.connection' in sys.modules)\n",
+        PGSURGE_PSYCOPG="full",
+    )
+    assert out == "True\n"
+
+
+def test_psycopg_imported_first_is_left_alone() -> None:
+    out = _run(
+        "import psycopg\n"
+        "package = psycopg\n"
+        "from pgsurge import pgconn\n"
+        "print(sys.modules['psycopg'] is package, '__getattr__' in vars(package))\n"
+    )
+    assert out == "True False\n"
