@@ -259,3 +259,40 @@ def test_log_write_failure_keeps_the_run(
         assert data.endswith(b"\n")  # no cut line
         for line in data.decode().splitlines():
             assert len(line.split()) == 6, line
+
+
+@pytest.mark.parametrize("program", ["pgsurge", "pgbench"])
+def test_ctrl_c_during_init_cancels_the_copy(
+    fresh_db: str, tmp_path: Path, pgbench_bin: Path, program: str
+) -> None:
+    """pgbench's init does not die of Ctrl-C: it sends the server a cancel
+    request ("Cancel request sent"), the running COPY fails, and init ends
+    with that error (status 1). pgsurge does the same; pgbench is checked
+    against the same expectations."""
+    cmd = (
+        [sys.executable, "-m", "pgsurge"]
+        if program == "pgsurge"
+        else [str(pgbench_bin)]
+    )
+    proc = subprocess.Popen(
+        [*cmd, "-i", "-s", "20", fresh_db],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=plain_env(),
+    )
+    assert proc.stderr is not None
+    seen: list[str] = []
+    for line in proc.stderr:  # until the COPY of pgbench_accounts is under way
+        seen.append(line)
+        if "of pgbench_accounts done" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    _, rest = proc.communicate(timeout=60)
+    err = "".join(seen) + rest
+    assert proc.returncode == 1, err
+    assert "Cancel request sent\n" in err
+    assert "ERROR:  canceling statement due to user request\n" in err
+    assert err.endswith(f"{program}: error: PQendcopy failed\n"), err
+    assert "done in" not in err

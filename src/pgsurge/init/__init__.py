@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from pgsurge.config import InitConfig, PartitionMethod
 from pgsurge.errors import InitError
 from pgsurge.init import schema
-from pgsurge.init.session import Output, Session
+from pgsurge.init.session import Output, Session, cancel_on_interrupt
 
 if TYPE_CHECKING:
     import psycopg
@@ -136,22 +136,23 @@ def run_init(cfg: InitConfig, *, stream: TextIO | None = None) -> None:
         return
     session = Session.open(cfg.conn, out)
     try:
-        run = _Run(cfg, session)
-        parts: list[str] = []
-        total = 0.0
-        for i, letter in enumerate(cfg.steps):
-            if letter == " ":
-                continue
-            if letter not in STEPS:
-                raise InitError(f'unrecognized initialization step "{letter}"')
-            name, action = STEPS[letter]
-            run.rest = cfg.steps[i + 1 :]
-            start = time.perf_counter()
-            action(run)
-            elapsed = time.perf_counter() - start
-            parts.append(f"{name} {elapsed:.2f} s")
-            total += elapsed
-        out.write(f"done in {total:.2f} s ({', '.join(parts)}).\n")
+        with cancel_on_interrupt(out):
+            run = _Run(cfg, session)
+            parts: list[str] = []
+            total = 0.0
+            for i, letter in enumerate(cfg.steps):
+                if letter == " ":
+                    continue
+                if letter not in STEPS:
+                    raise InitError(f'unrecognized initialization step "{letter}"')
+                name, action = STEPS[letter]
+                run.rest = cfg.steps[i + 1 :]
+                start = time.perf_counter()
+                action(run)
+                elapsed = time.perf_counter() - start
+                parts.append(f"{name} {elapsed:.2f} s")
+                total += elapsed
+            out.write(f"done in {total:.2f} s ({', '.join(parts)}).\n")
     finally:
         session.close()
 

@@ -16,10 +16,12 @@ top of high-level psycopg:
 
 from __future__ import annotations
 
+import contextlib
 import getpass
+import signal
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TextIO
 
 import psycopg
@@ -82,6 +84,49 @@ def libpq_error_text(exc: psycopg.Error, encoding: str) -> str:
     return str(exc) + "\n"
 
 
+#: the sessions open now, which a Ctrl-C cancels (see cancel_on_interrupt)
+_OPEN: set[Session] = set()
+_OPEN_LOCK = threading.Lock()
+#: set by a Ctrl-C: a COPY stops sending rows the server will refuse
+_CANCELLED = threading.Event()
+
+
+def cancel_open_sessions(out: Output) -> None:
+    """What pgbench's init does on SIGINT: a cancel request for the
+    statement each open session runs (none: the server ignores it), with
+    pgbench's one line; the statement's error then ends init as any
+    failure does."""
+    _CANCELLED.set()
+    with _OPEN_LOCK:
+        sessions = list(_OPEN)
+    for session in sessions:
+        try:
+            session.conn.cancel()
+        except psycopg.Error as exc:
+            out.write(
+                f"Could not send cancel request: {pgconn.strip_newline(str(exc))}\n"
+            )
+        else:
+            out.write("Cancel request sent\n")
+
+
+@contextlib.contextmanager
+def cancel_on_interrupt(out: Output) -> Iterator[None]:
+    """Within the block, SIGINT cancels the running statements instead of
+    killing the program, as pgbench's init does (then restored)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _CANCELLED.clear()
+    previous = signal.signal(
+        signal.SIGINT, lambda signum, frame: cancel_open_sessions(out)
+    )
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class Session:
     """An autocommit connection running pgbench's init statements."""
 
@@ -92,6 +137,8 @@ class Session:
         self.out = out
         self.password = password
         conn.add_notice_handler(self._notice)
+        with _OPEN_LOCK:
+            _OPEN.add(self)
 
     @classmethod
     def open(
@@ -136,6 +183,8 @@ class Session:
         return Session.open(params, self.out, self.password)
 
     def close(self) -> None:
+        with _OPEN_LOCK:
+            _OPEN.discard(self)
         self.conn.close()
 
     @property
@@ -198,7 +247,12 @@ class Session:
         try:
             with cursor.copy(statement) as copy:
                 phase = "data"
+                # a Ctrl-C before this COPY ran cancelled nothing (pgbench's
+                # init goes on then): only one from now on stops the rows
+                _CANCELLED.clear()
                 for data, done in chunks:
+                    if _CANCELLED.is_set():
+                        break  # the end of the copy brings the server's error
                     copy.write(data)
                     on_chunk(done)
                 before_end()
