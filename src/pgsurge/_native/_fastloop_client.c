@@ -10,24 +10,11 @@
 
 #include "_fastloop.h"
 
-/* n in decimal into buf (NUL-terminated); returns buf */
+/* n in decimal into buf (NUL-terminated: INT_TEXT bytes); returns buf */
 static const char *
 int_text(int64_t n, char *buf)
 {
-    char tmp[INT_TEXT];
-    char *p = tmp + sizeof tmp;
-    uint64_t u = n < 0 ? 0ULL - (uint64_t)n : (uint64_t)n;
-    size_t len;
-
-    *--p = '\0';
-    do {
-        *--p = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    if (n < 0)
-        *--p = '-';
-    len = (size_t)(tmp + sizeof tmp - p);
-    memcpy(buf, p, len);
+    *put_int(buf, n) = '\0';
     return buf;
 }
 static int
