@@ -94,6 +94,20 @@ def plain_env() -> dict[str, str]:
     return env
 
 
+def python_c(code: str, *args: str, env: Mapping[str, str] | None = None) -> str:
+    """The stdout of ``python -c code args`` in a fresh interpreter (what a
+    module import does is per process), in :func:`plain_env` unless ``env``
+    is given; a non-zero exit fails the test."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        env=plain_env() if env is None else dict(env),
+        check=True,
+        timeout=60,
+    ).stdout
+
+
 def tool_env(
     env: Mapping[str, str] | None = None, *, loop: Loop = "auto"
 ) -> dict[str, str]:

@@ -11,11 +11,9 @@ without a server.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
+
+from tests.fix_run import python_c
 
 pytestmark = pytest.mark.server
 
@@ -43,15 +41,7 @@ conn.finish()
 
 
 def test_pgconn_then_psycopg_in_one_process(server_dsn: str) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    out = subprocess.run(
-        [sys.executable, "-c", _CODE, server_dsn],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-        timeout=60,
-    ).stdout
+    out = python_c(_CODE, server_dsn)
     assert out == "True 42\nFalse\n42\nTrue\n22012\n"
 
 
@@ -66,15 +56,7 @@ print(status, sorted(m for m in sys.modules if m in sys.argv[2:]))
 def test_a_whole_run_leaves_psycopgs_package_unexecuted(bench_db: str) -> None:
     # the parent of a real run (setup connection, forked workers, report):
     # nothing on the way uses psycopg's package
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
     package_only = ["psycopg.connection", "psycopg.cursor", "psycopg.adapt"]
-    proc = subprocess.run(
-        [sys.executable, "-c", _RUN, bench_db, "psycopg.pq", *package_only],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-        timeout=60,
-    )
-    assert "number of transactions actually processed: 6/6" in proc.stdout
-    assert proc.stdout.splitlines()[-1] == "0 ['psycopg.pq']"
+    out = python_c(_RUN, bench_db, "psycopg.pq", *package_only)
+    assert "number of transactions actually processed: 6/6" in out
+    assert out.splitlines()[-1] == "0 ['psycopg.pq']"

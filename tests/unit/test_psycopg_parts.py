@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
+
+from tests.fix_run import python_c
 
 #: modules only psycopg's ``__init__`` imports (connections, cursors,
 #: the adapters): a plain pgconn import must not load them
@@ -50,14 +50,7 @@ _DESCRIBE = (
 def _run(code: str, **env: str) -> str:
     full_env = {k: v for k, v in os.environ.items() if k != "PGSURGE_PSYCOPG"}
     full_env.update(env)
-    return subprocess.run(
-        [sys.executable, "-c", "import json, sys\n" + code],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        check=True,
-        timeout=60,
-    ).stdout
+    return python_c("import json, sys\n" + code, env=full_env)
 
 
 def _describe(before: str = "", **env: str) -> dict[str, object]:

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import re
 import subprocess
 import sys
 
 from pgsurge.script.lexer import ASCII_IDENT_CHARS, ASCII_LETTERS, wide_class
+from tests.fix_run import python_c
 
 #: modules a run against an explicit server must not load
 EMBEDDED_ONLY = (
@@ -79,16 +79,7 @@ def _loaded_after(argv: list[str]) -> set[str]:
         f"status = main(['pgsurge', *{argv!r}])\n"
         "print('\\n'.join(sorted(sys.modules)))\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-        timeout=60,
-    )
-    return set(proc.stdout.split())
+    return set(python_c(code).split())
 
 
 def test_run_with_host_does_not_import_the_embedded_server() -> None:
@@ -167,15 +158,7 @@ def test_no_module_pattern_has_a_wide_unicode_range() -> None:
         "    if isinstance(value, re.Pattern) and isinstance(value.pattern, str)\n"
         "]))\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-        timeout=60,
-    ).stdout
+    out = python_c(code)
     patterns = json.loads(out)
     assert any(m == "pgsurge.script.splitter" for m, _, _ in patterns)
     offenders = [
@@ -216,15 +199,7 @@ def test_program_freezes_start_up_and_collects_during_the_run() -> None:
         "main()\n"
         "print(gc.isenabled(), gc.get_freeze_count() > 1000)\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-        timeout=60,
-    ).stdout
+    out = python_c(code)
     assert out == "True True\n"
 
 

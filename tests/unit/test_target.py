@@ -5,8 +5,6 @@ from __future__ import annotations
 import io
 import os
 import socket
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +22,7 @@ from pgsurge.server.target import (
     resolve_target,
     wants_embedded,
 )
+from tests.fix_run import python_c
 
 NOTHING = ConnParams()
 
@@ -189,14 +188,6 @@ def test_libpq_default_address_leaves_psycopg_unimported() -> None:
         "print(via_psycopg('port=1', 'host'),"
         " via_psycopg('host=/nonexistent/pgsurge-probe', 'port'))\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-        timeout=60,
-    ).stdout.splitlines()
+    out = python_c(code).splitlines()
     assert out[1] == "False"
     assert out[0] == out[2]
