@@ -16,6 +16,7 @@ The databases these run against are ``tests/fix_db.py``'s.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -24,6 +25,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Literal
 
 import pytest
@@ -92,6 +94,21 @@ def plain_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
     env["LC_ALL"] = "C"
     return env
+
+
+#: the benchmark scripts (not a package: loaded by path)
+BENCH_DIR = Path(__file__).resolve().parents[1] / "bench"
+
+
+def load_bench_module(name: str) -> ModuleType:
+    """Import ``bench/<name>.py`` under its own name (the suite's modules
+    import each other by name, and dataclasses look their module up)."""
+    spec = importlib.util.spec_from_file_location(name, BENCH_DIR / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def python_c(code: str, *args: str, env: Mapping[str, str] | None = None) -> str:

@@ -6,30 +6,16 @@ No server and no process is involved.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
+from tests.fix_run import load_bench_module
 
 # in dependency order: each module imports the previous ones by name
-stats = _load("_suite_stats")
-cases = _load("_suite_cases")
-report = _load("_suite_report")
+stats = load_bench_module("_suite_stats")
+cases = load_bench_module("_suite_cases")
+report = load_bench_module("_suite_report")
 
 PGBENCH_OUTPUT = """\
 pgbench (18.6)
