@@ -33,10 +33,20 @@ class PairedCase:
     b_extra: tuple[str, ...] = ()
 
 
+#: the run cases' common command lines (also bench/instr_bench.py's and
+#: bench/syscall_bench.py's)
+SELECT_ONLY = ("-b", "select-only", "-M", "prepared", "-c", "8", "-j", "2")
+TPCB_LIKE = ("-b", "tpcb-like", "-M", "prepared", "-c", "8", "-j", "2")
+#: pgsurge's extra outputs in the -json cases ({tmp}: the run's directory)
+JSON_OUT = ("--json", "{tmp}/run.json", "--percentiles")
+#: tpcb-like's commits without waiting for the WAL flush (the client is measured)
+ASYNC_COMMIT = ("PGOPTIONS", "-c synchronous_commit=off")
+
+
 PAIRED_CASES: tuple[PairedCase, ...] = (
     PairedCase(
         "select-only-prepared",
-        ("-b", "select-only", "-M", "prepared", "-c", "8", "-j", "2"),
+        SELECT_ONLY,
         cpu_max=1.3,
     ),
     PairedCase(
@@ -46,8 +56,8 @@ PAIRED_CASES: tuple[PairedCase, ...] = (
     ),
     PairedCase(
         "tpcb-like-prepared",
-        ("-b", "tpcb-like", "-M", "prepared", "-c", "8", "-j", "2"),
-        env=(("PGOPTIONS", "-c synchronous_commit=off"),),
+        TPCB_LIKE,
+        env=(ASYNC_COMMIT,),
         cpu_max=1.3,
     ),
     PairedCase(
@@ -64,7 +74,7 @@ PAIRED_CASES: tuple[PairedCase, ...] = (
     PairedCase(
         "rate-2000",
         ("-b", "tpcb-like", "-R", "2000", "-c", "8", "-j", "2"),
-        env=(("PGOPTIONS", "-c synchronous_commit=off"),),
+        env=(ASYNC_COMMIT,),
         accuracy=0.10,
     ),
     PairedCase(
@@ -77,32 +87,31 @@ PAIRED_CASES: tuple[PairedCase, ...] = (
 # directory, ``{bench}`` this directory; PGSURGE_FASTLOOP=require makes a
 # pgsurge run that the C loop does not take fail instead of being measured.
 _REQUIRE = ("PGSURGE_FASTLOOP", "require")
-_JSON = ("--json", "{tmp}/run.json", "--percentiles")
 PAIRED_CASES += (
     PairedCase(
         "select-only-json",
-        ("-b", "select-only", "-M", "prepared", "-c", "8", "-j", "2"),
+        SELECT_ONLY,
         env=(_REQUIRE,),
         cpu_max=1.05,
-        b_extra=_JSON,
+        b_extra=JSON_OUT,
     ),
     PairedCase(
         "tpcb-like-json",
-        ("-b", "tpcb-like", "-M", "prepared", "-c", "8", "-j", "2"),
-        env=(("PGOPTIONS", "-c synchronous_commit=off"), _REQUIRE),
+        TPCB_LIKE,
+        env=(ASYNC_COMMIT, _REQUIRE),
         cpu_max=1.05,
-        b_extra=_JSON,
+        b_extra=JSON_OUT,
     ),
     PairedCase(
         "select-only-log",
-        ("-b", "select-only", "-M", "prepared", "-c", "8", "-j", "2", "-l"),
+        (*SELECT_ONLY, "-l"),
         env=(_REQUIRE,),
         cpu_max=1.05,
     ),
     PairedCase(
         "tpcb-like-log",
-        ("-b", "tpcb-like", "-M", "prepared", "-c", "8", "-j", "2", "-l"),
-        env=(("PGOPTIONS", "-c synchronous_commit=off"), _REQUIRE),
+        (*TPCB_LIKE, "-l"),
+        env=(ASYNC_COMMIT, _REQUIRE),
         cpu_max=1.05,
     ),
     PairedCase(

@@ -54,12 +54,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _suite_cases import ASYNC_COMMIT, JSON_OUT, SELECT_ONLY, TPCB_LIKE
 from _suite_proc import SuiteServer, pg_bindir
-
-_SO = ("-b", "select-only", "-M", "prepared", "-c", "8", "-j", "2")
-_TP = ("-b", "tpcb-like", "-M", "prepared", "-c", "8", "-j", "2")
-_JSON = ("--json", "{tmp}/run.json", "--percentiles")
-_ASYNC = (("PGOPTIONS", "-c synchronous_commit=off"),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,14 +70,16 @@ class Variant:
 
 
 VARIANTS = (
-    Variant("pgbench", "pgbench", _SO),
-    Variant("pgbench-log", "pgbench", (*_SO, "-l")),
-    Variant("pgsurge", "pgsurge", _SO),
-    Variant("pgsurge-json", "pgsurge", (*_SO, *_JSON)),
-    Variant("pgsurge-log", "pgsurge", (*_SO, "-l")),
-    Variant("pgbench-tp", "pgbench", _TP, _ASYNC, 300, 900),
-    Variant("pgsurge-tp", "pgsurge", _TP, _ASYNC, 300, 900),
-    Variant("pgsurge-tp-json", "pgsurge", (*_TP, *_JSON), _ASYNC, 300, 900),
+    Variant("pgbench", "pgbench", SELECT_ONLY),
+    Variant("pgbench-log", "pgbench", (*SELECT_ONLY, "-l")),
+    Variant("pgsurge", "pgsurge", SELECT_ONLY),
+    Variant("pgsurge-json", "pgsurge", (*SELECT_ONLY, *JSON_OUT)),
+    Variant("pgsurge-log", "pgsurge", (*SELECT_ONLY, "-l")),
+    Variant("pgbench-tp", "pgbench", TPCB_LIKE, (ASYNC_COMMIT,), 300, 900),
+    Variant("pgsurge-tp", "pgsurge", TPCB_LIKE, (ASYNC_COMMIT,), 300, 900),
+    Variant(
+        "pgsurge-tp-json", "pgsurge", (*TPCB_LIKE, *JSON_OUT), (ASYNC_COMMIT,), 300, 900
+    ),
 )
 DEFAULT = "pgbench,pgbench-log,pgsurge,pgsurge-json,pgsurge-log"
 

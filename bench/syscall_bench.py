@@ -41,6 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _suite_cases import ASYNC_COMMIT, JSON_OUT, SELECT_ONLY, TPCB_LIKE
 from _suite_proc import SuiteServer, pg_bindir, pgsurge_argv
 
 #: the counters, short name -> perf event
@@ -61,10 +62,6 @@ EVENTS = {
     "cs": "context-switches",
     "task_ms": "task-clock",
 }
-_SO = ("-b", "select-only", "-M", "prepared", "-c", "8", "-j", "2")
-_TP = ("-b", "tpcb-like", "-M", "prepared", "-c", "8", "-j", "2")
-_JSON = ("--json", "{tmp}/run.json", "--percentiles")
-_ASYNC = (("PGOPTIONS", "-c synchronous_commit=off"),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,13 +77,13 @@ class Case:
 
 
 CASES = (
-    Case("so", _SO),
-    Case("so-json", _SO, _JSON),
-    Case("so-log", (*_SO, "-l")),
-    Case("so-P1", (*_SO, "-P", "1")),
-    Case("tp", _TP, env=_ASYNC, low=100, high=800),
-    Case("tp-json", _TP, _JSON, _ASYNC, 100, 800),
-    Case("tp-log", (*_TP, "-l"), env=_ASYNC, low=100, high=800),
+    Case("so", SELECT_ONLY),
+    Case("so-json", SELECT_ONLY, JSON_OUT),
+    Case("so-log", (*SELECT_ONLY, "-l")),
+    Case("so-P1", (*SELECT_ONLY, "-P", "1")),
+    Case("tp", TPCB_LIKE, env=(ASYNC_COMMIT,), low=100, high=800),
+    Case("tp-json", TPCB_LIKE, JSON_OUT, (ASYNC_COMMIT,), 100, 800),
+    Case("tp-log", (*TPCB_LIKE, "-l"), env=(ASYNC_COMMIT,), low=100, high=800),
     Case("logic", ("-f", "{bench}/logic.sql", "-M", "prepared", "-c", "8", "-j", "2")),
 )
 
