@@ -12,6 +12,7 @@ user's cases run as "nobody" when we are root, else as ourselves.
 
 from __future__ import annotations
 
+import grp
 import os
 import pwd
 import shutil
@@ -114,11 +115,25 @@ def _location_symlink(s: Scene) -> tuple[Path, Path, str]:
     return loc, loc, "it is a symbolic link"
 
 
+def _dangling_location_link(s: Scene) -> tuple[Path, Path, str]:
+    loc = s.base / "loc"
+    loc.symlink_to(s.victim_dir / "created")
+    s.give(loc)
+    return loc, loc, "it is a symbolic link"
+
+
+def _dangling_data_link(s: Scene) -> tuple[Path, Path, str]:
+    loc = s.base / "loc"
+    loc.mkdir(mode=0o755)
+    (loc / "data").symlink_to(s.victim_dir / "created")
+    return loc, loc / "data", "it is a symbolic link"
+
+
 def _location_of_another_user(s: Scene) -> tuple[Path, Path, str]:
     loc = s.attacker_dir("loc")
     (loc / ".lock").symlink_to(s.victim)
     s.give(loc / ".lock")
-    return loc, loc, 'it is owned by "nobody", not by "root" or "pgsurge"'
+    return loc, loc, 'it is owned by "nobody", not by "root"'
 
 
 def _location_open_to_all(s: Scene) -> tuple[Path, Path, str]:
@@ -167,6 +182,28 @@ def _data_of_another_user(s: Scene) -> tuple[Path, Path, str]:
     return loc, data, 'it is owned by "nobody", not by "root" or "pgsurge"'
 
 
+def _location_of_the_server_account(s: Scene) -> tuple[Path, Path, str]:
+    # the server's account may own data/, not the location root works in
+    loc = s.base / "loc"
+    loc.mkdir(mode=0o755)
+    account = pwd.getpwnam(SYSTEM_USER)
+    os.chown(loc, account.pw_uid, account.pw_gid)
+    (loc / ".lock").symlink_to(s.victim)
+    os.lchown(loc / ".lock", account.pw_uid, account.pw_gid)
+    return loc, loc, f'it is owned by "{SYSTEM_USER}", not by "root"'
+
+
+def _parent_writable_by_a_group(s: Scene) -> tuple[Path, Path, str]:
+    shared = s.base / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o775)
+    assert s.attacker is not None
+    os.chown(shared, 0, s.attacker.gid)  # nobody's group may write here
+    loc = shared / "loc"
+    why = f"the directory {shared} above it is writable by group or others"
+    return loc, loc, why + " (mode 0775)"
+
+
 def _data_open_to_all(s: Scene) -> tuple[Path, Path, str]:
     loc = s.base / "loc"
     loc.mkdir(mode=0o755)
@@ -186,10 +223,14 @@ def _parent_of_another_user(s: Scene) -> tuple[Path, Path, str]:
 
 ROOT_CASES: dict[str, Callable[[Scene], tuple[Path, Path, str]]] = {
     "location-symlink": _location_symlink,
+    "dangling-location-link": _dangling_location_link,
+    "dangling-data-link": _dangling_data_link,
     "location-of-another-user": _location_of_another_user,
     "location-open-to-all": _location_open_to_all,
     "dangling-lock-link": _dangling_lock_link,
     "hard-linked-lock": _hard_linked_lock,
+    "location-of-the-server-account": _location_of_the_server_account,
+    "parent-writable-by-a-group": _parent_writable_by_a_group,
     "data-symlink": _data_symlink,
     "data-of-another-user": _data_of_another_user,
     "data-open-to-all": _data_open_to_all,
@@ -366,3 +407,26 @@ def test_user_refuses_location_below_a_directory_open_to_all(
     why = f"the directory {shared} above it is writable by group or others (mode 0777)"
     _refused(run(loc, "server", "start"), loc, why)
     assert not loc.exists()
+
+
+def test_user_accepts_parent_writable_by_own_private_group(
+    ordinary: tuple[Path, Callable[..., subprocess.CompletedProcess[str]]],
+) -> None:
+    """umask 002 systems make ``~/.local`` 0775 with the user's own group:
+    no other user can write there, so the location is used."""
+    home, run = ordinary
+    shared = home / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o775)
+    owner = os.stat(home)
+    os.chown(shared, owner.st_uid, owner.st_gid)
+    if set(grp.getgrgid(owner.st_gid).gr_mem) - {pwd.getpwuid(owner.st_uid).pw_name}:
+        pytest.skip("the user's primary group has other members")
+    loc = shared / "loc"
+    try:
+        proc = run(loc, "server", "start")
+        assert proc.returncode == 0, proc.stderr
+        st = os.stat(loc)
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (owner.st_uid, 0o700)
+    finally:
+        run(loc, "server", "stop")

@@ -252,7 +252,10 @@ class EmbeddedServer:
         try:
             check_ancestors(self.location)
             _make_dirs(self.location, 0o755 if os.geteuid() == 0 else 0o700)
-            loc_fd = open_dir(self.location, self._owners())
+            # ours alone, not the server account's too: root works in the
+            # location by path (the copy of the programs, initdb's scratch
+            # directory), which an account that can write there could steer
+            loc_fd = open_dir(self.location, {os.geteuid()})
             fd = open_lock_file(loc_fd, _LOCK_FILE, self.location / _LOCK_FILE)
         except OSError as exc:
             if loc_fd >= 0:
@@ -274,8 +277,7 @@ class EmbeddedServer:
             os.close(loc_fd)
 
     def _owners(self) -> set[int]:
-        """Who may own the location and data/: us, and as root the
-        server's account (which owns data/)."""
+        """Who may own data/: us, and as root the server's account."""
         return {os.geteuid(), *server_account_uids()}
 
     def _loc(self) -> int:
@@ -512,6 +514,10 @@ class EmbeddedServer:
             return
         with contextlib.suppress(FileNotFoundError):
             (self.data_dir / _PID_FILE).unlink()
+        if info.socket_dir != self._planned_socket_dir():
+            # postmaster.pid is the server account's to write: never let it
+            # name a file elsewhere for root to remove
+            return
         lock = info.socket_dir / f".s.PGSQL.{info.port}.lock"
         with contextlib.suppress(OSError):
             if int(lock.read_text().split()[0]) == info.pid:
@@ -555,7 +561,12 @@ def _make_dirs(path: Path, mode: int) -> None:
     for p in reversed(missing):
         with contextlib.suppress(FileExistsError):
             os.mkdir(p, mode)
-            os.chmod(p, mode)  # our new directory: undo the umask
+            # our new directory: undo the umask, through the directory itself
+            fd = os.open(p, _DIR_FLAGS)
+            try:
+                os.fchmod(fd, mode)
+            finally:
+                os.close(fd)
 
 
 def _os_error(exc: OSError) -> ServerError:

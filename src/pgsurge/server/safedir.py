@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import grp
 import os
 import pwd
 import stat
@@ -85,13 +86,30 @@ def check_ancestors(path: Path) -> None:
                 f'the directory {directory} above it is owned by "'
                 f'{user_name(st.st_uid)}" (another user could replace it)',
             )
-        # sticky directories (/tmp) let no one rename or remove our entries
-        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        # sticky directories (/tmp) let no one rename or remove our entries;
+        # a group of our own alone (umask 002 systems) is no other user
+        writable = st.st_mode & 0o002 or (
+            st.st_mode & 0o020 and not _own_private_group(st.st_gid)
+        )
+        if writable and not st.st_mode & stat.S_ISVTX:
             raise _refuse(
                 path,
                 f"the directory {directory} above it is writable by group or "
                 f"others (mode {stat.S_IMODE(st.st_mode):04o})",
             )
+
+
+def _own_private_group(gid: int) -> bool:
+    """Whether ``gid`` is our primary group with no other listed members
+    (a "user private group"; its members by primary gid are not listed,
+    so this trusts that such groups have only their user)."""
+    if gid != os.getegid():
+        return False
+    try:
+        members = set(grp.getgrgid(gid).gr_mem)
+    except KeyError:
+        return False
+    return members <= {user_name(os.geteuid())}
 
 
 def open_dir(
