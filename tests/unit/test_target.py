@@ -340,3 +340,34 @@ def test_named_target_keeps_an_untrusted_socket(
         conn, force_embedded=False, env={"PGHOST": str(tmp)}, stderr=err
     )
     assert got is conn and err.getvalue() == "" and _FakeEmbedded.started == []
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="needs root to change the group")
+def test_socket_dir_writable_by_server_group_is_trusted(
+    planted: tuple[Path, socket.socket],
+) -> None:
+    """Debian's /var/run/postgresql is 2775 postgres:postgres: the group of a
+    server account may write there, another group may not."""
+    tmp, _ = planted
+    accounts = [a for a in target.SERVER_ACCOUNTS if _account(a) is not None]
+    if not accounts:
+        pytest.skip("no PostgreSQL server account here")
+    server_gid = _account(accounts[0]).pw_gid  # type: ignore[union-attr]
+    os.chown(tmp, 0, server_gid)
+    os.chmod(tmp, 0o2775)
+    conn, lines = _resolve()
+    assert not conn.embedded and conn.host == str(tmp), lines
+    other = pwd.getpwnam("nobody").pw_gid if _account("nobody") else None
+    if other is None or other == server_gid:
+        return
+    os.chown(tmp, 0, other)
+    conn, lines = _resolve()
+    assert conn.embedded
+    assert "its directory can be changed by others" in lines[0]
+
+
+def _account(name: str) -> pwd.struct_passwd | None:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        return None

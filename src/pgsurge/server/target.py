@@ -222,6 +222,21 @@ def trusted_uids() -> set[int]:
     return uids
 
 
+def trusted_gids() -> set[int]:
+    """Groups that may write to a socket directory: root's, ours, and the
+    server accounts' (Debian's /var/run/postgresql is 2775 postgres:postgres)."""
+    import grp  # lazily: only the no-target probe needs it
+    import pwd
+
+    gids = {0, os.getegid()}
+    for name in SERVER_ACCOUNTS:
+        with contextlib.suppress(KeyError):
+            gids.add(pwd.getpwnam(name).pw_gid)
+        with contextlib.suppress(KeyError):
+            gids.add(grp.getgrnam(name).gr_gid)
+    return gids
+
+
 def untrusted_socket(path: str) -> str | None:
     """Why the socket at ``path`` must not be trusted (None: it may be).
 
@@ -251,9 +266,10 @@ def untrusted_socket(path: str) -> str | None:
         )
     if not stat.S_ISSOCK(st.st_mode):
         return f"{path} is not a socket but a symbolic link"
-    if dir_st.st_uid not in trusted or (
-        dir_st.st_mode & 0o022 and not dir_st.st_mode & stat.S_ISVTX
-    ):
+    writable = dir_st.st_mode & 0o002 or (
+        dir_st.st_mode & 0o020 and dir_st.st_gid not in trusted_gids()
+    )
+    if dir_st.st_uid not in trusted or (writable and not dir_st.st_mode & stat.S_ISVTX):
         return (
             "its directory can be changed by others (owned by "
             f"{owner(dir_st.st_uid)}, mode {stat.S_IMODE(dir_st.st_mode):04o})"
