@@ -25,7 +25,8 @@ the permissions of a directory we did not create.
 As root this module writes into a directory another user may have named
 or prepared, so it trusts no path it did not check: the location and
 ``data/`` are opened and checked once per operation (``safedir``: a real
-directory, owned by us or the server's account, not writable by others),
+directory, owned by us (``data/``: or the server's account), not writable
+by others, below directories no other user can change),
 and every file is made, written and given away relative to those open
 directories, with ``O_NOFOLLOW`` and ``fchown``.
 """
@@ -60,9 +61,11 @@ from .runas import (
 from .safedir import (
     append_own_file,
     check_ancestors,
+    make_dirs,
     open_dir,
     open_lock_file,
     opened_dir,
+    private_dir,
     read_own_text,
     replace_file,
 )
@@ -80,7 +83,6 @@ _LOG_FILE = "server.log"
 _LOCK_FILE = ".lock"
 _SOCKET_DIR_FILE = "socket-dir"
 _SCRATCH = "data.initdb"
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 #: seconds pg_ctl waits for start or stop (crash recovery can be slow)
 _PG_CTL_TIMEOUT = 120
 
@@ -251,7 +253,7 @@ class EmbeddedServer:
         loc_fd = -1
         try:
             check_ancestors(self.location)
-            _make_dirs(self.location, 0o755 if os.geteuid() == 0 else 0o700)
+            make_dirs(self.location, 0o755 if os.geteuid() == 0 else 0o700)
             # ours alone, not the server account's too: root works in the
             # location by path (the copy of the programs, initdb's scratch
             # directory), which an account that can write there could steer
@@ -361,20 +363,7 @@ class EmbeddedServer:
     def _make_private_dir(self, name: str, user: OsUser) -> None:
         """Make (or take) directory ``name`` in the location: 0700, owned by
         ``user``; changed through its fd, never by following a link."""
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(name, 0o700, dir_fd=self._loc())
-        fd = open_dir(
-            name,
-            {os.geteuid(), user.uid},
-            dir_fd=self._loc(),
-            shown=self.location / name,
-        )
-        try:
-            os.fchmod(fd, 0o700)
-            if not user.is_current:
-                os.fchown(fd, user.uid, user.gid)
-        finally:
-            os.close(fd)
+        private_dir(self._loc(), name, user.uid, user.gid, shown=self.location / name)
 
     def _planned_socket_dir(self) -> Path:
         preferred = self.location / "run"
@@ -409,12 +398,7 @@ class EmbeddedServer:
             ):
                 return path
         path = Path(tempfile.mkdtemp(prefix="pgsurge-", dir="/tmp"))
-        if not user.is_current:
-            fd = os.open(path, _DIR_FLAGS)
-            try:
-                os.fchown(fd, user.uid, user.gid)
-            finally:
-                os.close(fd)
+        private_dir(None, path, user.uid, user.gid, shown=path)
         replace_file(self._loc(), _SOCKET_DIR_FILE, f"{path}\n".encode())
         return path
 
@@ -549,24 +533,6 @@ class EmbeddedServer:
             dbname="postgres",
             embedded=True,
         )
-
-
-def _make_dirs(path: Path, mode: int) -> None:
-    """Create ``path`` and missing parents with ``mode``; touch nothing else."""
-    missing: list[Path] = []
-    for p in [path, *path.parents]:
-        if p.exists():
-            break
-        missing.append(p)
-    for p in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(p, mode)
-            # our new directory: undo the umask, through the directory itself
-            fd = os.open(p, _DIR_FLAGS)
-            try:
-                os.fchmod(fd, mode)
-            finally:
-                os.close(fd)
 
 
 def _os_error(exc: OSError) -> ServerError:

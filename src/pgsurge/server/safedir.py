@@ -162,6 +162,42 @@ def _is_link(name: str | Path, dir_fd: int | None) -> bool:
         return False
 
 
+def make_dirs(path: Path, mode: int) -> None:
+    """Create ``path`` and missing parents with ``mode``; touch nothing else
+    (call :func:`check_ancestors` first: it vouches for the parents)."""
+    missing: list[Path] = []
+    for p in [path, *path.parents]:
+        if os.path.lexists(p):
+            break
+        missing.append(p)
+    for p in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(p, mode)
+            # our new directory: undo the umask, through the directory itself
+            fd = os.open(p, _DIR_FLAGS)
+            try:
+                os.fchmod(fd, mode)
+            finally:
+                os.close(fd)
+
+
+def private_dir(
+    dir_fd: int | None, name: str | Path, uid: int, gid: int, *, shown: Path
+) -> None:
+    """Make (or take) directory ``name`` (relative to ``dir_fd``): 0700 and
+    owned by ``uid``, changed through its fd, never by following a link.
+    An existing one must be ours or ``uid``'s and closed to others."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(name, 0o700, dir_fd=dir_fd)
+    fd = open_dir(name, {os.geteuid(), uid}, dir_fd=dir_fd, shown=shown)
+    try:
+        os.fchmod(fd, 0o700)
+        if uid != os.geteuid():
+            os.fchown(fd, uid, gid)
+    finally:
+        os.close(fd)
+
+
 def open_lock_file(dir_fd: int, name: str, shown: Path) -> int:
     """Open (creating) the lock file ``name`` under ``dir_fd``: never through
     a symlink, and only a plain file of ours with a single link (a hard link
