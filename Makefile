@@ -71,4 +71,5 @@ $(SYSTEM_STAMP): pyproject.toml
 test-system-python: $(SYSTEM_STAMP)
 	$(SYSTEM_VENV)/bin/python --version
 	$(SYSTEM_VENV)/bin/python -m pytest -q --require-server $(READER_TESTS) $(PYTEST_ARGS)
-	PGSURGE_PURE=1 $(SYSTEM_VENV)/bin/python -m pytest -q $(READER_TESTS) $(PYTEST_ARGS)
+	PGSURGE_PURE=1 $(SYSTEM_VENV)/bin/python -m pytest -q --require-server $(READER_TESTS) \
+		$(PYTEST_ARGS)

@@ -21,6 +21,7 @@ elsewhere greedy forms with one way to match. Here:
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 from collections.abc import Iterator
@@ -93,17 +94,29 @@ def test_only_the_possessive_dialect_is_possessive() -> None:
 # the scripts of the issue, with each dialect
 
 
+@contextlib.contextmanager
+def _runs_of(runs: sqlruns.Runs) -> Iterator[None]:
+    """The splitter with ``runs`` in place of this interpreter's own."""
+    names = ("_WORD_RUN", "_FIRST_STATEMENT", "_NEXT_STATEMENT")
+    saved = [getattr(sqlruns, n) for n in names], splitter._LEADING_MATCH
+    for name, regex in zip(names, runs[1:], strict=True):
+        setattr(sqlruns, name, regex)
+    splitter._LEADING_MATCH = runs.leading.match
+    try:
+        yield
+    finally:
+        for name, regex in zip(names, saved[0], strict=True):
+            setattr(sqlruns, name, regex)
+        splitter._LEADING_MATCH = saved[1]
+
+
 @pytest.fixture(params=[False, True], ids=["greedy", "possessive"])
-def dialect(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+def dialect(request: pytest.FixtureRequest) -> Iterator[bool]:
     possessive: bool = request.param
     if possessive and not RE_IS_RIGHT:
         pytest.skip("this interpreter's re matches possessive quantifiers wrongly")
-    runs = sqlruns.build_runs(possessive)
-    monkeypatch.setattr(sqlruns, "_WORD_RUN", runs.word_run)
-    monkeypatch.setattr(sqlruns, "_FIRST_STATEMENT", runs.first_statement)
-    monkeypatch.setattr(sqlruns, "_NEXT_STATEMENT", runs.next_statement)
-    monkeypatch.setattr(splitter, "_LEADING_MATCH", runs.leading.match)
-    return possessive
+    with _runs_of(sqlruns.build_runs(possessive)):
+        yield possessive
 
 
 # PostgreSQL's t/001_pgbench_with_server.pl, "nested ifs" (as in
@@ -302,3 +315,31 @@ def test_lexer_and_splitter_regexes_match_as_before(text: str, pos: int) -> None
     pos = min(pos, len(text))
     for new, old in _FORMER_OTHERS:
         _same(new, old, text, pos)
+
+
+def _scan_all(text: str) -> list[splitter.ScanResult]:
+    sc = splitter.SqlScanner(text)
+    out: list[splitter.ScanResult] = []
+    while True:
+        r = sc.scan()
+        out.append(r)
+        if r.stop is splitter.Stop.EOF:
+            return out
+        if r.stop is splitter.Stop.BACKSLASH:
+            sc.pos = r.end + 1  # past the backslash: enough for the comparison
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_SCRIPT_TEXT)
+def test_greedy_runs_scan_as_token_by_token(text: str) -> None:
+    """On any interpreter: the splitter with the greedy runs gives what
+    its token loop gives (no regex of the loop is possessive)."""
+    with _runs_of(_GREEDY):
+        fast = _scan_all(text)
+        saved = splitter._PLAIN_FIRST, splitter._WORD_FIRST
+        splitter._PLAIN_FIRST = splitter._WORD_FIRST = frozenset()
+        try:
+            slow = _scan_all(text)
+        finally:
+            splitter._PLAIN_FIRST, splitter._WORD_FIRST = saved
+    assert fast == slow
