@@ -475,10 +475,7 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
                     f"of script {st.script}; {strip_nl(message)}"
                 )
             return 2
-        error(
-            f"client {st.id} script {st.script} aborted in command {st.command} "
-            f"query {st.qrynum}: {strip_nl(message)}"
-        )
+        sup.query_failed(st, st.qrynum, strip_nl(message))
         return 3
 
     def discard_until_sync(st: Client) -> int:

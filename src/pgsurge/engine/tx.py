@@ -32,6 +32,7 @@ from pgsurge.engine.fastpq import usable_with
 from pgsurge.engine.sql import SqlSteps
 from pgsurge.engine.state import (
     ABORTED,
+    BACKEND_DIED,
     E_DEADLOCK,
     E_NONE,
     E_SERIALIZATION,
@@ -264,6 +265,9 @@ def make_tx(
         return now
 
     def tx_status_error(st: Client) -> None:
+        if sup.reconnecting(st):
+            sup.lost(st, BACKEND_DIED)
+            return
         if st.conn is None or st.conn.bad:
             error("perhaps the backend died while processing")
         error(f"client {st.id} aborted while receiving the transaction status")
