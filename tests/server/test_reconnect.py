@@ -87,6 +87,8 @@ def test_reconnect_across_restart(own_server, tmp_path: Path) -> None:  # type: 
     assert 1 <= lost <= 4  # at most the 4 transactions in flight
     assert f"number of failed transactions: {lost} " in out
     assert err.count(" reconnected after ") == 4, err
+    assert err.count(" lost its connection ") == 4, err
+    assert " aborted" not in err, err  # they did not abort (issue 21, item 6)
     # the progress lines show the gap, then the recovery
     tps = [
         float(line.split(", ")[1].split()[0])
@@ -305,3 +307,54 @@ def test_reconnect_does_not_stall_the_other_clients(relay, tmp_path: Path) -> No
         if line.startswith("progress: ")
     ]
     assert tps and max(tps) < 4 / 0.05 * 1.5, out.stderr
+
+
+def test_terminated_backend_reconnects_without_aborting(
+    fresh_db: str, tmp_path: Path
+) -> None:
+    """pg_terminate_backend: the client gets the server's FATAL, says it
+    lost its connection (not pgbench's "client N script 0 aborted in
+    command 0 query 0: FATAL: ..."), and reconnects."""
+    (tmp_path / "sleep.sql").write_text("SELECT pg_sleep(0.05);\n")
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "pgsurge", "-n", "-f", "sleep.sql"),
+            *("-c", "2", "-T", "6", "--reconnect", fresh_db),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=plain_env(),
+    )
+    try:
+        dbname = psycopg.conninfo.conninfo_to_dict(fresh_db)["dbname"]
+        with psycopg.connect(fresh_db, autocommit=True) as conn:
+            pids: list[int] = []
+            deadline = time.monotonic() + 60
+            while len(pids) < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+                pids = [
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT pid FROM pg_stat_activity WHERE datname = %s"
+                        " AND pid <> pg_backend_pid()"
+                        " AND backend_type = 'client backend'",
+                        (dbname,),
+                    )
+                ]
+            assert len(pids) == 2, "pgsurge's clients did not connect"
+            time.sleep(0.5)
+            conn.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    lost = [line for line in err.splitlines() if " lost its connection " in line]
+    assert len(lost) == 1 and "terminating connection" in lost[0], err
+    victim = lost[0].split("client ")[1].split()[0]
+    assert f"client {victim} reconnected after 1 attempt\n" in err, err
+    assert " aborted" not in err, err
+    assert "number of failed transactions: 1 " in out, out
