@@ -483,10 +483,7 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
         raw = st.raw
         while True:
             if st.conn.bad:  # type: ignore[union-attr]
-                error(
-                    f"client {st.id} aborted while rolling back the transaction "
-                    "after an error; perhaps the backend died while processing"
-                )
+                sup.rollback_failed(st)
                 return 3
             if raw.is_busy():
                 return 0

@@ -419,6 +419,16 @@ class Support:
             f"query {qrynum}: {message}"
         )
 
+    def rollback_failed(self, st: Client) -> None:
+        """The connection failed while rolling back after an error."""
+        if self.reconnecting(st):
+            self.lost(st, BACKEND_DIED)
+            return
+        self.error(
+            f"client {st.id} aborted while rolling back the transaction "
+            f"after an error; {BACKEND_DIED}"
+        )
+
     def reconnecting(self, st: Client) -> bool:
         """Under --reconnect, a client whose connection is lost goes on
         (engine/reconnect.py) instead of aborting: it must not say it

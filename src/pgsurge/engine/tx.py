@@ -319,10 +319,7 @@ def make_tx(
         try:
             raw.consume_input()
         except libpq_error:
-            error(
-                f"client {st.id} aborted while rolling back the transaction "
-                "after an error; perhaps the backend died while processing"
-            )
+            sup.rollback_failed(st)
             return ABORTED
         if st.flush_pending and not flush_sent(st):
             return ABORTED
