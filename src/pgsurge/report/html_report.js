@@ -8,8 +8,8 @@
 // placeholder <div class="plot" data-chart="NAME">; a chart whose data are
 // absent was not given a placeholder. Tables are static HTML and need no
 // script. When every chart is drawn, window.pgsurgeReady is true and
-// window.pgsurgeCharts holds their number, window.pgsurgeScales each one's
-// y range (the browser tests read them).
+// window.pgsurgeCharts holds their number, window.pgsurgeScales() each
+// one's y range (the browser tests read them).
 (function () {
   "use strict";
 
@@ -340,9 +340,12 @@
   });
 
   window.pgsurgeCharts = charts.length;
-  // each chart's name and y range (the browser tests read them)
-  window.pgsurgeScales = charts.map(function (c) {
-    return { chart: c.el.getAttribute("data-chart"), min: c.chart.scales.y.min, max: c.chart.scales.y.max };
-  });
+  // each chart's name and y range, once drawn (the browser tests read them)
+  window.pgsurgeScales = function () {
+    return charts.map(function (c) {
+      var y = c.chart.scales.y;
+      return { chart: c.el.getAttribute("data-chart"), min: y.min, max: y.max };
+    });
+  };
   window.pgsurgeReady = true;
 })();
