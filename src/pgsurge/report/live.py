@@ -6,7 +6,12 @@ remaining time, tps and latency of the last second and of the run so far,
 failures, each worker's client CPU — in a panel drawn by ``rich`` on
 stderr. The panel is *transient*: it is erased when the run ends, so what
 remains on the terminal is exactly what pgbench prints (and what a pipe
-receives, where the panel never appears).
+receives, where the panel never appears). Whatever else reaches the
+terminal while the panel is up must go through :meth:`LivePanel.print_above`
+(the runner relays the workers' stderr there): a line written behind
+rich's back is erased by the next redraw, which also leaves pieces of the
+panel above it. Latency is shown only when the workers time transactions
+(``timed``): an untimed one is recorded with a latency of 0.
 
 The panel takes plain values only: merged :class:`StatsData` snapshots,
 the monotonic clock and the workers' CPU seconds, which the parent reads
