@@ -12,10 +12,10 @@ ratio of geometric means B/A with a confidence interval,
 
 With fewer than two runs on a side there is no run-to-run variance, so no
 interval and no verdict: only the ratio, said plainly; the same when a
-side's runs all have the same tps (copies of one run: no measured spread). The statistics are
-``pgsurge.stats.compare``'s, the same as ``pgsurge compare`` (which adds
-the noise, drift and outliers, and the other metrics); this card is the
-summary for people looking at the charts.
+side's runs all have the same tps (copies of one run: no measured
+spread). The statistics are ``pgsurge.stats.compare``'s, the same as
+``pgsurge compare`` (which adds the noise, drift and outliers, and the
+other metrics); this card is the summary for people looking at the charts.
 """
 
 from __future__ import annotations
