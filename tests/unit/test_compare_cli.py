@@ -400,6 +400,20 @@ def test_compare_help(tmp_path: Path) -> None:
             '(try "pgsurge ab --help")',
         ),
         (["--order", "aabb"], "pgsurge ab: argument --order: invalid choice: "),
+        # each arm's arguments are read before the first run (issue 21 item 11)
+        (
+            ["--b", "-M bogus", "--", "-S"],
+            "arm B's arguments (--b and the common ones): invalid query mode (-M): "
+            '"bogus"',
+        ),
+        (
+            ["--a", "-S", "--b", "-c 0", "--", "-T", "1"],
+            "arm B's arguments (--b and the common ones): -c/--client must be in "
+            "range 1..2147483647",
+        ),
+        (["--", "-S", "-t", "1", "-T", "1"], "the common arguments (arm A): "),
+        (["--b", "-i", "--", "-S"], "arm B's arguments (--b and the common ones): "),
+        (["--a", "-b list", "--", "-T", "1"], "arm A's arguments (--a and the "),
     ],
 )
 def test_ab_bad_arguments(
