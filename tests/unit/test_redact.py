@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from pgsurge.redact import MASK, redact_env, redact_text, redact_value, redact_words
@@ -61,3 +63,19 @@ def test_html_verdict_card_gives_no_verdict_without_spread() -> None:
     v = compare_tps([1000.0, 1010.0, 990.0], [1200.0, 1200.0])
     assert (v.verdict, v.ci) == ("no verdict", None)
     assert "spread is not measured" in v.note
+
+
+def test_run_json_masks_a_password_wherever_it_hides() -> None:
+    from pgsurge.config import ConnParams
+    from pgsurge.report.json import build_document
+    from tests.fix_data import config, make_result
+
+    uri = "postgresql://u:uri-pw@h/db?password=q-pw"
+    cfg = config(
+        conn=ConnParams(host="/tmp", user="bench", dbname=uri),
+        defines=(("PGPASSWORD", "def-pw"), ("n", "1")),
+    )
+    text = json.dumps(build_document(make_result(), cfg))
+    for secret in ("uri-pw", "q-pw", "def-pw"):
+        assert secret not in text
+    assert '"n": "1"' in text
