@@ -238,7 +238,9 @@ class Experiment:
             "arms": [
                 {
                     "name": a.name,
-                    "args": redact_words(a.args),
+                    # the shell words as one string, as before; the list too
+                    "args": shlex.join(redact_words(a.args)),
+                    "argv": redact_words(a.args),
                     "env": redact_env(a.env),
                     "describe": a.describe(),
                 }
