@@ -508,3 +508,17 @@ def test_no_verdict_from_a_side_without_spread(tmp_path: Path, n_base: int) -> N
         "no verdict (no spread in the 3 new runs: identical values)"
     )
     assert "faster" not in _row(r.stdout, "tps")
+
+
+def test_html_single_run_per_side_no_verdict_with_within_run_interval(
+    tmp_path: Path,
+) -> None:
+    from pgsurge.report.html import RunDoc, render_html
+
+    a = json.loads(Path(write_result(tmp_path / "a.json", 40_000)).read_text())
+    b = json.loads(Path(write_result(tmp_path / "b.json", 36_000, seq=1)).read_text())
+    runs = [RunDoc("a.json", a, "A"), RunDoc("b.json", b, "B")]
+    page = render_html(runs, within_run=(0.85, 0.95))
+    assert "tps: <strong>no verdict</strong>" in page
+    assert "within-run interval (batch means, one run per side): -15.0% … -5.0%" in page
+    assert "slower" not in page.split('id="verdict"')[1].split("</section>")[0]

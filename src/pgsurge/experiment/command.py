@@ -480,6 +480,8 @@ def _ab_report(
 ) -> int:
     plan = exp.plan
     a_runs = exp.finished("A")
+    #: the tps within-run interval of one run per side, for the HTML card
+    within: tuple[float, float] | None = None
     if len(plan.arms) == 1:
         if not a_runs:
             err.write("pgsurge ab: no run finished: nothing to summarize\n")
@@ -503,11 +505,14 @@ def _ab_report(
         text = render_text(c)
         doc = render_json(c, ns.fail_on)
         status = c.exit_status(ns.fail_on)
+        tps = next(m for m in c.metrics if m.metric.key == "tps").estimate
+        if c.single_run and tps is not None:
+            within = (tps.low, tps.high)
     (err if ns.json == "-" else out).write("\n")
     _emit(text, doc, ns.json, out, err)
     write_private(plan.out_dir / "comparison.txt", text)
     if ns.html:
-        _write_html(ns.html, exp, a_runs, exp.finished("B"), ns.threshold)
+        _write_html(ns.html, exp, a_runs, exp.finished("B"), ns.threshold, within)
     write_private(plan.out_dir / "comparison.json", json.dumps(doc, indent=2) + "\n")
     return status
 
@@ -518,6 +523,7 @@ def _write_html(
     a_runs: list[RunSummary],
     b_runs: list[RunSummary],
     threshold: float,
+    within_run: tuple[float, float] | None,
 ) -> None:
     """``--html``: the report page of the finished runs, arm A against B
     (the renderer's own verdict card uses the same statistics), titled
@@ -529,4 +535,5 @@ def _write_html(
     runs += [RunDoc(r.name, load_result(r.path), "B") for r in b_runs]
     arms = " vs ".join(f"{a.name}: {a.describe()}" for a in exp.plan.arms)
     title = f"pgsurge ab: {arms}"
-    write_html(render_html(runs, title=title, threshold=threshold), path)
+    page = render_html(runs, title=title, threshold=threshold, within_run=within_run)
+    write_html(page, path)

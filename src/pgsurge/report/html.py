@@ -311,8 +311,13 @@ def render_html(
     *,
     title: str | None = None,
     threshold: float = DEFAULT_THRESHOLD,
+    within_run: tuple[float, float] | None = None,
 ) -> str:
-    """The report page of ``runs`` (at least one); see the module doc."""
+    """The report page of ``runs`` (at least one); see the module doc.
+
+    ``within_run``: the tps ratio's interval from batch means within one
+    run per side (``pgsurge ab --runs 1``), shown beside "no verdict" and
+    labelled as such: it understates the variance between runs."""
     if not runs:
         raise ValueError("nothing to report")
     safe = [RunDoc(redact(r.label), redact(dict(r.doc)), r.side) for r in runs]
@@ -335,6 +340,13 @@ def render_html(
         if tps_a and tps_b:
             verdict = compare_tps(tps_a, tps_b, threshold=threshold)
             card = verdict_card(verdict)
+            if within_run is not None:
+                lo, hi = (100 * (x - 1) for x in within_run)
+                card += (
+                    '<p class="note">within-run interval (batch means, one run '
+                    f"per side): {lo:+.1f}% … {hi:+.1f}%; it understates the "
+                    "variance between runs and gives no verdict</p>"
+                )
             diff = workload_differences([r.doc for r in safe])
             if diff:
                 card += (
