@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from pgsurge.redact import redact_text
 from pgsurge.report.html_charts import (
     MAX_NINES,
     curve_of,
@@ -136,15 +137,17 @@ class RunDoc:
 
 
 def redact(value: Any) -> Any:
-    """A copy with every absolute path in a string shortened to ``…/last``.
+    """A copy with every password masked (``pgsurge.redact``) and every
+    absolute path in a string shortened to ``…/last``.
 
-    A report goes into mails and tickets: it must not show the machine's
-    directories (the embedded server's socket directory, a script's full
-    path, a venv in an error message). Encoded histograms (objects with an
-    ``encoding``) are kept as they are: their base64 is not a path.
+    A report goes into mails and tickets: it must not show a password nor
+    the machine's directories (the embedded server's socket directory, a
+    script's full path, a venv in an error message). Encoded histograms
+    (objects with an ``encoding``) are kept as they are: their base64 is
+    neither a path nor a password.
     """
     if isinstance(value, str):
-        return _ABS_PATH.sub(r"…/\1", value)
+        return _ABS_PATH.sub(r"…/\1", redact_text(value))
     if isinstance(value, Mapping):
         if "encoding" in value:
             return dict(value)
@@ -270,13 +273,47 @@ def _details(run: RunDoc, many: bool) -> str:
     )
 
 
+def _arm_words(doc: Mapping[str, Any]) -> str | None:
+    """An ``ab`` run's arm as its ``experiment`` section records it (already
+    masked by ``ab``), e.g. ``-M prepared PGOPTIONS='-c jit=off'``."""
+    exp = doc.get("experiment")
+    if not isinstance(exp, Mapping):
+        return None
+    args, env = exp.get("args"), exp.get("env")
+    args = args if isinstance(args, list) else []
+    env = env if isinstance(env, Mapping) else {}
+    words = " ".join(str(a) for a in args) or "(no arguments)"
+    return words + "".join(f" {k}={v}" for k, v in env.items())
+
+
+def _default_title(runs: Sequence[RunDoc]) -> str:
+    """The page title: the run, the number of runs, or for ``ab`` runs
+    what each side was (arms that differ only in their environment must be
+    told apart)."""
+    sides = []
+    for side in ("A", "B"):
+        arms = {a for r in runs if r.side == side if (a := _arm_words(r.doc))}
+        if len(arms) == 1:
+            sides.append(f"{side}: {arms.pop()}")
+    if sides:
+        return f"pgsurge report: {len(runs)} runs, " + " vs ".join(sides)
+    return "pgsurge report: " + (
+        runs[0].label if len(runs) == 1 else f"{len(runs)} runs"
+    )
+
+
 def render_html(
     runs: Sequence[RunDoc],
     *,
     title: str | None = None,
     threshold: float = DEFAULT_THRESHOLD,
+    within_run: tuple[float, float] | None = None,
 ) -> str:
-    """The report page of ``runs`` (at least one); see the module doc."""
+    """The report page of ``runs`` (at least one); see the module doc.
+
+    ``within_run``: the tps ratio's interval from batch means within one
+    run per side (``pgsurge ab --runs 1``), shown beside "no verdict" and
+    labelled as such: it understates the variance between runs."""
     if not runs:
         raise ValueError("nothing to report")
     safe = [RunDoc(redact(r.label), redact(dict(r.doc)), r.side) for r in runs]
@@ -299,6 +336,13 @@ def render_html(
         if tps_a and tps_b:
             verdict = compare_tps(tps_a, tps_b, threshold=threshold)
             card = verdict_card(verdict)
+            if within_run is not None:
+                lo, hi = (100 * (x - 1) for x in within_run)
+                card += (
+                    '<p class="note">within-run interval (batch means, one run '
+                    f"per side): {lo:+.1f}% … {hi:+.1f}%; it understates the "
+                    "variance between runs and gives no verdict</p>"
+                )
             diff = workload_differences([r.doc for r in safe])
             if diff:
                 card += (
@@ -359,9 +403,7 @@ def render_html(
     details = "".join(_details(r, many) for r in safe)
     body.append(section("Details" if many else "Run details", details, "details"))
 
-    page_title = title or (
-        "pgsurge report: " + (safe[0].label if not many else f"{len(safe)} runs")
-    )
+    page_title = redact_text(title or _default_title(safe))
     template = _resource("html_template.html")
     values = {
         "title": esc(page_title),
