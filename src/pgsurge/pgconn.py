@@ -318,7 +318,11 @@ def conninfo(items: dict[str, str], password: str | None = None) -> str:
     dbname = items.get("dbname")
     if dbname is not None:
         if "=" in dbname or dbname.startswith(("postgresql://", "postgres://")):
-            for key, value in conninfo_to_dict(dbname).items():
+            try:
+                parsed = conninfo_to_dict(dbname)
+            except Error as exc:  # libpq's text quotes the whole URI
+                raise type(exc)(_connect_failure_text(str(exc).encode())) from None
+            for key, value in parsed.items():
                 if value is not None:
                     params[key] = str(value)
         else:
@@ -347,6 +351,16 @@ def _quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _connect_failure_text(message: bytes | None) -> str:
+    """libpq's text for a connection that could not be opened, passwords
+    masked: libpq quotes a URI it cannot parse whole (``missing "]" in
+    IPv6 host address in URI: "postgres://bob:PW@[::1"``), and pgbench
+    prints that as it is."""
+    from pgsurge.redact import redact_text  # lazily: only on a failure
+
+    return redact_text(_text(message))
+
+
 def connect(
     items: dict[str, str], password: str | None = None
 ) -> tuple[PgConn | None, str, bool]:
@@ -361,7 +375,7 @@ def connect(
         conninfo(items, password).encode("utf-8", "surrogateescape")
     )
     if pgconn.status != pq.ConnStatus.OK:
-        message = _text(pgconn.error_message)
+        message = _connect_failure_text(pgconn.error_message)
         needs = bool(pgconn.needs_password) and password is None
         pgconn.finish()
         return None, message, needs
@@ -400,7 +414,7 @@ class Connecting:
         return int(self._pgconn.connect_poll())
 
     def error_message(self) -> str:
-        return _text(self._pgconn.error_message)
+        return _connect_failure_text(self._pgconn.error_message)
 
     def opened(self) -> PgConn:
         """The connection, once :meth:`poll` returned ``POLL_OK``."""
