@@ -194,7 +194,9 @@ def test_interrupt_grace_cancels_long_statement(bench_db: str, tmp_path: Path) -
         assert row is not None and row[0] == 0
 
 
-def test_second_signal_ends_at_once(bench_db: str, tmp_path: Path) -> None:
+def test_second_signal_cancels_at_once(bench_db: str, tmp_path: Path) -> None:
+    """A second Ctrl-C skips the grace (the long statements are cancelled
+    now) but keeps the report of what ran; a third ends it with none."""
     path = tmp_path / "slow.sql"
     path.write_text("select pg_sleep(60);\n")
     proc = _start(["-n", "-f", str(path), "-c", "2", "-T", "120", bench_db], tmp_path)
@@ -206,7 +208,59 @@ def test_second_signal_ends_at_once(bench_db: str, tmp_path: Path) -> None:
     out, err = _communicate(proc)
     assert time.monotonic() - t0 < 1.5
     assert proc.returncode == -signal.SIGINT, err
+    assert "actually processed: 0" in out, err
+    assert "pgsurge: run interrupted by SIGINT after " in err
+    assert "Traceback" not in err
+
+
+def test_third_signal_ends_at_once(bench_db: str, tmp_path: Path) -> None:
+    path = tmp_path / "slow.sql"
+    path.write_text("select pg_sleep(60);\n")
+    proc = _start(["-n", "-f", str(path), "-c", "2", "-T", "120", bench_db], tmp_path)
+    _wait_running(proc, 1, 1.0)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the run stops gracefully
+    time.sleep(0.3)
+    # two more, both pending at once (two SIGTERMs would make one): the
+    # second's Stop cannot have brought the report before the third
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.SIGINT)
+    out, err = _communicate(proc)
+    assert time.monotonic() - t0 < 1.5
+    # of the third, whichever of the two was handled last
+    assert proc.returncode in (-signal.SIGINT, -signal.SIGTERM), err
     assert "actually processed" not in out
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("gap", [0.0, 0.05, 0.3])  # 0: one pending signal
+def test_two_quick_ctrl_c_keep_note_and_json(
+    bench_db: str, tmp_path: Path, gap: float
+) -> None:
+    """Two Ctrl-Cs in quick succession mid-run: whether the second lands
+    in the grace or in the report, the report, the "interrupted" note and
+    the --json/--html files all come (they lacked the note and the JSON)."""
+    proc = _start(
+        [
+            *("-c", "4", "-j", "2", "-T", "30"),
+            *("--json", "r.json", "--html", "r.html", bench_db),
+        ],
+        tmp_path,
+    )
+    _wait_running(proc, 2, 2.0)
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(gap)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = _communicate(proc)
+    assert proc.returncode == -signal.SIGINT, err
+    assert "number of transactions actually processed: " in out, err
+    assert "pgsurge: run interrupted by SIGINT after " in err, err
+    assert "died" not in err and "aborted" not in err, err
+    assert "Traceback" not in err
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["interrupted"]["signal"] == "SIGINT"
+    assert not doc["aborted"]
+    assert (tmp_path / "r.html").read_text().rstrip().endswith("</html>")
 
 
 @pytest.mark.parametrize("progress", [False, True])
