@@ -52,6 +52,41 @@ _INIT_CHILD = textwrap.dedent(
 )
 
 
+#: ab's handler, run from inside a write to its stderr (which refuses a
+#: write from inside itself, as a BufferedWriter does): the notice goes to
+#: the descriptor, the interrupted write completes
+_AB_CHILD = textwrap.dedent(
+    """
+    import io, os, signal
+    from pgsurge.experiment.ab import Experiment
+
+    class GuardedStream(io.TextIOBase):
+        busy = fired = False
+
+        def write(self, text):
+            if self.busy:
+                raise RuntimeError("reentrant write")
+            self.busy = True
+            try:
+                if not self.fired:
+                    self.fired = True
+                    os.kill(os.getpid(), signal.SIGINT)  # handler runs here
+                os.write(1, text.encode())
+            finally:
+                self.busy = False
+            return len(text)
+
+        def fileno(self):
+            return 1
+
+    experiment = Experiment(None, stderr=GuardedStream())
+    restore = experiment._install()
+    experiment.err.write("before\\n")
+    restore()
+    """
+)
+
+
 def _run_child(code: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     proc = subprocess.Popen(
         [sys.executable, "-c", code],
@@ -76,3 +111,12 @@ def test_init_sigint_inside_output_write_does_not_deadlock() -> None:
     done = _run_child(_INIT_CHILD)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "progress\nCancel request sent\n", done.stderr
+
+
+def test_ab_notice_is_not_written_through_the_stream() -> None:
+    done = _run_child(_AB_CHILD)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        "pgsurge ab: stopping after the current run "
+        "(Ctrl-C again to stop it now and discard it)\nbefore\n"
+    ), done.stderr
