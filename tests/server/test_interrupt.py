@@ -233,9 +233,17 @@ def test_third_signal_ends_at_once(bench_db: str, tmp_path: Path) -> None:
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("gap", [0.0, 0.05, 0.3])  # 0: one pending signal
+@pytest.mark.parametrize(
+    ("first", "gap"),
+    [
+        (signal.SIGINT, 0.0),  # 0: one pending signal
+        (signal.SIGINT, 0.05),
+        (signal.SIGINT, 0.3),
+        (signal.SIGTERM, 0.05),  # kill, then Ctrl-C
+    ],
+)
 def test_two_quick_ctrl_c_keep_note_and_json(
-    bench_db: str, tmp_path: Path, gap: float
+    bench_db: str, tmp_path: Path, first: int, gap: float
 ) -> None:
     """Two Ctrl-Cs in quick succession mid-run: whether the second lands
     in the grace or in the report, the report, the "interrupted" note and
@@ -248,17 +256,21 @@ def test_two_quick_ctrl_c_keep_note_and_json(
         tmp_path,
     )
     _wait_running(proc, 2, 2.0)
-    os.killpg(proc.pid, signal.SIGINT)
+    if first == signal.SIGINT:
+        os.killpg(proc.pid, first)
+    else:
+        proc.send_signal(first)
     time.sleep(gap)
     os.killpg(proc.pid, signal.SIGINT)
     out, err = _communicate(proc)
-    assert proc.returncode == -signal.SIGINT, err
+    name = signal.Signals(first).name
+    assert proc.returncode == -first, err  # the first signal's death
     assert "number of transactions actually processed: " in out, err
-    assert "pgsurge: run interrupted by SIGINT after " in err, err
+    assert f"pgsurge: run interrupted by {name} after " in err, err
     assert "died" not in err and "aborted" not in err, err
     assert "Traceback" not in err
     doc = json.loads((tmp_path / "r.json").read_text())
-    assert doc["interrupted"]["signal"] == "SIGINT"
+    assert doc["interrupted"]["signal"] == name
     assert not doc["aborted"]
     assert (tmp_path / "r.html").read_text().rstrip().endswith("</html>")
 
