@@ -120,3 +120,28 @@ def test_ab_notice_is_not_written_through_the_stream() -> None:
         "pgsurge ab: stopping after the current run "
         "(Ctrl-C again to stop it now and discard it)\nbefore\n"
     ), done.stderr
+
+
+def test_parent_stop_counts_signals_through_the_report() -> None:
+    """The run's first signal stops it gracefully, the second makes the
+    Stop due at once; after the run one more is held (the report comes),
+    and release_held puts the handler from before back."""
+    from pgsurge.engine.interrupt import ParentStop, release_held
+
+    killed: list[bool] = []
+    before = signal.getsignal(signal.SIGINT)
+    stopper = ParentStop(lambda: [], lambda: killed.append(True))
+    with stopper:
+        stopper.start_run()
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stopper.signum == signal.SIGINT and stopper.stopping
+        assert stopper.due() == 0  # the grace runs
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stopper.due() == 2  # the Stop, at once
+        assert stopper.signum == signal.SIGINT  # the run's signal stays
+    try:
+        assert signal.getsignal(signal.SIGINT) is not before  # held
+    finally:
+        release_held()
+    assert signal.getsignal(signal.SIGINT) is before
+    assert not killed
