@@ -32,10 +32,13 @@ first use of anything else it has (see there).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -371,9 +374,10 @@ def connect(
     gives it) and ``needs`` tells that the server asked for a password
     that was not supplied (pgbench then prompts once).
     """
-    pgconn = pq.PGconn.connect(
-        conninfo(items, password).encode("utf-8", "surrogateescape")
-    )
+    with sigint_kills():
+        pgconn = pq.PGconn.connect(
+            conninfo(items, password).encode("utf-8", "surrogateescape")
+        )
     if pgconn.status != pq.ConnStatus.OK:
         message = _connect_failure_text(pgconn.error_message)
         needs = bool(pgconn.needs_password) and password is None
@@ -437,6 +441,32 @@ def connect_start(items: dict[str, str], password: str | None = None) -> Connect
     )
 
 
+@contextlib.contextmanager
+def sigint_kills() -> Iterator[None]:
+    """Around a blocking libpq call: SIGINT kills the process at once.
+
+    libpq's blocking calls (``PQconnectdb`` waiting for a server that
+    accepted and never answers) retry their ``poll`` when a signal
+    interrupts it, so Python's handler, which raises KeyboardInterrupt,
+    would only run once the call returned: Ctrl-C seemed ignored (issue 21,
+    item 4). pgbench has no handler then and dies of the signal; so does
+    pgsurge, by the default action. Only where Python's default handler is
+    in place (the program would end anyway) and in the main thread; a
+    caller with its own handler (a worker, an interrupted run) keeps it.
+    """
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _write_notice(res: Any) -> None:
     """Print a server notice or warning as libpq's default processor does.
 
@@ -459,7 +489,8 @@ def attempt_param(conninfo: str, name: str) -> bytes | None:
     ``port``) after connecting with ``conninfo``, whether that connected or
     not (blocking; the connection is closed again): how pgsurge reads the
     defaults compiled into the libpq in use."""
-    pgconn = pq.PGconn.connect(conninfo.encode("utf-8", "surrogateescape"))
+    with sigint_kills():
+        pgconn = pq.PGconn.connect(conninfo.encode("utf-8", "surrogateescape"))
     try:
         value = getattr(pgconn, name, None)
     finally:

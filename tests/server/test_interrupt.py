@@ -9,12 +9,16 @@ reaches the file while it runs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -38,9 +42,12 @@ def bench_db(fresh_db: str, pgbench_bin: Path) -> str:
     return fresh_db
 
 
-def _start(args: list[str], cwd: Path, **env: str) -> subprocess.Popen[str]:
+def _start(
+    args: list[str], cwd: Path, prog: list[str] | None = None, **env: str
+) -> subprocess.Popen[str]:
+    """Start pgsurge (or ``prog``) with ``args`` in its own process group."""
     return subprocess.Popen(
-        [sys.executable, "-m", "pgsurge", *args],
+        [*(prog or [sys.executable, "-m", "pgsurge"]), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -48,6 +55,31 @@ def _start(args: list[str], cwd: Path, **env: str) -> subprocess.Popen[str]:
         env={**plain_env(), **env},
         start_new_session=True,  # its own process group, as a terminal's job
     )
+
+
+def _communicate(proc: subprocess.Popen[str], timeout: float = 30) -> tuple[str, str]:
+    """``proc.communicate``; on a timeout its whole process group is killed
+    first (a leaked process would fail later tests), then the test fails."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        _out, err = proc.communicate()
+        pytest.fail(f"no exit within {timeout} s; stderr: {err!r}")
+
+
+@contextlib.contextmanager
+def _killed_on_failure(proc: subprocess.Popen[str]) -> Iterator[None]:
+    """Within the block, a failure (or a pytest timeout) kills ``proc``'s
+    process group before it propagates."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
 
 
 def _workers(pid: int) -> list[int]:
@@ -104,7 +136,7 @@ def test_interrupt_keeps_report_json_log(
         os.killpg(proc.pid, sig)
     else:
         proc.send_signal(sig)
-    out, err = proc.communicate(timeout=30)
+    out, err = _communicate(proc)
     assert time.monotonic() - t0 < 5, "the grace is short"
     assert proc.returncode == -sig, err
     assert "number of transactions actually processed: " in out, err
@@ -129,7 +161,7 @@ def test_interrupt_fast_path_t(bench_db: str, tmp_path: Path) -> None:
     )
     _wait_running(proc, 1, 2.0)
     os.killpg(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
+    out, err = _communicate(proc)
     assert proc.returncode == -signal.SIGINT, err
     assert "actually processed: " in out, err
     assert "interrupted by SIGINT" in err
@@ -144,7 +176,7 @@ def test_interrupt_grace_cancels_long_statement(bench_db: str, tmp_path: Path) -
     _wait_running(proc, 1, 1.5)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=30)
+    out, err = _communicate(proc)
     assert time.monotonic() - t0 < 8
     assert proc.returncode == -signal.SIGTERM, err
     assert "actually processed: 0" in out, err
@@ -162,7 +194,9 @@ def test_interrupt_grace_cancels_long_statement(bench_db: str, tmp_path: Path) -
         assert row is not None and row[0] == 0
 
 
-def test_second_signal_ends_at_once(bench_db: str, tmp_path: Path) -> None:
+def test_second_signal_cancels_at_once(bench_db: str, tmp_path: Path) -> None:
+    """A second Ctrl-C skips the grace (the long statements are cancelled
+    now) but keeps the report of what ran; a third ends it with none."""
     path = tmp_path / "slow.sql"
     path.write_text("select pg_sleep(60);\n")
     proc = _start(["-n", "-f", str(path), "-c", "2", "-T", "120", bench_db], tmp_path)
@@ -171,10 +205,74 @@ def test_second_signal_ends_at_once(bench_db: str, tmp_path: Path) -> None:
     time.sleep(0.3)
     t0 = time.monotonic()
     os.killpg(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
+    out, err = _communicate(proc)
     assert time.monotonic() - t0 < 1.5
     assert proc.returncode == -signal.SIGINT, err
+    assert "actually processed: 0" in out, err
+    assert "pgsurge: run interrupted by SIGINT after " in err
+    assert "Traceback" not in err
+
+
+def test_third_signal_ends_at_once(bench_db: str, tmp_path: Path) -> None:
+    path = tmp_path / "slow.sql"
+    path.write_text("select pg_sleep(60);\n")
+    proc = _start(["-n", "-f", str(path), "-c", "2", "-T", "120", bench_db], tmp_path)
+    _wait_running(proc, 1, 1.0)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the run stops gracefully
+    time.sleep(0.3)
+    # two more, both pending at once (two SIGTERMs would make one): the
+    # second's Stop cannot have brought the report before the third
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.SIGINT)
+    out, err = _communicate(proc)
+    assert time.monotonic() - t0 < 1.5
+    # of the third, whichever of the two was handled last
+    assert proc.returncode in (-signal.SIGINT, -signal.SIGTERM), err
     assert "actually processed" not in out
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("first", "gap"),
+    [
+        (signal.SIGINT, 0.0),  # 0: one pending signal
+        (signal.SIGINT, 0.05),
+        (signal.SIGINT, 0.3),
+        (signal.SIGTERM, 0.05),  # kill, then Ctrl-C
+    ],
+)
+def test_two_quick_ctrl_c_keep_note_and_json(
+    bench_db: str, tmp_path: Path, first: int, gap: float
+) -> None:
+    """Two Ctrl-Cs in quick succession mid-run: whether the second lands
+    in the grace or in the report, the report, the "interrupted" note and
+    the --json/--html files all come (they lacked the note and the JSON)."""
+    proc = _start(
+        [
+            *("-c", "4", "-j", "2", "-T", "30"),
+            *("--json", "r.json", "--html", "r.html", bench_db),
+        ],
+        tmp_path,
+    )
+    _wait_running(proc, 2, 2.0)
+    if first == signal.SIGINT:
+        os.killpg(proc.pid, first)
+    else:
+        proc.send_signal(first)
+    time.sleep(gap)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = _communicate(proc)
+    name = signal.Signals(first).name
+    assert proc.returncode == -first, err  # the first signal's death
+    assert "number of transactions actually processed: " in out, err
+    assert f"pgsurge: run interrupted by {name} after " in err, err
+    assert "died" not in err and "aborted" not in err, err
+    assert "Traceback" not in err
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["interrupted"]["signal"] == name
+    assert not doc["aborted"]
+    assert (tmp_path / "r.html").read_text().rstrip().endswith("</html>")
 
 
 @pytest.mark.parametrize("progress", [False, True])
@@ -188,7 +286,7 @@ def test_dead_worker_is_named(bench_db: str, tmp_path: Path, progress: bool) -> 
     _wait_running(proc, 2, 2.5)
     victim = _workers(proc.pid)[1]
     os.kill(victim, signal.SIGKILL)
-    out, err = proc.communicate(timeout=30)
+    out, err = _communicate(proc)
     assert proc.returncode == 2, err
     assert f"pgsurge: error: worker 1 (pid {victim}) died: killed by signal 9\n" in err
     assert "actually processed: " in out, err
@@ -206,7 +304,7 @@ def test_rate_log_reaches_file_within_2s(bench_db: str, tmp_path: Path) -> None:
         assert len(_log_lines(tmp_path)) >= 20
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=30)
+        _communicate(proc)
     assert proc.returncode == -signal.SIGINT
 
 
@@ -281,18 +379,150 @@ def test_ctrl_c_during_init_cancels_the_copy(
         text=True,
         cwd=tmp_path,
         env=plain_env(),
+        start_new_session=True,  # so that _communicate can kill it all
     )
     assert proc.stderr is not None
     seen: list[str] = []
-    for line in proc.stderr:  # until the COPY of pgbench_accounts is under way
-        seen.append(line)
-        if "of pgbench_accounts done" in line:
-            break
+    with _killed_on_failure(proc):
+        for line in proc.stderr:  # until the COPY of pgbench_accounts is under way
+            seen.append(line)
+            if "of pgbench_accounts done" in line:
+                break
     proc.send_signal(signal.SIGINT)
-    _, rest = proc.communicate(timeout=60)
+    _, rest = _communicate(proc, 60)
     err = "".join(seen) + rest
     assert proc.returncode == 1, err
     assert "Cancel request sent\n" in err
     assert "ERROR:  canceling statement due to user request\n" in err
     assert err.endswith(f"{program}: error: PQendcopy failed\n"), err
     assert "done in" not in err
+
+
+class _SilentServer:
+    """A TCP listener that accepts connections and never answers (a server
+    hung before its greeting), optionally forwarding the first ``forward``
+    connections to ``target`` (a real server: the setup connection gets
+    through, the workers' hang)."""
+
+    def __init__(self, target: tuple[int, object] | None = None, forward: int = 0):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self._cond = threading.Condition()
+        self._target, self._forward = target, forward
+        self._held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self._held.append(conn)
+            if self._target is not None and len(self._held) <= self._forward:
+                family, address = self._target
+                upstream = socket.socket(family)  # type: ignore[call-overload]
+                upstream.connect(address)
+                self._held.append(upstream)
+                for a, b in ((conn, upstream), (upstream, conn)):
+                    threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+            with self._cond:
+                self.accepted += 1
+                self._cond.notify_all()
+
+    def wait_accepted(self, count: int, timeout: float = 60) -> None:
+        with self._cond:
+            assert self._cond.wait_for(lambda: self.accepted >= count, timeout)
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self._held:
+            conn.close()
+
+
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while data := src.recv(65536):
+            dst.sendall(data)
+    with contextlib.suppress(OSError):
+        dst.shutdown(socket.SHUT_WR)
+
+
+def _upstream(dsn: str) -> tuple[int, object]:
+    """The socket family and address of the server of ``dsn``."""
+    params = psycopg.conninfo.conninfo_to_dict(dsn)
+    host = str(params.get("host") or "/tmp")
+    port = int(str(params.get("port") or 5432))
+    if host.startswith("/"):
+        return socket.AF_UNIX, f"{host}/.s.PGSQL.{port}"
+    return socket.AF_INET, (host, port)
+
+
+def _interrupt_connecting(
+    args: list[str],
+    tmp_path: Path,
+    server: _SilentServer,
+    accepts: int,
+    prog: list[str] | None = None,
+) -> tuple[float, subprocess.Popen[str], str]:
+    """Start ``args``, wait until the listener accepted ``accepts``
+    connections (it is connecting: no timing guess), give it a moment to
+    sit in the wait, Ctrl-C its process group; the seconds to its exit."""
+    proc = _start(args, tmp_path, prog)
+    with _killed_on_failure(proc):
+        server.wait_accepted(accepts)
+    time.sleep(0.3)  # into the wait for the answer (the bound runs from the signal)
+    t0 = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = _communicate(proc, 30)
+    return time.monotonic() - t0, proc, err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-c", "1", "-T", "5"],  # the parent's setup connection
+        ["-c", "2", "-j", "2", "-T", "5"],
+        ["-i", "-s", "1"],  # init's connection
+    ],
+    ids=["setup", "setup-j2", "init"],
+)
+@pytest.mark.parametrize("program", ["pgsurge", "pgbench"])
+def test_ctrl_c_while_connecting_to_a_silent_server(
+    tmp_path: Path, pgbench_bin: Path, args: list[str], program: str
+) -> None:
+    """A server that accepts and never answers: Ctrl-C ends the program at
+    once by the signal, as it ends pgbench (it was ignored: libpq's blocking
+    connect retries its poll, so Python's handler never ran)."""
+    server = _SilentServer()
+    try:
+        cmd = [*args, "-h", "127.0.0.1", "-p", str(server.port), "db"]
+        prog = [str(pgbench_bin)] if program == "pgbench" else None
+        elapsed, proc, err = _interrupt_connecting(cmd, tmp_path, server, 1, prog)
+    finally:
+        server.close()
+    assert proc.returncode == -signal.SIGINT, err
+    assert elapsed < 1.0, f"{elapsed:.2f} s after the signal"
+    assert "Traceback" not in err
+
+
+def test_ctrl_c_while_workers_connect(fresh_db: str, tmp_path: Path) -> None:
+    """The setup connection gets through, the workers' connections hang:
+    Ctrl-C still ends the run at once, workers and all."""
+    server = _SilentServer(_upstream(fresh_db), forward=1)
+    script = tmp_path / "one.sql"
+    script.write_text("select 1;\n")
+    target = psycopg.conninfo.make_conninfo(
+        fresh_db, host="127.0.0.1", port=str(server.port)
+    )
+    try:
+        args = ["-n", "-f", str(script), "-c", "2", "-j", "2", "-T", "5", target]
+        elapsed, proc, err = _interrupt_connecting(args, tmp_path, server, 3)
+    finally:
+        server.close()
+    assert proc.returncode == -signal.SIGINT, err
+    assert elapsed < 1.0, f"{elapsed:.2f} s after the signal"
+    assert "Traceback" not in err

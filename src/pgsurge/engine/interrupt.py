@@ -17,12 +17,25 @@ keeps what ran (the issue "never lose a measurement"):
   (``PQcancel``), closes their connections and sends its result;
 * a worker that has still not answered :data:`GRACE_S` later is killed
   and counted as dead;
-* a **second** SIGINT or SIGTERM ends the parent and the workers at once.
+* a **second** SIGINT or SIGTERM skips the grace: the Stop goes out at
+  once (what the clients run is cancelled), and the report of what ran
+  still comes (two quick Ctrl-Cs must not lose what the first promised);
+* a **third** ends the parent and the workers at once, with no report
+  (the parent kills them: a worker counts no signals, so that a Ctrl-C
+  reaching it twice does not lose its result).
 
 The parent then prints the report of what ran, one stderr line saying the
 run was interrupted and after how long, the ``--json`` document marked
 ``interrupted``, and dies of the signal it got (see
-:class:`~pgsurge.errors.RunInterrupted`).
+:class:`~pgsurge.errors.RunInterrupted`). While it does, the signals stay
+counted (:meth:`ParentStop.__exit__` leaves them held until
+:func:`release_held`): one more does not cut the report short, the third
+ends the program at once (a report blocked on a full pipe).
+
+The handlers only set fields, send signals and write a byte to a pipe:
+a Python handler runs between two bytecodes of the main thread, which may
+hold a lock (a stream's, a Queue's), so it takes none and writes to no
+stream; the messages come from the normal flow.
 
 The same graceful stop ends the run when a worker dies (see
 ``pgsurge.runner``): the others stop and their results are reported.
@@ -53,6 +66,7 @@ __all__ = [
     "WorkerStop",
     "cancel_in_flight",
     "describe_exit",
+    "release_held",
     "take_stop",
 ]
 
@@ -63,6 +77,10 @@ GRACE_S = 2.0
 STOP_SIGNAL = signal.SIGUSR1
 #: the signals that interrupt a run gracefully the first time
 INTERRUPTING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: the signal (counting the run's) that ends an interrupted run at once
+_LAST_SIGNAL = 3
+#: the handlers that :func:`release_held` puts back (by signal)
+_HELD: dict[int, Any] = {}
 
 
 def _die_of(signum: int) -> None:
@@ -73,24 +91,22 @@ def _die_of(signum: int) -> None:
 
 
 class WorkerStop:
-    """A worker's handlers: the first SIGINT/SIGTERM, or any
-    :data:`STOP_SIGNAL` from the parent, sets ``timer_exceeded`` (no new
-    transaction starts); a second SIGINT/SIGTERM kills the worker."""
+    """A worker's handlers: any SIGINT/SIGTERM (Ctrl-C reaches the whole
+    process group), or :data:`STOP_SIGNAL` from the parent, sets
+    ``timer_exceeded`` (no new transaction starts). What a repeated Ctrl-C
+    means is the parent's to decide, which counts them: it sends
+    :class:`Stop` at the second and kills the workers at the third (a
+    worker dying of the second would lose its result)."""
 
     def __init__(self, wstate: WorkerState) -> None:
         self.wstate = wstate
         self.requested = False
-        self._user_signal = False
 
     def install(self) -> None:
         for sig in (*INTERRUPTING_SIGNALS, STOP_SIGNAL):
             signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum: int, frame: object) -> None:
-        if signum != STOP_SIGNAL:
-            if self._user_signal:
-                _die_of(signum)
-            self._user_signal = True
         self.requested = True
         self.wstate.timer_exceeded = True
 
@@ -117,6 +133,14 @@ def cancel_in_flight(clients: Sequence[Client]) -> None:
             st.conn = None
             st.raw = None
         st.state = C.FINISHED
+
+
+def release_held() -> None:
+    """The interrupted run's report is out: the handlers from before the run
+    again (see :meth:`ParentStop.__exit__`)."""
+    for sig, handler in _HELD.items():
+        signal.signal(sig, handler)
+    _HELD.clear()
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -148,6 +172,7 @@ class ParentStop:
         self.running = False
         self._deadline = 0.0
         self._phase = 0  # 0: none, 1: graceful, 2: Stop sent, 3: kill
+        self._count = 0  # the interrupting signals received
         self._previous: dict[int, Any] = {}
         self._r, self._w = os.pipe()
         os.set_blocking(self._w, False)
@@ -162,22 +187,44 @@ class ParentStop:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+        if self.signum is not None:
+            # the report of the interrupted run is next: hold the signals
+            # until it is out (release_held), counting on from the run's
+            _HELD.update(self._previous)
+            for held in INTERRUPTING_SIGNALS:
+                signal.signal(held, self._on_held_signal)
+        else:
+            for sig, handler in self._previous.items():
+                signal.signal(sig, handler)
         os.close(self._r)
         os.close(self._w)
+
+    def _on_held_signal(self, signum: int, frame: object) -> None:
+        self._count += 1
+        if self._count >= _LAST_SIGNAL:
+            _die_of(signum)
 
     def start_run(self) -> None:
         """The workers were sent GO: a signal stops them gracefully now."""
         self.running = True
 
     def _on_signal(self, signum: int, frame: object) -> None:
-        if self.signum is not None or not self.running:
+        self._count += 1
+        if not self.running or self._count >= _LAST_SIGNAL:
             self._kill_all()
             _die_of(signum)
             return
-        self.signum = signum
-        self.stop(time.monotonic_ns() // 1000)
+        if self.signum is None:
+            self.signum = signum
+            self.stop(time.monotonic_ns() // 1000)
+        else:
+            self._hurry()
+
+    def _hurry(self) -> None:
+        """The second signal: the next step (Stop) is due now."""
+        if self._phase == 1:
+            self._deadline = 0.0
+            self._wake()
 
     def stop(self, now_us: int) -> None:
         """Stop the workers gracefully (a signal, or a dead worker)."""
@@ -191,6 +238,9 @@ class ParentStop:
                 os.kill(pid, STOP_SIGNAL)
             except ProcessLookupError:
                 pass
+        self._wake()
+
+    def _wake(self) -> None:
         try:
             os.write(self._w, b"x")
         except OSError:

@@ -199,6 +199,10 @@ class Experiment:
         self.records: list[RunRecord] = []
         self.state = "running"
         self._stop = 0
+        #: stderr's descriptor for the signal handler's notice, else the
+        #: notice it left for the normal flow (see _on_signal)
+        self._err_fd: int | None = None
+        self._pending = ""
         self._proc: subprocess.Popen[bytes] | None = None
         #: each arm's resolved target for --checkpoint (in memory only)
         self._targets: dict[str, ConnParams] = {}
@@ -206,17 +210,41 @@ class Experiment:
     # -- signals --------------------------------------------------------------
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # the handler runs between two bytecodes of the main thread, perhaps
+        # inside a write to the same stream (a reentrant write fails) or
+        # holding a lock: it counts, signals the run, and writes its notice
+        # with os.write to stderr's descriptor, or leaves it to the flow
         self._stop += 1 if signum == signal.SIGINT else 2
         if self._stop == 1:
-            self.err.write(
+            self._notify(
                 "pgsurge ab: stopping after the current run "
                 "(Ctrl-C again to stop it now and discard it)\n"
             )
-            self.err.flush()
         elif self._proc is not None and self._proc.poll() is None:
             self._proc.send_signal(signal.SIGINT)
 
+    def _notify(self, text: str) -> None:
+        if self._err_fd is None:
+            self._pending += text
+            return
+        try:
+            os.write(self._err_fd, text.encode())
+        except OSError:  # stderr closed: nothing to tell
+            pass
+
+    def _flush_pending(self) -> None:
+        """A notice the handler could not write itself (no descriptor)."""
+        if self._pending:
+            text, self._pending = self._pending, ""
+            self.err.write(text)
+            self.err.flush()
+
     def _install(self) -> Callable[[], None]:
+        try:
+            self.err.flush()  # what it holds comes before a notice
+            self._err_fd = self.err.fileno()
+        except (OSError, ValueError, AttributeError):  # a StringIO, a closed stream
+            self._err_fd = None
         old_int = signal.signal(signal.SIGINT, self._on_signal)
         old_term = signal.signal(signal.SIGTERM, self._on_signal)
 
@@ -390,6 +418,7 @@ class Experiment:
         os.replace(tmp, path)
 
     def _step(self, arm: Arm, record: RunRecord, label: str) -> None:
+        self._flush_pending()
         if self._stop:
             raise Interrupted
         if self.plan.checkpoint and not record.warmup:
@@ -434,6 +463,7 @@ class Experiment:
             raise
         finally:
             restore()
+            self._flush_pending()
             if self.state == "running":  # an unexpected exception
                 self.state = "failed"
             self.write_manifest()

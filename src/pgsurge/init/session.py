@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import os
 import signal
 import sys
 import threading
@@ -87,16 +88,29 @@ def libpq_error_text(exc: psycopg.Error, encoding: str) -> str:
 #: the sessions open now, which a Ctrl-C cancels (see cancel_on_interrupt)
 _OPEN: set[Session] = set()
 _OPEN_LOCK = threading.Lock()
-#: set by a Ctrl-C: a COPY stops sending rows the server will refuse
-_CANCELLED = threading.Event()
+
+
+class _Interrupt:
+    """What a Ctrl-C during init left for the normal flow to see: plain
+    attributes, as the signal handler may neither take a lock (the code it
+    interrupted may hold it: ``Output._lock``, an Event's condition) nor
+    write to a stream."""
+
+    #: set by the SIGINT handler
+    requested = False
+    #: set once the cancel request went out: a COPY stops sending rows the
+    #: server will refuse
+    cancelled = False
+
+
+_INTERRUPT = _Interrupt()
 
 
 def cancel_open_sessions(out: Output) -> None:
     """What pgbench's init does on SIGINT: a cancel request for the
     statement each open session runs (none: the server ignores it), with
     pgbench's one line; the statement's error then ends init as any
-    failure does."""
-    _CANCELLED.set()
+    failure does. Not for a signal handler: it takes locks and writes."""
     with _OPEN_LOCK:
         sessions = list(_OPEN)
     for session in sessions:
@@ -108,23 +122,58 @@ def cancel_open_sessions(out: Output) -> None:
             )
         else:
             out.write("Cancel request sent\n")
+    _INTERRUPT.cancelled = True
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    # runs in the main thread between two bytecodes of whatever it ran,
+    # perhaps inside Output.write: a flag only (issue 21, item 16: the
+    # cancel and its message here waited for the lock the write held)
+    _INTERRUPT.requested = True
+
+
+def _cancel_on_wakeup(fd: int, out: Output) -> None:
+    """The canceller thread: a byte per signal on ``fd`` (Python's C-level
+    handler writes it, see :func:`signal.set_wakeup_fd`), the cancel for a
+    SIGINT; until ``fd`` reaches its end."""
+    while data := os.read(fd, 64):
+        if signal.SIGINT in data:
+            cancel_open_sessions(out)
 
 
 @contextlib.contextmanager
 def cancel_on_interrupt(out: Output) -> Iterator[None]:
     """Within the block, SIGINT cancels the running statements instead of
-    killing the program, as pgbench's init does (then restored)."""
+    killing the program, as pgbench's init does (then restored).
+
+    pgbench sends the cancel from its handler (``PQcancel`` is
+    signal-safe). A Python handler runs only when the main thread returns
+    to the interpreter, perhaps while it holds a lock, and not at all while
+    it waits in libpq (a COPY write blocked on a full socket). So the
+    handler only sets a flag, and the signal's wakeup byte, which Python's
+    C-level handler writes to a pipe at once, wakes a thread that sends the
+    cancel and prints pgbench's line.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    _CANCELLED.clear()
-    previous = signal.signal(
-        signal.SIGINT, lambda signum, frame: cancel_open_sessions(out)
+    _INTERRUPT.requested = _INTERRUPT.cancelled = False
+    r, w = os.pipe()
+    os.set_blocking(w, False)  # set_wakeup_fd's requirement
+    canceller = threading.Thread(
+        target=_cancel_on_wakeup, args=(r, out), name="init-cancel", daemon=True
     )
+    canceller.start()
+    previous = signal.signal(signal.SIGINT, _on_sigint)
+    previous_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
     try:
         yield
     finally:
+        signal.set_wakeup_fd(previous_fd)
         signal.signal(signal.SIGINT, previous)
+        os.close(w)  # the thread reads what is left, then the end
+        canceller.join()  # its "Cancel request sent" precedes init's error
+        os.close(r)
 
 
 class Session:
@@ -249,9 +298,9 @@ class Session:
                 phase = "data"
                 # a Ctrl-C before this COPY ran cancelled nothing (pgbench's
                 # init goes on then): only one from now on stops the rows
-                _CANCELLED.clear()
+                _INTERRUPT.cancelled = False
                 for data, done in chunks:
-                    if _CANCELLED.is_set():
+                    if _INTERRUPT.cancelled:
                         break  # the end of the copy brings the server's error
                     copy.write(data)
                     on_chunk(done)

@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from pgsurge import __version__
 from pgsurge.config import RunConfig
+from pgsurge.engine.interrupt import release_held
 from pgsurge.engine.pool import RunFailed, split_clients
 from pgsurge.engine.worker import WorkerSpec
 from pgsurge.errors import PROG, ConnectError, ExitStatus, RunInterrupted
@@ -158,6 +159,7 @@ def run(
         if monitor is not None:
             result.insight = monitor.finish(result.total.cnt)
     except RunFailed as e:
+        release_held()
         out.flush()
         err.flush()
         return e.status
@@ -169,7 +171,11 @@ def run(
 
     if on_result is not None:
         on_result(result)
-    return _report(result, cfg, out=out, text_out=text_out, err=err)
+    try:
+        return _report(result, cfg, out=out, text_out=text_out, err=err)
+    finally:
+        # an interrupted run's signals were held while it was reported
+        release_held()
 
 
 def _report(
