@@ -1,0 +1,139 @@
+"""Faults that must end in one clear line, never a traceback (issue 21).
+
+Real runs of ``python -m pgsurge`` against the test server under hostile
+conditions: a stdout that cannot be written (``/dev/full``, closed, a
+"full disk" made with RLIMIT_FSIZE), a script error with a byte that is
+not UTF-8 (compared byte for byte with pgbench 18.6), a low open-file
+limit, a killed worker, more workers than are useful, and clients whose
+connecting outlasts ``-T``.
+"""
+
+from __future__ import annotations
+
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fix_run import tool_env
+
+pytestmark = pytest.mark.server
+
+PGSURGE = (sys.executable, "-m", "pgsurge")
+
+
+def _pgsurge(
+    args: list[str], *, stdout: int | None = subprocess.PIPE, **kw: object
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(  # type: ignore[call-overload, no-any-return]
+        [*PGSURGE, *args],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        env=kw.pop("env", tool_env()),
+        timeout=120,
+        check=False,
+        **kw,
+    )
+
+
+# -- item 5: an unwritable stdout ------------------------------------------------
+
+
+def test_dev_full_is_one_line(bench_db: str) -> None:
+    with open("/dev/full", "w") as full:
+        proc = _pgsurge(["-n", "-t", "5", bench_db], stdout=full.fileno())
+    assert proc.stderr == (
+        b"pgsurge: error: could not write to standard output: No space left on device\n"
+    )
+    assert proc.returncode == 1
+
+
+def test_closed_stdout_is_one_line(bench_db: str) -> None:
+    # the shell closes descriptor 1 (">&-") before it runs pgsurge
+    proc = subprocess.run(
+        ["/bin/sh", "-c", 'exec "$@" >&-', "sh", *PGSURGE, "-n", "-t", "5", bench_db],
+        stderr=subprocess.PIPE,
+        env=tool_env(),
+        timeout=120,
+        check=False,
+    )
+    assert proc.stderr == (
+        b"pgsurge: error: could not write to standard output: Bad file descriptor\n"
+    )
+    assert proc.returncode == 1
+
+
+def test_closed_stdout_leaves_init_alone(bench_db: str) -> None:
+    """-i prints nothing on stdout: it runs, as pgbench's does."""
+    proc = subprocess.run(
+        ["/bin/sh", "-c", 'exec "$@" >&-', "sh", *PGSURGE, "-i", "-q", bench_db],
+        stderr=subprocess.PIPE,
+        env=tool_env(),
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert b"done in" in proc.stderr
+
+
+def test_help_to_dev_full_is_one_line() -> None:
+    with open("/dev/full", "w") as full:
+        proc = _pgsurge(["--help"], stdout=full.fileno())
+    assert proc.stderr == (
+        b"pgsurge: error: could not write to standard output: No space left on device\n"
+    )
+    assert proc.returncode == 1
+
+
+def _small_files() -> None:
+    # a full disk, without mounting one: writes past 64 bytes fail (EFBIG)
+    # instead of killing the writer with SIGXFSZ (ignored: kept across exec)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))
+
+
+def test_json_to_full_disk_is_one_line(bench_db: str, tmp_path: Path) -> None:
+    """--json - on a disk that fills: the text report (on stderr) is whole,
+    then one line says the document could not be written."""
+    with open(tmp_path / "out.json", "w") as out:
+        proc = _pgsurge(
+            ["-n", "-t", "5", "--json", "-", bench_db],
+            stdout=out.fileno(),
+            preexec_fn=_small_files,
+        )
+    err = proc.stderr.decode()
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert "tps = " in err
+    assert err.count("error") == 1, err
+    assert err.endswith(
+        "pgsurge: error: could not write JSON result to standard output: "
+        "File too large\n"
+    ), err
+    assert proc.returncode == 1
+
+
+# -- item 8: a byte that is not UTF-8, in a script error --------------------------
+
+
+def test_latin1_byte_in_meta_command_error_as_pgbench(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path
+) -> None:
+    """pgbench echoes the raw byte; Python's stderr printed ``\\udce9``."""
+    path = tmp_path / "latin1.sql"
+    path.write_bytes(b"\\set x caf\xe9\n")
+    args = ["-n", "-t", "1", "-f", str(path), bench_db]
+    ours = _pgsurge(args)
+    theirs = subprocess.run(
+        ["pgbench", *args],
+        executable=pgbench_bin,
+        capture_output=True,
+        env=tool_env(),
+        timeout=120,
+        check=False,
+    )
+    assert b"caf\xe9" in theirs.stderr
+    assert ours.stderr == theirs.stderr.replace(b"pgbench: ", b"pgsurge: ")
+    assert ours.returncode == theirs.returncode == 1
