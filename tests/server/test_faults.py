@@ -10,15 +10,17 @@ connecting outlasts ``-T``.
 
 from __future__ import annotations
 
+import os
 import resource
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.fix_run import tool_env
+from tests.fix_run import plain_env, tool_env
 
 pytestmark = pytest.mark.server
 
@@ -137,3 +139,43 @@ def test_latin1_byte_in_meta_command_error_as_pgbench(
     assert b"caf\xe9" in theirs.stderr
     assert ours.stderr == theirs.stderr.replace(b"pgbench: ", b"pgsurge: ")
     assert ours.returncode == theirs.returncode == 1
+
+
+# -- item 8: a killed worker ------------------------------------------------------
+
+
+def _workers(pid: int) -> list[int]:
+    """The worker processes of pgsurge ``pid`` (its children)."""
+    return [
+        int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    ]
+
+
+def test_dead_worker_keeps_the_connection_time(bench_db: str, tmp_path: Path) -> None:
+    """The report after ``kill -9`` of a worker gives the survivors' initial
+    connection time (it said 0.000 ms: the dead one counted from STEADY)."""
+    proc = subprocess.Popen(
+        [*PGSURGE, "-n", "-S", "-c", "4", "-j", "2", "-T", "60", bench_db],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=plain_env(),
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(_workers(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(2.5)  # connected and running (no timing asserted)
+        os.kill(_workers(proc.pid)[1], signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 2, err
+    conn_ms = float(out.split("initial connection time = ")[1].split()[0])
+    assert conn_ms > 0.0, out
+    tps = float(out.split("tps = ")[1].split()[0])
+    assert tps > 0.0, out

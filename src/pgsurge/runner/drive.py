@@ -124,6 +124,7 @@ def drive(
     """
     start_us = _start(workers, cfg, err, stopper, monitor)
     got = _Received.at_start(len(workers.pipes), start_us)
+    got.connected_us = clock_us()
     display = _Display.open(workers, cfg, facts, err, start_us, show_live, monitor)
     try:
         _collect(workers, got, err, stopper, display)
@@ -166,7 +167,16 @@ class _Received:
     working state (never compared, copied or printed).
     """
 
-    __slots__ = ("dead", "nows", "pending", "results", "shown", "snapshots", "ticks")
+    __slots__ = (
+        "connected_us",
+        "dead",
+        "nows",
+        "pending",
+        "results",
+        "shown",
+        "snapshots",
+        "ticks",
+    )
 
     #: the last progress tick each worker sent (sys.maxsize once it ended)
     ticks: list[int]
@@ -181,6 +191,8 @@ class _Received:
     dead: dict[int, int]
     #: the last tick shown
     shown: int
+    #: when the parent had every worker's Connected (just after GO)
+    connected_us: int
 
     def __init__(
         self,
@@ -196,6 +208,7 @@ class _Received:
         self.results = {}
         self.dead = {}
         self.shown = 0
+        self.connected_us = 0
 
     @classmethod
     def at_start(cls, n: int, start_us: int) -> _Received:
@@ -358,10 +371,17 @@ def _merge(
 ) -> RunResult:
     """The run's result from the workers' (a dead one's made up from what
     it last sent), and the interrupt that stopped it, if one did."""
+    # a dead worker's own start is lost with it: it counts from the
+    # survivors' earliest (so the initial connection time is theirs, not
+    # 0), or, when none survived, from when the parent saw every client
+    # connected, a real bound of the same moment
+    survivors = [r.bench_start_us for r in got.results.values()]
+    go_us = min(survivors) if survivors else got.connected_us
     for index, when in got.dead.items():
         got.results[index] = _dead_result(
             workers.nclients[index], index, got.snapshots[index], start_us, when
         )
+        got.results[index].bench_start_us = go_us
     result = RunResult.from_workers(
         [got.results[i] for i in range(len(workers.pipes))], facts, start_us=start_us
     )
@@ -446,7 +466,8 @@ def _dead_result(
     nclients: int, index: int, last: StatsData, start_us: int, when: int
 ) -> WorkerResult:
     """A dead worker's share of the result: its clients aborted, with the
-    figures of its last progress snapshot (none without -P)."""
+    figures of its last progress snapshot (none without -P); its start is
+    set by the caller (see ``_merge``)."""
     result = WorkerResult(index, nclients, total=last)
     result.aborted_clients = nclients
     result.client_tx_counts = [0] * nclients
