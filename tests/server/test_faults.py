@@ -179,3 +179,64 @@ def test_dead_worker_keeps_the_connection_time(bench_db: str, tmp_path: Path) ->
     assert conn_ms > 0.0, out
     tps = float(out.split("tps = ")[1].split()[0])
     assert tps > 0.0, out
+
+
+# -- item 8: near the open-file limit ---------------------------------------------
+
+
+def _open_files(limit: int) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+
+def test_fd_limit_in_a_worker_says_what_failed(bench_db: str) -> None:
+    """40 clients in one worker at a limit of 43 (pgbench's own check,
+    clients + 3, passes): libpq's socket() fails with an empty message,
+    which pgbench prints as a bare ``pgbench: error: ``."""
+    proc = _pgsurge(
+        ["-n", "-c", "40", "-j", "1", "-t", "1", bench_db],
+        preexec_fn=lambda: _open_files(43),
+    )
+    err = proc.stderr.decode()
+    assert proc.returncode == 1, err
+    assert "pgsurge: error: \n" not in err
+    assert "pgsurge: error: could not create socket: Too many open files" in err
+    assert "limit of 43 open files" in err
+    assert "Traceback" not in err
+
+
+def test_fd_limit_starting_workers_is_one_error(bench_db: str) -> None:
+    """Two workers' pipes at a limit of 8: the parent could not start them
+    (a traceback, then a hang at exit waiting for the started one)."""
+    proc = _pgsurge(
+        ["-n", "-c", "2", "-j", "2", "-t", "1", bench_db],
+        preexec_fn=lambda: _open_files(8),
+    )
+    assert proc.stderr == (
+        b"pgsurge: error: could not start worker process: Too many open files\n"
+        b'pgsurge: hint: Raise the open-file limit ("ulimit -n") or use fewer -j.\n'
+    )
+    assert proc.returncode == 1
+
+
+@pytest.mark.slow
+def test_every_fd_limit_is_a_clear_outcome(bench_db: str) -> None:
+    """A hostile sweep: at each limit from the least pgbench's check lets
+    through up to one that is enough, pgsurge runs, or fails with lines that
+    each say something (a worker's wake-up pipe crashed it at 14)."""
+    statuses = set()
+    for limit in range(5, 21):
+        proc = _pgsurge(
+            ["-n", "-c", "2", "-j", "2", "-t", "1", bench_db],
+            preexec_fn=lambda limit=limit: _open_files(limit),
+        )
+        err = proc.stderr.decode()
+        assert "Traceback" not in err, (limit, err)
+        assert "pgsurge: error: \n" not in err, (limit, err)
+        assert proc.returncode in (0, 1), (limit, err)
+        if proc.returncode == 1:
+            assert err.startswith("pgsurge: error: ") and "open files" in err, (
+                limit,
+                err,
+            )
+        statuses.add(proc.returncode)
+    assert statuses == {0, 1}

@@ -23,6 +23,7 @@ parent then dies of it; SIGINT and SIGTERM stop the run gracefully
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -49,7 +50,7 @@ from pgsurge.engine.protocol import (
     WorkerMessage,
 )
 from pgsurge.engine.worker import WorkerSpec
-from pgsurge.errors import PROG, ExitStatus
+from pgsurge.errors import PROG, ExitStatus, PgsurgeError
 from pgsurge.report import live
 from pgsurge.runner.setup import clock_us, epoch_shift_us
 from pgsurge.stats.counters import StatsData
@@ -86,7 +87,15 @@ def drive_local(
     monitor: Monitor | None = None,
 ) -> RunResult:
     """The default driver: the workers are this machine's processes."""
-    workers = WorkerPool(specs)
+    try:
+        workers = WorkerPool(specs)
+    except OSError as exc:  # pgbench: "could not create thread: %m"
+        raise PgsurgeError(
+            f"could not start worker process: {os.strerror(exc.errno or 0)}",
+            hint='Raise the open-file limit ("ulimit -n") or use fewer -j.'
+            if exc.errno == errno.EMFILE
+            else None,
+        ) from None
     try:
         with _stop_workers_on_signal(workers), _parent_stop(workers) as stopper:
             result = drive(
