@@ -10,15 +10,19 @@ connecting outlasts ``-T``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tests.fix_run import plain_env, tool_env
 
@@ -240,3 +244,115 @@ def test_every_fd_limit_is_a_clear_outcome(bench_db: str) -> None:
             )
         statuses.add(proc.returncode)
     assert statuses == {0, 1}
+
+
+# -- item 7: more workers than useful; connecting that outlasts -T --------------
+
+
+def _one_cpu() -> None:
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def test_jobs_capped_per_core(bench_db: str) -> None:
+    """On one core, -j 6 runs 4 workers (4 per core), says so once, and
+    the report gives the workers that ran; -c is kept."""
+    proc = _pgsurge(
+        ["-n", "-c", "6", "-j", "6", "-t", "2", bench_db], preexec_fn=_one_cpu
+    )
+    out, err = proc.stdout.decode(), proc.stderr.decode()
+    assert proc.returncode == 0, err
+    assert err == (
+        "pgsurge: warning: -j 6 capped at 4 worker processes (4 per core of the "
+        "1 this run may use): more would only cost memory and connecting time\n"
+    )
+    assert "number of clients: 6\n" in out
+    assert "number of threads: 4\n" in out
+    assert "number of transactions actually processed: 12/12\n" in out
+
+
+def test_jobs_within_the_cap_unchanged(bench_db: str) -> None:
+    proc = _pgsurge(
+        ["-n", "-c", "4", "-j", "4", "-t", "2", bench_db], preexec_fn=_one_cpu
+    )
+    assert proc.stderr == b"", proc.stderr
+    assert b"number of threads: 4\n" in proc.stdout
+
+
+class _SlowRelay:
+    """A Unix socket that forwards to the test server, each connection after
+    ``delay`` seconds: connecting made slow without the kernel's netem."""
+
+    def __init__(self, dsn: str, directory: Path, delay: float) -> None:
+        params = conninfo_to_dict(dsn)
+        host = str(params.get("host") or "/tmp").split(",")[0]
+        port = int(str(params.get("port") or 5432).split(",")[0])
+        self.target: tuple[int, object] = (
+            (socket.AF_UNIX, f"{host}/.s.PGSQL.{port}")
+            if host.startswith("/")
+            else (socket.AF_INET, (host, port))
+        )
+        self.delay = delay
+        self.socks: list[socket.socket] = []
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(directory / ".s.PGSQL.5432"))
+        self.listener.listen(64)
+        params.update(host=str(directory), port="5432")
+        self.dsn = make_conninfo(**params)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            self.socks.append(client)
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        time.sleep(self.delay)
+        family, address = self.target
+        server = socket.socket(family, socket.SOCK_STREAM)
+        self.socks.append(server)
+        server.connect(address)
+        for a, b in ((client, server), (server, client)):
+            threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+
+    def close(self) -> None:
+        self.listener.close()
+        for sock in self.socks:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while data := src.recv(65536):
+            dst.sendall(data)
+    with contextlib.suppress(OSError):
+        dst.shutdown(socket.SHUT_WR)
+
+
+def test_connecting_outlasting_the_run_is_said(bench_db: str, tmp_path: Path) -> None:
+    """Each connection takes 0.6 s (a relay): one worker connects its 4
+    clients in turn, 2.4 s of a -T 1 run that counts from before connecting
+    (as pgbench's does). pgbench's report of it is only "actually
+    processed: 0"; pgsurge keeps that report and says why on stderr."""
+    relay = _SlowRelay(bench_db, tmp_path, 0.6)
+    try:
+        proc = _pgsurge(["-n", "-c", "4", "-j", "1", "-T", "1", relay.dsn])
+    finally:
+        relay.close()
+    out, err = proc.stdout.decode(), proc.stderr.decode()
+    assert proc.returncode == 0, err
+    assert out.endswith("number of transactions actually processed: 0\n"), out
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(
+        "pgsurge: warning: no transaction was processed: connecting the 4 clients took "
+    ), err
+    assert lines[0].endswith(
+        " s, the whole -T 1 s (which counts from before connecting); use a "
+        "longer -T or fewer clients"
+    ), err
