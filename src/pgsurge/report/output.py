@@ -30,6 +30,8 @@ def write_output(text: str, path: str, what: str, stdout: TextIO | None = None) 
         out = stdout if stdout is not None else sys.stdout
         try:
             _write_stream(text, out)
+        except BrokenPipeError:
+            raise  # the reader went away: quiet, as SIGPIPE (cli.dispatch)
         except OSError as exc:
             raise PgsurgeError(
                 f"could not write {what} to standard output: "
