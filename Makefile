@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.pgsurge-installed
 PYTEST_ARGS ?=
 
-.PHONY: dev lint typecheck test test-unit test-server test-fast test-pure
+.PHONY: dev lint typecheck test test-unit test-server test-fast test-pure test-system-python
 
 dev: $(STAMP)
 
@@ -49,3 +49,29 @@ test-fast: $(STAMP)
 test-pure: $(STAMP)
 	PGSURGE_PURE=1 $(BIN)/python -m pytest -q --require-server -m "not slow" \
 		$(PURE_TESTS) $(PYTEST_ARGS)
+
+# the script reader's tests and PostgreSQL's TAP cases under the system
+# python3 (Debian 12's is 3.11.2, whose re matched possessive quantifiers
+# wrongly: issue 21 item 15), in a venv of its own; needs python3-venv
+# (and python3-dev for the C extensions)
+SYSTEM_PYTHON ?= /usr/bin/python3
+SYSTEM_VENV ?= .venv-system
+SYSTEM_STAMP := $(SYSTEM_VENV)/.pgsurge-installed
+READER_TESTS := tests/unit/test_regex_portable.py tests/unit/test_splitter.py \
+	tests/unit/test_parser.py tests/unit/test_script_errors.py \
+	tests/unit/test_script_props.py tests/unit/test_parse_fast.py \
+	tests/unit/test_parse_linear.py tests/unit/test_fastparse.py \
+	tests/server/test_pg_tap_cases.py
+# without the C extensions the reader's own tests again (the TAP cases run
+# once, above: the regexes they exercise are the same with C off)
+READER_UNIT_TESTS := $(filter tests/unit/%,$(READER_TESTS))
+
+$(SYSTEM_STAMP): pyproject.toml
+	test -x $(SYSTEM_VENV)/bin/python || $(SYSTEM_PYTHON) -m venv $(SYSTEM_VENV)
+	$(SYSTEM_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,dev]'
+	touch $(SYSTEM_STAMP)
+
+test-system-python: $(SYSTEM_STAMP)
+	$(SYSTEM_VENV)/bin/python --version
+	$(SYSTEM_VENV)/bin/python -m pytest -q --require-server $(READER_TESTS) $(PYTEST_ARGS)
+	PGSURGE_PURE=1 $(SYSTEM_VENV)/bin/python -m pytest -q $(READER_UNIT_TESTS) $(PYTEST_ARGS)

@@ -14,7 +14,10 @@ them.
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
+import sys
+import sysconfig
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -27,6 +30,7 @@ from psycopg import sql
 from pgsurge.errors import PgsurgeError
 from pgsurge.server.binaries import wheel_pginstall
 from pgsurge.server.embedded import ENV_DATA_DIR, EmbeddedServer
+from pgsurge.server.runas import OsUser, can_traverse, can_use_file
 
 ENV_TEST_DSN = "PGSURGE_TEST_DSN"
 ENV_REQUIRE = "PGSURGE_REQUIRE_SERVER"
@@ -150,3 +154,35 @@ def fresh_db(server_dsn: str) -> Iterator[str]:
                 sql.Identifier(name)
             )
         )
+
+
+def nobody_user() -> OsUser | None:
+    """The account "nobody", to act as another (hostile or ordinary) user."""
+    try:
+        pw = pwd.getpwnam("nobody")
+    except KeyError:
+        return None
+    return OsUser(pw.pw_name, pw.pw_uid, pw.pw_gid)
+
+
+def python_for(user: OsUser) -> tuple[str, str] | None:
+    """A Python ``user`` can run with this environment's packages on its path
+    (this one, or the system's of the same version when ours lives in a
+    private directory such as /root/.pyenv), and the PYTHONPATH it needs."""
+    import pgsurge
+
+    paths = [
+        str(Path(pgsurge.__file__).parent.parent),
+        sysconfig.get_paths()["purelib"],
+        sysconfig.get_paths()["platlib"],
+    ]
+    if not all(can_traverse(Path(p) / "x", user) for p in paths):
+        return None
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (
+        Path(sys.executable).resolve(),
+        Path(f"/usr/bin/python{version}"),
+    ):
+        if candidate.exists() and can_use_file(candidate, user, execute=True):
+            return str(candidate), os.pathsep.join(paths)
+    return None

@@ -7,7 +7,9 @@ This module wraps exactly those calls (psycopg's ``pq.abc`` style) so that
 the rest of pgsurge never imports ``psycopg.pq``:
 
 * :func:`connect` opens a connection (blocking, like pgbench at start-up and
-  under ``-C``) and returns a :class:`PgConn`;
+  under ``-C``) and returns a :class:`PgConn`; :func:`connect_start` opens
+  one without blocking (``PQconnectStart``/``PQconnectPoll``, for
+  ``--reconnect``: the event loop waits on its socket);
 * a :class:`PgConn` exposes libpq's own bound methods as attributes
   (``send_query_prepared``, ``consume_input``, ``is_busy``, ``get_result``,
   ``flush``, pipeline calls…), so the hot path pays no wrapper call;
@@ -147,6 +149,12 @@ CONNECTION_OK = int(pq.ConnStatus.OK)
 CONNECTION_BAD = int(pq.ConnStatus.BAD)
 
 _DIAG_SQLSTATE = int(pq.DiagnosticField.SQLSTATE)
+
+# What PQconnectPoll asks for next (PostgresPollingStatusType)
+POLL_FAILED = int(pq.PollingStatus.FAILED)
+POLL_READING = int(pq.PollingStatus.READING)
+POLL_WRITING = int(pq.PollingStatus.WRITING)
+POLL_OK = int(pq.PollingStatus.OK)
 
 #: libpq's version, e.g. 180006
 LIBPQ_VERSION = pq.version()
@@ -310,7 +318,11 @@ def conninfo(items: dict[str, str], password: str | None = None) -> str:
     dbname = items.get("dbname")
     if dbname is not None:
         if "=" in dbname or dbname.startswith(("postgresql://", "postgres://")):
-            for key, value in conninfo_to_dict(dbname).items():
+            try:
+                parsed = conninfo_to_dict(dbname)
+            except Error as exc:  # libpq's text quotes the whole URI
+                raise type(exc)(_connect_failure_text(str(exc).encode())) from None
+            for key, value in parsed.items():
                 if value is not None:
                     params[key] = str(value)
         else:
@@ -339,6 +351,16 @@ def _quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _connect_failure_text(message: bytes | None) -> str:
+    """libpq's text for a connection that could not be opened, passwords
+    masked: libpq quotes a URI it cannot parse whole (``missing "]" in
+    IPv6 host address in URI: "postgres://bob:PW@[::1"``), and pgbench
+    prints that as it is."""
+    from pgsurge.redact import redact_text  # lazily: only on a failure
+
+    return redact_text(_text(message))
+
+
 def connect(
     items: dict[str, str], password: str | None = None
 ) -> tuple[PgConn | None, str, bool]:
@@ -353,7 +375,7 @@ def connect(
         conninfo(items, password).encode("utf-8", "surrogateescape")
     )
     if pgconn.status != pq.ConnStatus.OK:
-        message = _text(pgconn.error_message)
+        message = _connect_failure_text(pgconn.error_message)
         needs = bool(pgconn.needs_password) and password is None
         pgconn.finish()
         return None, message or _silent_failure(), needs
@@ -378,6 +400,60 @@ def _silent_failure() -> str:
             "clients)\n"
         )
     return "connection failed, and libpq gave no reason\n"
+
+
+class Connecting:
+    """A connection being opened without blocking (``PQconnectStart``).
+
+    The caller waits until :attr:`socket` is ready for what the last
+    :meth:`poll` asked (``POLL_READING`` or ``POLL_WRITING``; right after
+    :func:`connect_start`, writing, as libpq documents), then calls
+    :meth:`poll` again, until ``POLL_OK`` (:meth:`opened` gives the
+    :class:`PgConn`) or ``POLL_FAILED`` (:meth:`error_message` says why;
+    :meth:`finish` frees it). The socket may change between polls (libpq
+    tries the next address of a host), so it is read again after each.
+    """
+
+    __slots__ = ("_pgconn",)
+
+    def __init__(self, pgconn: Any) -> None:
+        self._pgconn = pgconn
+
+    @property
+    def socket(self) -> int:
+        """The socket to wait on, -1 when there is none (failed)."""
+        try:
+            return int(self._pgconn.socket)
+        except OperationalError:  # psycopg's "the connection is lost"
+            return -1
+
+    def poll(self) -> int:
+        """``PQconnectPoll``: what to wait for next, ``POLL_OK`` or
+        ``POLL_FAILED``."""
+        return int(self._pgconn.connect_poll())
+
+    def error_message(self) -> str:
+        return _connect_failure_text(self._pgconn.error_message) or _silent_failure()
+
+    def opened(self) -> PgConn:
+        """The connection, once :meth:`poll` returned ``POLL_OK``."""
+        self._pgconn.notice_handler = _write_notice
+        return PgConn(self._pgconn)
+
+    def finish(self) -> None:
+        self._pgconn.finish()
+
+
+def connect_start(items: dict[str, str], password: str | None = None) -> Connecting:
+    """Start opening a connection without blocking (``PQconnectStart``;
+    the same conninfo as :func:`connect`). A failure, even an immediate one
+    (no memory, a bad conninfo), shows in the first :meth:`Connecting.poll`.
+    """
+    return Connecting(
+        pq.PGconn.connect_start(
+            conninfo(items, password).encode("utf-8", "surrogateescape")
+        )
+    )
 
 
 def _write_notice(res: Any) -> None:

@@ -296,3 +296,174 @@ def test_checkpoint_before_each_run(db1: str, server_dsn: str, tmp_path: Path) -
     # one per counted run (the warm-ups tell where each arm's server is)
     assert requested() - before >= 2
     assert _manifest(out)["checkpoint"] is True
+
+
+# -- what the artefacts say (issue 21 items 3, 10, 11, 12) ------------------------
+
+#: literal passwords, one per form; each must appear nowhere ab writes
+PW_URI = "p%40ss%3Aw0rd1"  # user:PW@ in a URI, percent-encoded (p@ss:w0rd1)
+PW_QUERY = "qry-pw2"  # ?password= in a URI
+PW_QUOTED = "it is pw3"  # password = '…' in a conninfo
+PW_ENV = "env-pw4"  # --a-env PGPASSWORD=…
+SECRETS = (PW_URI, "p@ss:w0rd1", PW_QUERY, PW_QUOTED, PW_ENV)
+
+
+def _artefacts(out: Path, *more: Path) -> dict[str, str]:
+    files = [p for p in out.iterdir() if p.is_file()] + list(more)
+    return {p.name: p.read_text(errors="replace") for p in files}
+
+
+def test_artefacts_mask_passwords_and_say_what_was_compared(
+    db1: str, tmp_path: Path
+) -> None:
+    items = psycopg.conninfo.conninfo_to_dict(db1)
+    host, port, db = items["host"], items.get("port", "5432"), items["dbname"]
+    # trust authentication: the passwords are sent to no one, only written
+    uri = (
+        f"postgresql://{items.get('user', 'postgres')}:{PW_URI}@/{db}?host={host}"
+        f"&port={port}"
+        f"&password={PW_QUERY}"
+    )
+    user = items.get("user", "postgres")
+    conninfo = f"host={host} port={port} user={user} dbname={db}"
+    conninfo += f" password = '{PW_QUOTED}'"
+    out = tmp_path / "pw"
+    html = tmp_path / "page.html"
+    own = ["--runs", "1", "--warmup", "0", "--out", str(out), "--html", str(html)]
+    own += ["--a", f"-d '{uri}'", "--a-env", f"PGPASSWORD={PW_ENV}"]
+    own += ["--a-env", "PGOPTIONS=-c jit=off", "--b", f'-d "{conninfo}"']
+    r = subprocess.run(
+        [*AB, *own, "--fail-on", "change", "--", "-S", "-c", "1", "-T", "1"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=_env(),
+        timeout=300,
+        # a permissive umask: the experiment's files must not follow it
+        preexec_fn=lambda: os.umask(0o022),
+    )
+    # item 10: one run per side gives no verdict and no --fail-on failure
+    assert r.returncode == 0, r.stderr
+    texts = {"stdout": r.stdout, "stderr": r.stderr, **_artefacts(out, html)}
+    assert {"manifest.json", "comparison.txt", "comparison.json", "page.html"} <= set(
+        texts
+    )
+    assert {"run-1-A.json", "run-2-B.json", "run-1-A.log"} <= set(texts)
+    for name, text in texts.items():
+        for secret in SECRETS:
+            assert secret not in text, (name, secret)
+    # the directory 0700, its files 0600, whatever the umask
+    assert out.stat().st_mode & 0o777 == 0o700
+    assert {oct(p.stat().st_mode & 0o777) for p in out.iterdir()} == {"0o600"}
+    # (a 1 s run is too short for the within-run interval; the unit tests
+    # of compare show it on longer series)
+    assert "no verdict (single run per side" in _tps_row(texts["comparison.txt"])
+    assert json.loads(texts["comparison.json"])["verdict"].startswith("no verdict")
+    assert "no verdict" in texts["page.html"]
+    # item 12: what each arm was, in every artefact (the arms here differ in
+    # their arguments, and A also by PGOPTIONS)
+    doc = json.loads(texts["run-1-A.json"])
+    assert doc["experiment"]["arm"] == "A"
+    assert doc["experiment"]["env"] == {
+        "PGPASSWORD": "********",
+        "PGOPTIONS": "-c jit=off",
+    }
+    assert doc["experiment"]["common"] == ["-S", "-c", "1", "-T", "1"]
+    manifest = _manifest(out)
+    assert manifest["arms"][0]["env"]["PGOPTIONS"] == "-c jit=off"
+    assert "PGOPTIONS='-c jit=off'" in manifest["arms"][0]["describe"]
+    comparison = texts["comparison.txt"].splitlines()
+    (base_arm,) = [ln for ln in comparison if ln.startswith("base arm: ")]
+    (new_arm,) = [ln for ln in comparison if ln.startswith("new arm: ")]
+    assert "PGOPTIONS='-c jit=off'" in base_arm and "PGOPTIONS" not in new_arm
+    assert json.loads(texts["comparison.json"])["arms"]["base"] == base_arm[10:]
+    title = texts["page.html"].split("<title>")[1].split("</title>")[0]
+    assert "PGOPTIONS=" in title and "vs B: -d" in title
+
+
+def test_arms_that_differ_only_by_environment_are_told_apart(
+    db1: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "env"
+    own = ["--runs", "1", "--warmup", "0", "--out", str(out)]
+    own += ["--a-env", "PGOPTIONS=-c jit=off", "--b-env", "PGOPTIONS=-c jit=on"]
+    r = pgsurge(["ab", *own, "--", "-S", "-c", "1", "-T", "1", db1], tmp_path)
+    assert r.returncode == 0, r.stderr
+    text = (out / "comparison.txt").read_text()
+    assert "base arm: (no arguments) PGOPTIONS='-c jit=off'" in text
+    assert "new arm: (no arguments) PGOPTIONS='-c jit=on'" in text
+    b = json.loads((out / "run-2-B.json").read_text())
+    assert b["experiment"]["env"] == {"PGOPTIONS": "-c jit=on"}
+    html = tmp_path / "r.html"
+    rep = pgsurge(
+        [
+            "report",
+            str(out / "run-1-A.json"),
+            "--vs",
+            str(out / "run-2-B.json"),
+            "-o",
+            str(html),
+        ],
+        tmp_path,
+    )
+    assert rep.returncode == 0, rep.stderr
+    title = html.read_text().split("<title>")[1].split("</title>")[0]
+    assert "jit=off" in title and "jit=on" in title
+
+
+@pytest.fixture
+def password_role(server_dsn: str) -> Iterator[tuple[str, str]]:
+    """A superuser role that must give its password (scram) on the test
+    server's Unix socket: a line of its own in pg_hba.conf, taken out after."""
+    role, password = f"t_pw_{uuid.uuid4().hex[:8]}", "s3cr%t:@'x"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        row = conn.execute("SHOW hba_file").fetchone()
+        assert row is not None
+        hba = Path(str(row[0]))
+        if not os.access(hba, os.W_OK):
+            pytest.skip(f"{hba} is not writable: cannot require a password")
+        saved = hba.read_text()
+        hba.write_text(f"local all {role} scram-sha-256\n{saved}")
+        conn.execute(
+            sql.SQL("CREATE ROLE {} LOGIN SUPERUSER PASSWORD {}").format(
+                sql.Identifier(role), sql.Literal(password)
+            )
+        )
+        conn.execute("SELECT pg_reload_conf()")
+        try:
+            yield role, password
+        finally:
+            hba.write_text(saved)
+            conn.execute("SELECT pg_reload_conf()")
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_checkpoint_with_the_password_in_the_conninfo_and_no_warmup(
+    db1: str, server_dsn: str, password_role: tuple[str, str], tmp_path: Path
+) -> None:
+    role, password = password_role
+    quoted = password.replace("\\", "\\\\").replace("'", "\\'")
+    target = psycopg.conninfo.make_conninfo(db1, user=role)
+    target += f" password='{quoted}'"
+
+    def requested() -> int:
+        with psycopg.connect(server_dsn) as conn:
+            row = conn.execute(
+                "SELECT num_requested FROM pg_stat_checkpointer"
+            ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    before = requested()
+    out = tmp_path / "ckpt"
+    own = ["--runs", "1", "--warmup", "0", "--checkpoint", "--b", ""]
+    r = pgsurge(
+        ["ab", *own, "--out", str(out), "--", "-S", "-c", "1", "-T", "1", target],
+        tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    # one before each arm's first (and only) run, though no run came before
+    assert requested() - before >= 2
+    for p in [*out.iterdir()]:
+        assert password not in p.read_text(), p.name
+    assert password not in r.stdout + r.stderr

@@ -14,7 +14,6 @@ import signal
 import stat
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -32,9 +31,7 @@ from pgsurge.server.cli import EXIT_NOT_RUNNING, server_main
 from pgsurge.server.embedded import ENV_DATA_DIR
 from pgsurge.server.runas import (
     SYSTEM_USER,
-    OsUser,
     can_traverse,
-    can_use_file,
     server_user,
 )
 from pgsurge.server.target import (
@@ -43,6 +40,7 @@ from pgsurge.server.target import (
     pgbench_default_listening,
     resolve_target,
 )
+from tests.fix_server import nobody_user, python_for
 
 pytestmark = pytest.mark.server
 
@@ -339,43 +337,12 @@ def test_programs_copied_when_unreachable(location: Path) -> None:
         shutil.rmtree(private, ignore_errors=True)
 
 
-def _nobody() -> OsUser | None:
-    try:
-        pw = pwd.getpwnam("nobody")
-    except KeyError:
-        return None
-    return OsUser(pw.pw_name, pw.pw_uid, pw.pw_gid)
-
-
-def _python_for(user: OsUser) -> tuple[str, str] | None:
-    """A Python ``user`` can run with this environment's packages on its path
-    (this one, or the system's of the same version when ours lives in a
-    private directory such as /root/.pyenv), and the PYTHONPATH it needs."""
-    import pgsurge
-
-    paths = [
-        str(Path(pgsurge.__file__).parent.parent),
-        sysconfig.get_paths()["purelib"],
-        sysconfig.get_paths()["platlib"],
-    ]
-    if not all(can_traverse(Path(p) / "x", user) for p in paths):
-        return None
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    for candidate in (
-        Path(sys.executable).resolve(),
-        Path(f"/usr/bin/python{version}"),
-    ):
-        if candidate.exists() and can_use_file(candidate, user, execute=True):
-            return str(candidate), os.pathsep.join(paths)
-    return None
-
-
 @pytest.mark.skipif(not IS_ROOT, reason="needs root to become another user")
 def test_normal_user_default_location() -> None:
     """Run as an ordinary account: the server runs as that account, in
     platformdirs' user data directory, everything we create 0700."""
-    nobody = _nobody()
-    python = _python_for(nobody) if nobody is not None else None
+    nobody = nobody_user()
+    python = python_for(nobody) if nobody is not None else None
     if nobody is None or python is None:
         pytest.skip("no user 'nobody' that can run this Python")
     home = Path(tempfile.mkdtemp(prefix="pgsurge-home-"))

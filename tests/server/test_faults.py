@@ -203,8 +203,11 @@ def test_fd_limit_in_a_worker_says_what_failed(bench_db: str) -> None:
     err = proc.stderr.decode()
     assert proc.returncode == 1, err
     assert "pgsurge: error: \n" not in err
-    assert "pgsurge: error: could not create socket: Too many open files" in err
-    assert "limit of 43 open files" in err
+    # which descriptor runs out first depends on the worker's own (the C
+    # loop's, the relay's): either way the line says what failed
+    assert err.startswith("pgsurge: error: "), err
+    assert "Too many open files" in err, err
+    assert "limit of 43 open files" in err or 'open-file limit ("ulimit -n")' in err
     assert "Traceback" not in err
 
 

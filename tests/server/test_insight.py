@@ -214,9 +214,11 @@ def test_server_stats_wal_per_transaction(bench_db: str, tmp_path: Path) -> None
 
 
 def _vacuum_during_run(dsn: str, args: list[str], tmp_path: Path) -> tuple[str, int]:
-    """Start the run, VACUUM VERBOSE pgbench_accounts 2 s in; the run's
-    output and the tuples the VACUUM found dead but not yet removable."""
+    """Start the run, VACUUM VERBOSE pgbench_accounts once it has committed
+    200 updates; the run's output and the tuples the VACUUM found dead but
+    not yet removable."""
     messages: list[str] = []
+    base = _balance_sum(dsn)
     proc = subprocess.Popen(
         [sys.executable, "-m", "pgsurge", *args, dsn],
         stdout=subprocess.PIPE,
@@ -226,7 +228,11 @@ def _vacuum_during_run(dsn: str, args: list[str], tmp_path: Path) -> tuple[str, 
         env=_env(),
     )
     try:
-        time.sleep(2.0)
+        # wait for the updates themselves, not for a fixed time: a loaded
+        # box may spend the first seconds starting the run
+        while _balance_sum(dsn) - base < 200:
+            assert proc.poll() is None, "the run ended before 200 updates"
+            time.sleep(0.05)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.add_notice_handler(lambda d: messages.append(d.message_primary or ""))
             conn.execute("VACUUM (VERBOSE) pgbench_accounts")
@@ -240,9 +246,16 @@ def _vacuum_during_run(dsn: str, args: list[str], tmp_path: Path) -> tuple[str, 
     return out, int(m.group(1))
 
 
+def _balance_sum(dsn: str) -> int:
+    """Each committed update of UPDATE_SCRIPT adds 1 here."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("select sum(abalance) from pgbench_accounts").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
 def test_idle_snapshot_holds_back_vacuum(bench_db: str, tmp_path: Path) -> None:
     f = script(tmp_path, "update.sql", UPDATE_SCRIPT)
-    run = ["-n", "-f", f, "-c", "2", "-T", "4"]
+    run = ["-n", "-f", f, "-c", "2", "-T", "6"]
     out, kept = _vacuum_during_run(
         bench_db, [*run, "--idle-sessions", "1:snapshot"], tmp_path
     )

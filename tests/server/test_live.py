@@ -121,3 +121,61 @@ def test_panel_shows_latency_when_transactions_are_timed(bench_db: str) -> None:
     assert status == 0
     assert re.search(r"latency avg [0-9.]+ ms \(last\)", raw), raw
     assert "latency percentiles:" in _screen(raw)[-1]
+
+
+#: clients 1 and 3 fail after the panel is up (the panel starts at GO) and
+#: abort; clients 0 and 2 run on: the run ends with status 2 and a report
+_ABORTING = """\\if :client_id % 2 = 1
+SELECT pg_sleep(1.5);
+SELECT 1/0;
+\\endif
+SELECT 1;
+"""
+
+
+def _report_start(lines: list[str]) -> int:
+    return next(
+        i for i, line in enumerate(lines) if line.startswith("transaction type:")
+    )
+
+
+def test_error_lines_survive_the_panel_and_no_piece_of_it_stays(
+    bench_db: str, tmp_path
+) -> None:
+    script = tmp_path / "abort.sql"
+    script.write_text(_ABORTING)
+    args = ["-f", str(script), "-c", "4", "-j", "2", "-T", "4", "-n", bench_db]
+    raw, status = _in_pty(args)
+    assert status == 2
+    assert "pgsurge live" in raw  # the panel was up when the clients failed
+    piped = subprocess.run(
+        [*PGSURGE, *args], capture_output=True, text=True, env=_env(), check=False
+    )
+    assert piped.returncode == 2
+    errors = sorted(
+        line for line in piped.stderr.splitlines() if " aborted in command " in line
+    )
+    assert len(errors) == 2, piped.stderr  # one line per aborted client
+    screen = _screen(raw)
+    start = _report_start(screen)
+    above = screen[:start]
+    # every error line is on the final screen, above the report, whole
+    assert sorted(line for line in above if " aborted in command " in line) == (
+        errors
+    ), screen
+    # and nothing of the panel: the lines above the report are the piped
+    # ones (stdout's header, stderr but its last line, after the report)
+    err, out = piped.stderr.splitlines(), piped.stdout.splitlines()
+    tail = [line for line in err if "Run was aborted" in line]
+    head = [line for line in err if line not in tail]
+    head += out[: _report_start(out)]
+    assert sorted(_mask(above)) == sorted(_mask(head)), screen
+    assert not any(c in line for line in screen for c in "╭╰│"), screen
+    assert _mask(screen[start:]) == _mask(out[_report_start(out) :] + tail)
+
+
+def test_untimed_run_shows_no_latency(bench_db: str) -> None:
+    raw, status = _in_pty(["-S", "-c", "1", "-T", "3", "-n", bench_db])
+    assert status == 0
+    assert "pgsurge live" in raw and "tps" in raw
+    assert "latency avg" not in raw, raw

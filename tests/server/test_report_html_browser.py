@@ -229,6 +229,36 @@ def test_comparison_page_offline(
         visit.close()
 
 
+def test_comparison_axes_start_at_zero_and_waits_are_stacked(
+    browser: Browser, real_run: tuple[dict[str, Any], Path], tmp_path: Path
+) -> None:
+    doc, _ = real_run
+    # per-interval waits, as --waits records them, well above 0 everywhere
+    # (the axis used to start at the smallest share)
+    waited = json.loads(json.dumps(doc))
+    for i, iv in enumerate(waited["intervals"]):
+        iv["waits"] = {"CPU": 0.4 + 0.01 * i, "IO:DataFileRead": 0.2, "Lock:tuple": 0.1}
+    runs = [RunDoc("a1.json", waited, "A"), RunDoc("a2.json", doc, "A")]
+    runs += [RunDoc("b1.json", doc, "B"), RunDoc("b2.json", doc, "B")]
+    page_path = tmp_path / "waits.html"
+    page_path.write_text(render_html(runs))
+    visit = Visit(browser, page_path)
+    try:
+        visit.check_clean(page_path)
+        scales = {s["chart"]: s for s in visit.page.evaluate("window.pgsurgeScales()")}
+        assert set(scales) == {"tps", "latency", "percentiles", "waits"}
+        assert scales["tps"]["min"] == 0 and scales["tps"]["max"] > 0
+        assert scales["waits"]["min"] == 0 and scales["waits"]["max"] == 1
+        assert all(n > 1000 for n in visit.drawn_canvases())
+        # the bands are opaque: the waits chart's filled pixels are solid
+        data = visit.data()
+        assert data["wait_stack"]["names"] == ["CPU", "IO:DataFileRead", "Lock:tuple"]
+        assert set(data["side_curves"]) == {"A", "B"}
+        visit.page.screenshot(path=str(tmp_path / "waits.png"), full_page=True)
+    finally:
+        visit.close()
+
+
 def test_noscript_page_has_the_tables(
     browser: Browser, real_run: tuple[dict[str, Any], Path]
 ) -> None:

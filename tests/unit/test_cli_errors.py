@@ -306,3 +306,22 @@ def test_same_as_pgbench(case: Case, script_dir: Path, pgbench_bin: Path) -> Non
     assert "connection to server" not in expected.stderr, "row must fail early"
     got = run_cli(args, env=env, stdin=case.stdin)
     assert got == expected
+
+
+@pytest.mark.parametrize("init", [False, True], ids=["run", "init"])
+def test_unparsable_uri_error_masks_its_password(init: bool, pgbench_bin: Path) -> None:
+    """libpq quotes a URI it cannot parse whole, password included, and
+    pgbench prints it so; pgsurge prints the same lines with the password
+    masked (issue 21: no password form in any output)."""
+    uri = "postgres://bob:URIPW111@[::1/postgres"
+    args = ["-i", uri] if init else ["-c", "1", "-t", "1", uri]
+    expected = run_pgbench(pgbench_bin, args, env=base_env())
+    got = run_cli(args, env=base_env())
+    assert "URIPW111" in expected.stderr
+    assert "URIPW111" not in got.stderr + got.stdout
+    masked = expected.stderr.replace("URIPW111", "********")
+    assert (got.status, got.stdout, got.stderr) == (
+        expected.status,
+        expected.stdout,
+        masked,
+    )

@@ -18,9 +18,13 @@ from tests.fix_cli import run_cli
 from tests.fix_data import result_doc, write_result
 
 
-def _side(tmp_path: Path, prefix: str, values: list[float], **kw: Any) -> list[str]:
+def _side(
+    tmp_path: Path, prefix: str, values: list[float], first: int = 0, **kw: Any
+) -> list[str]:
+    # ``first``: the sides' runs start at different times, as real runs do
+    # (equal values, contents and start times would be the same run twice)
     return [
-        write_result(tmp_path / f"{prefix}{i + 1}.json", v, seq=i, **kw)
+        write_result(tmp_path / f"{prefix}{i + 1}.json", v, seq=first + i, **kw)
         for i, v in enumerate(values)
     ]
 
@@ -29,7 +33,8 @@ DEV = [0.99, 1.01, 1.0, 0.995, 1.005]
 
 
 def _compare(tmp_path: Path, base: list[float], new: list[float], *opts: str) -> Any:
-    args = ["compare", *_side(tmp_path, "b", base), "--vs", *_side(tmp_path, "n", new)]
+    news = _side(tmp_path, "n", new, first=len(base))
+    args = ["compare", *_side(tmp_path, "b", base), "--vs", *news]
     return run_cli([*args, *opts])
 
 
@@ -88,6 +93,7 @@ def test_fail_on_a_latency_metric(tmp_path: Path) -> None:
         doc = json.loads(Path(base[i]).read_text())
         p = doc["totals"]["latency_ms"]["percentiles"]
         p["99"] *= 1.2 * d
+        doc["start"] = doc["start"].replace("T10:", "T11:")  # another run
         path = tmp_path / f"n{i}.json"
         path.write_text(json.dumps(doc))
         new.append(str(path))
@@ -188,25 +194,42 @@ def test_drift_and_outliers_are_reported(tmp_path: Path) -> None:
     assert _row(r.stdout, "tps").startswith("tps          5 vs 5 runs")
 
 
-def test_single_run_per_side_uses_batch_means(tmp_path: Path) -> None:
+def test_single_run_per_side_shows_within_run_interval_but_no_verdict(
+    tmp_path: Path,
+) -> None:
+    # issue 21 item 10: batch means within one run per side understate the
+    # variance between runs; the interval is shown as within-run, and it
+    # decides nothing: no verdict, no --fail-on failure, in text and JSON
     flat = [40_000.0 + (200 if k % 2 else -200) for k in range(62)]
     base = write_result(tmp_path / "one.json", 40_000, intervals=flat)
-    new = write_result(tmp_path / "two.json", 36_000, intervals=[v * 0.9 for v in flat])
-    r = run_cli(["compare", base, "--vs", new])
+    new = write_result(
+        tmp_path / "two.json", 36_000, seq=1, intervals=[v * 0.9 for v in flat]
+    )
+    doc_path = tmp_path / "c.json"
+    args = ["compare", base, "--vs", new, "--json", str(doc_path)]
+    r = run_cli([*args, "--fail-on", "change"])
     assert r.status == 0, r.stderr
     assert (
-        "single run per side: run-to-run variance not measured (CIs from 6+6 batch "
-        "means of 10 s within each run)"
+        "single run per side: run-to-run variance not measured (within-run CIs "
+        "from 6+6 batch means of 10 s, which understate it: no verdict)"
     ) in r.stdout
-    row = _row(r.stdout, "tps")
-    assert "1 vs 1 run  40 000 → 36 000" in re.sub(r" {2,}", "  ", row)
-    assert row.endswith("slower")
+    row = re.sub(r" {2,}", "  ", _row(r.stdout, "tps"))
+    assert "1 vs 1 run  40 000 → 36 000  -10.0 %  within-run 95 % CI [" in row
+    assert row.endswith("no verdict (single run per side: within-run interval only)")
+    assert "slower" not in r.stdout and "faster" not in r.stdout
+    doc = json.loads(doc_path.read_text())
+    tps = doc["metrics"][0]
+    assert (tps["ci"], tps["direction"], tps["method"]) == (None, None, "batch-means")
+    assert tps["within_run_ci"][0] <= 0.9 <= tps["within_run_ci"][1]
+    assert doc["verdict"].startswith("no verdict") and doc["exit_status"] == 0
+    assert run_cli([*args, "--fail-on", "slower"]).status == 0
     # no per-interval series for CPU: no verdict, said so
     assert _row(r.stdout, "CPU/tx").endswith(
         "no verdict (single run per side, no per-interval series)"
     )
     short = write_result(tmp_path / "short.json", 40_000)  # a 2 s run
-    r = run_cli(["compare", short, "--vs", short])
+    short2 = write_result(tmp_path / "short2.json", 40_000, seq=1)
+    r = run_cli(["compare", short, "--vs", short2])
     assert "too short for batch means" in _row(r.stdout, "tps")
 
 
@@ -260,7 +283,7 @@ def test_script_text_differences_are_seen(tmp_path: Path) -> None:
 def test_runs_within_a_side_must_match(tmp_path: Path) -> None:
     a1 = write_result(tmp_path / "a1.json", 40_000)
     a2 = write_result(tmp_path / "a2.json", 40_000, edit={"run.scale": 5})
-    b = write_result(tmp_path / "b.json", 40_000)
+    b = write_result(tmp_path / "b.json", 40_000, seq=1)
     r = run_cli(["compare", a1, a2, "--vs", b])
     assert r.stderr == (
         "pgsurge: error: different workloads: a1.json and a2.json: scale 1 vs 5 "
@@ -377,6 +400,20 @@ def test_compare_help(tmp_path: Path) -> None:
             '(try "pgsurge ab --help")',
         ),
         (["--order", "aabb"], "pgsurge ab: argument --order: invalid choice: "),
+        # each arm's arguments are read before the first run (issue 21 item 11)
+        (
+            ["--b", "-M bogus", "--", "-S"],
+            "arm B's arguments (--b and the common ones): invalid query mode (-M): "
+            '"bogus"',
+        ),
+        (
+            ["--a", "-S", "--b", "-c 0", "--", "-T", "1"],
+            "arm B's arguments (--b and the common ones): -c/--client must be in "
+            "range 1..2147483647",
+        ),
+        (["--", "-S", "-t", "1", "-T", "1"], "the common arguments (arm A): "),
+        (["--b", "-i", "--", "-S"], "arm B's arguments (--b and the common ones): "),
+        (["--a", "-b list", "--", "-T", "1"], "arm A's arguments (--a and the "),
     ],
 )
 def test_ab_bad_arguments(
@@ -420,3 +457,68 @@ def test_experiment_imports_no_run_machinery() -> None:
     forbidden = ("engine", "runner", "report", "pgconn", "cli", "init", "server")
     bad = [m for m in mods if m.split(".")[1:2] and m.split(".")[1] in forbidden]
     assert bad == []
+
+
+# -- the same run twice; sides without a measured spread (issue 21 item 9) ----------
+
+
+@pytest.mark.parametrize("how", ["same path", "./ path", "symlink", "copy"])
+def test_the_same_run_twice_is_refused(tmp_path: Path, how: str) -> None:
+    a = write_result(tmp_path / "a.json", 40_000)
+    b = write_result(tmp_path / "b.json", 44_000, seq=1)
+    twin = {
+        "same path": b,
+        "./ path": str(tmp_path / "." / "b.json"),
+        "symlink": str(tmp_path / "link.json"),
+        "copy": str(tmp_path / "copy.json"),
+    }[how]
+    if how == "symlink":
+        (tmp_path / "link.json").symlink_to(b)
+    if how == "copy":
+        (tmp_path / "copy.json").write_bytes(Path(b).read_bytes())
+    r = run_cli(["compare", a, "--vs", b, twin])
+    assert (r.status, r.stdout) == (1, "")
+    assert r.stderr.startswith("pgsurge: error: ") and r.stderr.count("\n") == 1
+    assert "are the same run" in r.stderr and "give each run once" in r.stderr
+    # within the base side too, and across the sides
+    assert run_cli(["compare", b, twin, "--vs", a]).status == 1
+    assert run_cli(["compare", b, "--vs", twin]).status == 1
+
+
+def test_an_edited_copy_of_a_run_is_the_same_run(tmp_path: Path) -> None:
+    a = write_result(tmp_path / "a.json", 40_000)
+    b = write_result(tmp_path / "b.json", 44_000, seq=1)
+    doc = json.loads(Path(b).read_text())
+    doc["experiment"] = {"arm": "B", "args": [], "env": {}, "common": []}
+    (tmp_path / "b2.json").write_text(json.dumps(doc, indent=4))
+    r = run_cli(["compare", a, "--vs", b, str(tmp_path / "b2.json")])
+    assert r.status == 1
+    assert "(the same start time 2026-01-01T10:01:00.000000Z and figures)" in r.stderr
+
+
+@pytest.mark.parametrize("n_base", [1, 3])
+def test_no_verdict_from_a_side_without_spread(tmp_path: Path, n_base: int) -> None:
+    # three distinct runs (other start times) with exactly the same figures:
+    # their spread is 0, which is no measurement of it
+    base = _side(tmp_path, "b", [40_000 * d for d in DEV[:n_base]])
+    new = _side(tmp_path, "n", [44_000.0] * 3, first=10)
+    r = run_cli(["compare", *base, "--vs", *new, "--fail-on", "change"])
+    assert r.status == 0, r.stderr
+    assert _row(r.stdout, "tps").endswith(
+        "no verdict (no spread in the 3 new runs: identical values)"
+    )
+    assert "faster" not in _row(r.stdout, "tps")
+
+
+def test_html_single_run_per_side_no_verdict_with_within_run_interval(
+    tmp_path: Path,
+) -> None:
+    from pgsurge.report.html import RunDoc, render_html
+
+    a = json.loads(Path(write_result(tmp_path / "a.json", 40_000)).read_text())
+    b = json.loads(Path(write_result(tmp_path / "b.json", 36_000, seq=1)).read_text())
+    runs = [RunDoc("a.json", a, "A"), RunDoc("b.json", b, "B")]
+    page = render_html(runs, within_run=(0.85, 0.95))
+    assert "tps: <strong>no verdict</strong>" in page
+    assert "within-run interval (batch means, one run per side): -15.0% … -5.0%" in page
+    assert "slower" not in page.split('id="verdict"')[1].split("</section>")[0]

@@ -288,6 +288,7 @@ def worker(
     max_tries: int = 1,
     verbose_errors: bool = False,
     seed: int = 5,
+    reconnect: int = 0,
 ) -> Run:
     """One client running ``script`` ``transactions`` times, connected."""
     scripts = compile_scripts((parse_script("test", script),), mode)
@@ -314,6 +315,7 @@ def worker(
         connect_each_tx=False,
         weights=(1,),
         conninfo={},
+        reconnect=reconnect,
     )
     io = Io()
     log: list[str] = []
@@ -476,6 +478,52 @@ def test_fatal_error_then_close_reports_the_error() -> None:
     assert run.log == [
         "pgsurge: error: client 0 script 0 aborted in command 0 query 0: "
         "FATAL:  terminating connection due to administrator command\n"
+    ]
+
+
+@pytest.mark.parametrize(
+    "lost",
+    [
+        LOST,
+        [
+            failed(
+                "57P01", "terminating connection due to administrator command", "FATAL"
+            ),
+            CLOSE,
+        ],
+    ],
+    ids=["silent", "fatal"],
+)
+def test_lost_connection_under_reconnect_is_not_an_abort(lost: Answer) -> None:
+    """--reconnect: the client stops in ABORTED with its connection bad
+    (engine/reconnect.py takes it from there), and says it lost its
+    connection rather than pgbench's "aborted" line: it goes on."""
+    run = worker(
+        "SELECT 1;\nSELECT 2;\n",
+        answers({"SELECT": [[rows(["a"])], lost]}),
+        reconnect=10,
+    )
+    assert run.drive() == ABORTED
+    assert run.conn.bad and run.conn.finished
+    why = (
+        "perhaps the backend died while processing"
+        if lost == LOST
+        else "FATAL:  terminating connection due to administrator command"
+    )
+    assert run.log == [
+        f"pgsurge: client 0 lost its connection in command 1 of script 0; {why}\n"
+    ]
+    assert run.worker.abort_messages == [f"client 0 lost its connection; {why}"]
+
+
+def test_other_error_under_reconnect_still_aborts() -> None:
+    """Only a lost connection is spared: an SQL error aborts as before."""
+    err = failed("42P01", 'relation "nope" does not exist')
+    run = worker("SELECT 1;\n", answers({"SELECT": [[err]]}), reconnect=10)
+    assert run.drive() == ABORTED
+    assert run.log == [
+        "pgsurge: error: client 0 script 0 aborted in command 0 query 0: "
+        'ERROR:  relation "nope" does not exist\n'
     ]
 
 

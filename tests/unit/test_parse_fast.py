@@ -216,8 +216,11 @@ def test_hostile_lines_parse_in_linear_time(name: str, text: str) -> None:
     t0 = time.perf_counter()
     parse_script(name, text)
     # 0.01-0.5 s measured; the bound only catches a return to quadratic
-    # backtracking (the first-word case took 9 s for 16 KB)
-    assert time.perf_counter() - t0 < 6.0
+    # backtracking (the first-word case took 9 s for 16 KB). The greedy
+    # dialect of Pythons before 3.11.5 is linear but up to 10x slower
+    # (unclosed-parens: 4.9 s on a loaded 3.11.2), so it gets more room.
+    bound = 6.0 if sqlruns.POSSESSIVE else 30.0
+    assert time.perf_counter() - t0 < bound
 
 
 # ---------------------------------------------------------------------------

@@ -212,3 +212,47 @@ def test_reporter_timestamp_mode() -> None:
     )
     line = rep.report(StatsData(), 5_000_000)
     assert line.startswith("progress: 1700000005.000 s, 0.0 tps")
+
+
+def test_a_stalled_worker_does_not_inflate_the_next_interval() -> None:
+    """Worker 1 stalls from 1.5 s to 4.9 s (issue 21: --reconnect's back-off
+    slept in its worker); worker 0 runs 1000 tx/s throughout. Every line's
+    tps stays near the true rate; the time of the line shown at tick 4 was
+    the stalled worker's 4.9 s, and the next interval, 0.1 s long, held
+    worker 0's whole second (about 11000 tps)."""
+    from pgsurge.runner.drive import _Received  # the parent's merge of ticks
+
+    got = _Received.at_start(2, 0)
+    reporter = ProgressReporter(test_start_us=0, interval_s=1)
+
+    def tick(worker: int, number: int, now_s: float, cnt: int) -> None:
+        snap = StatsData()
+        snap.cnt = cnt
+        got.ticks[worker], got.nows[worker], got.snapshots[worker] = (
+            number,
+            int(now_s * 1e6),
+            snap,
+        )
+
+    lines = []
+    # (worker, tick, when, cumulative count): worker 1 idle-stalled, then
+    # catching up at 4.9 s; worker 0 at 1000 tx/s
+    for event in [
+        (0, 1, 1.0, 1000),
+        (1, 1, 1.0, 1000),
+        (0, 2, 2.0, 2000),
+        (0, 3, 3.0, 3000),
+        (0, 4, 4.0, 4000),
+        (1, 4, 4.9, 1500),
+        (0, 5, 5.0, 5000),
+        (1, 5, 5.0, 1600),
+        (0, 6, 6.0, 6000),
+        (1, 6, 6.0, 2600),
+    ]:
+        tick(*event)
+        if min(got.ticks) > got.shown:
+            got.shown = min(got.ticks)
+            lines.append(reporter.report(got.merged(), got.shown_at()))
+    tps = [float(line.split(", ")[1].split()[0]) for line in lines]
+    assert len(tps) == 4, lines
+    assert max(tps) < 2500, lines  # two workers: 2000 tps at most

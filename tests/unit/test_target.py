@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import io
 import os
+import pwd
+import shutil
 import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -191,3 +194,180 @@ def test_libpq_default_address_leaves_psycopg_unimported() -> None:
     out = python_c(code).splitlines()
     assert out[1] == "False"
     assert out[0] == out[2]
+
+
+# -- sockets found without a target: only trusted owners (issue 21, security 2)
+
+IS_ROOT = os.geteuid() == 0
+
+
+class _FakeEmbedded:
+    """Stands in for the embedded server: records that the run went on to it."""
+
+    version = "18.6"
+    data_dir = Path("/fake/pgsurge/data")
+    started: ClassVar[list[bool]] = []
+
+    def ensure_running(self) -> ConnParams:
+        self.started.append(True)
+        return ConnParams("/fake/run", "5432", "postgres", "postgres", embedded=True)
+
+
+@pytest.fixture
+def planted(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, socket.socket]]:
+    """A listening ``.s.PGSQL.5432`` in a fresh socket directory (0700, ours)
+    standing in for ``/tmp``; no target in the environment; the embedded
+    server faked."""
+    from pgsurge.server import embedded
+
+    tmp = Path(tempfile.mkdtemp(prefix="pgsurge-sock-"))
+    for name in (*TARGET_ENV_VARS, "PGUSER"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(target, "PGBENCH_SOCKET_DIR", str(tmp))
+    monkeypatch.setattr(target, "libpq_default_address", lambda: ("/nonexistent", 5432))
+    monkeypatch.setattr(embedded, "EmbeddedServer", _FakeEmbedded)
+    _FakeEmbedded.started.clear()
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(str(tmp / ".s.PGSQL.5432"))
+    srv.listen(1)
+    try:
+        yield tmp, srv
+    finally:
+        srv.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _nobody_uid() -> int:
+    try:
+        return pwd.getpwnam("nobody").pw_uid
+    except KeyError:
+        pytest.skip("no user 'nobody'")
+
+
+def _resolve() -> tuple[ConnParams, list[str]]:
+    err = io.StringIO()
+    conn = resolve_target(ConnParams(), force_embedded=False, stderr=err)
+    return conn, err.getvalue().splitlines()
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="needs root to give the socket to nobody")
+def test_tmp_socket_of_another_user_is_skipped(
+    planted: tuple[Path, socket.socket],
+) -> None:
+    tmp, _ = planted
+    uid = _nobody_uid()
+    os.lchown(tmp / ".s.PGSQL.5432", uid, -1)
+    conn, lines = _resolve()
+    assert conn.embedded and _FakeEmbedded.started == [True]
+    assert lines[0] == (
+        f"pgsurge: skipping the server listening in {tmp} (port 5432): its socket "
+        'is owned by "nobody", not by you, root or a PostgreSQL server account'
+    )
+    assert lines[1].startswith("pgsurge: using the embedded PostgreSQL 18.6 server")
+    assert len(lines) == 2
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="needs root to give the socket to nobody")
+def test_default_dir_socket_of_another_user_is_skipped(
+    planted: tuple[Path, socket.socket], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same in libpq's own default socket directory."""
+    tmp, _ = planted
+    os.lchown(tmp / ".s.PGSQL.5432", _nobody_uid(), -1)
+    monkeypatch.setattr(target, "PGBENCH_SOCKET_DIR", "/nonexistent-tmp")
+    monkeypatch.setattr(target, "libpq_default_address", lambda: (str(tmp), 5432))
+    conn, lines = _resolve()
+    assert conn.embedded
+    assert lines[0].startswith(f"pgsurge: skipping the server listening in {tmp} ")
+    assert len(lines) == 2
+
+
+def test_tmp_socket_of_our_own_is_used(planted: tuple[Path, socket.socket]) -> None:
+    tmp, _ = planted
+    conn, lines = _resolve()
+    assert not conn.embedded and (conn.host, conn.port) == (str(tmp), "5432")
+    assert lines == [
+        f"pgsurge: using the server listening in {tmp} (port 5432), where pgbench "
+        "looks (none in libpq's default socket directory)"
+    ]
+
+
+def test_socket_in_directory_open_to_all_is_skipped(
+    planted: tuple[Path, socket.socket],
+) -> None:
+    """Our own socket, but in a directory anyone may change (not sticky):
+    it could be swapped for another right after the check."""
+    tmp, _ = planted
+    os.chmod(tmp, 0o777)
+    conn, lines = _resolve()
+    assert conn.embedded
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    assert lines[0] == (
+        f"pgsurge: skipping the server listening in {tmp} (port 5432): its "
+        f'directory can be changed by others (owned by "{me}", mode 0777)'
+    )
+
+
+def test_socket_symlink_is_skipped(planted: tuple[Path, socket.socket]) -> None:
+    """A link to a real server's socket: whoever made it chose the server."""
+    tmp, _ = planted
+    real = tmp / "real"
+    real.mkdir()
+    (tmp / ".s.PGSQL.5432").rename(real / ".s.PGSQL.5432")
+    (tmp / ".s.PGSQL.5432").symlink_to(real / ".s.PGSQL.5432")
+    if IS_ROOT:
+        os.lchown(tmp / ".s.PGSQL.5432", _nobody_uid(), -1)
+        why = 'its socket is owned by "nobody"'
+    else:
+        why = f"{tmp / '.s.PGSQL.5432'} is not a socket but a symbolic link"
+    conn, lines = _resolve()
+    assert conn.embedded
+    assert lines[0].startswith(
+        f"pgsurge: skipping the server listening in {tmp} (port 5432): {why}"
+    )
+
+
+def test_named_target_keeps_an_untrusted_socket(
+    planted: tuple[Path, socket.socket],
+) -> None:
+    """PGHOST names the directory: the user chose it, nothing is checked."""
+    tmp, _ = planted
+    if IS_ROOT:
+        os.lchown(tmp / ".s.PGSQL.5432", _nobody_uid(), -1)
+    err = io.StringIO()
+    conn = ConnParams()
+    got = resolve_target(
+        conn, force_embedded=False, env={"PGHOST": str(tmp)}, stderr=err
+    )
+    assert got is conn and err.getvalue() == "" and _FakeEmbedded.started == []
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="needs root to change the group")
+def test_socket_dir_writable_by_server_group_is_trusted(
+    planted: tuple[Path, socket.socket],
+) -> None:
+    """Debian's /var/run/postgresql is 2775 postgres:postgres: the group of a
+    server account may write there, another group may not."""
+    tmp, _ = planted
+    accounts = [a for a in target.SERVER_ACCOUNTS if _account(a) is not None]
+    if not accounts:
+        pytest.skip("no PostgreSQL server account here")
+    server_gid = _account(accounts[0]).pw_gid  # type: ignore[union-attr]
+    os.chown(tmp, 0, server_gid)
+    os.chmod(tmp, 0o2775)
+    conn, lines = _resolve()
+    assert not conn.embedded and conn.host == str(tmp), lines
+    other = pwd.getpwnam("nobody").pw_gid if _account("nobody") else None
+    if other is None or other == server_gid:
+        return
+    os.chown(tmp, 0, other)
+    conn, lines = _resolve()
+    assert conn.embedded
+    assert "its directory can be changed by others" in lines[0]
+
+
+def _account(name: str) -> pwd.struct_passwd | None:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        return None

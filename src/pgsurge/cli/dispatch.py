@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import TextIO
 
-    from pgsurge.config import InitConfig, RunConfig
+    from pgsurge.config import ConnParams, InitConfig, RunConfig
 
 __all__ = ["main"]
 
@@ -224,7 +224,7 @@ def _main(argv: Sequence[str]) -> int:
             from pgsurge.experiment.command import ab_main
 
             _startup_done()
-            return int(ab_main(list(argv[1:])))
+            return int(ab_main(list(argv[1:]), check_args=_check_run_args))
     from pgsurge.cli.options import EarlyExit, parse_command_line
 
     try:
@@ -232,6 +232,28 @@ def _main(argv: Sequence[str]) -> int:
     except EarlyExit as e:
         return e.status
     return _dispatch(cfg)
+
+
+def _check_run_args(
+    args: Sequence[str], environ: Mapping[str, str]
+) -> tuple[ConnParams, bool]:
+    """For ``pgsurge ab``: an arm's arguments read as its run will read them
+    (nothing printed; a ``PgsurgeError`` names the bad option), and where
+    the run connects (in memory: the conninfo may hold a password)."""
+    import io
+
+    from pgsurge.cli.options import EarlyExit, parse_command_line
+    from pgsurge.config import RunConfig
+
+    try:
+        cfg = parse_command_line(
+            args, environ=environ, stderr=io.StringIO(), read_stdin=lambda: b""
+        )
+    except EarlyExit:
+        raise UsageError("they end pgsurge before any run (e.g. -b list)") from None
+    if not isinstance(cfg, RunConfig):
+        raise UsageError("they ask for an initialization (-i), not a run")
+    return cfg.conn, cfg.force_embedded
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -256,7 +256,7 @@ def make_engine(
     rec_latency = rec.latency if rec is not None else None
 
     # the phases' steps, bound as closure variables of advance
-    sup = Support(w, log)
+    sup = Support(w, log, s.reconnect > 0)
     # --debug: pgbench's debug lines; the hot path's inline sends and fast
     # restart are switched off (by the constants below, at no cost in a
     # normal run), so that the general paths print them

@@ -6,9 +6,10 @@ client each time:
 * a client waiting for the server has its socket registered for reading
   (and for writing while libpq still holds unsent data), and is advanced
   only when the socket is ready — no client is ever polled in a busy loop;
-* a client in ``\\sleep`` or ``--rate`` throttling sits in a heap of
-  deadlines, and the wait's timeout is the nearest one (or the next
-  progress tick);
+* a client in ``\\sleep``, ``--rate`` throttling or ``--reconnect``'s
+  back-off sits in a heap of deadlines, and the wait's timeout is the
+  nearest one (or the next progress tick); a client reconnecting waits on
+  the socket of its connection being opened, as for a result;
 * a client that just finished a transaction is runnable at once; it runs in
   the next iteration after a non-blocking check of the sockets, so that a
   script of meta commands only cannot starve the others.
@@ -233,6 +234,17 @@ class EventLoop:
         if client.fd >= 0 and not client.unwatched:
             self.waiter.modify(client.fd, READ)
 
+    def wait_connect(self, client: Client, fd: int, mask: int) -> None:
+        """Wait for a connection being opened (--reconnect): its socket
+        ``fd`` ready for ``mask``. libpq may have closed the previous
+        socket and opened another (the next address), perhaps with the
+        same number, so the old registration is dropped every time."""
+        self.detach(client)
+        if fd >= 0:
+            client.fd = fd
+            self._by_fd[fd] = client
+            self.waiter.register(fd, mask)
+
     def watch(self, client: Client) -> None:
         """Put back into the wait set a socket that :func:`absorb` took
         out, when its client is about to wait on it."""
@@ -270,6 +282,8 @@ class EventLoop:
         THROTTLE = C.THROTTLE
         ABORTED = C.ABORTED
         FINISHED = C.FINISHED
+        RECONNECT_WAIT = C.RECONNECT_WAIT
+        CONNECTING = C.CONNECTING
         timers: list[tuple[int, int, Client]] = []
         runq: list[Client] = []
         remains = 0
@@ -291,6 +305,8 @@ class EventLoop:
                 heappush(timers, (st.sleep_until, st.id, st))
             elif state == THROTTLE:
                 heappush(timers, (st.txn_scheduled, st.id, st))
+            elif state == RECONNECT_WAIT:
+                heappush(timers, (st.sleep_until, st.id, st))
             elif state == FINISHED or state == ABORTED:
                 remains -= 1
                 if exit_on_abort and state == ABORTED:
@@ -301,6 +317,8 @@ class EventLoop:
                 # was watched, and only absorb unwatches)
                 if st.unwatched:
                     watch(st)
+            elif state == CONNECTING:
+                pass  # its socket is watched (wait_connect)
             else:
                 raise AssertionError(f"client stopped in state {state}")
 
@@ -332,7 +350,11 @@ class EventLoop:
                         return LoopOutcome.STOPPED
                     continue
                 state = owner.state
-                if state != WAIT_RESULT and state != WAIT_ROLLBACK_RESULT:
+                if (
+                    state != WAIT_RESULT
+                    and state != WAIT_ROLLBACK_RESULT
+                    and state != CONNECTING
+                ):
                     absorb(self, owner)
                     continue
                 advance(owner)

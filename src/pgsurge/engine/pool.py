@@ -23,7 +23,7 @@ from pgsurge.engine.protocol import ParentMessage
 from pgsurge.engine.worker import WorkerSpec, worker_main
 from pgsurge.errors import ExitStatus
 
-__all__ = ["RunFailed", "WorkerPool", "mp_context", "split_clients"]
+__all__ = ["RunFailed", "StderrRelay", "WorkerPool", "mp_context", "split_clients"]
 
 
 class RunFailed(Exception):
@@ -65,10 +65,69 @@ def mp_context() -> Any:
 
 
 def _worker_entry(
-    spec: WorkerSpec, pipe: Connection, parent: int, abort_owner: Any
+    spec: WorkerSpec,
+    pipe: Connection,
+    parent: int,
+    abort_owner: Any,
+    relay: StderrRelay | None,
 ) -> None:
     _die_with_parent(parent)
+    if relay is not None:
+        relay.become_stderr()
     worker_main(spec, pipe, abort_owner)
+
+
+class StderrRelay:
+    """A pipe that the workers' fd 2 points to, read by the parent.
+
+    For the live panel: a forked worker writing to the terminal behind the
+    panel's back has its line erased by the next redraw and leaves panel
+    fragments behind. Redirecting fd 2 itself (not a Python stream) also
+    catches what C writes there: the fast loop, libpq's notice processor,
+    the stderr of ``\\shell`` commands. The parent reads the pipe
+    (:meth:`read`, non-blocking) and prints what came above the panel.
+    Only with ``fork``: a spawned worker inherits no descriptor.
+    """
+
+    def __init__(self) -> None:
+        self._read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._read_fd, False)
+
+    def fileno(self) -> int:
+        """The read end (for ``multiprocessing.connection.wait``)."""
+        return self._read_fd
+
+    def become_stderr(self) -> None:
+        """In a worker: fd 2 is now the pipe."""
+        os.close(self._read_fd)
+        os.dup2(self._write_fd, 2)
+        os.close(self._write_fd)
+
+    def forked(self) -> None:
+        """In the parent, once every worker is started: only the workers
+        hold the write end, so the pipe ends when they all have."""
+        if self._write_fd >= 0:
+            os.close(self._write_fd)
+            self._write_fd = -1
+
+    def read(self) -> bytes:
+        """Whatever the workers have written so far (b"" if nothing)."""
+        chunks = []
+        while self._read_fd >= 0:
+            try:
+                chunk = os.read(self._read_fd, 65536)
+            except (BlockingIOError, InterruptedError):
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        self.forked()
+        if self._read_fd >= 0:
+            os.close(self._read_fd)
+            self._read_fd = -1
 
 
 def _die_with_parent(parent: int) -> None:
@@ -92,8 +151,14 @@ def _die_with_parent(parent: int) -> None:
 class WorkerPool:
     """The worker processes and their pipes, with clean shutdown."""
 
-    def __init__(self, specs: Sequence[WorkerSpec]) -> None:
+    def __init__(
+        self, specs: Sequence[WorkerSpec], *, relay_stderr: bool = False
+    ) -> None:
         ctx = mp_context()
+        #: the workers' stderr, when asked for and the workers are forked
+        self.relay: StderrRelay | None = None
+        if relay_stderr and ctx.get_start_method() == "fork":
+            self.relay = StderrRelay()
         self.pipes: list[Connection] = []
         self.nclients = [spec.nclients for spec in specs]
         self.procs: list[Any] = []
@@ -109,7 +174,7 @@ class WorkerPool:
                 self.pipes.append(parent_end)
                 proc = ctx.Process(
                     target=_worker_entry,
-                    args=(spec, child_end, os.getpid(), abort_owner),
+                    args=(spec, child_end, os.getpid(), abort_owner, self.relay),
                     name=f"pgsurge-worker-{spec.worker_id}",
                     daemon=True,
                 )
@@ -123,7 +188,11 @@ class WorkerPool:
             # STEADY that never comes, and multiprocessing's exit handler
             # would wait for them forever
             self.stop()
+            if self.relay is not None:
+                self.relay.close()
             raise
+        if self.relay is not None:
+            self.relay.forked()
 
     def send_all(self, msg: ParentMessage) -> None:
         for pipe in self.pipes:

@@ -475,10 +475,7 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
                     f"of script {st.script}; {strip_nl(message)}"
                 )
             return 2
-        error(
-            f"client {st.id} script {st.script} aborted in command {st.command} "
-            f"query {st.qrynum}: {strip_nl(message)}"
-        )
+        sup.query_failed(st, st.qrynum, strip_nl(message))
         return 3
 
     def discard_until_sync(st: Client) -> int:
@@ -486,10 +483,7 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
         raw = st.raw
         while True:
             if st.conn.bad:  # type: ignore[union-attr]
-                error(
-                    f"client {st.id} aborted while rolling back the transaction "
-                    "after an error; perhaps the backend died while processing"
-                )
+                sup.rollback_failed(st)
                 return 3
             if raw.is_busy():
                 return 0

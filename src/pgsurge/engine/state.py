@@ -65,6 +65,11 @@ class ConnectionState(enum.IntEnum):
     END_TX = 13
     ABORTED = 14
     FINISHED = 15
+    # pgsurge's own, for --reconnect (engine/reconnect.py; never in the C
+    # loop, which does not run such runs): waiting for the back-off's end,
+    # and for the socket of a connection being opened
+    RECONNECT_WAIT = 16
+    CONNECTING = 17
 
 
 # Plain ints on the hot path: comparing ints beats comparing enum members.
@@ -84,6 +89,8 @@ FAILURE = int(ConnectionState.FAILURE)
 END_TX = int(ConnectionState.END_TX)
 ABORTED = int(ConnectionState.ABORTED)
 FINISHED = int(ConnectionState.FINISHED)
+RECONNECT_WAIT = int(ConnectionState.RECONNECT_WAIT)
+CONNECTING = int(ConnectionState.CONNECTING)
 
 
 class OpKind(enum.IntEnum):
@@ -352,6 +359,8 @@ class Settings:
     #: run on every new connection before use (a Python workload's
     #: ``@setup``): None when it went well, else the error message
     on_connect: Callable[[pgconn.PgConn], str | None] | None = None
+    #: --reconnect's attempts per lost connection (0: off, abort as pgbench)
+    reconnect: int = 0
 
 
 _monotonic_ns = time.monotonic_ns
@@ -366,11 +375,15 @@ class Support:
     tells why (``WorkerState.abort_messages``, the JSON result).
     """
 
-    __slots__ = ("_log", "_w", "last_error")
+    __slots__ = ("_log", "_reconnect", "_w", "last_error")
 
-    def __init__(self, w: WorkerState, log: Callable[[str], None]) -> None:
+    def __init__(
+        self, w: WorkerState, log: Callable[[str], None], reconnect: bool = False
+    ) -> None:
         self._w = w
         self._log = log
+        #: --reconnect: a client that lost its connection does not abort
+        self._reconnect = reconnect
         self.last_error = ""
 
     def error(self, message: str) -> None:
@@ -388,9 +401,46 @@ class Support:
         self._log(f"{PROG}: {message}\n")
 
     def command_failed(self, st: Client, cmd: str, message: str) -> None:
+        if self.reconnecting(st):
+            self.lost(st, message)
+            return
         self.error(
             f"client {st.id} aborted in command {st.command} ({cmd}) "
             f"of script {st.script}; {message}"
+        )
+
+    def query_failed(self, st: Client, qrynum: int, message: str) -> None:
+        """pgbench's abort on an error result (``message`` stripped)."""
+        if self.reconnecting(st):
+            self.lost(st, message)
+            return
+        self.error(
+            f"client {st.id} script {st.script} aborted in command {st.command} "
+            f"query {qrynum}: {message}"
+        )
+
+    def rollback_failed(self, st: Client) -> None:
+        """The connection failed while rolling back after an error."""
+        if self.reconnecting(st):
+            self.lost(st, BACKEND_DIED)
+            return
+        self.error(
+            f"client {st.id} aborted while rolling back the transaction "
+            f"after an error; {BACKEND_DIED}"
+        )
+
+    def reconnecting(self, st: Client) -> bool:
+        """Under --reconnect, a client whose connection is lost goes on
+        (engine/reconnect.py) instead of aborting: it must not say it
+        aborted."""
+        return self._reconnect and st.conn is not None and st.conn.bad
+
+    def lost(self, st: Client, message: str) -> None:
+        """--reconnect: the client lost its connection; it reconnects."""
+        self.last_error = f"client {st.id} lost its connection; {message}"
+        self._log(
+            f"{PROG}: client {st.id} lost its connection in command "
+            f"{st.command} of script {st.script}; {message}\n"
         )
 
     def aborted(self, st: Client) -> None:

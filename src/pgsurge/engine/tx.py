@@ -32,6 +32,7 @@ from pgsurge.engine.fastpq import usable_with
 from pgsurge.engine.sql import SqlSteps
 from pgsurge.engine.state import (
     ABORTED,
+    BACKEND_DIED,
     E_DEADLOCK,
     E_NONE,
     E_SERIALIZATION,
@@ -264,6 +265,9 @@ def make_tx(
         return now
 
     def tx_status_error(st: Client) -> None:
+        if sup.reconnecting(st):
+            sup.lost(st, BACKEND_DIED)
+            return
         if st.conn is None or st.conn.bad:
             error("perhaps the backend died while processing")
         error(f"client {st.id} aborted while receiving the transaction status")
@@ -315,10 +319,7 @@ def make_tx(
         try:
             raw.consume_input()
         except libpq_error:
-            error(
-                f"client {st.id} aborted while rolling back the transaction "
-                "after an error; perhaps the backend died while processing"
-            )
+            sup.rollback_failed(st)
             return ABORTED
         if st.flush_pending and not flush_sent(st):
             return ABORTED

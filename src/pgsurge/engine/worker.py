@@ -154,6 +154,7 @@ def build_settings(spec: WorkerSpec, end_us: int) -> Settings:
         debug=cfg.debug,
         script_descs=tuple(s.description or s.name for s in cfg.scripts),
         on_connect=connect_hook(spec.scripts),
+        reconnect=cfg.reconnect,
     )
 
 

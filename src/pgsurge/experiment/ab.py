@@ -9,12 +9,19 @@ settings), the arguments common to both, the runs per arm and their order.
 2. the counted runs, interleaved ABBA ABBA … (or ABAB with ``--order
    abab``) so that a drift of the machine weighs on both arms alike;
 3. before each counted run with ``--checkpoint``, a ``CHECKPOINT`` on the
-   arm's server (the target its last run reported in its JSON result).
+   arm's server: the target its validated arguments name (``Arm.conn``,
+   kept in memory only: it may hold a password), resolved as a run does.
 
 Each run is ``python -m pgsurge ARM-ARGS COMMON-ARGS --json FILE`` in its
 own process group, its output in ``FILE.log`` beside it; after each run a
 line (arm, tps, p99, client CPU) goes to stdout and ``manifest.json`` in the
-output directory is rewritten, so that a directory always tells what ran.
+output directory is rewritten, so that a directory always tells what ran;
+each run's JSON gets an ``experiment`` section (its arm, the arm's
+arguments and environment, the common arguments) so that a result file
+says what it measured on its own. Everything written or printed passes
+through ``pgsurge.redact`` (no password form survives), the directory is
+0700 and its files 0600 whatever the umask: a conninfo in the arguments or
+the logs may still name users, hosts and databases.
 
 Ctrl-C (SIGINT) stops the experiment after the current run; a second one
 (or SIGTERM) stops the current run at once and discards it. What finished
@@ -25,9 +32,10 @@ experiment with status 2; one that fails otherwise, with status 1.
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import os
-import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -38,28 +46,40 @@ from types import FrameType
 from typing import Any, TextIO
 
 from pgsurge import __version__
+from pgsurge.config import ConnParams
 from pgsurge.errors import ExitStatus, PgsurgeError
 from pgsurge.experiment.render import run_line
 from pgsurge.experiment.results import RunSummary, load_result
+from pgsurge.redact import redact_env, redact_text, redact_words
 
 __all__ = ["Arm", "Experiment", "Plan", "RunRecord", "schedule"]
 
 MANIFEST = "manifest.json"
-#: environment variables whose values never go into the manifest
-_SECRET_ENV = re.compile(r"PASS|SECRET|TOKEN", re.IGNORECASE)
-_SECRET_ARG = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
+#: the experiment directory and its files: the owner's only
+DIR_MODE = 0o700
+FILE_MODE = 0o600
 
 #: runs the child's checkpoint: the arm's environment applies to it too
 #: (a dbname that is a conninfo string or URI is expanded, as libpq does
-#: for the program's own connections)
+#: for the program's own connections). The items come on stdin, never in
+#: argv: they may hold the password, and argv is readable by every user.
 _CHECKPOINT_CODE = (
     "import json, sys, psycopg\n"
-    "items = json.loads(sys.argv[1])\n"
+    "items = json.loads(sys.stdin.read())\n"
     "db = items.get('dbname') or ''\n"
     "base = items.pop('dbname') if '=' in db or '://' in db else ''\n"
     "with psycopg.connect(base, **items, autocommit=True, connect_timeout=30) as c:\n"
     "    c.execute('CHECKPOINT')\n"
 )
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` as a file only its owner may read (0600
+    whatever the umask; a symlink planted there is refused, not followed)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
+    with open(fd, "w", encoding="utf-8") as f:
+        os.fchmod(fd, FILE_MODE)
+        f.write(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +91,25 @@ class Arm:
     text: str
     args: tuple[str, ...]
     env: Mapping[str, str]
+    #: where its runs connect, from its validated arguments (None: not
+    #: validated); in memory only, it may hold a password
+    conn: ConnParams | None = field(default=None, repr=False, compare=False)
+    force_embedded: bool = False
+
+    def describe(self) -> str:
+        """The arm's arguments and environment, passwords masked."""
+        words = shlex.join(redact_words(self.args)) or "(no arguments)"
+        env = "".join(f" {k}={shlex.quote(v)}" for k, v in redact_env(self.env).items())
+        return words + env
+
+    def record(self, common: Sequence[str]) -> dict[str, Any]:
+        """The arm as the manifest and its runs' JSON record it (masked)."""
+        return {
+            "arm": self.name,
+            "args": redact_words(self.args),
+            "env": redact_env(self.env),
+            "common": redact_words(common),
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,14 +169,6 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def _mask_env(env: Mapping[str, str]) -> dict[str, str]:
-    return {k: ("********" if _SECRET_ENV.search(k) else v) for k, v in env.items()}
-
-
-def _mask_args(text: str) -> str:
-    return _SECRET_ARG.sub(r"\1********", text)
-
-
 class RunAborted(PgsurgeError):
     """A run of the experiment aborted: ab ends with pgsurge's status 2."""
 
@@ -169,9 +200,8 @@ class Experiment:
         self.state = "running"
         self._stop = 0
         self._proc: subprocess.Popen[bytes] | None = None
-        #: the connection items (JSON) each arm's last run reported, for
-        #: --checkpoint
-        self._conninfo: dict[str, str] = {}
+        #: each arm's resolved target for --checkpoint (in memory only)
+        self._targets: dict[str, ConnParams] = {}
 
     # -- signals --------------------------------------------------------------
 
@@ -204,16 +234,19 @@ class Experiment:
             "schema": 1,
             "kind": "pgsurge-ab",
             "pgsurge": __version__,
-            "command": [_mask_args(a) for a in self.argv],
+            "command": redact_words(self.argv),
             "arms": [
                 {
                     "name": a.name,
-                    "args": _mask_args(a.text),
-                    "env": _mask_env(a.env),
+                    # the shell words as one string, as before; the list too
+                    "args": shlex.join(redact_words(a.args)),
+                    "argv": redact_words(a.args),
+                    "env": redact_env(a.env),
+                    "describe": a.describe(),
                 }
                 for a in p.arms
             ],
-            "common": [_mask_args(a) for a in p.common],
+            "common": redact_words(p.common),
             "runs_per_arm": p.runs,
             "warmup": p.warmup,
             "order": p.order,
@@ -225,18 +258,36 @@ class Experiment:
     def write_manifest(self) -> None:
         path = self.plan.out_dir / MANIFEST
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.manifest(), indent=2) + "\n", encoding="utf-8")
+        tmp.unlink(missing_ok=True)
+        write_private(tmp, json.dumps(self.manifest(), indent=2) + "\n")
         os.replace(tmp, path)
 
     # -- running --------------------------------------------------------------
 
+    def _target(self, arm: Arm, env: Mapping[str, str]) -> ConnParams | None:
+        """The arm's server, chosen as its runs choose it (the embedded
+        server started if they would use it), once per arm."""
+        if arm.name not in self._targets and arm.conn is not None:
+            # lazily: only --checkpoint needs the target choice
+            from pgsurge.server.target import resolve_target
+
+            self._targets[arm.name] = resolve_target(
+                arm.conn,
+                force_embedded=arm.force_embedded,
+                env=env,
+                stderr=io.StringIO(),  # the runs say which server they use
+            )
+        return self._targets.get(arm.name)
+
     def _checkpoint(self, arm: Arm) -> None:
-        conninfo = self._conninfo.get(arm.name)
-        if conninfo is None:
-            return  # no run of this arm has told us its server yet
         env = os.environ | dict(arm.env)
+        target = self._target(arm, env)
+        if target is None:
+            return  # arguments not validated (an in-process caller)
+        items = target.conninfo_items()
         proc = subprocess.run(
-            [self.python, "-c", _CHECKPOINT_CODE, conninfo],
+            [self.python, "-c", _CHECKPOINT_CODE],
+            input=json.dumps(items),
             env=env,
             capture_output=True,
             text=True,
@@ -244,7 +295,9 @@ class Experiment:
         )
         if proc.returncode != 0:
             last = (proc.stderr.strip().splitlines() or ["?"])[-1]
-            raise PgsurgeError(f"CHECKPOINT on arm {arm.name}'s server failed: {last}")
+            raise PgsurgeError(
+                f"CHECKPOINT on arm {arm.name}'s server failed: {redact_text(last)}"
+            )
 
     def _run_one(self, arm: Arm, record: RunRecord) -> RunSummary | None:
         """Run one benchmark; its summary, or None when it was discarded."""
@@ -263,7 +316,13 @@ class Experiment:
         record.started = _now()
         self.records.append(record)
         self.write_manifest()
-        with open(out_dir / record.log, "wb") as log:
+        log_fd = os.open(
+            out_dir / record.log,
+            os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW,
+            FILE_MODE,
+        )
+        os.fchmod(log_fd, FILE_MODE)
+        with open(log_fd, "wb") as log:
             self._proc = subprocess.Popen(
                 cmd,
                 stdin=subprocess.DEVNULL,
@@ -272,6 +331,8 @@ class Experiment:
                 env=env,
                 # a terminal's Ctrl-C reaches ab only: the run finishes
                 process_group=0,
+                # the run's --json file: the owner's only, like the rest
+                umask=0o077,
             )
             try:
                 rc = self._proc.wait()
@@ -295,6 +356,7 @@ class Experiment:
             if rc == ExitStatus.RUN_ABORTED:
                 raise RunAborted(f"{what} was aborted: {last}")
             raise PgsurgeError(f"{what} failed with exit status {rc}: {last}")
+        self._tag_result(json_path, arm)
         summary = load_result(str(json_path))
         record.status = "ok"
         record.summary = summary
@@ -312,16 +374,20 @@ class Experiment:
         first = (errors or lines or ["(no output)"])[0].strip()
         return f"{first.removeprefix('pgsurge: error: ')} (see {log})"
 
-    def _remember_target(self, arm: Arm, run: RunSummary) -> None:
-        if not self.plan.checkpoint:
-            return
+    def _tag_result(self, path: Path, arm: Arm) -> None:
+        """Add the ``experiment`` section to a finished run's JSON (left as
+        it is when it is not a JSON object: ``load_result`` then says so)."""
         try:
-            with open(run.path, encoding="utf-8") as f:
-                conn = json.load(f)["config"]["conn"]
-        except (OSError, ValueError, KeyError, TypeError):
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
             return
-        items = {k: str(v) for k, v in conn.items() if v is not None}
-        self._conninfo[arm.name] = json.dumps(items)
+        if not isinstance(doc, dict):
+            return
+        doc["experiment"] = arm.record(self.plan.common)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.unlink(missing_ok=True)
+        write_private(tmp, json.dumps(doc, indent=2, allow_nan=False) + "\n")
+        os.replace(tmp, path)
 
     def _step(self, arm: Arm, record: RunRecord, label: str) -> None:
         if self._stop:
@@ -333,7 +399,6 @@ class Experiment:
             self.out.write(f"{label}  discarded (interrupted)\n")
             self.out.flush()
             raise Interrupted
-        self._remember_target(arm, summary)
         suffix = "  (warm-up, discarded)" if record.warmup else ""
         self.out.write(run_line(label, summary) + suffix + "\n")
         self.out.flush()

@@ -24,12 +24,21 @@ import os
 import re
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
+from pgsurge.config import ConnParams
 from pgsurge.errors import PROG, PgsurgeError, UsageError
-from pgsurge.experiment.ab import Arm, Experiment, Interrupted, Plan
+from pgsurge.experiment.ab import (
+    DIR_MODE,
+    Arm,
+    Experiment,
+    Interrupted,
+    Plan,
+    write_private,
+)
 from pgsurge.experiment.compare import METRIC_KEYS, compare
 from pgsurge.experiment.render import (
     render_json,
@@ -37,9 +46,16 @@ from pgsurge.experiment.render import (
     render_text,
     repeat_json,
 )
-from pgsurge.experiment.results import RunSummary, load_results
+from pgsurge.experiment.results import RunSummary, check_distinct, load_results
+from pgsurge.redact import redact_words
 
-__all__ = ["ab_main", "compare_main"]
+__all__ = ["RunArgsCheck", "ab_main", "compare_main"]
+
+#: checks a run's pgsurge arguments (with the environment the run gets) as
+#: the program would read them, and returns where the run connects and
+#: whether --embedded was given; raises a ``PgsurgeError`` naming the bad
+#: option. ``cli`` supplies it: the option parser sits above this layer.
+RunArgsCheck = Callable[[Sequence[str], Mapping[str, str]], tuple[ConnParams, bool]]
 
 EXIT_INTERRUPTED = 130
 
@@ -210,6 +226,9 @@ def _compare(args: list[str], out: TextIO, err: TextIO) -> int:
         raise UsageError("no NEW results after --vs")
     base = load_results(ns.base)
     new = load_results(ns.vs)
+    # a run given twice would compare it with itself: a zero spread and a
+    # confident verdict on nothing
+    check_distinct([*base, *new])
     c = compare(
         base,
         new,
@@ -351,7 +370,10 @@ def _out_dir(given: str | None) -> Path:
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise UsageError(f'--out: "{given}" exists and is not an empty directory')
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        # whatever the umask (or an empty --out made by the user): the
+        # results and logs may name users, hosts and databases
+        os.chmod(path, DIR_MODE)
     except OSError as exc:
         raise PgsurgeError(
             f'could not create "{path}": {exc.strerror or exc}'
@@ -359,7 +381,31 @@ def _out_dir(given: str | None) -> Path:
     return path
 
 
-def _plan(ns: argparse.Namespace, common: list[str]) -> Plan:
+def _validate(arms: list[Arm], common: list[str], check: RunArgsCheck) -> list[Arm]:
+    """Each arm's arguments read as its runs will read them, before the
+    first run: a bad option of arm B is no surprise after arm A ran."""
+    checked = []
+    for arm in arms:
+        try:
+            conn, embedded = check([*arm.args, *common], os.environ | dict(arm.env))
+        except PgsurgeError as e:
+            where = (
+                f"arm {arm.name}'s arguments (--{arm.name.lower()} and the common ones)"
+                if arm.args
+                else f"the common arguments (arm {arm.name})"
+            )
+            raise UsageError(
+                f"{where}: {e.message}",
+                detail=e.detail,
+                hint=e.hint,
+            ) from None
+        checked.append(replace(arm, conn=conn, force_embedded=embedded))
+    return checked
+
+
+def _plan(
+    ns: argparse.Namespace, common: list[str], check: RunArgsCheck | None
+) -> Plan:
     if ns.runs < 1:
         raise UsageError("--runs must be at least 1")
     if ns.warmup < 0:
@@ -376,6 +422,8 @@ def _plan(ns: argparse.Namespace, common: list[str]) -> Plan:
             raise UsageError(
                 f"ab writes each run's --json itself: drop it from {where}"
             )
+    if check is not None:
+        arms = _validate(arms, common, check)
     return Plan(
         arms=tuple(arms),
         common=tuple(common),
@@ -388,30 +436,33 @@ def _plan(ns: argparse.Namespace, common: list[str]) -> Plan:
 
 
 def ab_main(
-    argv: list[str], *, stdout: TextIO | None = None, stderr: TextIO | None = None
+    argv: list[str],
+    *,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    check_args: RunArgsCheck | None = None,
 ) -> int:
-    """``pgsurge ab …``; ``argv[0]`` is ``"ab"``."""
+    """``pgsurge ab …``; ``argv[0]`` is ``"ab"``. ``check_args`` validates
+    each arm's arguments before the first run and tells ``--checkpoint``
+    where the arm's runs connect (without it, neither happens)."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    return _funnel(err, _ab, argv, out, err)
+    return _funnel(err, _ab, argv, out, err, check_args)
 
 
-def _ab(argv: list[str], out: TextIO, err: TextIO) -> int:
+def _ab(argv: list[str], out: TextIO, err: TextIO, check: RunArgsCheck | None) -> int:
     own, common = _split_ab_argv(argv[1:])
     ns = _ab_parser().parse_args(own)
-    plan = _plan(ns, common)
+    plan = _plan(ns, common, check)
     # with --json -, stdout is the JSON document alone
     progress = err if ns.json == "-" else out
     exp = Experiment(plan, argv=[PROG, *argv], stdout=progress, stderr=err)
-    arms = " vs ".join(
-        f"{a.name}: {a.text or '(no arguments)'}"
-        + "".join(f" {k}={shlex.quote(v)}" for k, v in a.env.items())
-        for a in plan.arms
-    )
+    arms = " vs ".join(f"{a.name}: {a.describe()}" for a in plan.arms)
+    common_text = shlex.join(redact_words(plan.common)) or "(none)"
     progress.write(
         f"pgsurge ab: {plan.runs} run{'s' if plan.runs > 1 else ''} per arm "
         f"({plan.order if len(plan.arms) > 1 else 'repeat'}, {plan.warmup} warm-up), "
-        f"{arms}; common: {shlex.join(plan.common) or '(none)'}; results in "
+        f"{arms}; common: {common_text}; results in "
         f"{plan.out_dir}{os.sep}\n"
     )
     progress.flush()
@@ -429,6 +480,8 @@ def _ab_report(
 ) -> int:
     plan = exp.plan
     a_runs = exp.finished("A")
+    #: the tps within-run interval of one run per side, for the HTML card
+    within: tuple[float, float] | None = None
     if len(plan.arms) == 1:
         if not a_runs:
             err.write("pgsurge ab: no run finished: nothing to summarize\n")
@@ -452,25 +505,35 @@ def _ab_report(
         text = render_text(c)
         doc = render_json(c, ns.fail_on)
         status = c.exit_status(ns.fail_on)
+        tps = next(m for m in c.metrics if m.metric.key == "tps").estimate
+        if c.single_run and tps is not None:
+            within = (tps.low, tps.high)
     (err if ns.json == "-" else out).write("\n")
     _emit(text, doc, ns.json, out, err)
-    (plan.out_dir / "comparison.txt").write_text(text, encoding="utf-8")
+    write_private(plan.out_dir / "comparison.txt", text)
     if ns.html:
-        _write_html(ns.html, a_runs, exp.finished("B"), ns.threshold)
-    (plan.out_dir / "comparison.json").write_text(
-        json.dumps(doc, indent=2) + "\n", encoding="utf-8"
-    )
+        _write_html(ns.html, exp, a_runs, exp.finished("B"), ns.threshold, within)
+    write_private(plan.out_dir / "comparison.json", json.dumps(doc, indent=2) + "\n")
     return status
 
 
 def _write_html(
-    path: str, a_runs: list[RunSummary], b_runs: list[RunSummary], threshold: float
+    path: str,
+    exp: Experiment,
+    a_runs: list[RunSummary],
+    b_runs: list[RunSummary],
+    threshold: float,
+    within_run: tuple[float, float] | None,
 ) -> None:
     """``--html``: the report page of the finished runs, arm A against B
-    (the renderer's own verdict card uses the same statistics)."""
+    (the renderer's own verdict card uses the same statistics), titled
+    with what the arms were."""
     from pgsurge.report.command import load_result, write_html
     from pgsurge.report.html import RunDoc, render_html
 
     runs = [RunDoc(r.name, load_result(r.path), "A") for r in a_runs]
     runs += [RunDoc(r.name, load_result(r.path), "B") for r in b_runs]
-    write_html(render_html(runs, threshold=threshold), path)
+    arms = " vs ".join(f"{a.name}: {a.describe()}" for a in exp.plan.arms)
+    title = f"pgsurge ab: {arms}"
+    page = render_html(runs, title=title, threshold=threshold, within_run=within_run)
+    write_html(page, path)

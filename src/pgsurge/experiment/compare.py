@@ -10,8 +10,13 @@ that into text or JSON. The rules:
   transaction); per-transaction samples are never pooled across runs;
 * two or more runs on a side: Welch's t on log values (``stats``); one
   run on one side: the other side's variance stands for both; one run per
-  side: batch means over the per-interval series within each run, and the
-  comparison says "single run per side: run-to-run variance not measured";
+  side: batch means over the per-interval series within each run give a
+  *within-run* interval, shown as such, and **no verdict** (nor a
+  ``--fail-on`` failure): batch means understate the variance between
+  runs, and an A/A pair of single runs was called "+76.8 %" with them;
+* no verdict either when a side's spread is not measured: one run against
+  runs of identical values, or a side of several runs all equal (a file
+  given twice is refused earlier, ``results.check_distinct``);
 * the verdict of the primary metric (``tps`` unless asked otherwise)
   drives the exit status; every metric has its own verdict line;
 * runs of different workloads (``results.WORKLOAD_FIELDS``) are refused
@@ -374,6 +379,20 @@ def _batch_estimate(
     return est.recentred(n / b, Method.BATCH_MEANS)
 
 
+#: why a single run per side gets no verdict, even with a within-run interval
+SINGLE_RUN_NO_VERDICT = "single run per side: within-run interval only"
+
+
+def _flat_side(bside: Side, nside: Side) -> str | None:
+    """The side of several runs whose values are all equal (its spread, and
+    with one run on the other side the only spread, is not measured); None
+    when the spreads are usable."""
+    for name, side in (("base", bside), ("new", nside)):
+        if side.n >= 2 and side.min == side.max:
+            return f"{side.n} {name} runs"
+    return None
+
+
 def _metric(
     metric: Metric,
     base: Sequence[RunSummary],
@@ -400,6 +419,11 @@ def _metric(
                 if plan is not None or metric.series is None
                 else "single run per side, too short for batch means"
             )
+        else:
+            missing = SINGLE_RUN_NO_VERDICT
+    elif flat := _flat_side(bside, nside):
+        est = None
+        missing = f"no spread in the {flat}: identical values"
     else:
         est = stats.log_ratio_ci(bside.values, nside.values, confidence)
         if est is None:
@@ -413,12 +437,18 @@ def _metric(
             runs = stats.runs_needed(sd, threshold, confidence)
         if primary:
             perm = stats.permutation_p(bside.values, nside.values)
+    # a within-run interval is shown, but it decides nothing
+    within_run = est is not None and est.method is Method.BATCH_MEANS
     return MetricResult(
         metric=metric,
         base=bside,
         new=nside,
         estimate=est,
-        direction=stats.classify(est, threshold) if est is not None else None,
+        direction=(
+            stats.classify(est, threshold)
+            if est is not None and not within_run
+            else None
+        ),
         permutation_p=perm,
         mde=mde,
         runs_needed=runs,

@@ -14,7 +14,8 @@ permutation p-value, drift and outlier flags.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import shlex
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pgsurge.experiment.compare import (
@@ -33,6 +34,7 @@ from pgsurge.stats.compare import (
     OUTLIER_MIN_RUNS,
     OUTLIER_Z,
     POWER,
+    Method,
 )
 
 __all__ = [
@@ -107,8 +109,10 @@ def _row(c: Comparison, r: MetricResult) -> list[str]:
     est = r.estimate
     if est is not None:
         change = fmt_change(est.ratio - 1)
+        # batch means within one run per side: not a run-to-run interval
+        within = "within-run " if est.method is Method.BATCH_MEANS else ""
         ci = (
-            f"{c.confidence * 100:g} % CI "
+            f"{within}{c.confidence * 100:g} % CI "
             f"[{fmt_change(est.low - 1)}, {fmt_change(est.high - 1)}]"
         )
     else:
@@ -174,11 +178,11 @@ def _noise_lines(c: Comparison) -> list[str]:
         if c.batches is not None:
             b = c.batches
             how = (
-                f"CIs from {b.batches}+{b.batches} batch means of {b.seconds:.3g} s "
-                "within each run"
+                f"within-run CIs from {b.batches}+{b.batches} batch means of "
+                f"{b.seconds:.3g} s, which understate it: no verdict"
             )
         else:
-            how = "no CI: the runs are too short for batch means"
+            how = "no CI: the runs are too short for batch means; no verdict"
         lines.append(f"single run per side: run-to-run variance not measured ({how})")
         lines.append("noise: unknown; repeat runs (pgsurge ab --runs 5) to measure it")
         return lines
@@ -271,11 +275,37 @@ def _value_of(side: Side, name: str) -> str:
     return fmt_value(side.values[side.names.index(name)])
 
 
+def arm_of(runs: Sequence[RunSummary]) -> str | None:
+    """What a side's runs were, from ``ab``'s record in their JSON (masked
+    there), when they all share it: e.g. ``-M prepared PGOPTIONS='-c …'``."""
+    arms = {_arm_words(r.arm) for r in runs if r.arm is not None}
+    if len(arms) != 1 or any(r.arm is None for r in runs):
+        return None
+    return arms.pop()
+
+
+def _arm_words(arm: Mapping[str, Any]) -> str:
+    words = shlex.join(arm["args"]) or "(no arguments)"
+    return words + "".join(f" {k}={shlex.quote(v)}" for k, v in arm["env"].items())
+
+
+def _arm_lines(c: Comparison) -> list[str]:
+    """The arms compared (``ab`` runs): arms that differ only in their
+    environment look the same in every other line."""
+    lines = []
+    for name, runs in (("base", c.base), ("new", c.new)):
+        arm = arm_of(runs)
+        if arm is not None:
+            lines.append(f"{name} arm: {arm}")
+    return lines
+
+
 def render_text(c: Comparison) -> str:
     """The comparison for people, ending with a newline."""
     lines = [
         f"base: {_count(c.base)} ({_names(c.base)}); "
         f"new: {_count(c.new)} ({_names(c.new)})",
+        *_arm_lines(c),
         _workload_line(c.base[0]),
     ]
     if c.differences:
@@ -351,6 +381,7 @@ def _side_dict(side: Side) -> dict[str, Any]:
 
 def _metric_dict(c: Comparison, r: MetricResult) -> dict[str, Any]:
     est = r.estimate
+    within = est is not None and est.method is Method.BATCH_MEANS
     return {
         "metric": r.metric.key,
         "label": r.metric.label,
@@ -359,7 +390,10 @@ def _metric_dict(c: Comparison, r: MetricResult) -> dict[str, Any]:
         "base": _side_dict(r.base),
         "new": _side_dict(r.new),
         "ratio": est.ratio if est else None,
-        "ci": [est.low, est.high] if est else None,
+        # a within-run interval (one run per side) is not a CI of the
+        # change between runs: its own key, so that no reader takes it as one
+        "ci": [est.low, est.high] if est and not within else None,
+        "within_run_ci": [est.low, est.high] if est and within else None,
         "method": str(est.method) if est else None,
         "welch_p": est.p_value if est else None,
         "df": est.df if est else None,
@@ -383,6 +417,7 @@ def render_json(c: Comparison, fail_on: str | None) -> dict[str, Any]:
         "primary": c.primary,
         "base": [r.path for r in c.base],
         "new": [r.path for r in c.new],
+        "arms": {"base": arm_of(c.base), "new": arm_of(c.new)},
         "single_run": c.single_run,
         "batches": (
             {"per_run": c.batches.batches, "seconds": c.batches.seconds}

@@ -6,7 +6,9 @@ histogram, failures, client CPU per transaction), the per-interval series
 for the single-run fallback, and the ``Workload`` two compared runs must
 share. Every problem with a file is a one-line ``PgsurgeError`` naming it:
 unreadable, not JSON, not a pgsurge result, a newer schema than this
-pgsurge reads, a field missing.
+pgsurge reads, a field missing. ``check_distinct`` refuses a run given
+twice (the same file under two names, or a copy of it): compared with
+itself it would show no spread and a confident verdict on nothing.
 
 The document layout is ``pgsurge/report/result.schema.json`` (schema 1).
 This module reads it without importing the report package: results are
@@ -16,6 +18,8 @@ layer sits beside the run machinery, not on top of it.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -30,6 +34,7 @@ __all__ = [
     "Interval",
     "RunSummary",
     "Workload",
+    "check_distinct",
     "load_result",
     "workload_differences",
 ]
@@ -122,6 +127,13 @@ class RunSummary:
     #: ``--waits``: each wait event's share of the run's samples
     #: (``Type:Event``, ``CPU``); empty without the option
     waits: Mapping[str, float] = field(default_factory=dict)
+    #: ``pgsurge ab``'s record of the run's arm (its ``experiment``
+    #: section: arm, args, env, common; masked), None for other runs
+    arm: Mapping[str, Any] | None = None
+    #: what tells a run given twice: the file (device, inode) and the
+    #: SHA-256 of its bytes (None when not read from a file)
+    file_id: tuple[int, int] | None = None
+    digest: str | None = None
 
     @property
     def name(self) -> str:
@@ -303,7 +315,22 @@ def parse_result(path: str, data: object) -> RunSummary:
         workload=_workload(doc),
         intervals=_intervals(doc),
         waits=_waits(data.get("waits")),
+        arm=_arm(data.get("experiment")),
     )
+
+
+def _arm(section: object) -> Mapping[str, Any] | None:
+    """The ``experiment`` section when it has the expected shape."""
+    if not isinstance(section, Mapping):
+        return None
+    args, env = section.get("args"), section.get("env")
+    if not isinstance(args, list) or not isinstance(env, Mapping):
+        return None
+    return {
+        "arm": str(section.get("arm") or ""),
+        "args": [str(a) for a in args],
+        "env": {str(k): str(v) for k, v in env.items()},
+    }
 
 
 def _waits(waits: object) -> dict[str, float]:
@@ -322,8 +349,10 @@ def _waits(waits: object) -> dict[str, float]:
 def load_result(path: str) -> RunSummary:
     """Read and check one result file."""
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            raw = f.read()
+            st = os.fstat(f.fileno())
+        text = raw.decode("utf-8")
     except OSError as exc:
         raise ResultError(
             f'could not read "{path}": {exc.strerror or exc.__class__.__name__}'
@@ -334,7 +363,38 @@ def load_result(path: str) -> RunSummary:
         data = json.loads(text)
     except ValueError:
         raise ResultError(f'"{path}" is not a pgsurge result (not JSON)') from None
-    return parse_result(path, data)
+    summary = parse_result(path, data)
+    return dataclasses.replace(
+        summary,
+        file_id=(st.st_dev, st.st_ino),
+        digest=hashlib.sha256(raw).hexdigest(),
+    )
+
+
+def _same_run(a: RunSummary, b: RunSummary) -> str | None:
+    """Why ``a`` and ``b`` are the same run, or None."""
+    if a.file_id is not None and a.file_id == b.file_id:
+        return "the same file"
+    if a.digest is not None and a.digest == b.digest:
+        return "identical contents"
+    same = (a.start, a.transactions, a.tps, a.workload)
+    if a.start is not None and same == (b.start, b.transactions, b.tps, b.workload):
+        # a copy edited afterwards (ab's experiment section, a reformat):
+        # two runs do not start in the same microsecond with the same counts
+        return f"the same start time {a.start} and figures"
+    return None
+
+
+def check_distinct(runs: Sequence[RunSummary]) -> None:
+    """Refuse a run that appears twice among ``runs`` (on either side)."""
+    for i, a in enumerate(runs):
+        for b in runs[:i]:
+            why = _same_run(b, a)
+            if why is not None:
+                raise ResultError(
+                    f'"{b.path}" and "{a.path}" are the same run ({why}): '
+                    "give each run once"
+                )
 
 
 def load_results(paths: Sequence[str]) -> list[RunSummary]:

@@ -10,8 +10,10 @@ HTML file that opens offline in any browser:
   web font, no image);
 * the data are embedded once, in ``<script type="application/json"
   id="pgsurge-data">``: the runs' documents with absolute paths shortened
-  (see ``redact``) plus what is derived here, the latency percentile curves
-  decoded from the encoded histograms. In the JSON text ``<``, ``>``, ``&``
+  (see ``redact``) plus what is derived here (``html_charts.py``): the
+  latency percentile curves decoded from the encoded histograms (per run,
+  and per side of a comparison from its merged histogram) and the stacked
+  wait shares. In the JSON text ``<``, ``>``, ``&``
   and U+2028/U+2029 are written as ``\\uXXXX`` escapes, so that no script
   name or SQL text can end the element or the script (``JSON.parse``
   restores them);
@@ -29,7 +31,8 @@ The tables and sections are ``html_parts.py``'s, the comparison pieces
 side and assembles the page.
 
 Several runs per side (``pgsurge report A1.json A2.json --vs B1.json``)
-draw faint per-run lines and a bold median per side, a dot plot of each
+draw faint per-run lines and a bold median per side (for the percentile
+curve: the curve of the side's merged histogram), a dot plot of each
 run's tps with the interval of each side's mean (server-side SVG), and the
 verdict card of ``verdict.compare_tps``.
 """
@@ -44,6 +47,14 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from pgsurge.redact import redact_text
+from pgsurge.report.html_charts import (
+    MAX_NINES,
+    curve_of,
+    latency_histogram,
+    merged_curve,
+    wait_stack,
+)
 from pgsurge.report.html_compare import (
     dot_plot_svg,
     verdict_card,
@@ -71,7 +82,6 @@ from pgsurge.report.html_parts import (
     waits_section,
 )
 from pgsurge.report.verdict import DEFAULT_THRESHOLD, Verdict, compare_tps
-from pgsurge.stats.histogram import Histogram
 
 __all__ = [
     "DATA_ELEMENT_ID",
@@ -86,9 +96,6 @@ __all__ = [
 DATA_ELEMENT_ID = "pgsurge-data"
 #: the format of the embedded data object (not the result schema)
 DATA_FORMAT = 1
-#: the charts' highest "nines" (99.9999%): beyond, histograms say little
-_MAX_NINES = 6.0
-_NINES_STEP = 0.05
 _KNOWN_KEYS = frozenset(
     {
         "schema",
@@ -130,15 +137,17 @@ class RunDoc:
 
 
 def redact(value: Any) -> Any:
-    """A copy with every absolute path in a string shortened to ``…/last``.
+    """A copy with every password masked (``pgsurge.redact``) and every
+    absolute path in a string shortened to ``…/last``.
 
-    A report goes into mails and tickets: it must not show the machine's
-    directories (the embedded server's socket directory, a script's full
-    path, a venv in an error message). Encoded histograms (objects with an
-    ``encoding``) are kept as they are: their base64 is not a path.
+    A report goes into mails and tickets: it must not show a password nor
+    the machine's directories (the embedded server's socket directory, a
+    script's full path, a venv in an error message). Encoded histograms
+    (objects with an ``encoding``) are kept as they are: their base64 is
+    neither a path nor a password.
     """
     if isinstance(value, str):
-        return _ABS_PATH.sub(r"…/\1", value)
+        return _ABS_PATH.sub(r"…/\1", redact_text(value))
     if isinstance(value, Mapping):
         if "encoding" in value:
             return dict(value)
@@ -160,38 +169,17 @@ def embed_json(data: Any) -> str:
     )
 
 
-def _hist(doc: Mapping[str, Any]) -> Histogram | None:
-    hists = doc.get("histograms")
-    if not isinstance(hists, Mapping) or not isinstance(hists.get("latency"), Mapping):
-        return None
-    try:
-        hist = Histogram.from_dict(dict(hists["latency"]))
-    except (ValueError, KeyError, TypeError):
-        return None
-    return hist if hist.count else None
-
-
 def nines(p: float) -> float:
     """The position of percentile ``p`` on the "nines" axis: 90 → 1, 99 → 2."""
-    return -math.log10(1 - p / 100) if p < 100 else _MAX_NINES
+    return -math.log10(1 - p / 100) if p < 100 else MAX_NINES
 
 
 def percentile_curve(doc: Mapping[str, Any]) -> dict[str, list[float]] | None:
     """Latency percentiles (ms) on a grid of the nines axis, from the run's
     latency histogram: ``{"x": [nines...], "ms": [...]}``, up to the rank of
     the single slowest transaction (at most 99.9999%), then the maximum."""
-    hist = _hist(doc)
-    if hist is None:
-        return None
-    top = min(_MAX_NINES, math.log10(hist.count))
-    xs = [round(i * _NINES_STEP, 6) for i in range(int(top / _NINES_STEP) + 1)]
-    xs = [x for x in xs if x < top - 1e-9]
-    ps = [100 * (1 - 10**-x) for x in xs]
-    # the last point: the maximum, at the rank of the slowest transaction
-    xs.append(round(top, 6))
-    ps.append(100.0)
-    values = hist.percentiles(ps)
-    return {"x": xs, "ms": [v / 1000.0 for v in values]}
+    hist = latency_histogram(doc)
+    return None if hist is None else curve_of(hist)
 
 
 # -- the page ----------------------------------------------------------------------
@@ -218,6 +206,17 @@ def _payload(runs: Sequence[RunDoc], verdict: Verdict | None) -> dict[str, Any]:
             }
             for r in runs
         ],
+        # several runs: the bold curve of each side, its merged histogram's
+        "side_curves": {
+            side: curve
+            for side in ("A", "B")
+            if len(runs) > 1
+            and (curve := merged_curve([r.doc for r in runs if r.side == side]))
+        },
+        # the stacked wait shares of the first run that has them
+        "wait_stack": next(
+            (stack for r in runs if (stack := wait_stack(r.doc)) is not None), None
+        ),
         "compare": None
         if verdict is None
         else {
@@ -274,13 +273,47 @@ def _details(run: RunDoc, many: bool) -> str:
     )
 
 
+def _arm_words(doc: Mapping[str, Any]) -> str | None:
+    """An ``ab`` run's arm as its ``experiment`` section records it (already
+    masked by ``ab``), e.g. ``-M prepared PGOPTIONS='-c jit=off'``."""
+    exp = doc.get("experiment")
+    if not isinstance(exp, Mapping):
+        return None
+    args, env = exp.get("args"), exp.get("env")
+    args = args if isinstance(args, list) else []
+    env = env if isinstance(env, Mapping) else {}
+    words = " ".join(str(a) for a in args) or "(no arguments)"
+    return words + "".join(f" {k}={v}" for k, v in env.items())
+
+
+def _default_title(runs: Sequence[RunDoc]) -> str:
+    """The page title: the run, the number of runs, or for ``ab`` runs
+    what each side was (arms that differ only in their environment must be
+    told apart)."""
+    sides = []
+    for side in ("A", "B"):
+        arms = {a for r in runs if r.side == side if (a := _arm_words(r.doc))}
+        if len(arms) == 1:
+            sides.append(f"{side}: {arms.pop()}")
+    if sides:
+        return f"pgsurge report: {len(runs)} runs, " + " vs ".join(sides)
+    return "pgsurge report: " + (
+        runs[0].label if len(runs) == 1 else f"{len(runs)} runs"
+    )
+
+
 def render_html(
     runs: Sequence[RunDoc],
     *,
     title: str | None = None,
     threshold: float = DEFAULT_THRESHOLD,
+    within_run: tuple[float, float] | None = None,
 ) -> str:
-    """The report page of ``runs`` (at least one); see the module doc."""
+    """The report page of ``runs`` (at least one); see the module doc.
+
+    ``within_run``: the tps ratio's interval from batch means within one
+    run per side (``pgsurge ab --runs 1``), shown beside "no verdict" and
+    labelled as such: it understates the variance between runs."""
     if not runs:
         raise ValueError("nothing to report")
     safe = [RunDoc(redact(r.label), redact(dict(r.doc)), r.side) for r in runs]
@@ -303,6 +336,13 @@ def render_html(
         if tps_a and tps_b:
             verdict = compare_tps(tps_a, tps_b, threshold=threshold)
             card = verdict_card(verdict)
+            if within_run is not None:
+                lo, hi = (100 * (x - 1) for x in within_run)
+                card += (
+                    '<p class="note">within-run interval (batch means, one run '
+                    f"per side): {lo:+.1f}% … {hi:+.1f}%; it understates the "
+                    "variance between runs and gives no verdict</p>"
+                )
             diff = workload_differences([r.doc for r in safe])
             if diff:
                 card += (
@@ -347,15 +387,15 @@ def render_html(
             chart(
                 "percentiles",
                 "Latency percentiles of the run (ms, log scale)",
-                "x axis in nines: 90%, 99%, 99.9%, …; the last point is the maximum",
+                "x axis in nines: 90%, 99%, 99.9%, …; the last point is the maximum"
+                + (
+                    "; faint: each run; bold: all runs of a side together"
+                    if many
+                    else ""
+                ),
             )
         )
-    if any(
-        isinstance(iv.get("waits"), Mapping)
-        for r in safe
-        for iv in r.doc.get("intervals") or []
-        if isinstance(iv, Mapping)
-    ):
+    if any(wait_stack(r.doc) for r in safe):
         charts.append(chart("waits", "Wait events per interval (share of samples)"))
     if charts:
         body.append(section("Charts", "".join(charts), "charts"))
@@ -363,9 +403,7 @@ def render_html(
     details = "".join(_details(r, many) for r in safe)
     body.append(section("Details" if many else "Run details", details, "details"))
 
-    page_title = title or (
-        "pgsurge report: " + (safe[0].label if not many else f"{len(safe)} runs")
-    )
+    page_title = redact_text(title or _default_title(safe))
     template = _resource("html_template.html")
     values = {
         "title": esc(page_title),

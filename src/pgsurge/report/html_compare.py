@@ -7,6 +7,7 @@ dot per side, and the 95% interval of each side's geometric mean as a bar.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -68,10 +69,16 @@ def dot_plot_svg(a: Sequence[float], b: Sequence[float]) -> str:
     values = [*a, *b]
     lo, hi = min(values), max(values)
     bars = [mean_ci(side) for side in (a, b)]
-    # the scale follows the dots; a wider interval (few runs) is clipped
+    # the scale follows the dots (a wider interval, of few runs, is
+    # clipped), on round ticks; when it does not start at 0, it says so
     pad = (hi - lo) * 0.5 or hi * 0.05 or 1.0
-    lo, hi = max(0.0, lo - pad), hi + pad
-    width, height, left, top, bottom = 420, 260, 70, 15, 35
+    if lo - pad < hi - lo + 2 * pad:  # 0 costs less than the dots' span
+        lo = pad
+    step = _round_step((hi + pad) - max(0.0, lo - pad))
+    lo = max(0.0, math.floor((lo - pad) / step) * step)
+    hi = math.ceil((hi + pad) / step) * step
+    ticks = [lo + k * step for k in range(round((hi - lo) / step) + 1)]
+    width, height, left, top, bottom = 420, 260, 70, 20, 35
 
     def y(v: float) -> float:
         v = min(max(v, lo), hi)
@@ -82,13 +89,18 @@ def dot_plot_svg(a: Sequence[float], b: Sequence[float]) -> str:
         f'viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
         'role="img" aria-label="tps per run, by side">'
     ]
-    for k in range(5):
-        v = lo + (hi - lo) * k / 4
+    digits = _decimals(step)
+    parts.extend(
+        f'<line x1="{left}" x2="{width - 10}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
+        'class="grid"/>'
+        f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">'
+        f"{v:,.{digits}f}</text>"
+        for v in ticks
+    )
+    if lo > 0:
         parts.append(
-            f'<line x1="{left}" x2="{width - 10}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
-            'class="grid"/>'
-            f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">'
-            f"{v:,.0f}</text>"
+            f'<text class="note" x="{left + 4}" y="{top - 3}">'
+            f"axis starts at {lo:,.{digits}f}, not 0</text>"
         )
     for i, (side, name) in enumerate(((a, "A"), (b, "B"))):
         cx = left + (width - left) * (0.3 + 0.4 * i)
@@ -161,3 +173,20 @@ def waits_side_by_side(
         for k in labels[:top]
     ]
     return table(("event", "A: share", "B: share", "B − A"), rows, cls="num")
+
+
+def _round_step(span: float) -> float:
+    """A tick step of 1, 2 or 5 times a power of ten giving 4 to 10 ticks
+    over ``span``."""
+    if span <= 0:
+        return 1.0
+    base = 10.0 ** math.floor(math.log10(span / 4))
+    for m in (1, 2, 5, 10):
+        if span / (m * base) <= 10:
+            return float(m * base)
+    return 10.0 * base
+
+
+def _decimals(step: float) -> int:
+    """Digits after the point that show every tick of ``step`` exactly."""
+    return max(0, -math.floor(math.log10(step) + 1e-9))

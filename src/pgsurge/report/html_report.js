@@ -1,11 +1,15 @@
 // pgsurge HTML report: draws the charts of the page from its embedded data.
 //
 // The data are the JSON text of the element #pgsurge-data (report/html.py):
-// {format, runs: [{label, side, doc, curve}], compare}. Each chart has a
+// {format, runs: [{label, side, doc, curve}], side_curves, wait_stack,
+// compare}; side_curves and wait_stack are computed by report/html_charts.py
+// (a side's percentile curve from its merged histogram, the wait bands
+// already stacked), so that this script only draws. Each chart has a
 // placeholder <div class="plot" data-chart="NAME">; a chart whose data are
 // absent was not given a placeholder. Tables are static HTML and need no
 // script. When every chart is drawn, window.pgsurgeReady is true and
-// window.pgsurgeCharts holds their number (the browser tests read both).
+// window.pgsurgeCharts holds their number, window.pgsurgeScales() each
+// one's y range (the browser tests read them).
 (function () {
   "use strict";
 
@@ -83,6 +87,15 @@
 
   var LOG_Y = { distr: 3, log: 10 };
 
+  // a linear axis from 0 to a little above the data (uPlot's own rounding:
+  // the ticks stay round), so that bars of tps are not read as ratios of a
+  // cut-off axis
+  var FROM_ZERO = {
+    range: function (u, lo, hi) {
+      return [0, hi > 0 ? uPlot.rangeNum(0, hi, 0.1, true)[1] : 1];
+    },
+  };
+
   // whole seconds (intervals are whole seconds long)
   var SECOND_INCRS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200];
 
@@ -140,7 +153,7 @@
     if (many) {
       var s = comparisonSeries(function (iv) { return iv.tps; }, "tps", false);
       makeChart(el, {
-        scales: { x: { time: false } },
+        scales: { x: { time: false }, y: FROM_ZERO },
         series: s.series,
         axes: [xAxis("interval start (s)"), yAxis("tps")],
       }, s.data);
@@ -167,7 +180,11 @@
       cols.push(retried);
     }
     makeChart(el, {
-      scales: { x: { time: false }, f: { range: function (u, lo, hi) { return [0, Math.max(1, hi)]; } } },
+      scales: {
+        x: { time: false },
+        y: FROM_ZERO,
+        f: { range: function (u, lo, hi) { return [0, Math.max(1, hi)]; } },
+      },
       series: series,
       axes: axes,
     }, cols);
@@ -216,15 +233,18 @@
     return p.toFixed(digits) + "%";
   }
 
+  function curvePoints(curve) {
+    var out = {};
+    if (curve) curve.x.forEach(function (x, i) { out[x] = pos(curve.ms[i]); });
+    return out;
+  }
+
   function drawPercentiles(el) {
-    var perRun = runs.map(function (run) {
-      var out = {};
-      if (run.curve) {
-        run.curve.x.forEach(function (x, i) { out[x] = pos(run.curve.ms[i]); });
-      }
-      return out;
-    });
-    var al = align(perRun);
+    // each run's curve, then (comparing) each side's from its merged
+    // histogram: one monotone curve per side, not a median of curves
+    var sides = many ? ["A", "B"].filter(function (s) { return (data.side_curves || {})[s]; }) : [];
+    var perRun = runs.map(function (run) { return curvePoints(run.curve); });
+    var al = align(perRun.concat(sides.map(function (s) { return curvePoints(data.side_curves[s]); })));
     var series = [{ label: "percentile", value: function (u, v) { return v === null ? "–" : ninesLabel(v); } }];
     var cols = [al.x];
     var fmtMs = function (u, v) { return v === null ? "–" : v.toFixed(3) + " ms"; };
@@ -235,20 +255,18 @@
         stroke: many ? rgba(run.side, 0.3) : "#8250df",
         width: many ? 1 : 2,
         value: fmtMs,
+        // the curves' grids differ only at their last point (each run's
+        // maximum): a line goes on through the others' points
+        spanGaps: true,
       });
       cols.push(al.ys[i]);
     });
-    if (many) {
-      ["A", "B"].forEach(function (side) {
-        var idx = [];
-        runs.forEach(function (run, i) { if (run.side === side && run.curve) idx.push(i); });
-        if (!idx.length) return;
-        series.push({ label: "median " + side, stroke: rgba(side, 1), width: 2.5, value: fmtMs });
-        cols.push(al.x.map(function (_, j) {
-          return median(idx.map(function (i) { return al.ys[i][j]; }));
-        }));
+    sides.forEach(function (side, k) {
+      series.push({
+        label: "all runs of " + side, stroke: rgba(side, 1), width: 2.5, value: fmtMs, spanGaps: true,
       });
-    }
+      cols.push(al.ys[runs.length + k]);
+    });
     var top = al.x.length ? al.x[al.x.length - 1] : 1;
     var xa = xAxis("percentile");
     delete xa.incrs;
@@ -266,51 +284,34 @@
   }
 
   function drawWaits(el) {
-    // stacked shares of the first run that has per-interval waits
-    var run = runs.filter(function (r) {
-      return (r.doc.intervals || []).some(function (iv) { return iv.waits; });
-    })[0];
-    var al = align([intervalSeries(run)]);
-    var ivs = al.ys[0];
-    var totals = {};
-    ivs.forEach(function (iv) {
-      var w = (iv && iv.waits) || {};
-      Object.keys(w).forEach(function (k) {
-        if (typeof w[k] === "number") totals[k] = (totals[k] || 0) + w[k];
-      });
-    });
-    var names = Object.keys(totals).sort(function (a, b) { return totals[b] - totals[a]; });
-    var shown = names.slice(0, 7);
-    var rest = names.slice(7);
-    var layers = shown.map(function (k) {
-      return ivs.map(function (iv) { return iv && iv.waits ? iv.waits[k] || 0 : null; });
-    });
-    if (rest.length) {
-      shown.push("other");
-      layers.push(ivs.map(function (iv) {
-        if (!iv || !iv.waits) return null;
-        return rest.reduce(function (s, k) { return s + (iv.waits[k] || 0); }, 0);
-      }));
-    }
-    // cumulative sums, drawn from the top layer down so that each fill
-    // covers only its own band
-    var cum = [];
-    layers.forEach(function (layer, i) {
-      cum.push(layer.map(function (v, j) {
-        return v === null ? null : v + (i ? cum[i - 1][j] || 0 : 0);
-      }));
-    });
+    // the bands come stacked (html_charts.wait_stack): band i spans
+    // lo[i]..hi[i] from 0 up. uPlot fills a series down to the axis, so the
+    // bands are drawn from the top one down, each opaque over the ones
+    // above it: each shows only its own share
+    var st = data.wait_stack;
     var series = [{ label: "s" }];
-    var cols = [al.x];
-    for (var i = shown.length - 1; i >= 0; i--) {
-      var color = LINE_COLORS[i % LINE_COLORS.length];
-      series.push({ label: shown[i], stroke: color, fill: color + "55", width: 1 });
-      cols.push(cum[i]);
+    var cols = [st.x];
+    for (var i = st.names.length - 1; i >= 0; i--) {
+      series.push({
+        label: st.names[i],
+        stroke: st.colors[i],
+        fill: st.colors[i],
+        width: 1,
+        value: (function (band) {
+          return function (u, v, si, idx) {
+            var hi = st.hi[band][idx], lo = st.lo[band][idx];
+            return hi === null || idx === null ? "–" : (100 * (hi - lo)).toFixed(1) + "%";
+          };
+        })(i),
+      });
+      cols.push(st.hi[i]);
     }
+    var yax = yAxis("share of samples");
+    yax.values = function (u, splits) { return splits.map(function (v) { return Math.round(100 * v) + "%"; }); };
     makeChart(el, {
-      scales: { x: { time: false } },
+      scales: { x: { time: false }, y: { range: [0, st.ymax] } },
       series: series,
-      axes: [xAxis("interval start (s)"), yAxis("share")],
+      axes: [xAxis("interval start (s)"), yax],
     }, cols);
   }
 
@@ -339,5 +340,12 @@
   });
 
   window.pgsurgeCharts = charts.length;
+  // each chart's name and y range, once drawn (the browser tests read them)
+  window.pgsurgeScales = function () {
+    return charts.map(function (c) {
+      var y = c.chart.scales.y;
+      return { chart: c.el.getAttribute("data-chart"), min: y.min, max: y.max };
+    });
+  };
   window.pgsurgeReady = true;
 })();

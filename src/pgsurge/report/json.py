@@ -10,7 +10,8 @@ or removed.
 What it holds: tool and server versions; the effective configuration
 (connection items host/port/user/dbname only: no password ever, not even
 one embedded in a conninfo or URI given as the database name, and nothing
-is read from the environment); start/end times; totals with pgbench's
+is read from the environment; the configuration and the abort messages
+also pass through ``pgsurge.redact``); start/end times; totals with pgbench's
 counters and the exact sums that make two results mergeable; per-script
 and per-command stats; the per-interval series; encoded histograms
 (``Histogram.to_dict``) so that results can be merged or compared later;
@@ -30,6 +31,7 @@ from typing import Any, TextIO
 import psycopg
 
 from pgsurge.config import ConnParams, RunConfig
+from pgsurge.redact import redact_text, redact_value
 from pgsurge.report.extras import busy_workers, percentile_label
 from pgsurge.report.output import write_output
 from pgsurge.stats.counters import StatsData
@@ -264,7 +266,9 @@ def build_document(result: RunResult, config: RunConfig) -> dict[str, Any]:
         "duration_s": duration_s,
         "initial_connection_time_ms": result.conn_elapsed_us / 1000.0,
         "connection_time_total_ms": result.conn_total_us / 1000.0,
-        "config": _config(config),
+        # belt and braces past safe_conninfo: a -D PGPASSWORD=… or a
+        # password in an unexpected place is masked too (pgsurge.redact)
+        "config": redact_value(_config(config)),
         "run": {
             "scale": facts.scale,
             "partition_method": facts.partition_method,
@@ -294,7 +298,7 @@ def build_document(result: RunResult, config: RunConfig) -> dict[str, Any]:
         "aborted": result.aborted,
         "aborted_clients": result.aborted_clients,
         "clients_finished": result.clients_finished,
-        "abort_messages": list(result.abort_messages),
+        "abort_messages": [redact_text(m) for m in result.abort_messages],
     }
     if result.interrupted_by is not None:
         # only in an interrupted run's document (schema 1 lists it as optional)

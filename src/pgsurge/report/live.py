@@ -6,7 +6,12 @@ remaining time, tps and latency of the last second and of the run so far,
 failures, each worker's client CPU — in a panel drawn by ``rich`` on
 stderr. The panel is *transient*: it is erased when the run ends, so what
 remains on the terminal is exactly what pgbench prints (and what a pipe
-receives, where the panel never appears).
+receives, where the panel never appears). Whatever else reaches the
+terminal while the panel is up must go through :meth:`LivePanel.print_above`
+(the runner relays the workers' stderr there): a line written behind
+rich's back is erased by the next redraw, which also leaves pieces of the
+panel above it. Latency is shown only when the workers time transactions
+(``timed``): an untimed one is recorded with a latency of 0.
 
 The panel takes plain values only: merged :class:`StatsData` snapshots,
 the monotonic clock and the workers' CPU seconds, which the parent reads
@@ -126,8 +131,12 @@ class LivePanel:
         transactions: int | None,
         clients: int,
         nworkers: int,
+        timed: bool = False,
     ) -> None:
         self._stream = stream
+        # whether the workers time each transaction: an untimed one is
+        # recorded with a latency of 0, which the panel must not average
+        self._timed = timed
         self._fig = _Figures(start_us, duration_s, transactions)
         self._fig.cpu = [None] * nworkers
         self._fig.cpu_share = [None] * nworkers
@@ -154,6 +163,20 @@ class LivePanel:
             redirect_stderr=False,
         )
         self._live.start()
+
+    def print_above(self, text: str) -> None:
+        """Print ``text`` (whole lines) above the panel, which is redrawn
+        below it; without a panel, to the stream."""
+        live = self._live
+        if live is None:
+            self._stream.write(text)
+            self._stream.flush()
+            return
+        # soft_wrap: the terminal wraps a long line, rich neither wraps nor
+        # crops it; no markup or highlighting of a server's error text
+        live.console.print(
+            text, end="", markup=False, highlight=False, emoji=False, soft_wrap=True
+        )
 
     def stop(self) -> None:
         live, self._live = self._live, None
@@ -205,19 +228,19 @@ class LivePanel:
         run_s = max(1e-6, (fig.now_us - fig.start_us) / 1e6)
         lines = [f"pgsurge live   {head}"]
         if fig.now_us:
-            lat_last = (
-                _ms(last.latency.sum / last.latency.count)
-                if last.latency.count
-                else "-"
-            )
-            lat_run = _ms(total.latency.sum / max(1, total.latency.count))
             lines.append(
                 f"tps {last.cnt / span_s:10.1f} (last {span_s:.1f} s)   "
                 f"{total.cnt / run_s:10.1f} (run)"
             )
-            if total.latency.count:
+            if self._timed and total.latency.count:
                 # only when the workers time each transaction (-R, -L,
                 # --percentiles, --json, -l...): the panel adds no timing
+                lat_last = (
+                    _ms(last.latency.sum / last.latency.count)
+                    if last.latency.count
+                    else "-"
+                )
+                lat_run = _ms(total.latency.sum / total.latency.count)
                 worst = _ms(total.latency.max)
                 lines.append(
                     f"latency avg {lat_last} (last), {lat_run} (run), max {worst}"

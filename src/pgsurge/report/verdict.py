@@ -11,10 +11,11 @@ ratio of geometric means B/A with a confidence interval,
 * otherwise **inconclusive**, "significant" when it excludes 0.
 
 With fewer than two runs on a side there is no run-to-run variance, so no
-interval and no verdict: only the ratio, said plainly. The statistics are
-``pgsurge.stats.compare``'s, the same as ``pgsurge compare`` (which adds
-the noise, drift and outliers, and the other metrics); this card is the
-summary for people looking at the charts.
+interval and no verdict: only the ratio, said plainly; the same when a
+side's runs all have the same tps (copies of one run: no measured
+spread). The statistics are ``pgsurge.stats.compare``'s, the same as
+``pgsurge compare`` (which adds the noise, drift and outliers, and the
+other metrics); this card is the summary for people looking at the charts.
 """
 
 from __future__ import annotations
@@ -116,6 +117,16 @@ def _interval(
     confidence: float,
 ) -> tuple[tuple[float, float] | None, str, str]:
     """(interval of the ratio, verdict, note)."""
+    flat = [name for name, side in (("A", tps_a), ("B", tps_b)) if len(set(side)) == 1]
+    if len(tps_a) >= 2 and len(tps_b) >= 2 and flat:
+        # identical values are no measured spread (a run given twice, or
+        # copies): a zero-width interval would claim certainty
+        return (
+            None,
+            "no verdict",
+            f"side {flat[0]}'s runs all have the same tps: its spread is not "
+            "measured; give distinct runs",
+        )
     est = (
         stats.log_ratio_ci(tps_a, tps_b, confidence)
         if len(tps_a) >= 2 and len(tps_b) >= 2

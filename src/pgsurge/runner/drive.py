@@ -13,6 +13,11 @@ Steps 4 to 6 of :mod:`pgsurge.runner`, on this machine's worker processes
   or the live panel, once every worker has passed a tick;
 * at the end (:func:`_merge`), the workers' results merged into the run's.
 
+With the live panel up, the workers' fd 2 is a pipe that the parent reads
+(:class:`_Echo`): their lines, and the parent's own during the run, are
+printed above the panel, so that the panel's redraws neither erase them nor
+leave pieces of itself between them.
+
 A worker that dies (the OOM killer's SIGKILL) is named with how it ended;
 the others stop gracefully and the result is what the parent received: the
 dead worker's clients count as aborted, with its last progress figures.
@@ -31,11 +36,11 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TextIO
 
 from pgsurge.config import RunConfig
 from pgsurge.engine.interrupt import ParentStop, describe_exit
-from pgsurge.engine.pool import RunFailed, WorkerPool
+from pgsurge.engine.pool import RunFailed, StderrRelay, WorkerPool
 from pgsurge.engine.protocol import (
     Connected,
     Crash,
@@ -49,7 +54,7 @@ from pgsurge.engine.protocol import (
     Stop,
     WorkerMessage,
 )
-from pgsurge.engine.worker import WorkerSpec
+from pgsurge.engine.worker import WorkerSpec, wants_histograms
 from pgsurge.errors import PROG, ExitStatus, PgsurgeError
 from pgsurge.report import live
 from pgsurge.runner.setup import clock_us, epoch_shift_us
@@ -67,7 +72,15 @@ __all__ = ["drive", "drive_local", "writer"]
 _KILLING_SIGNALS = (signal.SIGHUP,)
 
 
-def writer(stream: TextIO) -> Callable[[str], None]:
+class _Sink(Protocol):
+    """Where the parent's messages go: a text stream, or :class:`_Echo`."""
+
+    def write(self, text: str, /) -> object: ...
+
+    def flush(self) -> None: ...
+
+
+def writer(stream: _Sink) -> Callable[[str], None]:
     """A function that writes to ``stream`` and flushes it (for the insight
     monitor, which writes from its own thread)."""
 
@@ -88,7 +101,7 @@ def drive_local(
 ) -> RunResult:
     """The default driver: the workers are this machine's processes."""
     try:
-        workers = WorkerPool(specs)
+        workers = WorkerPool(specs, relay_stderr=show_live)
     except OSError as exc:  # pgbench: "could not create thread: %m"
         raise PgsurgeError(
             f"could not start worker process: {os.strerror(exc.errno or 0)}",
@@ -96,13 +109,14 @@ def drive_local(
             if exc.errno == errno.EMFILE
             else None,
         ) from None
+    echo = _Echo(workers.relay, err)
     try:
         with _stop_workers_on_signal(workers), _parent_stop(workers) as stopper:
             result = drive(
                 workers,
                 specs[0].config,
                 facts,
-                err,
+                echo,
                 stopper=stopper,
                 show_live=show_live,
                 monitor=monitor,
@@ -110,7 +124,10 @@ def drive_local(
     except BaseException:
         workers.stop()
         raise
-    workers.join()
+    else:
+        workers.join()
+    finally:
+        echo.close()
     return result
 
 
@@ -118,7 +135,7 @@ def drive(
     workers: WorkerPool,
     cfg: RunConfig,
     facts: RunFacts,
-    err: TextIO,
+    err: TextIO | _Echo,
     *,
     stopper: ParentStop | None = None,
     show_live: bool = False,
@@ -131,14 +148,19 @@ def drive(
     gracefully; the result is then what the parent received: a dead
     worker counts its clients as aborted, with its last progress figures.
     """
-    start_us = _start(workers, cfg, err, stopper, monitor)
+    echo = err if isinstance(err, _Echo) else _Echo(None, err)
+    start_us = _start(workers, cfg, echo, stopper, monitor)
     got = _Received.at_start(len(workers.pipes), start_us)
     got.connected_us = clock_us()
-    display = _Display.open(workers, cfg, facts, err, start_us, show_live, monitor)
+    display = _Display.open(workers, cfg, facts, echo, start_us, show_live, monitor)
+    echo.panel = display.panel
     try:
-        _collect(workers, got, err, stopper, display)
+        _collect(workers, got, echo, stopper, display)
     finally:
+        echo.panel = None
         display.close()
+        # what came after the last message, below where the panel was
+        echo.pump()
     return _merge(workers, got, facts, start_us, stopper)
 
 
@@ -148,7 +170,7 @@ def drive(
 def _start(
     workers: WorkerPool,
     cfg: RunConfig,
-    err: TextIO,
+    err: _Echo,
     stopper: ParentStop | None,
     monitor: Monitor | None,
 ) -> int:
@@ -232,6 +254,15 @@ class _Received:
         self.ticks[index] = sys.maxsize
         self.pending.discard(index)
 
+    def shown_at(self) -> int:
+        """The time of the figures shown once every running worker passed a
+        tick: the earliest of their snapshots. pgbench reads all threads'
+        counters at one moment; here each worker snapshots at its own tick,
+        and one that was late (a stall) must not move the line past the
+        others' snapshots: the next interval would be short and hold a
+        whole interval of their transactions (issue 21's ``136373.1 tps``)."""
+        return min(self.nows[i] for i in self.pending)
+
     def merged(self) -> StatsData:
         total = StatsData()
         for snap in self.snapshots:
@@ -246,7 +277,7 @@ class _Display:
 
     def __init__(
         self,
-        err: TextIO,
+        err: _Sink,
         workers: WorkerPool,
         reporter: ProgressReporter | None,
         panel: live.LivePanel | None,
@@ -258,13 +289,17 @@ class _Display:
         self._panel = panel
         self._monitor = monitor
 
+    @property
+    def panel(self) -> live.LivePanel | None:
+        return self._panel
+
     @classmethod
     def open(
         cls,
         workers: WorkerPool,
         cfg: RunConfig,
         facts: RunFacts,
-        err: TextIO,
+        err: _Echo,
         start_us: int,
         show_live: bool,
         monitor: Monitor | None,
@@ -278,12 +313,14 @@ class _Display:
         panel = None
         if show_live:
             panel = live.LivePanel(
-                err,
+                err.stream,
                 start_us=start_us,
                 duration_s=cfg.duration,
                 transactions=cfg.transactions,
                 clients=cfg.clients,
                 nworkers=len(workers.pipes),
+                # untimed transactions are recorded with a latency of 0
+                timed=facts.measure_latency or wants_histograms(cfg),
             )
             panel.start()
         return cls(err, workers, reporter, panel, monitor)
@@ -307,16 +344,19 @@ class _Display:
 def _collect(
     workers: WorkerPool,
     got: _Received,
-    err: TextIO,
+    err: _Echo,
     stopper: ParentStop | None,
     display: _Display,
 ) -> None:
     """Receive until every worker has sent its result or died; show the
     merged figures whenever every running worker has passed a new tick."""
     wake: list[Any] = [] if stopper is None else [stopper.wake_fd]
+    wake += err.waitables()
     while got.pending:
         timeout = None if stopper is None else stopper.timeout()
         ready = wait([*(workers.pipes[i] for i in got.pending), *wake], timeout)
+        # before any message: a worker's lines precede what it sends next
+        err.pump()
         if stopper is not None:
             _escalate(workers, got, stopper, ready)
         for pipe in ready:
@@ -325,7 +365,7 @@ def _collect(
         tick = min(got.ticks)
         if got.pending and tick > got.shown:
             got.shown = tick
-            display.show(got.merged(), max(got.nows[i] for i in got.pending))
+            display.show(got.merged(), got.shown_at())
 
 
 def _escalate(
@@ -347,11 +387,11 @@ def _receive(
     workers: WorkerPool,
     index: int,
     got: _Received,
-    err: TextIO,
+    err: _Sink,
     stopper: ParentStop | None,
 ) -> None:
     """One message of worker ``index`` during the run."""
-    match _recv(workers, index):
+    match _recv(workers, index, err):
         case Progress(tick, now, stats):
             got.ticks[index], got.nows[index], got.snapshots[index] = tick, now, stats
         case Done(done):
@@ -407,19 +447,20 @@ class _Died:
     """What :func:`_recv` returns for a worker whose pipe closed."""
 
 
-def _recv(workers: WorkerPool, index: int) -> WorkerMessage | _Died:
+def _recv(workers: WorkerPool, index: int, err: _Sink) -> WorkerMessage | _Died:
     try:
         msg: WorkerMessage = workers.pipes[index].recv()
     except (EOFError, OSError):
         return _Died()
     if isinstance(msg, Crash):
-        sys.stderr.write(msg.traceback)
-        sys.stderr.write(f"{PROG}: error: worker {index} failed\n")
+        err.write(msg.traceback)
+        err.write(f"{PROG}: error: worker {index} failed\n")
+        err.flush()
         raise RunFailed(ExitStatus.RUN_ABORTED)
     return msg
 
 
-def _fatal(msg: Fatal, err: TextIO) -> NoReturn:
+def _fatal(msg: Fatal, err: _Sink) -> NoReturn:
     """A worker's :class:`Fatal`: pgbench's ``pg_fatal`` in a thread, which
     ends the process with status 1. The text, when the worker left it to
     the parent, is printed here: only the first failing worker's."""
@@ -430,17 +471,20 @@ def _fatal(msg: Fatal, err: TextIO) -> NoReturn:
 
 
 def _barrier(
-    workers: WorkerPool, expected: type[Ready | Connected], err: TextIO
+    workers: WorkerPool, expected: type[Ready | Connected], err: _Echo
 ) -> list[WorkerMessage]:
     """Wait for every worker's ``expected`` message (a fatal one ends the
     run); the messages, by worker."""
     got: dict[int, WorkerMessage] = {}
     waiting = set(range(len(workers.pipes)))
     while waiting:
-        ready = wait([workers.pipes[i] for i in waiting])
+        ready = wait([*(workers.pipes[i] for i in waiting), *err.waitables()])
+        err.pump()
         for pipe in ready:
-            index = workers.pipes.index(pipe)  # type: ignore[arg-type]
-            msg = _recv(workers, index)
+            if not isinstance(pipe, Connection):
+                continue
+            index = workers.pipes.index(pipe)
+            msg = _recv(workers, index, err)
             if isinstance(msg, _Died):
                 _report_death(workers, index, err)
                 raise RunFailed(ExitStatus.RUN_ABORTED)
@@ -453,7 +497,7 @@ def _barrier(
     return [got[i] for i in sorted(got)]
 
 
-def _report_death(workers: WorkerPool, index: int, err: TextIO) -> None:
+def _report_death(workers: WorkerPool, index: int, err: _Sink) -> None:
     """A worker's pipe closed without a result: say which and how it ended."""
     proc = workers.procs[index]
     proc.join(1.0)
@@ -462,6 +506,69 @@ def _report_death(workers: WorkerPool, index: int, err: TextIO) -> None:
         f"{describe_exit(proc.exitcode)}\n"
     )
     err.flush()
+
+
+class _Echo:
+    """The parent's stderr during a run, and the workers' relayed one.
+
+    While the live panel is up (``panel``), both are printed through it,
+    above it; otherwise the parent's text goes to ``stream`` and the
+    workers' bytes to its binary buffer as they came (a Latin-1 byte of a
+    script stays that byte, as pgbench echoes it). A worker's partial line
+    waits for its end, so that a redraw never splits it.
+    """
+
+    def __init__(self, relay: StderrRelay | None, stream: TextIO) -> None:
+        self.relay = relay
+        self.stream = stream
+        self.panel: live.LivePanel | None = None
+        self._partial = b""
+
+    def waitables(self) -> list[Any]:
+        return [] if self.relay is None else [self.relay]
+
+    def write(self, text: str, /) -> object:
+        panel = self.panel
+        if panel is not None:
+            panel.print_above(text)
+        else:
+            self.stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.panel is None:
+            self.stream.flush()
+
+    def pump(self, *, final: bool = False) -> None:
+        """Print the complete lines the workers have written so far (all
+        of it when ``final``)."""
+        if self.relay is None:
+            return
+        data = self._partial + self.relay.read()
+        cut = len(data) if final else data.rfind(b"\n") + 1
+        data, self._partial = data[:cut], data[cut:]
+        if not data:
+            return
+        panel = self.panel
+        if panel is not None:
+            panel.print_above(data.decode("utf-8", "replace"))
+            return
+        binary = getattr(self.stream, "buffer", None)
+        self.stream.flush()
+        if binary is not None:
+            binary.write(data)
+            binary.flush()
+        else:
+            self.stream.write(data.decode("utf-8", "surrogateescape"))
+            self.stream.flush()
+
+    def close(self) -> None:
+        """The run is over (or failed): the rest, and the pipe closed."""
+        self.panel = None
+        if self.relay is not None:
+            self.pump(final=True)
+            self.relay.close()
+            self.relay = None
 
 
 def _send_quietly(pipe: Connection, msg: ParentMessage) -> None:

@@ -129,9 +129,11 @@ _CONTINUATION_RE = re.compile(r"\\\r?\n")
 # exprscan.l's rules in the order flex prefers them (two-character
 # operators before one-character ones); "\\" + newline continues the
 # command, a newline ends it. No group matches: an unexpected character,
-# or the end of the text.
+# or the end of the text. (Greedy, not possessive, loops: what follows
+# them cannot fail, so nothing goes back over them; splitter.py says why
+# the reader uses no possessive quantifier.)
 _EXPR_TOKEN = re.compile(
-    r"(?:[ \t\r\f\v]++|\\\r?\n)*+"
+    r"(?:[ \t\r\f\v]+|\\\r?\n)*"
     r"(?:(?P<op><>|!=|<=|>=|<<|>>|[-+*/%=<>|&#~])"
     rf"|(?P<word>{IDENT_START}{IDENT_CHAR}*)"
     r"|(?P<num>[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?)"
@@ -147,7 +149,7 @@ _SINGLE = {
 }
 _NONSPACE_RE = re.compile(r"[^ \t\r\f\v\n]+")
 # what separates words: whitespace and continuations (not the newline)
-_WORD_SKIP = re.compile(r"(?:[ \t\r\f\v]++|\\\r?\n)*+")
+_WORD_SKIP = re.compile(r"(?:[ \t\r\f\v]+|\\\r?\n)*")
 
 
 def byte_len(text: str) -> int:

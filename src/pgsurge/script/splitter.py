@@ -159,15 +159,16 @@ def _number_end(src: str, pos: int) -> int:
 # not followed by what would make them a longer token (".", "e", "_", a
 # letter, "$": see _number_end). The output is the source text anyway, so
 # such a run is taken in one match: a 4 MB "IN (1,2,3,...)" line no longer
-# goes through the loop once per token. Possessive: linear.
+# goes through the loop once per token. Nothing follows the loop, so no
+# match goes back over it: linear.
 _PLAIN_RUN = re.compile(
-    r"(?:[ \t\n\r\f,+*<>=!%^&|~#@?\[\]{}`]++"
+    r"(?:[ \t\n\r\f,+*<>=!%^&|~#@?\[\]{}`]+"
     r"|-(?!-)|/(?!\*)|\.(?![0-9])"
-    rf"|[0-9]++(?!{wide_class(ASCII_IDENT_CHARS + '$.')})"
+    rf"|[0-9]+(?!{wide_class(ASCII_IDENT_CHARS + '$.')})"
     # a psql variable reference (sent as written: pgbench substitutes
     # nothing while splitting), "::", ":=" or a lone ":", as below
-    rf"|:(?:{_VARCHARS}+|'{_VARCHARS}+'|\"{_VARCHARS}+\"|\{{\?{_VARCHARS}+\}}|[:=])?+"
-    r")++"
+    rf"|:(?:{_VARCHARS}+|'{_VARCHARS}+'|\"{_VARCHARS}+\"|\{{\?{_VARCHARS}+\}}|[:=])?"
+    r")+"
 )
 _PLAIN_FIRST = frozenset(",+*<>=!%^&|~#@?[]{}`-/.:0123456789")
 # the text of a quoted string or comment up to what may end it
@@ -183,10 +184,12 @@ _COMMENTS = ("--", "/*")
 _ESCAPED = (";", ":")
 
 # After a closing quote: whitespace holding a newline, then a quote, makes
-# the string continue (SQL's string continuation). Possessive quantifiers
-# keep the regex linear on hostile input.
+# the string continue (SQL's string continuation). Linear on hostile
+# input: a comment is taken whole (a shorter one fails its lookahead), and
+# no loop iteration starts with what follows the loop, so a failed match
+# goes back over each iteration once.
 _QUOTE_CONTINUE = re.compile(
-    r"(?:[ \t\f]|--[^\n\r]*+)*+[\n\r](?:[ \t\n\r\f]|--[^\n\r]*+[\n\r])*+'"
+    r"(?:[ \t\f]|--[^\n\r]*(?![^\n\r]))*[\n\r](?:[ \t\n\r\f]|--[^\n\r]*[\n\r])*'"
 )
 _FUNC_WORDS = {
     "create": "c",
@@ -576,7 +579,8 @@ def skip_sql_comments(text: str) -> tuple[str, int]:
     return text[pos:], pos
 
 
-_SQL_LEADING = re.compile(r"(?:[ \t\n\v\f\r]++|--[^\n]*+\n)*+")
+# (nothing follows the loop: no match goes back over it)
+_SQL_LEADING = re.compile(r"(?:[ \t\n\v\f\r]+|--[^\n]*\n)*")
 
 
 def sql_first_line(text: str) -> str:
@@ -596,4 +600,4 @@ def sql_first_line(text: str) -> str:
     return m.group()
 
 
-_FIRST_LINE = re.compile(r"[^\n\r]*+")
+_FIRST_LINE = re.compile(r"[^\n\r]*")

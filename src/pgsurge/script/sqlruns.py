@@ -18,22 +18,38 @@ are taken here in one regex match each, at C speed:
 What a run leaves to the token loop: ``;``, ``\\``, ``$``, a quote prefix
 (``E''``, ``B''``, ``X''``, ``N''``, ``U&``), nested comments, numbers with
 a fraction, an exponent, ``_`` or junk after them, unbalanced or deeply
-nested parentheses. Every quantifier is
-possessive, so a run is linear in its length whatever the text. The
-splitter's tests check both paths give the same results.
+nested parentheses. The splitter's tests check both paths give the same
+results.
+
+Possessive quantifiers only where CPython's ``re`` matches them right:
+it gained them in 3.11.0 and matched some wrongly until 3.11.5
+(gh-100061, gh-106052; Debian 12's python3 is 3.11.2), which split
+scripts differently there. Before 3.11.5 the runs are greedy, and as
+linear, because they have only one way to match: every atom takes all it
+can (``X+(?!X)``: a shorter run fails its lookahead at once), the atoms
+of a run start with different characters, and what follows a loop
+(``;``, ``)``) starts no atom; so a failed match goes back over each
+iteration once and finds no other reading of the text. That greedy form
+reads every text as the possessive one does
+(tests/unit/test_regex_portable.py), at two to four times the cost of
+a long run (re keeps a point to go back to per iteration).
 """
 
 from __future__ import annotations
 
 import re
+import sys
+from typing import NamedTuple
 
 from pgsurge.script.lexer import ASCII_IDENT_CHARS, IDENT_CHAR, IDENT_START, wide_class
 
+#: re matches possessive quantifiers right (see the module docstring)
+POSSESSIVE = sys.version_info >= (3, 11, 5)
+
+_WORD_CONT = wide_class(ASCII_IDENT_CHARS + "$")
 #: an SQL identifier: it may contain "$" (a dollar-quote tag may not);
-#: possessive, as everything below: a statement's first word is not inside
-#: a possessive loop, and giving back its letters one at a time after a
-#: failed match made a long first word quadratic
-SQL_IDENT = re.compile(f"{IDENT_START}{wide_class(ASCII_IDENT_CHARS + '$')}*+")
+#: whole (a shorter one fails the lookahead), on every Python
+SQL_IDENT = re.compile(f"{IDENT_START}{_WORD_CONT}*(?!{_WORD_CONT})")
 #: what follows ":" in a psql variable reference
 VARCHARS = IDENT_CHAR
 #: whitespace, punctuation and operators that start no longer token
@@ -44,21 +60,57 @@ PUNCT = r" \t\n\r\f,+*<>=!%^&|~#@?\[\]{}`"
 _NUM_TAIL = wide_class(ASCII_IDENT_CHARS + "$.")
 _NUM_TAIL_RE = re.compile(_NUM_TAIL)
 _IDENT_CHAR_OR_DOLLAR = re.compile(wide_class(ASCII_IDENT_CHARS + "$"))
+_SPACE = r"[ \t\n\r\f]"
 
-# Outside parentheses a run of punctuation and digits is taken whole, and
-# its trailing digits are given back when they start a longer token
-# (word_run_end): a 4 MB IN list is one atom. Inside parentheses there is
-# no giving back: such digits fail the group.
-_DIGITS = f"[{PUNCT}0-9]++"
-_STRICT_DIGITS = rf"[{PUNCT}0-9]++(?:(?<![0-9])|(?!{_NUM_TAIL}))"
-_VARIABLE = (
-    rf":(?:{VARCHARS}++|'{VARCHARS}++'|\"{VARCHARS}++\"|\{{\?{VARCHARS}++\}}|[:=])?+"
-)
+#: how deep balanced parentheses are taken in one run
+PAREN_DEPTH = 4
 
 
-def _atoms(digits: str) -> str:
+class _Dialect:
+    """The two spellings of "all of it": possessive, or greedy with a
+    lookahead that a shorter match fails at once."""
+
+    def __init__(self, possessive: bool) -> None:
+        self.possessive = possessive
+        #: after a loop's quantifier
+        self.loop = "+" if possessive else ""
+
+    def whole(self, item: str, times: str) -> str:
+        """``item`` (one character) ``times`` ("*" or "+"), as many as
+        there are."""
+        if self.possessive:
+            return f"{item}{times}+"
+        return f"{item}{times}(?!{item})"
+
+
+class Runs(NamedTuple):
+    """The compiled regexes of one dialect."""
+
+    leading: re.Pattern[str]
+    word_run: re.Pattern[str]
+    first_statement: re.Pattern[str]
+    next_statement: re.Pattern[str]
+
+
+def _atoms(d: _Dialect, digits: str) -> str:
     """The tokens of a run but the parenthesized groups, the commonest
     first (re tries the alternatives in order)."""
+    varchars = d.whole(VARCHARS, "+")
+    # what may follow ":" in a variable reference, "::" or ":="
+    after_colon = rf"{varchars}|'{varchars}'|\"{varchars}\"|\{{\?{varchars}\}}|[:=]"
+    # greedy: the empty reading only where none of them matches (else
+    # ":name" would also read as ":" and a name, two ways to fail per
+    # variable: exponential)
+    variable = (
+        rf":(?:{after_colon})?+"
+        if d.possessive
+        else rf":(?:{after_colon}|(?!{after_colon}))"
+    )
+    no_nl = d.whole(r"[^\n\r]", "*")
+    squoted = d.whole("[^']", "*")
+    dquoted = d.whole('[^"]', "*")
+    stars = d.whole(r"\*", "+")
+    word = d.whole(_WORD_CONT, "*")
     return "|".join(
         (
             # a :variable ("::" and ":=" too), with the punctuation after
@@ -69,53 +121,77 @@ def _atoms(digits: str) -> str:
             # punctuation. First: re skips an alternative that starts
             # with another character than the text's at no cost, and no
             # other alternative starts with ":"
-            rf"{_VARIABLE}[{PUNCT}]*+",
+            variable + d.whole(f"[{PUNCT}]", "*"),
             digits,
             # an identifier: not right after a digit (the junk of a number)
             # and not a one-letter quote prefix
-            rf"(?<![0-9])(?![bBxXeEnN]'|[uU]&){SQL_IDENT.pattern}",
+            rf"(?<![0-9])(?![bBxXeEnN]'|[uU]&){IDENT_START}{word}",
             # a string (one continued on a later line, 'a'\n'b', is read
             # as two here: the same text, and the same state after it),
-            # a quoted identifier
-            r"'(?:[^']++|'')*+'",
-            r'"(?:[^"]++|"")*+"',
-            r"-(?!-)|--[^\n\r]*+|/(?!\*)",
+            # a quoted identifier; not ended by the first quote of a
+            # doubled one (greedy, 'a''b' would read as two strings too)
+            rf"'{squoted}(?:''{squoted})*{d.loop}'(?!')",
+            rf'"{dquoted}(?:""{dquoted})*{d.loop}"(?!")',
+            rf"-(?!-)|--{no_nl}|/(?!\*)",
             # a comment without nesting (psqlscan's xc, depth 0 throughout)
-            r"/\*(?:[^*/]++|\*++(?!/)|/(?!\*))*+\*++/",
+            rf"/\*(?:{d.whole('[^*/]', '+')}|{stars}(?!/)|/(?!\*))*{d.loop}{stars}/",
             r"(?<![0-9])\.(?![0-9])",
         )
     )
 
 
-#: how deep balanced parentheses are taken in one run
-PAREN_DEPTH = 4
-
-
-def _run_atom() -> str:
-    inner = _atoms(_STRICT_DIGITS)
+def _run_atom(d: _Dialect) -> str:
+    # Outside parentheses a run of punctuation and digits is taken whole,
+    # and its trailing digits are given back when they start a longer
+    # token (word_run_end): a 4 MB IN list is one atom. Inside parentheses
+    # there is no giving back: such digits fail the group.
+    digits = d.whole(f"[{PUNCT}0-9]", "+")
+    # (one assertion, not "(?<![0-9])|(?!tail)": a space before "(" meets
+    # both, and two ways to match an atom double the work of going back)
+    strict = rf"{digits}(?!(?<=[0-9]){_NUM_TAIL})"
+    inner = _atoms(d, strict)
     for _ in range(PAREN_DEPTH - 1):
-        inner = rf"{_atoms(_STRICT_DIGITS)}|\((?:{inner})*+\)"
-    return rf"(?:{_atoms(_DIGITS)}|\((?:{inner})*+\))"
+        inner = rf"{_atoms(d, strict)}|\((?:{inner})*{d.loop}\)"
+    return rf"(?:{_atoms(d, digits)}|\((?:{inner})*{d.loop}\))"
 
 
-# (no group tells which atom came last: in a possessive loop Python 3.11's
-# re gets a group's span wrong, and a greedy loop keeps a backtracking
-# point per atom, 6x slower on 500,000 ":var, ")
-_WORD_RUN = re.compile(_run_atom() + "++")
+def build_runs(possessive: bool) -> Runs:
+    """The regexes in possessive or greedy form (tests compare the two)."""
+    d = _Dialect(possessive)
+    # what the token loop drops before a statement's first token;
+    # greedy, the lookahead makes a statement match that fails give none
+    # of it back (a run may start with blanks or a comment: it would scan
+    # the statement again from each)
+    spaces = d.whole(_SPACE, "+")
+    no_nl = d.whole(r"[^\n\r]", "*")
+    leading = rf"(?:{spaces}|--{no_nl})*{d.loop}(?!{_SPACE}|--)"
+    word = d.whole(_WORD_CONT, "*")
+    atom = _run_atom(d)
+    return Runs(
+        re.compile(leading),
+        # (no group tells which atom came last: in a possessive loop
+        # Python 3.11's re gets a group's span wrong, and a group costs a
+        # mark per iteration)
+        re.compile(f"{atom}+{d.loop}"),
+        # A statement: what the token loop drops, then (group 1) a first
+        # word that is not CREATE (a word with a non-ASCII letter never
+        # is), and a run up to a ";". Digits followed by what makes a
+        # longer number stop the run short of the ";": no match then.
+        re.compile(
+            rf"{leading}((?![cC][rR][eE][aA][tT][eE](?!{_WORD_CONT}))"
+            rf"(?<![0-9])(?![bBxXeEnN]'|[uU]&){IDENT_START}{word}{atom}*{d.loop};)"
+        ),
+        # A statement whose first word was read before (a meta command cut it).
+        re.compile(rf"{leading}({atom}+{d.loop};)"),
+    )
 
+
+_RUNS = build_runs(POSSESSIVE)
 #: what the token loop drops before a statement's first token
-LEADING = re.compile(r"(?:[ \t\n\r\f]++|--[^\n\r]*+)*+")
-_WORD_CONT = wide_class(ASCII_IDENT_CHARS + "$")
-# A statement: what the token loop drops, then (group 1) a first word
-# that is not CREATE (a word with a non-ASCII letter never is), and a run
-# up to a ";". Digits followed by what makes a longer number stop the run
-# short of the ";": no match then.
-_FIRST_STATEMENT = re.compile(
-    rf"{LEADING.pattern}((?![cC][rR][eE][aA][tT][eE](?!{_WORD_CONT}))"
-    rf"(?<![0-9])(?![bBxXeEnN]'|[uU]&){SQL_IDENT.pattern}{_run_atom()}*+;)"
-)
-# A statement whose first word was read before (a meta command cut it).
-_NEXT_STATEMENT = re.compile(rf"{LEADING.pattern}({_run_atom()}++;)")
+LEADING = _RUNS.leading
+_WORD_RUN = _RUNS.word_run
+_FIRST_STATEMENT = _RUNS.first_statement
+_NEXT_STATEMENT = _RUNS.next_statement
 
 
 def match_statement(src: str, pos: int, first_word: bool) -> re.Match[str] | None:

@@ -21,6 +21,14 @@ account (and root) can reach that directory.
 
 Every program runs through ``subprocess`` (initdb, pg_ctl); we never change
 the permissions of a directory we did not create.
+
+As root this module writes into a directory another user may have named
+or prepared, so it trusts no path it did not check: the location and
+``data/`` are opened and checked once per operation (``safedir``: a real
+directory, owned by us (``data/``: or the server's account), not writable
+by others, below directories no other user can change),
+and every file is made, written and given away relative to those open
+directories, with ``O_NOFOLLOW`` and ``fchown``.
 """
 
 from __future__ import annotations
@@ -42,7 +50,25 @@ from urllib.parse import quote
 from ..config import ConnParams
 from ..errors import ServerError
 from .binaries import PgInstall, pginstall_for, wheel_pginstall
-from .runas import OsUser, can_traverse, chown_to, current_user, run_as, server_user
+from .runas import (
+    OsUser,
+    can_traverse,
+    current_user,
+    run_as,
+    server_account_uids,
+    server_user,
+)
+from .safedir import (
+    append_own_file,
+    check_ancestors,
+    make_dirs,
+    open_dir,
+    open_lock_file,
+    opened_dir,
+    private_dir,
+    read_own_text,
+    replace_file,
+)
 
 #: overrides the data location (tests point it at a temporary directory)
 ENV_DATA_DIR = "PGSURGE_DATA_DIR"
@@ -54,6 +80,9 @@ _SOCKET_PATH_MAX = 107
 _PID_FILE = "postmaster.pid"
 _SETTINGS_FILE = "pgsurge.conf"
 _LOG_FILE = "server.log"
+_LOCK_FILE = ".lock"
+_SOCKET_DIR_FILE = "socket-dir"
+_SCRATCH = "data.initdb"
 #: seconds pg_ctl waits for start or stop (crash recovery can be slow)
 _PG_CTL_TIMEOUT = 120
 
@@ -122,6 +151,8 @@ class EmbeddedServer:
         self.port = port
         self.superuser = superuser
         self._programs = programs
+        #: the checked location's fd while the lock is held (see _locked)
+        self._loc_fd: int | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -141,6 +172,7 @@ class EmbeddedServer:
     def ensure_running(self) -> ConnParams:
         """Start the server (creating the cluster first if needed) or reuse it."""
         with self._locked():
+            self._check_data_dir()
             info = self._read_pid_file()
             if info is not None and info.state == "stopping":
                 _wait_exit(info.pid, _PG_CTL_TIMEOUT)  # then start it anew
@@ -164,6 +196,7 @@ class EmbeddedServer:
     def stop(self) -> bool:
         """Stop the server (fast shutdown); False when it was not running."""
         with self._locked():
+            self._check_data_dir()
             info = self._read_pid_file()
             if info is None or not _postmaster_alive(info.pid):
                 return False
@@ -211,19 +244,59 @@ class EmbeddedServer:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        """Hold the location's lock; file-system errors become ServerError."""
+        """Hold the location's lock; file-system errors become ServerError.
+
+        The location is checked (its parents, then the open directory
+        itself) before anything is created in it, and stays open as
+        ``_loc_fd`` for the steps to work relative to it.
+        """
+        loc_fd = -1
         try:
-            _make_dirs(self.location, 0o755 if os.geteuid() == 0 else 0o700)
-            fd = os.open(self.location / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+            check_ancestors(self.location)
+            make_dirs(self.location, 0o755 if os.geteuid() == 0 else 0o700)
+            # ours alone, not the server account's too: root works in the
+            # location by path (the copy of the programs, initdb's scratch
+            # directory), which an account that can write there could steer
+            loc_fd = open_dir(self.location, {os.geteuid()})
+            fd = open_lock_file(loc_fd, _LOCK_FILE, self.location / _LOCK_FILE)
         except OSError as exc:
+            if loc_fd >= 0:
+                os.close(loc_fd)
             raise _os_error(exc) from None
+        except BaseException:
+            if loc_fd >= 0:
+                os.close(loc_fd)
+            raise
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
+            self._loc_fd = loc_fd
             yield
         except OSError as exc:
             raise _os_error(exc) from None
         finally:
+            self._loc_fd = None
             os.close(fd)
+            os.close(loc_fd)
+
+    def _owners(self) -> set[int]:
+        """Who may own data/: us, and as root the server's account."""
+        return {os.geteuid(), *server_account_uids()}
+
+    def _loc(self) -> int:
+        assert self._loc_fd is not None, "only with the lock held"
+        return self._loc_fd
+
+    def _check_data_dir(self) -> None:
+        """Refuse a data/ that is a symlink, someone else's, or open to
+        others (the server would start from, and we would write into, a
+        directory another user controls)."""
+        try:
+            fd = open_dir(
+                "data", self._owners(), dir_fd=self._loc(), shown=self.data_dir
+            )
+        except FileNotFoundError:
+            return
+        os.close(fd)
 
     def _check_reachable(self, user: OsUser) -> None:
         if user.is_current or can_traverse(self.data_dir, user):
@@ -244,7 +317,9 @@ class EmbeddedServer:
         """
         version_file = self.data_dir / "PG_VERSION"
         if version_file.exists():
-            found = version_file.read_text().strip()
+            # not through a link: the server's account could point it at a
+            # secret of root's, which the message below would then print
+            found = read_own_text(version_file, 64).strip()
             if found != install.major:
                 raise ServerError(
                     f"{self.data_dir} holds a PostgreSQL {found} cluster, "
@@ -257,10 +332,9 @@ class EmbeddedServer:
                 f"{self.data_dir} exists but is not a PostgreSQL data directory",
                 hint=f"remove it, or set {ENV_DATA_DIR} to another directory",
             )
-        scratch = self.location / "data.initdb"
+        scratch = self.location / _SCRATCH
         shutil.rmtree(scratch, ignore_errors=True)
-        os.mkdir(scratch, 0o700)
-        chown_to(scratch, user)
+        self._make_private_dir(_SCRATCH, user)
         with tempfile.TemporaryFile() as out:
             args: list[str | Path] = ["initdb", "-D", scratch, "-U", self.superuser]
             args += ["--auth-local=trust", "--auth-host=reject", "-E", "UTF8"]
@@ -274,12 +348,22 @@ class EmbeddedServer:
                     f"{self.data_dir}",
                     detail=_tail(out.read().decode(errors="replace")),
                 )
-        with open(scratch / "postgresql.conf", "a", encoding="utf-8") as conf:
-            conf.write(
-                "\n# pgsurge: the settings pgsurge manages (rewritten at each start)\n"
-                f"include_if_exists = '{_SETTINGS_FILE}'\n"
+        # the scratch directory belongs to the server's account by now: a
+        # planted link must not make root append to a file of its choice
+        with opened_dir(_SCRATCH, {user.uid}, dir_fd=self._loc(), shown=scratch) as fd:
+            append_own_file(
+                fd,
+                "postgresql.conf",
+                b"\n# pgsurge: the settings pgsurge manages (rewritten at each start)\n"
+                + f"include_if_exists = '{_SETTINGS_FILE}'\n".encode(),
+                user.uid,
             )
-        os.rename(scratch, self.data_dir)
+        os.rename(_SCRATCH, "data", src_dir_fd=self._loc(), dst_dir_fd=self._loc())
+
+    def _make_private_dir(self, name: str, user: OsUser) -> None:
+        """Make (or take) directory ``name`` in the location: 0700, owned by
+        ``user``; changed through its fd, never by following a link."""
+        private_dir(self._loc(), name, user.uid, user.gid, shown=self.location / name)
 
     def _planned_socket_dir(self) -> Path:
         preferred = self.location / "run"
@@ -301,16 +385,9 @@ class EmbeddedServer:
         """
         preferred = self.location / "run"
         if _socket_path_fits(preferred, self.port):
-            if preferred.is_symlink() or (
-                preferred.exists() and not preferred.is_dir()
-            ):
-                raise ServerError(f"{preferred} is not a directory")
-            if not preferred.exists():
-                os.mkdir(preferred, 0o700)
-            os.chmod(preferred, 0o700)
-            chown_to(preferred, user)
+            self._make_private_dir("run", user)
             return preferred
-        remembered = self.location / "socket-dir"
+        remembered = self.location / _SOCKET_DIR_FILE
         with contextlib.suppress(OSError, ValueError):
             path = Path(remembered.read_text().strip())
             st = os.lstat(path)
@@ -321,8 +398,8 @@ class EmbeddedServer:
             ):
                 return path
         path = Path(tempfile.mkdtemp(prefix="pgsurge-", dir="/tmp"))
-        chown_to(path, user)
-        remembered.write_text(f"{path}\n")
+        private_dir(None, path, user.uid, user.gid, shown=path)
+        replace_file(self._loc(), _SOCKET_DIR_FILE, f"{path}\n".encode())
         return path
 
     def _write_settings(self, user: OsUser, socket_dir: Path) -> None:
@@ -334,9 +411,12 @@ class EmbeddedServer:
             "# here are lost. Use ALTER SYSTEM (postgresql.auto.conf) instead.",
         ]
         lines += [f"{name} = {value}" for name, value in settings.items()]
-        path = self.data_dir / _SETTINGS_FILE
-        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        chown_to(path, user)
+        # data/ belongs to the server's account: a new file renamed over the
+        # old name, so a link planted there is replaced, never followed
+        text = ("\n".join(lines) + "\n").encode()
+        owners = self._owners()
+        with opened_dir("data", owners, dir_fd=self._loc(), shown=self.data_dir) as fd:
+            replace_file(fd, _SETTINGS_FILE, text, uid=user.uid, gid=user.gid)
 
     def _start(self, user: OsUser, install: PgInstall) -> None:
         # pg_ctl's output goes to a file: a pipe could be held open by the
@@ -375,7 +455,7 @@ class EmbeddedServer:
     def _start_error(self, what: str) -> ServerError:
         log = ""
         with contextlib.suppress(OSError):
-            log = self.log_file.read_text(errors="replace")
+            log = read_own_text(self.log_file)
         return ServerError(
             f"could not start the embedded PostgreSQL server: {what}",
             detail=("server log:\n" + _tail(log)) if log else None,
@@ -418,6 +498,10 @@ class EmbeddedServer:
             return
         with contextlib.suppress(FileNotFoundError):
             (self.data_dir / _PID_FILE).unlink()
+        if info.socket_dir != self._planned_socket_dir():
+            # postmaster.pid is the server account's to write: never let it
+            # name a file elsewhere for root to remove
+            return
         lock = info.socket_dir / f".s.PGSQL.{info.port}.lock"
         with contextlib.suppress(OSError):
             if int(lock.read_text().split()[0]) == info.pid:
@@ -449,19 +533,6 @@ class EmbeddedServer:
             dbname="postgres",
             embedded=True,
         )
-
-
-def _make_dirs(path: Path, mode: int) -> None:
-    """Create ``path`` and missing parents with ``mode``; touch nothing else."""
-    missing: list[Path] = []
-    for p in [path, *path.parents]:
-        if p.exists():
-            break
-        missing.append(p)
-    for p in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(p, mode)
-            os.chmod(p, mode)  # our new directory: undo the umask
 
 
 def _os_error(exc: OSError) -> ServerError:

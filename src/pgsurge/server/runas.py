@@ -191,6 +191,21 @@ def run_as(
 
 
 def chown_to(path: Path, user: OsUser) -> None:
-    """Give a directory *we just created* to ``user`` (no-op when that is us)."""
+    """Give a directory *we just created* to ``user`` (no-op when that is us).
+
+    ``lchown``: should ``path`` have become a symlink, the link changes
+    hands, never the file it points to.
+    """
     if not user.is_current:
-        os.chown(path, user.uid, user.gid)
+        os.lchown(path, user.uid, user.gid)
+
+
+def server_account_uids() -> set[int]:
+    """The uid of the account root's embedded server runs as, when we are
+    root and it exists (looked up only: it is created on first start)."""
+    if os.geteuid() != 0:
+        return set()
+    try:
+        return {pwd.getpwnam(SYSTEM_USER).pw_uid}
+    except KeyError:
+        return set()

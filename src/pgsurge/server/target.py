@@ -15,6 +15,14 @@ The rule (``wants_embedded``, a pure function):
   in ``/var/run/postgresql``); and only then start or reuse the embedded
   server (one stderr line says so too).
 
+A socket found this way is used only when it is owned by us, root or a
+PostgreSQL server account (``postgres``, or ``pgsurge``, root's embedded
+server) and lies in a directory others cannot write to (unless sticky, as
+``/tmp``): anyone can create ``/tmp/.s.PGSQL.5432``, and a server planted
+there would receive root's password and make up the results. Such a
+socket is skipped with one stderr line naming its owner. A target named
+by the user is never second-guessed.
+
 ``PGUSER`` (and ``-U``) name a role, not a server, so they do not count as a
 target. On the embedded server both are honoured alike (the role must then
 exist there: create it with ``psql "$(pgsurge server uri)"``); without
@@ -28,6 +36,7 @@ import contextlib
 import functools
 import os
 import socket
+import stat
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -40,6 +49,12 @@ from ..errors import PROG, UsageError
 TARGET_ENV_VARS = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGSERVICE")
 #: libpq's compiled-in port when it cannot be read from libpq itself
 _FALLBACK_PORT = 5432
+#: accounts PostgreSQL servers run as, trusted besides root and ourselves
+#: ("pgsurge" runs root's embedded server)
+SERVER_ACCOUNTS = ("postgres", "pgsurge")
+
+#: told one line when a socket is skipped (see the module doc)
+Say = Callable[[str], None]
 
 
 def named_target(conn: ConnParams, env: Mapping[str, str]) -> str | None:
@@ -122,10 +137,13 @@ def resolve_target(
     env = os.environ if env is None else env
     tmp_port: list[int] = []
 
+    def say(line: str) -> None:
+        print(line, file=stderr or sys.stderr, flush=True)
+
     def listening() -> bool:
-        if default_server_listening():
+        if default_server_listening(say):
             return True
-        port = pgbench_default_listening()
+        port = pgbench_default_listening(say)
         if port is not None:
             tmp_port.append(port)
             return True
@@ -158,24 +176,105 @@ def resolve_target(
     return embedded_conn(conn, server.ensure_running(), env)
 
 
-def default_server_listening() -> bool:
-    """Whether a server listens where libpq connects when told nothing."""
+def default_server_listening(say: Say | None = None) -> bool:
+    """Whether a server listens where libpq connects when told nothing
+    (a socket we do not trust is skipped, and ``say`` told why)."""
     host, port = libpq_default_address()
     if host is None:
         return False
     if host.startswith("/"):
-        return _unix_listening(os.path.join(host, f".s.PGSQL.{port}"))
+        return _trusted_listening(host, port, say)
     return _tcp_listening(host, port)
 
 
-def pgbench_default_listening() -> int | None:
-    """The port of a server listening in ``/tmp`` when libpq's default
-    socket directory is another one (None: no such server)."""
+def pgbench_default_listening(say: Say | None = None) -> int | None:
+    """The port of a trusted server listening in ``/tmp`` when libpq's
+    default socket directory is another one (None: no such server)."""
     host, port = libpq_default_address()
     if host == PGBENCH_SOCKET_DIR:
         return None  # probed already
-    path = os.path.join(PGBENCH_SOCKET_DIR, f".s.PGSQL.{port}")
-    return port if _unix_listening(path) else None
+    return port if _trusted_listening(PGBENCH_SOCKET_DIR, port, say) else None
+
+
+def _trusted_listening(directory: str, port: int, say: Say | None) -> bool:
+    path = os.path.join(directory, f".s.PGSQL.{port}")
+    if not _unix_listening(path):
+        return False
+    why = untrusted_socket(path)
+    if why is None:
+        return True
+    if say is not None:
+        say(
+            f"{PROG}: skipping the server listening in {directory} (port {port}): {why}"
+        )
+    return False
+
+
+def trusted_uids() -> set[int]:
+    """Who may own a socket we connect to unasked: us, root, and the
+    PostgreSQL server accounts that exist here."""
+    import pwd  # lazily: only the no-target probe needs it
+
+    uids = {os.geteuid(), 0}
+    for name in SERVER_ACCOUNTS:
+        with contextlib.suppress(KeyError):
+            uids.add(pwd.getpwnam(name).pw_uid)
+    return uids
+
+
+def trusted_gids() -> set[int]:
+    """Groups that may write to a socket directory: root's, ours, and the
+    server accounts' (Debian's /var/run/postgresql is 2775 postgres:postgres)."""
+    import grp  # lazily: only the no-target probe needs it
+    import pwd
+
+    gids = {0, os.getegid()}
+    for name in SERVER_ACCOUNTS:
+        with contextlib.suppress(KeyError):
+            gids.add(pwd.getpwnam(name).pw_gid)
+        with contextlib.suppress(KeyError):
+            gids.add(grp.getgrnam(name).gr_gid)
+    return gids
+
+
+def untrusted_socket(path: str) -> str | None:
+    """Why the socket at ``path`` must not be trusted (None: it may be).
+
+    The file itself (a symlink is judged as the link, whose owner planted
+    it) must be a socket of a trusted owner, and its directory must be one
+    others cannot change: else its owner, or anyone, could swap it after
+    this check.
+    """
+    import pwd  # lazily: only the no-target probe needs it
+
+    def owner(uid: int) -> str:
+        try:
+            return f'"{pwd.getpwuid(uid).pw_name}"'
+        except KeyError:
+            return f"uid {uid}"
+
+    try:
+        st = os.lstat(path)
+        dir_st = os.stat(os.path.dirname(path) or ".")
+    except OSError as exc:
+        return f"its socket cannot be checked ({exc.strerror})"
+    trusted = trusted_uids()
+    if st.st_uid not in trusted:
+        return (
+            f"its socket is owned by {owner(st.st_uid)}, not by you, root or a "
+            "PostgreSQL server account"
+        )
+    if not stat.S_ISSOCK(st.st_mode):
+        return f"{path} is not a socket but a symbolic link"
+    writable = dir_st.st_mode & 0o002 or (
+        dir_st.st_mode & 0o020 and dir_st.st_gid not in trusted_gids()
+    )
+    if dir_st.st_uid not in trusted or (writable and not dir_st.st_mode & stat.S_ISVTX):
+        return (
+            "its directory can be changed by others (owned by "
+            f"{owner(dir_st.st_uid)}, mode {stat.S_IMODE(dir_st.st_mode):04o})"
+        )
+    return None
 
 
 @functools.cache

@@ -1,0 +1,117 @@
+"""Masking passwords in anything pgsurge prints or writes to a file.
+
+A benchmark's artefacts (``ab``'s header and manifest, comparison files,
+run JSON, HTML pages) are pasted into mails and tickets, so every form in
+which a password can reach pgsurge is masked before it is shown:
+
+* a URI's user information, ``postgresql://user:PW@host`` (the password
+  may hold ``@`` and ``:`` when a hostile or careless user did not
+  percent-encode them: everything up to the last ``@`` of the word goes);
+* a URI's query parameter, ``?password=PW`` or ``&sslpassword=PW``, its
+  name percent-encoded or not (libpq decodes both);
+* a conninfo keyword, ``password=PW``, ``password = 'a b'`` (quoted values
+  with backslash escapes, as libpq reads them);
+* an environment assignment, ``PGPASSWORD=PW`` (any name with PASS, SECRET
+  or TOKEN in it, but not ``PGPASSFILE``/``passfile``, which name a file).
+
+Masking errs on the side of hiding: a value that merely looks like a
+password is masked too. ``redact_text`` works on free text,
+``redact_words`` on argument lists (an environment assignment as one word
+loses its whole value, spaces included), ``redact_env`` on a mapping of
+variables and ``redact_value`` on a JSON-like tree.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import unquote
+
+__all__ = [
+    "MASK",
+    "is_secret_name",
+    "redact_env",
+    "redact_text",
+    "redact_value",
+    "redact_words",
+]
+
+MASK = "********"
+
+#: a name whose value is a secret (``PASSFILE`` names a file, not a secret)
+_SECRET_NAME = re.compile(r"pass(?!file)|secret|token", re.IGNORECASE)
+
+# scheme://user:PW@ — greedy up to the word's last "@"
+_URI_USERINFO = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s:/?#@]*:)\S*(?=@)", re.I)
+# ?name=value / &name=value in a URI's query
+_URI_PARAM = re.compile(r"([?&])([^=&\s#]*)=([^&\s#]*)")
+# name = value, the value quoted ('…' or "…", backslash escapes) or a word
+_ASSIGN = re.compile(
+    r"(?<![\w?&%])([A-Za-z_]\w*)(\s*=\s*)('(?:[^'\\]|\\.)*'?|\"(?:[^\"\\]|\\.)*\"?|\S*)",
+    re.S,
+)
+# one argument word that is NAME=VALUE, possibly as an option's value
+_WORD_ASSIGN = re.compile(r"((?:--?[\w-]+=)?([A-Za-z_]\w*)\s*=).*", re.S)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a variable or keyword named ``name`` holds a secret."""
+    return _SECRET_NAME.search(name) is not None
+
+
+def _param(m: re.Match[str]) -> str:
+    if is_secret_name(unquote(m.group(2))):
+        return f"{m.group(1)}{m.group(2)}={MASK}"
+    return m.group(0)
+
+
+def _assign(m: re.Match[str]) -> str:
+    if is_secret_name(m.group(1)):
+        return f"{m.group(1)}{m.group(2)}{MASK}"
+    return m.group(0)
+
+
+def redact_text(text: str) -> str:
+    """``text`` with every password form masked (see the module doc)."""
+    if not _SECRET_NAME.search(text) and "://" not in text:
+        return text  # the common case: nothing that could be one
+    text = _URI_USERINFO.sub(rf"\1{MASK}", text)
+    text = _URI_PARAM.sub(_param, text)
+    return _ASSIGN.sub(_assign, text)
+
+
+def redact_words(words: Iterable[str]) -> list[str]:
+    """Each argument word masked; a word ``[--opt=]NAME=VALUE`` with a
+    secret NAME loses all of VALUE (a shell word may hold spaces)."""
+    out = []
+    for word in words:
+        m = _WORD_ASSIGN.fullmatch(word)
+        if m is not None and is_secret_name(m.group(2)):
+            out.append(m.group(1) + MASK)
+        else:
+            out.append(redact_text(word))
+    return out
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables, a secret one's value masked whole, the others' values
+    as ``redact_text`` leaves them (``PGOPTIONS`` may hold anything)."""
+    return {k: MASK if is_secret_name(k) else redact_text(v) for k, v in env.items()}
+
+
+def redact_value(value: Any) -> Any:
+    """A copy of a JSON-like tree with every string masked (keys that name
+    a secret lose their value whole)."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, Mapping):
+        return {
+            k: MASK
+            if isinstance(k, str) and is_secret_name(k) and isinstance(v, str)
+            else redact_value(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [redact_value(v) for v in value]
+    return value
