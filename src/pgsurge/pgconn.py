@@ -382,9 +382,28 @@ def connect(
         message = _connect_failure_text(pgconn.error_message)
         needs = bool(pgconn.needs_password) and password is None
         pgconn.finish()
-        return None, message, needs
+        return None, message or _silent_failure(), needs
     pgconn.notice_handler = _write_notice
     return PgConn(pgconn), "", False
+
+
+def _silent_failure() -> str:
+    """What failed when libpq says nothing: at the open-file limit its
+    failed ``socket()`` leaves an empty message (pgbench then prints a bare
+    ``pgbench: error: ``). The limit is the usual cause, so test for it."""
+    try:
+        os.close(os.open(os.devnull, os.O_RDONLY))
+    except OSError as exc:
+        import resource  # only on this failure
+
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return (
+            f"could not create socket: {os.strerror(exc.errno or 0)} (this "
+            f"process has reached its limit of {soft} open files; raise it "
+            '("ulimit -n"), or use more -j so that each worker holds fewer '
+            "clients)\n"
+        )
+    return "connection failed, and libpq gave no reason\n"
 
 
 class Connecting:
@@ -418,7 +437,7 @@ class Connecting:
         return int(self._pgconn.connect_poll())
 
     def error_message(self) -> str:
-        return _connect_failure_text(self._pgconn.error_message)
+        return _connect_failure_text(self._pgconn.error_message) or _silent_failure()
 
     def opened(self) -> PgConn:
         """The connection, once :meth:`poll` returned ``POLL_OK``."""

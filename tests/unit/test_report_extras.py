@@ -10,6 +10,7 @@ import pytest
 from pgsurge.report.extras import (
     client_cpu_lines,
     client_limited_warning,
+    nothing_processed_warning,
     percentile_lines,
     render_extras,
 )
@@ -17,6 +18,7 @@ from pgsurge.stats.cpu import CpuMeter, CpuTimes, WorkerCpu, thread_cpu
 from pgsurge.stats.histogram import Histogram
 from pgsurge.stats.results import RunFacts, RunResult, ScriptInfo, WorkerResult
 from pgsurge.stats.series import WorkerRecorder
+from tests.fix_data import make_result
 
 
 def facts(nscripts: int = 1, **kw) -> RunFacts:
@@ -204,4 +206,16 @@ def test_worker_line_names_the_implementation() -> None:
     assert (
         WorkerCpu.from_dict(WorkerCpu(1, 0, 0, 1, -1, "x").to_dict()).implementation
         == "x"
+    )
+
+
+def test_nothing_processed_warning_only_when_connecting_took_the_run() -> None:
+    assert nothing_processed_warning(make_result()) == ""  # it processed some
+    nothing = make_result(empty=True)  # -T 3, 1 s connecting
+    assert nothing_processed_warning(nothing) == ""  # not connecting's fault
+    nothing.conn_elapsed_us = 3_500_000
+    assert nothing_processed_warning(nothing, "pgsurge") == (
+        "pgsurge: warning: no transaction was processed: connecting the 4 "
+        "clients took 3.500 s, the whole -T 3 s (which counts from before "
+        "connecting); use a longer -T or fewer clients\n"
     )

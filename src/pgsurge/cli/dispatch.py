@@ -9,7 +9,9 @@ right engine runs, imported lazily so that ``pgsurge --help`` stays fast
 text goes to stderr and its exit status is returned (1 for anything found
 before the run, 2 for an aborted run). Ctrl-C makes the program die of
 SIGINT, as pgbench does (an in-process caller of ``main(argv)`` gets 130);
-a closed stdout exits 141, quietly, like a C program killed by SIGPIPE.
+a stdout pipe whose reader went away exits 141, quietly, like a C program
+killed by SIGPIPE. Any other stdout that cannot be written (``> /dev/full``,
+a full disk, a closed stdout: ``>&-``) is one error line and status 1.
 
 Deliberate differences from pgbench 18.6:
 
@@ -27,12 +29,21 @@ Deliberate differences from pgbench 18.6:
   (pgbench would take either word as a database name);
 * our options are new words that never make a pgbench abbreviation
   ambiguous (see ``getopt.py``);
-* ``PG_COLOR`` is ignored (messages are never colored).
+* ``PG_COLOR`` is ignored (messages are never colored);
+* an unwritable stdout is an error (status 1): pgbench ignores failed
+  writes to a full stdout (exits 0, the report lost), and with a closed
+  stdout its first connection takes descriptor 1, so its banner goes to the
+  server (which drops the connection: status 1 by accident). pgsurge keeps
+  descriptors 0 to 2 taken (``/dev/null``) so that no socket or pipe can
+  land there, and says once that stdout could not be written.
 """
 
 from __future__ import annotations
 
+import codecs
+import errno
 import gc
+import io
 import os
 import sys
 
@@ -55,6 +66,23 @@ if TYPE_CHECKING:
     from pgsurge.config import ConnParams, InitConfig, RunConfig
 
 __all__ = ["main"]
+
+#: the error handler of stderr's encoder (see ``_own_standard_streams``)
+_RAW_OR_ESCAPED = "pgsurge.raw-or-escaped"
+
+
+def _raw_or_escaped(exc: UnicodeError) -> tuple[str | bytes, int]:
+    """Surrogate escapes (bytes that were not UTF-8 when read) back to their
+    bytes; any other unencodable character as ``\\uXXXX`` (stderr's usual
+    handler), never an error."""
+    if isinstance(exc, UnicodeEncodeError):
+        chunk = exc.object[exc.start : exc.end]
+        if all(0xDC80 <= ord(c) <= 0xDCFF for c in chunk):
+            return bytes(ord(c) - 0xDC00 for c in chunk), exc.end
+    return codecs.backslashreplace_errors(exc)
+
+
+codecs.register_error(_RAW_OR_ESCAPED, _raw_or_escaped)
 
 
 def _default_dbname(environ: Mapping[str, str]) -> str:
@@ -239,10 +267,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv
         _pause_collector()
+        _own_standard_streams()
     _allow_deep_expressions()
     try:
         status = _main(argv)
         sys.stdout.flush()
+    except BrokenPipeError:
+        # stdout went away (``pgsurge --help | head -1``): a C program would
+        # die of SIGPIPE quietly; so do we, and keep Python from complaining
+        # again when it flushes stdout at exit
+        _silence_stdout()
+        return 128 + 13
+    except OSError as e:
+        # not EPIPE (above): stdout itself failed (ENOSPC, EBADF, EIO),
+        # told once; anything else is a bug and keeps its traceback
+        if not _stdout_failed():
+            raise
+        _silence_stdout()
+        reason = os.strerror(e.errno) if e.errno else str(e)
+        sys.stderr.write(
+            f"{PROG}: error: could not write to standard output: {reason}\n"
+        )
+        sys.stderr.flush()
+        return int(ExitStatus.ERROR)
     except PgsurgeError as e:
         _flush_quietly(sys.stdout)
         sys.stderr.write(e.format())
@@ -261,12 +308,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if own_process:
             _die_of_sigint()
         return 130
-    except BrokenPipeError:
-        # stdout went away (``pgsurge --help | head -1``): a C program would
-        # die of SIGPIPE quietly; so do we, and keep Python from complaining
-        # again when it flushes stdout at exit
-        _silence_stdout()
-        return 128 + 13
     return status
 
 
@@ -288,14 +329,100 @@ def _die_of_signal(signum: int) -> None:
 def _flush_quietly(stream: TextIO) -> None:
     try:
         stream.flush()
-    except BrokenPipeError:
+    except OSError:  # EPIPE, ENOSPC: told already, or nobody to tell
         _silence_stdout()
 
 
 def _silence_stdout() -> None:
+    """Send what stdout still buffers to /dev/null: Python flushes it again
+    at exit, and a second failure would print "Exception ignored ..."."""
+    if isinstance(sys.stdout, _ClosedStdout):
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (lives until exit)
+        return
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
     except (OSError, ValueError):
         pass
+
+
+def _stdout_failed() -> bool:
+    """Whether a write to stdout failed (a failed flush drops what was
+    buffered, so flushing again cannot tell: the stream remembers)."""
+    return getattr(sys.stdout, "failed", None) is not None
+
+
+class _WatchedStdout(io.TextIOWrapper):
+    """The program's stdout, which remembers that a write to it failed."""
+
+    failed: OSError | None = None
+
+    def write(self, s: str) -> int:
+        try:
+            return super().write(s)
+        except OSError as e:
+            self.failed = e
+            raise
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except OSError as e:
+            self.failed = e
+            raise
+
+
+class _ClosedStdout(io.TextIOBase):
+    """``sys.stdout`` when the program started with descriptor 1 closed
+    (Python leaves it None): every write fails as a write to a closed
+    descriptor does, so the first output says so instead of an
+    AttributeError. Commands that print nothing on stdout (``-i``) run."""
+
+    failed: OSError | None = None
+
+    def write(self, s: str) -> int:
+        self.failed = OSError(errno.EBADF, os.strerror(errno.EBADF))
+        raise self.failed
+
+    def flush(self) -> None:
+        pass  # nothing was written
+
+
+def _own_standard_streams() -> None:
+    """Descriptors 0 to 2, when closed at start, taken by /dev/null.
+
+    Otherwise the next file, pipe or socket opened gets the number (the
+    setup connection's socket would become "stdout", and a write to
+    stdout would go to the server, as happens to pgbench). Then stdin
+    reads nothing, stderr's messages are lost, and stdout fails as closed
+    (:class:`_ClosedStdout`). Also: stderr writes bytes that are not
+    UTF-8 (a script's Latin-1 byte) as they came, as pgbench echoes them,
+    where Python would print ``\\udce9``.
+    """
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:  # (the lowest free number: fd, unless taken)
+                os.dup2(null, fd)
+                os.close(null)
+    if sys.stdin is None:
+        sys.stdin = open(os.devnull)  # noqa: SIM115 (lives until exit)
+    if sys.stdout is None:
+        sys.stdout = _ClosedStdout()
+    elif isinstance(sys.stdout, io.TextIOWrapper):
+        out = sys.stdout
+        out.flush()  # (empty: nothing was printed yet)
+        sys.stdout = _WatchedStdout(
+            out.buffer,
+            encoding=out.encoding,
+            errors=out.errors,
+            line_buffering=out.line_buffering,
+            write_through=out.write_through,
+        )
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (lives until exit)
+    elif isinstance(sys.stderr, io.TextIOWrapper):
+        sys.stderr.reconfigure(errors=_RAW_OR_ESCAPED)

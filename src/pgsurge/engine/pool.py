@@ -168,18 +168,29 @@ class WorkerPool:
         abort_owner = (
             ctx.Value("i", -1) if specs and specs[0].config.exit_on_abort else None
         )
-        for spec in specs:
-            parent_end, child_end = ctx.Pipe(duplex=True)
-            proc = ctx.Process(
-                target=_worker_entry,
-                args=(spec, child_end, os.getpid(), abort_owner, self.relay),
-                name=f"pgsurge-worker-{spec.worker_id}",
-                daemon=True,
-            )
-            proc.start()
-            child_end.close()
-            self.pipes.append(parent_end)
-            self.procs.append(proc)
+        try:
+            for spec in specs:
+                parent_end, child_end = ctx.Pipe(duplex=True)
+                self.pipes.append(parent_end)
+                proc = ctx.Process(
+                    target=_worker_entry,
+                    args=(spec, child_end, os.getpid(), abort_owner, self.relay),
+                    name=f"pgsurge-worker-{spec.worker_id}",
+                    daemon=True,
+                )
+                try:
+                    proc.start()
+                finally:
+                    child_end.close()
+                self.procs.append(proc)
+        except BaseException:
+            # (EMFILE at the open-file limit): the started ones wait for a
+            # STEADY that never comes, and multiprocessing's exit handler
+            # would wait for them forever
+            self.stop()
+            if self.relay is not None:
+                self.relay.close()
+            raise
         if self.relay is not None:
             self.relay.forked()
 

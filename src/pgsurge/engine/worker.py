@@ -24,6 +24,7 @@ has one function per phase between them.
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
 import resource
@@ -33,7 +34,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pgsurge import pgconn
 from pgsurge.config import QueryMode, RunConfig
@@ -256,13 +257,34 @@ def worker_main(spec: WorkerSpec, pipe: Connection, abort_owner: Any = None) -> 
         except Exception:
             pass
         os._exit(3)
-    except BaseException:
-        text = traceback.format_exc()
+    except OSError as exc:
+        # the open-file limit reached after the clients connected (the
+        # loop's wake-up pipe, a -l file): pgbench's pg_fatal, not a crash
+        if exc.errno not in (errno.EMFILE, errno.ENFILE):
+            _crash(pipe)
         try:
-            pipe.send(Crash(text))
+            pipe.send(
+                Fatal(
+                    f"{PROG}: error: worker {spec.worker_id} could not open a "
+                    f"file: {os.strerror(exc.errno or 0)}\n{PROG}: hint: Raise "
+                    'the open-file limit ("ulimit -n").\n'
+                )
+            )
         except Exception:
-            _stderr(text)
+            pass
         os._exit(3)
+    except BaseException:
+        _crash(pipe)
+
+
+def _crash(pipe: Connection) -> NoReturn:
+    """The exception being handled, as a traceback for the parent; exits."""
+    text = traceback.format_exc()
+    try:
+        pipe.send(Crash(text))
+    except Exception:
+        _stderr(text)
+    os._exit(3)
 
 
 #: how long a worker that aborted without reporting waits for the reporting

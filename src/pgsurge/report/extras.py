@@ -17,6 +17,12 @@ when a worker was busy more than 90% of its run time (not waiting for the
 server or a timer; its CPU share when that was not measured): the figures
 then measure the client as much as the server.
 
+``nothing_processed_warning`` returns one stderr line when a ``-T`` run
+processed no transaction because connecting its clients took the whole
+duration (which counts from before connecting, in pgbench too): pgbench
+then prints only "number of transactions actually processed: 0" and
+exits 0, which reads as a server that did nothing.
+
 All functions are pure functions of a ``RunResult``.
 """
 
@@ -32,6 +38,7 @@ __all__ = [
     "DEFAULT_PERCENTILES",
     "client_cpu_lines",
     "client_limited_warning",
+    "nothing_processed_warning",
     "percentile_label",
     "percentile_lines",
     "render_extras",
@@ -156,3 +163,20 @@ def render_extras(
     if client_cpu:
         lines.extend(client_cpu_lines(result))
     return "".join(line + "\n" for line in lines)
+
+
+def nothing_processed_warning(result: RunResult, progname: str = "pgsurge") -> str:
+    """One stderr line (with its newline) when a ``-T`` run processed
+    nothing because connecting outlasted it, else an empty string (see the
+    module docstring)."""
+    facts, total = result.facts, result.total
+    if not facts.duration_s or total.cnt + total.skipped + total.failures > 0:
+        return ""
+    if result.conn_elapsed_us < facts.duration_s * 1_000_000:
+        return ""
+    return (
+        f"{progname}: warning: no transaction was processed: connecting the "
+        f"{facts.clients} clients took {result.conn_elapsed_us / 1e6:.3f} s, "
+        f"the whole -T {facts.duration_s} s (which counts from before "
+        "connecting); use a longer -T or fewer clients\n"
+    )

@@ -28,8 +28,15 @@ def write_output(text: str, path: str, what: str, stdout: TextIO | None = None) 
     else (a symlink, a FIFO, ``/dev/stderr``) is written in place."""
     if path == "-":
         out = stdout if stdout is not None else sys.stdout
-        out.write(text)
-        out.flush()
+        try:
+            _write_stream(text, out)
+        except BrokenPipeError:
+            raise  # the reader went away: quiet, as SIGPIPE (cli.dispatch)
+        except OSError as exc:
+            raise PgsurgeError(
+                f"could not write {what} to standard output: "
+                f"{os.strerror(exc.errno or 0)}"
+            ) from None
         return
     try:
         if not _write_renamed(text, path):
@@ -39,6 +46,23 @@ def write_output(text: str, path: str, what: str, stdout: TextIO | None = None) 
         raise PgsurgeError(
             f'could not write {what} to "{path}": {os.strerror(exc.errno or 0)}'
         ) from None
+
+
+def _write_stream(text: str, out: TextIO) -> None:
+    """``text`` on ``out``, whole or an error: through its descriptor when
+    it has one, as Python's buffered writer takes a short write of a big
+    text (a disk that fills half way) for a whole one and drops the rest."""
+    out.flush()
+    try:
+        fd = out.fileno()
+    except (OSError, ValueError):  # (io.UnsupportedOperation) no descriptor
+        out.write(text)
+        out.flush()
+        return
+    data = text.encode(getattr(out, "encoding", None) or "utf-8", "surrogateescape")
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _write_renamed(text: str, path: str) -> bool:

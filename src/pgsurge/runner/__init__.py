@@ -62,7 +62,11 @@ from pgsurge.engine.pool import RunFailed, split_clients
 from pgsurge.engine.worker import WorkerSpec
 from pgsurge.errors import PROG, ConnectError, ExitStatus, RunInterrupted
 from pgsurge.report import live
-from pgsurge.report.extras import client_limited_warning, render_extras
+from pgsurge.report.extras import (
+    client_limited_warning,
+    nothing_processed_warning,
+    render_extras,
+)
 from pgsurge.report.text import (
     render_abort_notice,
     render_interrupt_notice,
@@ -119,6 +123,8 @@ def run(
     """
     out = sys.stdout if stdout is None else stdout
     err = sys.stderr if stderr is None else stderr
+    if drive is None and cfg.dask is None:
+        cfg = _cap_jobs(cfg, err)
     # what pgbench prints on stdout; stderr when the JSON document takes it
     text_out = err if cfg.json_path == "-" else out
     parsed = parse_scripts(cfg)
@@ -193,9 +199,9 @@ def _report(
         text_out.write(render_insight(result.insight))
         err.write(insight_warnings(result.insight, PROG))
     text_out.flush()
-    warning = ""
+    warning = nothing_processed_warning(result, PROG)
     if result.total_duration_us >= WARN_MIN_DURATION_US:
-        warning = client_limited_warning(result, PROG, cpus=_cpus())
+        warning += client_limited_warning(result, PROG, cpus=_cpus())
     if warning:
         err.write(warning)
         err.flush()
@@ -214,6 +220,32 @@ def _report(
         err.flush()
         raise RunInterrupted(getattr(signal, result.interrupted_by))
     return ExitStatus.RUN_ABORTED if notice else ExitStatus.SUCCESS
+
+
+#: the most worker processes per core of this machine (the -j cap): one
+#: per core is all the CPU a run can use; the rest leave room for what
+#: blocks a worker (-C's connects, \shell). More only cost memory (a few
+#: MB each) and make connecting slower: -j 1000 forked 1000 processes
+#: whose connecting outlasted -T 3
+JOBS_PER_CPU = 4
+
+
+def _cap_jobs(cfg: RunConfig, err: TextIO) -> RunConfig:
+    """``cfg`` with -j at most :data:`JOBS_PER_CPU` per core (one warning
+    line when it was more); pgbench caps only at -c."""
+    cap = JOBS_PER_CPU * max(1, _cpus())
+    jobs = min(cfg.jobs, cfg.clients)
+    if jobs <= cap:
+        return cfg
+    from dataclasses import replace
+
+    err.write(
+        f"{PROG}: warning: -j {cfg.jobs} capped at {cap} worker processes "
+        f"({JOBS_PER_CPU} per core of the {_cpus() or 1} this run may use): "
+        "more would only cost memory and connecting time\n"
+    )
+    err.flush()
+    return replace(cfg, jobs=cap)
 
 
 def _cpus() -> int:

@@ -28,6 +28,7 @@ parent then dies of it; SIGINT and SIGTERM stop the run gracefully
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -54,7 +55,7 @@ from pgsurge.engine.protocol import (
     WorkerMessage,
 )
 from pgsurge.engine.worker import WorkerSpec, wants_histograms
-from pgsurge.errors import PROG, ExitStatus
+from pgsurge.errors import PROG, ExitStatus, PgsurgeError
 from pgsurge.report import live
 from pgsurge.runner.setup import clock_us, epoch_shift_us
 from pgsurge.stats.counters import StatsData
@@ -99,7 +100,15 @@ def drive_local(
     monitor: Monitor | None = None,
 ) -> RunResult:
     """The default driver: the workers are this machine's processes."""
-    workers = WorkerPool(specs, relay_stderr=show_live)
+    try:
+        workers = WorkerPool(specs, relay_stderr=show_live)
+    except OSError as exc:  # pgbench: "could not create thread: %m"
+        raise PgsurgeError(
+            f"could not start worker process: {os.strerror(exc.errno or 0)}",
+            hint='Raise the open-file limit ("ulimit -n") or use fewer -j.'
+            if exc.errno == errno.EMFILE
+            else None,
+        ) from None
     echo = _Echo(workers.relay, err)
     try:
         with _stop_workers_on_signal(workers), _parent_stop(workers) as stopper:
@@ -142,6 +151,7 @@ def drive(
     echo = err if isinstance(err, _Echo) else _Echo(None, err)
     start_us = _start(workers, cfg, echo, stopper, monitor)
     got = _Received.at_start(len(workers.pipes), start_us)
+    got.connected_us = clock_us()
     display = _Display.open(workers, cfg, facts, echo, start_us, show_live, monitor)
     echo.panel = display.panel
     try:
@@ -188,7 +198,16 @@ class _Received:
     working state (never compared, copied or printed).
     """
 
-    __slots__ = ("dead", "nows", "pending", "results", "shown", "snapshots", "ticks")
+    __slots__ = (
+        "connected_us",
+        "dead",
+        "nows",
+        "pending",
+        "results",
+        "shown",
+        "snapshots",
+        "ticks",
+    )
 
     #: the last progress tick each worker sent (sys.maxsize once it ended)
     ticks: list[int]
@@ -203,6 +222,8 @@ class _Received:
     dead: dict[int, int]
     #: the last tick shown
     shown: int
+    #: when the parent had every worker's Connected (just after GO)
+    connected_us: int
 
     def __init__(
         self,
@@ -218,6 +239,7 @@ class _Received:
         self.results = {}
         self.dead = {}
         self.shown = 0
+        self.connected_us = 0
 
     @classmethod
     def at_start(cls, n: int, start_us: int) -> _Received:
@@ -398,10 +420,17 @@ def _merge(
 ) -> RunResult:
     """The run's result from the workers' (a dead one's made up from what
     it last sent), and the interrupt that stopped it, if one did."""
+    # a dead worker's own start is lost with it: it counts from the
+    # survivors' earliest (so the initial connection time is theirs, not
+    # 0), or, when none survived, from when the parent saw every client
+    # connected, a real bound of the same moment
+    survivors = [r.bench_start_us for r in got.results.values()]
+    go_us = min(survivors) if survivors else got.connected_us
     for index, when in got.dead.items():
         got.results[index] = _dead_result(
             workers.nclients[index], index, got.snapshots[index], start_us, when
         )
+        got.results[index].bench_start_us = go_us
     result = RunResult.from_workers(
         [got.results[i] for i in range(len(workers.pipes))], facts, start_us=start_us
     )
@@ -553,7 +582,8 @@ def _dead_result(
     nclients: int, index: int, last: StatsData, start_us: int, when: int
 ) -> WorkerResult:
     """A dead worker's share of the result: its clients aborted, with the
-    figures of its last progress snapshot (none without -P)."""
+    figures of its last progress snapshot (none without -P); its start is
+    set by the caller (see ``_merge``)."""
     result = WorkerResult(index, nclients, total=last)
     result.aborted_clients = nclients
     result.client_tx_counts = [0] * nclients
