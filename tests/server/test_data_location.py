@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -84,14 +85,16 @@ def scene() -> Iterator[Scene]:
     shutil.rmtree(base, ignore_errors=True)
 
 
-def _pgsurge(location: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _pgsurge(
+    location: Path, *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     env = tool_env({ENV_DATA_DIR: str(location)})
     return subprocess.run(
         [sys.executable, "-m", "pgsurge", *args],
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         check=False,
     )
 
@@ -221,6 +224,30 @@ def _parent_of_another_user(s: Scene) -> tuple[Path, Path, str]:
     return loc, loc, why + " (another user could replace it)"
 
 
+def _link_of_another_user(s: Scene) -> tuple[Path, Path, str]:
+    # nobody's link to root's directory: nobody could re-point it later, at
+    # a directory of theirs holding a fake server's socket directory
+    real = s.base / "rootdir"
+    real.mkdir(mode=0o755)
+    link = s.base / "hlink"
+    link.symlink_to(real)
+    s.give(link)
+    loc = link / "loc"
+    why = f'the symbolic link {link} on the way to it is owned by "nobody"'
+    return loc, loc, why + " (who could re-point it)"
+
+
+def _link_in_a_directory_of_another_user(s: Scene) -> tuple[Path, Path, str]:
+    # root's link, but nobody may replace it: as a real directory there is
+    real = s.base / "rootdir"
+    real.mkdir(mode=0o755)
+    hxn = s.attacker_dir()
+    (hxn / "l").symlink_to(real)
+    loc = hxn / "l" / "loc"
+    why = f'the directory {hxn} above it is owned by "nobody"'
+    return loc, loc, why + " (another user could replace it)"
+
+
 ROOT_CASES: dict[str, Callable[[Scene], tuple[Path, Path, str]]] = {
     "location-symlink": _location_symlink,
     "dangling-location-link": _dangling_location_link,
@@ -235,6 +262,8 @@ ROOT_CASES: dict[str, Callable[[Scene], tuple[Path, Path, str]]] = {
     "data-of-another-user": _data_of_another_user,
     "data-open-to-all": _data_open_to_all,
     "parent-of-another-user": _parent_of_another_user,
+    "link-of-another-user": _link_of_another_user,
+    "link-in-a-directory-of-another-user": _link_in_a_directory_of_another_user,
 }
 
 
@@ -256,6 +285,75 @@ def test_root_refuses_location_it_does_not_own(scene: Scene, case: str) -> None:
     _refused(_pgsurge(loc, "server", "start"), refused, why)
     assert (_snapshot(scene.victim), _snapshot(scene.victim_dir)) == before
     assert not (scene.victim_dir / "created").exists()
+    assert not (scene.base / "rootdir" / "loc").exists()
+
+
+@needs_root
+@pytest.mark.parametrize("command", ["status", "uri"])
+@pytest.mark.parametrize(
+    "case", ["location-of-another-user", "link-of-another-user", "data-symlink"]
+)
+def test_root_status_and_uri_refuse_as_start_does(
+    scene: Scene, case: str, command: str
+) -> None:
+    """A postmaster.pid another user planted, naming a live postgres-like
+    PID (ours) and their own socket directory, is never read: status and
+    uri refuse the location exactly as start does."""
+    if scene.attacker is None:
+        pytest.skip("no user 'nobody'")
+    loc, refused, why = ROOT_CASES[case](scene)
+    fake_run = scene.attacker_dir("fake-run")
+    if not loc.exists():
+        loc.mkdir(mode=0o755)  # root's own, below the link
+    data = loc / "data"
+    if not data.is_dir():
+        data.mkdir(mode=0o700)
+        scene.give(data)
+    pid = data / "postmaster.pid"
+    pid.write_text(f"{os.getpid()}\n{data}\n0\n5432\n{fake_run}\n\n0 0\nready\n")
+    scene.give(pid)
+    _refused(_pgsurge(loc, "server", command), refused, why)
+
+
+@needs_root
+@pytest.mark.parametrize("plant", ["fifo", "symlink"])
+@pytest.mark.parametrize("command", ["status", "uri", "stop"])
+def test_root_refuses_a_postmaster_pid_that_is_no_plain_file(
+    scene: Scene, plant: str, command: str
+) -> None:
+    """The server's account owns data/ and could leave a FIFO (reading it
+    would hang root's command) or a link to a secret as postmaster.pid."""
+    loc = scene.base / "loc"
+    loc.mkdir(mode=0o755)
+    data = loc / "data"
+    data.mkdir(mode=0o700)
+    (data / "PG_VERSION").write_text("18\n")
+    pid = data / "postmaster.pid"
+    if plant == "fifo":
+        os.mkfifo(pid, 0o600)
+        why = "it is not a regular file"
+    else:
+        pid.symlink_to(scene.victim)
+        why = "it is a symbolic link"
+    account = pwd.getpwnam(SYSTEM_USER)
+    for path in (data, data / "PG_VERSION", pid):
+        os.lchown(path, account.pw_uid, account.pw_gid)
+    before = _snapshot(scene.victim)
+    _refused(_pgsurge(loc, "server", command, timeout=60), pid, why)
+    assert _snapshot(scene.victim) == before
+
+
+@needs_root
+def test_root_resolves_its_own_link_once(scene: Scene) -> None:
+    """root's own link in root's directory is accepted, and only the path it
+    resolves to is used afterwards (the socket directory in the URI)."""
+    real = scene.base / "real"
+    real.mkdir(mode=0o755)
+    (scene.base / "link").symlink_to(real)
+    proc = _pgsurge(scene.base / "link" / "loc", "server", "uri")
+    assert proc.returncode == 0, proc.stderr
+    run = quote(str(real / "loc" / "run"), safe="")
+    assert proc.stdout == f"postgresql://postgres@/postgres?host={run}&port=5432\n"
 
 
 @needs_root

@@ -9,6 +9,7 @@ the victim is never written, its owner never changed.
 from __future__ import annotations
 
 import os
+import pwd
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -19,9 +20,11 @@ import pytest
 from pgsurge.errors import ServerError
 from pgsurge.server.safedir import (
     append_own_file,
+    check_ancestors,
     check_dir_stat,
     open_dir,
     open_lock_file,
+    read_file_at,
     read_own_text,
     replace_file,
 )
@@ -170,3 +173,61 @@ def test_check_dir_stat_names_the_owner(where: tuple[Path, int, Path]) -> None:
     st = os.stat(work)
     with pytest.raises(ServerError, match=r'it is owned by ".+", not by "'):
         check_dir_stat(st, work, {st.st_uid + 1})
+
+
+def test_check_ancestors_resolves_our_own_links(
+    where: tuple[Path, int, Path],
+) -> None:
+    """Our links (absolute, relative, with "..") in our own directories are
+    followed once, and the resolved path is what the caller goes on with."""
+    work, _, _ = where
+    real = work / "real"
+    (real / "sub").mkdir(parents=True)
+    (work / "abs").symlink_to(real)
+    (work / "rel").symlink_to("real/sub/..")
+    assert check_ancestors(work / "abs" / "loc") == real / "loc"
+    assert check_ancestors(work / "rel" / "sub" / "loc") == real / "sub" / "loc"
+    # missing ancestors end the walk; the rest is kept as given
+    assert check_ancestors(work / "abs" / "new" / "loc") == real / "new" / "loc"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a link away")
+def test_check_ancestors_refuses_a_link_of_another_user(
+    where: tuple[Path, int, Path],
+) -> None:
+    """Someone else's link on the way could be re-pointed after the check."""
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user 'nobody'")
+    work, _, _ = where
+    (work / "real").mkdir()
+    link = work / "link"
+    link.symlink_to(work / "real")
+    os.lchown(link, nobody.pw_uid, nobody.pw_gid)
+    with pytest.raises(ServerError) as info:
+        check_ancestors(link / "loc")
+    assert str(info.value) == (
+        f"refusing to use {link / 'loc'}: the symbolic link {link} on the way "
+        'to it is owned by "nobody" (who could re-point it)'
+    )
+
+
+@pytest.mark.parametrize("plant", ["fifo", "symlink"])
+def test_read_file_at_refuses_fifos_and_links(
+    where: tuple[Path, int, Path], plant: str
+) -> None:
+    """A FIFO would block the reader forever, a link lead to a secret."""
+    work, fd, victim = where
+    if plant == "fifo":
+        os.mkfifo(work / "postmaster.pid", 0o600)
+        why = "it is not a regular file"
+    else:
+        (work / "postmaster.pid").symlink_to(victim)
+        why = "it is a symbolic link"
+    with pytest.raises(ServerError, match=why):
+        read_file_at(fd, "postmaster.pid", work / "postmaster.pid")
+    (work / "plain").write_text("42\n")
+    assert read_file_at(fd, "plain", work / "plain") == "42\n"
+    with pytest.raises(FileNotFoundError):
+        read_file_at(fd, "missing", work / "missing")

@@ -260,7 +260,7 @@ def test_tmp_socket_of_another_user_is_skipped(
     conn, lines = _resolve()
     assert conn.embedded and _FakeEmbedded.started == [True]
     assert lines[0] == (
-        f"pgsurge: skipping the server listening in {tmp} (port 5432): its socket "
+        f"pgsurge: skipping the socket in {tmp} (port 5432): its socket "
         'is owned by "nobody", not by you, root or a PostgreSQL server account'
     )
     assert lines[1].startswith("pgsurge: using the embedded PostgreSQL 18.6 server")
@@ -278,7 +278,7 @@ def test_default_dir_socket_of_another_user_is_skipped(
     monkeypatch.setattr(target, "libpq_default_address", lambda: (str(tmp), 5432))
     conn, lines = _resolve()
     assert conn.embedded
-    assert lines[0].startswith(f"pgsurge: skipping the server listening in {tmp} ")
+    assert lines[0].startswith(f"pgsurge: skipping the socket in {tmp} ")
     assert len(lines) == 2
 
 
@@ -303,7 +303,7 @@ def test_socket_in_directory_open_to_all_is_skipped(
     assert conn.embedded
     me = pwd.getpwuid(os.geteuid()).pw_name
     assert lines[0] == (
-        f"pgsurge: skipping the server listening in {tmp} (port 5432): its "
+        f"pgsurge: skipping the socket in {tmp} (port 5432): its "
         f'directory can be changed by others (owned by "{me}", mode 0777)'
     )
 
@@ -323,7 +323,7 @@ def test_socket_symlink_is_skipped(planted: tuple[Path, socket.socket]) -> None:
     conn, lines = _resolve()
     assert conn.embedded
     assert lines[0].startswith(
-        f"pgsurge: skipping the server listening in {tmp} (port 5432): {why}"
+        f"pgsurge: skipping the socket in {tmp} (port 5432): {why}"
     )
 
 
@@ -371,3 +371,55 @@ def _account(name: str) -> pwd.struct_passwd | None:
         return pwd.getpwnam(name)
     except KeyError:
         return None
+
+
+def _connected(srv: socket.socket) -> bool:
+    """Whether someone connected to the listener (without waiting)."""
+    srv.setblocking(False)
+    try:
+        peer, _ = srv.accept()
+    except BlockingIOError:
+        return False
+    peer.close()
+    return True
+
+
+def test_untrusted_socket_is_never_connected_to(
+    planted: tuple[Path, socket.socket], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The owner of a planted socket must not even see a connect(): the
+    owner check comes first (our socket is made "someone else's" here)."""
+    tmp, srv = planted
+    monkeypatch.setattr(target, "trusted_uids", lambda: {os.geteuid() + 1})
+    said: list[str] = []
+    assert not target._trusted_listening(str(tmp), 5432, said.append)
+    assert said and said[0].startswith(f"pgsurge: skipping the socket in {tmp} ")
+    assert not _connected(srv)
+
+
+def test_trusted_socket_is_still_probed(planted: tuple[Path, socket.socket]) -> None:
+    tmp, srv = planted
+    assert target._trusted_listening(str(tmp), 5432, None)
+    assert _connected(srv)
+    assert not target._trusted_listening(str(tmp), 5433, None)
+
+
+def test_libpq_default_address_connects_nowhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reading libpq's defaults must not connect to ``<dir>/.s.PGSQL.1``,
+    which in /tmp anyone could plant (PGHOST stands in for the compiled-in
+    directory here)."""
+    tmp = Path(tempfile.mkdtemp(prefix="pgsurge-probe-"))
+    srv = socket.socket(socket.AF_UNIX)
+    try:
+        srv.bind(str(tmp / ".s.PGSQL.1"))
+        srv.listen(1)
+        monkeypatch.setenv("PGHOST", str(tmp))
+        monkeypatch.delenv("PGPORT", raising=False)
+        host, port = target.libpq_default_address.__wrapped__()
+        assert (host, port) == (str(tmp), 5432)
+        assert not _connected(srv)
+    finally:
+        srv.close()
+        shutil.rmtree(tmp, ignore_errors=True)

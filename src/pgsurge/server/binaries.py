@@ -139,13 +139,14 @@ def copy_pginstall(source: PgInstall, dest: Path) -> PgInstall:
 def _open_modes(tree: Path) -> None:
     """Make our own copy readable by everyone: directories and programs 0755,
     other files 0644 (the wheel may have been installed with umask 077)."""
-    os.chmod(tree, 0o755)
+    os.chmod(tree, 0o755, follow_symlinks=False)
     for dirpath, dirnames, filenames in os.walk(tree):
-        for name in dirnames:
-            os.chmod(os.path.join(dirpath, name), 0o755)
-        for name in filenames:
+        # os.walk lists links to directories among dirnames: chmod would
+        # follow them out of our copy, so every link is skipped
+        for name in [*dirnames, *filenames]:
             path = os.path.join(dirpath, name)
             st = os.lstat(path)
             if stat.S_ISLNK(st.st_mode):
                 continue
-            os.chmod(path, 0o755 if st.st_mode & 0o111 else 0o644)
+            executable = stat.S_ISDIR(st.st_mode) or st.st_mode & 0o111
+            os.chmod(path, 0o755 if executable else 0o644, follow_symlinks=False)

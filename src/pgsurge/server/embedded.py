@@ -66,6 +66,7 @@ from .safedir import (
     open_lock_file,
     opened_dir,
     private_dir,
+    read_file_at,
     read_own_text,
     replace_file,
 )
@@ -218,8 +219,14 @@ class EmbeddedServer:
             return True
 
     def status(self) -> ServerStatus:
-        """Whether the server runs, and where (reads files only)."""
-        info = self._read_pid_file()
+        """Whether the server runs, and where (reads files only).
+
+        The location is checked as for start and stop: a postmaster.pid in
+        a directory another user controls could name root's real postmaster
+        and the other user's socket directory.
+        """
+        with self._inspected() as exists:
+            info = self._read_pid_file() if exists else None
         if info is None or not _postmaster_alive(info.pid):
             return ServerStatus(False, self.data_dir, self.log_file)
         return ServerStatus(
@@ -231,7 +238,9 @@ class EmbeddedServer:
         st = self.status()
         if st.socket_dir is not None and st.port is not None:
             return self._conn_params(st.socket_dir, st.port)
-        return self._conn_params(self._planned_socket_dir(), self.port)
+        with self._inspected():
+            planned = self._planned_socket_dir()
+        return self._conn_params(planned, self.port)
 
     def uri(self) -> str:
         """A ``postgresql://`` URI for psql and libpq: ``psql "$(… uri)"``."""
@@ -243,6 +252,29 @@ class EmbeddedServer:
     # -- steps -------------------------------------------------------------
 
     @contextlib.contextmanager
+    def _inspected(self) -> Iterator[bool]:
+        """Check the location as :meth:`_locked` does, but create nothing and
+        take no lock (for status and uri): yields whether it exists, with
+        ``_loc_fd`` open while it does."""
+        try:
+            self.location = check_ancestors(self.location)
+            loc_fd = open_dir(self.location, {os.geteuid()})
+        except FileNotFoundError:
+            yield False
+            return
+        except OSError as exc:
+            raise _os_error(exc) from None
+        try:
+            self._loc_fd = loc_fd
+            self._check_data_dir()
+            yield True
+        except OSError as exc:
+            raise _os_error(exc) from None
+        finally:
+            self._loc_fd = None
+            os.close(loc_fd)
+
+    @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """Hold the location's lock; file-system errors become ServerError.
 
@@ -252,7 +284,9 @@ class EmbeddedServer:
         """
         loc_fd = -1
         try:
-            check_ancestors(self.location)
+            # from here on only the resolved path: the links on the way were
+            # checked now, and must not be followed again later
+            self.location = check_ancestors(self.location)
             make_dirs(self.location, 0o755 if os.geteuid() == 0 else 0o700)
             # ours alone, not the server account's too: root works in the
             # location by path (the copy of the programs, initdb's scratch
@@ -367,12 +401,15 @@ class EmbeddedServer:
 
     def _planned_socket_dir(self) -> Path:
         preferred = self.location / "run"
-        if _socket_path_fits(preferred, self.port):
+        if _socket_path_fits(preferred, self.port) or self._loc_fd is None:
             return preferred
-        remembered = self.location / "socket-dir"
         with contextlib.suppress(OSError):
-            return Path(remembered.read_text().strip())
+            return Path(self._read_loc_file(_SOCKET_DIR_FILE).strip())
         return preferred
+
+    def _read_loc_file(self, name: str) -> str:
+        """A file of ours in the checked location (never through a link)."""
+        return read_file_at(self._loc(), name, self.location / name, 4096)
 
     def _socket_dir(self, user: OsUser) -> Path:
         """The private socket directory, created or checked (0700, ``user``).
@@ -387,9 +424,8 @@ class EmbeddedServer:
         if _socket_path_fits(preferred, self.port):
             self._make_private_dir("run", user)
             return preferred
-        remembered = self.location / _SOCKET_DIR_FILE
         with contextlib.suppress(OSError, ValueError):
-            path = Path(remembered.read_text().strip())
+            path = Path(self._read_loc_file(_SOCKET_DIR_FILE).strip())
             st = os.lstat(path)
             if (
                 stat.S_ISDIR(st.st_mode)
@@ -496,27 +532,49 @@ class EmbeddedServer:
         """
         if info is None or not _pid_exists(info.pid):
             return
-        with contextlib.suppress(FileNotFoundError):
-            (self.data_dir / _PID_FILE).unlink()
+        owners = self._owners()
+        with (
+            opened_dir("data", owners, dir_fd=self._loc(), shown=self.data_dir) as fd,
+            contextlib.suppress(FileNotFoundError),
+        ):
+            os.unlink(_PID_FILE, dir_fd=fd)
         if info.socket_dir != self._planned_socket_dir():
             # postmaster.pid is the server account's to write: never let it
             # name a file elsewhere for root to remove
             return
-        lock = info.socket_dir / f".s.PGSQL.{info.port}.lock"
-        with contextlib.suppress(OSError):
-            if int(lock.read_text().split()[0]) == info.pid:
-                lock.unlink()
+        name = f".s.PGSQL.{info.port}.lock"
+        # the server's account writes there too: no link, no FIFO (which
+        # would hang us), and removed relative to the checked directory
+        with contextlib.suppress(OSError, ValueError, IndexError, ServerError):
+            dir_fd = open_dir(info.socket_dir, owners)
+            try:
+                text = read_file_at(dir_fd, name, info.socket_dir / name, 4096)
+                if int(text.split()[0]) == info.pid:
+                    os.unlink(name, dir_fd=dir_fd)
+            finally:
+                os.close(dir_fd)
 
     def _read_pid_file(self) -> _PidFile | None:
+        """The server's postmaster.pid, read under the checked data/ without
+        following a link or blocking on a FIFO (the server's account could
+        plant either); such a file is refused with a clear error."""
+        owners = self._owners()
         try:
-            lines = (self.data_dir / _PID_FILE).read_text().splitlines()
+            with opened_dir(
+                "data", owners, dir_fd=self._loc(), shown=self.data_dir
+            ) as fd:
+                text = read_file_at(fd, _PID_FILE, self.data_dir / _PID_FILE)
+        except FileNotFoundError:
+            return None
+        try:
+            lines = text.splitlines()
             return _PidFile(
                 pid=int(lines[0]),
                 port=int(lines[3]),
                 socket_dir=Path(lines[4].strip()),
                 state=lines[7].strip() if len(lines) > 7 else "",
             )
-        except (OSError, ValueError, IndexError):
+        except (ValueError, IndexError):
             return None
 
     def _data_owner(self) -> OsUser:

@@ -8,7 +8,10 @@ into a write to ``/etc/shadow`` by a symlink or a hard link. So:
 * a location (and its ``data/``) is used only when it is a real directory
   (not a symlink), owned by us or by the server's account, and not
   writable by group or others; the directories above it must be owned by
-  us or root and not writable by others (unless sticky, as ``/tmp``);
+  us or root and not writable by others (unless sticky, as ``/tmp``), and
+  a symlink on the way must be ours or root's (in such a directory): the
+  path is walked component by component and only the resolved path is
+  used afterwards;
 * the checks run on an open directory fd (``O_NOFOLLOW | O_DIRECTORY``,
   then ``fstat``), so a swap between check and open cannot win, and files
   are opened relative to that fd with ``O_NOFOLLOW``;
@@ -62,41 +65,97 @@ def check_dir_stat(
         raise _refuse(path, f"it is writable by group or others (mode {mode:04o})")
 
 
-def check_ancestors(path: Path) -> None:
-    """Refuse ``path`` when a directory above it could be changed by another
-    user (who could then swap ``path`` for a symlink of theirs).
+#: symlinks followed among the ancestors before giving up (as the kernel)
+_MAX_LINKS = 40
 
-    Symlinks among the ancestors are resolved: a link in a trusted directory
-    can only be changed by its trusted owner, and each real directory on
-    the way is checked. Missing ancestors are skipped (we create them).
+
+def check_ancestors(path: Path) -> Path:
+    """Refuse ``path`` when a directory above it, or a symlink on the way to
+    it, could be changed by another user (who could then swap ``path`` for a
+    directory of theirs); return ``path`` with those links resolved.
+
+    The path is walked one component at a time with ``lstat``: each real
+    directory must be owned by us or root and not writable by others
+    (unless sticky); a symlink must be owned by us or root, and lies in a
+    directory so checked, so only its trusted owner can re-point it. Use
+    only the returned path afterwards: the links are not looked at again.
+    The last component is not resolved (``open_dir`` refuses a link there).
+    Missing ancestors end the walk (we create them), as does a file
+    (creating below it then fails).
     """
-    euid = os.geteuid()
-    parent = path.absolute().parent
-    while not os.path.lexists(parent) and parent != parent.parent:
-        parent = parent.parent
-    real = Path(os.path.realpath(parent))
-    for directory in [real, *real.parents]:
+    absolute = path.absolute()
+    final = absolute.name
+    if final in ("", ".", ".."):
+        raise _refuse(path, "it does not end in a directory name")
+    pending = list(absolute.parent.parts[1:])
+    current = Path("/")
+    _check_ancestor_dir(path, current, _lstat(path, current))
+    links = 0
+    while pending:
+        part = pending.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            # ``current`` holds no links, so its parent is the real one
+            current = current.parent
+            continue
+        entry = current / part
         try:
-            st = os.stat(directory)
+            st = os.lstat(entry)
+        except FileNotFoundError:
+            # the rest is missing: make_dirs creates it below ``current``
+            return Path(current, part, *pending, final)
         except OSError as exc:
-            raise _refuse(path, f"cannot check {directory}: {exc.strerror}") from None
-        if st.st_uid not in (0, euid):
-            raise _refuse(
-                path,
-                f'the directory {directory} above it is owned by "'
-                f'{user_name(st.st_uid)}" (another user could replace it)',
-            )
-        # sticky directories (/tmp) let no one rename or remove our entries;
-        # a group of our own alone (umask 002 systems) is no other user
-        writable = st.st_mode & 0o002 or (
-            st.st_mode & 0o020 and not _own_private_group(st.st_gid)
+            raise _refuse(path, f"cannot check {entry}: {exc.strerror}") from None
+        if stat.S_ISLNK(st.st_mode):
+            links += 1
+            if links > _MAX_LINKS:
+                raise _refuse(path, "too many symbolic links on the way to it")
+            if st.st_uid not in (0, os.geteuid()):
+                raise _refuse(
+                    path,
+                    f'the symbolic link {entry} on the way to it is owned by "'
+                    f'{user_name(st.st_uid)}" (who could re-point it)',
+                )
+            target = os.readlink(entry)
+            if target.startswith("/"):
+                current = Path("/")
+            pending[:0] = Path(target).parts[1 if target.startswith("/") else 0 :]
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            # a file in a checked directory: creating below it fails with
+            # "Not a directory", which says it best
+            return Path(entry, *pending, final)
+        _check_ancestor_dir(path, entry, st)
+        current = entry
+    return current / final
+
+
+def _lstat(path: Path, directory: Path) -> os.stat_result:
+    try:
+        return os.lstat(directory)
+    except OSError as exc:
+        raise _refuse(path, f"cannot check {directory}: {exc.strerror}") from None
+
+
+def _check_ancestor_dir(path: Path, directory: Path, st: os.stat_result) -> None:
+    if st.st_uid not in (0, os.geteuid()):
+        raise _refuse(
+            path,
+            f'the directory {directory} above it is owned by "'
+            f'{user_name(st.st_uid)}" (another user could replace it)',
         )
-        if writable and not st.st_mode & stat.S_ISVTX:
-            raise _refuse(
-                path,
-                f"the directory {directory} above it is writable by group or "
-                f"others (mode {stat.S_IMODE(st.st_mode):04o})",
-            )
+    # sticky directories (/tmp) let no one rename or remove our entries;
+    # a group of our own alone (umask 002 systems) is no other user
+    writable = st.st_mode & 0o002 or (
+        st.st_mode & 0o020 and not _own_private_group(st.st_gid)
+    )
+    if writable and not st.st_mode & stat.S_ISVTX:
+        raise _refuse(
+            path,
+            f"the directory {directory} above it is writable by group or "
+            f"others (mode {stat.S_IMODE(st.st_mode):04o})",
+        )
 
 
 def _own_private_group(gid: int) -> bool:
@@ -269,6 +328,27 @@ def append_own_file(dir_fd: int, name: str, data: bytes, owner: int) -> None:
                 f"refusing to write to {name}: not a plain file of its own"
             )
         os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def read_file_at(dir_fd: int, name: str, shown: Path, limit: int = 65536) -> str:
+    """Read the plain file ``name`` under ``dir_fd``: never through a
+    symlink (refused: a link of the server's account could point at a secret
+    of root's) and never blocking (``O_NONBLOCK``: a FIFO would hang us; any
+    file that is not regular is refused). ``FileNotFoundError`` passes."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _refuse(shown, "it is a symbolic link") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _refuse(shown, "it is not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(limit).decode(errors="replace")
     finally:
         os.close(fd)
 

@@ -198,15 +198,15 @@ def pgbench_default_listening(say: Say | None = None) -> int | None:
 
 def _trusted_listening(directory: str, port: int, say: Say | None) -> bool:
     path = os.path.join(directory, f".s.PGSQL.{port}")
-    if not _unix_listening(path):
+    if not os.path.lexists(path):
         return False
+    # checked before connecting: a connect() alone tells a planted socket's
+    # owner that a run is starting (and a fake server could answer it)
     why = untrusted_socket(path)
     if why is None:
-        return True
+        return _unix_listening(path)
     if say is not None:
-        say(
-            f"{PROG}: skipping the server listening in {directory} (port {port}): {why}"
-        )
+        say(f"{PROG}: skipping the socket in {directory} (port {port}): {why}")
     return False
 
 
@@ -283,12 +283,14 @@ def libpq_default_address() -> tuple[str | None, int]:
 
     Read from libpq itself, as the psycopg build in use has it compiled in
     (psycopg's binary wheel: /var/run/postgresql; upstream builds: /tmp).
-    Two connection attempts that cannot reach any server reveal them: port 1
-    with the default host, and the default port with a host that does not
-    exist. Call only when the PG* target variables are unset.
+    libpq fills in its default host and port before it validates the other
+    options, so an invalid ``target_session_attrs`` makes it stop right
+    there, the defaults known and nothing connected to: a real attempt
+    would reach ``<default dir>/.s.PGSQL.1``, which in /tmp anyone can
+    plant. Call only when the PG* target variables are unset.
     """
-    host = _probe_param("port=1", "host")
-    port_text = _probe_param("host=/nonexistent/pgsurge-probe", "port")
+    host = _probe_param("", "host")
+    port_text = _probe_param("", "port")
     try:
         port = int(port_text) if port_text else _FALLBACK_PORT
     except ValueError:
@@ -301,7 +303,8 @@ def _probe_param(conninfo: str, attr: str) -> str | None:
     # import of psycopg's whole package, a fifth of a run's start-up
     from .. import pgconn  # lazily: pgsurge --help must not pay for it
 
-    value = pgconn.attempt_param(conninfo + " connect_timeout=2", attr)
+    invalid = " target_session_attrs=pgsurge-no-connect"
+    value = pgconn.attempt_param(conninfo + invalid + " connect_timeout=2", attr)
     if value is None:
         return None
     return value.decode(errors="replace") or None
