@@ -16,9 +16,11 @@ The databases these run against are ``tests/fix_db.py``'s.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections import Counter
@@ -264,3 +266,22 @@ def mask_timing(text: str, *, schedule: bool = False, per_script: bool = True) -
             line = _STATEMENT.sub(r"\1N\2", _TPS.sub("tps = N", line))
         out.append(_DURATION.sub("N s", line))
     return "".join(out)
+
+
+def pump(src: socket.socket, dst: socket.socket) -> None:
+    """Copy ``src`` to ``dst`` until ``src`` ends (a test relay's one
+    direction), then end ``dst``'s writing side."""
+    with contextlib.suppress(OSError):
+        while data := src.recv(65536):
+            dst.sendall(data)
+    with contextlib.suppress(OSError):
+        dst.shutdown(socket.SHUT_WR)
+
+
+def stop_listening(sock: socket.socket) -> None:
+    """Close a test's listening socket so that its accept thread ends:
+    close() alone leaves accept() blocked in the other thread (and the fd
+    number free for reuse under it); shutdown() wakes it."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()

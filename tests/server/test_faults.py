@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tests.fix_run import plain_env, tool_env
+from tests.fix_run import plain_env, pump, stop_listening, tool_env
 
 pytestmark = pytest.mark.server
 
@@ -319,22 +319,14 @@ class _SlowRelay:
         self.socks.append(server)
         server.connect(address)
         for a, b in ((client, server), (server, client)):
-            threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+            threading.Thread(target=pump, args=(a, b), daemon=True).start()
 
     def close(self) -> None:
-        self.listener.close()
+        stop_listening(self.listener)
         for sock in self.socks:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
-
-
-def _pump(src: socket.socket, dst: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        while data := src.recv(65536):
-            dst.sendall(data)
-    with contextlib.suppress(OSError):
-        dst.shutdown(socket.SHUT_WR)
 
 
 def test_connecting_outlasting_the_run_is_said(bench_db: str, tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ import psycopg
 import pytest
 
 from pgsurge.report.json import load_schema
-from tests.fix_run import plain_env
+from tests.fix_run import plain_env, pump, stop_listening
 
 pytestmark = pytest.mark.server
 
@@ -428,7 +428,7 @@ class _SilentServer:
                 upstream.connect(address)
                 self._held.append(upstream)
                 for a, b in ((conn, upstream), (upstream, conn)):
-                    threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+                    threading.Thread(target=pump, args=(a, b), daemon=True).start()
             with self._cond:
                 self.accepted += 1
                 self._cond.notify_all()
@@ -438,17 +438,9 @@ class _SilentServer:
             assert self._cond.wait_for(lambda: self.accepted >= count, timeout)
 
     def close(self) -> None:
-        self.sock.close()
+        stop_listening(self.sock)
         for conn in self._held:
             conn.close()
-
-
-def _pump(src: socket.socket, dst: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        while data := src.recv(65536):
-            dst.sendall(data)
-    with contextlib.suppress(OSError):
-        dst.shutdown(socket.SHUT_WR)
 
 
 def _upstream(dsn: str) -> tuple[int, object]:
