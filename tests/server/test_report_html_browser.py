@@ -206,13 +206,20 @@ def test_comparison_page_offline(
     browser: Browser, real_run: tuple[dict[str, Any], Path], tmp_path: Path
 ) -> None:
     doc, _ = real_run
-    # side B: the same run, 10% faster (a rescaled copy is enough to draw)
-    faster = json.loads(json.dumps(doc))
-    faster["totals"]["tps"] *= 1.1
-    for iv in faster["intervals"]:
-        iv["tps"] = (iv["tps"] or 0) * 1.1
-    runs = [RunDoc("a1.json", doc, "A"), RunDoc("a2.json", doc, "A")]
-    runs += [RunDoc("b1.json", faster, "B"), RunDoc("b2.json", faster, "B")]
+
+    def scaled(factor: float) -> dict[str, Any]:
+        # a rescaled copy of the run is enough to draw
+        copy: dict[str, Any] = json.loads(json.dumps(doc))
+        copy["totals"]["tps"] *= factor
+        for iv in copy["intervals"]:
+            iv["tps"] = (iv["tps"] or 0) * factor
+        return copy
+
+    # side B about 10% faster; the runs of a side differ a little, as real
+    # repeated runs do (identical runs have no spread: no verdict)
+    runs = [RunDoc("a1.json", scaled(1.0), "A"), RunDoc("a2.json", scaled(1.01), "A")]
+    faster = scaled(1.1)
+    runs += [RunDoc("b1.json", faster, "B"), RunDoc("b2.json", scaled(1.11), "B")]
     page_path = tmp_path / "compare.html"
     page_path.write_text(render_html(runs))
     visit = Visit(browser, page_path)
