@@ -279,22 +279,22 @@ def test_single_arm_repeat_summary(db1: str, tmp_path: Path) -> None:
     assert r.stdout.count("  run-") == 3  # the per-run lines
 
 
-def test_checkpoint_before_each_run(db1: str, server_dsn: str, tmp_path: Path) -> None:
-    def requested() -> int:
-        with psycopg.connect(server_dsn) as conn:
-            row = conn.execute(
-                "SELECT num_requested FROM pg_stat_checkpointer"
-            ).fetchone()
-        assert row is not None
-        return int(row[0])
+def _checkpoints_requested(server_dsn: str) -> int:
+    """CHECKPOINTs requested on the server so far (pg_stat_checkpointer)."""
+    with psycopg.connect(server_dsn) as conn:
+        row = conn.execute("SELECT num_requested FROM pg_stat_checkpointer").fetchone()
+    assert row is not None
+    return int(row[0])
 
-    before = requested()
+
+def test_checkpoint_before_each_run(db1: str, server_dsn: str, tmp_path: Path) -> None:
+    before = _checkpoints_requested(server_dsn)
     out = tmp_path / "ckpt"
     own = ["--runs", "1", "--checkpoint", "--b", "", "--out", str(out)]
     r = pgsurge(["ab", *own, "--", "-S", "-c", "1", "-T", "1", db1], tmp_path)
     assert r.returncode == 0, r.stderr
     # one per counted run (the warm-ups tell where each arm's server is)
-    assert requested() - before >= 2
+    assert _checkpoints_requested(server_dsn) - before >= 2
     assert _manifest(out)["checkpoint"] is True
 
 
@@ -446,15 +446,7 @@ def test_checkpoint_with_the_password_in_the_conninfo_and_no_warmup(
     target = psycopg.conninfo.make_conninfo(db1, user=role)
     target += f" password='{quoted}'"
 
-    def requested() -> int:
-        with psycopg.connect(server_dsn) as conn:
-            row = conn.execute(
-                "SELECT num_requested FROM pg_stat_checkpointer"
-            ).fetchone()
-        assert row is not None
-        return int(row[0])
-
-    before = requested()
+    before = _checkpoints_requested(server_dsn)
     out = tmp_path / "ckpt"
     own = ["--runs", "1", "--warmup", "0", "--checkpoint", "--b", ""]
     r = pgsurge(
@@ -463,7 +455,7 @@ def test_checkpoint_with_the_password_in_the_conninfo_and_no_warmup(
     )
     assert r.returncode == 0, r.stderr
     # one before each arm's first (and only) run, though no run came before
-    assert requested() - before >= 2
+    assert _checkpoints_requested(server_dsn) - before >= 2
     for p in [*out.iterdir()]:
         assert password not in p.read_text(), p.name
     assert password not in r.stdout + r.stderr
