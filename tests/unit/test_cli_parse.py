@@ -575,3 +575,24 @@ def test_server_subcommand_is_dispatched() -> None:
     result = run_cli(["server", "--help"])
     assert result.status == 0
     assert "pgsurge server" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "address", ["tcp://127.0.0.1", "foo", "tcp://h:", "h:0", "h:65536", "ws://h:1"]
+)
+def test_bad_dask_address_is_one_error_line_before_the_target(address: str) -> None:
+    # the target cannot be reached: were the address taken, the run would
+    # fail on connecting instead (Dask itself fails only after the setup)
+    result = run_cli(["--dask", address, "-T", "1", "host=/nonexistent dbname=x"])
+    assert result.status == 1
+    assert result.stderr == (
+        f'pgsurge: error: invalid value "{address}" for option --dask: expecting'
+        ' a Dask scheduler address "[tcp://|tls://]HOST:PORT" or "local:N"\n'
+    )
+
+
+@pytest.mark.parametrize(
+    "address", ["tcp://127.0.0.1:8786", "tls://db-1.example:8786", "[::1]:8786"]
+)
+def test_dask_addresses_with_a_port_are_taken(address: str) -> None:
+    assert run("--dask", address).dask == address

@@ -121,13 +121,18 @@ def test_dask_option(value: str, stored: str) -> None:
     assert cfg.dask == stored
 
 
+_ADDRESS_HINT = (
+    ': expecting a Dask scheduler address "[tcp://|tls://]HOST:PORT" or "local:N"'
+)
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [
         ("local:0", "--dask must be in range 1..64"),
         ("local:x", 'invalid value "local:x" for option --dask'),
-        ("", 'invalid value "" for option --dask'),
-        ("tcp://a b", 'invalid value "tcp://a b" for option --dask'),
+        ("", f'invalid value "" for option --dask{_ADDRESS_HINT}'),
+        ("tcp://a b", f'invalid value "tcp://a b" for option --dask{_ADDRESS_HINT}'),
     ],
 )
 def test_dask_option_errors(value: str, message: str) -> None:

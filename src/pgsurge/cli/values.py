@@ -147,13 +147,23 @@ def parse_dask_address(value: str) -> str:
             )
         parse_int_option(count, "--dask", 1, MAX_LOCAL_DASK_WORKERS)
         return f"local:{int(count)}"
-    if not text or any(c.isspace() for c in text):
+    # checked here, before anything touches the target: Dask itself would
+    # only fail on it after the setup (vacuum), with a long traceback
+    match = _DASK_ADDRESS.fullmatch(text)
+    port = int(match.group("port")) if match else 0
+    if match is None or not 1 <= port <= 65535:
         raise UsageError(
-            f'invalid value "{value}" for option --dask',
-            detail="Expecting the address of a Dask scheduler such as"
-            ' "tcp://host:8786", or "local:N".',
+            f'invalid value "{value}" for option --dask: expecting a Dask '
+            'scheduler address "[tcp://|tls://]HOST:PORT" or "local:N"'
         )
     return text
+
+
+#: a scheduler address: [tcp:// or tls://]HOST:PORT, HOST a name, an IPv4
+#: address or a bracketed IPv6 address
+_DASK_ADDRESS = re.compile(
+    r"(?:(?:tcp|tls)://)?(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]{1,5})"
+)
 
 
 def parse_percentiles(value: str | None) -> tuple[float, ...]:
