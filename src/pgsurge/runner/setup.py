@@ -73,6 +73,8 @@ class Setup:
     variables: tuple[tuple[str, Value], ...]
     #: whether each client gets :client_id (not when -D defines it)
     set_client_id: bool
+    #: the workload's ``COUNTER_QUERY`` before the run (None: none)
+    counter_before: int | None = None
 
 
 def clock_us() -> int:
@@ -145,7 +147,11 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
         variables, set_client_id = _initial_variables(
             cfg, info.scale, seeds.default_seed
         )
-        if not cfg.no_vacuum:
+        counter = workload_figures_of(cfg)
+        counter_before = None
+        if counter is not None and counter[2]:
+            counter_before = read_counter(conn, counter[2])
+        if not cfg.no_vacuum and _uses_pgbench_tables(cfg):
             _vacuum(conn, cfg, err)
     finally:
         conn.finish()
@@ -157,7 +163,54 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
         seeds=seeds,
         variables=variables,
         set_client_id=set_client_id,
+        counter_before=counter_before,
     )
+
+
+def _uses_pgbench_tables(cfg: RunConfig) -> bool:
+    """Whether pgbench's pre-run vacuum applies: a script, or a Python
+    workload naming a ``pgbench_*`` table (tpcc-like and the YCSB ones,
+    run where there are no pgbench tables, would print three errors)."""
+    return any(
+        not s.python or getattr(s.parsed, "uses_pgbench_tables", True)
+        for s in cfg.scripts
+    )
+
+
+def workload_figures_of(cfg: RunConfig) -> tuple[str, tuple[str, ...], str] | None:
+    """A run of one Python workload that declares ``FIGURES``: the kind,
+    the transactions' names (the run's scripts, in order) and its
+    ``COUNTER_QUERY`` ("" for none); None for any other run."""
+    if not cfg.scripts or not all(s.python for s in cfg.scripts):
+        return None
+    parsed = [s.parsed for s in cfg.scripts]
+    kind = getattr(parsed[0], "figures", None)
+    if kind is None or len({getattr(p, "workload", None) for p in parsed}) != 1:
+        return None
+    names = tuple(str(getattr(p, "name", "")) for p in parsed)
+    return kind, names, getattr(parsed[0], "counter_query", None) or ""
+
+
+def read_counter(conn: pgconn.PgConn, query: str) -> int | None:
+    """The one value of ``query`` (None when it fails or is NULL: the
+    figure that needs it is then left out)."""
+    status, res = conn.exec_status(query)
+    if status != pgconn.TUPLES_OK:
+        return None
+    text = pgconn.value_text(res, 0, 0) if res.ntuples else None
+    return int(text) if text else None
+
+
+def read_counter_after(cfg: RunConfig, password: str | None, query: str) -> int | None:
+    """``read_counter`` on a new connection, after the run (None when it
+    cannot connect)."""
+    conn, _message, _needs = _connect(cfg.conn.conninfo_items(), password)
+    if conn is None:
+        return None
+    try:
+        return read_counter(conn, query)
+    finally:
+        conn.finish()
 
 
 def worker_specs(
@@ -174,6 +227,8 @@ def worker_specs(
     PRNG states, by global client number."""
     nthreads = min(cfg.jobs, cfg.clients)
     seeds = setup.seeds
+    kind = workload_figures_of(cfg)
+    figures = kind[0] if kind is not None else None
     return [
         WorkerSpec(
             worker_id=i,
@@ -186,7 +241,8 @@ def worker_specs(
             streams=seeds.threads[i],
             variables=setup.variables,
             set_client_id=setup.set_client_id,
-            detailed=facts.measure_latency,
+            # a YCSB run's per-operation percentiles need each latency
+            detailed=facts.measure_latency or figures == "ycsb",
             password=setup.password,
             parent_pid=os.getpid(),
             epoch_shift_us=epoch_shift_us,

@@ -25,6 +25,11 @@ from typing import Any
 from pgsurge.workloads import Context, load, sql, transaction
 
 SCALE_QUERY = "SELECT count(*) FROM warehouse"
+#: NOPM, tpmC and TPM after a run (``pgsurge.workloads.figures``)
+FIGURES = "tpcc"
+#: New-Orders committed: read before and after the run (NOPM, as HammerDB
+#: counts it: a rolled-back New-Order moves no d_next_o_id)
+COUNTER_QUERY = "SELECT sum(d_next_o_id)::bigint FROM district"
 
 DISTRICTS = 10
 CUSTOMERS = 3000  # per district
