@@ -42,8 +42,12 @@ __all__ = [
     "epoch_shift_us",
     "parse_scripts",
     "pure_python_notice",
+    "read_counter",
+    "read_counter_after",
     "set_up",
+    "uses_pgbench_tables",
     "worker_specs",
+    "workload_figures_of",
 ]
 
 _UNDEFINED_TABLE = "42P01"
@@ -151,7 +155,7 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
         counter_before = None
         if counter is not None and counter[2]:
             counter_before = read_counter(conn, counter[2])
-        if not cfg.no_vacuum and _uses_pgbench_tables(cfg):
+        if not cfg.no_vacuum and uses_pgbench_tables(cfg):
             _vacuum(conn, cfg, err)
     finally:
         conn.finish()
@@ -167,10 +171,12 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
     )
 
 
-def _uses_pgbench_tables(cfg: RunConfig) -> bool:
-    """Whether pgbench's pre-run vacuum applies: a script, or a Python
-    workload naming a ``pgbench_*`` table (tpcc-like and the YCSB ones,
-    run where there are no pgbench tables, would print three errors)."""
+def uses_pgbench_tables(cfg: RunConfig) -> bool:
+    """Whether the run uses pgbench's tables: a script, or a Python
+    workload naming a ``pgbench_*`` table. Without them (tpcc-like, the
+    YCSB ones) there is no pre-run vacuum (three errors where there are no
+    pgbench tables) and no automatic initialization of the embedded
+    server's pgbench tables."""
     return any(
         not s.python or getattr(s.parsed, "uses_pgbench_tables", True)
         for s in cfg.scripts

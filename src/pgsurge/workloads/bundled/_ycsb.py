@@ -205,7 +205,7 @@ def load_usertable(db: Any) -> None:
     fields = ", ".join(f"field{i} text" for i in range(FIELDS))
     db.execute(f"CREATE TABLE usertable (ycsb_key bigint NOT NULL, {fields})")
     db.execute("CREATE TABLE ycsb_meta (scale int NOT NULL)")
-    db.execute("INSERT INTO ycsb_meta VALUES (%s)", [db.scale])
+    db.execute("INSERT INTO ycsb_meta VALUES ($1)", [db.scale])
     db.log(f"generating data ({n} records)...")
     step = 50_000
     db.parallel(_load_part, [(i, min(i + step - 1, n)) for i in range(1, n + 1, step)])
@@ -214,4 +214,4 @@ def load_usertable(db: Any) -> None:
     db.log("creating primary keys...")
     db.execute("ALTER TABLE usertable ADD PRIMARY KEY (ycsb_key)")
     db.execute("CREATE SEQUENCE usertable_key_seq")
-    db.execute("SELECT setval('usertable_key_seq', %s)", [n])
+    db.execute("SELECT setval('usertable_key_seq', $1)", [n])
