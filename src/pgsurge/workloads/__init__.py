@@ -20,6 +20,7 @@ workload's ``@load`` hook for ``-i``.
 from pgsurge.workloads.api import (
     Context,
     Result,
+    SqlError,
     WorkloadUsageError,
     load,
     setup,
@@ -30,6 +31,7 @@ from pgsurge.workloads.api import (
 __all__ = [
     "Context",
     "Result",
+    "SqlError",
     "WorkloadUsageError",
     "load",
     "setup",

@@ -32,6 +32,7 @@ from pgsurge.workloads.api import (
     Context,
     Result,
     Sleep,
+    SqlError,
     Statement,
     Transaction,
     _Hook,
@@ -104,6 +105,15 @@ class LoadedTransaction:
 
     def wrap_result(self, res: Any) -> Result:
         return Result(res)
+
+    @property
+    def error_type(self) -> type[BaseException]:
+        return SqlError
+
+    def sql_error(
+        self, sqlstate: str, text: str, statement: Any, where: str
+    ) -> BaseException:
+        return SqlError(sqlstate, text, statement, where)
 
     @property
     def commands(self) -> tuple[ReportRow, ...]:
