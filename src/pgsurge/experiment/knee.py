@@ -20,7 +20,8 @@ gain) to the first point that *surely* is (CI lower bound ≥ 1 − gain),
 or the peak itself when none is sure. With one run per point there is no
 CI and the range is the knee alone. At every step the growth of p99 is
 set against that of tps: beyond the knee, latency grows faster than
-throughput, and ``latency_knee`` is the first step where it does.
+throughput, and ``latency_knee`` is the first step where p99 grows by a
+factor more than ``1 + gain`` times that of tps.
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ def find_knee(
     latency_knee = None
     for a, b in itertools.pairwise(pts):
         pa, pb = a.p99_median, b.p99_median
-        if pa and pb and a.median > 0 and pb / pa > b.median / a.median:
+        if pa and pb and a.median > 0 and pb / pa > (1 + gain) * b.median / a.median:
             latency_knee = b.clients
             break
     return Knee(
