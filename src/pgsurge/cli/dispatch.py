@@ -225,6 +225,11 @@ def _main(argv: Sequence[str]) -> int:
 
             _startup_done()
             return int(ab_main(list(argv[1:]), check_args=_check_run_args))
+        if first == "sweep":
+            from pgsurge.experiment.sweep_command import sweep_main
+
+            _startup_done()
+            return int(sweep_main(list(argv[1:]), check_args=_check_run_args))
     from pgsurge.cli.options import EarlyExit, parse_command_line
 
     try:
