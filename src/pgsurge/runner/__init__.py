@@ -81,6 +81,7 @@ from pgsurge.runner.setup import (
     set_up,
     worker_specs,
 )
+from pgsurge.stats.host import host_facts
 from pgsurge.stats.results import RunFacts, RunResult
 
 if TYPE_CHECKING:
@@ -174,6 +175,10 @@ def run(
             monitor.close()
             err.write("".join(monitor.warnings))
     result.epoch_shift_us = shift_us
+    result.environment = {
+        "client": host_facts(),
+        "server": {"settings": setup.server_settings, "data_bytes": setup.data_bytes},
+    }
 
     if on_result is not None:
         on_result(result)
