@@ -195,6 +195,12 @@ class RunConfig:
     dask_collect_logs: str | None = None
     #: --no-live: no live panel on a terminal (see report/live.py)
     no_live: bool = False
+    #: --store[=PATH|URI] or PGSURGE_STORE: save the result in a results
+    #: store after the report (pgsurge.store); "" = the default store,
+    #: None = not stored
+    store: str | None = None
+    #: --label K=V (repeatable): recorded in the result (and the store)
+    labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def insight(self) -> bool:

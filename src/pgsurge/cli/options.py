@@ -47,6 +47,7 @@ from pgsurge.cli.values import (
     parse_dask_address,
     parse_idle_sessions,
     parse_int_option,
+    parse_label,
     parse_monitor_dsn,
     parse_percentiles,
     parse_random_seed,
@@ -133,10 +134,12 @@ LONG_OPTIONS: tuple[LongOption, ...] = (
     LongOption("dask", True, "dask", extension=True),
     LongOption("dask-collect-logs", True, "dask-collect-logs", extension=True),
     LongOption("no-live", False, "no-live", extension=True),
+    LongOption("store", False, "store", extension=True),
+    LongOption("label", True, "label", extension=True),
 )
 
 #: long options with an optional value (getopt_long's optional_argument)
-OPTIONAL_VALUE_OPTIONS = frozenset({"percentiles", "reconnect", "waits"})
+OPTIONAL_VALUE_OPTIONS = frozenset({"percentiles", "reconnect", "store", "waits"})
 
 ALL_INIT_STEPS = "dtgGvpf"
 #: --reconnect without a value: attempts per lost connection
@@ -449,6 +452,14 @@ class _CommandLine:
             case "waits":
                 st.benchmarking_option_set = True
                 st.waits_ms = parse_waits(value)
+            case "store":
+                st.benchmarking_option_set = True
+                if value == "":
+                    raise UsageError(
+                        'invalid value "" for option --store',
+                        detail="Expecting a file name or a postgresql:// URI.",
+                    )
+                st.store = value or ""
             case _:  # pragma: no cover - the table and this switch disagree
                 raise AssertionError(f"unhandled option {key}")
 
@@ -556,6 +567,9 @@ class _CommandLine:
             case "no-live":
                 st.benchmarking_option_set = True
                 st.no_live = True
+            case "label":
+                st.benchmarking_option_set = True
+                st.labels.append(parse_label(arg))
             case _:  # pragma: no cover - the table and this switch disagree
                 raise AssertionError(f"unhandled option {key}")
 
@@ -587,6 +601,9 @@ class _CommandLine:
             raise UsageError(
                 "some of the specified options cannot be used in benchmarking mode"
             )
+        if st.store is None and self.environ.get("PGSURGE_STORE"):
+            # the environment's store: every run is stored (CI, a nightly job)
+            st.store = self.environ["PGSURGE_STORE"]
         return run_config(st, conn)
 
 

@@ -106,12 +106,15 @@ class OptionState:
     dask: str | None = None
     dask_collect_logs: str | None = None
     no_live: bool = False
+    store: str | None = None
+    labels: list[tuple[str, str]]
 
     def __init__(self) -> None:
         self.scripts = []
         self.parsed = []
         self.workloads = []
         self.defines = []
+        self.labels = []
 
 
 def init_config(st: OptionState, conn: ConnParams) -> InitConfig:
@@ -254,6 +257,8 @@ def run_config(st: OptionState, conn: ConnParams) -> RunConfig:
         dask=st.dask,
         dask_collect_logs=st.dask_collect_logs,
         no_live=st.no_live,
+        store=st.store,
+        labels=tuple(st.labels),
     )
 
 

@@ -61,6 +61,17 @@ def parse_waits(value: str | None) -> int:
     return parse_int_option(value, "--waits", 1, 60000)
 
 
+def parse_label(value: str) -> tuple[str, str]:
+    """``--label K=V`` → (K, V); K not empty (V may be)."""
+    key, eq, text = value.partition("=")
+    if not eq or not key.strip():
+        raise UsageError(
+            f'invalid value "{value}" for option --label',
+            detail="Expecting KEY=VALUE.",
+        )
+    return key.strip(), text
+
+
 def parse_idle_sessions(value: str) -> tuple[int, IdleMode]:
     """``--idle-sessions N[:idle|xact|snapshot]`` (mode idle by default)."""
     count, sep, mode = value.partition(":")

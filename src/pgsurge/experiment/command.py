@@ -40,6 +40,7 @@ from pgsurge.experiment.ab import (
     write_private,
 )
 from pgsurge.experiment.compare import METRIC_KEYS, compare
+from pgsurge.experiment.fingerprint import fingerprint_differences
 from pgsurge.experiment.render import (
     render_json,
     render_repeat,
@@ -238,7 +239,22 @@ def _compare(args: list[str], out: TextIO, err: TextIO) -> int:
         force=ns.force,
     )
     _emit(render_text(c), render_json(c, ns.fail_on), ns.json, out, err)
+    _environment_warnings([*base, *new], err)
     return c.exit_status(ns.fail_on)
+
+
+def _environment_warnings(runs: Sequence[RunSummary], err: TextIO) -> None:
+    """One warning per run whose environment (``experiment.fingerprint``)
+    differs from the first run's: the figures may differ for that reason."""
+    first = runs[0]
+    for run in runs[1:]:
+        diff = fingerprint_differences(first.fingerprint, run.fingerprint)
+        if diff:
+            err.write(
+                f"{PROG}: warning: {run.name} ran in another environment than "
+                f"{first.name}: {'; '.join(diff)}\n"
+            )
+    err.flush()
 
 
 # -- ab -------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pgsurge.errors import PgsurgeError
+from pgsurge.experiment.fingerprint import fingerprint
 
 __all__ = [
     "READ_SCHEMA",
@@ -136,6 +137,9 @@ class RunSummary:
     #: SHA-256 of its bytes (None when not read from a file)
     file_id: tuple[int, int] | None = None
     digest: str | None = None
+    #: the counted fields of the run's environment (``fingerprint``), None
+    #: for a document without one
+    fingerprint: Mapping[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -321,6 +325,7 @@ def parse_result(path: str, data: object) -> RunSummary:
         client_limited=bool(cpu.get("client_limited"))
         if isinstance(cpu, Mapping)
         else False,
+        fingerprint=fingerprint(data),
     )
 
 

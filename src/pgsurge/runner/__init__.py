@@ -82,6 +82,7 @@ from pgsurge.runner.setup import (
     set_up,
     worker_specs,
 )
+from pgsurge.stats.host import host_facts
 from pgsurge.stats.results import RunFacts, RunResult
 
 if TYPE_CHECKING:
@@ -177,6 +178,10 @@ def run(
     result.epoch_shift_us = shift_us
     if setup.pooler is not None:  # the JSON says so (schema 1, optional)
         result.insight = {"pooler": setup.pooler.to_dict(), **result.insight}
+    result.environment = {
+        "client": host_facts(),
+        "server": {"settings": setup.server_settings, "data_bytes": setup.data_bytes},
+    }
 
     if on_result is not None:
         on_result(result)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from pgsurge import __version__, pgconn
@@ -116,6 +116,10 @@ class Setup:
     set_client_id: bool
     #: a connection pooler between pgsurge and the server, None: direct
     pooler: PoolerInfo | None = None
+    #: the server's settings that differ from the defaults (name → value as
+    #: SHOW gives it) and the database's size: the run's environment
+    server_settings: dict[str, str] = field(default_factory=dict)
+    data_bytes: int | None = None
 
 
 def clock_us() -> int:
@@ -177,6 +181,7 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
         if pooler is not None:
             err.write(pooler.notice())
             err.flush()
+        settings, data_bytes = _server_facts(conn)
         info = TableInfo(cfg.scale or 1)
         if any(s.builtin for s in cfg.scripts):
             info = _table_info(conn, cfg, err)
@@ -205,6 +210,8 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
         variables=variables,
         set_client_id=set_client_id,
         pooler=pooler,
+        server_settings=settings,
+        data_bytes=data_bytes,
     )
 
 
@@ -244,6 +251,29 @@ def detect_pooler(
         finally:
             other.finish()
     return PoolerInfo(conn.backend_pid, server_pid, mode, app)
+
+
+_SETTINGS_SQL = (
+    "SELECT name, pg_catalog.current_setting(name) FROM pg_catalog.pg_settings"
+    " WHERE source <> 'default' ORDER BY name"
+)
+_SIZE_SQL = "SELECT pg_catalog.pg_database_size(pg_catalog.current_database())"
+
+
+def _server_facts(conn: pgconn.PgConn) -> tuple[dict[str, str], int | None]:
+    """The non-default settings and the database size, for the result's
+    environment (nothing when the server will not say: no error)."""
+    settings: dict[str, str] = {}
+    status, res = conn.exec_status(_SETTINGS_SQL)
+    if status == pgconn.TUPLES_OK:
+        for r in range(res.ntuples):
+            settings[pgconn.value_text(res, r, 0)] = pgconn.value_text(res, r, 1)
+    size = None
+    status, res = conn.exec_status(_SIZE_SQL)
+    if status == pgconn.TUPLES_OK and res.ntuples:
+        text = pgconn.value_text(res, 0, 0)
+        size = int(text) if text.isdigit() else None
+    return settings, size
 
 
 def worker_specs(
