@@ -207,3 +207,38 @@ def test_a_failing_batch_leaves_no_row(
     assert proc.returncode == 2, proc.stderr
     assert "duplicate key" in proc.stderr and "batch.py:8" in proc.stderr
     assert kv_keys(fresh_db) == []
+
+
+def notes_example() -> str:
+    """The example workload of docs/notes-workloads.md (README's to be)."""
+    notes = Path(__file__).resolve().parents[2] / "docs" / "notes-workloads.md"
+    text = notes.read_text()
+    start = text.index("# transfer.py")
+    return text[start : text.index("```", start)]
+
+
+def test_the_example_workload_catches_and_goes_on(
+    bench_db: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "transfer.py"
+    path.write_text(notes_example())
+    args = ["-n", "-f", str(path), "-c", "3", "-t", "60", "-r", "--max-tries=50"]
+    status, res, out, err = run_inprocess([*args, "--random-seed=5"], bench_db)
+    assert status == ExitStatus.SUCCESS, err
+    assert res.total.cnt == 180 and res.total.failures == 0
+    assert "ctx.sleep()" in out
+    names = [s.desc.split(": ")[1] for s in res.facts.scripts]
+    opened = res.per_script[names.index("open_or_touch")].cnt
+    with psycopg.connect(bench_db) as conn:
+        total = conn.execute("SELECT sum(abalance) FROM pgbench_accounts").fetchone()
+        seen = conn.execute(
+            "SELECT count(*) FROM pgbench_accounts WHERE filler = 'seen'"
+        ).fetchone()
+        new = conn.execute(
+            "SELECT count(*) FROM pgbench_accounts WHERE aid > 100000"
+        ).fetchone()
+    assert total == (0,)  # transfers move money, never make it
+    # every open_or_touch either opened an account or, on the caught unique
+    # violation, touched it (most accounts exist: the caught path ran)
+    assert seen is not None and new is not None
+    assert seen[0] > 0 and seen[0] + new[0] <= opened

@@ -79,8 +79,10 @@ from pgsurge.runner.setup import (
     epoch_shift_us,
     parse_scripts,
     pure_python_notice,
+    read_counter_after,
     set_up,
     worker_specs,
+    workload_figures_of,
 )
 from pgsurge.stats.host import host_facts
 from pgsurge.stats.results import RunFacts, RunResult
@@ -182,6 +184,7 @@ def run(
         "client": host_facts(),
         "server": {"settings": setup.server_settings, "data_bytes": setup.data_bytes},
     }
+    _workload_figures(cfg, setup.password, setup.counter_before, result)
 
     if on_result is not None:
         on_result(result)
@@ -214,7 +217,12 @@ def _report(
     text_out.write(
         render_extras(result, percentiles=cfg.percentiles, client_cpu=cfg.client_cpu)
     )
-    if result.insight:
+    figures = result.insight.get("workload")
+    if figures:
+        from pgsurge.workloads.figures import render_figures
+
+        text_out.write(render_figures(figures))
+    if any(k != "workload" for k in result.insight):
         from pgsurge.report.insight import insight_warnings, render_insight
 
         text_out.write(render_insight(result.insight))
@@ -243,6 +251,26 @@ def _report(
         err.flush()
         raise RunInterrupted(getattr(signal, result.interrupted_by))
     return ExitStatus.RUN_ABORTED if notice else ExitStatus.SUCCESS
+
+
+def _workload_figures(
+    cfg: RunConfig, password: str | None, before: int | None, result: RunResult
+) -> None:
+    """A bundled workload's figures (NOPM/tpmC, YCSB's per-operation
+    ones) into ``result.insight["workload"]``: the JSON document's
+    ``"workload"``, printed after the report. Its ``COUNTER_QUERY`` is
+    read again now (before the run, by ``set_up``)."""
+    found = workload_figures_of(cfg)
+    if found is None:
+        return
+    from pgsurge.workloads.figures import workload_figures
+
+    kind, names, query = found
+    delta = None
+    if query and before is not None:
+        after = read_counter_after(cfg, password, query)
+        delta = None if after is None else after - before
+    result.insight["workload"] = workload_figures(kind, result, names, delta)
 
 
 #: after the abort notice, when a client aborted on a prepared statement

@@ -44,8 +44,12 @@ __all__ = [
     "epoch_shift_us",
     "parse_scripts",
     "pure_python_notice",
+    "read_counter",
+    "read_counter_after",
     "set_up",
+    "uses_pgbench_tables",
     "worker_specs",
+    "workload_figures_of",
 ]
 
 _UNDEFINED_TABLE = "42P01"
@@ -120,6 +124,8 @@ class Setup:
     #: SHOW gives it) and the database's size: the run's environment
     server_settings: dict[str, str] = field(default_factory=dict)
     data_bytes: int | None = None
+    #: the workload's ``COUNTER_QUERY`` before the run (None: none)
+    counter_before: int | None = None
 
 
 def clock_us() -> int:
@@ -197,7 +203,11 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
         variables, set_client_id = _initial_variables(
             cfg, info.scale, seeds.default_seed
         )
-        if not cfg.no_vacuum:
+        counter = workload_figures_of(cfg)
+        counter_before = None
+        if counter is not None and counter[2]:
+            counter_before = read_counter(conn, counter[2])
+        if not cfg.no_vacuum and uses_pgbench_tables(cfg):
             _vacuum(conn, cfg, err)
     finally:
         conn.finish()
@@ -209,6 +219,7 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
         seeds=seeds,
         variables=variables,
         set_client_id=set_client_id,
+        counter_before=counter_before,
         pooler=pooler,
         server_settings=settings,
         data_bytes=data_bytes,
@@ -276,6 +287,54 @@ def _server_facts(conn: pgconn.PgConn) -> tuple[dict[str, str], int | None]:
     return settings, size
 
 
+def uses_pgbench_tables(cfg: RunConfig) -> bool:
+    """Whether the run uses pgbench's tables: a script, or a Python
+    workload naming a ``pgbench_*`` table. Without them (tpcc-like, the
+    YCSB ones) there is no pre-run vacuum (three errors where there are no
+    pgbench tables) and no automatic initialization of the embedded
+    server's pgbench tables."""
+    return any(
+        not s.python or getattr(s.parsed, "uses_pgbench_tables", True)
+        for s in cfg.scripts
+    )
+
+
+def workload_figures_of(cfg: RunConfig) -> tuple[str, tuple[str, ...], str] | None:
+    """A run of one Python workload that declares ``FIGURES``: the kind,
+    the transactions' names (the run's scripts, in order) and its
+    ``COUNTER_QUERY`` ("" for none); None for any other run."""
+    if not cfg.scripts or not all(s.python for s in cfg.scripts):
+        return None
+    parsed = [s.parsed for s in cfg.scripts]
+    kind = getattr(parsed[0], "figures", None)
+    if kind is None or len({getattr(p, "workload", None) for p in parsed}) != 1:
+        return None
+    names = tuple(str(getattr(p, "name", "")) for p in parsed)
+    return kind, names, getattr(parsed[0], "counter_query", None) or ""
+
+
+def read_counter(conn: pgconn.PgConn, query: str) -> int | None:
+    """The one value of ``query`` (None when it fails or is NULL: the
+    figure that needs it is then left out)."""
+    status, res = conn.exec_status(query)
+    if status != pgconn.TUPLES_OK:
+        return None
+    text = pgconn.value_text(res, 0, 0) if res.ntuples else None
+    return int(text) if text else None
+
+
+def read_counter_after(cfg: RunConfig, password: str | None, query: str) -> int | None:
+    """``read_counter`` on a new connection, after the run (None when it
+    cannot connect)."""
+    conn, _message, _needs = _connect(cfg.conn.conninfo_items(), password)
+    if conn is None:
+        return None
+    try:
+        return read_counter(conn, query)
+    finally:
+        conn.finish()
+
+
 def worker_specs(
     cfg: RunConfig,
     setup: Setup,
@@ -290,6 +349,8 @@ def worker_specs(
     PRNG states, by global client number."""
     nthreads = min(cfg.jobs, cfg.clients)
     seeds = setup.seeds
+    kind = workload_figures_of(cfg)
+    figures = kind[0] if kind is not None else None
     return [
         WorkerSpec(
             worker_id=i,
@@ -302,7 +363,8 @@ def worker_specs(
             streams=seeds.threads[i],
             variables=setup.variables,
             set_client_id=setup.set_client_id,
-            detailed=facts.measure_latency,
+            # a YCSB run's per-operation percentiles need each latency
+            detailed=facts.measure_latency or figures == "ycsb",
             password=setup.password,
             parent_pid=os.getpid(),
             epoch_shift_us=epoch_shift_us,

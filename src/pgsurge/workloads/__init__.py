@@ -10,11 +10,15 @@ The user API (:mod:`pgsurge.workloads.api`)::
     def lookup(ctx):
         balance = (yield get_balance(ctx.random(1, 100000 * ctx.scale))).scalar()
 
+A statement's error is raised at its ``yield`` as :class:`SqlError`;
+caught, the transaction goes on.
+
 ``pgsurge -f my_workload.py`` runs it; ``-b py-tpcb``, ``-b tpcc-like``,
 ``-b ycsb-a`` … ``-b ycsb-f`` run the bundled ones (``bundled``), whose
 data ``pgsurge -i -b NAME`` creates. ``loader`` loads a file into the plain
 values the engine runs (``engine.pyworkload``); ``loading`` runs a
-workload's ``@load`` hook for ``-i``.
+workload's ``@load`` hook for ``-i``; ``figures`` computes the figures a
+bundled workload prints after a run (NOPM/tpmC, YCSB's per operation).
 """
 
 from pgsurge.workloads.api import (

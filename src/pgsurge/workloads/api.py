@@ -20,7 +20,10 @@ builds a ``(statement, args)`` tuple (its arity checked); yielding it
 runs it.
 ``ctx.random*`` draw from the client's own pgbench PRNG stream, which a
 retry (serialization failure, deadlock) restores: the retried transaction
-draws the same values.
+draws the same values. A statement's error is raised at the ``yield``
+that sent it (:class:`SqlError`): caught, the transaction goes on; not
+caught, it is handled as a script's error. A yielded list of statement
+calls is a batch: one implicit transaction in every query mode.
 """
 
 from __future__ import annotations
