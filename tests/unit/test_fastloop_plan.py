@@ -202,7 +202,7 @@ def test_plan_of_sleeps(tmp_path) -> None:
     names, nset, _, scripts = _plan(["-M", "prepared", "-R", "50"], tmp_path, text)
     assert names == ("d", "scale")
     assert nset == 1
-    # a constant's µs as client_meta.sleep_usec computes it (C int wrap)
+    # a constant's µs as meta.sleep_usec computes it (C int wrap)
     wrapped = (3000000 * 1000000 + 2**31) % 2**32 - 2**31
     assert scripts == (
         (
