@@ -139,7 +139,7 @@ def test_compiled_layout(tmp_path: Path) -> None:
         c.first_line for c in tx.commands
     ]
     one = ops[1]
-    assert one.names == ("$1",) and one.param1 == "$1"
+    assert one.names == ("$1",)
     assert one.prepname.startswith(b"PY_") and one.gset == C.GSET_PY
     simple = compile_py(tx, QueryMode.SIMPLE)[3]
     assert simple.parts == ("SELECT ", "$1", "::int + ", "$2", "::int")
