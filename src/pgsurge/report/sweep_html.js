@@ -40,7 +40,17 @@
       xAxis.splits = function () { return d.x; };
       xAxis.values = function (u, s) { return s.map(function (v) { return String(v); }); };
     }
-    var yScale = logY ? { distr: 3, log: 10 } : { range: function (u, lo, hi) { return [0, hi > 0 ? hi * 1.1 : 1]; } };
+    // the range follows the runs, not the bands: an interval from two runs
+    // (t with one degree of freedom) can be ten times the data
+    var top = 0, bottom = Infinity;
+    d.lines.forEach(function (line) {
+      line[metric + "_runs"].forEach(function (r) {
+        r.forEach(function (v) { top = Math.max(top, v); if (v > 0) bottom = Math.min(bottom, v); });
+      });
+    });
+    var yScale = logY
+      ? { distr: 3, log: 10, range: function () { return [bottom / 1.5, top * 1.5]; } }
+      : { range: function () { return [0, top > 0 ? top * 1.15 : 1]; } };
     new uPlot({
       width: Math.max(320, Math.min(el.clientWidth || 900, 1150)), height: 320,
       scales: { x: xScale, y: yScale }, series: series, bands: bands,

@@ -27,8 +27,8 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any
 
-from pgsurge.redact import redact_text, redact_value
-from pgsurge.report.html import _vendor, embed_json
+from pgsurge.redact import redact_text
+from pgsurge.report.html import _vendor, embed_json, redact
 
 __all__ = ["render_sweep_html", "sweep_chart_data"]
 
@@ -195,6 +195,7 @@ th, td { border-bottom: 1px solid #d9dde4; padding: 3px 12px 3px 0; text-align: 
 <body>
 <h1>{{title}}</h1>
 <p class="note">{{note}}</p>
+<p>{{legend}}</p>
 <h2>Throughput</h2><div class="chart" id="chart-tps"></div>
 <h2>p99 latency</h2><div class="chart" id="chart-p99"></div>
 {{knees}}
@@ -209,7 +210,7 @@ th, td { border-bottom: 1px solid #d9dde4; padding: 3px 12px 3px 0; text-align: 
 
 def render_sweep_html(doc: Mapping[str, Any], title: str | None = None) -> str:
     """The page of a sweep's JSON document."""
-    safe = redact_value(doc)
+    safe = redact(doc)
     common = " ".join(str(w) for w in safe.get("common") or [])
     vary = "; ".join(
         f"{v['name']} {','.join(v['values'])}" for v in safe.get("vary") or []
@@ -230,6 +231,10 @@ def render_sweep_html(doc: Mapping[str, Any], title: str | None = None) -> str:
         .joinpath("sweep_html.js")
         .read_text("utf-8"),
         "knees": _knees(safe),
+        "legend": " ".join(
+            f'<span style="color:{line["color"]}">&#9632; {_esc(line["name"])}</span>'
+            for line in lines
+        ),
         "table": _table(safe),
         "data": embed_json({"chart": sweep_chart_data(safe), "sweep": safe}),
     }
