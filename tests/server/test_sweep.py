@@ -353,3 +353,58 @@ def test_sweep_html_draws_its_charts_offline(ab_sweep: dict[str, Any]) -> None:
             browser.close()
     assert errors == [] and blocked == []
     assert [m for m in console if m[0] in ("error", "warning")] == []
+
+
+def test_scale_sweep_initializes_once_per_scale(
+    server_dsn: str, tmp_path: Path
+) -> None:
+    # an empty database: the sweep itself creates the tables, per scale;
+    # with a setting varied inside each scale
+    name = create_database(server_dsn, "t_sweep_scale")
+    try:
+        out = tmp_path / "out"
+        r = pgsurge(
+            [
+                "sweep",
+                "--vary",
+                "-s 1,2",
+                "--vary",
+                "SET work_mem 1MB,8MB",
+                "--runs",
+                "1",
+                "--warmup",
+                "0",
+                "--out",
+                str(out),
+                "--json",
+                str(tmp_path / "s.json"),
+                "--",
+                "-S",
+                "-T",
+                "1",
+                db_dsn(server_dsn, name),
+            ],
+            tmp_path,
+        )
+        assert r.returncode == 0, r.stderr
+    finally:
+        drop_database(server_dsn, name)
+    assert r.stdout.count("initializing scale") == 2
+    assert sorted(p.name for p in out.glob("init-*.log")) == [
+        "init-s1-A.log",
+        "init-s2-A.log",
+    ]
+    runs = json.loads((out / "manifest.json").read_text())["runs"]
+    seen = []
+    for run in runs:
+        doc = json.loads((out / run["file"]).read_text())
+        env = doc["experiment"]["env"]
+        seen.append((doc["run"]["scale"], env["PGOPTIONS"]))
+    assert seen == [
+        (1, "-c work_mem=1MB"),
+        (1, "-c work_mem=8MB"),
+        (2, "-c work_mem=1MB"),
+        (2, "-c work_mem=8MB"),
+    ]
+    doc = json.loads((tmp_path / "s.json").read_text())
+    assert [c["values"] for c in doc["cells"]][1] == {"-s": "1", "SET work_mem": "8MB"}
