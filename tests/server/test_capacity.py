@@ -65,6 +65,8 @@ def test_capacity_of_a_fixed_server_time(db: str, tmp_path: Path) -> None:
             "-",
             "--out",
             str(tmp_path / "out"),
+            "--html",
+            str(tmp_path / "capacity.html"),
             "--",
             "-f",
             str(script),

@@ -300,6 +300,7 @@ class Search(Experiment):
                 for r in self.reps
             ],
             "state": self.state,
+            "common": redact_words(self.plan.common),
         }
 
 
@@ -327,6 +328,49 @@ def render(doc: dict[str, Any]) -> str:
     if doc["closed_loop_tps"]:
         lines.append(f"closed loop (no -R): {fmt_value(doc['closed_loop_tps'])} tps")
     return "\n".join(lines) + "\n"
+
+
+def as_sweep(doc: dict[str, Any]) -> dict[str, Any]:
+    """The probes as a sweep over ``-R`` (one cell per offered rate, its
+    achieved tps and latency per probe), for the sweep page's charts:
+    latency and throughput against the offered rate."""
+    by_rate: dict[float, list[dict[str, Any]]] = {}
+    for rep in doc["repetitions"]:
+        for p in rep["probes"]:
+            by_rate.setdefault(p["rate"], []).append(p)
+    rates = sorted(by_rate)
+    cells = []
+    for i, rate in enumerate(rates):
+        tps = [p["tps"] for p in by_rate[rate] if p["tps"] is not None]
+        lat = [p["latency_ms"] for p in by_rate[rate] if p["latency_ms"] is not None]
+        cells.append(
+            {
+                "cell": i,
+                "values": {"-R": f"{rate:g}"},
+                "arms": {
+                    "A": {
+                        "tps": {
+                            "values": tps,
+                            "median": float(np.median(tps)) if tps else None,
+                            "ci": None,
+                        },
+                        "p99_ms": {
+                            "values": lat,
+                            "median": float(np.median(lat)) if lat else None,
+                        },
+                    }
+                },
+                "comparison": None,
+            }
+        )
+    return {
+        "kind": "pgsurge-capacity-probes",
+        "confidence": doc["confidence"],
+        "vary": [{"kind": "option", "name": "-R", "values": [f"{r:g}" for r in rates]}],
+        "cells": cells,
+        "knees": [],
+        "common": doc.get("common", []),
+    }
 
 
 def _parser() -> _Parser:
@@ -381,6 +425,11 @@ def _parser() -> _Parser:
         metavar="DIR",
         help="directory for the probes' results "
         "(default: a new pgsurge-capacity-TIMESTAMP)",
+    )
+    p.add_argument(
+        "--html",
+        metavar="FILE",
+        help="write the curves of latency and tps against the offered rate to FILE",
     )
     p.add_argument(
         "--json", metavar="FILE", help='write the result as JSON to FILE ("-": stdout)'
@@ -465,4 +514,14 @@ def _capacity(
     write_private(
         Path(plan.out_dir) / "capacity.json", json.dumps(doc, indent=2) + "\n"
     )
+    if ns.html and doc["repetitions"]:
+        from pgsurge.report.command import write_html
+        from pgsurge.report.sweep_html import render_sweep_html
+
+        page = render_sweep_html(
+            as_sweep(doc),
+            title=f"pgsurge capacity: {target.label} ≤ {target.ms:g} ms",
+            latency=target.label,
+        )
+        write_html(page, ns.html)
     return EXIT_INTERRUPTED if interrupted else 0

@@ -20,6 +20,15 @@
       series.push({ label: line.name + " low", stroke: rgba(line.color, 0.25), width: 1 });
       cols.push(line[metric + "_low"]);
       bands.push({ series: [base + 1, base + 2], fill: rgba(line.color, 0.12) });
+      if (line.knee !== null) {
+        // the knee: a ring around the median at that client count
+        series.push({ label: line.name + " knee", stroke: line.color,
+                      paths: function () { return null; },
+                      points: { show: true, size: 16, width: 2, fill: "rgba(0,0,0,0)" } });
+        cols.push(d.x.map(function (x, i) {
+          return i === line.knee ? line[metric + "_median"][i] : null;
+        }));
+      }
       var runs = line[metric + "_runs"], most = 0;
       runs.forEach(function (r) { most = Math.max(most, r.length); });
       for (var k = 0; k < most; k++) {
@@ -60,7 +69,8 @@
     charts++;
   }
   draw("chart-tps", "tps", "tps", false);
-  draw("chart-p99", "p99", "p99 latency (ms)", true);
+  var latency = JSON.parse(document.getElementById("pgsurge-latency").textContent);
+  draw("chart-p99", "p99", latency + " latency (ms)", true);
   window.pgsurgeCharts = charts;
   window.pgsurgeReady = true;
 })();
