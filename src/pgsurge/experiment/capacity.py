@@ -12,6 +12,8 @@ target and the run kept up with its schedule (the result's ``rate_check``,
    sustained, and the search's ceiling is 1.25 T.
 2. Step up: from ``--min-rate`` (default ceiling / 8), doubling, until a
    rate fails (or the ceiling passes).
+   A failing run is run once more: a rate fails when both runs fail (a
+   stall of a loaded machine is not taken for the server's limit).
 3. Bisect between the highest passing and the lowest failing rate until
    they are within ``--precision`` (default 5 %); the highest passing rate
    is that repetition's capacity.
@@ -166,6 +168,15 @@ class Search(Experiment):
         return (rec.summary.tps if rec.summary else None), doc
 
     def probe(self, rate: float, rep: Repetition) -> bool:
+        """Whether ``rate`` passes: a failing run is run again, and the rate
+        fails only when both do (a stall of a loaded machine fails one run;
+        it must not end a step-up far below the capacity)."""
+        if self._probe_once(rate, rep):
+            return True
+        self.out.write("    again, to confirm:\n")
+        return self._probe_once(rate, rep)
+
+    def _probe_once(self, rate: float, rep: Repetition) -> bool:
         tps, doc = self._run(rate)
         lat = (doc.get("totals") or {}).get("latency_ms") or {}
         value = (
@@ -325,6 +336,8 @@ def render(doc: dict[str, Any]) -> str:
             for r in doc["repetitions"]
         ),
     ]
+    if doc["state"] != "finished":
+        lines.append(f"({doc['state']}: from the repetitions that finished)")
     if doc["closed_loop_tps"]:
         lines.append(f"closed loop (no -R): {fmt_value(doc['closed_loop_tps'])} tps")
     return "\n".join(lines) + "\n"
