@@ -18,6 +18,11 @@ skipped. The run then measures the backlog, not the server at that rate.
   once started (latency minus lag): a queue that long at the end is a
   backlog, not a wait for a free client.
 
+The runner prints the warning for runs of 1 s or more, as the
+client-limited one (a shorter run's lag says little, and pgbench's own
+short ``-R``/``-L`` runs keep its exact stderr); the JSON has the check
+whatever the length.
+
 The floor keeps the scheduling hiccups of a loaded machine (a 10 ms stall)
 from counting; the factor keeps slow transactions (a 100 ms report query)
 from being flagged for the wait a stable queue of them has.

@@ -203,7 +203,7 @@ def _report(
     warning = nothing_processed_warning(result, PROG)
     if result.total_duration_us >= WARN_MIN_DURATION_US:
         warning += client_limited_warning(result, PROG, cpus=_cpus())
-    warning += rate_warning(result, PROG)
+        warning += rate_warning(result, PROG)
     if warning:
         err.write(warning)
         err.flush()
