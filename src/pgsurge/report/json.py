@@ -35,6 +35,7 @@ from pgsurge.redact import redact_text, redact_value
 from pgsurge.report.extras import busy_workers, percentile_label
 from pgsurge.report.output import write_output
 from pgsurge.report.rate import rate_check
+from pgsurge.report.steady import steady_check
 from pgsurge.stats.counters import StatsData
 from pgsurge.stats.histogram import Histogram
 from pgsurge.stats.results import RunResult
@@ -312,6 +313,9 @@ def build_document(result: RunResult, config: RunConfig) -> dict[str, Any]:
     check = rate_check(result)
     if check is not None:
         doc["rate_check"] = check
+    steady = steady_check(result)
+    if steady is not None:
+        doc["steady_state"] = steady
     if result.hosts:  # a multi-host run (--dask)
         doc["hosts"] = [dict(h) for h in result.hosts]
     return doc
