@@ -382,6 +382,7 @@ def test_scale_sweep_initializes_once_per_scale(
                 "-S",
                 "-T",
                 "1",
+                "--waits",
                 db_dsn(server_dsn, name),
             ],
             tmp_path,
@@ -390,6 +391,9 @@ def test_scale_sweep_initializes_once_per_scale(
     finally:
         drop_database(server_dsn, name)
     assert r.stdout.count("initializing scale") == 2
+    # --waits: the table has each cell's top wait event
+    (head,) = [ln for ln in r.stdout.splitlines() if ln.startswith("-s ")]
+    assert head.split()[-2:] == ["top", "wait"]
     assert sorted(p.name for p in out.glob("init-*.log")) == [
         "init-s1-A.log",
         "init-s2-A.log",
@@ -408,3 +412,4 @@ def test_scale_sweep_initializes_once_per_scale(
     ]
     doc = json.loads((tmp_path / "s.json").read_text())
     assert [c["values"] for c in doc["cells"]][1] == {"-s": "1", "SET work_mem": "8MB"}
+    assert all(c["arms"]["A"]["top_wait"] for c in doc["cells"])
