@@ -262,6 +262,11 @@ def _main(argv: Sequence[str]) -> int:
 
             _startup_done()
             return int(sweep_main(list(argv[1:]), check_args=_check_run_args))
+        if first == "capacity":
+            from pgsurge.experiment.capacity import capacity_main
+
+            _startup_done()
+            return int(capacity_main(list(argv[1:]), check_args=_check_run_args))
     from pgsurge.cli.options import EarlyExit, parse_command_line
 
     try:

@@ -114,6 +114,8 @@ Common options:
 Commands:
   {PROG} ab --runs N --a ARGS --b ARGS -- [OPTION]...
                            interleaved A/B runs, then compare (--help for more)
+  {PROG} capacity --latency p99=10ms -- [OPTION]...
+                           highest -R meeting a latency target (--help for more)
   {PROG} compare BASE.json... --vs NEW.json...
                            noise-aware verdict on results (--help for more)
   {PROG} history [--store PATH|URI] [--label K=V]... [--metric M]
@@ -124,6 +126,8 @@ Commands:
                            manage the embedded server
   {PROG} store import FILE.json... [--store PATH|URI]
                            add --json results to the results store
+  {PROG} sweep --vary "-c 1,2,4" [--vary ...] -- [OPTION]...
+                           a grid of runs: table, verdicts, knee (--help for more)
 
 Report bugs to {PROG}'s maintainers (pgbench's own to <pgsql-bugs@lists.postgresql.org>).
 PostgreSQL home page: <https://www.postgresql.org/>

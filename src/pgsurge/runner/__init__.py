@@ -67,6 +67,7 @@ from pgsurge.report.extras import (
     nothing_processed_warning,
     render_extras,
 )
+from pgsurge.report.rate import rate_warning
 from pgsurge.report.text import (
     render_abort_notice,
     render_interrupt_notice,
@@ -231,6 +232,7 @@ def _report(
     warning = nothing_processed_warning(result, PROG)
     if result.total_duration_us >= WARN_MIN_DURATION_US:
         warning += client_limited_warning(result, PROG, cpus=_cpus())
+        warning += rate_warning(result, PROG)
     if warning:
         err.write(warning)
         err.flush()
