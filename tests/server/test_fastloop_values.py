@@ -68,7 +68,19 @@ SCRIPTS = {
     + _put(6, ":big")
     + _put(7, ":inf")
     + _put(8, ":br"),
+    # text from \\gset and -D (ratio=0.25), typed when read
+    "text": "SELECT 2.5 AS g, 'abc' AS h, 7 AS i, NULL AS j \\gset\n"
+    "\\set w :g * 2 + :i + :ratio * 4\n"
+    "\\set r random(1, 1000) * :ratio\n"
+    "\\sleep :g us\n"
+    + _put(1, ":r")
+    + _put(2, ":w")
+    + _put(3, ":h")
+    + _put(4, ":j")
+    + _put(5, ":ratio"),
 }
+#: -D of a script (and the worker's initial variables)
+DEFINES = {"text": (("ratio", "0.25"),)}
 
 
 def _rows(dsn: str) -> list[tuple[int, int, str]]:
@@ -94,6 +106,8 @@ def test_values_same_in_c_python_and_pgbench(
     script.write_text(SCRIPTS[name])
     args = ["-f", str(script), "-M", mode, "-c", "2", "-t", "150"]
     args += ["--random-seed", "5", "-n"]
+    for var, value in DEFINES.get(name, ()):
+        args += ["-D", f"{var}={value}"]
 
     loops: list[Any] = []
     use_c = fastloop.FastEventLoop.use_c
@@ -104,7 +118,7 @@ def test_values_same_in_c_python_and_pgbench(
 
     monkeypatch.setattr(fastloop.FastEventLoop, "use_c", spy)
     monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
-    _w, result = run_worker(args, fresh_db, variables=())
+    _w, result = run_worker(args, fresh_db, variables=DEFINES.get(name, ()))
     monkeypatch.delenv("PGSURGE_FASTLOOP")
     assert result.total.cnt == 300
     c_rows = _rows(fresh_db)

@@ -5,7 +5,7 @@
  * The Python engine (pgsurge.engine.loop.EventLoop.run driving the advance()
  * closure of pgsurge.engine.client) is the reference. For runs that
  * pgsurge.engine.fastloop finds eligible (scripts of SQL commands, \gset,
- * \aset, \sleep, \set and \if of int expressions; histograms, series and
+ * \aset, \sleep, \set and \if of expressions of any type; histograms, series and
  * -l lines included: see there and pgsurge/engine/ENGINE.md) this module
  * runs the same loop, and runs every transaction that goes as planned
  * without entering Python at all -- throttled ones (-R, -L) included.
@@ -15,7 +15,7 @@
  * to choose its next script (CHOOSE_SCRIPT), or its throttle slot has come
  * (THROTTLE: Python's advance() goes on from a transaction into the next
  * slot's wait), C takes it over: it loads the
- * client's counters, PRNG state, its constant integer variables and which
+ * client's counters, PRNG state, its variables (typed slots) and which
  * statements its connection has prepared from the Python Client object.
  * From then on C runs its transactions: script choice with the worker's
  * choose stream, \set, sending the SQL with pgsurge._fastpq's libpq
@@ -235,6 +235,9 @@ FastLoop_dealloc(FastLoop *fl)
             pq->clear(fl->clients[i].pending);
 
     PyMem_Free(fl->clients);
+    if (fl->varstore != NULL)
+        for (i = 0; i < fl->nclients * fl->nvars; i++)
+            PyMem_Free(fl->varstore[i].s);
     PyMem_Free(fl->varstore);
     PyMem_Free(fl->prepstore);
     for (k = 0; k < fl->nscripts && fl->scripts != NULL; k++) {
@@ -804,8 +807,8 @@ log_fields(PyObject *module, PyObject *values)
 }
 
 /* _eval(code, values, s0, s1): run an expression program as the loop
- * does, over variables ``values`` (None, a bool, an int or a float; a
- * str: not held by C) and the PRNG words; returns (bailed, value, s0,
+ * does, over variables ``values`` (None, a bool, an int, a float or a
+ * str; anything else: not held by C) and the PRNG words; returns (bailed, value, s0,
  * s1) (tests compare with pgsurge.script.evaluate) */
 static PyObject *
 eval_expr(PyObject *module, PyObject *args)
@@ -844,6 +847,12 @@ eval_expr(PyObject *module, PyObject *args)
         } else if (PyLong_Check(x)) {
             var->type = FV_INT;
             var->i = PyLong_AsLongLong(x);
+        } else if (PyUnicode_Check(x)) {
+            Py_ssize_t len;
+            const char *text = PyUnicode_AsUTF8AndSize(x, &len);
+
+            if (text == NULL || fl_var_set_text(var, text, len) < 0)
+                goto done;
         }
         if (PyErr_Occurred())
             goto done;
@@ -877,6 +886,8 @@ eval_expr(PyObject *module, PyObject *args)
     }
 done:
     PyMem_Free(op.code);
+    for (i = 0; i < n; i++)
+        PyMem_Free(c.vars[i].s);
     PyMem_Free(c.vars);
     return value;
 }

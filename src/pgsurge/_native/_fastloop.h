@@ -12,7 +12,7 @@
  *                       clients over and handing them to advance/resume;
  *   _fastloop_client.c  a C-owned client's state machine (sends, results,
  *                       \set, \if, \sleep, throttling, accounting, -l lines);
- *   _fastloop_logic.c   int expressions (\set, \if) and \gset/\aset;
+ *   _fastloop_logic.c   expressions (\set, \if) and \gset/\aset;
  *   _fastloop_loop.c    the loop: waits, ready sockets, timers, the
  *                       runnable queue, run().
  *
@@ -25,9 +25,11 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <poll.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/syscall.h>
@@ -132,20 +134,36 @@ enum {
 /* the expression evaluator's stack (pgsurge.engine.fastexpr.MAX_STACK) */
 #define MAX_STACK 32
 
-/* a value's type (pgsurge.script.values): FV_NONE is a variable C does
- * not hold (a string, an undefined variable: Python's) */
-enum { FV_NONE = 0, FV_NULL = 1, FV_BOOL = 2, FV_INT = 3, FV_DOUBLE = 4 };
+/* a value's type (pgsurge.script.values): FV_STR is a variable's text
+ * (-D, \gset), typed when an expression reads it, as pgbench does;
+ * FV_NONE is a variable C does not hold (undefined, or text that is not
+ * UTF-8 without NUL): reading it hands the client to Python */
+enum { FV_NONE = 0, FV_NULL = 1, FV_BOOL = 2, FV_INT = 3, FV_DOUBLE = 4, FV_STR = 5 };
 
 /* a typed value: of a client's variable (assigned: C set it since it
- * took the client over, to write back) or on the evaluator's stack */
+ * took the client over, to write back) or on the evaluator's stack
+ * (never FV_STR there) */
 typedef struct {
     union {
         int64_t i; /* FV_INT, and FV_BOOL (0 or 1) */
         double d;  /* FV_DOUBLE */
     };
+    /* a variable's text buffer (FV_STR: NUL-terminated, len bytes), cap
+     * bytes, kept when the variable gets another type; freed with the loop */
+    char *s;
+    int32_t len, cap;
     unsigned char type;
     unsigned char assigned;
 } fl_value;
+
+/* a variable takes a computed value (its text buffer stays its own) */
+static inline void
+fl_var_assign(fl_value *var, const fl_value *v)
+{
+    var->i = v->i; /* the union: int or double bits */
+    var->type = v->type;
+    var->assigned = 1;
+}
 
 /* one instruction of an expression (pgsurge.engine.fastexpr's X_ codes) */
 typedef struct {
@@ -584,8 +602,11 @@ FL_HIDDEN int fl_canonical_int(const char *s, Py_ssize_t len, int64_t *out);
  * does not hold); the client's PRNG may have moved on */
 FL_HIDDEN int fl_eval(fl_client *c, const fl_code *code, int n, fl_value *out);
 /* the text pgbench substitutes for a value (values.to_text) into buf
- * (INT_TEXT bytes); NULL for FV_NONE */
+ * (INT_TEXT bytes), or a FV_STR's own text; NULL for FV_NONE */
 FL_HIDDEN const char *fl_value_text(const fl_value *v, char *buf);
+/* a variable takes text (FV_STR; FV_NONE when it holds a NUL): 0, or -1
+ * with MemoryError set */
+FL_HIDDEN int fl_var_set_text(fl_value *var, const char *text, Py_ssize_t len);
 /* the op codes and their pops, exported to be compared with fastexpr's */
 FL_HIDDEN int fl_add_expr_codes(PyObject *module);
 

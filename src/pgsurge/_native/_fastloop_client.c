@@ -2,7 +2,7 @@
  * pgsurge._fastloop: a C-owned client's state machine.
  *
  * fl_advance() is pgsurge.engine.client's advance() for the plain case: script
- * choice, -R slots and -L skips, \set of constants and random(lo, hi),
+ * choice, -R slots and -L skips, \set (constants, expressions),
  * \sleep, sending SQL with pgsurge._fastpq's libpq functions, reading the
  * results, first-try accounting, and the restart of the next transaction.
  * Anything else hands the client to Python (_fastloop_sync.c).
@@ -269,8 +269,7 @@ fl_advance(FastLoop *fl, int index)
                         return fl_to_python(fl, index, START_COMMAND, NULL);
                     }
                     if (op->kind == OP_SET_EXPR) {
-                        v.assigned = 1;
-                        c->vars[op->slot] = v;
+                        fl_var_assign(&c->vars[op->slot], &v);
                         c->assigned = 1;
                     } else {
                         c->eval_elif = 0;

@@ -683,6 +683,63 @@ extremum(fl_value *v, int n, int greatest)
 }
 
 int
+fl_var_set_text(fl_value *var, const char *text, Py_ssize_t len)
+{
+    if (len > INT32_MAX - 1 || memchr(text, '\0', (size_t)len) != NULL) {
+        /* pgbench's variables are C strings: Python's */
+        var->type = FV_NONE;
+        return 0;
+    }
+    if (len + 1 > var->cap) {
+        char *s = PyMem_Realloc(var->s, (size_t)len + 1);
+
+        if (s == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        var->s = s;
+        var->cap = (int32_t)len + 1;
+    }
+    memcpy(var->s, text, (size_t)len);
+    var->s[len] = '\0';
+    var->len = (int32_t)len;
+    var->type = FV_STR;
+    return 0;
+}
+
+/* values.parse_lazy of a variable's text, for what it types as C does
+ * without doubt: an int written canonically, or a number strtod reads in
+ * full (glibc's strtod is pgbench's) that is neither int-shaped, nor
+ * subnormal, nor out of range. 1: Python types it (a boolean or NULL
+ * word, " 7", "007", an error) */
+static int
+lazy_value(const fl_value *var, fl_value *out)
+{
+    const char *s = var->s, *p, *end;
+    double d;
+
+    if (fl_canonical_int(s, var->len, &out->i)) {
+        out->type = FV_INT;
+        return 0;
+    }
+    if (var->len == 0 || !((s[0] >= '0' && s[0] <= '9') || s[0] == '+' || s[0] == '-' ||
+                           s[0] == '.'))
+        return 1;
+    /* int-shaped (a sign, then only digits): Python's int rules */
+    p = s + (s[0] == '+' || s[0] == '-');
+    while (*p >= '0' && *p <= '9')
+        p++;
+    if (*p == '\0')
+        return 1;
+    errno = 0;
+    d = strtod(s, (char **)&end);
+    if (errno != 0 || end != s + var->len || (d != 0.0 && isfinite(d) && fabs(d) < DBL_MIN))
+        return 1;
+    set_double(out, d);
+    return 0;
+}
+
+int
 fl_eval(fl_client *c, const fl_code *code, int n, fl_value *out)
 {
     fl_value st[MAX_STACK + 1];
@@ -712,9 +769,13 @@ fl_eval(fl_client *c, const fl_code *code, int n, fl_value *out)
         case X_VAR: {
             const fl_value *v = &c->vars[x->arg];
 
-            if (v->type == FV_NONE)
-                return 1; /* a string or undefined: Python's */
-            st[sp] = *v;
+            if (v->type == FV_STR) {
+                if (lazy_value(v, &st[sp]))
+                    return 1;
+            } else if (v->type == FV_NONE)
+                return 1; /* undefined: Python's error */
+            else
+                st[sp] = *v;
             sp++;
             continue;
         }
@@ -834,6 +895,8 @@ fl_value_text(const fl_value *v, char *buf)
         return v->i ? "true" : "false";
     case FV_NULL:
         return "NULL";
+    case FV_STR:
+        return v->s;
     default:
         return NULL;
     }
@@ -896,6 +959,25 @@ call_gset_hook(FastLoop *fl, fl_client *c, int q, int got, const char *context,
     return ok;
 }
 
+/* a \gset value into a variable C holds: an int written canonically as
+ * an int, any other text as text (typed when read, as Python's str). 1
+ * stored; 0 the variable is Python's (text with a NUL); -1 error */
+static int
+store_var(fl_client *c, fl_value *var, const char *text, Py_ssize_t len)
+{
+    if (fl_canonical_int(text, len, &var->i))
+        var->type = FV_INT;
+    else if (fl_var_set_text(var, text, len) < 0)
+        return -1;
+    if (var->type == FV_NONE) {
+        var->assigned = 0;
+        return 0;
+    }
+    var->assigned = 1;
+    c->assigned = 1;
+    return 1;
+}
+
 /* sql.store_gset of one result: 1 stored, 0 failed (message given),
  * -1 error */
 static int
@@ -920,22 +1002,20 @@ store_gset(FastLoop *fl, fl_client *c, fl_op *op, PGresult *res, int is_last, in
         const char *fname = pq->fname(res, col), *text = "";
         PyObject *field, *name, *slot, *value;
         int len = 0;
-        int64_t iv;
 
         if (!pq->getisnull(res, ntuples - 1, col)) {
             text = pq->getvalue(res, ntuples - 1, col);
             len = pq->getlength(res, ntuples - 1, col);
         }
         if (col < GSET_CACHE && fname != NULL && op->colname[col] != NULL &&
-            op->colslot[col] >= 0 && strcmp(op->colname[col], fname) == 0 &&
-            fl_canonical_int(text, len, &iv)) {
+            op->colslot[col] >= 0 && strcmp(op->colname[col], fname) == 0) {
             /* the common case: a known column into its slot */
-            fl_value *var = &c->vars[op->colslot[col]];
+            int done = store_var(c, &c->vars[op->colslot[col]], text, len);
 
-            set_int(var, iv);
-            var->assigned = 1;
-            c->assigned = 1;
-            continue;
+            if (done < 0)
+                return -1;
+            if (done)
+                continue;
         }
         field = PyUnicode_DecodeUTF8(fname ? fname : "", fname ? (Py_ssize_t)strlen(fname) : 0,
                                      "replace");
@@ -965,18 +1045,14 @@ store_gset(FastLoop *fl, fl_client *c, fl_op *op, PGresult *res, int is_last, in
             op->colslot[col] = slot == NULL ? -1 : (int)PyLong_AsLong(slot);
         }
         if (slot != NULL) {
-            fl_value *var = &c->vars[PyLong_AsLong(slot)];
+            int done = store_var(c, &c->vars[PyLong_AsLong(slot)], text, len);
 
-            if (fl_canonical_int(text, len, &iv)) {
-                set_int(var, iv);
-                var->assigned = 1;
-                c->assigned = 1;
+            if (done != 0) {
                 Py_DECREF(name);
+                if (done < 0)
+                    return -1;
                 continue;
             }
-            /* not an int of C's: the variable is Python's (a str) */
-            var->type = FV_NONE;
-            var->assigned = 0;
         }
         value = PyUnicode_DecodeUTF8(text, len, "surrogateescape");
         if (value == NULL) {

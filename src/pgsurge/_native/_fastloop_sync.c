@@ -649,16 +649,22 @@ fl_take_over(FastLoop *fl, int index, int state)
             continue;
         }
         if (PyUnicode_CheckExact(v)) {
-            /* -D's values are text, read as ints where ints are needed */
+            /* text (-D, \gset): typed when read, as Python's str; an int
+             * written canonically is that int (the same text, the same
+             * value) */
             Py_ssize_t len;
             const char *text = PyUnicode_AsUTF8AndSize(v, &len);
 
             if (text == NULL) {
-                PyErr_Clear();
+                PyErr_Clear(); /* surrogates: Python's */
                 continue;
             }
             if (fl_canonical_int(text, len, &var->i))
                 var->type = FV_INT;
+            else if (fl_var_set_text(var, text, len) < 0) {
+                Py_DECREF(vars);
+                return -1;
+            }
             continue;
         }
         if (v == Py_None) {
@@ -794,6 +800,9 @@ hand_back(FastLoop *fl, int index, int state)
                 break;
             case FV_BOOL:
                 v = Py_NewRef(var->i ? Py_True : Py_False);
+                break;
+            case FV_STR:
+                v = PyUnicode_DecodeUTF8(var->s, var->len, "surrogateescape");
                 break;
             default:
                 v = Py_NewRef(Py_None);

@@ -27,11 +27,12 @@ eligible, which is exactly:
   doubles, every operator and function), or an
   ``\\if``/``\\elif``/``\\else``/``\\endif`` on such an expression;
 * every variable a command reads is assigned by a ``\\set`` of the
-  scripts, is ``client_id``, an initial int (or -D text written as an
-  int), or, with a ``\\gset``/``\\aset`` in the scripts, any other valid
-  name; any number of them, and of commands. What a variable holds is
+  scripts, is ``client_id``, an initial int or -D text, or, with a
+  ``\\gset``/``\\aset`` in the scripts, any other valid name; any number
+  of them, and of commands. What a variable holds is
   checked at run time: C hands the client to Python at a command reading
-  one it does not hold (a string, an undefined variable), and at any
+  one it does not hold (an undefined variable, text it leaves to Python's
+  typing: a boolean word, " 7"), and at any
   expression error (overflow, division by zero, a coercion pgbench
   refuses, ...), which Python evaluates again and reports.
 
@@ -294,8 +295,8 @@ def decide(
         that it holds its value (else Python runs the command)."""
         if name not in assigned and not (
             (name == "client_id" and set_client_id)
-            or type(base.get(name)) is int
-            or _int_text(base.get(name))
+            # an initial int, or -D text (typed when read)
+            or name in base
             # a \gset may assign it
             or (any_gset and name not in base and valid_variable_name(name))
         ):
@@ -347,18 +348,6 @@ def decide(
     names_all = tuple(set_names) + tuple(other_names)
     weights = tuple(s.weight for s in cfg.scripts)
     return names_all, len(set_names), weights, tuple(scripts)
-
-
-def _int_text(value: object) -> bool:
-    """A -D value C reads as an int: an int64 written as Python writes it
-    (C checks it again, and leaves any other text to Python)."""
-    if type(value) is not str:
-        return False
-    try:
-        n = int(value)
-    except ValueError:
-        return False
-    return str(n) == value and INT64_MIN <= n <= INT64_MAX
 
 
 def _kind(cmd: object) -> str:
