@@ -172,3 +172,45 @@ def test_script_of_200_commands_runs_in_c(
     ref = run_pgbench(pgbench_bin, args, fresh_db, cwd=tmp_path)
     assert ref.status == 0, ref.stderr
     assert c_rows == _rows(fresh_db)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # a parameter out of range now and then: Python gives the message
+        "\\set a random(1, 4)\n\\set z random_gaussian(1, 10, :a)\n"
+        "INSERT INTO v (cid, k, x) VALUES (:client_id, 1, :z);\n",
+        "\\set a random(0, 3) * 0.5\n\\set z random_exponential(1, 10, :a)\n"
+        "INSERT INTO v (cid, k, x) VALUES (:client_id, 1, :z);\n",
+        # a double too big for int(), a boolean where a number is expected
+        "\\set a random(0, 3)\n\\set z int(1e300 * :a) + 1\n"
+        "INSERT INTO v (cid, k, x) VALUES (:client_id, 1, :z);\n",
+        "\\set a random(0, 3)\n\\set z (:a = 0) + 1\n"
+        "INSERT INTO v (cid, k, x) VALUES (:client_id, 1, :z);\n",
+        # text a \gset stored, not a number
+        "\\set a random(0, 3)\n"
+        "SELECT CASE WHEN :a = 0 THEN 'x' ELSE '1.5' END AS t \\gset\n"
+        "\\set z :t * 2\nINSERT INTO v (cid, k, x) VALUES (:client_id, 1, :z);\n",
+    ],
+)
+def test_errors_same_messages_as_python(
+    fresh_db: str, tmp_path: Path, pgbench_bin: Path, text: str
+) -> None:
+    # C hands the failing command to Python, which prints pgbench's message
+    # and aborts the client: the same messages, rows and status as on the
+    # Python loop, the same rows and status as pgbench's (test_eval_diff.py
+    # compares the messages with pgbench's)
+    with psycopg.connect(fresh_db, autocommit=True) as conn:
+        conn.execute(_TABLE)
+    (tmp_path / "e.sql").write_text(text)
+    args = ["-f", "e.sql", "-M", "prepared", "-c", "2", "-j", "2", "-t", "30"]
+    args += ["--random-seed", "3", "-n"]
+    fast = run_pgsurge(args, fresh_db, cwd=tmp_path, loop="c")
+    fast_rows = _rows(fresh_db)
+    slow = run_pgsurge(args, fresh_db, cwd=tmp_path, loop="python")
+    slow_rows = _rows(fresh_db)
+    ref = run_pgbench(pgbench_bin, args, fresh_db, cwd=tmp_path)
+    ref_rows = _rows(fresh_db)
+    assert fast.status == slow.status == ref.status == 2, (fast.stderr, ref.stderr)
+    assert fast_rows == slow_rows == ref_rows
+    assert sorted(fast.stderr.splitlines()) == sorted(slow.stderr.splitlines())
