@@ -12,6 +12,11 @@ penalty per change point is :data:`PENALTY` x log(n) in those units, a
 BIC-like price that keeps noise from buying segments. Each point PELT
 proposes is then tested: Welch's t-test between the runs of its segment
 before and after it must give p < :data:`ALPHA`; the others are dropped.
+Both run on the logarithms of the values when all are positive (as tps
+and latencies are): benchmark noise is multiplicative (a noisy neighbour
+takes a share of the machine, not a fixed number of transactions), so a
+run at half speed is as far from its level on a fast machine as on a slow
+one, and sizes are ratios (of geometric means) in any case.
 Two filters, because each alone lets through about one noise history in
 ten or twenty (measured on simulated histories of 30 runs with 2 % noise:
 tests/unit/test_store_changes.py holds the null rate under 5 % and finds
@@ -47,8 +52,9 @@ CONFIDENCE = 0.95
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """A shift of the mean between ``values[:index]``'s last segment and
-    ``values[index:]``'s first."""
+    """A shift of the level between ``values[:index]``'s last segment and
+    ``values[index:]``'s first (levels: geometric means of positive
+    series, else arithmetic)."""
 
     #: the position of the first value of the new level (0-based)
     index: int
@@ -118,27 +124,35 @@ def find_changes(values: Sequence[float]) -> list[Change]:
     n = len(values)
     if n < MIN_RUNS:
         return []
-    cuts = _segments(values)
+    ratios = all(v > 0 for v in values)
+    series = [math.log(v) for v in values] if ratios else list(values)
+    cuts = _segments(series)
     edges = [0, *cuts, n]
     found = []
     for i, cut in enumerate(cuts):
         start, end = edges[i], edges[i + 2]
-        before, after = values[start:cut], values[cut:end]
-        p, diff, half = _welch(before, after)
+        before = series[start:cut]
+        p, diff, half = _welch(before, series[cut:end])
         if p >= ALPHA:
             continue
-        mean_before = sum(before) / len(before)
-        base = mean_before if mean_before else 1.0
+        level = sum(before) / len(before)
+        if ratios:
+            mean_before = math.exp(level)
+            sizes = [math.expm1(d) for d in (diff, diff - half, diff + half)]
+        else:
+            mean_before = level
+            base = level if level else 1.0
+            sizes = [d / base for d in (diff, diff - half, diff + half)]
         found.append(
             Change(
                 index=cut,
                 start=start,
                 end=end,
                 mean_before=mean_before,
-                mean_after=mean_before + diff,
-                change=diff / base,
-                low=(diff - half) / base,
-                high=(diff + half) / base,
+                mean_after=mean_before * (1 + sizes[0]),
+                change=sizes[0],
+                low=sizes[1],
+                high=sizes[2],
                 p_value=p,
             )
         )
