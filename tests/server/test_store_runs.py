@@ -243,6 +243,7 @@ def test_a_real_history_finds_synchronous_commit(bench_db, tmp_path, server_dsn)
                 "1",
                 "-T",
                 "2",
+                "--percentiles",
                 f"--store={db}",
                 f"--label=run={n}",
             ],
