@@ -258,3 +258,39 @@ def test_a_real_history_finds_synchronous_commit(bench_db, tmp_path, server_dsn)
         "pgsurge: warning: run 6 ran in another environment than run 5: "
         "server setting synchronous_commit default -> off\n"
     ) in r.stderr
+
+
+def test_host_stats_per_interval_and_with_store(bench_db, tmp_path):
+    import jsonschema
+
+    from pgsurge.report.json import load_schema
+
+    out = tmp_path / "h.json"
+    args = ["-S", "-c", "2", "-j", "1", "-T", "2", "-P", "1", "-n"]
+    r = run_pgsurge([*args, "--host-stats", f"--json={out}"], bench_db)
+    assert r.status == 0, r.stderr
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, load_schema())
+    run = doc["host_stats"]
+    assert run["disks_counted"] is True  # the test server is local
+    assert sum(run["cpu_pct"].values()) == pytest.approx(100.0, abs=0.01)
+    assert run["context_switches_per_s"] > 0
+    assert set(run["disk"]) == {
+        "reads_per_s",
+        "writes_per_s",
+        "read_mb_per_s",
+        "write_mb_per_s",
+    }
+    hosts = [iv.get("host") for iv in doc["intervals"]]
+    assert len(hosts) >= 2 and all(hosts), doc["intervals"]
+    assert all(h["context_switches_per_s"] > 0 for h in hosts)
+    # the text report is pgbench's, as without the option
+    plain = run_pgsurge(args, bench_db)
+    assert r.report == plain.report
+    # off by default; on with --store
+    r = run_pgsurge([*RUN, f"--json={out}"], bench_db)
+    assert "host_stats" not in json.loads(out.read_text())
+    r = run_pgsurge(
+        [*RUN, f"--json={out}", f"--store={tmp_path / 's.sqlite'}"], bench_db
+    )
+    assert "host_stats" in json.loads(out.read_text())

@@ -407,7 +407,12 @@ def test_help_is_pgbench_help_plus_our_options(pgbench_bin: Path) -> None:
         " results store (default store:\n"
         + " " * 27
         + "$PGSURGE_STORE, else one in pgsurge's data directory)\n",
-        "  --json": "  --html=FILE              write a self-contained HTML report"
+        "  --json": "  --host-stats             record this host's CPU, memory and"
+        " disk I/O in the\n"
+        + " "
+        * 27
+        + "JSON result (per -P interval; on with --store)\n"
+        "  --html=FILE              write a self-contained HTML report"
         " to FILE\n"
         "  --idle-sessions=N[:MODE] hold N extra sessions open for the run, MODE"
         " idle,\n" + " " * 27 + "xact (holding an xid) or snapshot (holding xmin)\n",
