@@ -352,3 +352,27 @@ def test_four_concurrent_writers_lose_nothing(tmp_path):
     assert sorted(r.source for r in runs) == sorted(
         f"w{w}" for w in range(4) for _ in range(25)
     )
+
+
+def test_the_trend_page_marks_the_change_and_links_every_run(tmp_path):
+    store = tmp_path / "s.sqlite"
+    import_history(tmp_path, history_values(7, step_at=20), store)
+    page = tmp_path / "out" / "trend.html"
+    page.parent.mkdir()
+    r = run_cli(["report", "--history", f"--store={store}", "-o", str(page)])
+    assert (r.status, r.stderr) == (0, "")
+    text = page.read_text()
+    assert text.count('class="change"') == 1
+    assert re.search(r"<li>change at run (19|20|21): tps .*: slower</li>", text)
+    links = re.findall(r'<a href="(trend-runs/run-\d+\.html)">', text)
+    # each run twice: its point on the chart and its row in the table
+    assert sorted(set(links)) == sorted(
+        f"trend-runs/run-{i}.html" for i in range(1, 31)
+    )
+    run_page = (page.parent / links[0]).read_text()
+    assert run_page.startswith("<!DOCTYPE html>") and "run 1" in run_page
+    # to stdout: the page alone, its points linking nowhere
+    r = run_cli(["report", "--history", f"--store={store}", "-o", "-"])
+    assert r.status == 0 and "<svg" in r.stdout and "<a href" not in r.stdout
+    r = run_cli(["report", "--history", f"--store={store}"])
+    assert r.status == 1 and "-o/--output" in r.stderr

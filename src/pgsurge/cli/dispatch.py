@@ -234,6 +234,13 @@ def _main(argv: Sequence[str]) -> int:
 
             _startup_done()
             return int(server_main(list(argv[1:])))
+        if first == "report" and "--history" in argv[2:]:
+            # the trend page of a results store (pgsurge.store sits above
+            # the report package, which draws single results)
+            from pgsurge.store.command import trend_main
+
+            _startup_done()
+            return int(trend_main(list(argv[2:])))
         if first == "report":
             from pgsurge.report.command import report_main
 

@@ -27,7 +27,12 @@ from typing import Any, NoReturn, TextIO
 from pgsurge.errors import PROG, PgsurgeError, UsageError
 from pgsurge.experiment.compare import METRIC_KEYS
 from pgsurge.store.backend import open_store
-from pgsurge.store.history import build_history, describe_change, render_history
+from pgsurge.store.history import (
+    History,
+    build_history,
+    describe_change,
+    render_history,
+)
 from pgsurge.store.location import resolve
 from pgsurge.store.records import save_document
 
@@ -37,6 +42,7 @@ __all__ = [
     "parse_label",
     "save_after_run",
     "store_main",
+    "trend_main",
 ]
 
 #: ``history --fail-on regression`` found one (as ``compare --fail-on``)
@@ -116,13 +122,23 @@ def _store_option(p: argparse.ArgumentParser) -> None:
 # -- history --------------------------------------------------------------------
 
 
-def _history_parser() -> _Parser:
+def _history_parser(*, page: bool = False) -> _Parser:
     p = _Parser(
-        prog=f"{PROG} history",
+        prog=f"{PROG} report --history" if page else f"{PROG} history",
         description="The stored runs of one workload, newest last, with the "
-        "change points of a metric.",
+        "change points of a metric"
+        + (", as an HTML page (each run linked to its report)." if page else "."),
         allow_abbrev=False,
     )
+    if page:
+        p.add_argument(
+            "-o",
+            "--output",
+            required=True,
+            metavar="FILE",
+            help='the HTML page ("-": stdout); the runs\' reports go to '
+            "FILE's name + -runs/",
+        )
     _store_option(p)
     p.add_argument(
         "--label",
@@ -144,6 +160,8 @@ def _history_parser() -> _Parser:
         help="the workload (a key or its prefix, as printed); default: the "
         "newest matching run's",
     )
+    if page:
+        return p
     p.add_argument(
         "--fail-on",
         choices=("regression",),
@@ -169,8 +187,7 @@ def history_main(
     return _funnel(err, _history, argv[1:], out, err)
 
 
-def _history(args: list[str], out: TextIO, err: TextIO) -> int:
-    ns = _history_parser().parse_args(args)
+def _select(ns: argparse.Namespace) -> History:
     store = open_store(resolve(ns.store))
     try:
         runs = store.runs(dict(ns.label))
@@ -182,6 +199,30 @@ def _history(args: list[str], out: TextIO, err: TextIO) -> int:
             f"no stored runs match in {store.location.shown}"
             + (" (check --label and --workload)" if ns.label or ns.workload else "")
         )
+    return h
+
+
+def trend_main(
+    argv: list[str], *, stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> int:
+    """``pgsurge report --history …``; ``argv`` starts after ``report``."""
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    return _funnel(err, _trend, [a for a in argv if a != "--history"], out, err)
+
+
+def _trend(args: list[str], out: TextIO, err: TextIO) -> int:
+    from pgsurge.store.trend import write_trend
+
+    ns = _history_parser(page=True).parse_args(args)
+    h = _select(ns)
+    write_trend(h, ns.output, h.warnings, out)
+    return 0
+
+
+def _history(args: list[str], out: TextIO, err: TextIO) -> int:
+    ns = _history_parser().parse_args(args)
+    h = _select(ns)
     out.write(render_history(h))
     out.flush()
     shown = h.warnings[:5]
