@@ -86,3 +86,23 @@ def test_real_snapshots_add_up():
 def test_which_servers_are_local(host, embedded, local):
     conn = ConnParams(host=host, embedded=embedded)
     assert server_is_local(conn) is local
+
+
+def test_the_html_report_charts_host_cpu_when_recorded():
+    from pgsurge.report.html import RunDoc, render_html
+    from tests.fix_data import result_doc
+
+    doc = result_doc()
+    assert 'data-chart="host"' not in render_html([RunDoc("r.json", doc)])
+    for iv in doc["intervals"]:
+        iv["host"] = {
+            "cpu_pct": {
+                "user": 60.0,
+                "system": 30.0,
+                "iowait": 1.0,
+                "steal": 0.0,
+                "idle": 9.0,
+            },
+            "context_switches_per_s": 1000.0,
+        }
+    assert 'data-chart="host"' in render_html([RunDoc("r.json", doc)])

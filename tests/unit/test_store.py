@@ -338,7 +338,7 @@ def _writer(path: str, worker: int, n: int) -> None:
 
 def test_four_concurrent_writers_lose_nothing(tmp_path):
     path = str(tmp_path / "c.sqlite")
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_writer, args=(path, w, 25)) for w in range(4)]
     for p in procs:
         p.start()
