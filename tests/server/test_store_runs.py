@@ -294,3 +294,50 @@ def test_host_stats_per_interval_and_with_store(bench_db, tmp_path):
         [*RUN, f"--json={out}", f"--store={tmp_path / 's.sqlite'}"], bench_db
     )
     assert "host_stats" in json.loads(out.read_text())
+
+
+def test_ab_runs_are_stored_with_their_arm(bench_db, tmp_path):
+    db = tmp_path / "ab.sqlite"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pgsurge",
+            "ab",
+            "--runs",
+            "2",
+            "--warmup",
+            "1",
+            "--a",
+            "",
+            "--b",
+            "-M prepared",
+            "--out",
+            str(tmp_path / "out"),
+            "--",
+            "-S",
+            "-c",
+            "1",
+            "-t",
+            "20",
+            "-n",
+            f"--store={db}",
+            bench_db,
+        ],
+        capture_output=True,
+        text=True,
+        env=tool_env(),
+        timeout=300,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    got = [(run.labels["arm"], run.labels["ab"]) for run in store_runs(db)]
+    # one warm-up per arm, then two runs per arm in ABBA order
+    assert got == [
+        ("A", "warmup"),
+        ("B", "warmup"),
+        ("A", "run"),
+        ("B", "run"),
+        ("B", "run"),
+        ("A", "run"),
+    ]

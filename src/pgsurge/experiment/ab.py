@@ -337,6 +337,10 @@ class Experiment:
             "pgsurge",
             *arm.args,
             *self.plan.common,
+            # which arm, and whether it counts: in the run's JSON, and in the
+            # results store when the runs are stored (--store, PGSURGE_STORE)
+            f"--label=arm={arm.name}",
+            f"--label=ab={'warmup' if record.warmup else 'run'}",
             "--json",
             str(json_path),
         ]
