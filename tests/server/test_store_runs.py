@@ -193,7 +193,9 @@ def test_the_postgresql_backend_gives_what_sqlite_gives(fresh_db, tmp_path):
     assert got["pg"].status == got["sqlite"].status == 3
     assert got["pg"].stdout == got["sqlite"].stdout
     assert got["pg"].stderr == got["sqlite"].stderr
-    assert re.search(r"^change at run (19|20|21): ", got["pg"].stdout, re.M)
+    assert re.search(
+        r"^change at run (19|20|21) \(commit=c(18|19|20)\): ", got["pg"].stdout, re.M
+    )
     # JSONB and the indexed columns, in the schema pgsurge
     with psycopg.connect(fresh_db) as conn:
         kinds = dict(
@@ -252,7 +254,9 @@ def test_a_real_history_finds_synchronous_commit(bench_db, tmp_path, server_dsn)
         assert r.status == 0, r.stderr
     r = run_pgsurge(["history", f"--store={db}", "--metric", "p50"])
     assert r.status == 0, r.stderr
-    found = re.findall(r"^change at run (\d+): p50 .*: faster$", r.stdout, re.M)
+    found = re.findall(
+        r"^change at run (\d+) \(run=\1\): p50 .*: faster$", r.stdout, re.M
+    )
     assert found and 5 <= int(found[0]) <= 7, r.stdout
     assert (
         "pgsurge: warning: run 6 ran in another environment than run 5: "

@@ -149,15 +149,18 @@ def _labels(run: StoredRun) -> str:
 
 
 def describe_change(h: History, c: Change) -> str:
-    """``change at run 20: tps 1000.0 -> 950.0, -5.0 % (95 % interval
-    -6.1 % to -3.9 %; runs 1-19 vs 20-30), slower``."""
+    """``change at run 20 (commit=abc): tps 1000.0 -> 950.0, -5.0 % (95 %
+    interval -6.1 % to -3.9 %; runs 1-19 vs 20-30, p = 1e-06): slower``
+    (the labels of the first run of the new level, if any)."""
     rows = h.series_rows
     first, last = rows[c.start].run.id, rows[c.index - 1].run.id
     new_first, new_last = rows[c.index].run.id, rows[c.end - 1].run.id
     word = h.metric.worse if h.worse(c) else h.metric.better
     unit = f" {h.metric.unit}" if h.metric.unit else ""
+    labels = _labels(rows[c.index].run)
+    where = f"{new_first} ({labels})" if labels else f"{new_first}"
     return (
-        f"change at run {new_first}: {h.metric.label} {_fmt(c.mean_before)} -> "
+        f"change at run {where}: {h.metric.label} {_fmt(c.mean_before)} -> "
         f"{_fmt(c.mean_after)}{unit}, {_pct(c.change)} (95 % interval "
         f"{_pct(c.low)} to {_pct(c.high)}; runs {first}-{last} vs "
         f"{new_first}-{new_last}, p = {c.p_value:.2g}): {word}"
