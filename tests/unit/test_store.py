@@ -376,3 +376,11 @@ def test_the_trend_page_marks_the_change_and_links_every_run(tmp_path):
     assert r.status == 0 and "<svg" in r.stdout and "<a href" not in r.stdout
     r = run_cli(["report", "--history", f"--store={store}"])
     assert r.status == 1 and "-o/--output" in r.stderr
+
+
+def test_a_zero_below_the_resolution_does_not_hide_a_change():
+    # p50 of a real history (ms): synchronous_commit off from run 6, and one
+    # run whose median commit took under the clock's microsecond
+    p50 = [3.249, 4.227, 1.297, 1.226, 4.947, 0.088, 0.0, 0.096, 0.119, 0.094]
+    (change,) = find_changes(p50)
+    assert change.index == 5 and change.change < -0.9

@@ -12,9 +12,10 @@ penalty per change point is :data:`PENALTY` x log(n) in those units, a
 BIC-like price that keeps noise from buying segments. Each point PELT
 proposes is then tested: Welch's t-test between the runs of its segment
 before and after it must give p < :data:`ALPHA`; the others are dropped.
-Both run on the logarithms of the values when all are positive (as tps
-and latencies are): benchmark noise is multiplicative (a noisy neighbour
-takes a share of the machine, not a fixed number of transactions), so a
+Both run on the logarithms of the values when none is negative (as tps
+and latencies; a zero counts as half the smallest value measured):
+benchmark noise is multiplicative (a noisy neighbour takes a share of
+the machine, not a fixed number of transactions), so a
 run at half speed is as far from its level on a fast machine as on a slow
 one, and sizes are ratios (of geometric means) in any case.
 Two filters, because each alone lets through about one noise history in
@@ -124,8 +125,14 @@ def find_changes(values: Sequence[float]) -> list[Change]:
     n = len(values)
     if n < MIN_RUNS:
         return []
-    ratios = all(v > 0 for v in values)
-    series = [math.log(v) for v in values] if ratios else list(values)
+    ratios = all(v >= 0 for v in values) and any(v > 0 for v in values)
+    if ratios:
+        # a zero is a value below the measurement's resolution (a latency
+        # under 1 µs): it counts as half the smallest value measured
+        floor = min(v for v in values if v > 0) / 2
+        series = [math.log(max(v, floor)) for v in values]
+    else:
+        series = list(values)
     cuts = _segments(series)
     edges = [0, *cuts, n]
     found = []
