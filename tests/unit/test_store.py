@@ -384,3 +384,21 @@ def test_a_zero_below_the_resolution_does_not_hide_a_change():
     p50 = [3.249, 4.227, 1.297, 1.226, 4.947, 0.088, 0.0, 0.096, 0.119, 0.094]
     (change,) = find_changes(p50)
     assert change.index == 5 and change.change < -0.9
+
+
+def test_history_as_json_for_ci(tmp_path):
+    store = tmp_path / "s.sqlite"
+    import_history(tmp_path, history_values(7, step_at=20), store)
+    args = ["history", f"--store={store}", "--fail-on", "regression", "--json"]
+    r = run_cli([*args, "-"])
+    assert r.status == 3
+    doc = json.loads(r.stdout)  # stdout is the document alone
+    assert r.stderr.startswith("workload ")  # the table went to stderr
+    assert [run["id"] for run in doc["runs"]] == list(range(1, 31))
+    (change,) = doc["changes"]
+    assert doc["regression"] == change and change["worse"] is True
+    assert change["after_runs"][-1] == 30 and change["before_runs"][0] == 1
+    assert change["interval"][0] < change["change"] < change["interval"][1] < 0
+    r = run_cli([*args, str(tmp_path / "h.json")])
+    assert json.loads((tmp_path / "h.json").read_text()) == doc
+    assert r.stdout.startswith("workload ")

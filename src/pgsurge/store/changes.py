@@ -20,7 +20,7 @@ run at half speed is as far from its level on a fast machine as on a slow
 one, and sizes are ratios (of geometric means) in any case.
 Two filters, because each alone lets through about one noise history in
 ten or twenty (measured on simulated histories of 30 runs with 2 % noise:
-tests/unit/test_store_changes.py holds the null rate under 5 % and finds
+tests/unit/test_store.py holds the null rate under 5 % and finds
 a 5 % step at its run ± 1).
 
 Why ruptures: it installs from a wheel with only numpy and scipy (scipy is

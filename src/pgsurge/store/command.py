@@ -31,6 +31,7 @@ from pgsurge.store.history import (
     History,
     build_history,
     describe_change,
+    history_json,
     render_history,
 )
 from pgsurge.store.location import resolve
@@ -175,6 +176,12 @@ def _history_parser(*, page: bool = False) -> _Parser:
         default=0.02,
         help="the smallest regression --fail-on fails on, in %% (default: 2)",
     )
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        help='write the history as JSON to FILE ("-": stdout, the table then '
+        "goes to stderr)",
+    )
     return p
 
 
@@ -223,7 +230,21 @@ def _trend(args: list[str], out: TextIO, err: TextIO) -> int:
 def _history(args: list[str], out: TextIO, err: TextIO) -> int:
     ns = _history_parser().parse_args(args)
     h = _select(ns)
-    out.write(render_history(h))
+    text = render_history(h)
+    if ns.json is not None:
+        doc = json.dumps(history_json(h, ns.threshold), indent=2) + "\n"
+        if ns.json == "-":
+            out.write(doc)
+            out = err  # the table goes to stderr, stdout stays one document
+        else:
+            try:
+                with open(ns.json, "w", encoding="utf-8") as f:
+                    f.write(doc)
+            except OSError as exc:
+                raise PgsurgeError(
+                    f'could not write "{ns.json}": {exc.strerror or exc}'
+                ) from None
+    out.write(text)
     out.flush()
     shown = h.warnings[:5]
     for line in shown:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pgsurge.experiment.compare import METRICS, Metric
 from pgsurge.experiment.fingerprint import fingerprint, fingerprint_differences
@@ -23,7 +24,7 @@ from pgsurge.experiment.results import parse_result
 from pgsurge.store.backend import StoredRun
 from pgsurge.store.changes import MIN_RUNS, Change, find_changes
 
-__all__ = ["History", "Row", "build_history", "render_history"]
+__all__ = ["History", "Row", "build_history", "history_json", "render_history"]
 
 #: at most this many fingerprint warnings are printed (then a count)
 MAX_WARNINGS = 5
@@ -202,3 +203,46 @@ def render_history(h: History) -> str:
             "--workload KEY shows one)"
         )
     return "\n".join(lines) + "\n"
+
+
+def history_json(h: History, threshold: float) -> dict[str, Any]:
+    """``history --json``: the table, the change points and the verdict."""
+    rows = h.series_rows
+
+    def change(c: Change) -> dict[str, Any]:
+        return {
+            "run": rows[c.index].run.id,
+            "labels": dict(rows[c.index].run.labels),
+            "before_runs": [r.run.id for r in rows[c.start : c.index]],
+            "after_runs": [r.run.id for r in rows[c.index : c.end]],
+            "level_before": c.mean_before,
+            "level_after": c.mean_after,
+            "change": c.change,
+            "interval": [c.low, c.high],
+            "p_value": c.p_value,
+            "worse": h.worse(c),
+        }
+
+    bad = h.regression(threshold)
+    return {
+        "workload": h.workload_key,
+        "metric": h.metric.key,
+        "unit": h.metric.unit,
+        "higher_is_better": h.metric.higher_is_better,
+        "runs": [
+            {
+                "id": r.run.id,
+                "start": r.run.started_at,
+                "stored_at": r.run.stored_at,
+                "labels": dict(r.run.labels),
+                "value": r.value,
+                "excluded": r.excluded,
+            }
+            for r in h.rows
+        ],
+        "changes": [change(c) for c in h.changes],
+        "threshold": threshold,
+        "regression": None if bad is None else change(bad),
+        "environment_warnings": list(h.warnings),
+        "other_workloads": dict(h.other_workloads),
+    }
