@@ -50,6 +50,7 @@ def test_a_stored_run_is_its_json_document_with_labels(bench_db, tmp_path):
             "--label",
             "commit=abc123",
             "--label=branch=main",
+            "--label=token=hunter2secret",
             f"--json={out}",
             "-D",
             "PGPASSWORD=hunter2secret",
@@ -60,7 +61,7 @@ def test_a_stored_run_is_its_json_document_with_labels(bench_db, tmp_path):
     assert r.stderr.endswith(f"pgsurge: stored as run 1 in {db}\n")
     assert r.stdout.splitlines()[-1].startswith("tps = ")
     (run,) = store_runs(db)
-    assert run.labels == {"commit": "abc123", "branch": "main"}
+    assert run.labels == {"commit": "abc123", "branch": "main", "token": "********"}
     assert run.source == "run"
     assert run.doc == json.loads(out.read_text())
     env = run.doc["environment"]

@@ -209,7 +209,7 @@ def _store_result(cfg: RunConfig, results: list[RunResult], status: int) -> int:
     from pgsurge.store.command import save_after_run
 
     doc = json.loads(json.dumps(build_document(results[0], cfg), allow_nan=False))
-    save_after_run(doc, cfg.store, cfg.labels, sys.stderr)
+    save_after_run(doc, cfg.store, sys.stderr)
     return int(status)
 
 

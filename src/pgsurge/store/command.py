@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, NoReturn, TextIO
 
 from pgsurge.errors import PROG, PgsurgeError, UsageError
@@ -346,19 +346,13 @@ def _store(args: list[str], out: TextIO, err: TextIO) -> int:
 # -- a run's --store ------------------------------------------------------------
 
 
-def save_after_run(
-    doc: Mapping[str, Any],
-    spec: str | None,
-    labels: Sequence[tuple[str, str]],
-    err: TextIO,
-) -> None:
+def save_after_run(doc: Mapping[str, Any], spec: str | None, err: TextIO) -> None:
     """Store a finished run's document (raises ``StoreError`` on failure);
-    one line on stderr says where."""
+    one line on stderr says where. The labels are the document's (its
+    ``--label`` values, masked like the rest of it where they look secret)."""
     store = open_store(resolve(spec))
     try:
-        run_id, _ = save_document(
-            store, doc, name="the run's result", source="run", labels=dict(labels)
-        )
+        run_id, _ = save_document(store, doc, name="the run's result", source="run")
     finally:
         store.close()
     err.write(f"{PROG}: stored as run {run_id} in {store.location.shown}\n")
