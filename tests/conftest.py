@@ -4,7 +4,8 @@
 ``fix_run``: running pgsurge and pgbench, masks; ``fix_db``: benchmark
 databases; ``fix_data``: made-up configs, results and result files;
 ``fix_cli``: pgsurge's command line in-process; ``fix_tap``: the cluster
-of PostgreSQL's pgbench TAP cases. tests/README.md tells how
+of PostgreSQL's pgbench TAP cases; ``fix_pooler``: a real PgBouncer
+before the test server. tests/README.md tells how
 to run the suite.
 """
 
@@ -15,4 +16,5 @@ pytest_plugins = (
     "tests.fix_data",
     "tests.fix_cli",
     "tests.fix_tap",
+    "tests.fix_pooler",
 )

@@ -221,9 +221,10 @@ fl_advance(FastLoop *fl, int index)
         switch (state) {
         case END_COMMAND:
             if (fl->per_command) {
-                /* the command's latency (client.py's END_COMMAND) */
-                if (!now)
-                    now = clock_us();
+                /* the command's latency (client.py's END_COMMAND), from a
+                 * fresh reading: a result that came in before the first
+                 * look after the send must not count as taking no time */
+                now = clock_us();
                 stats_add(&sc->ops[c->command].cmd, now - c->stmt_begin);
                 if (sc->ops[c->command].rec.obj != NULL &&
                     fl_hist_record(&sc->ops[c->command].rec, now - c->stmt_begin) < 0)
@@ -245,8 +246,8 @@ fl_advance(FastLoop *fl, int index)
                 continue;
             }
             if (fl->per_command) {
-                if (!now)
-                    now = clock_us();
+                /* fresh too, as client.py's START_COMMAND */
+                now = clock_us();
                 c->stmt_begin = now;
             }
             if (op->kind == OP_SET_CONST || op->kind == OP_SET_RANDOM) {

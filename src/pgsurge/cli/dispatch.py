@@ -180,9 +180,11 @@ def _dispatch(cfg: InitConfig | RunConfig) -> int:
         run_init(replace(cfg, conn=conn))
         return int(ExitStatus.SUCCESS)
     from pgsurge.runner import run
+    from pgsurge.runner.setup import uses_pgbench_tables
 
     _startup_done()
-    if conn.embedded:
+    if conn.embedded and uses_pgbench_tables(cfg):
+        # not for a workload with tables of its own (tpcc-like, YCSB)
         from pgsurge.init import ensure_initialized
 
         ensure_initialized(conn)
@@ -262,6 +264,11 @@ def _main(argv: Sequence[str]) -> int:
 
             _startup_done()
             return int(ab_main(list(argv[1:]), check_args=_check_run_args))
+        if first == "sweep":
+            from pgsurge.experiment.sweep_command import sweep_main
+
+            _startup_done()
+            return int(sweep_main(list(argv[1:]), check_args=_check_run_args))
     from pgsurge.cli.options import EarlyExit, parse_command_line
 
     try:

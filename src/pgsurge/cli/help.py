@@ -87,6 +87,8 @@ Benchmarking options:
   --log-prefix=PREFIX      prefix for transaction time log file
                            (default: "pgbench_log")
   --max-tries=NUM          max number of tries to run transaction (default: 1)
+  --monitor=DSN            connect --waits, --server-stats and --idle-sessions
+                           to DSN (the server itself, behind a pooler)
   --no-live                no live panel on the terminal during the run
   --percentiles[=LIST]     report latency percentiles (default: 50,90,99,99.9)
   --progress-timestamp     use Unix epoch timestamps for progress

@@ -26,7 +26,8 @@ report extras are run-mode options, rejected with ``-i`` like pgbench's:
   document rendered by ``report/html.py``), checked likewise; never ``-``;
 * server insight (``pgsurge.insight``): ``--waits[=MS]`` (optional value
   like ``--percentiles``; 100 ms alone), ``--server-stats``,
-  ``--idle-sessions=N[:idle|xact|snapshot]``.
+  ``--idle-sessions=N[:idle|xact|snapshot]``, ``--monitor=DSN`` (where
+  those connect: straight to the server behind a pooler).
 
 ``dispatch`` prints errors and dispatches; word splitting is ``getopt``'s;
 number parsing with C semantics is ``values``' and ``pgsurge.cnum``'s.
@@ -47,6 +48,7 @@ from pgsurge.cli.values import (
     parse_idle_sessions,
     parse_int_option,
     parse_label,
+    parse_monitor_dsn,
     parse_percentiles,
     parse_random_seed,
     parse_waits,
@@ -128,6 +130,7 @@ LONG_OPTIONS: tuple[LongOption, ...] = (
     LongOption("waits", False, "waits", extension=True),
     LongOption("server-stats", False, "server-stats", extension=True),
     LongOption("idle-sessions", True, "idle-sessions", extension=True),
+    LongOption("monitor", True, "monitor", extension=True),
     LongOption("dask", True, "dask", extension=True),
     LongOption("dask-collect-logs", True, "dask-collect-logs", extension=True),
     LongOption("no-live", False, "no-live", extension=True),
@@ -553,6 +556,9 @@ class _CommandLine:
             case "idle-sessions":
                 st.benchmarking_option_set = True
                 st.idle_sessions, st.idle_mode = parse_idle_sessions(arg)
+            case "monitor":
+                st.benchmarking_option_set = True
+                st.monitor_dsn = parse_monitor_dsn(arg)
             case "dask":
                 st.benchmarking_option_set = True
                 st.dask = parse_dask_address(arg)

@@ -7,7 +7,9 @@ moves a client through its states until it must wait — for the server
 worker's event loop (``loop``) calls it again when the socket is
 readable or the deadline has passed. The clock is read lazily, at most
 once per call unless a blocking step (a connection, a shell command, an
-expression) runs in between, as pgbench does.
+expression) runs in between, as pgbench does; under ``-r`` each command's
+start and end are fresh readings, so that a command's latency runs from
+its send to its last result and nothing else.
 
 States (:class:`ConnectionState`, pgbench's ``ConnectionStateEnum``):
 
@@ -36,7 +38,8 @@ States (:class:`ConnectionState`, pgbench's ``ConnectionStateEnum``):
 ``SLEEP``
     Wait for the end of a ``\\sleep``, then ``END_COMMAND``.
 ``END_COMMAND``
-    Record the command's latency under ``-r``; next command.
+    Record the command's latency under ``-r`` (from ``START_COMMAND``'s
+    reading to a fresh one); next command.
 ``SKIP_COMMAND``
     pgbench walks the commands of a false ``\\if`` branch one by one. The
     parser precomputes the branch targets, so here a false condition jumps
@@ -307,8 +310,11 @@ def make_engine(
         while True:
             if state == END_COMMAND:
                 if per_command:
-                    if not now:
-                        now = monotonic_ns() // 1000
+                    # a fresh reading, never the cached one: a result that
+                    # came while the client was not running (on a busy
+                    # machine, often before the first look after the send)
+                    # must not count as taking no time
+                    now = monotonic_ns() // 1000
                     op = st.ops[st.command]
                     op.stats.latency.add(now - st.stmt_begin)
                     if op.rec is not None:
@@ -335,8 +341,10 @@ def make_engine(
                         op = st.ops[st.command]
                         kind = op.kind
                     if per_command:
-                        if not now:
-                            now = monotonic_ns() // 1000
+                        # fresh too: the client's work since the clock was
+                        # last read (the previous command's accounting, a
+                        # Python transaction's step) is no command's
+                        now = monotonic_ns() // 1000
                         st.stmt_begin = now
                     if kind == K_SQL:
                         if st.in_pipeline:

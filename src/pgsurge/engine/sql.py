@@ -260,10 +260,11 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
         gset = op.gset
         if gset == GSET_PY:
             # a Python transaction's statement: its last result goes to the
-            # generator; in a pipeline (its \endpipeline), every result
-            # (engine.pyworkload)
-            if st.in_pipeline:
-                st.py.results.append(res)
+            # generator; in a batch (a pipeline's \endpipeline, or one
+            # multi-statement query), every result (engine.pyworkload)
+            results = st.py.results
+            if results is not None:
+                results.append(res)
             elif is_last:
                 st.py.res = res
             return True
@@ -448,6 +449,10 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
         state = st.drain_state
         st.drain_state = None
         message = st.drain_msg
+        if sup.py_error is not None:
+            r = sup.py_error(st, state or "", message)
+            if r is not None:
+                return r
         if st.drain_fatal:
             estatus = E_OTHER
             retry_ok = False

@@ -375,7 +375,7 @@ class Support:
     tells why (``WorkerState.abort_messages``, the JSON result).
     """
 
-    __slots__ = ("_log", "_reconnect", "_w", "last_error")
+    __slots__ = ("_log", "_reconnect", "_w", "last_error", "py_error")
 
     def __init__(
         self, w: WorkerState, log: Callable[[str], None], reconnect: bool = False
@@ -385,6 +385,10 @@ class Support:
         #: --reconnect: a client that lost its connection does not abort
         self._reconnect = reconnect
         self.last_error = ""
+        #: a run with Python transactions: ``(client, sqlstate, message)``
+        #: -> a read result code, or None for the scripts' handling
+        #: (``engine.pyworkload``: the error goes into the generator)
+        self.py_error: Callable[[Client, str, str], int | None] | None = None
 
     def error(self, message: str) -> None:
         self.last_error = message

@@ -339,15 +339,18 @@ def _ab_parser() -> _Parser:
     return p
 
 
-def _split_ab_argv(args: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(ab's own arguments, the common pgsurge arguments after ``--``)."""
+def _split_ab_argv(
+    args: Sequence[str], options: Sequence[str] = _ARM_OPTIONS
+) -> tuple[list[str], list[str]]:
+    """(ab's own arguments, the common pgsurge arguments after ``--``);
+    ``options`` take the next word as their value whatever it looks like."""
     own: list[str] = []
     i = 0
     while i < len(args):
         tok = args[i]
         if tok == "--":
             return own, list(args[i + 1 :])
-        if tok in _ARM_OPTIONS and i + 1 < len(args):
+        if tok in options and i + 1 < len(args):
             own.append(f"{tok}={args[i + 1]}")
             i += 2
             continue
@@ -373,14 +376,14 @@ def _words(text: str, option: str) -> tuple[str, ...]:
         raise UsageError(f"{option}: {exc}: {text}") from None
 
 
-def _out_dir(given: str | None) -> Path:
+def _out_dir(given: str | None, prefix: str = "pgsurge-ab") -> Path:
     if given is None:
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        path = Path(f"pgsurge-ab-{stamp}")
+        path = Path(f"{prefix}-{stamp}")
         n = 1
         while path.exists():
             n += 1
-            path = Path(f"pgsurge-ab-{stamp}-{n}")
+            path = Path(f"{prefix}-{stamp}-{n}")
     else:
         path = Path(given)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
