@@ -30,6 +30,7 @@ from pgsurge.store.backend import open_store
 from pgsurge.store.history import (
     History,
     build_history,
+    choose_workload,
     describe_change,
     history_json,
     render_history,
@@ -196,17 +197,18 @@ def history_main(
 
 def _select(ns: argparse.Namespace) -> History:
     store = open_store(resolve(ns.store))
+    labels = dict(ns.label)
     try:
-        runs = store.runs(dict(ns.label))
+        key, others = choose_workload(store.workloads(labels), ns.workload)
+        runs = [] if key is None else store.runs(labels, key)
     finally:
         store.close()
-    h = build_history(runs, metric=ns.metric, workload=ns.workload)
-    if h is None:
+    if key is None or not runs:
         raise PgsurgeError(
             f"no stored runs match in {store.location.shown}"
             + (" (check --label and --workload)" if ns.label or ns.workload else "")
         )
-    return h
+    return build_history(runs, metric=ns.metric, workload=key, others=others)
 
 
 def trend_main(

@@ -1,7 +1,8 @@
 """``pgsurge history``'s analysis: one workload's runs, a metric, its change points.
 
-``build_history`` takes the stored runs (oldest first), keeps those of one
-workload (the newest run's unless a key is given), reads the metric of
+``choose_workload`` picks one workload among the stored ones (the newest
+run's unless a key is given: only that workload's documents are read),
+``build_history`` takes its runs (oldest first), reads the metric of
 each with ``compare``'s definitions (``experiment.compare.METRICS``: tps,
 latency, p50/p90/p99, cpu) and finds the change points of the series
 (``changes.find_changes``). Runs that aborted or lack the metric are
@@ -24,7 +25,14 @@ from pgsurge.experiment.results import parse_result
 from pgsurge.store.backend import StoredRun
 from pgsurge.store.changes import MIN_RUNS, Change, find_changes
 
-__all__ = ["History", "Row", "build_history", "history_json", "render_history"]
+__all__ = [
+    "History",
+    "Row",
+    "build_history",
+    "choose_workload",
+    "history_json",
+    "render_history",
+]
 
 #: at most this many fingerprint warnings are printed (then a count)
 MAX_WARNINGS = 5
@@ -73,29 +81,31 @@ def _metric(key: str) -> Metric:
     raise ValueError(key)
 
 
+def choose_workload(
+    keys: Sequence[tuple[str, int]], prefix: str | None
+) -> tuple[str | None, dict[str, int]]:
+    """The workload to show among ``keys`` (key, run count; the newest
+    run's last): the newest matching ``prefix``, else the newest run's; and
+    the others with their run counts."""
+    found = [k for k, _ in keys if prefix is None or k.startswith(prefix)]
+    if not found:
+        return None, {}
+    key = found[-1]
+    return key, {k: n for k, n in keys if k != key}
+
+
 def build_history(
-    runs: Sequence[StoredRun], *, metric: str, workload: str | None
-) -> History | None:
-    """See the module doc; None when no run matches."""
-    if not runs:
-        return None
-    keys = [r.workload_key for r in runs]
-    if workload:
-        chosen = [k for k in dict.fromkeys(keys) if k.startswith(workload)]
-        if not chosen:
-            return None
-        key = chosen[-1]
-    else:
-        key = keys[-1]
-    others: dict[str, int] = {}
-    for k in keys:
-        if k != key:
-            others[k] = others.get(k, 0) + 1
+    runs: Sequence[StoredRun],
+    *,
+    metric: str,
+    workload: str,
+    others: dict[str, int] | None = None,
+) -> History:
+    """See the module doc: ``runs`` are the stored runs of ``workload``,
+    oldest first; ``others`` the other workloads' run counts."""
     m = _metric(metric)
     rows = []
     for r in runs:
-        if r.workload_key != key:
-            continue
         summary = parse_result(f"run {r.id}", r.doc)
         value = m.value(summary)
         excluded = (
@@ -106,11 +116,11 @@ def build_history(
     changes = find_changes([r.value for r in series if r.value is not None])
     return History(
         metric=m,
-        workload_key=key,
+        workload_key=workload,
         rows=tuple(rows),
         changes=tuple(changes),
         series_rows=series,
-        other_workloads=others,
+        other_workloads=dict(others or {}),
         warnings=tuple(_fingerprint_warnings(rows)),
     )
 
