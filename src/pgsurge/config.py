@@ -201,11 +201,19 @@ class RunConfig:
     store: str | None = None
     #: --label K=V (repeatable): recorded in the result (and the store)
     labels: tuple[tuple[str, str], ...] = ()
+    #: --host-stats (on with --store): the client host's CPU, memory and
+    #: disks per -P interval and over the run, into the JSON document
+    host_stats: bool = False
 
     @property
     def insight(self) -> bool:
         """Whether the run needs the monitor connection (pgsurge.insight)."""
-        return self.waits_ms is not None or self.server_stats or self.idle_sessions > 0
+        return (
+            self.waits_ms is not None
+            or self.server_stats
+            or self.idle_sessions > 0
+            or self.host_stats
+        )
 
     @property
     def total_weight(self) -> int:

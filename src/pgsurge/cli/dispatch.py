@@ -211,7 +211,7 @@ def _store_result(cfg: RunConfig, results: list[RunResult], status: int) -> int:
     from pgsurge.store.command import save_after_run
 
     doc = json.loads(json.dumps(build_document(results[0], cfg), allow_nan=False))
-    save_after_run(doc, cfg.store, cfg.labels, sys.stderr)
+    save_after_run(doc, cfg.store, sys.stderr)
     return int(status)
 
 
@@ -236,6 +236,13 @@ def _main(argv: Sequence[str]) -> int:
 
             _startup_done()
             return int(server_main(list(argv[1:])))
+        if first == "report" and "--history" in argv[2:]:
+            # the trend page of a results store (pgsurge.store sits above
+            # the report package, which draws single results)
+            from pgsurge.store.command import trend_main
+
+            _startup_done()
+            return int(trend_main(list(argv[2:])))
         if first == "report":
             from pgsurge.report.command import report_main
 

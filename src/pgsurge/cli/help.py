@@ -76,6 +76,8 @@ Benchmarking options:
   --exit-on-abort          exit when any client is aborted
   --extended-report        same as --percentiles --client-cpu
   --failures-detailed      report the failures grouped by basic types
+  --host-stats             record this host's CPU, memory and disk I/O in the
+                           JSON result (per -P interval; on with --store)
   --html=FILE              write a self-contained HTML report to FILE
   --idle-sessions=N[:MODE] hold N extra sessions open for the run, MODE idle,
                            xact (holding an xid) or snapshot (holding xmin)

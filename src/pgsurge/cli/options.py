@@ -136,6 +136,7 @@ LONG_OPTIONS: tuple[LongOption, ...] = (
     LongOption("no-live", False, "no-live", extension=True),
     LongOption("store", False, "store", extension=True),
     LongOption("label", True, "label", extension=True),
+    LongOption("host-stats", False, "host-stats", extension=True),
 )
 
 #: long options with an optional value (getopt_long's optional_argument)
@@ -570,6 +571,9 @@ class _CommandLine:
             case "label":
                 st.benchmarking_option_set = True
                 st.labels.append(parse_label(arg))
+            case "host-stats":
+                st.benchmarking_option_set = True
+                st.host_stats = True
             case _:  # pragma: no cover - the table and this switch disagree
                 raise AssertionError(f"unhandled option {key}")
 

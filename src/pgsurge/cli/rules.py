@@ -108,6 +108,7 @@ class OptionState:
     no_live: bool = False
     store: str | None = None
     labels: list[tuple[str, str]]
+    host_stats: bool = False
 
     def __init__(self) -> None:
         self.scripts = []
@@ -259,6 +260,8 @@ def run_config(st: OptionState, conn: ConnParams) -> RunConfig:
         no_live=st.no_live,
         store=st.store,
         labels=tuple(st.labels),
+        # a stored run keeps its host's load: what explains an outlier later
+        host_stats=st.host_stats or st.store is not None,
     )
 
 

@@ -340,6 +340,11 @@ class Experiment:
             "pgsurge",
             *arm.args,
             *self.plan.common,
+            # which arm, and whether it counts (ab=run, sweep=warmup): in the
+            # run's JSON, and in the results store when the runs are stored
+            # (--store, PGSURGE_STORE); a sweep's cells are in the workload
+            f"--label=arm={arm.name}",
+            f"--label={self.command}={'warmup' if record.warmup else 'run'}",
             "--json",
             str(json_path),
         ]

@@ -48,6 +48,7 @@ from pgsurge.errors import PROG
 from pgsurge.insight import counters
 from pgsurge.insight.companions import Companions, open_companions
 from pgsurge.insight.counters import SOURCES, Snapshot, StatSource
+from pgsurge.insight.hostwatch import HostWatch, server_is_local
 from pgsurge.insight.sampling import (
     TAG,
     ActivitySampler,
@@ -175,6 +176,8 @@ class Monitor:
     #: behind a pooler: how long --server-stats waited for the counters
     flush_wait_s: float = 0.0
     start_us: int = 0
+    #: --host-stats: the client host's counters (``hostwatch``)
+    host: HostWatch | None = None
     _thread: threading.Thread | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -223,6 +226,8 @@ class Monitor:
                             )
                         )
                     mon._setup_counters(scripts, warn)
+            if cfg.host_stats:
+                mon.host = HostWatch(disks=server_is_local(cfg.conn))
         except BaseException:
             mon.close()
             raise
@@ -328,11 +333,13 @@ class Monitor:
         cfg = self.cfg
         self.pids = tuple(pids)
         self.start_us = start_us
+        if self.host is not None:
+            self.host.go()
         interval_us = 1_000_000 * (cfg.progress_s or 1)
         if cfg.waits_ms is not None and self.conn is not None:
             self.profile = WaitProfile(anchor_us=start_us, interval_us=interval_us)
             self.sampler = self._make_sampler(interval_us, warn)
-        if self.sampler is None and not (cfg.server_stats and cfg.progress_s):
+        if self.sampler is None and not (self._per_interval and cfg.progress_s):
             return
         self._thread = threading.Thread(
             target=self._run, name="pgsurge-monitor", daemon=True
@@ -420,7 +427,7 @@ class Monitor:
         """The thread: samples every period, a counters snapshot at each
         ``-P`` boundary, until :meth:`finish`."""
         cfg = self.cfg
-        step_us = 1_000_000 * cfg.progress_s if cfg.server_stats else 0
+        step_us = 1_000_000 * cfg.progress_s if self._per_interval else 0
         next_boundary = self.start_us + step_us if step_us else None
         next_sample = _clock() if self.sampler is not None else None
         while True:
@@ -455,7 +462,16 @@ class Monitor:
             self.warnings.append(_warning("--waits", f"sampling stopped: {exc}"))
             self.sampler = None
 
+    @property
+    def _per_interval(self) -> bool:
+        """Whether something is read at each -P boundary."""
+        return self.cfg.server_stats or self.host is not None
+
     def _boundary(self, interval_start_us: int) -> None:
+        if self.host is not None:
+            self.host.boundary(interval_start_us)
+        if not (self.cfg.server_stats and self.conn is not None):
+            return
         prev = self.last_snap
         snap = self._snapshot(self.warnings.append)
         if prev is not None:
@@ -523,9 +539,28 @@ class Monitor:
                 )
         if self.companions is not None:
             out["idle_sessions"] = self.companions.to_dict()
+        if self.host is not None:
+            self._host_sections(out, intervals)
         if intervals:
             out["intervals"] = [intervals[k] for k in sorted(intervals)]
         return out
+
+    def _host_sections(
+        self, out: dict[str, Any], intervals: dict[int, dict[str, Any]]
+    ) -> None:
+        """--host-stats: the run's figures and each interval's."""
+        host = self.host
+        assert host is not None
+        step_us = 1_000_000 * self.cfg.progress_s
+        tail = None
+        if step_us and self.start_us:
+            last = max(host.intervals, default=None)
+            tail = self.start_us if last is None else last + step_us
+        section = host.finish(tail)
+        if section is not None:
+            out["host_stats"] = section
+        for start, figures in host.intervals.items():
+            intervals.setdefault(start, {"start_us": start})["host"] = figures
 
     def _stop_thread(self) -> None:
         self._stop.set()
