@@ -1,0 +1,173 @@
+"""The coordinator's side of a Dask cluster, apart from the run itself.
+
+Connecting to the scheduler (``local:N``: starting a local cluster on
+loopback), finding the load hosts (the Dask workers that offer the
+``pgsurge`` resource), measuring a host's clock offset through the
+scheduler, quieting Dask's own log lines while a run goes on, and, after
+the run, the hosts' ``-l`` files (``logs``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import Any, TextIO
+
+from pgsurge.distributed.host import monotonic_us
+from pgsurge.distributed.logs import collect_logs
+from pgsurge.distributed.plan import ClockProbe, HostInfo, best_offset
+from pgsurge.engine.worker import WorkerSpec
+from pgsurge.errors import PROG, PgsurgeError
+
+__all__ = [
+    "LOCAL_CLUSTER_CONFIG",
+    "WORKER_HINT",
+    "client_of",
+    "load_hosts",
+    "logs_after_run",
+    "probe",
+]
+
+#: clock probes per host (the one with the smallest round trip is kept)
+CLOCK_PROBES = 5
+
+#: a local cluster shares this machine with the load: its worker processes
+#: must be allowed to have children (pgsurge's workers), and Dask's own
+#: periodic chores that a pgsurge run does not need are off or rarer (the
+#: statistical profiler samples a busy task's thread 100 times a second)
+LOCAL_CLUSTER_CONFIG: dict[str, Any] = {
+    "distributed.worker.daemon": False,
+    "distributed.worker.profile.enabled": False,
+    "distributed.scheduler.work-stealing": False,
+    "distributed.admin.system-monitor.interval": "5s",
+    "distributed.admin.system-monitor.disk": False,
+    "distributed.admin.tick.interval": "500ms",
+    "distributed.worker.memory.monitor-interval": "1s",
+}
+
+WORKER_HINT = (
+    "Start each load host with: dask worker tcp://SCHEDULER:8786 "
+    "--nthreads 1 --resources pgsurge=1"
+)
+
+
+@contextmanager
+def client_of(address: str) -> Iterator[Any]:
+    """A Dask client of ``address`` (``local:N``: of a new local cluster,
+    closed at the end)."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    cluster = None
+    quiet = quiet_dask_logs()
+    try:
+        if address.startswith("local:"):
+            nworkers = int(address.removeprefix("local:"))
+            with dask.config.set(LOCAL_CLUSTER_CONFIG):
+                cluster = LocalCluster(
+                    n_workers=nworkers,
+                    threads_per_worker=1,
+                    processes=True,
+                    host="127.0.0.1",
+                    dashboard_address=None,
+                    resources={"pgsurge": 1},
+                )
+            client = Client(cluster)
+            client.wait_for_workers(nworkers)
+        else:
+            client = Client(address, timeout="10s")
+    except (OSError, TimeoutError) as e:
+        if cluster is not None:
+            cluster.close()
+        quiet()
+        raise PgsurgeError(
+            f'could not connect to the Dask scheduler "{address}": {e}'
+        ) from None
+    try:
+        yield client
+    finally:
+        with suppress(Exception):
+            client.close(timeout=2)
+        if cluster is not None:
+            with suppress(Exception):
+                cluster.close()
+        quiet()
+
+
+def quiet_dask_logs() -> Callable[[], None]:
+    """Dask's own log lines (a lost connection's, a closing client's) off
+    the coordinator's stderr while it runs: what went wrong is said in
+    pgsurge's words. The function puts the levels back."""
+    import logging
+
+    # (Dask's configuration gives some of its loggers levels of their own)
+    loggers = [
+        logging.getLogger(n)
+        for n in [*logging.root.manager.loggerDict, "distributed"]
+        if n.split(".")[0] in ("distributed", "tornado", "asyncio")
+    ]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL + 1)
+
+    def restore() -> None:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+    return restore
+
+
+def load_hosts(client: Any) -> list[tuple[str, str]]:
+    """(address, name) of every Dask worker offering the pgsurge resource."""
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    hosts = [
+        (addr, str(info.get("name", addr)))
+        for addr, info in workers.items()
+        if (info.get("resources") or {}).get("pgsurge", 0) >= 1
+    ]
+    if not hosts:
+        raise PgsurgeError(
+            f"no Dask worker offers the pgsurge resource ({len(workers)} workers)",
+            hint=WORKER_HINT,
+        )
+    return sorted(hosts)
+
+
+def probe(client: Any, address: str) -> ClockProbe:
+    probes = []
+    for _ in range(CLOCK_PROBES):
+        sent = monotonic_us()
+        host_us = client.run(monotonic_us, workers=[address])[address]
+        probes.append(ClockProbe(sent, int(host_us), monotonic_us()))
+    return best_offset(probes)
+
+
+def logs_after_run(
+    client: Any,
+    address: str,
+    hosts: Sequence[HostInfo],
+    groups: Sequence[Sequence[WorkerSpec]],
+    err: TextIO,
+) -> None:
+    """-l: bring the hosts' files back (--dask-collect-logs), or say where
+    they are (a local cluster writes them in our working directory)."""
+    dest = groups[0][0].config.dask_collect_logs
+    for host in hosts:
+        if host.lost:
+            err.write(
+                f"{PROG}: error: the -l files of host {host.index} "
+                f"({host.address}) stay on it: it was lost\n"
+            )
+    kept = [
+        (h.address, group)
+        for h, group in zip(hosts, groups, strict=False)
+        if not h.lost
+    ]
+    if dest is not None:
+        collect_logs(client, kept, dest, err)
+    elif not address.startswith("local:"):
+        err.write(
+            f"{PROG}: dask: the -l files are on the hosts, in each Dask worker's "
+            "working directory (--dask-collect-logs DIR brings them here)\n"
+        )
+    err.flush()

@@ -1,0 +1,261 @@
+"""Real Dask clusters for the multi-host tests: ``dask scheduler`` and
+``dask worker`` processes on loopback, as a user starts them on their
+machines, and pgsurge's command line run against them.
+
+``Cluster`` starts them (each in its own process group, so that a test
+can kill or stop a whole host) and finds the pgsurge worker processes a
+host started (its Dask worker's children); ``cluster`` is a fixture of two
+hosts; ``count_clients`` counts a run's backends (``application_name``
+pgsurge) in ``pg_stat_activity``; ``start_run`` runs pgsurge in the
+background, its stderr in a file, until the hosts have started.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+__all__ = [
+    "Cluster",
+    "base_env",
+    "cluster",
+    "count_clients",
+    "pgsurge_cmd",
+    "run_cli",
+    "start_run",
+]
+
+
+def base_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Cluster:
+    """``dask scheduler`` and ``dask worker --nthreads 1 --resources
+    pgsurge=1`` processes on loopback, each in its own process group."""
+
+    def __init__(self, tmp: Path, nworkers: int) -> None:
+        self.address = f"tcp://127.0.0.1:{free_port()}"
+        self.procs: list[subprocess.Popen[bytes]] = []
+        port = self.address.rsplit(":", 1)[1]
+        self._start(
+            tmp / "scheduler.log",
+            ["scheduler", "--host", "127.0.0.1", "--port", port, "--no-dashboard"],
+        )
+        self.workers = []
+        #: each worker's working directory, as on a machine of its own
+        self.dirs = [tmp / f"load{i}" for i in range(nworkers)]
+        for i, cwd in enumerate(self.dirs):
+            cwd.mkdir()
+            self.workers.append(
+                self._start(
+                    tmp / f"worker{i}.log",
+                    [
+                        "worker",
+                        self.address,
+                        *("--nthreads", "1", "--resources", "pgsurge=1"),
+                        *("--host", "127.0.0.1", "--no-dashboard"),
+                        *("--name", f"load{i}"),
+                    ],
+                    cwd,
+                )
+            )
+        self.logs = [
+            tmp / "scheduler.log",
+            *(tmp / f"worker{i}.log" for i in range(nworkers)),
+        ]
+        self._wait(nworkers)
+
+    def _start(
+        self, log: Path, args: list[str], cwd: Path | None = None
+    ) -> subprocess.Popen[bytes]:
+        with open(log, "wb") as f:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "dask", *args],
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                env=base_env(),
+                start_new_session=True,
+                cwd=cwd,
+            )
+        self.procs.append(proc)
+        return proc
+
+    def _wait(self, nworkers: int) -> None:
+        from distributed import Client
+
+        with Client(self.address, timeout="30s") as client:
+            client.wait_for_workers(nworkers, timeout=60)
+
+    def kill_worker(self, index: int) -> None:
+        os.killpg(self.workers[index].pid, signal.SIGKILL)
+
+    def signal_host(self, index: int, sig: int) -> None:
+        """``sig`` to a host's whole process group (its nanny, its Dask
+        worker, its pgsurge workers)."""
+        os.killpg(self.workers[index].pid, sig)
+
+    def kill_scheduler(self) -> None:
+        os.killpg(self.procs[0].pid, signal.SIGKILL)
+
+    def host_processes(self, index: int) -> set[int]:
+        """The children of host ``index``'s Dask worker process (the
+        nanny's child): while a run goes on, its pgsurge workers."""
+        out: set[int] = set()
+        for worker in children(self.workers[index].pid):
+            out |= children(worker)
+        return out
+
+    def load_processes(self) -> set[int]:
+        out: set[int] = set()
+        for index in range(len(self.workers)):
+            out |= self.host_processes(index)
+        return out
+
+    def close(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path, 2)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def pgsurge_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pgsurge", *args]
+
+
+def run_cli(args: list[str], cwd: Path | None = None) -> tuple[int, str, str, int]:
+    """pgsurge's exit status, stdout, stderr and process id (in -l names)."""
+    with subprocess.Popen(
+        pgsurge_cmd(*args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=base_env(),
+        cwd=cwd,
+    ) as proc:
+        out, err = proc.communicate(timeout=120)
+    return proc.returncode, out, err, proc.pid
+
+
+def count_clients(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "select count(*) from pg_stat_activity"
+            " where datname = current_database() and pid <> pg_backend_pid()"
+            " and application_name = 'pgsurge'"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def children(pid: int) -> set[int]:
+    """The live (not zombie) processes whose parent is ``pid``."""
+    out = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] != "Z" and int(fields[1]) == pid:
+            out.add(int(entry.name))
+    return out
+
+
+def alive(pids: set[int]) -> set[int]:
+    """Those of ``pids`` that still run (zombies do not)."""
+    out = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            out.add(pid)
+    return out
+
+
+class Run:
+    """pgsurge running in the background, its stderr in a file."""
+
+    def __init__(self, args: list[str], tmp: Path, env: dict[str, str] | None = None):
+        self.err_path = tmp / f"stderr{time.monotonic_ns()}"
+        self.out_path = self.err_path.with_suffix(".out")
+        with open(self.err_path, "w") as err, open(self.out_path, "w") as out:
+            self.proc = subprocess.Popen(
+                pgsurge_cmd(*args),
+                stdout=out,
+                stderr=err,
+                env=env or base_env(),
+            )
+
+    @property
+    def stderr(self) -> str:
+        return self.err_path.read_text()
+
+    @property
+    def stdout(self) -> str:
+        return self.out_path.read_text()
+
+    def wait_for(self, text: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.stderr:
+            assert self.proc.poll() is None, self.stderr
+            assert time.monotonic() < deadline, self.stderr
+            time.sleep(0.1)
+
+    def wait(self, timeout: float = 60) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_run(args: list[str], tmp: Path, env: dict[str, str] | None = None) -> Run:
+    """pgsurge started in the background, once its hosts are under way
+    (the ``dask:`` line: the common start is 2 s ahead)."""
+    run = Run(args, tmp, env)
+    try:
+        run.wait_for("pgsurge: dask: host")
+    except BaseException:
+        run.kill()
+        raise
+    return run
