@@ -29,6 +29,7 @@ __all__ = [
     "base_env",
     "cluster",
     "count_clients",
+    "password_role",
     "pgsurge_cmd",
     "run_cli",
     "start_run",
@@ -259,3 +260,49 @@ def start_run(args: list[str], tmp: Path, env: dict[str, str] | None = None) -> 
         run.kill()
         raise
     return run
+
+
+@pytest.fixture
+def password_role(server_dsn: str) -> Iterator[tuple[str, str]]:
+    """A superuser role that must give its password (scram) on the test
+    server's Unix socket: a line of its own in pg_hba.conf (the others
+    keep theirs), taken out after."""
+    from psycopg import sql
+
+    role, password = f"t_dask_{os.getpid()}_{time.monotonic_ns() % 10**6}", "k9:dask'pw"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        row = conn.execute("SHOW hba_file").fetchone()
+        assert row is not None
+        hba = Path(str(row[0]))
+        assert os.access(hba, os.W_OK), f"{hba} is not writable"
+        saved = hba.read_text()
+        hba.write_text(f"local all {role} scram-sha-256\n{saved}")
+        conn.execute(
+            sql.SQL("CREATE ROLE {} LOGIN SUPERUSER PASSWORD {}").format(
+                sql.Identifier(role), sql.Literal(password)
+            )
+        )
+        conn.execute("SELECT pg_reload_conf()")
+        # (the reload is asynchronous: until the server has read the line)
+        deadline = time.monotonic() + 30
+        while conn.execute(
+            "select count(*) from pg_hba_file_rules where %s = any(user_name)",
+            [role],
+        ).fetchone() != (1,) or _trusted(server_dsn, role):
+            assert time.monotonic() < deadline, "pg_hba.conf was not reloaded"
+            time.sleep(0.2)
+        try:
+            yield role, password
+        finally:
+            hba.write_text(saved)
+            conn.execute("SELECT pg_reload_conf()")
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def _trusted(dsn: str, role: str) -> bool:
+    """Whether ``role`` connects without a password."""
+    try:
+        psycopg.connect(dsn, user=role, password="").close()
+    except psycopg.OperationalError:
+        return False
+    return True

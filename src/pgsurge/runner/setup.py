@@ -21,11 +21,11 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TextIO
 
 from pgsurge import __version__, pgconn
-from pgsurge.config import RunConfig
+from pgsurge.config import ConnParams, RunConfig
 from pgsurge.engine.pool import split_clients
 from pgsurge.engine.program import ScriptLike
 from pgsurge.engine.worker import WorkerSpec
@@ -73,6 +73,10 @@ class Setup:
     variables: tuple[tuple[str, Value], ...]
     #: whether each client gets :client_id (not when -D defines it)
     set_client_id: bool
+    #: --dask: the setup connection's parameters and password as libpq
+    #: resolved them here (``pgconn.resolved_params``): the hosts connect
+    #: with them, whatever their own environment holds
+    resolved: tuple[dict[str, str], str | None] | None = None
 
 
 def clock_us() -> int:
@@ -147,6 +151,7 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
         )
         if not cfg.no_vacuum:
             _vacuum(conn, cfg, err)
+        resolved = pgconn.resolved_params(conn) if cfg.dask else None
     finally:
         conn.finish()
     return Setup(
@@ -157,6 +162,7 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
         seeds=seeds,
         variables=variables,
         set_client_id=set_client_id,
+        resolved=resolved,
     )
 
 
@@ -174,6 +180,11 @@ def worker_specs(
     PRNG states, by global client number."""
     nthreads = min(cfg.jobs, cfg.clients)
     seeds = setup.seeds
+    password = setup.password
+    if setup.resolved is not None:  # --dask: explicit parameters travel
+        params, password = setup.resolved
+        conn = ConnParams(dbname=pgconn.conninfo(params), embedded=cfg.conn.embedded)
+        cfg = replace(cfg, conn=conn)
     return [
         WorkerSpec(
             worker_id=i,
@@ -187,7 +198,7 @@ def worker_specs(
             variables=setup.variables,
             set_client_id=setup.set_client_id,
             detailed=facts.measure_latency,
-            password=setup.password,
+            password=password,
             parent_pid=os.getpid(),
             epoch_shift_us=epoch_shift_us,
             snapshot_s=snapshot_s,
