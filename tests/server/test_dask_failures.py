@@ -248,3 +248,31 @@ def test_progress_stays_honest_when_a_host_stalls(
     lines = assert_progress_honest(run.stderr)
     assert len(lines) >= 10, run.stderr
     assert processed(run.stdout) >= sum(tps for _, tps, _ in lines) - len(lines)
+
+
+def test_a_second_run_waits_for_the_busy_hosts(
+    bench_db: str, cluster: Cluster, tmp_path: Path
+) -> None:
+    args = _args(cluster, bench_db)
+    args[args.index("60")] = "8"
+    first = start_run(args, tmp_path)
+    second = None
+    try:
+        first.wait_for("progress: 1.0 s")
+        second = Run(
+            [
+                *("--dask", cluster.address, "-n", "-S", "-t", "100", "-c", "2"),
+                *("-j", "2", bench_db),
+            ],
+            tmp_path,
+        )
+        second.wait_for("waiting for 2 load hosts: busy with another run", 30)
+        assert first.wait(60) == 0, first.stderr
+        assert second.wait(60) == 0, second.stderr
+    finally:
+        first.kill()
+        if second is not None:
+            second.kill()
+    assert "lost" not in second.stderr
+    assert "processed: 200/200" in second.stdout
+    assert second.stderr.count("waiting for") == 1
