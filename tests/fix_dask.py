@@ -20,12 +20,14 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
 __all__ = [
     "Cluster",
+    "TlsFiles",
     "base_env",
     "cluster",
     "count_clients",
@@ -46,17 +48,78 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class TlsFiles:
+    """A self-signed CA and one certificate it signed for 127.0.0.1 (made
+    with the openssl command), for a ``tls://`` cluster: the scheduler,
+    the workers and the clients all present it."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.ca, self.cert = tmp / "ca.pem", tmp / "node.pem"
+        self.key = tmp / "node.key"
+        ca_key, csr, ext = tmp / "ca.key", tmp / "node.csr", tmp / "san.cnf"
+        ext.write_text("subjectAltName=IP:127.0.0.1\n")
+
+        def openssl(*args: str) -> None:
+            subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+        openssl(
+            *("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-keyout", str(ca_key), "-out", str(self.ca)),
+            *("-subj", "/CN=pgsurge test CA"),
+        )
+        openssl(
+            *("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(self.key)),
+            *("-out", str(csr), "-subj", "/CN=127.0.0.1"),
+        )
+        openssl(
+            *("x509", "-req", "-in", str(csr), "-CA", str(self.ca)),
+            *("-CAkey", str(ca_key), "-CAcreateserial", "-days", "1"),
+            *("-out", str(self.cert), "-extfile", str(ext)),
+        )
+
+    def dask_args(self) -> list[str]:
+        return [
+            *("--tls-ca-file", str(self.ca)),
+            *("--tls-cert", str(self.cert), "--tls-key", str(self.key)),
+        ]
+
+    def env(self) -> dict[str, str]:
+        """Dask's configuration for a client (pgsurge's coordinator)."""
+        return {
+            "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True",
+            "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": str(self.ca),
+            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT": str(self.cert),
+            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY": str(self.key),
+        }
+
+    def security(self) -> Any:
+        from distributed.security import Security
+
+        return Security(
+            tls_ca_file=str(self.ca),
+            tls_client_cert=str(self.cert),
+            tls_client_key=str(self.key),
+            require_encryption=True,
+        )
+
+
 class Cluster:
     """``dask scheduler`` and ``dask worker --nthreads 1 --resources
     pgsurge=1`` processes on loopback, each in its own process group."""
 
-    def __init__(self, tmp: Path, nworkers: int) -> None:
-        self.address = f"tcp://127.0.0.1:{free_port()}"
+    def __init__(self, tmp: Path, nworkers: int, tls: TlsFiles | None = None) -> None:
+        scheme = "tcp" if tls is None else "tls"
+        self.address = f"{scheme}://127.0.0.1:{free_port()}"
+        self.tls = tls
         self.procs: list[subprocess.Popen[bytes]] = []
         port = self.address.rsplit(":", 1)[1]
+        secure = [] if tls is None else [*tls.dask_args(), "--protocol", "tls"]
         self._start(
             tmp / "scheduler.log",
-            ["scheduler", "--host", "127.0.0.1", "--port", port, "--no-dashboard"],
+            [
+                *("scheduler", "--host", "127.0.0.1", "--port", port),
+                *("--no-dashboard", *secure),
+            ],
         )
         self.workers = []
         #: each worker's working directory, as on a machine of its own
@@ -72,6 +135,7 @@ class Cluster:
                         *("--nthreads", "1", "--resources", "pgsurge=1"),
                         *("--host", "127.0.0.1", "--no-dashboard"),
                         *("--name", f"load{i}"),
+                        *([] if tls is None else tls.dask_args()),
                     ],
                     cwd,
                 )
@@ -100,7 +164,8 @@ class Cluster:
     def _wait(self, nworkers: int) -> None:
         from distributed import Client
 
-        with Client(self.address, timeout="30s") as client:
+        security = None if self.tls is None else self.tls.security()
+        with Client(self.address, timeout="30s", security=security) as client:
             client.wait_for_workers(nworkers, timeout=60)
 
     def kill_worker(self, index: int) -> None:

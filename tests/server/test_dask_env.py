@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.fix_dask import Cluster, base_env, pgsurge_cmd
+from tests.fix_dask import Cluster, TlsFiles, base_env, pgsurge_cmd
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -118,3 +118,37 @@ def test_a_hosts_connection_error_is_printed_with_its_name(
         re.M,
     ), done.stderr
     assert "its messages are on its stderr" not in done.stderr
+
+
+def test_a_tls_cluster_runs_end_to_end(
+    bench_db: str, password_role: tuple[str, str], tmp_path: Path
+) -> None:
+    tls = TlsFiles(tmp_path)
+    cluster = Cluster(tmp_path, 2, tls)
+    try:
+        assert cluster.address.startswith("tls://")
+        role, password = password_role
+        target = psycopg.conninfo.make_conninfo(bench_db, user=role)
+        out_json = tmp_path / "run.json"
+        args = [
+            *("--dask", cluster.address, "-n", "-S", "-t", "100", "-c", "4"),
+            *("-j", "2", "--json", str(out_json), target),
+        ]
+        env = base_env() | tls.env() | {"PGPASSWORD": password}
+        done = _run(args, env)
+        # without Dask's TLS settings the coordinator cannot reach it
+        refused = _run(args, base_env() | {"PGPASSWORD": password})
+    finally:
+        cluster.close()
+    assert done.returncode == 0, done.stderr
+    assert "number of transactions actually processed: 400/400" in done.stdout
+    doc = json.loads(out_json.read_text())
+    assert [h["address"][:6] for h in doc["hosts"]] == ["tls://", "tls://"]
+    assert "travels in clear" not in done.stderr  # (and on loopback anyway)
+    assert refused.returncode == 1, refused.stderr
+    assert refused.stderr.startswith(
+        "pgsurge: error: a tls:// Dask scheduler needs Dask's TLS settings"
+    ), refused.stderr
+    assert "Traceback" not in refused.stderr
+    for text in (done.stdout, done.stderr, out_json.read_text()):
+        assert password not in text

@@ -336,3 +336,20 @@ def test_host_series_hands_out_intervals_every_worker_delivered() -> None:
     # what was handed out is the merge of both workers' whole series
     merged = merge_series([w0, w1_end])
     assert [iv.stats.cnt for iv in merged] == [3, 2, 1]
+
+
+def test_a_password_over_plain_tcp_to_another_machine_is_named() -> None:
+    from pgsurge.distributed.cluster import clear_text_peers
+
+    here = "tcp://127.0.0.1:8786"
+    assert clear_text_peers(here, ["tcp://127.0.0.1:4001", "tcp://[::1]:4002"]) == []
+    assert clear_text_peers("tcp://localhost:8786", ["tcp://127.0.0.2:1"]) == []
+    # (TEST-NET addresses: never this machine's)
+    far = ["tcp://192.0.2.7:4001", "tcp://127.0.0.1:4002"]
+    assert clear_text_peers(here, far) == ["tcp://192.0.2.7:4001"]
+    assert clear_text_peers("tcp://198.51.100.1:8786", []) == [
+        "tcp://198.51.100.1:8786"
+    ]
+    # encrypted, or on loopback by construction
+    assert clear_text_peers("tls://192.0.2.1:8786", far) == []
+    assert clear_text_peers("local:2", far) == []

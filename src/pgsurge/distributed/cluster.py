@@ -9,6 +9,8 @@ the run, the hosts' ``-l`` files (``logs``).
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, TextIO
@@ -22,6 +24,7 @@ from pgsurge.errors import PROG, PgsurgeError
 __all__ = [
     "LOCAL_CLUSTER_CONFIG",
     "WORKER_HINT",
+    "clear_text_peers",
     "client_of",
     "load_hosts",
     "logs_after_run",
@@ -75,6 +78,8 @@ def client_of(address: str) -> Iterator[Any]:
             client = Client(cluster)
             client.wait_for_workers(nworkers)
         else:
+            if address.startswith("tls://"):
+                _check_tls_settings()
             client = Client(address, timeout="10s")
     except (OSError, TimeoutError) as e:
         if cluster is not None:
@@ -92,6 +97,30 @@ def client_of(address: str) -> Iterator[Any]:
             with suppress(Exception):
                 cluster.close()
         quiet()
+
+
+TLS_HINT = (
+    "Give the coordinator Dask's TLS settings, e.g. "
+    "DASK_DISTRIBUTED__COMM__TLS__CA_FILE, DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT "
+    "and DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY (or distributed.comm.tls in "
+    "Dask's configuration)"
+)
+
+
+def _check_tls_settings() -> None:
+    """A ``tls://`` scheduler needs a CA and a client certificate from
+    Dask's configuration (``Security()`` reads it): one error line when
+    they are missing (Dask would raise a TypeError)."""
+    from distributed.security import Security
+
+    sec = Security()
+    if not (
+        getattr(sec, "tls_ca_file", None) and getattr(sec, "tls_client_cert", None)
+    ):
+        raise PgsurgeError(
+            "a tls:// Dask scheduler needs Dask's TLS settings, which are not set",
+            hint=TLS_HINT,
+        )
 
 
 def quiet_dask_logs() -> Callable[[], None]:
@@ -171,3 +200,40 @@ def logs_after_run(
             "working directory (--dask-collect-logs DIR brings them here)\n"
         )
     err.flush()
+
+
+def clear_text_peers(address: str, hosts: Sequence[str]) -> list[str]:
+    """The scheduler and hosts of a plain ``tcp://`` cluster that are on
+    another machine: a password in the tasks' arguments would reach them
+    in clear (``tls://`` encrypts it; ``local:N`` stays on loopback)."""
+    if not address.startswith("tcp://"):
+        return []
+    mine = _local_addresses()
+    return [a for a in [address, *hosts] if not _is_local(_host_of(a), mine)]
+
+
+def _host_of(address: str) -> str:
+    host = address.split("://", 1)[-1].rsplit(":", 1)[0]
+    return host.removeprefix("[").removesuffix("]")
+
+
+def _local_addresses() -> set[str]:
+    """This machine's addresses (as its host name resolves)."""
+    try:
+        infos = socket.getaddrinfo(socket.gethostname(), None)
+    except OSError:
+        return set()
+    return {str(info[4][0]) for info in infos}
+
+
+def _is_local(host: str, mine: set[str]) -> bool:
+    if host == "localhost" or host in mine:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        return _is_local(socket.gethostbyname(host), mine)
+    except OSError:
+        return False

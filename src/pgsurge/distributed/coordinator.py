@@ -64,6 +64,7 @@ from functools import partial
 from typing import Any, TextIO
 
 from pgsurge.distributed.cluster import (
+    clear_text_peers,
     client_of,
     load_hosts,
     logs_after_run,
@@ -634,6 +635,13 @@ def _drive(
                 f"{PROG}: note: {len(specs)} workers (-j) use {len(groups)} of "
                 f"the {len(hosts)} Dask hosts\n"
             )
+        if any(s.password for s in specs):
+            peers = clear_text_peers(address, [a for a, _ in hosts])
+            if peers:
+                err.write(
+                    f"{PROG}: warning: the connection password travels in clear "
+                    f"over tcp:// to {', '.join(peers)}: use a tls:// cluster\n"
+                )
         run_id = uuid.uuid4().hex[:16]
         coord = _Coordinator(client, address, facts, err, run_id, on_interval)
         client.subscribe_topic(coord.names["topic"], coord.on_event)
