@@ -338,6 +338,13 @@ def test_real_cluster_runs_the_command_line(
     assert sorted(h["name"] for h in hosts) == ["load0", "load1"]
     assert [h["transactions"] for h in hosts] == [4000, 4000]
     assert not any(h["lost"] or h["partial"] for h in hosts)
+    # each host's clock offset, measured directly with the coordinator:
+    # one machine's monotonic clock, so the true offset (0) is within the
+    # error bound
+    for h in hosts:
+        assert h["clock_method"] == "direct"
+        assert h["clock_error_us"] == (h["clock_rtt_us"] + 1) // 2
+        assert abs(h["clock_offset_us"]) <= h["clock_error_us"], h
     # the password went to the hosts (inside the tasks) and nowhere else
     for text in (out, err, out_json.read_text()):
         assert SECRET not in text

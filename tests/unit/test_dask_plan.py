@@ -353,3 +353,21 @@ def test_a_password_over_plain_tcp_to_another_machine_is_named() -> None:
     # encrypted, or on loopback by construction
     assert clear_text_peers("tls://192.0.2.1:8786", far) == []
     assert clear_text_peers("local:2", far) == []
+
+
+def test_clock_exchange_finds_the_offset_within_its_bound() -> None:
+    from pgsurge.distributed.clock import ClockServer, exchange
+
+    server = ClockServer("127.0.0.1")
+    try:
+        measured = exchange(server.address)
+    finally:
+        server.close()
+    assert measured is not None
+    offset, rtt = measured
+    # one machine, one monotonic clock: the true offset, 0, is within the
+    # error bound (half the round trip)
+    assert rtt >= 0 and abs(offset) <= (rtt + 1) // 2
+    # a coordinator out of reach: no measurement (the scheduler's probes
+    # are used instead)
+    assert exchange(server.address) is None

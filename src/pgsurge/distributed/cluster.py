@@ -26,6 +26,7 @@ __all__ = [
     "WORKER_HINT",
     "clear_text_peers",
     "client_of",
+    "host_of",
     "load_hosts",
     "logs_after_run",
     "probe",
@@ -209,10 +210,11 @@ def clear_text_peers(address: str, hosts: Sequence[str]) -> list[str]:
     if not address.startswith("tcp://"):
         return []
     mine = _local_addresses()
-    return [a for a in [address, *hosts] if not _is_local(_host_of(a), mine)]
+    return [a for a in [address, *hosts] if not _is_local(host_of(a), mine)]
 
 
-def _host_of(address: str) -> str:
+def host_of(address: str) -> str:
+    """The host part of a Dask address (``tcp://[::1]:8786``: ``::1``)."""
     host = address.split("://", 1)[-1].rsplit(":", 1)[0]
     return host.removeprefix("[").removesuffix("]")
 

@@ -15,11 +15,12 @@ The coordinator then:
    rescheduled elsewhere would start a second load). A task waits for
    its host while another run holds it (the ``pgsurge`` resource): the
    coordinator says so and waits;
-3. when every host is ready (processes started, scripts compiled), measures
-   each host's clock offset (best of several round trips through
-   ``Client.run``) and publishes one common start a moment ahead, in each
-   host's own clock; when every host has connected all its clients, says
-   go, and every host starts at that instant;
+3. when every host is ready (processes started, scripts compiled, its
+   clock offset measured by NTP-style exchanges with the coordinator's
+   own port, ``clock``; else by round trips through the scheduler),
+   publishes one common start a moment ahead, in each host's own clock;
+   when every host has connected all its clients, says go, and every
+   host starts at that instant;
 4. prints the ``-P`` lines from the hosts' tick snapshots (``progress``);
 5. merges, interval by interval, the per-interval deltas (counts and
    latency histograms) the hosts stream with their ``-P`` events
@@ -63,9 +64,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TextIO
 
+from pgsurge.distributed.clock import ClockServer
 from pgsurge.distributed.cluster import (
     clear_text_peers,
     client_of,
+    host_of,
     load_hosts,
     logs_after_run,
 )
@@ -156,6 +159,8 @@ class _Host:
     texts: int = 0
     #: the global number of its first worker
     first_worker: int = 0
+    #: its clock offset and round trip, measured directly (``clock``)
+    clock: tuple[int, int] | None = None
 
     @property
     def live(self) -> bool:
@@ -257,6 +262,8 @@ class _Coordinator:
             host.last_seen = time.monotonic()
         elif kind == "ready":
             host.phase = "ready"
+            if "clock_offset_us" in msg:
+                host.clock = (int(msg["clock_offset_us"]), int(msg["clock_rtt_us"]))
         elif kind == "connected":
             host.phase = "connected"
             host.steady_us = int(msg.get("steady_us", 0)) - offset
@@ -482,9 +489,13 @@ class _Coordinator:
         from distributed import Event, Variable
 
         for host in self.hosts:
-            probe = clock_probe(self.client, host.info.address)
-            host.info.clock_offset_us = probe.offset_us
-            host.info.clock_rtt_us = probe.rtt_us
+            if host.clock is not None:  # measured by the host, directly
+                host.info.clock_offset_us, host.info.clock_rtt_us = host.clock
+                host.info.clock_method = "direct"
+            else:
+                probe = clock_probe(self.client, host.info.address)
+                host.info.clock_offset_us = probe.offset_us
+                host.info.clock_rtt_us = probe.rtt_us
             host.last_seen = time.monotonic()
         cfg = specs[0].config
         self.start_at = monotonic_us() + START_LEAD_US
@@ -600,6 +611,23 @@ class _Coordinator:
             Event(self.names["stop"], client=self.client).set()
 
 
+def _clock_server(client: Any, address: str) -> ClockServer | None:
+    """The coordinator's clock port, on the address it reaches the
+    scheduler from (None when that cannot be told: the hosts' offsets
+    are then measured through the scheduler)."""
+    if address.startswith("local:"):
+        local = "127.0.0.1"
+    else:
+        try:
+            local = host_of(str(client.scheduler_comm.comm.local_address))
+        except Exception:
+            return None
+    try:
+        return ClockServer(local)
+    except OSError:
+        return None
+
+
 def drive(
     address: str,
     specs: Sequence[WorkerSpec],
@@ -647,6 +675,7 @@ def _drive(
         client.subscribe_topic(coord.names["topic"], coord.on_event)
         coord.beat = Beat(Variable(coord.names["beat"], client=client))
         coord.beat.start()
+        clocks = _clock_server(client, address)
         try:
             with coord.signals:
                 for index, ((address_, name), group) in enumerate(
@@ -657,6 +686,7 @@ def _drive(
                         run_id,
                         index,
                         Sealed(group),
+                        None if clocks is None else clocks.address,
                         key=f"pgsurge-{run_id}-host-{index}",
                         workers=[address_],
                         allow_other_workers=False,
@@ -689,6 +719,8 @@ def _drive(
             coord.stop_all(2)
             raise
         finally:
+            if clocks is not None:
+                clocks.close()
             coord.beat.close()
             if not coord.scheduler_lost:
                 with suppress(Exception):

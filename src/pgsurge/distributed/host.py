@@ -9,7 +9,8 @@ and relays between them and the coordinator, blocking on their pipes
 responsive). The barriers are those of a local run, with the
 coordinator's word in between:
 
-1. start the processes, wait for their READY; say ``ready``;
+1. start the processes, wait for their READY; measure this host's clock
+   offset with the coordinator (``clock``); say ``ready`` with it;
 2. wait for the coordinator's ``start`` (the common start on this host's
    clock, measured by the coordinator meanwhile); send STEADY with it,
    wait for every process's CONNECTED (all clients connected); say
@@ -56,6 +57,7 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from typing import Any
 
+from pgsurge.distributed.clock import exchange
 from pgsurge.distributed.intervals import HostSeries, encode_interval
 from pgsurge.distributed.watch import Watch
 from pgsurge.engine.interrupt import GRACE_S, STOP_SIGNAL, describe_exit
@@ -458,7 +460,12 @@ def _pause_profiler(worker: Any) -> Callable[[], None]:
     return resume
 
 
-def host_task(run_id: str, host: int, sealed: Sealed) -> HostOutcome:
+def host_task(
+    run_id: str,
+    host: int,
+    sealed: Sealed,
+    clock_at: tuple[str, int] | None = None,
+) -> HostOutcome:
     """The task of one host; see the module docstring."""
     from distributed import Event, Variable, get_worker
 
@@ -490,7 +497,7 @@ def host_task(run_id: str, host: int, sealed: Sealed) -> HostOutcome:
     watch = Watch(Variable(n["beat"]))
     watch.start()
     try:
-        return _host(host, specs, emit, watch, start_ev, go_ev, n["start_at"])
+        return _host(host, specs, emit, watch, start_ev, go_ev, n["start_at"], clock_at)
     except Exception as e:  # never a traceback with the task's arguments
         return HostOutcome("aborted", text=f"{PROG}: error: {type(e).__name__}\n")
     finally:
@@ -506,6 +513,7 @@ def _host(
     start_ev: Any,
     go_ev: Any,
     start_at_name: str,
+    clock_at: tuple[str, int] | None,
 ) -> HostOutcome:
     from distributed import Variable
 
@@ -514,7 +522,11 @@ def _host(
     steady_us = connected_us = 0
     try:
         relay.barrier(Ready)
-        relay.emit({"kind": "ready"})
+        ready: dict[str, Any] = {"kind": "ready"}
+        clock = exchange(clock_at) if clock_at is not None else None
+        if clock is not None:
+            ready["clock_offset_us"], ready["clock_rtt_us"] = clock
+        relay.emit(ready)
         relay.await_event(lambda t: bool(start_ev.wait(t)))
         starts: dict[str, int] = Variable(start_at_name).get()
         start_us = starts[str(host)]
