@@ -19,9 +19,11 @@ import signal
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from pgsurge.distributed.watch import COORDINATOR_GRACE_S
+from pgsurge.report.json import load_schema
 from tests.fix_dask import Cluster, Run, alive, count_clients, start_run
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -55,7 +57,9 @@ def assert_progress_honest(stderr: str) -> list[tuple[float, float, float]]:
 
 
 def assert_kept(stdout: str, stderr: str, doc: dict) -> None:
-    """The report and the JSON hold at least what the -P lines showed."""
+    """The report and the JSON hold at least what the -P lines showed
+    (the document valid against the schema)."""
+    jsonschema.Draft202012Validator(load_schema()).validate(doc)
     lines = assert_progress_honest(stderr)
     shown = sum(tps for _, tps, _ in lines)  # -P 1: one second each
     total = processed(stdout)
@@ -254,7 +258,7 @@ def test_a_second_run_waits_for_the_busy_hosts(
     bench_db: str, cluster: Cluster, tmp_path: Path
 ) -> None:
     args = _args(cluster, bench_db)
-    args[args.index("60")] = "8"
+    args[args.index("60")] = "20"  # (the second one's start-up may be slow)
     first = start_run(args, tmp_path)
     second = None
     try:
@@ -266,7 +270,10 @@ def test_a_second_run_waits_for_the_busy_hosts(
             ],
             tmp_path,
         )
-        second.wait_for("waiting for 2 load hosts: busy with another run", 30)
+        try:
+            second.wait_for("waiting for 2 load hosts: busy with another run", 30)
+        except AssertionError:
+            raise AssertionError(first.stderr + "\n----\n" + second.stderr) from None
         assert first.wait(60) == 0, first.stderr
         assert second.wait(60) == 0, second.stderr
     finally:

@@ -336,8 +336,6 @@ class _Coordinator:
                 host.stats = total
                 if self.board is not None:
                     self.board.finish(host.info.index, total)
-                if any(r.aborted_clients for r in outcome.results):
-                    self.stop_all(1)
             case "fatal":
                 host.outcome = outcome
                 self.stop_all(2)
