@@ -16,6 +16,7 @@ import math
 import os
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -24,7 +25,15 @@ import pytest
 
 from pgsurge.distributed.watch import COORDINATOR_GRACE_S
 from pgsurge.report.json import load_schema
-from tests.fix_dask import Cluster, Run, alive, count_clients, start_run
+from tests.fix_dask import (
+    Cluster,
+    Run,
+    alive,
+    base_env,
+    count_clients,
+    pgsurge_cmd,
+    start_run,
+)
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -283,3 +292,44 @@ def test_a_second_run_waits_for_the_busy_hosts(
     assert "lost" not in second.stderr
     assert "processed: 200/200" in second.stdout
     assert second.stderr.count("waiting for") == 1
+
+
+def test_ctrl_c_on_a_local_cluster_reaches_no_dask_worker(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """Ctrl-C reaches the terminal's whole process group: with ``local:N``
+    that includes the local cluster's Dask workers, which must not die of
+    it (every host would be lost)."""
+    out_json = tmp_path / "run.json"
+    err = tmp_path / "stderr"
+    with open(err, "w") as stderr:
+        proc = subprocess.Popen(
+            pgsurge_cmd(
+                *("--dask", "local:2", "-n", "-S", "-T", "60", "-c", "2", "-j", "2"),
+                *("-P", "1", "--json", str(out_json), bench_db),
+            ),
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env=base_env(),
+            start_new_session=True,  # its own process group, as a terminal's
+        )
+    try:
+        deadline = time.monotonic() + 90
+        while "progress: 2.0 s" not in err.read_text():
+            assert proc.poll() is None, err.read_text()
+            assert time.monotonic() < deadline, err.read_text()
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)  # as the terminal sends Ctrl-C
+        stdout, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    stderr_text = err.read_text()
+    assert proc.returncode == -signal.SIGINT, stderr_text
+    assert "run interrupted by SIGINT after" in stderr_text
+    assert "lost" not in stderr_text and "Traceback" not in stderr_text
+    doc = json.loads(out_json.read_text())
+    assert doc["interrupted"]["signal"] == "SIGINT"
+    assert_kept(stdout, stderr_text, doc)

@@ -10,7 +10,9 @@ the run, the hosts' ``-l`` files (``logs``).
 from __future__ import annotations
 
 import ipaddress
+import signal
 import socket
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, TextIO
@@ -67,13 +69,14 @@ def client_of(address: str) -> Iterator[Any]:
     try:
         if address.startswith("local:"):
             nworkers = int(address.removeprefix("local:"))
-            with dask.config.set(LOCAL_CLUSTER_CONFIG):
+            with dask.config.set(LOCAL_CLUSTER_CONFIG), _no_ctrl_c_for_children():
                 cluster = LocalCluster(
                     n_workers=nworkers,
                     threads_per_worker=1,
                     processes=True,
                     host="127.0.0.1",
                     dashboard_address=None,
+                    worker_dashboard_address=None,
                     resources={"pgsurge": 1},
                 )
             client = Client(cluster)
@@ -122,6 +125,24 @@ def _check_tls_settings() -> None:
             "a tls:// Dask scheduler needs Dask's TLS settings, which are not set",
             hint=TLS_HINT,
         )
+
+
+@contextmanager
+def _no_ctrl_c_for_children() -> Iterator[None]:
+    """A local cluster's worker processes share the terminal's process
+    group: Ctrl-C would kill them (a KeyboardInterrupt in Dask's worker,
+    every host lost). Started while SIGINT is ignored, they keep ignoring
+    it (Python installs its handler only when SIGINT is not ignored at
+    start-up); the coordinator stops them as it stops remote hosts, and
+    their pgsurge workers catch Ctrl-C as a local run's do."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def quiet_dask_logs() -> Callable[[], None]:
