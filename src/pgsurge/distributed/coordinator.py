@@ -60,7 +60,6 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TextIO
 
@@ -87,14 +86,14 @@ from pgsurge.distributed.plan import (
     to_coordinator_clock,
 )
 from pgsurge.distributed.progress import ProgressBoard
-from pgsurge.distributed.salvage import host_figures, lost_host_result
+from pgsurge.distributed.salvage import HostState, merge_hosts
 from pgsurge.distributed.signals import Die, Signals, die_of
 from pgsurge.distributed.watch import COORDINATOR_GRACE_S, Beat
 from pgsurge.engine.pool import RunFailed
 from pgsurge.engine.worker import WorkerSpec
 from pgsurge.errors import PROG, ExitStatus, PgsurgeError
 from pgsurge.stats.counters import StatsData
-from pgsurge.stats.results import RunFacts, RunResult, WorkerResult
+from pgsurge.stats.results import RunFacts, RunResult
 from pgsurge.stats.series import IntervalStats, merge_series
 
 __all__ = ["dask_driver", "drive"]
@@ -137,36 +136,6 @@ def dask_driver(address: str) -> Driver:
     return partial(drive, address)
 
 
-@dataclass(slots=True)
-class _Host:
-    info: HostInfo
-    future: Any
-    last_seen: float
-    #: the latest -P snapshot: tick, time (coordinator clock), stats
-    tick: int = 0
-    now_us: int = 0
-    stats: StatsData = field(default_factory=StatsData)
-    #: queued (its task waits for the pgsurge resource), started, ready,
-    #: connected
-    phase: str = "queued"
-    outcome: HostOutcome | None = None
-    #: the host's per-interval deltas by start (coordinator clock)
-    series: dict[int, IntervalStats] = field(default_factory=dict)
-    #: when it sent STEADY and had every client connected (coordinator clock)
-    steady_us: int = 0
-    connected_us: int = 0
-    #: the text events printed
-    texts: int = 0
-    #: the global number of its first worker
-    first_worker: int = 0
-    #: its clock offset and round trip, measured directly (``clock``)
-    clock: tuple[int, int] | None = None
-
-    @property
-    def live(self) -> bool:
-        return not self.info.lost and self.outcome is None
-
-
 class _Coordinator:
     def __init__(
         self,
@@ -185,7 +154,7 @@ class _Coordinator:
         self.run_id = run_id
         self.names = names(run_id)
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.hosts: list[_Host] = []
+        self.hosts: list[HostState] = []
         self.loss_grace_s = LOSS_GRACE_S
         self.started = False
         self.start_at = 0
@@ -283,18 +252,18 @@ class _Coordinator:
         for data in msg.get("intervals", ()):
             self.add_interval(host, decode_interval(data, offset), True)
 
-    def relay_text(self, host: _Host, text: str) -> None:
+    def relay_text(self, host: HostState, text: str) -> None:
         """A host's stderr lines, each with the host's name."""
         tag = f"{PROG}: host {host.info.index} ({host.info.name}): "
         for line in text.splitlines():
             self.say(tag + line.removeprefix(f"{PROG}: ") + "\n")
 
-    def add_interval(self, host: _Host, iv: IntervalStats, streamed: bool) -> None:
+    def add_interval(self, host: HostState, iv: IntervalStats, streamed: bool) -> None:
         host.series[iv.start_us] = iv
         if self.on_interval is not None:
             self.on_interval(host.info.index, iv, streamed)
 
-    def await_texts(self, host: _Host, count: int) -> None:
+    def await_texts(self, host: HostState, count: int) -> None:
         """The host's text events up to ``count`` (they may come after the
         task's end), for a little while."""
         deadline = time.monotonic() + TEXT_WAIT_S
@@ -304,7 +273,7 @@ class _Coordinator:
             except queue.Empty:
                 pass
 
-    def on_finished(self, host: _Host) -> None:
+    def on_finished(self, host: HostState) -> None:
         """A host task ended: its result, or the end of the run."""
         try:
             outcome: HostOutcome = host.future.result()
@@ -362,7 +331,7 @@ class _Coordinator:
             case _:  # orphaned, stale: it stopped without us
                 self.lose(host, f"its task ended ({outcome.status})")
 
-    def lose(self, host: _Host, why: str, *, quiet: bool = False) -> None:
+    def lose(self, host: HostState, why: str, *, quiet: bool = False) -> None:
         """Give ``host`` up (what it streamed counts); stop the others,
         which return what they measured until then."""
         host.info.lost = True
@@ -538,59 +507,12 @@ class _Coordinator:
         return self.merge()
 
     def merge(self) -> RunResult:
-        shape = next(
-            (
-                r.histograms
-                for h in self.hosts
-                if h.outcome is not None
-                for r in h.outcome.results
-                if r.histograms is not None
-            ),
-            None,
-        )
-        results: list[WorkerResult] = []
-        for host in self.hosts:
-            if host.outcome is not None:
-                mine = host.outcome.results
-            else:  # lost: what it streamed
-                mine = [
-                    lost_host_result(
-                        host.info,
-                        host.first_worker,
-                        host.stats,
-                        list(host.series.values()),
-                        conn_start_us=host.steady_us or self.start_at,
-                        go_us=self.start_at,
-                        end_us=host.now_us,
-                        shape=shape,
-                    )
-                ]
-            results.extend(mine)
-            host_figures(host.info, mine)
-        result = RunResult.from_workers(results, self.facts)
-        # pgbench's "initial connection time": from the first connection
-        # attempt to the last host's last client connected (the hosts then
-        # wait for the common start, which is not connection time)
-        connected = [h.connected_us for h in self.hosts if h.connected_us]
-        first = min(r.conn_start_us for r in results)
-        result.conn_elapsed_us = max(0, max(connected, default=first) - first)
-        lost = [h for h in self.hosts if h.info.lost]
-        if result.intervals:
-            # the series merged interval by interval from the hosts' deltas
-            # (equal to the merge of every worker's series); with a host
-            # lost, only the intervals it had streamed are complete
-            cut = min((max(h.series, default=-1) for h in lost), default=None)
-            result.intervals = [
-                iv
-                for iv in merge_series([list(h.series.values()) for h in self.hosts])
-                if cut is None or iv.start_us <= cut
-            ]
+        result = merge_hosts(self.hosts, self.facts, self.start_at)
         if self.interrupted_by is not None:
             result.interrupted_by = signal.Signals(self.interrupted_by).name
             result.interrupted_after_us = max(
                 0, self.interrupted_at_us - result.bench_start_us
             )
-        result.hosts = [h.info.to_dict() for h in self.hosts]
         return result
 
     def stop_all(self, level: int) -> None:
@@ -700,7 +622,7 @@ def _drive(
                         clients=sum(s.nclients for s in group),
                     )
                     coord.hosts.append(
-                        _Host(
+                        HostState(
                             info,
                             future,
                             time.monotonic(),
