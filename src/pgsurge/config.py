@@ -183,6 +183,10 @@ class RunConfig:
     #: --idle-sessions N[:MODE]: companion sessions held open for the run
     idle_sessions: int = 0
     idle_mode: IdleMode = IdleMode.IDLE
+    #: --monitor DSN: where the insight monitor and the idle sessions connect
+    #: (straight to the server when the run goes through a pooler); None:
+    #: the run's own target
+    monitor_dsn: str | None = None
     #: --dask: a Dask scheduler address (the run's workers are dealt over
     #: its workers, see pgsurge.distributed) or ``local:N`` (a local cluster
     #: of N workers); None: this machine's processes
@@ -191,6 +195,12 @@ class RunConfig:
     dask_collect_logs: str | None = None
     #: --no-live: no live panel on a terminal (see report/live.py)
     no_live: bool = False
+    #: --store[=PATH|URI] or PGSURGE_STORE: save the result in a results
+    #: store after the report (pgsurge.store); "" = the default store,
+    #: None = not stored
+    store: str | None = None
+    #: --label K=V (repeatable): recorded in the result (and the store)
+    labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def insight(self) -> bool:

@@ -238,8 +238,8 @@ def test_require_names_the_reason(draws_db: str, tmp_path: Path) -> None:
     assert "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines() == [
         "pgsurge: error: PGSURGE_FASTLOOP=require: the C loop is not taken: "
-        "command 0 of script 'sh.sql': \\shell and \\setshell are not "
-        "supported by the C loop"
+        "script 0 command 0 (\\shell) of 'sh.sql': \\shell and \\setshell "
+        "are not supported by the C loop"
     ], out.stderr
     (tmp_path / "ok.sql").write_text("\\set a 1\nSELECT :a;\n")
     ok = run_pgsurge(

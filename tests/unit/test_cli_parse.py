@@ -409,7 +409,10 @@ def test_help_is_pgbench_help_plus_our_options(pgbench_bin: Path) -> None:
         " I/O, tables) of the run\n",
         "\nCommon options:": "  --waits[=MS]             sample the run's wait events"
         " every MS ms (default: 100)\n",
-        "  --progress-timestamp": "  --no-live                no live panel on the"
+        "  --progress-timestamp": "  --monitor=DSN            connect --waits,"
+        " --server-stats and --idle-sessions\n" + " " * 27 + "to DSN (the server"
+        " itself, behind a pooler)\n"
+        "  --no-live                no live panel on the"
         " terminal during the run\n"
         "  --percentiles[=LIST]     report latency percentiles (default:"
         " 50,90,99,99.9)\n",

@@ -202,7 +202,7 @@ def test_plan_of_sleeps(tmp_path) -> None:
     names, nset, _, scripts = _plan(["-M", "prepared", "-R", "50"], tmp_path, text)
     assert names == ("d", "scale")
     assert nset == 1
-    # a constant's µs as client_meta.sleep_usec computes it (C int wrap)
+    # a constant's µs as meta.sleep_usec computes it (C int wrap)
     wrapped = (3000000 * 1000000 + 2**31) % 2**32 - 2**31
     assert scripts == (
         (
@@ -261,3 +261,20 @@ def test_a_statement_of_many_references_plans_each_reference(tmp_path) -> None:
     assert isinstance(sql, Sql)
     assert sql.params == tuple(names.index(r[1:]) for r in refs)
     assert sql.lits == (b"SELECT ", *[b", "] * (len(refs) - 1), " -- é\n;".encode())
+
+
+def test_refusal_names_the_command(tmp_path) -> None:
+    """PGSURGE_FASTLOOP=require's message says which command of which script
+    the C loop does not run, numbered from 0 as pgbench's messages are."""
+    (tmp_path / "a.sql").write_text("SELECT 1;\n")
+    (tmp_path / "b.sql").write_text("\\set x 1\nSELECT :x;\n\\setshell v echo 1\n")
+    args = ["-f", str(tmp_path / "a.sql"), "-f", str(tmp_path / "b.sql")]
+    cfg = parse_command_line(args, environ={})
+    assert isinstance(cfg, RunConfig)
+    parsed = parse_scripts(cfg)
+    ops = compile_scripts(parsed, cfg.query_mode)
+    why = fastloop.decide(cfg, parsed, ops, VARS, True)
+    assert isinstance(why, str)
+    assert why.startswith(
+        f"script 1 command 2 (\\setshell) of {str(tmp_path / 'b.sql')!r}: "
+    ), why

@@ -166,7 +166,7 @@ log_line(FastLoop *fl, fl_client *c, int64_t latency, int64_t lag, int skipped)
     return 0;
 }
 
-/* client_tx's process_xact for what C accounts (a first-try success, or
+/* tx.py's process_xact for what C accounts (a first-try success, or
  * a slot skipped under -L): returns the clock, read if it was needed
  * (-1: an error is set) */
 static int64_t
@@ -198,7 +198,7 @@ process_xact(FastLoop *fl, fl_client *c, int64_t now, int skipped)
     return now;
 }
 
-/* C's int of a C int's bits (client_meta.c_int): how the x86 binary wraps */
+/* C's int of a C int's bits (cnum.wrap_int32): how the x86 binary wraps */
 static inline int64_t
 c_int(int64_t v)
 {
@@ -221,9 +221,10 @@ fl_advance(FastLoop *fl, int index)
         switch (state) {
         case END_COMMAND:
             if (fl->per_command) {
-                /* the command's latency (client.py's END_COMMAND) */
-                if (!now)
-                    now = clock_us();
+                /* the command's latency (client.py's END_COMMAND), from a
+                 * fresh reading: a result that came in before the first
+                 * look after the send must not count as taking no time */
+                now = clock_us();
                 stats_add(&sc->ops[c->command].cmd, now - c->stmt_begin);
                 if (sc->ops[c->command].rec.obj != NULL &&
                     fl_hist_record(&sc->ops[c->command].rec, now - c->stmt_begin) < 0)
@@ -245,8 +246,8 @@ fl_advance(FastLoop *fl, int index)
                 continue;
             }
             if (fl->per_command) {
-                if (!now)
-                    now = clock_us();
+                /* fresh too, as client.py's START_COMMAND */
+                now = clock_us();
                 c->stmt_begin = now;
             }
             if (op->kind == OP_SET_CONST || op->kind == OP_SET_RANDOM) {
@@ -292,7 +293,7 @@ fl_advance(FastLoop *fl, int index)
                 continue;
             }
             if (op->kind == OP_SLEEP_CONST || op->kind == OP_SLEEP_VAR) {
-                /* client_meta.sleep_usec; the clock is not re-read after */
+                /* meta.sleep_usec; the clock is not re-read after */
                 int64_t usec = op->a;
 
                 if (op->kind == OP_SLEEP_VAR) {
@@ -456,7 +457,7 @@ fl_advance(FastLoop *fl, int index)
         }
         case CHOOSE_SCRIPT:
             if (fl->nscripts != 1) {
-                /* client_tx.choose_script */
+                /* tx.choose_script */
                 int64_t wv = prng_range(&fl->c0, &fl->c1, 0, fl->total_weight - 1);
                 int i = 0;
 

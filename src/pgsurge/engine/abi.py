@@ -292,7 +292,8 @@ class RunFlags(NamedTuple):
     #: remember the PRNG state at each transaction start (retries)
     save_rng: int
     #: END_TX may start the next transaction itself (CHOOSE_SCRIPT and
-    #: START_TX of the common case, inline)
+    #: START_TX of the common case, inline in fl_advance; client.advance
+    #: goes through the two states)
     restart_inline: int
     exit_on_abort: int
     latency_limit_us: int

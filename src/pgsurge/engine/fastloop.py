@@ -276,7 +276,7 @@ def decide(
     assigned: set[str] = set()
     any_gset = False
     nsql = 0
-    for script in parsed:
+    for k, script in enumerate(parsed):
         for i, cmd in enumerate(script.commands):
             if isinstance(cmd, SetCommand):
                 assigned.add(cmd.var)
@@ -286,7 +286,7 @@ def decide(
             elif not isinstance(
                 cmd, SleepCommand | IfCommand | ElseCommand | EndifCommand
             ):
-                return f"{_where(script, i)}: {_kind(cmd)}"
+                return f"{_where(k, script, i)}: {_kind(cmd)}"
     if len(assigned) > MAX_VARS or nsql > MAX_VARS:
         # known before any command is planned (a 10,000-line script took
         # a worker 0.15 s to plan, to be refused here in the end)
@@ -313,10 +313,10 @@ def decide(
             other_names.append(name)
         return slots[name]
 
-    for script, ops in zip(parsed, compiled, strict=True):
+    for k, (script, ops) in enumerate(zip(parsed, compiled, strict=True)):
         out: list[PlanOp] = []
         for i, (cmd, op) in enumerate(zip(script.commands, ops, strict=False)):
-            where = _where(script, i)
+            where = _where(k, script, i)
             try:
                 if isinstance(cmd, SetCommand):
                     out.append(_set_plan(cmd, slots[cmd.var], base, assigned, slot_of))
@@ -601,5 +601,10 @@ def _log_spec(txlog: TxLogWriter) -> tuple[Any, ...]:
     )
 
 
-def _where(script: ParsedScript, index: int) -> str:
-    return f"command {index} of script {script.source!r}"
+def _where(number: int, script: ParsedScript, index: int) -> str:
+    """The command a refusal is about, numbered as pgbench's messages number
+    them (from 0) and named as they name it: ``(SQL)`` or the meta
+    command's word, e.g. ``script 1 command 3 (\\shell) of 'x.sql'``."""
+    first = script.commands[index].first_line
+    word = first.split(None, 1)[0] if first.startswith("\\") else "SQL"
+    return f"script {number} command {index} ({word}) of {script.source!r}"
