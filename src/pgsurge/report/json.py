@@ -319,6 +319,9 @@ def build_document(result: RunResult, config: RunConfig) -> dict[str, Any]:
         doc["steady_state"] = steady
     if result.hosts:  # a multi-host run (--dask)
         doc["hosts"] = [dict(h) for h in result.hosts]
+        lost = [h["name"] for h in result.hosts if h.get("lost")]
+        if lost:  # what the lost hosts streamed before they were lost
+            doc["degraded"] = {"lost_hosts": lost}
     if result.environment:
         doc["environment"] = _environment(result)
     if config.labels:

@@ -22,11 +22,11 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
 from pgsurge import __version__, pgconn
-from pgsurge.config import RunConfig
+from pgsurge.config import ConnParams, RunConfig
 from pgsurge.engine.pool import split_clients
 from pgsurge.engine.program import ScriptLike
 from pgsurge.engine.worker import WorkerSpec
@@ -126,6 +126,10 @@ class Setup:
     data_bytes: int | None = None
     #: the workload's ``COUNTER_QUERY`` before the run (None: none)
     counter_before: int | None = None
+    #: --dask: the setup connection's parameters and password as libpq
+    #: resolved them here (``pgconn.resolved_params``): the hosts connect
+    #: with them, whatever their own environment holds
+    resolved: tuple[dict[str, str], str | None] | None = None
 
 
 def clock_us() -> int:
@@ -209,6 +213,7 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
             counter_before = read_counter(conn, counter[2])
         if not cfg.no_vacuum and uses_pgbench_tables(cfg):
             _vacuum(conn, cfg, err)
+        resolved = pgconn.resolved_params(conn) if cfg.dask else None
     finally:
         conn.finish()
     return Setup(
@@ -223,6 +228,7 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
         pooler=pooler,
         server_settings=settings,
         data_bytes=data_bytes,
+        resolved=resolved,
     )
 
 
@@ -349,6 +355,11 @@ def worker_specs(
     PRNG states, by global client number."""
     nthreads = min(cfg.jobs, cfg.clients)
     seeds = setup.seeds
+    password = setup.password
+    if setup.resolved is not None:  # --dask: explicit parameters travel
+        params, password = setup.resolved
+        conn = ConnParams(dbname=pgconn.conninfo(params), embedded=cfg.conn.embedded)
+        cfg = replace(cfg, conn=conn)
     kind = workload_figures_of(cfg)
     figures = kind[0] if kind is not None else None
     return [
@@ -365,7 +376,7 @@ def worker_specs(
             set_client_id=setup.set_client_id,
             # a YCSB run's per-operation percentiles need each latency
             detailed=facts.measure_latency or figures == "ycsb",
-            password=setup.password,
+            password=password,
             parent_pid=os.getpid(),
             epoch_shift_us=epoch_shift_us,
             snapshot_s=snapshot_s,
