@@ -45,11 +45,15 @@ def render_waits(w: Mapping[str, Any]) -> str:
         if w.get("source") == "pg_stat_activity"
         else f"{w.get('source')} profile, read every {_num(w.get('period_ms'), 0)} ms"
     )
-    who = (
-        f"{w.get('backends')} backends"
-        if w.get("attribution") == "pids"
-        else "the sessions named like the workers (-C)"
-    )
+    if w.get("attribution") == "pids":
+        who = f"{w.get('backends')} backends"
+    elif "server_backends_seen" in w:
+        who = (
+            "the run's server sessions, by application_name "
+            f"({w['server_backends_seen']} seen)"
+        )
+    else:
+        who = "the sessions named like the workers (-C)"
     lines = [
         f"wait events of {who} ({how}: {w.get('samples')} samples; sampler "
         f"query {_num(q.get('avg'), 3)} ms avg, {_num(q.get('max'), 3)} ms max):",
