@@ -48,6 +48,7 @@ from pgsurge.errors import PROG
 from pgsurge.insight import counters
 from pgsurge.insight.companions import Companions, open_companions
 from pgsurge.insight.counters import SOURCES, Snapshot, StatSource
+from pgsurge.insight.own import RecordingConn
 from pgsurge.insight.sampling import (
     TAG,
     ActivitySampler,
@@ -144,7 +145,7 @@ class Monitor:
     """See the module doc. Built by :meth:`start`."""
 
     cfg: RunConfig
-    conn: pgconn.PgConn | None = None
+    conn: RecordingConn | None = None
     companions: Companions | None = None
     #: warnings from the thread, for the runner to print at the end
     warnings: list[str] = field(default_factory=list)
@@ -229,7 +230,9 @@ class Monitor:
         return mon
 
     def _connect(self, items: dict[str, str], password: str | None, warn: Warn) -> None:
-        conn = pgconn.connect_or_raise(items, password)
+        # it records what it sends: its statements are left out of the top
+        # statements by their text (insight/own.py)
+        conn = RecordingConn.adopt(pgconn.connect_or_raise(items, password))
         self.conn = conn
         self.server_version_num = conn.server_version
         # the workers' name (they connect with the same items; behind a
@@ -600,7 +603,8 @@ class Monitor:
     def _server_stats(self, end: Snapshot, transactions: int) -> dict[str, Any]:
         start = self.start_snap
         assert start is not None
-        deltas = counters.run_deltas(start, end, self.sources)
+        assert self.conn is not None
+        deltas = counters.run_deltas(start, end, self.sources, self.conn.is_own)
         before, after = counters.checkpoints(start.rows), counters.checkpoints(end.rows)
         cps = None if before is None or after is None else after - before
         return {
@@ -620,6 +624,11 @@ class Monitor:
             "unavailable": dict(self.unavailable),
             "tables": self.tables_seen(end),
             "settings": self.settings,
+            **(
+                {"statements_hidden": counters.hidden_statements(end)}
+                if "statements" in end.rows
+                else {}
+            ),
             **(
                 {"pooler_flush_wait_s": round(self.flush_wait_s, 3)}
                 if self.pooler_mode is not None

@@ -22,7 +22,9 @@ _TOP = 10
 def _label(e: Mapping[str, Any]) -> str:
     text = str(e.get("type", "")) if not e.get("event") else f"{e['type']}:{e['event']}"
     if text == "Client:ClientRead":
-        text += " (waiting for the client)"
+        text += " (idle: waiting for the client to start a transaction)"
+    elif text == "Client:ClientRead in transaction":
+        text += " (waiting for the client mid-transaction, locks held)"
     return text
 
 
@@ -65,6 +67,7 @@ def render_waits(w: Mapping[str, Any]) -> str:
     )
     if not w.get("events"):
         lines.append("  (no samples)")
+    # only the idle share: a wait inside a transaction is its round trips
     client = w.get("client_wait_share")
     if client is not None and client > CLIENT_BOUND_SHARE:
         lines.append(
@@ -129,13 +132,20 @@ def render_server_stats(s: Mapping[str, Any]) -> str:
         for t in deltas.get("tables") or []
     )
     stmts = deltas.get("statements") or []
-    if stmts:
+    hidden = s.get("statements_hidden") or 0
+    if stmts or hidden:
         lines.append("  top statements by execution time:")
         for st in stmts[:5]:
             query = " ".join(str(st.get("query") or "").split())[:60]
             lines.append(
                 f"    {_num(st.get('total_exec_time_ms'), 1):>10} ms "
                 f"{st.get('calls'):>8} calls  {query}"
+            )
+        if hidden:
+            noun = "statement" if hidden == 1 else "statements"
+            lines.append(
+                f"    ({hidden} {noun} of other users left out: their query id "
+                "is hidden without pg_read_all_stats)"
             )
     return "".join(line + "\n" for line in lines)
 
