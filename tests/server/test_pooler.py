@@ -25,7 +25,7 @@ import jsonschema
 import pytest
 
 from pgsurge.report.json import load_schema
-from tests.fix_pooler import Pooler
+from tests.fix_pooler import POOL_SIZE, Pooler
 from tests.fix_run import Outcome, run_pgsurge
 
 pytestmark = pytest.mark.server
@@ -242,3 +242,35 @@ def test_prepared_abort_hint(
         ok = run_pgsurge(args, dsn, cwd=tmp_path)
         assert ok.status == 0, ok.stderr
         assert "max_prepared_statements" not in ok.stderr
+
+
+# -- --pooler-admin -----------------------------------------------------------------
+
+
+def test_pooler_admin_per_interval(
+    pgbouncer_transaction: Pooler, bench_db: str, tmp_path: Path
+) -> None:
+    # more clients than the pool has server connections: some always wait
+    f = script(tmp_path, "sleep.sql", SLEEP_SCRIPT)
+    clients = POOL_SIZE + 10
+    args = ["-n", "-f", f, "-c", str(clients), "-j", "2", "-T", "2", "-P", "1"]
+    admin = f"--pooler-admin={pgbouncer_transaction.admin_dsn}"
+    out, doc = json_run(
+        [*args, admin], pgbouncer_transaction.pooled(bench_db), tmp_path
+    )
+    section = doc["pooler_admin"]
+    assert section["pool_mode"] == "transaction"
+    assert section["max_cl_waiting"] >= 1, section
+    assert 1 <= section["max_sv_active"] <= POOL_SIZE, section
+    processed = doc["totals"]["processed"]
+    # what the pooler passed on: the run's transactions (and the set-up's few)
+    assert processed <= section["xacts"] <= processed + 50, (section, processed)
+    points = [iv["pooler"] for iv in doc["intervals"] if "pooler" in iv]
+    assert len(points) >= 2, doc["intervals"]
+    assert sum(p["xacts"] for p in points) == section["xacts"]
+    assert "pooler console (database" in out.stdout
+    # on a direct connection there is no pooler to read: one warning
+    direct = run_pgsurge([*args, admin], bench_db, cwd=tmp_path)
+    assert direct.status == 0, direct.stderr
+    assert len(lines_with(direct.stderr, "--pooler-admin")) == 1, direct.stderr
+    assert "pooler console" not in direct.stdout

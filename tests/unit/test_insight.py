@@ -19,6 +19,7 @@ from pgsurge.config import IdleMode, RunConfig
 from pgsurge.insight import counters
 from pgsurge.insight.counters import SOURCES, Snapshot
 from pgsurge.insight.own import canonical
+from pgsurge.insight.pooladmin import pool_point, stats_point
 from pgsurge.insight.sampling import ActivitySampler, ProfileSampler, pg_array
 from pgsurge.insight.waits import (
     CLIENT_READ,
@@ -655,3 +656,78 @@ def test_compare_shows_both_sides_waits(tmp_path: Path) -> None:
 
 def _plain(tmp_path: Path) -> list[str]:
     return [write_result(tmp_path / f"p{i}.json", 1000 + i, seq=i) for i in range(3)]
+
+
+def test_pooler_console_points() -> None:
+    rows = [
+        {
+            "database": "bench",
+            "user": "a",
+            "cl_active": "3",
+            "cl_waiting": "2",
+            "sv_active": "3",
+            "sv_idle": "1",
+            "sv_used": "0",
+            "maxwait": "1",
+            "maxwait_us": "500000",
+            "pool_mode": "transaction",
+        },
+        {
+            "database": "bench",
+            "user": "b",
+            "cl_active": "1",
+            "cl_waiting": "0",
+            "sv_active": "1",
+            "sv_idle": "0",
+            "sv_used": "2",
+            "maxwait": "0",
+            "maxwait_us": "2000",
+            "pool_mode": "transaction",
+        },
+        {
+            "database": "other",
+            "user": "a",
+            "cl_active": "50",
+            "cl_waiting": "9",
+            "sv_active": "9",
+            "sv_idle": "0",
+            "sv_used": "0",
+            "maxwait": "9",
+            "maxwait_us": "0",
+            "pool_mode": "session",
+        },
+    ]
+    point = pool_point(rows, "bench")
+    assert point == {
+        "cl_active": 4.0,
+        "cl_waiting": 2.0,
+        "sv_active": 4.0,
+        "sv_idle": 1.0,
+        "sv_used": 2.0,
+        "maxwait_ms": 1500.0,
+    }
+    before = {"total_xact_count": 10, "total_query_count": 20, "total_wait_time": 0}
+    after = {"total_xact_count": 110, "total_query_count": 320, "total_wait_time": 5000}
+    assert stats_point(before, after) == {
+        "xacts": 100.0,
+        "queries": 300.0,
+        "wait_ms_per_xact": 0.05,
+    }
+    assert stats_point(after, after)["wait_ms_per_xact"] == 0.0
+    text = render_insight(
+        {
+            "pooler_admin": {
+                "database": "bench",
+                "pool_mode": "transaction",
+                "reads": 3,
+                "xacts": 100,
+                "queries": 300,
+                "wait_ms_per_xact": 0.05,
+                "max_cl_waiting": 2,
+                "max_sv_active": 4,
+                "max_wait_ms": 1500.0,
+            }
+        }
+    )
+    assert text.startswith("pooler console (database bench, transaction pooling, 3")
+    assert "up to 2 clients waiting" in text

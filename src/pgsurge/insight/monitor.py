@@ -49,6 +49,7 @@ from pgsurge.insight import counters
 from pgsurge.insight.companions import Companions, open_companions
 from pgsurge.insight.counters import SOURCES, Snapshot, StatSource
 from pgsurge.insight.own import RecordingConn
+from pgsurge.insight.pooladmin import PoolAdmin, PoolAdminError
 from pgsurge.insight.sampling import (
     TAG,
     ActivitySampler,
@@ -175,6 +176,9 @@ class Monitor:
     via_pooler: bool = False
     #: behind a pooler: how long --server-stats waited for the counters
     flush_wait_s: float = 0.0
+    #: --pooler-admin: the console, and its figures by interval start
+    pool_admin: PoolAdmin | None = None
+    admin_points: dict[int, dict[str, float]] = field(default_factory=dict)
     start_us: int = 0
     _thread: threading.Thread | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -192,6 +196,7 @@ class Monitor:
         *,
         pooler_mode: str | None = None,
         app_name: str | None = None,
+        database: str | None = None,
     ) -> Monitor:
         """Open the sessions and the monitor connection (see the module
         doc); raises :class:`ConnectError` when one cannot connect.
@@ -203,6 +208,19 @@ class Monitor:
             items = {"dbname": cfg.monitor_dsn, "fallback_application_name": PROG}
         mon.via_pooler = pooler_mode is not None and cfg.monitor_dsn is None
         try:
+            if cfg.pooler_admin_dsn is not None:
+                if database is None:
+                    warn(
+                        _warning(
+                            "--pooler-admin",
+                            "no connection pooler was found between "
+                            f"{PROG} and the server: its console is not read",
+                        )
+                    )
+                else:
+                    mon.pool_admin = PoolAdmin.connect(
+                        cfg.pooler_admin_dsn, database, password
+                    )
             if cfg.idle_sessions:
                 mon.companions = open_companions(
                     items, password, cfg.idle_sessions, cfg.idle_mode
@@ -335,7 +353,11 @@ class Monitor:
         if cfg.waits_ms is not None and self.conn is not None:
             self.profile = WaitProfile(anchor_us=start_us, interval_us=interval_us)
             self.sampler = self._make_sampler(interval_us, warn)
-        if self.sampler is None and not (cfg.server_stats and cfg.progress_s):
+        if (
+            self.sampler is None
+            and not (cfg.server_stats and cfg.progress_s)
+            and self.pool_admin is None
+        ):
             return
         self._thread = threading.Thread(
             target=self._run, name="pgsurge-monitor", daemon=True
@@ -426,8 +448,10 @@ class Monitor:
         step_us = 1_000_000 * cfg.progress_s if cfg.server_stats else 0
         next_boundary = self.start_us + step_us if step_us else None
         next_sample = _clock() if self.sampler is not None else None
+        admin_us = self._admin_step_us()
+        next_admin = self.start_us + admin_us if self.pool_admin is not None else None
         while True:
-            dues = [t for t in (next_sample, next_boundary) if t is not None]
+            dues = [t for t in (next_sample, next_boundary, next_admin) if t]
             if not dues:
                 return
             delay = max(0, min(dues) - _clock()) / 1e6
@@ -445,6 +469,12 @@ class Monitor:
                     self._boundary(next_boundary - step_us)
                     while next_boundary <= now:
                         next_boundary += step_us
+                if next_admin is not None and now >= next_admin:
+                    if not self._admin_read(next_admin - admin_us):
+                        next_admin = None
+                    else:
+                        while next_admin <= now:
+                            next_admin += admin_us
             except Exception as exc:  # keep the run going without the monitor
                 self.warnings.append(_warning("monitor", f"stopped: {exc}"))
                 return
@@ -457,6 +487,24 @@ class Monitor:
         except SamplerError as exc:
             self.warnings.append(_warning("--waits", f"sampling stopped: {exc}"))
             self.sampler = None
+
+    def _admin_step_us(self) -> int:
+        """The JSON series' interval (-P, else 1 s)."""
+        return 1_000_000 * (self.cfg.progress_s or 1)
+
+    def _admin_read(self, interval_start_us: int) -> bool:
+        """One read of the pooler's console; False when it failed (one
+        warning, no more reads)."""
+        admin = self.pool_admin
+        assert admin is not None
+        try:
+            self.admin_points[interval_start_us] = admin.read()
+        except PoolAdminError as exc:
+            self.warnings.append(_warning("--pooler-admin", f"stopped: {exc}"))
+            admin.close()
+            self.pool_admin = None
+            return False
+        return True
 
     def _boundary(self, interval_start_us: int) -> None:
         prev = self.last_snap
@@ -524,6 +572,15 @@ class Monitor:
                 intervals.setdefault(start, {"start_us": start})["server_stats"] = (
                     figures
                 )
+        if self.pool_admin is not None:
+            # the tail: from the last read to the end
+            step = self._admin_step_us()
+            last = max(self.admin_points, default=None)
+            self._admin_read(self.start_us if last is None else last + step)
+        if self.pool_admin is not None:
+            out["pooler_admin"] = self.pool_admin.summary()
+            for start, point in self.admin_points.items():
+                intervals.setdefault(start, {"start_us": start})["pooler"] = point
         if self.companions is not None:
             out["idle_sessions"] = self.companions.to_dict()
         if intervals:
@@ -659,3 +716,6 @@ class Monitor:
             conn.finish()
         if self.companions is not None:
             self.companions.close()
+        if self.pool_admin is not None:
+            admin, self.pool_admin = self.pool_admin, None
+            admin.close()

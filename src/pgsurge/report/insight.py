@@ -150,6 +150,19 @@ def render_server_stats(s: Mapping[str, Any]) -> str:
     return "".join(line + "\n" for line in lines)
 
 
+def render_pooler_admin(p: Mapping[str, Any]) -> str:
+    """The ``--pooler-admin`` line."""
+    mode = f", {p['pool_mode']} pooling" if p.get("pool_mode") else ""
+    return (
+        f"pooler console (database {p.get('database')}{mode}, {p.get('reads')} "
+        f"reads): {p.get('xacts')} transactions passed on, up to "
+        f"{p.get('max_cl_waiting')} clients waiting for a server connection "
+        f"(longest wait {_num(p.get('max_wait_ms'), 1)} ms, "
+        f"{_num(p.get('wait_ms_per_xact'), 3)} ms per transaction), up to "
+        f"{p.get('max_sv_active')} server connections active\n"
+    )
+
+
 def render_insight(doc: Mapping[str, Any]) -> str:
     """The text blocks of the sections present in ``doc``."""
     out = ""
@@ -157,6 +170,8 @@ def render_insight(doc: Mapping[str, Any]) -> str:
         out += render_waits(doc["waits"])
     if isinstance(doc.get("server_stats"), Mapping):
         out += render_server_stats(doc["server_stats"])
+    if isinstance(doc.get("pooler_admin"), Mapping):
+        out += render_pooler_admin(doc["pooler_admin"])
     return out
 
 

@@ -320,6 +320,7 @@ def _start_monitor(
             writer(err),
             pooler_mode=pooler.mode if pooler else None,
             app_name=pooler.application_name if pooler else None,
+            database=pooler.database if pooler else None,
         )
     except ConnectError as exc:
         err.write(f"{PROG}: error: {exc}\n")

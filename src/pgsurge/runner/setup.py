@@ -78,6 +78,8 @@ class PoolerInfo:
     mode: str
     #: the workers' application_name (the run's sessions are found by it)
     application_name: str
+    #: the database as the pooler names it (its console's pools)
+    database: str = ""
 
     def notice(self) -> str:
         """The one stderr line that says so."""
@@ -96,6 +98,7 @@ class PoolerInfo:
             "server_backend_pid": self.server_pid,
             "mode": self.mode,
             "application_name": self.application_name,
+            "database": self.database,
         }
 
 
@@ -243,7 +246,7 @@ def detect_pooler(
                 mode = "transaction"
         finally:
             other.finish()
-    return PoolerInfo(conn.backend_pid, server_pid, mode, app)
+    return PoolerInfo(conn.backend_pid, server_pid, mode, app, conn.dbname)
 
 
 def worker_specs(
