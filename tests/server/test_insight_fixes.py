@@ -10,20 +10,26 @@
   trips, locks held), and the client-bound hint comes only with the first.
 
 The statement cases need ``pg_stat_statements`` preloaded: a cluster of
-their own (``tests/fix_pgss.py``).
+their own (``tests/fix_pgss.py``). That cluster and the session's server
+also make the two servers of a multi-host connection string
+(``host=a,b``), whose per-server figures sum to the run's.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import jsonschema
+import psycopg
 import pytest
+from psycopg import sql
 
 from pgsurge.report.json import load_schema
-from tests.fix_run import Outcome, run_pgsurge
+from tests.fix_run import Outcome, run_pgbench, run_pgsurge
 
 pytestmark = pytest.mark.server
 
@@ -138,3 +144,65 @@ def test_client_wait_split_idle_and_in_transaction(
     ), waits
     assert HINT in out.stdout
     assert "idle: waiting for the client to start a transaction" in out.stdout
+
+
+# -- a multi-host connection string -------------------------------------------
+
+
+@pytest.fixture
+def two_servers(server_dsn: str, pgss_server: str, pgbench_bin: Path) -> Iterator[str]:
+    """One database name on two servers, both with the pgbench tables; a
+    conninfo naming both hosts (clients spread over them at random)."""
+    name = f"t_mh_{uuid.uuid4().hex[:10]}"
+    admins = (server_dsn, pgss_server)
+    parts = [psycopg.conninfo.conninfo_to_dict(d) for d in admins]
+    for admin in admins:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        init = run_pgbench(
+            pgbench_bin,
+            ["-i", "-s", "1", "-q"],
+            psycopg.conninfo.make_conninfo(admin, dbname=name),
+        )
+        assert init.status == 0, init.stderr
+    yield psycopg.conninfo.make_conninfo(
+        host=",".join(str(p["host"]) for p in parts),
+        port=",".join(str(p.get("port") or 5432) for p in parts),
+        user=str(parts[0]["user"]),
+        dbname=name,
+        load_balance_hosts="random",
+    )
+    for admin in admins:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                    sql.Identifier(name)
+                )
+            )
+
+
+def test_multi_host_figures_per_server(two_servers: str, tmp_path: Path) -> None:
+    # 16 clients over two servers at random: all on one has odds 2**-15
+    out, doc = json_run(
+        ["-n", "-S", "-c", "16", "-j", "2", "-T", "1"], two_servers, tmp_path
+    )
+    targets = doc["targets"]
+    assert len(targets) == 2, targets
+    hosts = {t["target"].rsplit(":", 1)[0] for t in targets}
+    assert len(hosts) == 2, targets
+    assert sum(t["clients"] for t in targets) == 16
+    processed = doc["totals"]["processed"]
+    assert sum(t["transactions"] for t in targets) == processed
+    assert all(t["transactions"] > 0 for t in targets), targets
+    assert sum(t["tps"] for t in targets) == pytest.approx(
+        processed / doc["duration_s"], rel=1e-6
+    )
+    assert "the clients reached 2 servers" in out.stderr
+    # one server: nothing of the kind
+    single = run_pgsurge(
+        ["-n", "-S", "-c", "4", "-T", "1"],
+        two_servers.replace("load_balance_hosts=random", ""),
+        cwd=tmp_path,
+    )
+    assert single.status == 0, single.stderr
+    assert "servers:" not in single.stderr

@@ -32,7 +32,7 @@ import psycopg
 
 from pgsurge.config import ConnParams, RunConfig
 from pgsurge.redact import redact_text, redact_value
-from pgsurge.report.extras import busy_workers, percentile_label
+from pgsurge.report.extras import busy_workers, percentile_label, target_figures
 from pgsurge.report.output import write_output
 from pgsurge.stats.counters import StatsData
 from pgsurge.stats.histogram import Histogram
@@ -310,6 +310,8 @@ def build_document(result: RunResult, config: RunConfig) -> dict[str, Any]:
     doc.update((k, v) for k, v in result.insight.items() if k != "intervals")
     if result.hosts:  # a multi-host run (--dask)
         doc["hosts"] = [dict(h) for h in result.hosts]
+    if result.targets:  # a multi-host connection string's servers
+        doc["targets"] = target_figures(result)
     return doc
 
 

@@ -66,6 +66,7 @@ from pgsurge.report.extras import (
     client_limited_warning,
     nothing_processed_warning,
     render_extras,
+    targets_line,
 )
 from pgsurge.report.text import (
     render_abort_notice,
@@ -215,7 +216,7 @@ def _report(
         text_out.write(render_insight(result.insight))
         err.write(insight_warnings(result.insight, PROG))
     text_out.flush()
-    warning = nothing_processed_warning(result, PROG)
+    warning = targets_line(result, PROG) + nothing_processed_warning(result, PROG)
     if result.total_duration_us >= WARN_MIN_DURATION_US:
         warning += client_limited_warning(result, PROG, cpus=_cpus())
     if warning:
