@@ -378,6 +378,11 @@ class Monitor:
                 if self.pooler_mode is not None
                 else "-C gives no backend pids to follow"
             )
+            if self.via_pooler:
+                why += (
+                    " (and the sampler waits for a server connection as the "
+                    "clients do: --monitor DSN goes straight to the server)"
+                )
             warn(
                 _warning(
                     "--waits",
@@ -568,6 +573,8 @@ class Monitor:
                     self.last_snap, end, self.sources
                 )
             out["server_stats"] = self._server_stats(end, transactions)
+            if self.pooler_mode is not None:
+                self._check_commits(out["server_stats"], transactions)
             for start, figures in self.interval_stats.items():
                 intervals.setdefault(start, {"start_us": start})["server_stats"] = (
                     figures
@@ -656,6 +663,25 @@ class Monitor:
             left = FLUSH_AFTER_S - (age or 0) + 0.05 if not busy else 0.5
             time.sleep(max(0.0, min(left, deadline - time.monotonic())))
         self.flush_wait_s = time.monotonic() - t0
+
+    def _check_commits(self, stats: dict[str, Any], transactions: int) -> None:
+        """Behind a pooler: a warning when the server counted fewer
+        transactions than the run made. A session reports the commits of
+        transactions that touched no table only along with other counters
+        or at its exit, and the pooler's sessions do not exit."""
+        db = (stats.get("deltas") or {}).get("database") or {}
+        counted = (db.get("xact_commit") or 0) + (db.get("xact_rollback") or 0)
+        if counted >= 0.99 * transactions:
+            return
+        self.warnings.append(
+            _warning(
+                "--server-stats",
+                f"the server counted {counted:g} transactions of the run's "
+                f"{transactions}: a pooled session reports the commits of "
+                "transactions that touched no table only with other counters "
+                "or when it exits, which the pooler's sessions do not",
+            )
+        )
 
     def _server_stats(self, end: Snapshot, transactions: int) -> dict[str, Any]:
         start = self.start_snap
