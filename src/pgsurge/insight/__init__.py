@@ -10,7 +10,8 @@ worker's loop:
 * ``companions``: idle sessions held open for the run
   (``--idle-sessions N[:MODE]``);
 * ``own``: the monitor's own statements, left out of the top statements;
-* ``pooladmin``: PgBouncer's console per interval (``--pooler-admin``).
+* ``pooladmin``: PgBouncer's console per interval (``--pooler-admin``);
+* ``pooled``: the waits and warnings that only a pooler needs.
 
 Behind a connection pooler (found at set-up by the runner) the monitor
 follows the server sessions by name, and ``--monitor DSN`` connects it

@@ -28,7 +28,7 @@ mode and the workers' ``application_name``) the pids libpq reports are
 the pooler's, not backends: the sampler follows the server sessions by
 name, runs unprepared statements when it goes through a transaction
 pooler itself, ``--server-stats`` waits for the pooled sessions' counters
-to reach the server (they outlive the clients, see :data:`FLUSH_AFTER_S`),
+to reach the server (they outlive the clients, see ``pooled``),
 and the idle sessions of a transaction pooler get a warning. ``--monitor
 DSN`` (``cfg.monitor_dsn``) connects the monitor and the idle sessions
 there instead of to the run's target: straight to the server.
@@ -45,7 +45,7 @@ from typing import Any
 from pgsurge import pgconn
 from pgsurge.config import RunConfig
 from pgsurge.errors import PROG
-from pgsurge.insight import counters
+from pgsurge.insight import counters, pooled
 from pgsurge.insight.companions import Companions, open_companions
 from pgsurge.insight.counters import SOURCES, Snapshot, StatSource
 from pgsurge.insight.own import RecordingConn
@@ -65,17 +65,6 @@ Warn = Callable[[str], None]
 
 #: how long the end snapshot waits for the run's backends to exit
 EXIT_WAIT_S = 5.0
-#: a backend that goes idle less than a second after its last flush keeps
-#: its counters for 10 s (PostgreSQL's idle stats interval): behind a
-#: pooler, whose server sessions outlive the run, the totals are complete
-#: once every session of the database has been idle this long
-FLUSH_AFTER_S = 10.5
-#: ... waiting at most this long after the run (a busy neighbour)
-FLUSH_WAIT_S = 13.0
-#: the monitor's own sessions (by name: behind a pooler pids are no help)
-MONITOR_APP = "pgsurge monitor"
-IDLE_APP = "pgsurge idle session"
-
 _PRIVILEGED_SQL = (
     "SELECT rolsuper OR pg_catalog.pg_has_role(current_user, 'pg_read_all_stats',"
     " 'MEMBER') FROM pg_catalog.pg_roles WHERE rolname = current_user"
@@ -99,39 +88,12 @@ WHERE pid = ANY($1::int[])
        AND pid <> pg_catalog.pg_backend_pid() AND pid <> ALL($3::int[]))"""
 
 
-# the seconds since the newest idle session of this database went idle,
-# and how many are not idle (all but ours)
-_IDLE_AGE_SQL = f"""{TAG} SELECT
-  extract(epoch FROM pg_catalog.clock_timestamp() - max(state_change))::float8,
-  count(*) FILTER (WHERE state IS DISTINCT FROM 'idle')
-FROM pg_catalog.pg_stat_activity
-WHERE backend_type = 'client backend' AND datname = pg_catalog.current_database()
-  AND pid <> pg_catalog.pg_backend_pid()
-  AND application_name NOT IN ('{MONITOR_APP}', '{IDLE_APP}')"""
-
-
 def _clock() -> int:
     return time.monotonic_ns() // 1000
 
 
 def _warning(what: str, text: str) -> str:
     return f"{PROG}: warning: {what}: {text}\n"
-
-
-def _idle_pool_warning(cfg: RunConfig) -> str:
-    """--idle-sessions through a transaction pooler: what they really do."""
-    if cfg.idle_mode.value == "idle":
-        text = (
-            "behind a transaction pooler an idle session holds no server "
-            "session at all: it adds nothing to the server"
-        )
-    else:
-        text = (
-            f"behind a transaction pooler each {cfg.idle_mode.value} session "
-            "pins one of the pool's server connections for the whole run (the "
-            "clients share the rest); --monitor DSN opens them on the server"
-        )
-    return _warning("--idle-sessions", text)
 
 
 def _one(conn: pgconn.PgConn, sql: str) -> str | None:
@@ -226,21 +188,12 @@ class Monitor:
                     items, password, cfg.idle_sessions, cfg.idle_mode
                 )
                 if mon.via_pooler and pooler_mode == "transaction":
-                    warn(_idle_pool_warning(cfg))
+                    warn(pooled.idle_sessions_warning(cfg.idle_mode.value))
             if cfg.waits_ms is not None or cfg.server_stats:
                 mon._connect(items, password, warn)
                 if cfg.server_stats:
                     if pooler_mode is not None:
-                        warn(
-                            _warning(
-                                "--server-stats",
-                                "behind a connection pooler the server sessions "
-                                "outlive the clients and report their counters up "
-                                f"to {FLUSH_AFTER_S - 0.5:.0f} s after going idle: "
-                                "the totals wait for that (the -P interval "
-                                "figures lag by as much)",
-                            )
-                        )
+                        warn(pooled.SERVER_STATS_WARNING)
                     mon._setup_counters(scripts, warn)
         except BaseException:
             mon.close()
@@ -257,7 +210,7 @@ class Monitor:
         # pooler the set-up read it), then ours
         if not self.app_name:
             self.app_name = _one(conn, "SHOW application_name") or ""
-        conn.exec_status(f"SET application_name = '{MONITOR_APP}'")
+        conn.exec_status(f"SET application_name = '{pooled.MONITOR_APP}'")
         self.privileged = _one(conn, _PRIVILEGED_SQL) == "t"
         if not self.privileged:
             warn(
@@ -558,7 +511,9 @@ class Monitor:
                 intervals.setdefault(start, {"start_us": start})["waits"] = shares
         if self.cfg.server_stats and self.start_snap is not None and self.conn:
             if self.pooler_mode is not None:
-                self._wait_for_flush()
+                self.flush_wait_s, warning = pooled.wait_for_flush(self.conn)
+                if warning:
+                    self.warnings.append(warning)
             else:
                 self._wait_for_exit()
             end = self._snapshot(self.warnings.append)
@@ -574,7 +529,9 @@ class Monitor:
                 )
             out["server_stats"] = self._server_stats(end, transactions)
             if self.pooler_mode is not None:
-                self._check_commits(out["server_stats"], transactions)
+                warning = pooled.commits_warning(out["server_stats"], transactions)
+                if warning:
+                    self.warnings.append(warning)
             for start, figures in self.interval_stats.items():
                 intervals.setdefault(start, {"start_us": start})["server_stats"] = (
                     figures
@@ -622,64 +579,6 @@ class Monitor:
                 "--server-stats",
                 "the run's sessions had not all exited: the end counters may "
                 "miss up to a second of their work",
-            )
-        )
-
-    def _idle_age(self) -> tuple[float | None, int]:
-        """(seconds since the newest session of the database went idle,
-        sessions not idle), ours left out; (None, 0) on a failure."""
-        conn = self.conn
-        assert conn is not None
-        status, res = conn.exec_status(_IDLE_AGE_SQL)
-        if status != pgconn.TUPLES_OK or res.ntuples == 0:
-            return None, 0
-        age = pgconn.value_text(res, 0, 0)
-        busy = int(pgconn.value_text(res, 0, 1) or 0)
-        return (float(age) if age else None), busy
-
-    def _wait_for_flush(self) -> None:
-        """Behind a pooler: until every server session of this database has
-        been idle :data:`FLUSH_AFTER_S` (its counters reported), at most
-        :data:`FLUSH_WAIT_S`."""
-        t0 = time.monotonic()
-        deadline = t0 + FLUSH_WAIT_S
-        while True:
-            age, busy = self._idle_age()
-            if age is None and not busy:
-                break
-            if not busy and age is not None and age >= FLUSH_AFTER_S:
-                break
-            if time.monotonic() >= deadline:
-                self.warnings.append(
-                    _warning(
-                        "--server-stats",
-                        "the pooler's server sessions were not all idle for "
-                        f"{FLUSH_AFTER_S:g} s: the totals may miss some of "
-                        "their work",
-                    )
-                )
-                break
-            # few polls: each is a transaction of its own in the counters
-            left = FLUSH_AFTER_S - (age or 0) + 0.05 if not busy else 0.5
-            time.sleep(max(0.0, min(left, deadline - time.monotonic())))
-        self.flush_wait_s = time.monotonic() - t0
-
-    def _check_commits(self, stats: dict[str, Any], transactions: int) -> None:
-        """Behind a pooler: a warning when the server counted fewer
-        transactions than the run made. A session reports the commits of
-        transactions that touched no table only along with other counters
-        or at its exit, and the pooler's sessions do not exit."""
-        db = (stats.get("deltas") or {}).get("database") or {}
-        counted = (db.get("xact_commit") or 0) + (db.get("xact_rollback") or 0)
-        if counted >= 0.99 * transactions:
-            return
-        self.warnings.append(
-            _warning(
-                "--server-stats",
-                f"the server counted {counted:g} transactions of the run's "
-                f"{transactions}: a pooled session reports the commits of "
-                "transactions that touched no table only with other counters "
-                "or when it exits, which the pooler's sessions do not",
             )
         )
 
