@@ -426,7 +426,9 @@ def test_help_is_pgbench_help_plus_our_options(pgbench_bin: Path) -> None:
         "  --no-live                no live panel on the"
         " terminal during the run\n"
         "  --percentiles[=LIST]     report latency percentiles (default:"
-        " 50,90,99,99.9)\n",
+        " 50,90,99,99.9)\n"
+        "  --pooler-admin=DSN       read PgBouncer's SHOW POOLS/STATS at DSN per"
+        " interval\n",
         "  -d, --dbname": "  --embedded               use pgsurge's embedded"
         " PostgreSQL server\n",
         "  --sampling-rate": "  --reconnect[=NUM]        reconnect a client whose"
