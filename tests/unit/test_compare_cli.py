@@ -5,6 +5,8 @@ result files made from a real ``--json`` document
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import re
 import subprocess
 import sys
@@ -435,6 +437,68 @@ def test_ab_out_must_be_new_or_empty(tmp_path: Path) -> None:
         r.stderr
         == f'pgsurge: error: --out: "{tmp_path}" exists and is not an empty directory\n'
     )
+
+
+def _refused_out(out: Path, why: str) -> None:
+    r = run_cli(["ab", "--out", str(out), "--", "-S"])
+    assert (r.status, r.stdout) == (1, "")
+    assert r.stderr == f"pgsurge: error: --out: refusing to use {out}: {why}\n"
+
+
+@pytest.mark.parametrize("cmd", ["ab", "sweep"])
+def test_out_refuses_a_symlink(tmp_path: Path, cmd: str) -> None:
+    # a link planted at --out (to an empty directory, or to one the link's
+    # maker cannot write) would have results written and chmod-ed there
+    target = tmp_path / "victim"
+    target.mkdir(mode=0o755)
+    target.chmod(0o755)
+    link = tmp_path / "out"
+    link.symlink_to(target)
+    args = ["--vary", "-c 1,2"] if cmd == "sweep" else []
+    r = run_cli([cmd, *args, "--out", str(link), "--", "-S"])
+    assert (r.status, r.stdout) == (1, "")
+    assert r.stderr == (
+        f"pgsurge: error: --out: refusing to use {link}: it is a symbolic link\n"
+    )
+    assert oct(target.stat().st_mode & 0o777) == "0o755"  # not chmod-ed
+    assert list(target.iterdir()) == []
+
+
+def test_out_refuses_a_dangling_symlink(tmp_path: Path) -> None:
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "missing")
+    _refused_out(link, "it is a symbolic link")
+    assert not (tmp_path / "missing").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as nobody")
+def test_out_refuses_another_users_directory(tmp_path: Path) -> None:
+    tmp_path.chmod(0o755)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, pwd.getpwnam("nobody").pw_uid, -1)
+    _refused_out(theirs, 'it is owned by "nobody"')
+    # and one below a directory another user could swap
+    below = theirs / "x"
+    _refused_out(
+        below,
+        f'the directory {theirs} above it is owned by "nobody" (another user '
+        "could replace it)",
+    )
+    assert list(theirs.iterdir()) == []
+
+
+def test_out_an_empty_directory_of_ours_is_closed(tmp_path: Path) -> None:
+    # taken as before, but made 0700 whatever the umask made it
+    from pgsurge.experiment.command import _out_dir
+
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o775)
+    mine.chmod(0o775)
+    assert _out_dir(str(mine)) == mine
+    assert mine.stat().st_mode & 0o777 == 0o700
+    made = _out_dir(str(tmp_path / "new" / "deeper"))
+    assert made.stat().st_mode & 0o777 == 0o700
 
 
 def test_schedule() -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import errno
 import json
 import os
 import re
@@ -386,18 +387,58 @@ def _out_dir(given: str | None, prefix: str = "pgsurge-ab") -> Path:
             path = Path(f"{prefix}-{stamp}-{n}")
     else:
         path = Path(given)
-        if path.exists() and (not path.is_dir() or any(path.iterdir())):
-            raise UsageError(f'--out: "{given}" exists and is not an empty directory')
+    return _checked_out_dir(path, given)
+
+
+def _checked_out_dir(path: Path, given: str | None) -> Path:
+    """Make or take the output directory as the data location is taken
+    (``server.safedir``): ab and sweep may run as root, and a symlink or
+    another user's directory planted at ``--out`` would have the results
+    and logs written (and the directory chmod-ed) wherever it points. A
+    directory above that another user could swap, a symlink at the end, a
+    directory of someone else's: refused. The path used afterwards is the
+    one with the trusted links resolved, and the directory is ours and
+    0700, so nobody else can plant a file in it."""
+    from pgsurge.errors import ServerError
+    from pgsurge.server.safedir import check_ancestors, make_dirs, user_name
+
+    shown = given if given is not None else str(path)
+    real = path
     try:
-        path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-        # whatever the umask (or an empty --out made by the user): the
-        # results and logs may name users, hosts and databases
-        os.chmod(path, DIR_MODE)
+        real = check_ancestors(path)
+        make_dirs(real, DIR_MODE)
+        fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except ServerError as exc:
+        raise PgsurgeError(f"--out: {exc.message}") from None
     except OSError as exc:
+        if os.path.islink(real):
+            raise PgsurgeError(
+                f"--out: refusing to use {shown}: it is a symbolic link"
+            ) from None
+        if exc.errno == errno.ENOTDIR:
+            raise UsageError(
+                f'--out: "{shown}" exists and is not an empty directory'
+            ) from None
         raise PgsurgeError(
-            f'could not create "{path}": {exc.strerror or exc}'
+            f'could not create "{shown}": {exc.strerror or exc}'
         ) from None
-    return path
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            raise PgsurgeError(
+                f"--out: refusing to use {shown}: it is owned by "
+                f'"{user_name(st.st_uid)}"'
+            )
+        # whatever the umask (or an empty --out made by the user): the
+        # results and logs may name users, hosts and databases; closed
+        # first, so the emptiness seen next stays true
+        os.fchmod(fd, DIR_MODE)
+        if os.listdir(fd):
+            raise UsageError(f'--out: "{shown}" exists and is not an empty directory')
+    finally:
+        os.close(fd)
+    # as given when no link was resolved on the way (it is what is shown)
+    return path if real == path.absolute() else real
 
 
 def _validate(arms: list[Arm], common: list[str], check: RunArgsCheck) -> list[Arm]:
