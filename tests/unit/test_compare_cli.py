@@ -429,6 +429,18 @@ def test_ab_bad_arguments(
     assert list(tmp_path.iterdir()) == []  # no output directory was made
 
 
+def test_ab_bad_arm_arguments_do_not_print_a_password(tmp_path: Path) -> None:
+    # a conninfo left unquoted in --b is split into words; the message
+    # quoting one of them printed the password
+    r = run_cli(["ab", "--b", "dbname=x password=ABSECRET", "--", "-S"])
+    assert (r.status, r.stdout) == (1, "")
+    assert r.stderr.startswith(
+        "pgsurge: error: arm B's arguments (--b and the common ones): too many "
+        'command-line arguments (first is "password=********")\n'
+    )
+    assert "ABSECRET" not in r.stderr
+
+
 def test_ab_out_must_be_new_or_empty(tmp_path: Path) -> None:
     (tmp_path / "x").write_text("")
     r = run_cli(["ab", "--out", str(tmp_path), "--", "-S"])

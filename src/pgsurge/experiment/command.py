@@ -441,6 +441,16 @@ def _checked_out_dir(path: Path, given: str | None) -> Path:
     return path if real == path.absolute() else real
 
 
+def _mask_words(text: str, words: Sequence[str]) -> str:
+    """``text`` with each of ``words`` that holds a password masked where
+    it is quoted whole (a message's ``(first is "…")``; ``redact_text``
+    would take the closing quote for part of the password)."""
+    for word, shown in zip(words, redact_words(words), strict=True):
+        if word != shown and word:
+            text = text.replace(word, shown)
+    return text
+
+
 def _validate(arms: list[Arm], common: list[str], check: RunArgsCheck) -> list[Arm]:
     """Each arm's arguments read as its runs will read them, before the
     first run: a bad option of arm B is no surprise after arm A ran."""
@@ -454,10 +464,15 @@ def _validate(arms: list[Arm], common: list[str], check: RunArgsCheck) -> list[A
                 if arm.args
                 else f"the common arguments (arm {arm.name})"
             )
+            # the arm's words may be a conninfo split at its spaces: a
+            # message quoting one ("too many ... (first is "password=…")")
+            # must not print the password (pgsurge itself prints it, as
+            # pgbench does, but ab's arguments go into logs and tickets)
+            words = [*arm.args, *common, *arm.env.values()]
             raise UsageError(
-                f"{where}: {e.message}",
-                detail=e.detail,
-                hint=e.hint,
+                f"{where}: {_mask_words(e.message, words)}",
+                detail=e.detail and _mask_words(e.detail, words),
+                hint=e.hint and _mask_words(e.hint, words),
             ) from None
         checked.append(replace(arm, conn=conn, force_embedded=embedded))
     return checked
