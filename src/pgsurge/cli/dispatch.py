@@ -192,7 +192,19 @@ def _dispatch(cfg: InitConfig | RunConfig) -> int:
     if cfg.store is None:
         return int(run(cfg, drive=drive))
     results: list[RunResult] = []
-    status = run(cfg, drive=drive, on_result=results.append)
+    try:
+        status = run(cfg, drive=drive, on_result=results.append)
+    except RunInterrupted as e:
+        # not stored (a cut run would read as a slower build in history),
+        # and said so: a silent miss leaves a hole the user finds later
+        import signal
+
+        name = signal.Signals(e.signum).name
+        sys.stderr.write(
+            f"{PROG}: the run was not stored: it was interrupted by {name}\n"
+        )
+        sys.stderr.flush()
+        raise
     return _store_result(cfg, results, status)
 
 
