@@ -205,6 +205,15 @@ def _dispatch(cfg: InitConfig | RunConfig) -> int:
         )
         sys.stderr.flush()
         raise
+    except (PgsurgeError, OSError):
+        # the run completed but an output failed (a --json file on a full
+        # disk, a stdout gone): the store still keeps the measurement
+        if results and not results[0].aborted and results[0].interrupted_by is None:
+            try:
+                _store_result(cfg, results, ExitStatus.SUCCESS)
+            except PgsurgeError as store_error:
+                sys.stderr.write(store_error.format())
+        raise
     return _store_result(cfg, results, status)
 
 
