@@ -257,9 +257,9 @@ def _report(
         err.write(render_interrupt_notice(result, PROG))
         err.flush()
     if failures:
-        for exc in failures[1:]:
-            if isinstance(exc, PgsurgeError):
-                err.write(exc.format())
+        for other in failures[1:]:
+            if isinstance(other, PgsurgeError):
+                err.write(other.format())
         err.flush()
         raise failures[0]
     if result.interrupted_by is not None:
