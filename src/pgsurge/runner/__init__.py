@@ -53,7 +53,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from pgsurge import __version__
 from pgsurge.config import RunConfig
@@ -173,7 +173,7 @@ def run(
         local = partial(drive_local, show_live=show_live, monitor=monitor)
         result = (drive or local)(specs, facts, err)
         if monitor is not None:
-            result.insight = monitor.finish(result.total.cnt)
+            result.insight = _finish_monitor(monitor, result.total.cnt, err)
     except RunFailed as e:
         release_held()
         out.flush()
@@ -206,6 +206,23 @@ def run(
     finally:
         # an interrupted run's signals were held while it was reported
         release_held()
+
+
+def _finish_monitor(monitor: Monitor, transactions: int, err: TextIO) -> dict[str, Any]:
+    """The monitor's figures; none (and a warning) when its connection died
+    at the end of the run (the server stopped or restarted): the run's own
+    report must not be lost to a traceback of the monitor's."""
+    from pgsurge import pgconn
+
+    try:
+        return dict(monitor.finish(transactions))
+    except pgconn.LibpqError as exc:
+        reason = pgconn.strip_newline(str(exc)).splitlines()[0]
+        err.write(
+            f"{PROG}: warning: server statistics and waits left out: the "
+            f"monitor's connection failed at the end of the run: {reason}\n"
+        )
+        return {}
 
 
 def _report(

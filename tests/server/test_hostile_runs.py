@@ -1,0 +1,51 @@
+"""A run whose server goes away under it: the report, the --json document
+and the exit status survive whatever the monitor's session meets.
+
+Hostile-tester regressions: the monitor's end snapshot (``--server-stats``,
+``--waits``) on a connection the server had closed raised a psycopg
+traceback from the runner, and the report and the JSON were lost.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fix_run import plain_env
+
+pytestmark = pytest.mark.server
+
+#: ends every other session of this database: the monitor's among them
+KILL_OTHERS = (
+    "select pg_terminate_backend(pid) from pg_stat_activity "
+    "where pid <> pg_backend_pid() and backend_type = 'client backend' "
+    "and datname = current_database();\n"
+)
+
+
+def test_monitor_session_killed_keeps_the_report_and_json(
+    fresh_db: str, tmp_path: Path
+) -> None:
+    (tmp_path / "kill.sql").write_text(KILL_OTHERS)
+    args = ["-n", "-f", "kill.sql", "-t", "1", "--server-stats", "--waits"]
+    r = subprocess.run(
+        [sys.executable, "-m", "pgsurge", *args, "--json", "r.json", fresh_db],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=plain_env(),
+        timeout=120,
+    )
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 0, r.stderr
+    assert "number of transactions actually processed: 1/1" in r.stdout
+    assert (
+        "pgsurge: warning: server statistics and waits left out: the monitor's "
+        "connection failed at the end of the run: "
+    ) in r.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["totals"]["transactions"] == 1
