@@ -49,3 +49,27 @@ def test_monitor_session_killed_keeps_the_report_and_json(
     ) in r.stderr
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["totals"]["transactions"] == 1
+
+
+def test_ab_arm_options_win_over_the_common_ones(fresh_db: str, tmp_path: Path) -> None:
+    """``--a "-c 2" --b "-c 3" -- -c 1``: each arm runs as it is labelled.
+    The common arguments came last, so both arms ran -c 1 under the names
+    "-c 2" and "-c 3" (a sweep's ``--vary -c`` points likewise)."""
+    (tmp_path / "one.sql").write_text("select 1;\n")
+    out = tmp_path / "out"
+    own = ["--runs", "1", "--warmup", "0", "--a", "-c 2", "--b", "-c 3"]
+    common = ["-n", "-f", "one.sql", "-c", "1", "-T", "1", fresh_db]
+    r = subprocess.run(
+        [sys.executable, "-m", "pgsurge", "ab", *own, "--out", str(out), "--", *common],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=plain_env(),
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    clients = {
+        doc["experiment"]["arm"]: doc["config"]["clients"]
+        for doc in (json.loads(p.read_text()) for p in sorted(out.glob("run-*.json")))
+    }
+    assert clients == {"A": 2, "B": 3}

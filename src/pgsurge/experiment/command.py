@@ -457,7 +457,8 @@ def _validate(arms: list[Arm], common: list[str], check: RunArgsCheck) -> list[A
     checked = []
     for arm in arms:
         try:
-            conn, embedded = check([*arm.args, *common], os.environ | dict(arm.env))
+            # in the order the runs use (``Experiment._run_one``)
+            conn, embedded = check([*common, *arm.args], os.environ | dict(arm.env))
         except PgsurgeError as e:
             where = (
                 f"arm {arm.name}'s arguments (--{arm.name.lower()} and the common ones)"
