@@ -73,3 +73,30 @@ def test_ab_arm_options_win_over_the_common_ones(fresh_db: str, tmp_path: Path) 
         for doc in (json.loads(p.read_text()) for p in sorted(out.glob("run-*.json")))
     }
     assert clients == {"A": 2, "B": 3}
+
+
+def test_a_password_in_a_label_is_masked_in_the_store(
+    fresh_db: str, tmp_path: Path
+) -> None:
+    """The --json document masked it; the store kept it in clear (and
+    ``history`` printed it)."""
+    import sqlite3
+
+    (tmp_path / "one.sql").write_text("select 1;\n")
+    store = tmp_path / "s.sqlite"
+    labels = ["--label", "db=postgresql://u:LBLSECRET@h/x", "--label", "k=password=P2"]
+    args = ["-n", "-f", "one.sql", "-t", "1", *labels, f"--store={store}", fresh_db]
+    r = subprocess.run(
+        [sys.executable, "-m", "pgsurge", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=plain_env(),
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    with sqlite3.connect(store) as db:
+        rows = sorted(db.execute("SELECT key, value FROM run_labels").fetchall())
+        docs = [d for (d,) in db.execute("SELECT doc FROM runs")]
+    assert rows == [("db", "postgresql://u:********@h/x"), ("k", "password=********")]
+    assert not any("LBLSECRET" in d or "P2" in d for d in docs)

@@ -232,7 +232,12 @@ def _store_result(cfg: RunConfig, results: list[RunResult], status: int) -> int:
     from pgsurge.store.command import save_after_run
 
     doc = json.loads(json.dumps(build_document(results[0], cfg), allow_nan=False))
-    save_after_run(doc, cfg.store, cfg.labels, sys.stderr)
+    from pgsurge.redact import redact_value
+
+    # the labels as the document has them: a password in one (a DSN given
+    # as a label) is masked there, and must not sit in the store in clear
+    labels = list(redact_value(dict(cfg.labels)).items())
+    save_after_run(doc, cfg.store, labels, sys.stderr)
     return int(status)
 
 
