@@ -238,6 +238,20 @@ def test_single_run_per_side_shows_within_run_interval_but_no_verdict(
 # -- workloads --------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("tps", [float("nan"), float("inf"), -5.0])
+def test_impossible_tps_is_a_bad_result(tmp_path: Path, tps: float) -> None:
+    # NaN and Infinity (which Python's json reads) were dropped as "not in
+    # every result"; a negative tps reached the table as a -100 % change
+    base = write_result(tmp_path / "b.json", 1000.0)
+    bad = write_result(tmp_path / "n.json", 1000.0, seq=1, edit={"totals.tps": tps})
+    r = run_cli(["compare", base, "--vs", bad])
+    assert (r.status, r.stdout) == (1, "")
+    assert r.stderr == (
+        f'pgsurge: error: "{bad}" is not a valid pgsurge result: bad value of '
+        "totals.tps\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("edit", "phrase"),
     [
