@@ -416,6 +416,14 @@ def test_compare_help(tmp_path: Path) -> None:
             '(try "pgsurge ab --help")',
         ),
         (["--order", "aabb"], "pgsurge ab: argument --order: invalid choice: "),
+        (
+            ["--a", "-c 1", "--a", "-c 2", "--", "-S"],
+            'pgsurge ab: argument --a: given twice (try "pgsurge ab --help")',
+        ),
+        (
+            ["--out", "x", "--out", "y", "--", "-S"],
+            'pgsurge ab: argument --out: given twice (try "pgsurge ab --help")',
+        ),
         # each arm's arguments are read before the first run (issue 21 item 11)
         (
             ["--b", "-M bogus", "--", "-S"],

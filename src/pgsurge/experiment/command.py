@@ -265,6 +265,22 @@ def _environment_warnings(runs: Sequence[RunSummary], err: TextIO) -> None:
 _ARM_OPTIONS = ("--a", "--b", "--a-env", "--b-env")
 
 
+class _Once(argparse.Action):
+    """A value option that may be given once: "--a X --a Y" ran Y alone,
+    and the header never said X was dropped."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        if getattr(namespace, self.dest) is not None:
+            raise argparse.ArgumentError(self, "given twice")
+        setattr(namespace, self.dest, values)
+
+
 def _ab_parser() -> _Parser:
     p = _Parser(
         prog=f"{PROG} ab",
@@ -283,12 +299,14 @@ def _ab_parser() -> _Parser:
     p.add_argument(
         "--a",
         default=None,
+        action=_Once,
         metavar="ARGS",
         help="arm A's own pgsurge arguments (shell words)",
     )
     p.add_argument(
         "--b",
         default=None,
+        action=_Once,
         metavar="ARGS",
         help="arm B's own pgsurge arguments (shell words)",
     )
@@ -327,6 +345,7 @@ def _ab_parser() -> _Parser:
     )
     p.add_argument(
         "--out",
+        action=_Once,
         metavar="DIR",
         help="directory for the results and the manifest "
         "(default: a new pgsurge-ab-TIMESTAMP)",
