@@ -178,6 +178,17 @@ def test_json_to_stdout_and_file(tmp_path: Path) -> None:
     assert json.loads(out.read_text())["exit_status"] == 3
 
 
+def test_json_to_a_full_device_is_one_line(tmp_path: Path) -> None:
+    base = _side(tmp_path, "b", DEV)
+    new = _side(tmp_path, "n", DEV, first=5)
+    r = run_cli(["compare", *base, "--vs", *new, "--json", "/dev/full"])
+    assert r.status == 1 and "tps  " in r.stdout
+    assert r.stderr == (
+        'pgsurge: error: could not write JSON comparison to "/dev/full": '
+        "No space left on device\n"
+    )
+
+
 def test_drift_and_outliers_are_reported(tmp_path: Path) -> None:
     base = [40_000, 40_300, 39_800, 40_100, 52_000]  # b5 is an outlier
     new = [40_000, 40_400, 40_800, 41_200, 41_600]  # rises run after run

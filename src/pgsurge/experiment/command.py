@@ -186,12 +186,11 @@ def _emit(
     out.write(text)
     out.flush()
     if json_to is not None and doc is not None:
-        try:
-            Path(json_to).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-        except OSError as exc:
-            raise PgsurgeError(
-                f'could not write "{json_to}": {exc.strerror or exc}'
-            ) from None
+        # as every --json: whole or not at all, never through another
+        # user's symlink (report.output)
+        from pgsurge.report.output import write_output
+
+        write_output(json.dumps(doc, indent=2) + "\n", json_to, "JSON comparison")
 
 
 def _funnel(err: TextIO, func: Any, *args: Any) -> int:
