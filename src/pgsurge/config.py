@@ -187,6 +187,8 @@ class RunConfig:
     #: (straight to the server when the run goes through a pooler); None:
     #: the run's own target
     monitor_dsn: str | None = None
+    #: --pooler-admin DSN: PgBouncer's console, read once per interval
+    pooler_admin_dsn: str | None = None
     #: --dask: a Dask scheduler address (the run's workers are dealt over
     #: its workers, see pgsurge.distributed) or ``local:N`` (a local cluster
     #: of N workers); None: this machine's processes
@@ -201,11 +203,20 @@ class RunConfig:
     store: str | None = None
     #: --label K=V (repeatable): recorded in the result (and the store)
     labels: tuple[tuple[str, str], ...] = ()
+    #: --host-stats (on with --store): the client host's CPU, memory and
+    #: disks per -P interval and over the run, into the JSON document
+    host_stats: bool = False
 
     @property
     def insight(self) -> bool:
         """Whether the run needs the monitor connection (pgsurge.insight)."""
-        return self.waits_ms is not None or self.server_stats or self.idle_sessions > 0
+        return (
+            self.waits_ms is not None
+            or self.server_stats
+            or self.idle_sessions > 0
+            or self.host_stats
+            or self.pooler_admin_dsn is not None
+        )
 
     @property
     def total_weight(self) -> int:

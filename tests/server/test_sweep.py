@@ -292,3 +292,124 @@ def test_bad_vary_is_one_line_and_status_1(
     assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert not list(tmp_path.glob("pgsurge-sweep-*"))
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+def test_sweep_html_draws_its_charts_offline(ab_sweep: dict[str, Any]) -> None:
+    """The --html page in headless Chromium (Debian's, as the run report's
+    browser test): two charts drawn, not blank, no console error, no
+    request beyond the page."""
+    from playwright.sync_api import Route, sync_playwright
+
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium", pytrace=False)
+    page_path = ab_sweep["work"] / "sweep.html"
+    text = page_path.read_text()
+    assert str(ab_sweep["work"]) not in text
+    console: list[tuple[str, str]] = []
+    errors: list[str] = []
+    blocked: list[str] = []
+
+    def route(r: Route) -> None:
+        if r.request.url.startswith("file:"):
+            r.continue_()
+        else:
+            blocked.append(r.request.url)
+            r.abort()
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu"],
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 1300})
+            page.on("console", lambda m: console.append((m.type, m.text)))
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.route("**/*", route)
+            page.goto(page_path.as_uri())
+            page.wait_for_function("window.pgsurgeReady === true", timeout=15_000)
+            assert page.evaluate("window.pgsurgeCharts") == 2
+            assert page.locator(".uplot").count() == 2
+            drawn: list[int] = page.evaluate(
+                """() => [...document.querySelectorAll('.uplot canvas')].map(c => {
+                    const g = c.getContext('2d');
+                    const d = g.getImageData(0, 0, c.width, c.height).data;
+                    let n = 0;
+                    for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++;
+                    return n;
+                })"""
+            )
+            assert len(drawn) == 2 and all(n > 1000 for n in drawn)
+            # the grid table is static HTML: one row per cell
+            assert page.locator("table tbody tr").count() == 3
+            page.screenshot(path=str(ab_sweep["work"] / "sweep.png"), full_page=True)
+            target = os.environ.get("PGSURGE_SWEEP_SCREENSHOT")
+            if target:
+                page.screenshot(path=target, full_page=True)
+        finally:
+            browser.close()
+    assert errors == [] and blocked == []
+    assert [m for m in console if m[0] in ("error", "warning")] == []
+
+
+def test_scale_sweep_initializes_once_per_scale(
+    server_dsn: str, tmp_path: Path
+) -> None:
+    # an empty database: the sweep itself creates the tables, per scale;
+    # with a setting varied inside each scale
+    name = create_database(server_dsn, "t_sweep_scale")
+    try:
+        out = tmp_path / "out"
+        r = pgsurge(
+            [
+                "sweep",
+                "--vary",
+                "-s 1,2",
+                "--vary",
+                "SET work_mem 1MB,8MB",
+                "--runs",
+                "1",
+                "--warmup",
+                "0",
+                "--out",
+                str(out),
+                "--json",
+                str(tmp_path / "s.json"),
+                "--",
+                "-S",
+                "-T",
+                "1",
+                "--waits",
+                db_dsn(server_dsn, name),
+            ],
+            tmp_path,
+        )
+        assert r.returncode == 0, r.stderr
+    finally:
+        drop_database(server_dsn, name)
+    assert r.stdout.count("initializing scale") == 2
+    # --waits: the table has each cell's top wait event
+    (head,) = [ln for ln in r.stdout.splitlines() if ln.startswith("-s ")]
+    assert head.split()[-2:] == ["top", "wait"]
+    assert sorted(p.name for p in out.glob("init-*.log")) == [
+        "init-s1-A.log",
+        "init-s2-A.log",
+    ]
+    runs = json.loads((out / "manifest.json").read_text())["runs"]
+    seen = []
+    for run in runs:
+        doc = json.loads((out / run["file"]).read_text())
+        env = doc["experiment"]["env"]
+        seen.append((doc["run"]["scale"], env["PGOPTIONS"]))
+    assert seen == [
+        (1, "-c work_mem=1MB"),
+        (1, "-c work_mem=8MB"),
+        (2, "-c work_mem=1MB"),
+        (2, "-c work_mem=8MB"),
+    ]
+    doc = json.loads((tmp_path / "s.json").read_text())
+    assert [c["values"] for c in doc["cells"]][1] == {"-s": "1", "SET work_mem": "8MB"}
+    assert all(c["arms"]["A"]["top_wait"] for c in doc["cells"])

@@ -210,9 +210,9 @@ def test_a_failing_batch_leaves_no_row(
 
 
 def notes_example() -> str:
-    """The example workload of docs/notes-workloads.md (README's to be)."""
-    notes = Path(__file__).resolve().parents[2] / "docs" / "notes-workloads.md"
-    text = notes.read_text()
+    """The example workload of the guide's "Python workloads" page."""
+    guide = Path(__file__).resolve().parents[2] / "docs" / "python-workloads.md"
+    text = guide.read_text()
     start = text.index("# transfer.py")
     return text[start : text.index("```", start)]
 

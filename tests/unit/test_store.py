@@ -338,7 +338,7 @@ def _writer(path: str, worker: int, n: int) -> None:
 
 def test_four_concurrent_writers_lose_nothing(tmp_path):
     path = str(tmp_path / "c.sqlite")
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_writer, args=(path, w, 25)) for w in range(4)]
     for p in procs:
         p.start()
@@ -352,3 +352,53 @@ def test_four_concurrent_writers_lose_nothing(tmp_path):
     assert sorted(r.source for r in runs) == sorted(
         f"w{w}" for w in range(4) for _ in range(25)
     )
+
+
+def test_the_trend_page_marks_the_change_and_links_every_run(tmp_path):
+    store = tmp_path / "s.sqlite"
+    import_history(tmp_path, history_values(7, step_at=20), store)
+    page = tmp_path / "out" / "trend.html"
+    page.parent.mkdir()
+    r = run_cli(["report", "--history", f"--store={store}", "-o", str(page)])
+    assert (r.status, r.stderr) == (0, "")
+    text = page.read_text()
+    assert text.count('class="change"') == 1
+    assert re.search(r"<li>change at run (19|20|21): tps .*: slower</li>", text)
+    links = re.findall(r'<a href="(trend-runs/run-\d+\.html)">', text)
+    # each run twice: its point on the chart and its row in the table
+    assert sorted(set(links)) == sorted(
+        f"trend-runs/run-{i}.html" for i in range(1, 31)
+    )
+    run_page = (page.parent / links[0]).read_text()
+    assert run_page.startswith("<!DOCTYPE html>") and "run 1" in run_page
+    # to stdout: the page alone, its points linking nowhere
+    r = run_cli(["report", "--history", f"--store={store}", "-o", "-"])
+    assert r.status == 0 and "<svg" in r.stdout and "<a href" not in r.stdout
+    r = run_cli(["report", "--history", f"--store={store}"])
+    assert r.status == 1 and "-o/--output" in r.stderr
+
+
+def test_a_zero_below_the_resolution_does_not_hide_a_change():
+    # p50 of a real history (ms): synchronous_commit off from run 6, and one
+    # run whose median commit took under the clock's microsecond
+    p50 = [3.249, 4.227, 1.297, 1.226, 4.947, 0.088, 0.0, 0.096, 0.119, 0.094]
+    (change,) = find_changes(p50)
+    assert change.index == 5 and change.change < -0.9
+
+
+def test_history_as_json_for_ci(tmp_path):
+    store = tmp_path / "s.sqlite"
+    import_history(tmp_path, history_values(7, step_at=20), store)
+    args = ["history", f"--store={store}", "--fail-on", "regression", "--json"]
+    r = run_cli([*args, "-"])
+    assert r.status == 3
+    doc = json.loads(r.stdout)  # stdout is the document alone
+    assert r.stderr.startswith("workload ")  # the table went to stderr
+    assert [run["id"] for run in doc["runs"]] == list(range(1, 31))
+    (change,) = doc["changes"]
+    assert doc["regression"] == change and change["worse"] is True
+    assert change["after_runs"][-1] == 30 and change["before_runs"][0] == 1
+    assert change["interval"][0] < change["change"] < change["interval"][1] < 0
+    r = run_cli([*args, str(tmp_path / "h.json")])
+    assert json.loads((tmp_path / "h.json").read_text()) == doc
+    assert r.stdout.startswith("workload ")

@@ -243,12 +243,7 @@ def _store_result(cfg: RunConfig, results: list[RunResult], status: int) -> int:
     from pgsurge.store.command import save_after_run
 
     doc = json.loads(json.dumps(build_document(results[0], cfg), allow_nan=False))
-    from pgsurge.redact import redact_value
-
-    # the labels as the document has them: a password in one (a DSN given
-    # as a label) is masked there, and must not sit in the store in clear
-    labels = list(redact_value(dict(cfg.labels)).items())
-    save_after_run(doc, cfg.store, labels, sys.stderr)
+    save_after_run(doc, cfg.store, sys.stderr)
     return int(status)
 
 
@@ -273,6 +268,13 @@ def _main(argv: Sequence[str]) -> int:
 
             _startup_done()
             return int(server_main(list(argv[1:])))
+        if first == "report" and "--history" in argv[2:]:
+            # the trend page of a results store (pgsurge.store sits above
+            # the report package, which draws single results)
+            from pgsurge.store.command import trend_main
+
+            _startup_done()
+            return int(trend_main(list(argv[2:])))
         if first == "report":
             from pgsurge.report.command import report_main
 
@@ -299,6 +301,11 @@ def _main(argv: Sequence[str]) -> int:
 
             _startup_done()
             return int(sweep_main(list(argv[1:]), check_args=_check_run_args))
+        if first == "capacity":
+            from pgsurge.experiment.capacity import capacity_main
+
+            _startup_done()
+            return int(capacity_main(list(argv[1:]), check_args=_check_run_args))
     from pgsurge.cli.options import EarlyExit, parse_command_line
 
     try:

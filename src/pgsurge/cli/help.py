@@ -76,6 +76,8 @@ Benchmarking options:
   --exit-on-abort          exit when any client is aborted
   --extended-report        same as --percentiles --client-cpu
   --failures-detailed      report the failures grouped by basic types
+  --host-stats             record this host's CPU, memory and disk I/O in the
+                           JSON result (per -P interval; on with --store)
   --html=FILE              write a self-contained HTML report to FILE
   --idle-sessions=N[:MODE] hold N extra sessions open for the run, MODE idle,
                            xact (holding an xid) or snapshot (holding xmin)
@@ -89,6 +91,7 @@ Benchmarking options:
                            to DSN (the server itself, behind a pooler)
   --no-live                no live panel on the terminal during the run
   --percentiles[=LIST]     report latency percentiles (default: 50,90,99,99.9)
+  --pooler-admin=DSN       read PgBouncer's SHOW POOLS/STATS at DSN per interval
   --progress-timestamp     use Unix epoch timestamps for progress
   --random-seed=SEED       set random seed ("time", "rand", integer)
   --reconnect[=NUM]        reconnect a client whose connection is lost, NUM
@@ -114,6 +117,8 @@ Common options:
 Commands:
   {PROG} ab --runs N --a ARGS --b ARGS -- [OPTION]...
                            interleaved A/B runs, then compare (--help for more)
+  {PROG} capacity --latency p99=10ms -- [OPTION]...
+                           highest -R meeting a latency target (--help for more)
   {PROG} compare BASE.json... --vs NEW.json...
                            noise-aware verdict on results (--help for more)
   {PROG} history [--store PATH|URI] [--label K=V]... [--metric M]
@@ -124,6 +129,8 @@ Commands:
                            manage the embedded server
   {PROG} store import FILE.json... [--store PATH|URI]
                            add --json results to the results store
+  {PROG} sweep --vary "-c 1,2,4" [--vary ...] -- [OPTION]...
+                           a grid of runs: table, verdicts, knee (--help for more)
 
 Report bugs to {PROG}'s maintainers (pgbench's own to <pgsql-bugs@lists.postgresql.org>).
 PostgreSQL home page: <https://www.postgresql.org/>

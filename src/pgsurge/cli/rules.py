@@ -103,11 +103,13 @@ class OptionState:
     idle_sessions: int = 0
     idle_mode: IdleMode = IdleMode.IDLE
     monitor_dsn: str | None = None
+    pooler_admin_dsn: str | None = None
     dask: str | None = None
     dask_collect_logs: str | None = None
     no_live: bool = False
     store: str | None = None
     labels: list[tuple[str, str]]
+    host_stats: bool = False
 
     def __init__(self) -> None:
         self.scripts = []
@@ -254,11 +256,14 @@ def run_config(st: OptionState, conn: ConnParams) -> RunConfig:
         idle_sessions=st.idle_sessions,
         idle_mode=st.idle_mode,
         monitor_dsn=st.monitor_dsn,
+        pooler_admin_dsn=st.pooler_admin_dsn,
         dask=st.dask,
         dask_collect_logs=st.dask_collect_logs,
         no_live=st.no_live,
         store=st.store,
         labels=tuple(st.labels),
+        # a stored run keeps its host's load: what explains an outlier later
+        host_stats=st.host_stats or st.store is not None,
     )
 
 

@@ -330,8 +330,6 @@ def _statement_op(stmt: PyStatementSpec, index: int, mode: QueryMode) -> Op:
     else:
         op.sql = stmt.sql.encode()
         op.names = PARAM_NAMES[:n]
-        if n == 1:
-            op.param1 = PARAM_NAMES[0]
         if mode is QueryMode.PREPARED:
             op.prepname = b"PY_%d" % stmt.key
     return op

@@ -11,7 +11,7 @@ message sink and the small services every phase uses.
 The engine is split by phase: ``sql`` sends SQL and reads results,
 ``meta`` runs meta commands, ``tx`` accounts transactions and
 handles errors, retries and (re)connections, and ``client`` dispatches on
-the state, with the hot path inline. Enum members are plain ``int``
+the state. Enum members are plain ``int``
 constants here, since comparing ints is what the hot path does.
 """
 
@@ -186,8 +186,6 @@ class Op:
     #: extended/prepared parameters: variable names in $n order
     names: tuple[str, ...] = ()
     prepname: bytes = b""
-    #: the only parameter's variable name, when there is exactly one
-    param1: str = ""
     gset: int = GSET_NONE
     prefix: str = ""
     # \set, \if, \elif

@@ -343,6 +343,11 @@ class Experiment:
             # -c 2, as its label says (it ran -c 4 under the name "-c 2")
             *self.plan.common,
             *arm.args,
+            # which arm, and whether it counts (ab=run, sweep=warmup): in the
+            # run's JSON, and in the results store when the runs are stored
+            # (--store, PGSURGE_STORE); a sweep's cells are in the workload
+            f"--label=arm={arm.name}",
+            f"--label={self.command}={'warmup' if record.warmup else 'run'}",
             "--json",
             str(json_path),
         ]

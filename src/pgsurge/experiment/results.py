@@ -134,6 +134,8 @@ class RunSummary:
     arm: Mapping[str, Any] | None = None
     #: the run's client CPU says the client may have been the bottleneck
     client_limited: bool = False
+    #: the run's per-interval tps trended (``steady_state.steady`` false)
+    unsteady: bool = False
     #: what tells a run given twice: the file (device, inode) and the
     #: SHA-256 of its bytes (None when not read from a file)
     file_id: tuple[int, int] | None = None
@@ -332,6 +334,8 @@ def parse_result(path: str, data: object) -> RunSummary:
         intervals=_intervals(doc),
         waits=_waits(data.get("waits")),
         arm=_arm(data.get("experiment")),
+        unsteady=isinstance(data.get("steady_state"), Mapping)
+        and data["steady_state"].get("steady") is False,
         client_limited=bool(cpu.get("client_limited"))
         if isinstance(cpu, Mapping)
         else False,

@@ -204,15 +204,19 @@ class Sweep(Experiment):
             if key in done:
                 continue
             dbname = items.get("dbname") or ""
-            if "=" in dbname or "://" in dbname:
-                raise PgsurgeError(
-                    "--vary -s: give the database by -h/-p/-U and its name, not as "
-                    "a connection string (the initialization gets them from the "
-                    "environment)"
-                )
             libpq = {"host": "PGHOST", "port": "PGPORT", "user": "PGUSER"}
             init_env = env | {libpq[k]: v for k, v in items.items() if k in libpq}
-            if dbname:
+            where: list[str] = []
+            if "=" in dbname or "://" in dbname:
+                # a connection string: as the argument (libpq expands only
+                # that), unless it holds a password (argv is public)
+                if redact_text(dbname) != dbname:
+                    raise PgsurgeError(
+                        "--vary -s: the connection string holds a password; give "
+                        "it by PGPASSWORD or a password file"
+                    )
+                where = [dbname]
+            elif dbname:
                 init_env["PGDATABASE"] = dbname
             log = self.sweep.out_dir / f"init-s{scale}-{arm.name}.log"
             self.out.write(f"initializing scale {scale} for arm {arm.name}\n")
@@ -220,7 +224,16 @@ class Sweep(Experiment):
             fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
             with open(fd, "wb") as f:
                 rc = subprocess.call(
-                    [self.python, "-m", "pgsurge", "-i", "-q", "-s", str(scale)],
+                    [
+                        self.python,
+                        "-m",
+                        "pgsurge",
+                        "-i",
+                        "-q",
+                        "-s",
+                        str(scale),
+                        *where,
+                    ],
                     stdin=subprocess.DEVNULL,
                     stdout=f,
                     stderr=subprocess.STDOUT,

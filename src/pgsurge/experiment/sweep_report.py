@@ -63,6 +63,7 @@ class ArmCell:
     cpu_median: float | None
     top_wait: tuple[str, float] | None
     client_limited: int
+    unsteady: int
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -81,6 +82,7 @@ class ArmCell:
                 else None
             ),
             "client_limited_runs": self.client_limited,
+            "unsteady_runs": self.unsteady,
         }
 
 
@@ -114,6 +116,7 @@ def _arm_cell(arm: str, runs: Sequence[Any], confidence: float) -> ArmCell:
         cpu_median=_median(cpu),
         top_wait=top,
         client_limited=sum(bool(r.client_limited) for r in runs),
+        unsteady=sum(bool(r.unsteady) for r in runs),
     )
 
 
@@ -221,6 +224,8 @@ def _tps_text(a: ArmCell) -> str:
         text += f" [{fmt_value(a.tps_ci[0])}–{fmt_value(a.tps_ci[1])}]"
     if a.client_limited:
         text += " *"
+    if a.unsteady:
+        text += " ~"
     return text
 
 
@@ -278,6 +283,8 @@ def sweep_text(
     )
     if any(a.client_limited for r in results for a in r.arms):
         lines.append("*: some runs had a busy client (it may be the bottleneck)")
+    if any(a.unsteady for r in results for a in r.arms):
+        lines.append("~: some runs were not steady (their tps trended over the run)")
     for arm, other, knee in knees.items:
         where = ", ".join(f"{k} {v}" for k, v in other)
         who = f"{arm}" + (f" ({where})" if where else "")

@@ -32,8 +32,10 @@ import psycopg
 
 from pgsurge.config import ConnParams, RunConfig
 from pgsurge.redact import redact_text, redact_value
-from pgsurge.report.extras import busy_workers, percentile_label
+from pgsurge.report.extras import busy_workers, percentile_label, target_figures
 from pgsurge.report.output import write_output
+from pgsurge.report.rate import rate_check
+from pgsurge.report.steady import steady_check
 from pgsurge.stats.counters import StatsData
 from pgsurge.stats.cpu import IMPL_C_LOOP
 from pgsurge.stats.histogram import Histogram
@@ -309,12 +311,23 @@ def build_document(result: RunResult, config: RunConfig) -> dict[str, Any]:
         }
     # --waits, --server-stats, --idle-sessions (pgsurge.insight)
     doc.update((k, v) for k, v in result.insight.items() if k != "intervals")
+    check = rate_check(result)
+    if check is not None:
+        doc["rate_check"] = check
+    steady = steady_check(result)
+    if steady is not None:
+        doc["steady_state"] = steady
     if result.hosts:  # a multi-host run (--dask)
         doc["hosts"] = [dict(h) for h in result.hosts]
+        lost = [h["name"] for h in result.hosts if h.get("lost")]
+        if lost:  # what the lost hosts streamed before they were lost
+            doc["degraded"] = {"lost_hosts": lost}
     if result.environment:
         doc["environment"] = _environment(result)
     if config.labels:
         doc["labels"] = redact_value(dict(config.labels))
+    if result.targets:  # a multi-host connection string's servers
+        doc["targets"] = target_figures(result)
     return doc
 
 

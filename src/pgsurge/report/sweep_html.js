@@ -20,6 +20,15 @@
       series.push({ label: line.name + " low", stroke: rgba(line.color, 0.25), width: 1 });
       cols.push(line[metric + "_low"]);
       bands.push({ series: [base + 1, base + 2], fill: rgba(line.color, 0.12) });
+      if (line.knee !== null) {
+        // the knee: a ring around the median at that client count
+        series.push({ label: line.name + " knee", stroke: line.color,
+                      paths: function () { return null; },
+                      points: { show: true, size: 16, width: 2, fill: "rgba(0,0,0,0)" } });
+        cols.push(d.x.map(function (x, i) {
+          return i === line.knee ? line[metric + "_median"][i] : null;
+        }));
+      }
       var runs = line[metric + "_runs"], most = 0;
       runs.forEach(function (r) { most = Math.max(most, r.length); });
       for (var k = 0; k < most; k++) {
@@ -40,7 +49,17 @@
       xAxis.splits = function () { return d.x; };
       xAxis.values = function (u, s) { return s.map(function (v) { return String(v); }); };
     }
-    var yScale = logY ? { distr: 3, log: 10 } : { range: function (u, lo, hi) { return [0, hi > 0 ? hi * 1.1 : 1]; } };
+    // the range follows the runs, not the bands: an interval from two runs
+    // (t with one degree of freedom) can be ten times the data
+    var top = 0, bottom = Infinity;
+    d.lines.forEach(function (line) {
+      line[metric + "_runs"].forEach(function (r) {
+        r.forEach(function (v) { top = Math.max(top, v); if (v > 0) bottom = Math.min(bottom, v); });
+      });
+    });
+    var yScale = logY
+      ? { distr: 3, log: 10, range: function () { return [bottom / 1.5, top * 1.5]; } }
+      : { range: function () { return [0, top > 0 ? top * 1.15 : 1]; } };
     new uPlot({
       width: Math.max(320, Math.min(el.clientWidth || 900, 1150)), height: 320,
       scales: { x: xScale, y: yScale }, series: series, bands: bands,
@@ -50,7 +69,8 @@
     charts++;
   }
   draw("chart-tps", "tps", "tps", false);
-  draw("chart-p99", "p99", "p99 latency (ms)", true);
+  var latency = JSON.parse(document.getElementById("pgsurge-latency").textContent);
+  draw("chart-p99", "p99", latency + " latency (ms)", true);
   window.pgsurgeCharts = charts;
   window.pgsurgeReady = true;
 })();

@@ -27,8 +27,8 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any
 
-from pgsurge.redact import redact_text, redact_value
-from pgsurge.report.html import _vendor, embed_json
+from pgsurge.redact import redact_text
+from pgsurge.report.html import _vendor, embed_json, redact
 
 __all__ = ["render_sweep_html", "sweep_chart_data"]
 
@@ -96,6 +96,13 @@ def sweep_chart_data(doc: Mapping[str, Any]) -> dict[str, Any]:
             line["p99_runs"][xi] = list(p99["values"])
     for i, line in enumerate(lines.values()):
         line["color"] = _COLORS[i % len(_COLORS)]
+        line["knee"] = None
+    # the knees lie on the x axis when it is the client count
+    for knee in doc.get("knees") or [] if first["name"] in _LOG2_OPTIONS else []:
+        where = ", ".join(f"{k} {v}" for k, v in (knee.get("where") or {}).items())
+        name = knee["arm"] + (f" ({where})" if where else "")
+        if name in lines and knee["clients"] in xs:
+            lines[name]["knee"] = xs.index(knee["clients"])
     return {
         "x": xs,
         "x_labels": xs_raw,
@@ -195,11 +202,13 @@ th, td { border-bottom: 1px solid #d9dde4; padding: 3px 12px 3px 0; text-align: 
 <body>
 <h1>{{title}}</h1>
 <p class="note">{{note}}</p>
+<p>{{legend}}</p>
 <h2>Throughput</h2><div class="chart" id="chart-tps"></div>
-<h2>p99 latency</h2><div class="chart" id="chart-p99"></div>
+<h2>{{latency}} latency</h2><div class="chart" id="chart-p99"></div>
 {{knees}}
 <h2>Grid</h2>{{table}}
 <script type="application/json" id="pgsurge-data">{{data}}</script>
+<script type="application/json" id="pgsurge-latency">{{latency_json}}</script>
 <script>{{uplot_js}}</script>
 <script>{{app_js}}</script>
 </body>
@@ -207,9 +216,13 @@ th, td { border-bottom: 1px solid #d9dde4; padding: 3px 12px 3px 0; text-align: 
 """
 
 
-def render_sweep_html(doc: Mapping[str, Any], title: str | None = None) -> str:
-    """The page of a sweep's JSON document."""
-    safe = redact_value(doc)
+def render_sweep_html(
+    doc: Mapping[str, Any], title: str | None = None, latency: str = "p99"
+) -> str:
+    """The page of a sweep's JSON document (``latency``: what its
+    ``p99_ms`` figures are, for the headings: ``capacity`` draws its
+    target's percentile there)."""
+    safe = redact(doc)
     common = " ".join(str(w) for w in safe.get("common") or [])
     vary = "; ".join(
         f"{v['name']} {','.join(v['values'])}" for v in safe.get("vary") or []
@@ -219,7 +232,7 @@ def render_sweep_html(doc: Mapping[str, Any], title: str | None = None) -> str:
     note = (
         f"common arguments: {common or '(none)'}; lines: median of the runs, band: "
         f"the {safe.get('confidence', 0.95) * 100:g} % interval of tps (p99: the "
-        f"runs' range), dots: each run; {len(lines)} line(s)"
+        f"runs' range), dots: each run, rings: the knee; {len(lines)} line(s)"
     )
     values = {
         "title": _esc(page_title),
@@ -230,6 +243,12 @@ def render_sweep_html(doc: Mapping[str, Any], title: str | None = None) -> str:
         .joinpath("sweep_html.js")
         .read_text("utf-8"),
         "knees": _knees(safe),
+        "latency": _esc(latency),
+        "latency_json": embed_json(latency),
+        "legend": " ".join(
+            f'<span style="color:{line["color"]}">&#9632; {_esc(line["name"])}</span>'
+            for line in lines
+        ),
         "table": _table(safe),
         "data": embed_json({"chart": sweep_chart_data(safe), "sweep": safe}),
     }

@@ -72,7 +72,9 @@ from pgsurge.report.extras import (
     client_limited_warning,
     nothing_processed_warning,
     render_extras,
+    targets_line,
 )
+from pgsurge.report.rate import rate_warning
 from pgsurge.report.text import (
     render_abort_notice,
     render_interrupt_notice,
@@ -246,9 +248,10 @@ def _report(
         _report_text(result, cfg, text_out, err)
     except OSError as exc:
         failures.append(exc)
-    warning = nothing_processed_warning(result, PROG)
+    warning = targets_line(result, PROG) + nothing_processed_warning(result, PROG)
     if result.total_duration_us >= WARN_MIN_DURATION_US:
         warning += client_limited_warning(result, PROG, cpus=_cpus())
+        warning += rate_warning(result, PROG)
     if warning:
         err.write(warning)
         err.flush()
@@ -405,6 +408,7 @@ def _start_monitor(
             writer(err),
             pooler_mode=pooler.mode if pooler else None,
             app_name=pooler.application_name if pooler else None,
+            database=pooler.database if pooler else None,
         )
     except ConnectError as exc:
         err.write(f"{PROG}: error: {exc}\n")

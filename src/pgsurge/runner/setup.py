@@ -22,11 +22,11 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
 from pgsurge import __version__, pgconn
-from pgsurge.config import RunConfig
+from pgsurge.config import ConnParams, RunConfig
 from pgsurge.engine.pool import split_clients
 from pgsurge.engine.program import ScriptLike
 from pgsurge.engine.worker import WorkerSpec
@@ -82,6 +82,8 @@ class PoolerInfo:
     mode: str
     #: the workers' application_name (the run's sessions are found by it)
     application_name: str
+    #: the database as the pooler names it (its console's pools)
+    database: str = ""
 
     def notice(self) -> str:
         """The one stderr line that says so."""
@@ -100,6 +102,7 @@ class PoolerInfo:
             "server_backend_pid": self.server_pid,
             "mode": self.mode,
             "application_name": self.application_name,
+            "database": self.database,
         }
 
 
@@ -126,6 +129,10 @@ class Setup:
     data_bytes: int | None = None
     #: the workload's ``COUNTER_QUERY`` before the run (None: none)
     counter_before: int | None = None
+    #: --dask: the setup connection's parameters and password as libpq
+    #: resolved them here (``pgconn.resolved_params``): the hosts connect
+    #: with them, whatever their own environment holds
+    resolved: tuple[dict[str, str], str | None] | None = None
 
 
 def clock_us() -> int:
@@ -209,6 +216,7 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
             counter_before = read_counter(conn, counter[2])
         if not cfg.no_vacuum and uses_pgbench_tables(cfg):
             _vacuum(conn, cfg, err)
+        resolved = pgconn.resolved_params(conn) if cfg.dask else None
     finally:
         conn.finish()
     return Setup(
@@ -223,6 +231,7 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
         pooler=pooler,
         server_settings=settings,
         data_bytes=data_bytes,
+        resolved=resolved,
     )
 
 
@@ -261,7 +270,7 @@ def detect_pooler(
                 mode = "transaction"
         finally:
             other.finish()
-    return PoolerInfo(conn.backend_pid, server_pid, mode, app)
+    return PoolerInfo(conn.backend_pid, server_pid, mode, app, conn.dbname)
 
 
 _SETTINGS_SQL = (
@@ -349,6 +358,11 @@ def worker_specs(
     PRNG states, by global client number."""
     nthreads = min(cfg.jobs, cfg.clients)
     seeds = setup.seeds
+    password = setup.password
+    if setup.resolved is not None:  # --dask: explicit parameters travel
+        params, password = setup.resolved
+        conn = ConnParams(dbname=pgconn.conninfo(params), embedded=cfg.conn.embedded)
+        cfg = replace(cfg, conn=conn)
     kind = workload_figures_of(cfg)
     figures = kind[0] if kind is not None else None
     return [
@@ -365,7 +379,7 @@ def worker_specs(
             set_client_id=setup.set_client_id,
             # a YCSB run's per-operation percentiles need each latency
             detailed=facts.measure_latency or figures == "ycsb",
-            password=setup.password,
+            password=password,
             parent_pid=os.getpid(),
             epoch_shift_us=epoch_shift_us,
             snapshot_s=snapshot_s,

@@ -294,9 +294,11 @@ class Store:
                 )
         return run_id, True
 
-    def runs(self, labels: Mapping[str, str] | None = None) -> list[StoredRun]:
-        """The stored runs carrying every label of ``labels``, oldest first
-        (by the run's start, then by id)."""
+    def _where(
+        self, labels: Mapping[str, str] | None, workload: str | None = None
+    ) -> tuple[str, list[str]]:
+        """The WHERE clause (on ``runs r``) of the runs with every label of
+        ``labels`` (and of ``workload``), and its parameters."""
         t, ph = self.prefix, self.ph
         where, params = [], []
         for key, value in (labels or {}).items():
@@ -305,7 +307,35 @@ class Store:
                 f" AND l.key = {ph} AND l.value = {ph})"
             )
             params += [key, value]
-        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        if workload is not None:
+            where.append(f"r.workload_key = {ph}")
+            params.append(workload)
+        return (f" WHERE {' AND '.join(where)}" if where else ""), params
+
+    def workloads(
+        self, labels: Mapping[str, str] | None = None
+    ) -> list[tuple[str, int]]:
+        """The workload keys of the runs with ``labels`` and their run
+        counts, the newest run's workload last (no document is read)."""
+        clause, params = self._where(labels)
+        try:
+            rows = self.fetch(
+                f"SELECT workload_key, count(*) FROM {self.prefix}runs r{clause}"
+                " GROUP BY workload_key"
+                " ORDER BY max(coalesce(started_at, stored_at)), max(id)",
+                params,
+            )
+        except Exception as exc:
+            raise self._error("read", exc) from None
+        return [(str(k), int(n)) for k, n in rows]
+
+    def runs(
+        self, labels: Mapping[str, str] | None = None, workload: str | None = None
+    ) -> list[StoredRun]:
+        """The stored runs carrying every label of ``labels`` (of one
+        ``workload`` when given), oldest first (by start, then id)."""
+        t = self.prefix
+        clause, params = self._where(labels, workload)
         try:
             rows = self.fetch(
                 "SELECT id, stored_at, started_at, workload_key, fingerprint_key,"
@@ -313,7 +343,11 @@ class Store:
                 " ORDER BY coalesce(started_at, stored_at), id",
                 params,
             )
-            label_rows = self.fetch(f"SELECT run_id, key, value FROM {t}run_labels")
+            label_rows = self.fetch(
+                f"SELECT run_id, key, value FROM {t}run_labels"
+                f" WHERE run_id IN (SELECT id FROM {t}runs r{clause})",
+                params,
+            )
         except Exception as exc:
             raise self._error("read", exc) from None
         by_run: dict[int, dict[str, str]] = {}

@@ -21,13 +21,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, NoReturn, TextIO
 
 from pgsurge.errors import PROG, PgsurgeError, UsageError
 from pgsurge.experiment.compare import METRIC_KEYS
 from pgsurge.store.backend import open_store
-from pgsurge.store.history import build_history, describe_change, render_history
+from pgsurge.store.history import (
+    History,
+    build_history,
+    choose_workload,
+    describe_change,
+    history_json,
+    render_history,
+)
 from pgsurge.store.location import resolve
 from pgsurge.store.records import save_document
 
@@ -37,6 +44,7 @@ __all__ = [
     "parse_label",
     "save_after_run",
     "store_main",
+    "trend_main",
 ]
 
 #: ``history --fail-on regression`` found one (as ``compare --fail-on``)
@@ -116,13 +124,23 @@ def _store_option(p: argparse.ArgumentParser) -> None:
 # -- history --------------------------------------------------------------------
 
 
-def _history_parser() -> _Parser:
+def _history_parser(*, page: bool = False) -> _Parser:
     p = _Parser(
-        prog=f"{PROG} history",
+        prog=f"{PROG} report --history" if page else f"{PROG} history",
         description="The stored runs of one workload, newest last, with the "
-        "change points of a metric.",
+        "change points of a metric"
+        + (", as an HTML page (each run linked to its report)." if page else "."),
         allow_abbrev=False,
     )
+    if page:
+        p.add_argument(
+            "-o",
+            "--output",
+            required=True,
+            metavar="FILE",
+            help='the HTML page ("-": stdout); the runs\' reports go to '
+            "FILE's name + -runs/",
+        )
     _store_option(p)
     p.add_argument(
         "--label",
@@ -144,6 +162,8 @@ def _history_parser() -> _Parser:
         help="the workload (a key or its prefix, as printed); default: the "
         "newest matching run's",
     )
+    if page:
+        return p
     p.add_argument(
         "--fail-on",
         choices=("regression",),
@@ -157,6 +177,12 @@ def _history_parser() -> _Parser:
         default=0.02,
         help="the smallest regression --fail-on fails on, in %% (default: 2)",
     )
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        help='write the history as JSON to FILE ("-": stdout, the table then '
+        "goes to stderr)",
+    )
     return p
 
 
@@ -169,20 +195,58 @@ def history_main(
     return _funnel(err, _history, argv[1:], out, err)
 
 
-def _history(args: list[str], out: TextIO, err: TextIO) -> int:
-    ns = _history_parser().parse_args(args)
+def _select(ns: argparse.Namespace) -> History:
     store = open_store(resolve(ns.store))
+    labels = dict(ns.label)
     try:
-        runs = store.runs(dict(ns.label))
+        key, others = choose_workload(store.workloads(labels), ns.workload)
+        runs = [] if key is None else store.runs(labels, key)
     finally:
         store.close()
-    h = build_history(runs, metric=ns.metric, workload=ns.workload)
-    if h is None:
+    if key is None or not runs:
         raise PgsurgeError(
             f"no stored runs match in {store.location.shown}"
             + (" (check --label and --workload)" if ns.label or ns.workload else "")
         )
-    out.write(render_history(h))
+    return build_history(runs, metric=ns.metric, workload=key, others=others)
+
+
+def trend_main(
+    argv: list[str], *, stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> int:
+    """``pgsurge report --history …``; ``argv`` starts after ``report``."""
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    return _funnel(err, _trend, [a for a in argv if a != "--history"], out, err)
+
+
+def _trend(args: list[str], out: TextIO, err: TextIO) -> int:
+    from pgsurge.store.trend import write_trend
+
+    ns = _history_parser(page=True).parse_args(args)
+    h = _select(ns)
+    write_trend(h, ns.output, h.warnings, out)
+    return 0
+
+
+def _history(args: list[str], out: TextIO, err: TextIO) -> int:
+    ns = _history_parser().parse_args(args)
+    h = _select(ns)
+    text = render_history(h)
+    if ns.json is not None:
+        doc = json.dumps(history_json(h, ns.threshold), indent=2) + "\n"
+        if ns.json == "-":
+            out.write(doc)
+            out = err  # the table goes to stderr, stdout stays one document
+        else:
+            try:
+                with open(ns.json, "w", encoding="utf-8") as f:
+                    f.write(doc)
+            except OSError as exc:
+                raise PgsurgeError(
+                    f'could not write "{ns.json}": {exc.strerror or exc}'
+                ) from None
+    out.write(text)
     out.flush()
     shown = h.warnings[:5]
     for line in shown:
@@ -284,19 +348,13 @@ def _store(args: list[str], out: TextIO, err: TextIO) -> int:
 # -- a run's --store ------------------------------------------------------------
 
 
-def save_after_run(
-    doc: Mapping[str, Any],
-    spec: str | None,
-    labels: Sequence[tuple[str, str]],
-    err: TextIO,
-) -> None:
+def save_after_run(doc: Mapping[str, Any], spec: str | None, err: TextIO) -> None:
     """Store a finished run's document (raises ``StoreError`` on failure);
-    one line on stderr says where."""
+    one line on stderr says where. The labels are the document's (its
+    ``--label`` values, masked like the rest of it where they look secret)."""
     store = open_store(resolve(spec))
     try:
-        run_id, _ = save_document(
-            store, doc, name="the run's result", source="run", labels=dict(labels)
-        )
+        run_id, _ = save_document(store, doc, name="the run's result", source="run")
     finally:
         store.close()
     err.write(f"{PROG}: stored as run {run_id} in {store.location.shown}\n")

@@ -1,7 +1,8 @@
 """``pgsurge history``'s analysis: one workload's runs, a metric, its change points.
 
-``build_history`` takes the stored runs (oldest first), keeps those of one
-workload (the newest run's unless a key is given), reads the metric of
+``choose_workload`` picks one workload among the stored ones (the newest
+run's unless a key is given: only that workload's documents are read),
+``build_history`` takes its runs (oldest first), reads the metric of
 each with ``compare``'s definitions (``experiment.compare.METRICS``: tps,
 latency, p50/p90/p99, cpu) and finds the change points of the series
 (``changes.find_changes``). Runs that aborted or lack the metric are
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pgsurge.experiment.compare import METRICS, Metric
 from pgsurge.experiment.fingerprint import fingerprint, fingerprint_differences
@@ -23,7 +25,14 @@ from pgsurge.experiment.results import parse_result
 from pgsurge.store.backend import StoredRun
 from pgsurge.store.changes import MIN_RUNS, Change, find_changes
 
-__all__ = ["History", "Row", "build_history", "render_history"]
+__all__ = [
+    "History",
+    "Row",
+    "build_history",
+    "choose_workload",
+    "history_json",
+    "render_history",
+]
 
 #: at most this many fingerprint warnings are printed (then a count)
 MAX_WARNINGS = 5
@@ -72,29 +81,31 @@ def _metric(key: str) -> Metric:
     raise ValueError(key)
 
 
+def choose_workload(
+    keys: Sequence[tuple[str, int]], prefix: str | None
+) -> tuple[str | None, dict[str, int]]:
+    """The workload to show among ``keys`` (key, run count; the newest
+    run's last): the newest matching ``prefix``, else the newest run's; and
+    the others with their run counts."""
+    found = [k for k, _ in keys if prefix is None or k.startswith(prefix)]
+    if not found:
+        return None, {}
+    key = found[-1]
+    return key, {k: n for k, n in keys if k != key}
+
+
 def build_history(
-    runs: Sequence[StoredRun], *, metric: str, workload: str | None
-) -> History | None:
-    """See the module doc; None when no run matches."""
-    if not runs:
-        return None
-    keys = [r.workload_key for r in runs]
-    if workload:
-        chosen = [k for k in dict.fromkeys(keys) if k.startswith(workload)]
-        if not chosen:
-            return None
-        key = chosen[-1]
-    else:
-        key = keys[-1]
-    others: dict[str, int] = {}
-    for k in keys:
-        if k != key:
-            others[k] = others.get(k, 0) + 1
+    runs: Sequence[StoredRun],
+    *,
+    metric: str,
+    workload: str,
+    others: dict[str, int] | None = None,
+) -> History:
+    """See the module doc: ``runs`` are the stored runs of ``workload``,
+    oldest first; ``others`` the other workloads' run counts."""
     m = _metric(metric)
     rows = []
     for r in runs:
-        if r.workload_key != key:
-            continue
         summary = parse_result(f"run {r.id}", r.doc)
         value = m.value(summary)
         excluded = (
@@ -105,11 +116,11 @@ def build_history(
     changes = find_changes([r.value for r in series if r.value is not None])
     return History(
         metric=m,
-        workload_key=key,
+        workload_key=workload,
         rows=tuple(rows),
         changes=tuple(changes),
         series_rows=series,
-        other_workloads=others,
+        other_workloads=dict(others or {}),
         warnings=tuple(_fingerprint_warnings(rows)),
     )
 
@@ -149,15 +160,18 @@ def _labels(run: StoredRun) -> str:
 
 
 def describe_change(h: History, c: Change) -> str:
-    """``change at run 20: tps 1000.0 -> 950.0, -5.0 % (95 % interval
-    -6.1 % to -3.9 %; runs 1-19 vs 20-30), slower``."""
+    """``change at run 20 (commit=abc): tps 1000.0 -> 950.0, -5.0 % (95 %
+    interval -6.1 % to -3.9 %; runs 1-19 vs 20-30, p = 1e-06): slower``
+    (the labels of the first run of the new level, if any)."""
     rows = h.series_rows
     first, last = rows[c.start].run.id, rows[c.index - 1].run.id
     new_first, new_last = rows[c.index].run.id, rows[c.end - 1].run.id
     word = h.metric.worse if h.worse(c) else h.metric.better
     unit = f" {h.metric.unit}" if h.metric.unit else ""
+    labels = _labels(rows[c.index].run)
+    where = f"{new_first} ({labels})" if labels else f"{new_first}"
     return (
-        f"change at run {new_first}: {h.metric.label} {_fmt(c.mean_before)} -> "
+        f"change at run {where}: {h.metric.label} {_fmt(c.mean_before)} -> "
         f"{_fmt(c.mean_after)}{unit}, {_pct(c.change)} (95 % interval "
         f"{_pct(c.low)} to {_pct(c.high)}; runs {first}-{last} vs "
         f"{new_first}-{new_last}, p = {c.p_value:.2g}): {word}"
@@ -199,3 +213,46 @@ def render_history(h: History) -> str:
             "--workload KEY shows one)"
         )
     return "\n".join(lines) + "\n"
+
+
+def history_json(h: History, threshold: float) -> dict[str, Any]:
+    """``history --json``: the table, the change points and the verdict."""
+    rows = h.series_rows
+
+    def change(c: Change) -> dict[str, Any]:
+        return {
+            "run": rows[c.index].run.id,
+            "labels": dict(rows[c.index].run.labels),
+            "before_runs": [r.run.id for r in rows[c.start : c.index]],
+            "after_runs": [r.run.id for r in rows[c.index : c.end]],
+            "level_before": c.mean_before,
+            "level_after": c.mean_after,
+            "change": c.change,
+            "interval": [c.low, c.high],
+            "p_value": c.p_value,
+            "worse": h.worse(c),
+        }
+
+    bad = h.regression(threshold)
+    return {
+        "workload": h.workload_key,
+        "metric": h.metric.key,
+        "unit": h.metric.unit,
+        "higher_is_better": h.metric.higher_is_better,
+        "runs": [
+            {
+                "id": r.run.id,
+                "start": r.run.started_at,
+                "stored_at": r.run.stored_at,
+                "labels": dict(r.run.labels),
+                "value": r.value,
+                "excluded": r.excluded,
+            }
+            for r in h.rows
+        ],
+        "changes": [change(c) for c in h.changes],
+        "threshold": threshold,
+        "regression": None if bad is None else change(bad),
+        "environment_warnings": list(h.warnings),
+        "other_workloads": dict(h.other_workloads),
+    }
