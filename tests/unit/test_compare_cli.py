@@ -428,6 +428,15 @@ def test_compare_help(tmp_path: Path) -> None:
         ),
         (["--order", "aabb"], "pgsurge ab: argument --order: invalid choice: "),
         (
+            ["--", "-S", "--label", "arm=mine"],
+            'ab labels each run with "arm" itself: drop --label arm=… from the '
+            "common arguments",
+        ),
+        (
+            ["--b", "--label=ab=x", "--", "-S"],
+            'ab labels each run with "ab" itself: drop --label ab=… from --b',
+        ),
+        (
             ["--a", "-c 1", "--a", "-c 2", "--", "-S"],
             'pgsurge ab: argument --a: given twice (try "pgsurge ab --help")',
         ),

@@ -497,6 +497,22 @@ def _validate(arms: list[Arm], common: list[str], check: RunArgsCheck) -> list[A
     return checked
 
 
+def _own_label_keys(args: Sequence[str], keys: Sequence[str]) -> str | None:
+    """The first of ``keys`` that ``args`` give with --label (``--label K=V``
+    or ``--label=K=V``), or None."""
+    for i, a in enumerate(args):
+        if a == "--label" and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith("--label="):
+            value = a.removeprefix("--label=")
+        else:
+            continue
+        key = value.partition("=")[0].strip()
+        if key in keys:
+            return key
+    return None
+
+
 def _plan(
     ns: argparse.Namespace, common: list[str], check: RunArgsCheck | None
 ) -> Plan:
@@ -515,6 +531,13 @@ def _plan(
         if any(a == "--json" or a.startswith("--json=") for a in args):
             raise UsageError(
                 f"ab writes each run's --json itself: drop it from {where}"
+            )
+        taken = _own_label_keys(args, ("arm", "ab"))
+        if taken:
+            # every run of it failed on "the key is given twice"
+            raise UsageError(
+                f'ab labels each run with "{taken}" itself: drop --label '
+                f"{taken}=… from {where}"
             )
     if check is not None:
         arms = _validate(arms, common, check)
