@@ -640,3 +640,27 @@ def test_html_single_run_per_side_no_verdict_with_within_run_interval(
     assert "tps: <strong>no verdict</strong>" in page
     assert "within-run interval (batch means, one run per side): -15.0% … -5.0%" in page
     assert "slower" not in page.split('id="verdict"')[1].split("</section>")[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["sweep", "--vary", "-c 1,2", "--", "-S", "--label", "arm=x"],
+            'sweep labels each run with "arm" itself: drop --label arm=… from the '
+            "common arguments",
+        ),
+        (
+            ["capacity", "--latency", "p99=10ms", "--", "-S", "--label=capacity=x"],
+            'capacity labels each run with "capacity" itself: drop --label capacity=…',
+        ),
+    ],
+)
+def test_own_labels_are_refused_before_any_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
+    # a duplicated --label key is refused by every run: each one failed
+    monkeypatch.chdir(tmp_path)
+    r = run_cli(args)
+    assert (r.status, r.stdout, r.stderr) == (1, "", f"pgsurge: error: {message}\n")
+    assert list(tmp_path.iterdir()) == []
