@@ -518,3 +518,49 @@ def test_ctrl_c_while_workers_connect(fresh_db: str, tmp_path: Path) -> None:
     assert proc.returncode == -signal.SIGINT, err
     assert elapsed < 1.0, f"{elapsed:.2f} s after the signal"
     assert "Traceback" not in err
+
+
+def test_interrupted_run_with_store_says_it_was_not_stored(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """--store and Ctrl-C: the report and --json are out, the store holds
+    no cut run, and stderr says so (it used to be silent)."""
+    store = tmp_path / "s.sqlite"
+    proc = _start(
+        ["-S", "-c", "1", "-T", "30", "--json", "r.json", f"--store={store}", bench_db],
+        tmp_path,
+    )
+    with _killed_on_failure(proc):
+        _wait_running(proc, 1, 2.0)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = _communicate(proc)
+    assert proc.returncode == -signal.SIGINT, err
+    assert "actually processed: " in out, err
+    assert err.endswith(
+        "pgsurge: the run was not stored: it was interrupted by SIGINT\n"
+    ), err
+    assert json.loads((tmp_path / "r.json").read_text())["interrupted"]
+    assert "Traceback" not in err
+
+
+def test_a_failed_output_loses_none_of_the_others(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """--json on a full device (/dev/full): the HTML page is still written
+    and the run still stored (both were skipped after the JSON error), then
+    the one error line and status 1."""
+    store = tmp_path / "s.sqlite"
+    html = tmp_path / "r.html"
+    args = ["-S", "-c", "1", "-T", "1", "--json", "/dev/full", "--html", str(html)]
+    proc = _start([*args, f"--store={store}", bench_db], tmp_path)
+    with _killed_on_failure(proc):
+        out, err = _communicate(proc, timeout=60)
+    assert proc.returncode == 1, err
+    assert "actually processed: " in out, err
+    assert err.endswith(
+        'pgsurge: error: could not write JSON result to "/dev/full": '
+        "No space left on device\n"
+    ), err
+    assert f"pgsurge: stored as run 1 in {store}\n" in err
+    assert "<html" in html.read_text()
+    assert "Traceback" not in err

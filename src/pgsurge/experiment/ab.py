@@ -338,8 +338,11 @@ class Experiment:
             self.python,
             "-m",
             "pgsurge",
-            *arm.args,
+            # the arm's (and a sweep cell's) options after the common ones:
+            # the later one wins, so "--a '-c 2' -- -c 4" runs arm A with
+            # -c 2, as its label says (it ran -c 4 under the name "-c 2")
             *self.plan.common,
+            *arm.args,
             # which arm, and whether it counts (ab=run, sweep=warmup): in the
             # run's JSON, and in the results store when the runs are stored
             # (--store, PGSURGE_STORE); a sweep's cells are in the workload

@@ -39,6 +39,7 @@ from pgsurge.experiment.command import (
     _env,
     _funnel,
     _out_dir,
+    _own_label_keys,
     _Parser,
     _percent,
     _split_ab_argv,
@@ -179,6 +180,12 @@ def _check_json(arms: Sequence[Arm], common: Sequence[str]) -> None:
         if any(a == "--json" or a.startswith("--json=") for a in args):
             raise UsageError(
                 f"sweep writes each run's --json itself: drop it from {where}"
+            )
+        taken = _own_label_keys(args, ("arm", "sweep"))
+        if taken:
+            raise UsageError(
+                f'sweep labels each run with "{taken}" itself: drop --label '
+                f"{taken}=… from {where}"
             )
 
 
