@@ -12,7 +12,7 @@ settings), the arguments common to both, the runs per arm and their order.
    arm's server: the target its validated arguments name (``Arm.conn``,
    kept in memory only: it may hold a password), resolved as a run does.
 
-Each run is ``python -m pgsurge ARM-ARGS COMMON-ARGS --json FILE`` in its
+Each run is ``python -m pgsurge COMMON-ARGS ARM-ARGS --json FILE`` in its
 own process group, its output in ``FILE.log`` beside it; after each run a
 line (arm, tps, p99, client CPU) goes to stdout and ``manifest.json`` in the
 output directory is rewritten, so that a directory always tells what ran;

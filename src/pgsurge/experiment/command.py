@@ -286,7 +286,7 @@ def _ab_parser() -> _Parser:
         usage=f'{PROG} ab [--runs N] [--a "ARGS"] [--b "ARGS"] [OPTION]... '
         "-- [COMMON PGSURGE ARGS]...",
         description="Run an A/B experiment: a warm-up run per arm, then N runs per "
-        "arm interleaved ABBA…, each `pgsurge ARM-ARGS COMMON-ARGS --json FILE` in "
+        "arm interleaved ABBA…, each `pgsurge COMMON-ARGS ARM-ARGS --json FILE` in "
         "its own process, then the comparison of arm B against arm A. With one "
         "arm (no --b), a repeat summary. Ctrl-C stops after the current run "
         "(twice: at once, discarding it) and compares what finished.",

@@ -73,8 +73,8 @@ def _parser() -> _Parser:
         usage=f'{PROG} sweep --vary "OPTION v1,v2,…" [--vary …] [OPTION]... '
         "-- [COMMON PGSURGE ARGS]...",
         description="Run a grid of configurations: N runs per grid point (and "
-        "arm), interleaved round by round, each `pgsurge ARM-ARGS CELL-ARGS "
-        "COMMON-ARGS --json FILE` in its own process; then one row per grid "
+        "arm), interleaved round by round, each `pgsurge COMMON-ARGS ARM-ARGS "
+        "CELL-ARGS --json FILE` in its own process; then one row per grid "
         "point with tps and its interval, p99, client CPU, and with two arms "
         "the ratio and verdict; the knee when -c is varied.",
         allow_abbrev=False,
@@ -199,7 +199,7 @@ def _validate(plan: SweepPlan, check: RunArgsCheck) -> SweepPlan:
             run = cell_arm(arm, cell)
             try:
                 conn, embedded = check(
-                    [*run.args, *plan.common], os.environ | dict(run.env)
+                    [*plan.common, *run.args], os.environ | dict(run.env)
                 )
             except PgsurgeError as e:
                 raise UsageError(
