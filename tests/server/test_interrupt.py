@@ -564,3 +564,43 @@ def test_a_failed_output_loses_none_of_the_others(
     assert f"pgsurge: stored as run 1 in {store}\n" in err
     assert "<html" in html.read_text()
     assert "Traceback" not in err
+
+
+def _ignoring(*signums: int):  # type: ignore[no-untyped-def]
+    """A preexec_fn: the child starts with ``signums`` ignored, as ``cmd &``
+    in a script starts it with SIGINT ignored and ``nohup`` with SIGHUP."""
+
+    def preexec() -> None:
+        for signum in signums:
+            signal.signal(signum, signal.SIG_IGN)
+
+    return preexec
+
+
+@pytest.mark.parametrize("tool", ["pgsurge", "pgbench"])
+def test_an_inherited_ignore_keeps_the_run_going(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path, tool: str
+) -> None:
+    """Hostile finding E: started with SIGINT and SIGHUP ignored (a script's
+    ``cmd &``, ``nohup``), pgbench runs through both signals; pgsurge
+    installed its own handlers over the ignore and stopped."""
+    prog = (
+        [str(pgbench_bin)] if tool == "pgbench" else [sys.executable, "-m", "pgsurge"]
+    )
+    proc = subprocess.Popen(
+        [*prog, "-n", "-S", "-c", "2", "-j", "2", "-T", "4", bench_db],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=plain_env(),
+        start_new_session=True,
+        preexec_fn=_ignoring(signal.SIGINT, signal.SIGHUP),
+    )
+    with _killed_on_failure(proc):
+        time.sleep(2.0)
+        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, signal.SIGHUP)
+        out, err = _communicate(proc)
+    assert proc.returncode == 0, err
+    assert "duration: 4 s" in out and "interrupted" not in err
