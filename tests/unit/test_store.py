@@ -432,3 +432,14 @@ def test_no_spread_gives_the_exact_permutation_p_never_zero():
     assert find_changes([100.0] * 5 + [90.0] * 3) == []
     (change,) = find_changes([100.0] * 10 + [90.0] * 10)
     assert change.index == 10 and change.p_value > 0
+
+
+def test_history_on_a_missing_store_creates_nothing(tmp_path):
+    # hostile finding B: history on a missing store created an empty file
+    missing = tmp_path / "missing.sqlite"
+    r = run_cli(["history", f"--store={missing}"])
+    assert (r.status, r.stderr) == (
+        1,
+        f"pgsurge: error: no results store at {missing}\n",
+    )
+    assert not missing.exists()
