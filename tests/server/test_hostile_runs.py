@@ -100,23 +100,3 @@ def test_a_password_in_a_label_is_masked_in_the_store(
         docs = [d for (d,) in db.execute("SELECT doc FROM runs")]
     assert rows == [("db", "postgresql://u:********@h/x"), ("k", "password=********")]
     assert not any("LBLSECRET" in d or "P2" in d for d in docs)
-
-
-def test_an_unusable_store_fails_before_the_run(fresh_db: str, tmp_path: Path) -> None:
-    """--store naming a directory: the error came after the whole run (a
-    long benchmark measured, then its store refused); now before it."""
-    (tmp_path / "one.sql").write_text("select 1;\n")
-    args = ["-n", "-f", "one.sql", "-T", "30", f"--store={tmp_path}", fresh_db]
-    r = subprocess.run(
-        [sys.executable, "-m", "pgsurge", *args],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=plain_env(),
-        timeout=25,  # the -T 30 run must not start
-    )
-    assert (r.returncode, r.stdout) == (1, ""), r.stderr
-    assert r.stderr == (
-        f'pgsurge: error: refusing to use results store "{tmp_path}": '
-        "it is not a regular file\n"
-    )

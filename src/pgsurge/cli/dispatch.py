@@ -191,7 +191,6 @@ def _dispatch(cfg: InitConfig | RunConfig) -> int:
     cfg = replace(cfg, conn=conn)
     if cfg.store is None:
         return int(run(cfg, drive=drive))
-    _check_store(cfg.store)
     results: list[RunResult] = []
     try:
         status = run(cfg, drive=drive, on_result=results.append)
@@ -216,16 +215,6 @@ def _dispatch(cfg: InitConfig | RunConfig) -> int:
                 sys.stderr.write(store_error.format())
         raise
     return _store_result(cfg, results, status)
-
-
-def _check_store(spec: str) -> None:
-    """--store opened (and made, or migrated) before the run: a store that
-    cannot be reached (a bad URI, a directory, a file that is not one) is
-    one error before anything is measured, not after a long run."""
-    from pgsurge.store.backend import open_store
-    from pgsurge.store.location import resolve
-
-    open_store(resolve(spec)).close()
 
 
 def _store_result(cfg: RunConfig, results: list[RunResult], status: int) -> int:
