@@ -661,3 +661,15 @@ def test_a_label_key_given_twice_is_refused() -> None:
         'pgsurge: detail: The key "commit" is given twice.\n'
     )
     assert run("--label", "a=1", "--label", "b=1").labels == (("a", "1"), ("b", "1"))
+
+
+def test_monitor_alone_is_refused() -> None:
+    # hostile finding G: --monitor without an option that uses it passed in
+    # silence (even with a bad port): likely a mistyped option
+    r = run_cli(["--monitor=host=db port=1", "-T", "1", "host=/nonexistent"])
+    assert (r.status, r.stderr) == (
+        1,
+        "pgsurge: error: --monitor is allowed only with --waits, --server-stats "
+        "or --idle-sessions\n",
+    )
+    assert run("--monitor=host=db", "--waits").monitor_dsn == "host=db"

@@ -214,6 +214,14 @@ def run_config(st: OptionState, conn: ConnParams) -> RunConfig:
         check_output_path(st.html_path, "--html")
     if st.dask_collect_logs is not None:
         _check_collect_logs(st)
+    if st.monitor_dsn is not None and not (
+        st.waits_ms is not None or st.server_stats or st.idle_sessions
+    ):
+        # it would be read and never used: a mistyped option (--monitor
+        # for --pooler-admin?) should not pass in silence
+        raise UsageError(
+            "--monitor is allowed only with --waits, --server-stats or --idle-sessions"
+        )
     return RunConfig(
         conn=conn,
         scripts=tuple(st.scripts),
