@@ -88,7 +88,7 @@ PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s_cnt,
     *s_choose_rng, *s_throttle_rng, *s_throttle_trigger, *s_latency_late,
     *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched, *s_layout,
     *s_add_counts, *s_eval_elif, *s_meta_failed, *s_id, *s_write_chunk, *s_current,
-    *s_roll_to, *s_start_us, *s_pending;
+    *s_roll_to, *s_start_us, *s_pending, *s_num_syncs;
 
 /* ---------------------------------------------------------------------- */
 /* Construction                                                           */
@@ -907,6 +907,7 @@ static const struct {
     {"Client", "flush_pending", &s_flush_pending},
     {"Client", "drain_state", &s_drain_state},
     {"Client", "in_pipeline", &s_in_pipeline},
+    {"Client", "num_syncs", &s_num_syncs},
     {"Client", "sleep_until", &s_sleep_until},
     {"Client", "stmt_begin", &s_stmt_begin},
     {"Client", "unwatched", &s_unwatched},
@@ -1019,6 +1020,9 @@ PyInit__fastloop(void)
         PyModule_AddIntConstant(m, "MODE_PREPARED", MODE_PREPARED) < 0 ||
         PyModule_AddIntConstant(m, "RESUME_FLUSH", RESUME_FLUSH) < 0 ||
         PyModule_AddIntConstant(m, "RESUME_SEND_FAILED", RESUME_SEND_FAILED) < 0 ||
+        PyModule_AddIntConstant(m, "RESUME_SYNC_FAILED", RESUME_SYNC_FAILED) < 0 ||
+        add_int(m, "OP_PSTART", OP_PSTART) < 0 || add_int(m, "OP_PSYNC", OP_PSYNC) < 0 ||
+        add_int(m, "OP_PEND", OP_PEND) < 0 ||
         PyModule_AddIntConstant(m, "TX_BUDGET", TX_BUDGET) < 0 ||
         add_int(m, "OP_END", OP_END) < 0 || add_int(m, "OP_SET_CONST", OP_SET_CONST) < 0 ||
         add_int(m, "OP_SET_RANDOM", OP_SET_RANDOM) < 0 || add_int(m, "OP_SQL", OP_SQL) < 0 ||

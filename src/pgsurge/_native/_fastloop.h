@@ -78,6 +78,8 @@
 /* what resume() is told besides a drain() result (always >= 0) */
 #define RESUME_FLUSH (-1)
 #define RESUME_SEND_FAILED (-2)
+/* \endpipeline's sync could not be flushed */
+#define RESUME_SYNC_FAILED (-3)
 
 /* pgsurge._fastpq's drain() codes (the low two bits of its result) */
 #define DRAIN_BUSY 0
@@ -88,6 +90,7 @@
 #define PGRES_EMPTY_QUERY 0
 #define PGRES_COMMAND_OK 1
 #define PGRES_TUPLES_OK 2
+#define PGRES_PIPELINE_SYNC 10
 #define PQTRANS_IDLE 0
 #define PG_DIAG_SQLSTATE 'C'
 
@@ -119,7 +122,11 @@ enum {
     OP_SET_EXPR = 6,
     OP_IF = 7,
     OP_ELSE = 8,
-    OP_ENDIF = 9
+    OP_ENDIF = 9,
+    /* \startpipeline, \syncpipeline, \endpipeline */
+    OP_PSTART = 10,
+    OP_PSYNC = 11,
+    OP_PEND = 12
 };
 
 /* \gset kinds (pgsurge.engine.state) */
@@ -235,6 +242,9 @@ typedef struct {
     int eval_elif;     /* Client.eval_elif: the next \elif is evaluated */
     int meta_failed;   /* Client.meta_failed: a \aset failed, draining */
     PGresult *pending; /* \gset's lookahead (Client.pending) */
+    /* Client.in_pipeline and num_syncs: inside \startpipeline, and the
+     * syncs sent whose PGRES_PIPELINE_SYNC has not been read */
+    int in_pipeline, num_syncs;
     uint64_t prepared; /* statements prepared on the connection */
     /* while Python owns it: the Client.cnt from which C may take it back
      * within a transaction (at a wait of the next one after a hand-back) */
@@ -328,7 +338,7 @@ FL_HIDDEN extern PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s
     *s_choose_rng, *s_throttle_rng, *s_throttle_trigger, *s_latency_late,
     *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched, *s_layout,
     *s_add_counts, *s_eval_elif, *s_meta_failed, *s_id, *s_write_chunk, *s_current,
-    *s_roll_to, *s_start_us, *s_pending;
+    *s_roll_to, *s_start_us, *s_pending, *s_num_syncs;
 
 static inline int64_t
 clock_us(void)

@@ -78,8 +78,11 @@ send_sql(FastLoop *fl, fl_client *c, const fl_op *op)
                                      op->nparams ? values : NULL, NULL, NULL, 0);
     }
     /* as pgsurge._fastpq: 0 all sent, 1 data left, -1 flush failed,
-     * -2 send failed */
-    return ok ? pq->flush(c->conn) : -2;
+     * -2 send failed; in a pipeline the data goes with the next sync
+     * (sql.queue_in_pipeline) */
+    if (!ok)
+        return -2;
+    return c->in_pipeline ? 0 : pq->flush(c->conn);
 }
 
 static PyObject *
@@ -198,6 +201,122 @@ process_xact(FastLoop *fl, fl_client *c, int64_t now, int skipped)
     return now;
 }
 
+/* WAIT_RESULT of \endpipeline: sql.read_results in a pipeline, reading
+ * every queued command's results up to the last sync, leaving pipeline
+ * mode there. 1: all read; 0: the client waits, or was handed to Python
+ * (an error result, a lost connection: resume() goes on as read_results
+ * would); -1: error. */
+static int
+wait_pipeline(FastLoop *fl, int index)
+{
+    fl_client *c = &fl->clients[index];
+    PGresult *res;
+    int status, q = c->qrynum;
+
+    if (!pq->consumeInput(c->conn))
+        return fl_to_python_code(fl, index, WAIT_RESULT, (long)q * 4 + DRAIN_FAILED);
+    for (;;) {
+        if (pq->isBusy(c->conn)) {
+            c->qrynum = q;
+            c->state = WAIT_RESULT;
+            return c->unwatched ? fl_watch(fl, index) : 0;
+        }
+        res = pq->getResult(c->conn);
+        if (res == NULL) {
+            c->qrynum = q;
+            if (q == 0)
+                /* "no results": Python's message */
+                return fl_to_python_code(fl, index, WAIT_RESULT, DRAIN_DONE);
+            if (c->in_pipeline) {
+                q = 0; /* the next queued command */
+                continue;
+            }
+            return 1;
+        }
+        status = pq->resultStatus(res);
+        if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK ||
+            status == PGRES_EMPTY_QUERY) {
+            pq->clear(res);
+            q++;
+            continue;
+        }
+        if (status == PGRES_PIPELINE_SYNC) {
+            pq->clear(res);
+            if (--c->num_syncs == 0) {
+                if (!pq->exitPipelineMode(c->conn)) {
+                    /* Python logs this and stays in the pipeline, where
+                     * the script's end aborts the client */
+                    PyObject *msg = PyUnicode_FromFormat(
+                        "client %lld failed to exit pipeline mode: ", (long long)c->id);
+                    int r;
+
+                    if (msg == NULL)
+                        return -1;
+                    c->qrynum = q + 1;
+                    r = fl_to_python(fl, index, WAIT_RESULT, msg);
+                    Py_DECREF(msg);
+                    return r;
+                }
+                c->in_pipeline = 0;
+            }
+            q++;
+            continue;
+        }
+        {
+            /* an error: note_error classifies it (in a pipeline the ERROR
+             * state discards up to a new sync) */
+            PyObject *got = Py_BuildValue(
+                "(iiNN)", q, status,
+                bytes_or_none(pq->resultErrorField(res, PG_DIAG_SQLSTATE)),
+                bytes_or_none(pq->resultErrorMessage(res)));
+            int r;
+
+            pq->clear(res);
+            if (got == NULL)
+                return -1;
+            c->qrynum = q;
+            r = fl_to_python(fl, index, WAIT_RESULT, got);
+            Py_DECREF(got);
+            return r;
+        }
+    }
+}
+
+/* \startpipeline, \syncpipeline, \endpipeline (meta.run_meta): the next
+ * state, or -1 when Python must run the command (its error messages,
+ * -M simple, the first prepares of the pipeline's statements) */
+static int
+pipeline_command(FastLoop *fl, fl_client *c, const fl_script *sc, const fl_op *op)
+{
+    if (op->kind == OP_PSTART) {
+        int j;
+
+        if (fl->mode == MODE_SIMPLE || c->in_pipeline)
+            return -1;
+        if (fl->mode == MODE_PREPARED)
+            /* Python prepares the pipeline's statements before it starts */
+            for (j = c->command + 1; j < sc->nops; j++) {
+                const fl_op *o = &sc->ops[j];
+
+                if (o->kind == OP_PEND || o->kind == OP_END)
+                    break;
+                if (o->kind == OP_SQL && !(c->prepared & (1ULL << o->prep_bit)))
+                    return -1;
+            }
+        if (!pq->enterPipelineMode(c->conn))
+            return -1;
+        c->in_pipeline = 1;
+        return END_COMMAND;
+    }
+    if (!c->in_pipeline || !pq->pipelineSync(c->conn))
+        return -1;
+    c->num_syncs++;
+    if (op->kind == OP_PSYNC)
+        return END_COMMAND;
+    c->qrynum = 0;
+    return WAIT_RESULT;
+}
+
 /* C's int of a C int's bits (client_meta.c_int): how the x86 binary wraps */
 static inline int64_t
 c_int(int64_t v)
@@ -241,6 +360,9 @@ fl_advance(FastLoop *fl, int index)
             int sent;
 
             if (op->kind == OP_END) {
+                if (c->in_pipeline)
+                    /* Python's "end of script reached with pipeline open" */
+                    return fl_to_python(fl, index, START_COMMAND, NULL);
                 state = END_TX;
                 continue;
             }
@@ -257,6 +379,23 @@ fl_advance(FastLoop *fl, int index)
                 c->valid |= 1ULL << op->slot;
                 now = 0;
                 state = END_COMMAND;
+                continue;
+            }
+            if (op->kind >= OP_PSTART) {
+                state = pipeline_command(fl, c, sc, op);
+                if (state < 0)
+                    return fl_to_python(fl, index, START_COMMAND, NULL);
+                if (state == WAIT_RESULT) {
+                    /* \endpipeline: push the queued commands and the sync */
+                    int r = pq->flush(c->conn);
+
+                    if (r < 0)
+                        return fl_to_python_code(fl, index, START_COMMAND,
+                                                 RESUME_SYNC_FAILED);
+                    if (r > 0)
+                        return fl_to_python_code(fl, index, WAIT_RESULT, RESUME_FLUSH);
+                }
+                now = 0;
                 continue;
             }
             if (op->kind >= OP_SET_EXPR) {
@@ -314,6 +453,9 @@ fl_advance(FastLoop *fl, int index)
                 state = SLEEP;
                 continue;
             }
+            if (c->in_pipeline && op->gset)
+                /* Python's "\gset is not allowed in pipeline mode" */
+                return fl_to_python(fl, index, START_COMMAND, NULL);
             if (fl->mode == MODE_PREPARED && !(c->prepared & (1ULL << op->prep_bit)))
                 /* its first use on this connection: Python prepares it */
                 return fl_to_python(fl, index, START_COMMAND, NULL);
@@ -334,7 +476,8 @@ fl_advance(FastLoop *fl, int index)
             if (sent > 0)
                 /* wait for writability: Python's slower path does it */
                 return fl_to_python_code(fl, index, WAIT_RESULT, RESUME_FLUSH);
-            state = WAIT_RESULT;
+            /* in a pipeline only queued: its results are read at the sync */
+            state = c->in_pipeline ? END_COMMAND : WAIT_RESULT;
             continue;
         }
         case WAIT_RESULT: {
@@ -342,6 +485,15 @@ fl_advance(FastLoop *fl, int index)
             PGresult *res;
             int status, q = c->qrynum;
 
+            if (sc->ops[c->command].kind == OP_PEND) {
+                int r = wait_pipeline(fl, index);
+
+                if (r <= 0)
+                    return r;
+                io_done = 1;
+                state = END_COMMAND;
+                continue;
+            }
             if (sc->ops[c->command].gset) {
                 int r = fl_wait_gset(fl, index, (fl_op *)&sc->ops[c->command]);
 

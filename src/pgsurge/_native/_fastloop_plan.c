@@ -107,6 +107,9 @@ fl_parse_op(FastLoop *fl, PyObject *spec, fl_op *op, int *nprep)
         op->end_next = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 1));
         return PyErr_Occurred() ? -1 : 0;
     case OP_ENDIF:
+    case OP_PSTART:
+    case OP_PSYNC:
+    case OP_PEND:
         return PyTuple_GET_SIZE(spec) == 1 ? 0 : (goto_bad(), -1);
     case OP_SQL:
         /* (3, text, params, literal parts or None[, gset, prefix]) */

@@ -547,7 +547,7 @@ fl_watch(FastLoop *fl, int index)
  * SLEEP, into C's copy: 1 loaded; 0 not a state C runs (a retry, a failed
  * \gset, a \gset's lookahead result, a command C does not run); -1 error. */
 static int
-load_mid_tx(FastLoop *fl, fl_client *c, int state)
+load_mid_tx(FastLoop *fl, fl_client *c, int state, int in_pipeline)
 {
     PyObject *st = c->st, *v;
     int64_t command, qrynum, estatus, tries;
@@ -564,7 +564,9 @@ load_mid_tx(FastLoop *fl, fl_client *c, int state)
     if (command < 0 || command >= sc->nops - 1 || qrynum < 0 || qrynum > INT_MAX)
         return 0;
     kind = sc->ops[command].kind;
-    if (state == WAIT_RESULT ? kind != OP_SQL : kind != OP_SLEEP_CONST && kind != OP_SLEEP_VAR)
+    /* a command's results, \endpipeline's (a pipeline's), a \sleep */
+    if (state == WAIT_RESULT ? (in_pipeline ? kind != OP_PEND : kind != OP_SQL && kind != OP_PEND)
+                             : kind != OP_SLEEP_CONST && kind != OP_SLEEP_VAR)
         return 0;
     if ((r = attr_is_true(st, s_meta_failed)) != 0)
         return r < 0 ? -1 : 0;
@@ -610,24 +612,35 @@ fl_take_over(FastLoop *fl, int index, int state)
     fl_client *c = &fl->clients[index];
     PyObject *st = c->st, *v, *vars, *prepared;
     int64_t ptr, script;
-    int i, k, r, mid_tx = state == WAIT_RESULT || state == SLEEP;
+    int i, k, r, in_pipeline, mid_tx = state == WAIT_RESULT || state == SLEEP;
+    int64_t num_syncs = 0;
 
     if (fl_get_i64(st, s_ptr, &ptr) < 0)
         return -1;
     if (ptr == 0)
         return 0; /* psycopg's calls drive this connection */
-    /* data still to flush, or a pipeline: Python's slower paths */
-    if ((r = attr_is_true(st, s_flush_pending)) != 0 ||
-        (r = attr_is_true(st, s_in_pipeline)) != 0)
+    /* data still to flush: Python's slower path */
+    if ((r = attr_is_true(st, s_flush_pending)) != 0)
         return r < 0 ? -1 : 0;
+    /* in a pipeline: only at the wait for \endpipeline's results (a
+     * script of pipelines has no other wait, and Python's advance goes
+     * from one transaction into the next) */
+    if ((in_pipeline = attr_is_true(st, s_in_pipeline)) != 0) {
+        if (in_pipeline < 0)
+            return -1;
+        if (state != WAIT_RESULT)
+            return 0;
+    }
     if ((r = attr_is_none(st, s_drain_state)) != 1)
         return r;
     if (mid_tx) {
         if (fl_get_i64(st, s_script, &script) < 0)
             return -1;
         c->script = (int)script;
-        if ((r = load_mid_tx(fl, c, state)) <= 0)
+        if ((r = load_mid_tx(fl, c, state, in_pipeline)) <= 0)
             return r;
+        if (in_pipeline && fl_get_i64(st, s_num_syncs, &num_syncs) < 0)
+            return -1;
     }
     vars = PyObject_GetAttr(st, s_variables);
     if (vars == NULL)
@@ -707,6 +720,8 @@ fl_take_over(FastLoop *fl, int index, int state)
     c->assigned = 0;
     c->meta_failed = 0;
     c->pending = NULL;
+    c->in_pipeline = in_pipeline;
+    c->num_syncs = (int)num_syncs;
     c->state = state;
     if (!mid_tx) {
         c->eval_elif = 0;
@@ -735,7 +750,9 @@ hand_back(FastLoop *fl, int index, int state)
         c->pending = NULL;
     }
     if (PyObject_SetAttr(st, s_eval_elif, c->eval_elif ? Py_True : Py_False) < 0 ||
-        PyObject_SetAttr(st, s_meta_failed, c->meta_failed ? Py_True : Py_False) < 0)
+        PyObject_SetAttr(st, s_meta_failed, c->meta_failed ? Py_True : Py_False) < 0 ||
+        PyObject_SetAttr(st, s_in_pipeline, c->in_pipeline ? Py_True : Py_False) < 0 ||
+        set_i64(st, s_num_syncs, c->num_syncs) < 0)
         return -1;
     if (set_i64(st, s_state, state) < 0 || set_i64(st, s_script, c->script) < 0 ||
         PyObject_SetAttr(st, s_ops, PyTuple_GET_ITEM(fl->script_ops, c->script)) < 0 ||

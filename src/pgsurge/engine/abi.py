@@ -42,6 +42,9 @@ __all__ = [
     "OP_END",
     "OP_ENDIF",
     "OP_IF",
+    "OP_PEND",
+    "OP_PSTART",
+    "OP_PSYNC",
     "OP_SET_CONST",
     "OP_SET_EXPR",
     "OP_SET_RANDOM",
@@ -51,6 +54,7 @@ __all__ = [
     "OUT_TICK",
     "RESUME_FLUSH",
     "RESUME_SEND_FAILED",
+    "RESUME_SYNC_FAILED",
     "R_ABORT",
     "R_DONE",
     "R_ERROR",
@@ -61,6 +65,7 @@ __all__ = [
     "End",
     "Endif",
     "If",
+    "Pipeline",
     "PlanOp",
     "RunFlags",
     "SetConst",
@@ -103,6 +108,8 @@ TX_BUDGET = 4
 #: the send left data to flush; the send (or its flush) failed
 RESUME_FLUSH = -1
 RESUME_SEND_FAILED = -2
+#: \\endpipeline's sync could not be flushed
+RESUME_SYNC_FAILED = -3
 
 # -- the plan's ops ------------------------------------------------------------
 
@@ -125,6 +132,9 @@ OP_SET_EXPR = 6
 OP_IF = 7
 OP_ELSE = 8
 OP_ENDIF = 9
+OP_PSTART = 10
+OP_PSYNC = 11
+OP_PEND = 12
 
 
 class End(NamedTuple):
@@ -237,6 +247,14 @@ class Endif(NamedTuple):
     kind: int = OP_ENDIF
 
 
+class Pipeline(NamedTuple):
+    """``\\startpipeline`` (OP_PSTART), ``\\syncpipeline`` (OP_PSYNC) or
+    ``\\endpipeline`` (OP_PEND): C enters libpq's pipeline mode, queues the
+    commands, sends syncs and reads the results at the end."""
+
+    kind: int
+
+
 class SleepConst(NamedTuple):
     """``\\sleep`` of a constant, in µs (already wrapped as C's int)."""
 
@@ -271,6 +289,7 @@ PlanOp = (
     | If
     | Else
     | Endif
+    | Pipeline
 )
 
 # -- the run's flags -----------------------------------------------------------
@@ -355,6 +374,9 @@ MIRRORED: dict[str, int] = {
     "OP_IF": OP_IF,
     "OP_ELSE": OP_ELSE,
     "OP_ENDIF": OP_ENDIF,
+    "OP_PSTART": OP_PSTART,
+    "OP_PSYNC": OP_PSYNC,
+    "OP_PEND": OP_PEND,
     # \gset kinds
     "GSET_NONE": C.GSET_NONE,
     "GSET_ONE": C.GSET_ONE,
@@ -369,6 +391,7 @@ MIRRORED: dict[str, int] = {
     # what resume() is told besides a drain() result
     "RESUME_FLUSH": RESUME_FLUSH,
     "RESUME_SEND_FAILED": RESUME_SEND_FAILED,
+    "RESUME_SYNC_FAILED": RESUME_SYNC_FAILED,
     # pgsurge._fastpq's drain() codes (low two bits)
     "DRAIN_BUSY": fastpq.DRAIN_BUSY,
     "DRAIN_DONE": fastpq.DRAIN_DONE,

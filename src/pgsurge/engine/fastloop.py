@@ -21,7 +21,10 @@ eligible, which is exactly:
   formats lines into a buffer it hands to the TxLogWriter, or records
   into the writer's current interval) are all supported;
 * every command of every script is one of: an SQL command (with or
-  without ``\\gset``/``\\aset``; no pipeline), a ``\\sleep``, a
+  without ``\\gset``/``\\aset``), ``\\startpipeline``/``\\syncpipeline``/
+  ``\\endpipeline`` (libpq's pipeline mode; an error inside a pipeline,
+  ``-M simple``'s refusal, a ``\\gset`` in a pipeline and the first
+  prepares of a pipeline's statements go to Python), a ``\\sleep``, a
   ``\\set`` whose expression :func:`pgsurge.engine.fastexpr.compile_int_expr`
   accepts (ints: arithmetic, comparisons, logical and bitwise operators,
   abs, least/greatest, random, hash*, permute) and gives an int, or an
@@ -35,7 +38,7 @@ eligible, which is exactly:
   an undefined variable), and at any expression error (overflow, division
   by zero, ...), which Python evaluates again and reports.
 
-Anything else (pipelines, shell commands, doubles, strings, ``case``,
+Anything else (shell commands, doubles, strings, ``case``,
 the other random functions, ``debug()``, -C, --debug)
 runs on the Python loop unchanged; :func:`decide` says why, and under
 ``PGSURGE_FASTLOOP=require`` the worker fails with that reason. -P is
@@ -65,6 +68,7 @@ from pgsurge.engine.abi import (
     End,
     Endif,
     If,
+    Pipeline,
     PlanOp,
     RunFlags,
     SetConst,
@@ -85,6 +89,7 @@ from pgsurge.script.ast import (
     GsetKind,
     IfCommand,
     PipelineCommand,
+    PipelineOp,
     SetCommand,
     ShellCommand,
     SleepCommand,
@@ -284,7 +289,8 @@ def decide(
                 any_gset = any_gset or cmd.gset is not GsetKind.NONE
                 nsql += 1
             elif not isinstance(
-                cmd, SleepCommand | IfCommand | ElseCommand | EndifCommand
+                cmd,
+                SleepCommand | IfCommand | ElseCommand | EndifCommand | PipelineCommand,
             ):
                 return f"{_where(script, i)}: {_kind(cmd)}"
     if len(assigned) > MAX_VARS or nsql > MAX_VARS:
@@ -335,6 +341,8 @@ def decide(
                     out.append(Else.of(op.end_next))
                 elif isinstance(cmd, EndifCommand):
                     out.append(Endif())
+                elif isinstance(cmd, PipelineCommand):
+                    out.append(Pipeline(_PIPELINE_OPS[cmd.op]))
                 elif isinstance(cmd, SleepCommand):
                     if type(op.amount) is int:
                         # meta.sleep_usec of a constant, done once
@@ -361,6 +369,12 @@ def decide(
 
 _TOO_MANY = f"more than {MAX_VARS} variables or SQL commands"
 
+_PIPELINE_OPS = {
+    PipelineOp.START: abi.OP_PSTART,
+    PipelineOp.SYNC: abi.OP_PSYNC,
+    PipelineOp.END: abi.OP_PEND,
+}
+
 
 def _int_text(value: object) -> bool:
     """A -D value C reads as an int: an int64 written as Python writes it
@@ -377,8 +391,6 @@ def _int_text(value: object) -> bool:
 def _kind(cmd: object) -> str:
     if isinstance(cmd, ShellCommand):
         return "\\shell and \\setshell are not supported by the C loop"
-    if isinstance(cmd, PipelineCommand):
-        return "pipelines are not supported by the C loop"
     return "a command the C loop does not run"
 
 

@@ -27,6 +27,7 @@ from pgsurge.engine.abi import (
     R_WAIT,
     RESUME_FLUSH,
     RESUME_SEND_FAILED,
+    RESUME_SYNC_FAILED,
 )
 from pgsurge.engine.fastpq import DRAIN_DONE, ErrorResult
 from pgsurge.engine.sql import SqlSteps
@@ -71,6 +72,11 @@ def make_handback(
             st.state = WAIT_RESULT
         elif event == RESUME_SEND_FAILED:
             command_failed(st, "SQL", "SQL command send failed")
+            st.state = ABORTED
+        elif event == RESUME_SYNC_FAILED:
+            # meta.run_meta's \\endpipeline whose flush failed
+            command_failed(st, "endpipeline", "failed to send a pipeline sync")
+            st.estatus = E_META
             st.state = ABORTED
         elif type(event) is str:
             # a \\gset/\\aset failed (its message given, or ``event``)
