@@ -44,12 +44,23 @@ def test_builtins_are_eligible(tmp_path, builtin: str, mode: str) -> None:
 @pytest.mark.parametrize(
     "option",
     [
-        ["-C"],
         ["--debug"],
     ],
 )
 def test_excluded_options_take_the_python_loop(tmp_path, option: list[str]) -> None:
     assert _plan(["-b", "select-only", *option], tmp_path) is None
+
+
+@pytest.mark.parametrize("mode", ["simple", "prepared"])
+def test_connect_each_is_eligible(tmp_path, mode: str) -> None:
+    # -C: C opens the connections; under -M prepared it prepares on each,
+    # so the plan carries the statements' text
+    plan = _plan(["-b", "select-only", "-C", "-M", mode], tmp_path)
+    assert plan is not None
+    sql = plan[3][0][1]
+    assert isinstance(sql, Sql)
+    want = b"SELECT abalance FROM pgbench_accounts WHERE aid = $1;"
+    assert sql.sql == (b"" if mode == "simple" else want)
 
 
 @pytest.mark.parametrize(
@@ -176,7 +187,7 @@ def test_plan_of_a_script(tmp_path) -> None:
             (2, 0, 1, 10000),
             (1, 1, 6),
             (2, 2, -5, 5),
-            (3, b"P_0", (0, 1, 3, 4, 2), None, 0, ""),
+            (3, b"P_0", (0, 1, 3, 4, 2), None, 0, "", b"SELECT $1, $2, $3, $4, $5;"),
             (0,),
         ),
     )
@@ -188,6 +199,7 @@ def test_plan_of_a_script(tmp_path) -> None:
         (b"SELECT ", b", ", b", ", b", ", b", ", b";"),
         0,
         "",
+        b"",
     )
 
 
@@ -212,7 +224,7 @@ def test_plan_of_sleeps(tmp_path) -> None:
             (5, 0, 1),
             (5, 1, 1000000),
             (4, wrapped),
-            (3, b"P_0", (0,), None, 0, ""),
+            (3, b"P_0", (0,), None, 0, "", b"SELECT $1;"),
             (0,),
         ),
     )

@@ -317,6 +317,153 @@ pipeline_command(FastLoop *fl, fl_client *c, const fl_script *sc, const fl_op *o
     return WAIT_RESULT;
 }
 
+/* ---------------------------------------------------------------------- */
+/* -C: a connection per transaction, opened without blocking              */
+
+/* PQconnectPoll until libpq waits for the socket (tx.connect, the way
+ * reconnect.py's CONNECTING state opens one): 1 connected; 0 the client
+ * waits in CONNECTING, or was handed to Python (it could not connect:
+ * resume gives pgbench's messages and aborts it); -1 error */
+static int
+connect_poll(FastLoop *fl, int index)
+{
+    fl_client *c = &fl->clients[index];
+    int r = pq->connectPoll(c->conn), fd = pq->socket(c->conn);
+
+    if (r == PGRES_POLLING_OK && pq->setnonblocking(c->conn, 1) == 0)
+        return fl_conn_watch(fl, index, fd, EPOLLIN) < 0 ? -1 : 1;
+    if (r == PGRES_POLLING_OK || r == PGRES_POLLING_FAILED) {
+        PyObject *event;
+
+        if (fl_conn_watch(fl, index, -1, 0) < 0)
+            return -1;
+        /* Python reads libpq's message and frees it */
+        event = Py_BuildValue("(iO)", RESUME_CONNECT_FAILED, c->pgobj);
+        if (event == NULL)
+            return -1;
+        Py_CLEAR(c->pgobj);
+        c->conn = NULL;
+        r = fl_to_python(fl, index, START_TX, event);
+        Py_DECREF(event);
+        return r < 0 ? -1 : 0;
+    }
+    if (fl_conn_watch(fl, index, fd, r == PGRES_POLLING_READING ? EPOLLIN : EPOLLOUT) < 0)
+        return -1;
+    c->state = CONNECTING;
+    return 0;
+}
+
+/* START_TX without a connection: PQconnectStart (Python's psycopg object,
+ * set_connect's start), then poll it at once (libpq's first wait is for
+ * writing, which a local socket is at once); as connect_poll */
+static int
+connect_start(FastLoop *fl, int index)
+{
+    fl_client *c = &fl->clients[index];
+    PyObject *obj = PyObject_CallOneArg(fl->conn_start, fl->conninfo), *p;
+    void *ptr;
+
+    if (obj == NULL)
+        return -1;
+    p = PyObject_GetAttr(obj, s_pgconn_ptr);
+    ptr = p == NULL ? NULL : PyLong_AsVoidPtr(p);
+    Py_XDECREF(p);
+    if (ptr == NULL) {
+        Py_DECREF(obj);
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        return -1;
+    }
+    c->pgobj = obj;
+    c->conn = (PGconn *)ptr;
+    c->prepared = 0;
+    return connect_poll(fl, index);
+}
+
+/* END_TX under -C: close the transaction's connection (tx.disconnect),
+ * the time it took into the connection time; *now is the clock after */
+static int
+connect_release(FastLoop *fl, int index, int64_t *now)
+{
+    fl_client *c = &fl->clients[index];
+    int64_t start = *now ? *now : clock_us();
+    PyObject *r = NULL;
+
+    if (c->pgobj != NULL) {
+        if (fl_conn_watch(fl, index, -1, 0) < 0)
+            return -1;
+        r = PyObject_CallMethodNoArgs(c->pgobj, s_finish);
+        Py_CLEAR(c->pgobj);
+    } else if (c->conn != NULL) {
+        /* Python's (the client's first, or one it had when C took it) */
+        r = PyObject_CallOneArg(fl->conn_release, c->st);
+        if (r != NULL && fl_refresh_fd(fl, index) < 0)
+            Py_CLEAR(r);
+    } else
+        r = Py_NewRef(Py_None);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    c->conn = NULL;
+    c->prepared = 0;
+    *now = clock_us();
+    fl->conn_us += *now - start;
+    return 0;
+}
+
+/* A prepare of C's (under -C) did not go well: hand the client to Python
+ * in WAIT_RESULT as if its send_sql had sent it (drain_state PREPARING),
+ * with libpq's message when a result failed: finish_prepare (or read_lost)
+ * reads the rest, reports it as pgbench does, and sends the query */
+static int
+prepare_to_python(FastLoop *fl, int index, int failed, int flush)
+{
+    fl_client *c = &fl->clients[index];
+    const char *msg = failed ? pq->errorMessage(c->conn) : NULL;
+    PyObject *text = PyUnicode_DecodeUTF8(msg ? msg : "", msg ? (Py_ssize_t)strlen(msg) : 0,
+                                          "surrogateescape");
+    int r;
+
+    if (text == NULL)
+        return -1;
+    r = PyObject_SetAttr(c->st, s_drain_msg, text);
+    Py_DECREF(text);
+    if (r < 0 || PyObject_SetAttr(c->st, s_drain_state, fl->preparing) < 0)
+        return -1;
+    /* flush: the prepare is not all sent, resume waits for writability */
+    return flush ? fl_to_python_code(fl, index, WAIT_RESULT, RESUME_FLUSH)
+                 : fl_to_python(fl, index, WAIT_RESULT, NULL);
+}
+
+/* WAIT_RESULT of C's prepare: 1 prepared (the query is sent next); 0 the
+ * client waits, or was handed to Python; -1 error */
+static int
+wait_prepare(FastLoop *fl, int index, const fl_op *op)
+{
+    fl_client *c = &fl->clients[index];
+    PGresult *res;
+    int status;
+
+    if (!pq->consumeInput(c->conn))
+        return prepare_to_python(fl, index, 0, 0);
+    for (;;) {
+        if (pq->isBusy(c->conn)) {
+            c->state = WAIT_RESULT;
+            return c->unwatched ? fl_watch(fl, index) : 0;
+        }
+        res = pq->getResult(c->conn);
+        if (res == NULL)
+            break;
+        status = pq->resultStatus(res);
+        pq->clear(res);
+        if (status != PGRES_COMMAND_OK)
+            return prepare_to_python(fl, index, 1, 0);
+    }
+    c->preparing = 0;
+    c->prepared |= 1ULL << op->prep_bit;
+    return 1;
+}
+
 /* C's int of a C int's bits (client_meta.c_int): how the x86 binary wraps */
 static inline int64_t
 c_int(int64_t v)
@@ -335,6 +482,8 @@ fl_advance(FastLoop *fl, int index)
     const fl_script *sc = &fl->scripts[c->script];
     int64_t now = 0;
     int io_done = 0, budget = TX_BUDGET, state = c->state, jump = -1;
+    /* the query after C's prepare: the same command, its clock kept */
+    int resend = 0, r_conn;
 
     for (;;) {
         switch (state) {
@@ -366,11 +515,12 @@ fl_advance(FastLoop *fl, int index)
                 state = END_TX;
                 continue;
             }
-            if (fl->per_command) {
+            if (fl->per_command && !resend) {
                 if (!now)
                     now = clock_us();
                 c->stmt_begin = now;
             }
+            resend = 0;
             if (op->kind == OP_SET_CONST || op->kind == OP_SET_RANDOM) {
                 c->vals[op->slot] = op->kind == OP_SET_CONST
                                         ? op->a
@@ -456,9 +606,26 @@ fl_advance(FastLoop *fl, int index)
             if (c->in_pipeline && op->gset)
                 /* Python's "\gset is not allowed in pipeline mode" */
                 return fl_to_python(fl, index, START_COMMAND, NULL);
-            if (fl->mode == MODE_PREPARED && !(c->prepared & (1ULL << op->prep_bit)))
-                /* its first use on this connection: Python prepares it */
-                return fl_to_python(fl, index, START_COMMAND, NULL);
+            if (fl->mode == MODE_PREPARED && !(c->prepared & (1ULL << op->prep_bit))) {
+                int r;
+
+                if (!fl->connect_each || op->sql == NULL || c->in_pipeline)
+                    /* its first use on this connection: Python prepares it */
+                    return fl_to_python(fl, index, START_COMMAND, NULL);
+                /* -C: every transaction's connection is new; C prepares
+                 * without blocking, as sql.send_sql does, then sends */
+                if (!pq->sendPrepare(c->conn, op->text, op->sql, 0, NULL))
+                    return fl_to_python_code(fl, index, START_COMMAND, RESUME_SEND_FAILED);
+                c->preparing = 1;
+                c->qrynum = 0;
+                r = pq->flush(c->conn);
+                if (r < 0)
+                    return fl_to_python_code(fl, index, START_COMMAND, RESUME_SEND_FAILED);
+                if (r > 0)
+                    return prepare_to_python(fl, index, 0, 1);
+                state = WAIT_RESULT;
+                continue;
+            }
             {
                 int i;
 
@@ -485,6 +652,15 @@ fl_advance(FastLoop *fl, int index)
             PGresult *res;
             int status, q = c->qrynum;
 
+            if (c->preparing) {
+                int r = wait_prepare(fl, index, &sc->ops[c->command]);
+
+                if (r <= 0)
+                    return r;
+                resend = 1;
+                state = START_COMMAND;
+                continue;
+            }
             if (sc->ops[c->command].kind == OP_PEND) {
                 int r = wait_pipeline(fl, index);
 
@@ -580,6 +756,8 @@ fl_advance(FastLoop *fl, int index)
                     fl->total.lat.count++;
             } else if ((now = process_xact(fl, c, now, 0)) < 0)
                 return -1;
+            if (fl->connect_each && connect_release(fl, index, &now) < 0)
+                return -1;
             if (fl->use_end ? fl->timer_exceeded : c->cnt >= fl->nxacts)
                 return fl_to_python(fl, index, FINISHED, NULL);
             if (!io_done || !budget) {
@@ -655,6 +833,17 @@ fl_advance(FastLoop *fl, int index)
             state = START_TX;
             /* fall through */
         case START_TX:
+            if (c->conn == NULL) {
+                /* -C: a new connection for the transaction (the time
+                 * until it is open is connection time, not latency) */
+                if (!now)
+                    now = clock_us();
+                c->conn_begin = now;
+                if ((r_conn = connect_start(fl, index)) <= 0)
+                    return r_conn;
+                now = clock_us();
+                fl->conn_us += now - c->conn_begin;
+            }
             if (fl->tx_clock && !now)
                 now = clock_us();
             if (fl->save_rng) {
@@ -666,6 +855,15 @@ fl_advance(FastLoop *fl, int index)
                 c->txn_scheduled = now;
             c->command = 0;
             state = START_COMMAND;
+            continue;
+        case CONNECTING:
+            /* -C: its socket is ready for what libpq asked */
+            if ((r_conn = connect_poll(fl, index)) <= 0)
+                return r_conn;
+            now = clock_us();
+            fl->conn_us += now - c->conn_begin;
+            /* START_TX, its connection open */
+            state = START_TX;
             continue;
         default:
             PyErr_Format(PyExc_AssertionError, "C-owned client in state %d", state);

@@ -413,6 +413,15 @@ fl_shared_store(FastLoop *fl)
         return -1;
     if (fl->latency_limit && set_i64(fl->wstate, s_latency_late, fl->latency_late) < 0)
         return -1;
+    if (fl->conn_us) {
+        /* -C: the time C's clients spent opening and closing connections */
+        int64_t total;
+
+        if (fl_get_i64(fl->wstate, s_conn_total_us, &total) < 0 ||
+            set_i64(fl->wstate, s_conn_total_us, total + fl->conn_us) < 0)
+            return -1;
+        fl->conn_us = 0;
+    }
     if (hists_flush(fl) < 0)
         return -1;
     if (fl->txlog != NULL &&
@@ -510,6 +519,44 @@ fl_refresh_fd(FastLoop *fl, int index)
             return -1;
     }
     return 0;
+}
+
+/* -C: a connection C opened (or is opening) waits for events on fd: the
+ * socket into the epoll set (a socket libpq closed since, for the next
+ * address, out of it), or out of the set and unmapped (events 0), as
+ * EventLoop.wait_connect does; Client.fd follows. */
+int
+fl_conn_watch(FastLoop *fl, int index, int fd, uint32_t events)
+{
+    fl_client *c = &fl->clients[index];
+    struct epoll_event ev;
+
+    if (c->fd >= 0 && (c->fd != fd || events == 0)) {
+        /* a descriptor closed since is out of the set already */
+        if (epoll_ctl(fl->epfd, EPOLL_CTL_DEL, c->fd, NULL) < 0 && errno != ENOENT &&
+            errno != EBADF) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        if (c->fd < fl->by_fd_len && fl->by_fd[c->fd] == index + 1)
+            fl->by_fd[c->fd] = 0;
+        c->fd = -1;
+    }
+    c->unwatched = 0;
+    if (fd >= 0 && events) {
+        memset(&ev, 0, sizeof ev);
+        ev.events = events;
+        ev.data.fd = fd;
+        if (epoll_ctl(fl->epfd, c->fd == fd ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) < 0 &&
+            (errno != EEXIST || epoll_ctl(fl->epfd, EPOLL_CTL_MOD, fd, &ev) < 0)) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        if (map_fd(fl, fd, index) < 0)
+            return -1;
+        c->fd = fd;
+    }
+    return set_i64(c->st, s_fd, c->fd);
 }
 
 /* Put a client's socket back into the epoll set, which pgsurge.engine.loop's
@@ -617,8 +664,14 @@ fl_take_over(FastLoop *fl, int index, int state)
 
     if (fl_get_i64(st, s_ptr, &ptr) < 0)
         return -1;
-    if (ptr == 0)
-        return 0; /* psycopg's calls drive this connection */
+    if (ptr == 0) {
+        /* psycopg's calls drive this connection; or, under -C, there is
+         * none: C opens the next one */
+        if (!fl->connect_each || mid_tx)
+            return 0;
+        if ((r = attr_is_none(st, s_conn)) != 1)
+            return r;
+    }
     /* data still to flush: Python's slower path */
     if ((r = attr_is_true(st, s_flush_pending)) != 0)
         return r < 0 ? -1 : 0;
@@ -681,7 +734,7 @@ fl_take_over(FastLoop *fl, int index, int state)
     }
     Py_DECREF(vars);
     c->prepared = 0;
-    if (fl->mode == MODE_PREPARED) {
+    if (fl->mode == MODE_PREPARED && ptr != 0) {
         prepared = PyObject_GetAttr(st, s_prepared);
         if (prepared == NULL)
             return -1;
@@ -720,6 +773,7 @@ fl_take_over(FastLoop *fl, int index, int state)
     c->assigned = 0;
     c->meta_failed = 0;
     c->pending = NULL;
+    c->preparing = 0;
     c->in_pipeline = in_pipeline;
     c->num_syncs = (int)num_syncs;
     c->state = state;
@@ -744,6 +798,39 @@ hand_back(FastLoop *fl, int index, int state)
     c->owner = OWN_PY;
     c->retake_at = c->cnt + 1;
     fl->handbacks++;
+    c->preparing = 0;
+    if (c->pgobj != NULL) {
+        /* -C: the connection C opened becomes the Client's (Python's
+         * loop registers its socket anew) */
+        PyObject *ok;
+
+        if (fl_conn_watch(fl, index, -1, 0) < 0)
+            return -1;
+        ok = PyObject_CallFunctionObjArgs(fl->conn_adopt, st, c->pgobj, NULL);
+        Py_CLEAR(c->pgobj);
+        if (ok == NULL)
+            return -1;
+        Py_DECREF(ok);
+    }
+    if (fl->connect_each && fl->mode == MODE_PREPARED && c->conn != NULL) {
+        /* the statements C prepared on the connection */
+        PyObject *prepared = PyObject_GetAttr(st, s_prepared);
+        int k;
+
+        if (prepared == NULL)
+            return -1;
+        for (k = 0; k < fl->nscripts; k++)
+            for (i = 0; i < fl->scripts[k].nops; i++) {
+                fl_op *op = &fl->scripts[k].ops[i];
+
+                if (op->kind == OP_SQL && (c->prepared & (1ULL << op->prep_bit)) &&
+                    PySet_Add(prepared, op->prepname) < 0) {
+                    Py_DECREF(prepared);
+                    return -1;
+                }
+            }
+        Py_DECREF(prepared);
+    }
     if (c->pending != NULL) {
         /* Python's reading of an error drops the lookahead too */
         pq->clear(c->pending);

@@ -52,6 +52,7 @@ __all__ = [
     "OP_SLEEP_VAR",
     "OP_SQL",
     "OUT_TICK",
+    "RESUME_CONNECT_FAILED",
     "RESUME_FLUSH",
     "RESUME_SEND_FAILED",
     "RESUME_SYNC_FAILED",
@@ -110,6 +111,8 @@ RESUME_FLUSH = -1
 RESUME_SEND_FAILED = -2
 #: \\endpipeline's sync could not be flushed
 RESUME_SYNC_FAILED = -3
+#: -C: ``(RESUME_CONNECT_FAILED, pgconn)``, a connection C could not open
+RESUME_CONNECT_FAILED = -4
 
 # -- the plan's ops ------------------------------------------------------------
 
@@ -173,7 +176,9 @@ class Sql(NamedTuple):
     (extended, and simple without variables) or b"" (simple with
     variables: ``lits`` are the literal parts around the variables);
     ``params`` the variable slots in $n order (simple: in text order);
-    ``gset`` state.GSET_NONE/ONE/ALL and the variables' ``prefix``."""
+    ``gset`` state.GSET_NONE/ONE/ALL and the variables' ``prefix``;
+    under -M prepared, the statement's ``sql`` (C prepares it on the
+    connections it opens under -C)."""
 
     kind: int
     text: bytes
@@ -181,6 +186,7 @@ class Sql(NamedTuple):
     lits: tuple[bytes, ...] | None
     gset: int = 0
     prefix: str = ""
+    sql: bytes = b""
 
     @classmethod
     def of(
@@ -190,8 +196,9 @@ class Sql(NamedTuple):
         lits: tuple[bytes, ...] | None,
         gset: int = 0,
         prefix: str = "",
+        sql: bytes = b"",
     ) -> Sql:
-        return cls(OP_SQL, text, params, lits, gset, prefix)
+        return cls(OP_SQL, text, params, lits, gset, prefix, sql)
 
 
 class SetExpr(NamedTuple):
@@ -359,6 +366,7 @@ MIRRORED: dict[str, int] = {
     "END_TX": C.END_TX,
     "ABORTED": C.ABORTED,
     "FINISHED": C.FINISHED,
+    "CONNECTING": C.CONNECTING,
     # query modes
     "MODE_SIMPLE": C.MODE_SIMPLE,
     "MODE_EXTENDED": C.MODE_EXTENDED,
@@ -389,6 +397,7 @@ MIRRORED: dict[str, int] = {
     "OUT_STOPPED": int(LoopOutcome.STOPPED),
     "OUT_TICK": OUT_TICK,
     # what resume() is told besides a drain() result
+    "RESUME_CONNECT_FAILED": RESUME_CONNECT_FAILED,
     "RESUME_FLUSH": RESUME_FLUSH,
     "RESUME_SEND_FAILED": RESUME_SEND_FAILED,
     "RESUME_SYNC_FAILED": RESUME_SYNC_FAILED,

@@ -10,7 +10,8 @@ eligible, which is exactly:
 * the extension is built and current, ``pgsurge._fastpq`` is bound (its
   libpq functions are the C loop's), epoll is there, and neither
   ``PGSURGE_PURE`` nor ``PGSURGE_NO_FASTLOOP`` is set;
-* the run has none of -C, --debug; -R (the
+* the run has no --debug; -C (a connection per transaction, opened
+  without blocking by C: :func:`_connect_spec`), -R (the
   worker's Poisson schedule, from its throttle stream), -L (skipped
   slots, late transactions), -r (each command's latency, timed as
   client.py does), -T/-t, -P, the latency histograms and interval series
@@ -39,7 +40,7 @@ eligible, which is exactly:
   by zero, ...), which Python evaluates again and reports.
 
 Anything else (shell commands, doubles, strings, ``case``,
-the other random functions, ``debug()``, -C, --debug)
+the other random functions, ``debug()``, --debug)
 runs on the Python loop unchanged; :func:`decide` says why, and under
 ``PGSURGE_FASTLOOP=require`` the worker fails with that reason. -P is
 supported: the C loop returns at each tick and :class:`FastEventLoop`
@@ -57,7 +58,7 @@ from functools import partial
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from pgsurge import _native
+from pgsurge import _native, pgconn
 from pgsurge.cnum import INT64_MAX, INT64_MIN, wrap_int32
 from pgsurge.engine import abi, fastpq
 from pgsurge.engine.abi import (
@@ -80,6 +81,7 @@ from pgsurge.engine.abi import (
 )
 from pgsurge.engine.fastexpr import INT, Unsupported, compile_int_expr
 from pgsurge.engine.loop import EventLoop, absorb
+from pgsurge.engine.state import PREPARING
 from pgsurge.script.ast import (
     Call,
     Const,
@@ -103,7 +105,7 @@ from pgsurge.script.sqlvars import valid_variable_name
 if TYPE_CHECKING:
     from pgsurge.config import RunConfig
     from pgsurge.engine.client import Engine
-    from pgsurge.engine.state import Op, WorkerState
+    from pgsurge.engine.state import Client, Op, Settings, WorkerState
     from pgsurge.script.ast import ParsedScript
     from pgsurge.stats.txlog import TxLogWriter
 
@@ -166,8 +168,6 @@ FastPlan = tuple[tuple[str, ...], int, tuple[int, ...], tuple[tuple[PlanOp, ...]
 
 def run_excluded(cfg: RunConfig) -> str | None:
     """Why this run's options keep it on the Python loop, or None."""
-    if cfg.connect_each_tx:
-        return "-C"
     if cfg.debug:
         return "--debug"
     if any(s.python for s in cfg.scripts):
@@ -446,7 +446,8 @@ def _sql_plan(
                 lits = tuple(p.encode("utf-8", "surrogateescape") for p in literal)
     else:
         text = op.prepname if mode == "PREPARED" else op.sql
-    return Sql.of(text, tuple(refs), lits, op.gset, op.prefix)
+    sql = op.sql if mode == "PREPARED" else b""
+    return Sql.of(text, tuple(refs), lits, op.gset, op.prefix, sql)
 
 
 class FastEventLoop(EventLoop):
@@ -462,9 +463,11 @@ class FastEventLoop(EventLoop):
         w: WorkerState,
         script_ops: tuple[tuple[Op, ...], ...],
         flags: RunFlags,
+        connect: Settings | None = None,
     ) -> None:
         """Build the C loop over this loop's clients and epoll instance (the
-        -l writer comes later: :meth:`set_txlog`)."""
+        -l writer comes later: :meth:`set_txlog`); with ``connect`` (-C),
+        C opens a connection per transaction with these settings."""
         assert _module is not None
         hooks: tuple[Callable[..., object], ...] = (
             engine.advance,
@@ -485,6 +488,8 @@ class FastEventLoop(EventLoop):
             flags,
             None if rec is None else rec.targets(),
         )
+        if connect is not None:
+            self._fast.set_connect(_connect_spec(self, connect))
 
     def set_txlog(self, txlog: TxLogWriter) -> None:
         """The worker's -l writer, opened once the run starts (aggregated
@@ -611,6 +616,39 @@ def _log_spec(txlog: TxLogWriter) -> tuple[Any, ...]:
         int(o.max_tries != 1),
         txlog.interval_us,
     )
+
+
+def _connect_spec(loop: EventLoop, s: Settings) -> tuple[Any, ...]:
+    """-C on the C loop (``FastLoop.set_connect``): C opens every
+    transaction's connection with ``PQconnectStart`` and drives
+    ``PQconnectPoll`` on the loop (pgbench blocks its thread in
+    ``PQconnectdb``), and closes it at the transaction's end; Python's side
+    is the conninfo, the psycopg object (:func:`pgsurge.pgconn.start_raw`),
+    a connection C opened made the client's when C hands the client back
+    (``adopt``: what tx.connect sets up), and the closing of a connection
+    Python opened (``release``: tx.disconnect)."""
+    info = pgconn.conninfo(s.conninfo, s.password).encode("utf-8", "surrogateescape")
+
+    def adopt(st: Client, raw: Any) -> None:
+        conn = pgconn.adopt(raw)
+        st.conn = conn
+        st.raw = raw
+        st.ptr = fastpq.usable_with(conn)
+        st.prepared = set()
+        st.in_pipeline = False
+        st.num_syncs = 0
+        loop.attach(st)
+
+    def release(st: Client) -> None:
+        conn = st.conn
+        if conn is not None:
+            loop.detach(st)
+            conn.finish()
+            st.conn = None
+            st.raw = None
+            st.ptr = 0
+
+    return (info, pgconn.start_raw, adopt, release, PREPARING)
 
 
 def _where(script: ParsedScript, index: int) -> str:

@@ -20,11 +20,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import cast
 
+from pgsurge import pgconn
 from pgsurge.engine import fastpq
 from pgsurge.engine.abi import (
     NEXT_STATE,
     R_READ_ON,
     R_WAIT,
+    RESUME_CONNECT_FAILED,
     RESUME_FLUSH,
     RESUME_SEND_FAILED,
     RESUME_SYNC_FAILED,
@@ -83,6 +85,17 @@ def make_handback(
             if event:
                 error(event)
             st.estatus = E_META
+            st.state = ABORTED
+        elif type(event) is tuple and len(event) == 2:
+            # -C: the C loop could not open the transaction's connection
+            # (tx.connect's messages)
+            code, raw = event
+            assert code == RESUME_CONNECT_FAILED
+            failed = pgconn.Connecting(raw)
+            why = failed.error_message()
+            failed.finish()
+            error(pgconn.strip_newline(why))
+            error(f"client {st.id} aborted while establishing connection")
             st.state = ABORTED
         elif type(event) is int:
             # what advance does with these drain() results
