@@ -266,6 +266,9 @@ typedef struct {
     PyObject *pgobj;
     int64_t conn_begin;
     int preparing;
+    /* the events its socket is in the epoll set for, as fl_conn_watch
+     * last put it there (a wait for the same saves the epoll_ctl) */
+    uint32_t conn_events;
     /* while Python owns it: the Client.cnt from which C may take it back
      * within a transaction (at a wait of the next one after a hand-back) */
     int64_t retake_at;
@@ -596,6 +599,7 @@ FL_HIDDEN int fl_to_python_code(FastLoop *fl, int index, int state, long code);
 /* -C (_fastloop_sync.c): watch a C-opened connection's socket for
  * events (0: none, out of the set), the client mapped to it */
 FL_HIDDEN int fl_conn_watch(FastLoop *fl, int index, int fd, uint32_t events);
+FL_HIDDEN int fl_conn_forget(FastLoop *fl, int index);
 
 /* _fastloop_client.c */
 FL_HIDDEN int fl_advance(FastLoop *fl, int index);

@@ -331,7 +331,12 @@ connect_poll(FastLoop *fl, int index)
     int r = pq->connectPoll(c->conn), fd = pq->socket(c->conn);
 
     if (r == PGRES_POLLING_OK && pq->setnonblocking(c->conn, 1) == 0)
-        return fl_conn_watch(fl, index, fd, EPOLLIN) < 0 ? -1 : 1;
+        /* (in the set for reading already, as a local socket usually is
+         * once libpq waited for the server's answer) */
+        return (fd != c->fd || c->conn_events != EPOLLIN) &&
+                       fl_conn_watch(fl, index, fd, EPOLLIN) < 0
+                   ? -1
+                   : 1;
     if (r == PGRES_POLLING_OK || r == PGRES_POLLING_FAILED) {
         PyObject *event;
 
@@ -390,7 +395,7 @@ connect_release(FastLoop *fl, int index, int64_t *now)
     PyObject *r = NULL;
 
     if (c->pgobj != NULL) {
-        if (fl_conn_watch(fl, index, -1, 0) < 0)
+        if (fl_conn_forget(fl, index) < 0)
             return -1;
         r = PyObject_CallMethodNoArgs(c->pgobj, s_finish);
         Py_CLEAR(c->pgobj);

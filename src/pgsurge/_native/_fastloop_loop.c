@@ -75,6 +75,7 @@ socket_ready(FastLoop *fl, int index)
                 return -1;
             }
             c->unwatched = 1;
+            c->conn_events = 0;
             return PyObject_SetAttr(c->st, s_unwatched, Py_True);
         }
     } else if (c->owner == OWN_PY) {

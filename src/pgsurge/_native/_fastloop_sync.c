@@ -543,6 +543,7 @@ fl_conn_watch(FastLoop *fl, int index, int fd, uint32_t events)
         c->fd = -1;
     }
     c->unwatched = 0;
+    c->conn_events = events;
     if (fd >= 0 && events) {
         memset(&ev, 0, sizeof ev);
         ev.events = events;
@@ -557,6 +558,21 @@ fl_conn_watch(FastLoop *fl, int index, int fd, uint32_t events)
         c->fd = fd;
     }
     return set_i64(c->st, s_fd, c->fd);
+}
+
+/* -C: the socket of a connection about to be closed out of the client's
+ * map (closing it takes it out of the epoll set: no epoll_ctl) */
+int
+fl_conn_forget(FastLoop *fl, int index)
+{
+    fl_client *c = &fl->clients[index];
+
+    if (c->fd >= 0 && c->fd < fl->by_fd_len && fl->by_fd[c->fd] == index + 1)
+        fl->by_fd[c->fd] = 0;
+    c->fd = -1;
+    c->conn_events = 0;
+    c->unwatched = 0;
+    return set_i64(c->st, s_fd, -1);
 }
 
 /* Put a client's socket back into the epoll set, which pgsurge.engine.loop's
