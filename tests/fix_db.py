@@ -11,6 +11,9 @@
   comparing runs row by row; :func:`take_rows` reads ``t`` and empties it,
   and :func:`run_both_loops` runs the same arguments on the C loop, then
   on the Python loop, each followed by :func:`take_rows`.
+* :func:`run_worker` runs one worker of a run in this process (its parent's
+  side of the pipe in a thread), for tests that read its state or spy on
+  its loop (``FastEventLoop._fast``'s hand-back counts).
 
 The template is made by the reference pgbench, so this plugin uses
 ``tests/fix_run.py``'s programs (not the other way round).
@@ -18,14 +21,26 @@ The template is made by the reference pgbench, so this plugin uses
 
 from __future__ import annotations
 
+import gc
+import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
+from multiprocessing import Pipe
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
 
+from pgsurge.cli.options import parse_command_line
+from pgsurge.config import RunConfig
+from pgsurge.engine import protocol, worker
+from pgsurge.engine.state import WorkerState
+from pgsurge.prng import derive_streams
+from pgsurge.runner import parse_scripts
+from pgsurge.stats.results import WorkerResult
 from tests.fix_run import Outcome, run_pgbench, run_pgsurge
 
 #: the scale of the template database
@@ -130,3 +145,55 @@ def run_both_loops(
     fast_rows = take_rows(dsn)
     slow = run_pgsurge(args, dsn, cwd=cwd, loop="python")
     return fast, fast_rows, slow, take_rows(dsn)
+
+
+def run_worker(args: list[str], dsn: str) -> tuple[WorkerState, WorkerResult]:
+    """``worker._run`` for one worker of these arguments, in this process,
+    with the parent's side of its pipe in a thread; returns its state."""
+    cfg = parse_command_line([*args, dsn], environ={})
+    assert isinstance(cfg, RunConfig)
+    parsed = parse_scripts(cfg)
+    seeds = derive_streams(cfg.random_seed, cfg.clients, 1)
+    spec = worker.WorkerSpec(
+        worker_id=0,
+        config=cfg,
+        scripts=parsed,
+        first_client=0,
+        nclients=cfg.clients,
+        nthreads=1,
+        client_rngs=seeds.clients,
+        streams=seeds.threads[0],
+        variables=(("scale", 1000),),
+        set_client_id=True,
+        detailed=True,
+    )
+    states: list[WorkerState] = []
+    real = worker.WorkerState
+
+    def capture(**kw: Any) -> WorkerState:
+        states.append(real(**kw))
+        return states[-1]
+
+    parent, child = Pipe()
+    got: list[Any] = []
+
+    def drive() -> None:
+        assert isinstance(parent.recv(), protocol.Ready)
+        parent.send(protocol.Steady(time.monotonic_ns() // 1000, 0))
+        assert isinstance(parent.recv(), protocol.Connected)
+        parent.send(protocol.Go())
+        got.append(parent.recv())
+
+    thread = threading.Thread(target=drive)
+    thread.start()
+    threshold = gc.get_threshold()
+    worker.WorkerState = capture  # type: ignore[misc, assignment]
+    try:
+        worker._run(spec, child)
+    finally:
+        worker.WorkerState = real  # type: ignore[misc]
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
+        thread.join(30)
+    assert got and isinstance(got[0], protocol.Done), got
+    return states[0], got[0].result

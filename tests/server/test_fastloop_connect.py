@@ -13,13 +13,14 @@ with numbers masked, the rows written, messages.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
 
 from pgsurge.engine import fastloop
-from tests.fix_db import take_rows
+from tests.fix_db import run_worker, take_rows
 from tests.fix_run import Outcome, run_pgbench, run_pgsurge
 
 pytestmark = [
@@ -196,3 +197,33 @@ def test_connect_each_throttled(
         )
     assert outs[1] == outs[0]
     assert outs[2] == outs[0]
+
+
+def test_connect_each_runs_in_c(
+    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # in-process: under -C C opens, prepares on and closes every
+    # transaction's connection itself: one hand-back per client (its end),
+    # whatever -t; the connection time goes to the worker's total
+    (tmp_path / "w.sql").write_text(
+        "\\set a random(1, 1000)\n"
+        "INSERT INTO t (cid, s, a, b) VALUES (:client_id, pg_backend_pid(), :a, 0);\n"
+    )
+    loops: list[Any] = []
+    use_c = fastloop.FastEventLoop.use_c
+
+    def spy(self: fastloop.FastEventLoop, *a: Any) -> None:
+        loops.append(self)
+        use_c(self, *a)
+
+    monkeypatch.setattr(fastloop.FastEventLoop, "use_c", spy)
+    monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    args = ["-n", "-f", str(tmp_path / "w.sql"), "-C", "-M", "prepared", "-c", "3"]
+    w, result = run_worker([*args, "-t", "100"], draws_db)
+    assert result.total.cnt == 300
+    rows = take_rows(draws_db)
+    assert len({s for _c, s, _a, _b in rows}) == 300
+    assert w.conn_total_us > 0
+    assert loops
+    assert loops[0]._fast.handbacks <= 3
+    assert loops[0]._fast.py_calls <= 3 * 2

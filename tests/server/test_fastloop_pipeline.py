@@ -14,12 +14,13 @@ the -l lines.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
 from pgsurge.engine import fastloop
-from tests.fix_db import take_rows
+from tests.fix_db import run_worker, take_rows
 from tests.fix_run import Outcome, run_pgbench, run_pgsurge
 
 pytestmark = [
@@ -178,3 +179,28 @@ def test_gset_in_pipeline_refused_as_pgbench(
     assert ref.status == 2, ref.stderr
     assert got.status == ref.status
     assert got.messages == ref.messages, (ref.stderr, got.stderr)
+
+
+def test_pipelines_run_in_c(
+    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # in-process: after each client's first transaction (its prepares,
+    # made by Python before its pipeline starts), C runs every pipeline:
+    # a hand-back for those prepares and one at the end, per client
+    (tmp_path / "p.sql").write_text(PIPELINE)
+    loops: list[Any] = []
+    use_c = fastloop.FastEventLoop.use_c
+
+    def spy(self: fastloop.FastEventLoop, *a: Any) -> None:
+        loops.append(self)
+        use_c(self, *a)
+
+    monkeypatch.setattr(fastloop.FastEventLoop, "use_c", spy)
+    monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    args = ["-n", "-f", str(tmp_path / "p.sql"), "-M", "prepared", "-c", "3"]
+    _w, result = run_worker([*args, "-t", "300"], draws_db)
+    assert result.total.cnt == 900
+    assert len(take_rows(draws_db)) == 2 * 900
+    assert loops
+    assert loops[0]._fast.handbacks <= 2 * 3
+    assert loops[0]._fast.py_calls <= 6 * 3

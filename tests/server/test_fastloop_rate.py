@@ -19,26 +19,19 @@ depend on timing:
 
 from __future__ import annotations
 
-import gc
 import os
 import re
 import signal
 import threading
 import time
-from multiprocessing import Pipe
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pgsurge.cli.options import parse_command_line
-from pgsurge.config import RunConfig
-from pgsurge.engine import fastloop, protocol, worker
-from pgsurge.engine.state import WorkerState
-from pgsurge.prng import derive_streams
-from pgsurge.runner import parse_scripts
-from pgsurge.stats.results import WorkerResult
+from pgsurge.engine import fastloop
 from tests.fix_db import run_both_loops, take_rows
+from tests.fix_db import run_worker as _run_worker
 from tests.fix_run import run_pgsurge
 
 pytestmark = [
@@ -172,58 +165,6 @@ def test_rate_with_duration(draws_db: str, tmp_path: Path) -> None:
 
 
 # -- in-process: the worker's throttle stream and schedule -------------------
-
-
-def _run_worker(args: list[str], dsn: str) -> tuple[WorkerState, WorkerResult]:
-    """``worker._run`` for one worker of these arguments, in this process,
-    with the parent's side of its pipe in a thread; returns its state."""
-    cfg = parse_command_line([*args, dsn], environ={})
-    assert isinstance(cfg, RunConfig)
-    parsed = parse_scripts(cfg)
-    seeds = derive_streams(cfg.random_seed, cfg.clients, 1)
-    spec = worker.WorkerSpec(
-        worker_id=0,
-        config=cfg,
-        scripts=parsed,
-        first_client=0,
-        nclients=cfg.clients,
-        nthreads=1,
-        client_rngs=seeds.clients,
-        streams=seeds.threads[0],
-        variables=(("scale", 1000),),
-        set_client_id=True,
-        detailed=True,
-    )
-    states: list[WorkerState] = []
-    real = worker.WorkerState
-
-    def capture(**kw: Any) -> WorkerState:
-        states.append(real(**kw))
-        return states[-1]
-
-    parent, child = Pipe()
-    got: list[Any] = []
-
-    def drive() -> None:
-        assert isinstance(parent.recv(), protocol.Ready)
-        parent.send(protocol.Steady(time.monotonic_ns() // 1000, 0))
-        assert isinstance(parent.recv(), protocol.Connected)
-        parent.send(protocol.Go())
-        got.append(parent.recv())
-
-    thread = threading.Thread(target=drive)
-    thread.start()
-    threshold = gc.get_threshold()
-    worker.WorkerState = capture  # type: ignore[misc, assignment]
-    try:
-        worker._run(spec, child)
-    finally:
-        worker.WorkerState = real  # type: ignore[misc]
-        gc.unfreeze()
-        gc.set_threshold(*threshold)
-        thread.join(30)
-    assert got and isinstance(got[0], protocol.Done), got
-    return states[0], got[0].result
 
 
 @pytest.mark.parametrize("limit", [None, "0.3"])
