@@ -12,16 +12,21 @@ with numbers masked, the rows written, messages.
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgsurge.engine import fastloop
 from tests.fix_db import run_worker, take_rows
-from tests.fix_run import Outcome, run_pgbench, run_pgsurge
+from tests.fix_run import Outcome, pump, run_pgbench, run_pgsurge, stop_listening
 
 pytestmark = [
     pytest.mark.server,
@@ -199,15 +204,21 @@ def test_connect_each_throttled(
     assert outs[2] == outs[0]
 
 
+@pytest.mark.parametrize("pipeline", [False, True], ids=["plain", "pipeline"])
 def test_connect_each_runs_in_c(
-    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pipeline: bool
 ) -> None:
     # in-process: under -C C opens, prepares on and closes every
-    # transaction's connection itself: one hand-back per client (its end),
-    # whatever -t; the connection time goes to the worker's total
+    # transaction's connection itself (a pipeline's statements too): one
+    # hand-back per client (its end), whatever -t; the connection time
+    # goes to the worker's total
+    start, end = ("\\startpipeline\n", "\\endpipeline\n") if pipeline else ("", "")
     (tmp_path / "w.sql").write_text(
         "\\set a random(1, 1000)\n"
-        "INSERT INTO t (cid, s, a, b) VALUES (:client_id, pg_backend_pid(), :a, 0);\n"
+        + start
+        + "INSERT INTO t (cid, s, a, b) VALUES (:client_id, pg_backend_pid(), :a, 0);\n"
+        + "SELECT 1;\n"
+        + end
     )
     loops: list[Any] = []
     use_c = fastloop.FastEventLoop.use_c
@@ -227,3 +238,130 @@ def test_connect_each_runs_in_c(
     assert loops
     assert loops[0]._fast.handbacks <= 3
     assert loops[0]._fast.py_calls <= 3 * 2
+
+
+class _GateRelay:
+    """A Unix socket forwarding to the test server that holds one connection
+    of a run back: the first one opened after ``t`` has a row, until
+    ``rows`` more rows are in (or ``timeout`` seconds passed). Whether the
+    rows came while it waited tells whether the run's other clients went
+    on while one of them was connecting."""
+
+    def __init__(self, dsn: str, directory: Path, rows: int, timeout: float) -> None:
+        params = conninfo_to_dict(dsn)
+        host = str(params.get("host") or "/tmp").split(",")[0]
+        port = int(str(params.get("port") or 5432).split(",")[0])
+        assert host.startswith("/"), "the test server listens on a Unix socket"
+        self.target = f"{host}/.s.PGSQL.{port}"
+        self.admin = dsn
+        self.rows, self.timeout = rows, timeout
+        self.held: list[bool] = []  # per held connection: released by the rows
+        self.socks: list[socket.socket] = []
+        self.lock = threading.Lock()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(directory / ".s.PGSQL.5432"))
+        self.listener.listen(64)
+        params.update(host=str(directory), port="5432")
+        self.dsn = make_conninfo(**params)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _count(self) -> int:
+        with psycopg.connect(self.admin, autocommit=True) as conn:
+            row = conn.execute("SELECT count(*) FROM t").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            self.socks.append(client)
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        with self.lock:
+            hold = not self.held and self._count() > 0
+            if hold:
+                self.held.append(False)
+        if hold:
+            start, deadline = self._count(), time.monotonic() + self.timeout
+            while time.monotonic() < deadline:
+                if self._count() >= start + self.rows:
+                    self.held[0] = True
+                    break
+                time.sleep(0.01)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.socks.append(server)
+        server.connect(self.target)
+        for a, b in ((client, server), (server, client)):
+            threading.Thread(target=pump, args=(a, b), daemon=True).start()
+
+    def close(self) -> None:
+        stop_listening(self.listener)
+        for sock in self.socks:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
+@pytest.mark.slow
+def test_a_connecting_client_does_not_stall_the_others(
+    draws_db: str, pgbench_bin: Path, tmp_path: Path
+) -> None:
+    # one worker, two clients, a connection per transaction; one of the
+    # connections is held back until the other client inserted 5 more rows:
+    # on the C loop it goes on meanwhile (PQconnectPoll on the event loop),
+    # where pgbench's thread waits in PQconnectdb (the relay gives up after
+    # its timeout, generous for 5 local transactions)
+    (tmp_path / "i.sql").write_text(
+        "INSERT INTO t (cid, s, a, b) VALUES (:client_id, 0, 0, 0);\n"
+    )
+    args = ["-n", "-f", str(tmp_path / "i.sql"), "-C", "-c", "2", "-j", "1"]
+    args += ["-t", "30"]
+    released = {}
+    for tool in ("c", "pgbench"):
+        relay = _GateRelay(draws_db, tmp_path, rows=5, timeout=8.0)
+        try:
+            if tool == "pgbench":
+                got = run_pgbench(pgbench_bin, args, relay.dsn, cwd=tmp_path)
+            else:
+                got = run_pgsurge(args, relay.dsn, cwd=tmp_path, loop="c")
+        finally:
+            relay.close()
+            (tmp_path / ".s.PGSQL.5432").unlink()
+        assert got.status == 0, got.stderr
+        assert len(take_rows(draws_db)) == 60
+        assert len(relay.held) == 1
+        released[tool] = relay.held[0]
+    assert released == {"c": True, "pgbench": False}
+
+
+@pytest.mark.parametrize("bad", [False, True], ids=["plain", "prepare-fails"])
+def test_connect_each_pipelines_prepared(
+    draws_db: str, pgbench_bin: Path, tmp_path: Path, bad: bool
+) -> None:
+    # -C -M prepared with a pipeline: its statements are prepared on each
+    # new connection before it starts (by C, one after the other, without
+    # blocking); one that fails is reported as pgbench's blocking PQprepare
+    # does, and its query then fails in the pipeline
+    (tmp_path / "p.sql").write_text(
+        "\\set a random(1, 1000000)\n"
+        "\\startpipeline\n"
+        "INSERT INTO t (cid, s, a, b) VALUES (:client_id, 1, :a, 0);\n"
+        + ("SELECT * FROM no_such_table;\n" if bad else "SELECT CAST(:a AS int);\n")
+        + "INSERT INTO t (cid, s, a, b) VALUES (:client_id, 2, :a, 1);\n"
+        "\\endpipeline\n"
+    )
+    args = ["-n", "-f", "p.sql", "-C", "-M", "prepared", "-c", "2", "-j", "2"]
+    args += ["-t", "20", "--random-seed", "9"]
+    runs = _three(pgbench_bin, args, draws_db, tmp_path)
+    ref = runs[0][0]
+    assert ref.status == (2 if bad else 0), ref.stderr
+    for got, rows, _logs in runs:
+        assert got.status == ref.status, got.stderr
+        assert got.report == ref.report
+        assert got.messages == ref.messages, (ref.stderr, got.stderr)
+        assert rows == runs[0][1]
+    assert len(runs[0][1]) == (0 if bad else 2 * 2 * 20)

@@ -1077,6 +1077,7 @@ PyInit__fastloop(void)
         PyModule_AddIntConstant(m, "RESUME_SEND_FAILED", RESUME_SEND_FAILED) < 0 ||
         PyModule_AddIntConstant(m, "RESUME_SYNC_FAILED", RESUME_SYNC_FAILED) < 0 ||
         PyModule_AddIntConstant(m, "RESUME_CONNECT_FAILED", RESUME_CONNECT_FAILED) < 0 ||
+        PyModule_AddIntConstant(m, "RESUME_PREPARE_FAILED", RESUME_PREPARE_FAILED) < 0 ||
         PyModule_AddIntConstant(m, "CONNECTING", CONNECTING) < 0 ||
         add_int(m, "OP_PSTART", OP_PSTART) < 0 || add_int(m, "OP_PSYNC", OP_PSYNC) < 0 ||
         add_int(m, "OP_PEND", OP_PEND) < 0 ||

@@ -85,6 +85,9 @@
 #define RESUME_SYNC_FAILED (-3)
 /* -C: (RESUME_CONNECT_FAILED, the psycopg PGconn whose PQconnectPoll failed) */
 #define RESUME_CONNECT_FAILED (-4)
+/* -C: (RESUME_PREPARE_FAILED, libpq's message) of a pipeline's statement C
+ * prepared at \startpipeline */
+#define RESUME_PREPARE_FAILED (-5)
 
 /* libpq's PostgresPollingStatusType */
 #define PGRES_POLLING_FAILED 0
@@ -265,7 +268,7 @@ typedef struct {
      * of C's in flight (WAIT_RESULT) */
     PyObject *pgobj;
     int64_t conn_begin;
-    int preparing;
+    int preparing; /* the prepared op's index + 1 (0: none) */
     /* the events its socket is in the epoll set for, as fl_conn_watch
      * last put it there (a wait for the same saves the epoll_ctl) */
     uint32_t conn_events;

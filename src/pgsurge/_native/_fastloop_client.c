@@ -283,8 +283,11 @@ wait_pipeline(FastLoop *fl, int index)
 }
 
 /* \startpipeline, \syncpipeline, \endpipeline (meta.run_meta): the next
- * state, or -1 when Python must run the command (its error messages,
- * -M simple, the first prepares of the pipeline's statements) */
+ * state; PIPE_PREPARE when C sent the prepare of one of the pipeline's
+ * statements first (under -C), -1 when Python must run the command (its
+ * error messages, -M simple, the first prepares of the pipeline's
+ * statements), -2 a prepare could not be sent */
+#define PIPE_PREPARE 1000
 static int
 pipeline_command(FastLoop *fl, fl_client *c, const fl_script *sc, const fl_op *op)
 {
@@ -294,14 +297,22 @@ pipeline_command(FastLoop *fl, fl_client *c, const fl_script *sc, const fl_op *o
         if (fl->mode == MODE_SIMPLE || c->in_pipeline)
             return -1;
         if (fl->mode == MODE_PREPARED)
-            /* Python prepares the pipeline's statements before it starts */
+            /* the pipeline's statements are prepared before it starts
+             * (meta.run_meta, one at a time); Python does it, or C on the
+             * connections it opened under -C (without blocking) */
             for (j = c->command + 1; j < sc->nops; j++) {
                 const fl_op *o = &sc->ops[j];
 
                 if (o->kind == OP_PEND || o->kind == OP_END)
                     break;
-                if (o->kind == OP_SQL && !(c->prepared & (1ULL << o->prep_bit)))
+                if (o->kind != OP_SQL || (c->prepared & (1ULL << o->prep_bit)))
+                    continue;
+                if (!fl->connect_each || o->sql == NULL || c->pgobj == NULL)
                     return -1;
+                if (!pq->sendPrepare(c->conn, o->text, o->sql, 0, NULL))
+                    return -2;
+                c->preparing = j + 1;
+                return PIPE_PREPARE;
             }
         if (!pq->enterPipelineMode(c->conn))
             return -1;
@@ -424,13 +435,28 @@ static int
 prepare_to_python(FastLoop *fl, int index, int failed, int flush)
 {
     fl_client *c = &fl->clients[index];
-    const char *msg = failed ? pq->errorMessage(c->conn) : NULL;
+    const char *msg = failed || c->command + 1 != c->preparing ? pq->errorMessage(c->conn)
+                                                               : NULL;
     PyObject *text = PyUnicode_DecodeUTF8(msg ? msg : "", msg ? (Py_ssize_t)strlen(msg) : 0,
                                           "surrogateescape");
     int r;
 
     if (text == NULL)
         return -1;
+    if (c->command + 1 != c->preparing) {
+        /* a statement of a pipeline, prepared at \startpipeline: its
+         * failure is reported (pgbench's blocking PQprepare), it counts as
+         * prepared, and Python prepares the others and starts the pipeline */
+        PyObject *event;
+
+        c->prepared |= 1ULL << fl->scripts[c->script].ops[c->preparing - 1].prep_bit;
+        event = Py_BuildValue("(iN)", RESUME_PREPARE_FAILED, text);
+        if (event == NULL)
+            return -1;
+        r = fl_to_python(fl, index, START_COMMAND, event);
+        Py_DECREF(event);
+        return r;
+    }
     r = PyObject_SetAttr(c->st, s_drain_msg, text);
     Py_DECREF(text);
     if (r < 0 || PyObject_SetAttr(c->st, s_drain_state, fl->preparing) < 0)
@@ -447,8 +473,22 @@ wait_prepare(FastLoop *fl, int index, const fl_op *op)
 {
     fl_client *c = &fl->clients[index];
     PGresult *res;
-    int status;
+    int status, pushed;
 
+    if (c->command + 1 != c->preparing) {
+        /* a pipeline's statement, on a connection C opened (its socket
+         * C's to watch): the prepare may be partly sent yet */
+        if ((pushed = pq->flush(c->conn)) < 0)
+            return prepare_to_python(fl, index, 1, 0);
+        if (pushed > 0 || (c->conn_events & EPOLLOUT)) {
+            if (fl_conn_watch(fl, index, c->fd, pushed ? EPOLLIN | EPOLLOUT : EPOLLIN) < 0)
+                return -1;
+            if (pushed) {
+                c->state = WAIT_RESULT;
+                return 0;
+            }
+        }
+    }
     if (!pq->consumeInput(c->conn))
         return prepare_to_python(fl, index, 0, 0);
     for (;;) {
@@ -538,8 +578,16 @@ fl_advance(FastLoop *fl, int index)
             }
             if (op->kind >= OP_PSTART) {
                 state = pipeline_command(fl, c, sc, op);
+                if (state == -2)
+                    return fl_to_python_code(fl, index, START_COMMAND, RESUME_SEND_FAILED);
                 if (state < 0)
                     return fl_to_python(fl, index, START_COMMAND, NULL);
+                if (state == PIPE_PREPARE) {
+                    /* wait for the prepare's result (wait_prepare flushes
+                     * it), then \startpipeline again (its clock kept) */
+                    state = WAIT_RESULT;
+                    continue;
+                }
                 if (state == WAIT_RESULT) {
                     /* \endpipeline: push the queued commands and the sync */
                     int r = pq->flush(c->conn);
@@ -621,7 +669,7 @@ fl_advance(FastLoop *fl, int index)
                  * without blocking, as sql.send_sql does, then sends */
                 if (!pq->sendPrepare(c->conn, op->text, op->sql, 0, NULL))
                     return fl_to_python_code(fl, index, START_COMMAND, RESUME_SEND_FAILED);
-                c->preparing = 1;
+                c->preparing = c->command + 1;
                 c->qrynum = 0;
                 r = pq->flush(c->conn);
                 if (r < 0)
@@ -658,7 +706,7 @@ fl_advance(FastLoop *fl, int index)
             int status, q = c->qrynum;
 
             if (c->preparing) {
-                int r = wait_prepare(fl, index, &sc->ops[c->command]);
+                int r = wait_prepare(fl, index, &sc->ops[c->preparing - 1]);
 
                 if (r <= 0)
                     return r;

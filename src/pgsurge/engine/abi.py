@@ -54,6 +54,7 @@ __all__ = [
     "OUT_TICK",
     "RESUME_CONNECT_FAILED",
     "RESUME_FLUSH",
+    "RESUME_PREPARE_FAILED",
     "RESUME_SEND_FAILED",
     "RESUME_SYNC_FAILED",
     "R_ABORT",
@@ -113,6 +114,9 @@ RESUME_SEND_FAILED = -2
 RESUME_SYNC_FAILED = -3
 #: -C: ``(RESUME_CONNECT_FAILED, pgconn)``, a connection C could not open
 RESUME_CONNECT_FAILED = -4
+#: -C: ``(RESUME_PREPARE_FAILED, message)``, a pipeline's statement C could
+#: not prepare at ``\\startpipeline``
+RESUME_PREPARE_FAILED = -5
 
 # -- the plan's ops ------------------------------------------------------------
 
@@ -398,6 +402,7 @@ MIRRORED: dict[str, int] = {
     "OUT_TICK": OUT_TICK,
     # what resume() is told besides a drain() result
     "RESUME_CONNECT_FAILED": RESUME_CONNECT_FAILED,
+    "RESUME_PREPARE_FAILED": RESUME_PREPARE_FAILED,
     "RESUME_FLUSH": RESUME_FLUSH,
     "RESUME_SEND_FAILED": RESUME_SEND_FAILED,
     "RESUME_SYNC_FAILED": RESUME_SYNC_FAILED,

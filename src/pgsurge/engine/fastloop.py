@@ -25,7 +25,8 @@ eligible, which is exactly:
   without ``\\gset``/``\\aset``), ``\\startpipeline``/``\\syncpipeline``/
   ``\\endpipeline`` (libpq's pipeline mode; an error inside a pipeline,
   ``-M simple``'s refusal, a ``\\gset`` in a pipeline and the first
-  prepares of a pipeline's statements go to Python), a ``\\sleep``, a
+  prepares of a pipeline's statements -- but under -C, where C prepares
+  them on each connection it opens -- go to Python), a ``\\sleep``, a
   ``\\set`` whose expression :func:`pgsurge.engine.fastexpr.compile_int_expr`
   accepts (ints: arithmetic, comparisons, logical and bitwise operators,
   abs, least/greatest, random, hash*, permute) and gives an int, or an

@@ -28,6 +28,7 @@ from pgsurge.engine.abi import (
     R_WAIT,
     RESUME_CONNECT_FAILED,
     RESUME_FLUSH,
+    RESUME_PREPARE_FAILED,
     RESUME_SEND_FAILED,
     RESUME_SYNC_FAILED,
 )
@@ -38,6 +39,7 @@ from pgsurge.engine.state import (
     BACKEND_DIED,
     E_META,
     END_COMMAND,
+    START_COMMAND,
     WAIT_RESULT,
     Client,
     IoHooks,
@@ -87,16 +89,23 @@ def make_handback(
             st.estatus = E_META
             st.state = ABORTED
         elif type(event) is tuple and len(event) == 2:
-            # -C: the C loop could not open the transaction's connection
-            # (tx.connect's messages)
-            code, raw = event
-            assert code == RESUME_CONNECT_FAILED
-            failed = pgconn.Connecting(raw)
-            why = failed.error_message()
-            failed.finish()
-            error(pgconn.strip_newline(why))
-            error(f"client {st.id} aborted while establishing connection")
-            st.state = ABORTED
+            code, payload = event
+            if code == RESUME_CONNECT_FAILED:
+                # -C: the C loop could not open the transaction's connection
+                # (tx.connect's messages)
+                failed = pgconn.Connecting(payload)
+                why = failed.error_message()
+                failed.finish()
+                error(pgconn.strip_newline(why))
+                error(f"client {st.id} aborted while establishing connection")
+                st.state = ABORTED
+            else:
+                # -C: a pipeline's statement C prepared at \\startpipeline
+                # failed (sql.prepare's message; it counts as prepared):
+                # \\startpipeline prepares the others and starts it
+                assert code == RESUME_PREPARE_FAILED
+                error(pgconn.strip_newline(payload))
+                st.state = START_COMMAND
         elif type(event) is int:
             # what advance does with these drain() results
             q = event >> 2
