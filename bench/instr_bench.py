@@ -57,6 +57,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _suite_cases import ASYNC_COMMIT, JSON_OUT, SELECT_ONLY, TPCB_LIKE
 from _suite_proc import SuiteServer, pg_bindir
 
+PIPELINE = ("-f", "{bench}/pipeline.sql", "-M", "prepared", "-c", "8", "-j", "2")
+CONNECT = ("-C", "-b", "select-only", "-c", "8", "-j", "2")
+
 
 @dataclass(frozen=True, slots=True)
 class Variant:
@@ -80,6 +83,11 @@ VARIANTS = (
     Variant(
         "pgsurge-tp-json", "pgsurge", (*TPCB_LIKE, *JSON_OUT), (ASYNC_COMMIT,), 300, 900
     ),
+    # issue 22: a pipeline of 10 SELECTs, a connection per transaction
+    Variant("pgbench-pipe", "pgbench", PIPELINE, (), 100, 300),
+    Variant("pgsurge-pipe", "pgsurge", PIPELINE, (), 100, 300),
+    Variant("pgbench-conn", "pgbench", CONNECT, (), 20, 60),
+    Variant("pgsurge-conn", "pgsurge", CONNECT, (), 20, 60),
 )
 DEFAULT = "pgbench,pgbench-log,pgsurge,pgsurge-json,pgsurge-log"
 
