@@ -9,13 +9,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.pgsurge-installed
 PYTEST_ARGS ?=
 
-.PHONY: dev lint typecheck test test-unit test-server test-fast test-pure test-system-python
+.PHONY: dev lint typecheck docs test test-unit test-server test-fast test-pure test-system-python
 
 dev: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,dev,docs]'
 	touch $(STAMP)
 
 lint: $(STAMP)
@@ -24,6 +24,11 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# the user guide, warnings as errors (not --quiet: it hides the warnings
+# that strict mode counts)
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # the differential run tests that the pure-Python lane repeats
 PURE_TESTS := tests/unit tests/server/test_run_diff.py tests/server/test_eval_diff.py \

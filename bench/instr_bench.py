@@ -57,7 +57,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _suite_cases import ASYNC_COMMIT, JSON_OUT, SELECT_ONLY, TPCB_LIKE
 from _suite_proc import SuiteServer, pg_bindir
 
-PIPELINE = ("-f", "{bench}/pipeline.sql", "-M", "prepared", "-c", "8", "-j", "2")
+#: the scripts' common arguments (the suite's script-* cases)
+SCRIPT = ("-M", "prepared", "-c", "8", "-j", "2")
+PIPELINE = ("-f", "{bench}/pipeline.sql", *SCRIPT)
 CONNECT = ("-C", "-b", "select-only", "-c", "8", "-j", "2")
 
 
@@ -82,6 +84,12 @@ VARIANTS = (
     Variant("pgsurge-tp", "pgsurge", TPCB_LIKE, (ASYNC_COMMIT,), 300, 900),
     Variant(
         "pgsurge-tp-json", "pgsurge", (*TPCB_LIKE, *JSON_OUT), (ASYNC_COMMIT,), 300, 900
+    ),
+    # issue 22's scripts: skewed draws and doubles (on the C loop since then)
+    *(
+        Variant(f"{tool}-{name}", tool, ("-f", f"{{bench}}/{name}.sql", *SCRIPT))
+        for name in ("zipfian", "double")
+        for tool in ("pgbench", "pgsurge")
     ),
     # issue 22: a pipeline of 10 SELECTs, a connection per transaction
     Variant("pgbench-pipe", "pgbench", PIPELINE, (), 100, 300),

@@ -4,8 +4,9 @@
 ``fix_run``: running pgsurge and pgbench, masks; ``fix_db``: benchmark
 databases; ``fix_data``: made-up configs, results and result files;
 ``fix_cli``: pgsurge's command line in-process; ``fix_tap``: the cluster
-of PostgreSQL's pgbench TAP cases. tests/README.md tells how
-to run the suite.
+of PostgreSQL's pgbench TAP cases; ``fix_pooler``: a real PgBouncer
+before the test server; ``fix_dask``: real Dask clusters. tests/README.md
+tells how to run the suite.
 """
 
 pytest_plugins = (
@@ -15,4 +16,6 @@ pytest_plugins = (
     "tests.fix_data",
     "tests.fix_cli",
     "tests.fix_tap",
+    "tests.fix_pooler",
+    "tests.fix_dask",
 )

@@ -9,7 +9,7 @@ never imports from another):
 * :func:`result_doc` and :func:`write_result`: result files edited from a
   real ``--json`` document (``tests/data/results/select-only.json``), for
   ``pgsurge compare``/``ab`` and the HTML report;
-* :func:`readme_example`: the example workload of README.md.
+* :func:`readme_example`: the example workload of the guide (docs/python-workloads.md).
 """
 
 from __future__ import annotations
@@ -173,7 +173,8 @@ def write_result(
 
 
 def readme_example() -> str:
-    """The example workload of README.md ("Python workloads")."""
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    """The example workload of the guide's "Python workloads" page."""
+    guide = Path(__file__).resolve().parents[1] / "docs" / "python-workloads.md"
+    text = guide.read_text()
     start = text.index("# transfer.py")
     return text[start : text.index("```", start)]

@@ -10,10 +10,8 @@
   insert the values they drew: client, script, a, b) and ``u`` (v), for
   comparing runs row by row; :func:`take_rows` reads ``t`` and empties it,
   and :func:`run_both_loops` runs the same arguments on the C loop, then
-  on the Python loop, each followed by :func:`take_rows`.
-* :func:`run_worker` runs one worker of a run in this process (its parent's
-  side of the pipe in a thread), for tests that read its state or spy on
-  its loop (``FastEventLoop._fast``'s hand-back counts).
+  on the Python loop, each followed by :func:`take_rows`;
+  :func:`run_worker` runs one worker in this process (to look at its loop).
 
 The template is made by the reference pgbench, so this plugin uses
 ``tests/fix_run.py``'s programs (not the other way round).
@@ -147,9 +145,15 @@ def run_both_loops(
     return fast, fast_rows, slow, take_rows(dsn)
 
 
-def run_worker(args: list[str], dsn: str) -> tuple[WorkerState, WorkerResult]:
-    """``worker._run`` for one worker of these arguments, in this process,
-    with the parent's side of its pipe in a thread; returns its state."""
+def run_worker(
+    args: list[str],
+    dsn: str,
+    variables: tuple[tuple[str, Any], ...] = (("scale", 1000),),
+) -> tuple[WorkerState, WorkerResult]:
+    """``worker._run`` for one worker of these arguments (``-j 1``), in this
+    process, with the parent's side of its pipe in a thread; returns its
+    state and result. Tests read the loop it used through a spy on
+    ``FastEventLoop.use_c`` (``_fast.handbacks``, ``_fast.py_calls``)."""
     cfg = parse_command_line([*args, dsn], environ={})
     assert isinstance(cfg, RunConfig)
     parsed = parse_scripts(cfg)
@@ -163,7 +167,7 @@ def run_worker(args: list[str], dsn: str) -> tuple[WorkerState, WorkerResult]:
         nthreads=1,
         client_rngs=seeds.clients,
         streams=seeds.threads[0],
-        variables=(("scale", 1000),),
+        variables=variables,
         set_client_id=True,
         detailed=True,
     )

@@ -26,8 +26,8 @@ Conventions of a :class:`TapCase`:
 * ``since=19``: a case of PostgreSQL 19's suite that pgbench 18.6 does not
   pass; pgsurge must pass it when ``pgsurge_too`` (it implements some of
   PostgreSQL 19's options), else it must do what pgbench 18.6 does.
-* ``difference``: the case checks something README lists under
-  "Differences from pgbench 18.6"; pgsurge's result is reported, not
+* ``difference``: the case checks something docs/differences.md lists
+  ("Differences from pgbench 18.6"); pgsurge's result is reported, not
   required.
 * ``compare``: how the two programs' stderr are compared beyond the
   regexes (their reports are always compared, numbers masked):

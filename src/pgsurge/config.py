@@ -183,6 +183,10 @@ class RunConfig:
     #: --idle-sessions N[:MODE]: companion sessions held open for the run
     idle_sessions: int = 0
     idle_mode: IdleMode = IdleMode.IDLE
+    #: --monitor DSN: where the insight monitor and the idle sessions connect
+    #: (straight to the server when the run goes through a pooler); None:
+    #: the run's own target
+    monitor_dsn: str | None = None
     #: --dask: a Dask scheduler address (the run's workers are dealt over
     #: its workers, see pgsurge.distributed) or ``local:N`` (a local cluster
     #: of N workers); None: this machine's processes
@@ -191,11 +195,25 @@ class RunConfig:
     dask_collect_logs: str | None = None
     #: --no-live: no live panel on a terminal (see report/live.py)
     no_live: bool = False
+    #: --store[=PATH|URI] or PGSURGE_STORE: save the result in a results
+    #: store after the report (pgsurge.store); "" = the default store,
+    #: None = not stored
+    store: str | None = None
+    #: --label K=V (repeatable): recorded in the result (and the store)
+    labels: tuple[tuple[str, str], ...] = ()
+    #: --host-stats (on with --store): the client host's CPU, memory and
+    #: disks per -P interval and over the run, into the JSON document
+    host_stats: bool = False
 
     @property
     def insight(self) -> bool:
         """Whether the run needs the monitor connection (pgsurge.insight)."""
-        return self.waits_ms is not None or self.server_stats or self.idle_sessions > 0
+        return (
+            self.waits_ms is not None
+            or self.server_stats
+            or self.idle_sessions > 0
+            or self.host_stats
+        )
 
     @property
     def total_weight(self) -> int:

@@ -341,6 +341,35 @@ def conninfo(items: dict[str, str], password: str | None = None) -> str:
     return make_conninfo("", **params)
 
 
+#: what :func:`resolved_params` leaves out: the password goes apart; the
+#: password file and the service file were read here, their content is
+#: in the other parameters (the hosts need neither file)
+_NOT_RESOLVED = frozenset({"password", "passfile", "service", "servicefile"})
+
+
+def resolved_params(conn: PgConn) -> tuple[dict[str, str], str | None]:
+    """The parameters libpq connected ``conn`` with, the environment
+    (``PG*``), the service file and the password file applied, as explicit
+    keywords (those that differ from libpq's compiled-in defaults, the
+    host and port it actually used), and the password (given, from
+    ``PGPASSWORD`` or from the password file), for the hosts of a
+    multi-host run, whose environment may hold none of that."""
+    pg = conn._pgconn
+    items: dict[str, str] = {}
+    for opt in pg.info:
+        key = opt.keyword.decode()
+        if key in _NOT_RESOLVED or not opt.val or opt.val == opt.compiled:
+            continue
+        items[key] = opt.val.decode("utf-8", "surrogateescape")
+    for key, value in (("host", pg.host), ("port", pg.port)):
+        if value:
+            items[key] = value.decode("utf-8", "surrogateescape")
+    if "hostaddr" in items and pg.hostaddr:
+        items["hostaddr"] = pg.hostaddr.decode()
+    password = pg.password
+    return items, password.decode("utf-8", "surrogateescape") if password else None
+
+
 def _has_surrogates(value: str) -> bool:
     try:
         value.encode()

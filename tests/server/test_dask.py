@@ -18,9 +18,7 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -40,12 +38,15 @@ from pgsurge.runner import run
 from pgsurge.stats.histogram import Histogram, merged
 from pgsurge.stats.results import RunResult
 from pgsurge.stats.series import IntervalStats
+from tests.fix_dask import (
+    Cluster,
+    base_env,
+    count_clients,
+    pgsurge_cmd,
+    run_cli,
+)
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
-
-
-def base_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("PG")}
 
 
 @pytest.fixture
@@ -281,7 +282,7 @@ def test_a_rescheduled_host_task_starts_no_load() -> None:
     worker lost mid-run) returns at once, without starting processes."""
     from distributed import Client, Event, LocalCluster
 
-    from pgsurge.distributed.host import host_task, names
+    from pgsurge.distributed.host import Sealed, host_task, names
 
     with (
         # in this process (its own worker thread): no load can start here
@@ -289,119 +290,14 @@ def test_a_rescheduled_host_task_starts_no_load() -> None:
         Client(cluster) as client,
     ):
         Event(names("r1")["start"], client=client).set()
-        outcome = client.submit(host_task, "r1", 0, [], pure=False).result(30)
+        outcome = client.submit(host_task, "r1", 0, Sealed([]), pure=False).result(30)
         assert (outcome.status, outcome.results) == ("stale", [])
         Event(names("r2")["stop"], client=client).set()
-        outcome = client.submit(host_task, "r2", 0, [], pure=False).result(30)
+        outcome = client.submit(host_task, "r2", 0, Sealed([]), pure=False).result(30)
         assert outcome.status == "stale"
 
 
 # -- a real cluster: dask scheduler + dask worker processes -------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Cluster:
-    """``dask scheduler`` and ``dask worker --nthreads 1 --resources
-    pgsurge=1`` processes on loopback, each in its own process group."""
-
-    def __init__(self, tmp: Path, nworkers: int) -> None:
-        self.address = f"tcp://127.0.0.1:{_free_port()}"
-        self.procs: list[subprocess.Popen[bytes]] = []
-        port = self.address.rsplit(":", 1)[1]
-        self._start(
-            tmp / "scheduler.log",
-            ["scheduler", "--host", "127.0.0.1", "--port", port, "--no-dashboard"],
-        )
-        self.workers = []
-        #: each worker's working directory, as on a machine of its own
-        self.dirs = [tmp / f"load{i}" for i in range(nworkers)]
-        for i, cwd in enumerate(self.dirs):
-            cwd.mkdir()
-            self.workers.append(
-                self._start(
-                    tmp / f"worker{i}.log",
-                    [
-                        "worker",
-                        self.address,
-                        *("--nthreads", "1", "--resources", "pgsurge=1"),
-                        *("--host", "127.0.0.1", "--no-dashboard"),
-                        *("--name", f"load{i}"),
-                    ],
-                    cwd,
-                )
-            )
-        self.logs = [
-            tmp / "scheduler.log",
-            *(tmp / f"worker{i}.log" for i in range(nworkers)),
-        ]
-        self._wait(nworkers)
-
-    def _start(
-        self, log: Path, args: list[str], cwd: Path | None = None
-    ) -> subprocess.Popen[bytes]:
-        with open(log, "wb") as f:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "dask", *args],
-                stdout=f,
-                stderr=subprocess.STDOUT,
-                env=base_env(),
-                start_new_session=True,
-                cwd=cwd,
-            )
-        self.procs.append(proc)
-        return proc
-
-    def _wait(self, nworkers: int) -> None:
-        from distributed import Client
-
-        with Client(self.address, timeout="30s") as client:
-            client.wait_for_workers(nworkers, timeout=60)
-
-    def kill_worker(self, index: int) -> None:
-        os.killpg(self.workers[index].pid, signal.SIGKILL)
-
-    def close(self) -> None:
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path, 2)
-    try:
-        yield c
-    finally:
-        c.close()
-
-
-def _pgsurge(*args: str) -> list[str]:
-    return [sys.executable, "-m", "pgsurge", *args]
-
-
-def _run_cli(args: list[str], cwd: Path | None = None) -> tuple[int, str, str, int]:
-    """pgsurge's exit status, stdout, stderr and process id (in -l names)."""
-    with subprocess.Popen(
-        _pgsurge(*args),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=base_env(),
-        cwd=cwd,
-    ) as proc:
-        out, err = proc.communicate(timeout=120)
-    return proc.returncode, out, err, proc.pid
 
 
 SECRET = "xyzzy-t16-secret"
@@ -427,7 +323,7 @@ def test_real_cluster_runs_the_command_line(
     out_json = tmp_path / "run.json"
     here = tmp_path / "coordinator"
     here.mkdir()
-    status, out, err, pid = _run_cli(
+    status, out, err, pid = run_cli(
         [
             *("--dask", cluster.address, "-n", "-S", "-t", "1000", "-c", "8"),
             *("-j", "2", "--json", str(out_json), "-l", "--sampling-rate", "0.1"),
@@ -442,6 +338,13 @@ def test_real_cluster_runs_the_command_line(
     assert sorted(h["name"] for h in hosts) == ["load0", "load1"]
     assert [h["transactions"] for h in hosts] == [4000, 4000]
     assert not any(h["lost"] or h["partial"] for h in hosts)
+    # each host's clock offset, measured directly with the coordinator:
+    # one machine's monotonic clock, so the true offset (0) is within the
+    # error bound
+    for h in hosts:
+        assert h["clock_method"] == "direct"
+        assert h["clock_error_us"] == (h["clock_rtt_us"] + 1) // 2
+        assert abs(h["clock_offset_us"]) <= h["clock_error_us"], h
     # the password went to the hosts (inside the tasks) and nowhere else
     for text in (out, err, out_json.read_text()):
         assert SECRET not in text
@@ -470,7 +373,7 @@ def test_log_files_already_in_place_are_left_alone(
     # every host of this machine writes into the directory collected into
     shared = tmp_path / "shared"
     shared.mkdir()
-    status, _, err, pid = _run_cli(
+    status, _, err, pid = run_cli(
         [
             *("--dask", cluster.address, "-n", "-S", "-t", "50", "-c", "2"),
             *("-j", "2", "-l", "--log-prefix", str(shared / "x")),
@@ -491,7 +394,7 @@ def test_lost_host_ends_the_run_with_a_partial_report(
     out_json = tmp_path / "run.json"
     with open(err_path, "w") as err:
         proc = subprocess.Popen(
-            _pgsurge(
+            pgsurge_cmd(
                 *("--dask", cluster.address, "-n", "-S", "-T", "60", "-c", "4"),
                 *("-j", "2", "--json", str(out_json), bench_db),
             ),
@@ -518,7 +421,9 @@ def test_lost_host_ends_the_run_with_a_partial_report(
     assert proc.returncode == 2, stderr
     assert elapsed < 10, elapsed
     # (hosts are numbered in the order of their addresses)
-    lost = re.findall(r"error: host [01] \(tcp://127\.0\.0\.1:\d+\) lost", stderr)
+    lost = re.findall(
+        r"error: host [01] \(load[01], tcp://127\.0\.0\.1:\d+\) lost", stderr
+    )
     assert len(lost) == 1, stderr
     assert "Run was aborted" in stderr
     # the partial report: what the hosts measured until then
@@ -534,11 +439,11 @@ def test_lost_host_ends_the_run_with_a_partial_report(
     # no load is left, and none starts again (Dask does not rerun the lost
     # host's task on the other worker)
     deadline = time.monotonic() + 10
-    while _clients(bench_db):
+    while count_clients(bench_db):
         assert time.monotonic() < deadline, "a host kept running"
         time.sleep(0.2)
     time.sleep(2)
-    assert _clients(bench_db) == 0
+    assert count_clients(bench_db) == 0
 
 
 def test_interrupt_stops_every_host(
@@ -547,7 +452,7 @@ def test_interrupt_stops_every_host(
     err_path = tmp_path / "stderr"
     with open(err_path, "w") as err:
         proc = subprocess.Popen(
-            _pgsurge(
+            pgsurge_cmd(
                 *("--dask", cluster.address, "-n", "-S", "-T", "60", "-c", "4"),
                 *("-j", "2", bench_db),
             ),
@@ -562,7 +467,7 @@ def test_interrupt_stops_every_host(
             assert time.monotonic() < deadline
             time.sleep(0.1)
         time.sleep(3)
-        assert _clients(bench_db) == 4
+        assert count_clients(bench_db) == 4
         proc.send_signal(signal.SIGINT)  # the coordinator only, as a Ctrl-C
         proc.wait(20)
     finally:
@@ -570,17 +475,6 @@ def test_interrupt_stops_every_host(
             proc.kill()
     # the hosts stop their workers: their connections go away
     deadline = time.monotonic() + 10
-    while _clients(bench_db):
+    while count_clients(bench_db):
         assert time.monotonic() < deadline, "the hosts kept running"
         time.sleep(0.2)
-
-
-def _clients(dsn: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "select count(*) from pg_stat_activity"
-            " where datname = current_database() and pid <> pg_backend_pid()"
-            " and application_name = 'pgsurge'"
-        ).fetchone()
-    assert row is not None
-    return int(row[0])

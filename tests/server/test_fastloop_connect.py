@@ -365,3 +365,70 @@ def test_connect_each_pipelines_prepared(
         assert got.messages == ref.messages, (ref.stderr, got.stderr)
         assert rows == runs[0][1]
     assert len(runs[0][1]) == (0 if bad else 2 * 2 * 20)
+
+
+@pytest.mark.parametrize("mode", ["extended", "prepared"])
+def test_connect_each_pipelines_with_values_of_every_type(
+    draws_db: str, pgbench_bin: Path, tmp_path: Path, mode: str
+) -> None:
+    # -C, a pipeline, doubles from skewed draws, a -D text and -r, all on
+    # the C loop at once: the same rows as pgbench's and the Python loop's
+    (tmp_path / "m.sql").write_text(
+        "\\set a random_gaussian(1, 1000000, 2.5)\n"
+        "\\set d :a * 1.5 + random_exponential(1, 10, 2.0)\n"
+        "\\set b int(:d) % 1000 + :tag\n"
+        "\\startpipeline\n"
+        "INSERT INTO t (cid, s, a, b) VALUES (:client_id, :tag, :a, :b);\n"
+        "SELECT :d, :tag;\n"
+        "\\syncpipeline\n"
+        "INSERT INTO t (cid, s, a, b) VALUES (:client_id, 2, :b, :a);\n"
+        "\\endpipeline\n"
+    )
+    args = ["-n", "-f", "m.sql", "-C", "-M", mode, "-c", "2", "-j", "2", "-t", "25"]
+    args += ["--random-seed", "5", "-D", "tag=7", "-r"]
+    runs = _three(pgbench_bin, args, draws_db, tmp_path)
+    ref = runs[0][0]
+    assert ref.status == 0, ref.stderr
+    for got, rows, _logs in runs:
+        assert got.status == 0, got.stderr
+        assert got.report == ref.report
+        assert rows == runs[0][1]
+    assert len(runs[0][1]) == 2 * 2 * 25
+    # -r: a line per command, \endpipeline's included
+    assert "\\endpipeline" in runs[1][0].stdout
+
+
+def test_connect_each_pipelines_with_doubles_run_in_c(
+    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # in-process: -C, a prepared pipeline, doubles and a text variable
+    # typed when read: still one hand-back per client (its end)
+    (tmp_path / "w.sql").write_text(
+        "\\set d random_zipfian(1, 1000, 1.07) * 0.5 + :tag\n"
+        "\\set a int(:d * 2)\n"
+        "\\startpipeline\n"
+        "INSERT INTO t (cid, s, a, b) VALUES (:client_id, pg_backend_pid(), :a, 0);\n"
+        "SELECT :d;\n"
+        "\\endpipeline\n"
+    )
+    loops: list[Any] = []
+    use_c = fastloop.FastEventLoop.use_c
+
+    def spy(self: fastloop.FastEventLoop, *a: Any) -> None:
+        loops.append(self)
+        use_c(self, *a)
+
+    monkeypatch.setattr(fastloop.FastEventLoop, "use_c", spy)
+    monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    args = ["-n", "-f", str(tmp_path / "w.sql"), "-C", "-M", "prepared", "-c", "3"]
+    w, result = run_worker(
+        [*args, "-t", "60"], draws_db, (("scale", 1), ("tag", "2.5"))
+    )
+    assert result.total.cnt == 180
+    rows = take_rows(draws_db)
+    assert len({s for _c, s, _a, _b in rows}) == 180
+    assert all(a >= 6 for _c, _s, a, _b in rows)
+    assert w.conn_total_us > 0
+    assert loops
+    assert loops[0]._fast.handbacks <= 3
+    assert loops[0]._fast.py_calls <= 3 * 2

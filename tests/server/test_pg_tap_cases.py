@@ -11,7 +11,7 @@ command line in-process, for speed). The with-server cases run in the TAP
 file's order, since each leaves the state the next expects; run alone
 (``-k``), a case that needs the pgbench tables gets them first.
 
-Cases that check what README lists under "Differences from pgbench 18.6"
+Cases that check what docs/differences.md lists ("Differences from pgbench")
 are expected failures (strict: one that starts passing must be
 revisited). ``tools/tap_driver.py`` prints the same comparison as a table.
 """

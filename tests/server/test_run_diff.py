@@ -743,12 +743,17 @@ def test_fatal_while_idle_in_transaction(both, tmp_path: Path, loop: Loop) -> No
     the wait set unread, and the client's next wait for a result puts it
     back. Under -M prepared the statement's first use is pgbench's
     blocking PQprepare, which returns the FATAL (printed as is), then the
-    query's send fails."""
+    query's send fails.
+
+    The timeout leaves the client 500 ms to read BEGIN's result before the
+    FATAL comes (1 ms was too short on a loaded machine: the FATAL then
+    came with BEGIN's result, a notice in both programs but not alike),
+    and the sleep outlasts it by far."""
     path = script(
         tmp_path,
         "idle.sql",
-        "set idle_in_transaction_session_timeout = 1;\nbegin;\n"
-        "\\sleep 50 ms\nselect 1;\nend;\n",
+        "set idle_in_transaction_session_timeout = 500;\nbegin;\n"
+        "\\sleep 2000 ms\nselect 1;\nend;\n",
     )
     for mode in ("simple", "extended", "prepared"):
         ref, ours = both("-n", "-f", path, "-t", "1", "-M", mode, loop=loop)

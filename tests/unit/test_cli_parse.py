@@ -400,8 +400,19 @@ def test_help_is_pgbench_help_plus_our_options(pgbench_bin: Path) -> None:
         "  --failures-detailed": "  --extended-report        same as --percentiles"
         " --client-cpu\n",
         "  --log-prefix": "  --json=FILE              write the result as JSON to"
-        " FILE\n" + " " * 27 + '("-": stdout, the text report then goes to stderr)\n',
-        "  --json": "  --html=FILE              write a self-contained HTML report"
+        " FILE\n" + " " * 27 + '("-": stdout, the text report then goes to stderr)\n'
+        "  --label=KEY=VALUE        label the result (repeatable), e.g."
+        " commit=abc123\n",
+        "  --verbose-errors": "  --store[=PATH|URI]       save the result in a"
+        " results store (default store:\n"
+        + " " * 27
+        + "$PGSURGE_STORE, else one in pgsurge's data directory)\n",
+        "  --json": "  --host-stats             record this host's CPU, memory and"
+        " disk I/O in the\n"
+        + " "
+        * 27
+        + "JSON result (per -P interval; on with --store)\n"
+        "  --html=FILE              write a self-contained HTML report"
         " to FILE\n"
         "  --idle-sessions=N[:MODE] hold N extra sessions open for the run, MODE"
         " idle,\n" + " " * 27 + "xact (holding an xid) or snapshot (holding xmin)\n",
@@ -409,7 +420,10 @@ def test_help_is_pgbench_help_plus_our_options(pgbench_bin: Path) -> None:
         " I/O, tables) of the run\n",
         "\nCommon options:": "  --waits[=MS]             sample the run's wait events"
         " every MS ms (default: 100)\n",
-        "  --progress-timestamp": "  --no-live                no live panel on the"
+        "  --progress-timestamp": "  --monitor=DSN            connect --waits,"
+        " --server-stats and --idle-sessions\n" + " " * 27 + "to DSN (the server"
+        " itself, behind a pooler)\n"
+        "  --no-live                no live panel on the"
         " terminal during the run\n"
         "  --percentiles[=LIST]     report latency percentiles (default:"
         " 50,90,99,99.9)\n",
@@ -427,10 +441,14 @@ def test_help_is_pgbench_help_plus_our_options(pgbench_bin: Path) -> None:
         f"{indent}interleaved A/B runs, then compare (--help for more)\n"
         "  pgsurge compare BASE.json... --vs NEW.json...\n"
         f"{indent}noise-aware verdict on results (--help for more)\n"
+        "  pgsurge history [--store PATH|URI] [--label K=V]... [--metric M]\n"
+        f"{indent}stored runs and their change points (--help for more)\n"
         "  pgsurge report RESULT.json... [--vs B.json...] -o FILE\n"
         f"{indent}HTML report of --json results (--help for more)\n"
         "  pgsurge server start|stop|status|uri\n"
         f"{indent}manage the embedded server\n"
+        "  pgsurge store import FILE.json... [--store PATH|URI]\n"
+        f"{indent}add --json results to the results store\n"
         "\nReport bugs to pgsurge's maintainers (pgbench's own to"
         " <pgsql-bugs@lists.postgresql.org>).\n"
         "PostgreSQL home page: <https://www.postgresql.org/>\n"

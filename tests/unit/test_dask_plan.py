@@ -184,53 +184,73 @@ def test_without_dask_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> No
     assert "pip install 'pgsurge[dask]'" in text
 
 
-def _coordinator_with_two_hosts(start_at: int) -> tuple[Any, io.StringIO]:
-    from pgsurge.distributed.coordinator import _Coordinator, _Host
-    from pgsurge.distributed.plan import HostInfo
-    from pgsurge.stats.progress import ProgressReporter
+def _board(nhosts: int = 2) -> Any:
+    from pgsurge.distributed.progress import ProgressBoard
 
-    err = io.StringIO()
-    coord = _Coordinator(None, SimpleNamespace(progress_s=1), err, "test")
-    coord.start_at = start_at
-    coord.reporter = ProgressReporter(test_start_us=start_at, interval_s=1)
-    for i in range(2):
-        coord.hosts.append(
-            _Host(HostInfo(i, f"tcp://h{i}:1", f"h{i}", 1, 2), future=None, last_seen=0)
-        )
-    return coord, err
+    facts = SimpleNamespace(
+        progress_s=1, throttled=False, latency_limit_us=0, max_tries=1
+    )
+    return ProgressBoard(facts, nhosts, 10_000_000)  # type: ignore[arg-type]
 
 
-def _report(host: Any, tick: int, now_us: int, cnt: int) -> None:
-    host.tick, host.now_us = tick, now_us
-    host.stats = StatsData(cnt=cnt)
+def _at(k: float) -> int:
+    """The coordinator's clock k seconds after the board's start."""
+    return 10_000_000 + int(k * 1_000_000)
 
 
 def test_progress_line_waits_for_every_host_then_marks_the_late() -> None:
-    from pgsurge.distributed.coordinator import PROGRESS_GRACE_US
-    from pgsurge.distributed.host import monotonic_us
+    from pgsurge.distributed.coordinator import PROGRESS_GRACE_US as grace
 
-    start = monotonic_us()
-    coord, err = _coordinator_with_two_hosts(start)
-    h0, h1 = coord.hosts
-    _report(h0, 1, start + 1_000_000, 100)
-    coord.progress()
-    assert err.getvalue() == ""  # host 1 has not reported interval 1 yet
-    _report(h1, 1, start + 1_000_000, 300)
-    coord.progress()
-    assert err.getvalue() == (
-        "progress: 1.0 s, 400.0 tps, lat 0.000 ms stddev 0.000, 0 failed\n"
-    )
+    board = _board()
+    board.add(0, 1, StatsData(cnt=100))
+    assert board.lines(_at(1.5), grace) == []  # host 1 has not reported tick 1
+    board.add(1, 1, StatsData(cnt=300))
+    assert board.lines(_at(1.5), grace) == [
+        "progress: 1.0 s, 400.0 tps, lat 0.000 ms stddev 0.000, 0 failed"
+    ]
     # interval 2: host 1 is late; within the grace, no line
-    _report(h0, 2, start + 2_000_000, 200)
-    coord.progress()
-    assert len(err.getvalue().splitlines()) == 1
-    # past the grace (interval 2 ended long ago), the line goes without it
-    coord.start_at = start - 2_000_000 - PROGRESS_GRACE_US
-    coord.progress()
-    lines = err.getvalue().splitlines()
-    assert lines[1] == (
-        "progress: 2.0 s, 100.0 tps, lat 0.000 ms stddev 0.000, 0 failed, hosts 1/2"
-    )
+    board.add(0, 2, StatsData(cnt=300))
+    assert board.lines(_at(2.5), grace) == []
+    # past the grace, the line goes with host 0's rate of that interval
+    assert board.lines(_at(4.1), grace) == [
+        "progress: 2.0 s, 200.0 tps, lat 0.000 ms stddev 0.000, 0 failed, hosts 1/2"
+    ]
+    # host 1 comes back with ticks 2 and 3: tick 3's line has both hosts'
+    # rates of interval 3 only (never host 1's two intervals summed)
+    board.add(1, 2, StatsData(cnt=700))
+    board.add(1, 3, StatsData(cnt=800))
+    board.add(0, 3, StatsData(cnt=350))
+    assert board.lines(_at(4.2), grace) == [
+        "progress: 3.0 s, 150.0 tps, lat 0.000 ms stddev 0.000, 0 failed"
+    ]
+
+
+def test_progress_labels_only_grow_and_a_gap_is_not_a_rate() -> None:
+    from pgsurge.distributed.coordinator import PROGRESS_GRACE_US as grace
+
+    board = _board()
+    board.add(0, 1, StatsData(cnt=10))
+    board.add(1, 1, StatsData(cnt=10))
+    # host 1 stalled through ticks 2 and 3 (its workers skipped them)
+    for k in (2, 3, 4):
+        board.add(0, k, StatsData(cnt=10 * k))
+    board.add(1, 4, StatsData(cnt=1000))
+    lines = board.lines(_at(5.5), grace)
+    labels = [line.split(",")[0] for line in lines]
+    assert labels == [f"progress: {k}.0 s" for k in (1, 2, 3, 4)]
+    # line 4: host 1's tick 3 is missing, its jump 10 -> 1000 is no rate
+    assert lines[3].startswith("progress: 4.0 s, 10.0 tps")
+    assert lines[3].endswith("hosts 1/2")
+    # a lost host is left out; a finished one's total holds, rate 0
+    board.lose(0)
+    board.finish(1, StatsData(cnt=1000))
+    assert board.lines(_at(5.5), grace) == [
+        "progress: 5.0 s, 0.0 tps, lat 0.000 ms stddev 0.000, 0 failed, hosts 1/2"
+    ]
+    # an interval no host reported has no line (no rate to show)
+    board.lose(1)
+    assert board.lines(_at(9), grace) == []
+    assert board.printed == 9
 
 
 # -- interval deltas on the wire ---------------------------------------------
@@ -316,3 +336,38 @@ def test_host_series_hands_out_intervals_every_worker_delivered() -> None:
     # what was handed out is the merge of both workers' whole series
     merged = merge_series([w0, w1_end])
     assert [iv.stats.cnt for iv in merged] == [3, 2, 1]
+
+
+def test_a_password_over_plain_tcp_to_another_machine_is_named() -> None:
+    from pgsurge.distributed.cluster import clear_text_peers
+
+    here = "tcp://127.0.0.1:8786"
+    assert clear_text_peers(here, ["tcp://127.0.0.1:4001", "tcp://[::1]:4002"]) == []
+    assert clear_text_peers("tcp://localhost:8786", ["tcp://127.0.0.2:1"]) == []
+    # (TEST-NET addresses: never this machine's)
+    far = ["tcp://192.0.2.7:4001", "tcp://127.0.0.1:4002"]
+    assert clear_text_peers(here, far) == ["tcp://192.0.2.7:4001"]
+    assert clear_text_peers("tcp://198.51.100.1:8786", []) == [
+        "tcp://198.51.100.1:8786"
+    ]
+    # encrypted, or on loopback by construction
+    assert clear_text_peers("tls://192.0.2.1:8786", far) == []
+    assert clear_text_peers("local:2", far) == []
+
+
+def test_clock_exchange_finds_the_offset_within_its_bound() -> None:
+    from pgsurge.distributed.clock import ClockServer, exchange
+
+    server = ClockServer("127.0.0.1")
+    try:
+        measured = exchange(server.address)
+    finally:
+        server.close()
+    assert measured is not None
+    offset, rtt = measured
+    # one machine, one monotonic clock: the true offset, 0, is within the
+    # error bound (half the round trip)
+    assert rtt >= 0 and abs(offset) <= (rtt + 1) // 2
+    # a coordinator out of reach: no measurement (the scheduler's probes
+    # are used instead)
+    assert exchange(server.address) is None

@@ -3,10 +3,14 @@
 ``advance(client)`` is driven here as the worker's event loop drives it,
 over :class:`FakeConn`: a stand-in for pgconn's connection whose answers a
 test scripts (per SQL text: the results, an error, a lost connection) and
-which records what was sent. No server, no C extension: clients have no
-``ptr``, so the engine takes its psycopg-shaped path, the reference one.
-The runs of the same cases against a real server, and against pgbench, are
-in tests/server/test_run_diff.py and test_run.py.
+which records what was sent. No server, no C extension. Every test runs
+twice (the ``send_path`` fixture): once with clients that have no ``ptr``,
+so that the engine sends and reads through psycopg's calls, and once with
+a ``ptr`` and :class:`FakeFastpq` in place of pgsurge._fastpq's functions
+(its documented contract, over the same FakeConn), so that the engine's
+``_fastpq`` path (``sql.send_fast``, ``after_drain``) runs too; both must
+give the same outcome. The runs of the same cases against a real server,
+and against pgbench, are in tests/server/test_run_diff.py and test_run.py.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import pytest
 
 from pgsurge import pgconn
 from pgsurge.config import QueryMode
+from pgsurge.engine import fastpq
 from pgsurge.engine.client import Engine, make_engine
 from pgsurge.engine.program import compile_scripts
 from pgsurge.engine.state import (
@@ -115,6 +120,7 @@ class FakeConn:
         self.results: deque[Res | None] = deque()
         self.prepared: dict[bytes, bytes] = {}
         self.held = False
+        self.left = 0
         self.bad = False
         self.lost = False
         self.closing = False
@@ -174,7 +180,8 @@ class FakeConn:
         self._send("prepared", name, self.prepared[name], params)
 
     def flush(self) -> int:
-        return 0
+        # what a test set in ``left`` (1: data left to send)
+        return self.left
 
     # -- reading
     def consume_input(self) -> None:
@@ -209,6 +216,144 @@ class FakeConn:
 
     def finish(self) -> None:
         self.finished = True
+
+
+class FakeFastpq:
+    """pgsurge._fastpq's calls as ``engine.fastpq`` documents them, over the
+    FakeConn whose ``ptr`` they are given: ints and str values are sent (a
+    str encoded strictly, so that one holding surrogate-escaped bytes
+    raises), any other value makes the ``*_vars``/``parts`` senders return
+    ``SEND_FALLBACK`` without sending; a send on a bad connection returns
+    -2; ``drain`` returns ``count * 4 + code`` or a failed result's tuple.
+    ``calls`` names the calls made, in order."""
+
+    def __init__(self) -> None:
+        self.conns: dict[int, FakeConn] = {}
+        self.calls: list[str] = []
+
+    def attach(self, conn: FakeConn) -> int:
+        ptr = 0x1000 + len(self.conns)
+        self.conns[ptr] = conn
+        return ptr
+
+    def _sent(self, conn: FakeConn, send: Callable[[], None]) -> int:
+        try:
+            send()
+        except pgconn.LibpqError:
+            return -2
+        return conn.flush()
+
+    @staticmethod
+    def _params(variables: dict[str, Any], names: tuple[str, ...]) -> Any:
+        out: list[bytes | None] = []
+        for name in names:
+            v = variables.get(name)
+            if v is None:
+                out.append(None)
+            elif type(v) is int:
+                out.append(b"%d" % v)
+            elif type(v) is str:
+                out.append(v.encode())
+            else:
+                return None
+        return out
+
+    def send_prepared(self, ptr: int, name: bytes, params: Any) -> int:
+        self.calls.append("send_prepared")
+        conn = self.conns[ptr]
+        return self._sent(conn, lambda: conn.send_query_prepared(name, params))
+
+    def send_params(self, ptr: int, sql: bytes, params: Any) -> int:
+        self.calls.append("send_params")
+        conn = self.conns[ptr]
+        return self._sent(conn, lambda: conn.send_query_params(sql, params))
+
+    def send_query(self, ptr: int, sql: bytes) -> int:
+        self.calls.append("send_query")
+        conn = self.conns[ptr]
+        return self._sent(conn, lambda: conn.send_query(sql))
+
+    def send_prepared_vars(
+        self, ptr: int, name: bytes, variables: dict[str, Any], names: tuple[str, ...]
+    ) -> int:
+        self.calls.append("send_prepared_vars")
+        params = self._params(variables, names)
+        if params is None:
+            return fastpq.SEND_FALLBACK
+        return self.send_prepared(ptr, name, params or None)
+
+    def send_params_vars(
+        self, ptr: int, sql: bytes, variables: dict[str, Any], names: tuple[str, ...]
+    ) -> int:
+        self.calls.append("send_params_vars")
+        params = self._params(variables, names)
+        if params is None:
+            return fastpq.SEND_FALLBACK
+        return self.send_params(ptr, sql, params or None)
+
+    def send_query_parts(
+        self, ptr: int, parts: tuple[str, ...], variables: dict[str, Any]
+    ) -> int:
+        self.calls.append("send_query_parts")
+        text = []
+        for i, part in enumerate(parts):
+            if i & 1:
+                v = variables.get(part)
+                if v is None:
+                    text.append(":" + part)
+                elif type(v) is int or type(v) is str:
+                    text.append(str(v))
+                else:
+                    return fastpq.SEND_FALLBACK
+            else:
+                text.append(part)
+        return self.send_query(ptr, "".join(text).encode())
+
+    def drain(self, ptr: int, count: int) -> Any:
+        self.calls.append("drain")
+        conn = self.conns[ptr]
+        try:
+            conn.consume_input()
+        except pgconn.LibpqError:
+            return count * 4 + fastpq.DRAIN_FAILED
+        while True:
+            if conn.is_busy():
+                return count * 4 + fastpq.DRAIN_BUSY
+            res = conn.get_result()
+            if res is None:
+                return count * 4 + fastpq.DRAIN_DONE
+            if res.status in (pgconn.TUPLES_OK, pgconn.COMMAND_OK, pgconn.EMPTY_QUERY):
+                count += 1
+                continue
+            return (count, res.status, res.sqlstate, res.error_message)
+
+
+#: the _fastpq stand-in of the test running, None on the psycopg path
+_fast: FakeFastpq | None = None
+
+_FASTPQ_CALLS = (
+    "send_prepared",
+    "send_params",
+    "send_query",
+    "send_prepared_vars",
+    "send_params_vars",
+    "send_query_parts",
+    "drain",
+)
+
+
+@pytest.fixture(autouse=True, params=["psycopg", "fastpq"])
+def send_path(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> FakeFastpq | None:
+    """Run the test on the psycopg path, then on the ``_fastpq`` one."""
+    if request.param == "psycopg":
+        return None
+    fake = FakeFastpq()
+    for name in _FASTPQ_CALLS:
+        monkeypatch.setattr(fastpq, name, getattr(fake, name))
+    monkeypatch.setattr(__name__ + "._fast", fake)
+    return fake
 
 
 def answers(table: dict[str, list[Answer]]) -> Callable[[bytes], Answer]:
@@ -326,6 +471,8 @@ def worker(
     conn = FakeConn(answer)
     st.conn = conn  # type: ignore[assignment]
     st.raw = conn
+    if _fast is not None:
+        st.ptr = _fast.attach(conn)
     st.ops = scripts[0]
     return Run(engine, st, conn, w, io, log)
 
@@ -375,6 +522,71 @@ def test_parameters_in_extended_and_prepared_modes(mode: QueryMode) -> None:
         ]
         assert run.conn.prepared == {b"P_0": b"SELECT $1, $2 + 1, $3;"}
     assert run.stats.cnt == 2
+
+
+@pytest.mark.parametrize(
+    ("mode", "fast_calls"),
+    [
+        (QueryMode.SIMPLE, ["send_query_parts", "send_query", "drain"] * 2),
+        (QueryMode.EXTENDED, ["send_params_vars", "send_params", "drain"] * 2),
+        # the first send prepares the statement (through psycopg, as C hands
+        # that back to Python), then sends it once the prepare is done
+        (QueryMode.PREPARED, ["drain", "send_prepared_vars", "send_prepared", "drain"]),
+    ],
+)
+def test_values_only_python_formats(
+    mode: QueryMode, fast_calls: list[str], send_path: FakeFastpq | None
+) -> None:
+    """A double is formatted by Python: on the _fastpq path the senders that
+    build the values give up (SEND_FALLBACK) and the engine sends the text
+    it built itself; on both paths the same text goes out."""
+    script = "\\set a 3 / 2.0\nSELECT :a;\n"
+    run = worker(script, answers({}), mode=mode, transactions=2)
+    assert run.drive() == FINISHED
+    sent = run.sent()[-1]
+    if mode is QueryMode.SIMPLE:
+        assert sent == ("query", b"SELECT 1.5;", None)
+    else:
+        assert sent[2] == (b"1.5",)
+    if send_path is not None:
+        assert send_path.calls == fast_calls
+
+
+def test_text_not_utf8_is_sent_as_it_came(send_path: FakeFastpq | None) -> None:
+    """A value holding bytes that are not UTF-8 (surrogate-escaped, from -D
+    or \\gset): _fastpq's strict encoding refuses it, and the engine sends
+    it through psycopg with the bytes as they are, as pgbench does."""
+    run = worker("SELECT :v;\n", answers({}), mode=QueryMode.EXTENDED)
+    run.client.variables["v"] = b"\xff".decode("utf-8", "surrogateescape")
+    assert run.drive() == FINISHED
+    assert run.sent() == [("params", b"SELECT $1;", (b"\xff",))]
+    if send_path is not None:
+        assert send_path.calls == ["send_params_vars", "drain"]
+
+
+def test_data_left_to_flush_waits_for_writability() -> None:
+    run = worker("SELECT 1;\n", answers({}))
+    run.conn.left = 1  # the send's flush leaves data
+    run.conn.held = True
+    run.engine.advance(run.client)
+    assert run.client.state == WAIT_RESULT and run.client.flush_pending
+    run.conn.left = 0
+    run.conn.held = False
+    run.engine.advance(run.client)  # writable: flushed, then read
+    assert not run.client.flush_pending
+    assert run.drive() == FINISHED
+    assert run.stats.cnt == 1
+
+
+def test_send_failure_aborts_the_client() -> None:
+    run = worker("SELECT 1;\n", answers({}))
+    run.conn.bad = True
+    assert run.drive() == ABORTED
+    assert run.log == [
+        "pgsurge: error: client 0 aborted in command 0 (SQL) of script 0; "
+        "SQL command send failed\n"
+    ]
+    assert run.sent() == []
 
 
 # -- errors and retries -------------------------------------------------------

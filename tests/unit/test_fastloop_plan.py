@@ -11,7 +11,7 @@ import pytest
 
 from pgsurge.cli.options import parse_command_line
 from pgsurge.config import RunConfig
-from pgsurge.engine import fastloop
+from pgsurge.engine import abi, fastloop
 from pgsurge.engine.abi import Sql
 from pgsurge.engine.program import compile_scripts
 from pgsurge.runner import parse_scripts
@@ -102,21 +102,16 @@ def test_switch_off(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        "\\sleep :label ms\nSELECT 1;\n",
+        # -D text (label) is C's too, typed when an expression reads it
         "\\sleep :nosuchvar\nSELECT 1;\n",
         "\\shell true\nSELECT 1;\n",
         "\\setshell v echo 1\nSELECT 1;\n",
-        "\\set a random_gaussian(1, 10, 2.5)\nSELECT :a;\n",
-        "\\set a 1.5\nSELECT :a;\n",
-        "\\set a random(1, :label * 2)\nSELECT :a;\n",
         "\\set a debug(1)\nSELECT :a;\n",
-        "\\set a 9223372036854775807 + 1\nSELECT :a;\n",
-        "SELECT :label;\n",
         "SELECT :nosuchvar;\n",
     ],
 )
 def test_ineligible_scripts(tmp_path, text: str) -> None:
-    # (C runs int expressions, \\if and \\gset: test_eligible_logic)
+    # (C runs expressions, \\if and \\gset: test_eligible_logic)
     assert _plan(["-M", "prepared"], tmp_path, text) is None
     assert _plan(["-M", "simple"], tmp_path, text) is None
 
@@ -150,14 +145,30 @@ def test_eligible_logic(tmp_path, text: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "text",
+    [
+        "\\set a :scale > 1\n",
+        "\\set a 1.5 * :scale\n",
+        "\\set a case when :scale > 1 then 1 else 2 end\n",
+        "\\set a random_gaussian(1, :scale, 2.5)\n",
+        "\\set a random_zipfian(1, :scale, 1.07) + random_exponential(1, 9, 2.0)\n",
+        "\\set a null\n\\set b :a is null and sqrt(2.0) < pi()\n",
+        "\\set a int(double(:scale) / 3) + mod(7, 2) + ln(exp(1))\n",
+        "\\if :scale and 1\n\\endif\n",
+        "\\set a 1 / 0\n",
+        "\\set a :label\nSELECT :label, :a;\n\\sleep :label\n",
+    ],
+)
+def test_eligible_values_of_every_type(tmp_path, text: str) -> None:
+    assert _plan(["-M", "prepared"], tmp_path, text) is not None
+
+
+@pytest.mark.parametrize(
     ("text", "reason"),
     [
-        ("\\set a :scale > 1\n", "\\set of a boolean"),
-        ("\\set a 1.5 * :scale\n", "a value that is not an int"),
-        ("\\set a case when :scale > 1 then 1 else 2 end\n", "case()"),
-        ("\\set a random_gaussian(1, :scale, 2.5)\n", "random_gaussian()"),
-        ("\\if :scale and 1\n\\endif\n", "an int where a boolean is expected"),
+        ("\\set a debug(1)\n", "debug()"),
         ("\\shell true\n", "\\shell and \\setshell are not supported"),
+        ("\\set a :nowhere\n", "variable nowhere is not one C holds"),
     ],
 )
 def test_refusal_names_the_reason(tmp_path, text: str, reason: str) -> None:
@@ -215,7 +226,7 @@ def test_plan_of_sleeps(tmp_path) -> None:
     names, nset, _, scripts = _plan(["-M", "prepared", "-R", "50"], tmp_path, text)
     assert names == ("d", "scale")
     assert nset == 1
-    # a constant's µs as client_meta.sleep_usec computes it (C int wrap)
+    # a constant's µs as meta.sleep_usec computes it (C int wrap)
     wrapped = (3000000 * 1000000 + 2**31) % 2**32 - 2**31
     assert scripts == (
         (
@@ -239,27 +250,15 @@ def test_flags() -> None:
     assert fastloop.flags_for(0, 10, 0, False, False, 1, 1, False)[6] == 1
 
 
-def test_too_many_commands_are_refused_before_planning(tmp_path) -> None:
-    # 65 SQL commands: refused whatever the commands, before any of them
-    # is planned (the \set of a double, planned first, would say so)
-    text = "\\set a 1.5\n" + "SELECT :a;\n" * 65
-    path = tmp_path / "s.sql"
-    path.write_text(text)
-    cfg = parse_command_line(["-f", str(path)], environ={})
-    assert isinstance(cfg, RunConfig)
-    parsed = parse_scripts(cfg)
-    ops = compile_scripts(parsed, cfg.query_mode)
-    why = fastloop.decide(cfg, parsed, ops, VARS, True)
-    assert why == "more than 64 variables or SQL commands"
-    text = "".join(f"\\set v{i} 1\n" for i in range(65)) + "SELECT 1;\n"
-    path.write_text(text)
-    cfg = parse_command_line(["-f", str(path)], environ={})
-    assert isinstance(cfg, RunConfig)
-    parsed = parse_scripts(cfg)
-    ops = compile_scripts(parsed, cfg.query_mode)
-    assert fastloop.decide(cfg, parsed, ops, VARS, True) == (
-        "more than 64 variables or SQL commands"
-    )
+def test_scripts_of_any_length_are_planned(tmp_path) -> None:
+    # 200 SQL commands and 200 variables: no limit of C's
+    text = "\\set a 1.5\n" + "SELECT :a;\n" * 200
+    text += "".join(f"\\set v{i} {i}\nSELECT :v{i};\n" for i in range(200))
+    plan = _plan(["-M", "prepared"], tmp_path, text)
+    assert plan is not None
+    names, nset, _, scripts = plan
+    assert nset == len(names) == 201
+    assert len(scripts[0]) == 1 + 200 + 400 + 1
 
 
 def test_a_statement_of_many_references_plans_each_reference(tmp_path) -> None:
@@ -274,3 +273,74 @@ def test_a_statement_of_many_references_plans_each_reference(tmp_path) -> None:
     assert isinstance(sql, Sql)
     assert sql.params == tuple(names.index(r[1:]) for r in refs)
     assert sql.lits == (b"SELECT ", *[b", "] * (len(refs) - 1), " -- é\n;".encode())
+
+
+def test_refusal_names_the_command(tmp_path) -> None:
+    """PGSURGE_FASTLOOP=require's message says which command of which script
+    the C loop does not run, numbered from 0 as pgbench's messages are."""
+    (tmp_path / "a.sql").write_text("SELECT 1;\n")
+    (tmp_path / "b.sql").write_text("\\set x 1\nSELECT :x;\n\\setshell v echo 1\n")
+    args = ["-f", str(tmp_path / "a.sql"), "-f", str(tmp_path / "b.sql")]
+    cfg = parse_command_line(args, environ={})
+    assert isinstance(cfg, RunConfig)
+    parsed = parse_scripts(cfg)
+    ops = compile_scripts(parsed, cfg.query_mode)
+    why = fastloop.decide(cfg, parsed, ops, VARS, True)
+    assert isinstance(why, str)
+    assert why.startswith(
+        f"script 1 command 2 (\\setshell) of {str(tmp_path / 'b.sql')!r}: "
+    ), why
+
+
+@pytest.mark.parametrize("mode", ["extended", "prepared"])
+def test_pipelines_and_connect_with_values_of_every_type(tmp_path, mode: str) -> None:
+    # the merged C loop: -C, a pipeline and doubles/text in one run
+    text = (
+        "\\set d random_gaussian(1, 10, 2.5) * 1.5\n"
+        "\\startpipeline\nSELECT :d, :label;\n\\syncpipeline\n"
+        "SELECT :d;\n\\endpipeline\n"
+    )
+    plan = _plan(["-C", "-M", mode, "-D", "label=x"], tmp_path, text)
+    assert plan is not None
+    kinds = [op[0] for op in plan[3][0]]
+    assert kinds == [
+        abi.OP_SET_EXPR,
+        abi.OP_PSTART,
+        abi.OP_SQL,
+        abi.OP_PSYNC,
+        abi.OP_SQL,
+        abi.OP_PEND,
+        abi.OP_END,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "text", "reason"),
+    [
+        # what neither the expression side nor the pipeline/-C side runs
+        (
+            ["-C"],
+            "\\startpipeline\nSELECT 1;\n\\endpipeline\n\\shell true\n",
+            "script 0 command 3 (\\shell) of ",
+        ),
+        (
+            ["-C"],
+            "\\startpipeline\n\\set a debug(1)\nSELECT :a;\n\\endpipeline\n",
+            "script 0 command 1 (\\set) of ",
+        ),
+        (
+            ["-C", "--debug"],
+            "\\startpipeline\nSELECT 1;\n\\endpipeline\n",
+            "--debug is not supported by the C loop",
+        ),
+    ],
+)
+def test_merged_refusals(tmp_path, args: list[str], text: str, reason: str) -> None:
+    path = tmp_path / "s.sql"
+    path.write_text(text)
+    cfg = parse_command_line([*args, "-f", str(path)], environ={})
+    assert isinstance(cfg, RunConfig)
+    parsed = parse_scripts(cfg)
+    ops = compile_scripts(parsed, cfg.query_mode)
+    why = fastloop.decide(cfg, parsed, ops, VARS, True)
+    assert isinstance(why, str) and reason in why, why

@@ -27,6 +27,9 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"script", "stats", "server"}),
     frozenset({"engine", "report", "insight", "workloads"}),
     frozenset({"runner", "init", "experiment", "distributed"}),
+    # the results store reads result documents with experiment's code (the
+    # workload key compare uses); cli hands it a finished run's document
+    frozenset({"store"}),
     frozenset({"cli"}),
     frozenset({"__main__"}),
 )

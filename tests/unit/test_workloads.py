@@ -133,12 +133,13 @@ def test_compiled_layout(tmp_path: Path) -> None:
     )
     assert ops[-3].gset == C.GSET_NONE and ops[2 * n + 5].gset == C.GSET_PY
     simple_kinds = [op.kind for op in compile_py(tx, QueryMode.SIMPLE)]
-    assert simple_kinds == [*kinds[: 2 * n + 3], C.K_END]
+    # simple mode: a batch as one multi-statement query
+    assert simple_kinds == [*kinds[: 2 * n + 3], C.K_SQL, C.K_PY, C.K_END]
     assert [op.first_line for op in reported_ops(ops)] == [
         c.first_line for c in tx.commands
     ]
     one = ops[1]
-    assert one.names == ("$1",) and one.param1 == "$1"
+    assert one.names == ("$1",)
     assert one.prepname.startswith(b"PY_") and one.gset == C.GSET_PY
     simple = compile_py(tx, QueryMode.SIMPLE)[3]
     assert simple.parts == ("SELECT ", "$1", "::int + ", "$2", "::int")
@@ -322,11 +323,12 @@ def test_ycsb_zipfian_skew() -> None:
 def test_readme_example_loads(tmp_path: Path) -> None:
     wl = load_file(write(tmp_path, readme_example(), "transfer.py"))
     assert [(t.name, t.weight) for t in wl.transactions] == [
-        ("transfer", 9),
+        ("transfer", 8),
+        ("open_or_touch", 1),
         ("audit", 1),
     ]
     assert wl.setup is not None and wl.scale_query
-    transfer, audit = wl.transactions
+    transfer, _open_or_touch, audit = wl.transactions
     assert [s.name for s in transfer.statements[: transfer.nreported]] == [
         "begin",
         "balance",

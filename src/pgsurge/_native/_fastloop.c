@@ -5,8 +5,8 @@
  * The Python engine (pgsurge.engine.loop.EventLoop.run driving the advance()
  * closure of pgsurge.engine.client) is the reference. For runs that
  * pgsurge.engine.fastloop finds eligible (scripts of SQL commands, \gset,
- * \aset, \sleep, \set and \if of int expressions, pipelines; -C;
- * histograms, series and -l lines included: see there and
+ * \aset, \sleep, \set and \if of expressions of any type, pipelines;
+ * -C; histograms, series and -l lines included: see there and
  * pgsurge/engine/ENGINE.md) this module
  * runs the same loop, and runs every transaction that goes as planned
  * without entering Python at all -- throttled ones (-R, -L) included.
@@ -16,7 +16,7 @@
  * to choose its next script (CHOOSE_SCRIPT), or its throttle slot has come
  * (THROTTLE: Python's advance() goes on from a transaction into the next
  * slot's wait), C takes it over: it loads the
- * client's counters, PRNG state, its constant integer variables and which
+ * client's counters, PRNG state, its variables (typed slots) and which
  * statements its connection has prepared from the Python Client object.
  * From then on C runs its transactions: script choice with the worker's
  * choose stream, \set, sending the SQL with pgsurge._fastpq's libpq
@@ -250,6 +250,11 @@ FastLoop_dealloc(FastLoop *fl)
             pq->clear(fl->clients[i].pending);
 
     PyMem_Free(fl->clients);
+    if (fl->varstore != NULL)
+        for (i = 0; i < fl->nclients * fl->nvars; i++)
+            PyMem_Free(fl->varstore[i].s);
+    PyMem_Free(fl->varstore);
+    PyMem_Free(fl->prepstore);
     for (k = 0; k < fl->nscripts && fl->scripts != NULL; k++) {
         for (i = 0; i < fl->scripts[k].nops; i++) {
             PyMem_Free(fl->scripts[k].ops[i].params);
@@ -524,7 +529,7 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     scripts = PyTuple_GET_ITEM(plan, 3);
     if (PyErr_Occurred())
         goto fail;
-    if (!PyTuple_Check(fl->var_names) || PyTuple_GET_SIZE(fl->var_names) > MAX_VARS ||
+    if (!PyTuple_Check(fl->var_names) || PyTuple_GET_SIZE(fl->var_names) > INT_MAX / 2 ||
         !PyTuple_Check(weights) || !PyTuple_Check(scripts) ||
         PyTuple_GET_SIZE(scripts) != PyTuple_GET_SIZE(weights) ||
         PyTuple_GET_SIZE(scripts) != PyTuple_GET_SIZE(script_ops) ||
@@ -667,7 +672,17 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_NoMemory();
         goto fail;
     }
+    /* each client's variables and prepared flags (one block each) */
+    fl->nprep = nprep;
+    fl->varstore = PyMem_Calloc((size_t)fl->nclients * fl->nvars + 1, sizeof(fl_value));
+    fl->prepstore = PyMem_Calloc((size_t)fl->nclients * nprep + 1, 1);
+    if (fl->varstore == NULL || fl->prepstore == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
     for (i = 0; i < fl->nclients; i++) {
+        fl->clients[i].vars = fl->varstore + (size_t)i * fl->nvars;
+        fl->clients[i].prepared = fl->prepstore + (size_t)i * nprep;
         fl->clients[i].st = PyList_GET_ITEM(clients, i);
         Py_INCREF(fl->clients[i].st);
         fl->clients[i].fd = -1;
@@ -839,18 +854,18 @@ log_fields(PyObject *module, PyObject *values)
 }
 
 /* _eval(code, values, s0, s1): run an expression program as the loop
- * does, over variables ``values`` (an int, or None: not held by C) and
- * the PRNG words; returns (bailed, value, s0, s1) (tests compare with
- * pgsurge.script.evaluate) */
+ * does, over variables ``values`` (None, a bool, an int, a float or a
+ * str; anything else: not held by C) and the PRNG words; returns (bailed, value, s0,
+ * s1) (tests compare with pgsurge.script.evaluate) */
 static PyObject *
 eval_expr(PyObject *module, PyObject *args)
 {
-    PyObject *code, *values;
+    PyObject *code, *values, *value = NULL;
     unsigned long long s0, s1;
     fl_op op;
     fl_client c;
-    int64_t v = 0;
-    Py_ssize_t i;
+    fl_value v;
+    Py_ssize_t i, n;
     int r;
 
     (void)module;
@@ -859,36 +874,69 @@ eval_expr(PyObject *module, PyObject *args)
         return NULL;
     memset(&op, 0, sizeof op);
     memset(&c, 0, sizeof c);
-    if (PyTuple_GET_SIZE(values) > MAX_VARS) {
-        PyErr_SetString(PyExc_ValueError, "too many variables");
-        return NULL;
-    }
-    for (i = 0; i < PyTuple_GET_SIZE(values); i++) {
+    memset(&v, 0, sizeof v);
+    n = PyTuple_GET_SIZE(values);
+    c.vars = PyMem_Calloc((size_t)n + 1, sizeof(fl_value));
+    if (c.vars == NULL)
+        return PyErr_NoMemory();
+    for (i = 0; i < n; i++) {
         PyObject *x = PyTuple_GET_ITEM(values, i);
+        fl_value *var = &c.vars[i];
 
         if (x == Py_None)
-            continue;
-        c.vals[i] = PyLong_AsLongLong(x);
+            var->type = FV_NULL;
+        else if (PyBool_Check(x)) {
+            var->type = FV_BOOL;
+            var->i = x == Py_True;
+        } else if (PyFloat_Check(x)) {
+            var->type = FV_DOUBLE;
+            var->d = PyFloat_AsDouble(x);
+        } else if (PyLong_Check(x)) {
+            var->type = FV_INT;
+            var->i = PyLong_AsLongLong(x);
+        } else if (PyUnicode_Check(x)) {
+            Py_ssize_t len;
+            const char *text = PyUnicode_AsUTF8AndSize(x, &len);
+
+            if (text == NULL || fl_var_set_text(var, text, len) < 0)
+                goto done;
+        }
         if (PyErr_Occurred())
-            return NULL;
-        c.valid |= UINT64_C(1) << i;
+            goto done;
     }
-    if (fl_parse_code(code, &op) < 0) {
-        PyMem_Free(op.code);
-        return NULL;
-    }
+    if (fl_parse_code(code, &op) < 0)
+        goto done;
     for (i = 0; i < op.ncode; i++)
-        if (op.code[i].code == 1 && op.code[i].arg >= PyTuple_GET_SIZE(values)) {
-            PyMem_Free(op.code);
+        if (op.code[i].code == 1 && op.code[i].arg >= n) {
             PyErr_SetString(PyExc_ValueError, "a variable out of range");
-            return NULL;
+            goto done;
         }
     c.s0 = s0;
     c.s1 = s1;
     r = fl_eval(&c, op.code, op.ncode, &v);
+    if (r)
+        value = Py_NewRef(Py_None);
+    else if (v.type == FV_INT)
+        value = PyLong_FromLongLong(v.i);
+    else if (v.type == FV_DOUBLE)
+        value = PyFloat_FromDouble(v.d);
+    else if (v.type == FV_BOOL)
+        value = PyBool_FromLong((long)v.i);
+    else
+        value = Py_NewRef(Py_None);
+    if (value != NULL) {
+        char buf[INT_TEXT];
+        const char *text = r ? NULL : fl_value_text(&v, buf);
+
+        value = Py_BuildValue("(iNKKs)", r, value, (unsigned long long)c.s0,
+                              (unsigned long long)c.s1, text);
+    }
+done:
     PyMem_Free(op.code);
-    return Py_BuildValue("(iLKK)", r, (long long)v, (unsigned long long)c.s0,
-                         (unsigned long long)c.s1);
+    for (i = 0; i < n; i++)
+        PyMem_Free(c.vars[i].s);
+    PyMem_Free(c.vars);
+    return value;
 }
 
 static PyMethodDef module_methods[] = {
@@ -1091,7 +1139,7 @@ PyInit__fastloop(void)
         add_int(m, "OUT_STOPPED", OUT_STOPPED) < 0 || add_int(m, "OUT_TICK", OUT_TICK) < 0 ||
         add_int(m, "DRAIN_BUSY", DRAIN_BUSY) < 0 || add_int(m, "DRAIN_DONE", DRAIN_DONE) < 0 ||
         add_int(m, "DRAIN_FAILED", DRAIN_FAILED) < 0 ||
-        add_int(m, "MAX_VARS", MAX_VARS) < 0 || add_int(m, "MAX_PARAMS", MAX_PARAMS) < 0 ||
+        fl_add_expr_codes(m) < 0 || add_int(m, "MAX_PARAMS", MAX_PARAMS) < 0 ||
         add_int(m, "OP_SET_EXPR", OP_SET_EXPR) < 0 || add_int(m, "OP_IF", OP_IF) < 0 ||
         add_int(m, "OP_ELSE", OP_ELSE) < 0 || add_int(m, "OP_ENDIF", OP_ENDIF) < 0 ||
         add_int(m, "GSET_NONE", GSET_NONE) < 0 || add_int(m, "GSET_ONE", GSET_ONE) < 0 ||

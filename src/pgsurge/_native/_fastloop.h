@@ -12,7 +12,7 @@
  *                       clients over and handing them to advance/resume;
  *   _fastloop_client.c  a C-owned client's state machine (sends, results,
  *                       \set, \if, \sleep, throttling, accounting, -l lines);
- *   _fastloop_logic.c   int expressions (\set, \if) and \gset/\aset;
+ *   _fastloop_logic.c   expressions (\set, \if) and \gset/\aset;
  *   _fastloop_loop.c    the loop: waits, ready sockets, timers, the
  *                       runnable queue, run().
  *
@@ -25,9 +25,11 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <poll.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/syscall.h>
@@ -111,10 +113,9 @@
 #define TX_BUDGET 4
 /* pg_prng_double's scale: 2**-52 */
 #define TWO_M52 (1.0 / 4503599627370496.0)
-/* room for an int64 in decimal, sign and NUL included */
-#define INT_TEXT 24
-/* client variables C keeps as int64 (a bit each in a mask) */
-#define MAX_VARS 64
+/* room for a value's text (fl_value_text): an int64 in decimal, a
+ * double as %.15g, sign and NUL included */
+#define INT_TEXT 32
 /* parameters of an extended/prepared command: pgbench's limit (a variable
  * read twice is two); simple mode splices the values in and has none */
 #define MAX_PARAMS 255
@@ -152,6 +153,37 @@ enum {
 
 /* the expression evaluator's stack (pgsurge.engine.fastexpr.MAX_STACK) */
 #define MAX_STACK 32
+
+/* a value's type (pgsurge.script.values): FV_STR is a variable's text
+ * (-D, \gset), typed when an expression reads it, as pgbench does;
+ * FV_NONE is a variable C does not hold (undefined, or text that is not
+ * UTF-8 without NUL): reading it hands the client to Python */
+enum { FV_NONE = 0, FV_NULL = 1, FV_BOOL = 2, FV_INT = 3, FV_DOUBLE = 4, FV_STR = 5 };
+
+/* a typed value: of a client's variable (assigned: C set it since it
+ * took the client over, to write back) or on the evaluator's stack
+ * (never FV_STR there) */
+typedef struct {
+    union {
+        int64_t i; /* FV_INT, and FV_BOOL (0 or 1) */
+        double d;  /* FV_DOUBLE */
+    };
+    /* a variable's text buffer (FV_STR: NUL-terminated, len bytes), cap
+     * bytes, kept when the variable gets another type; freed with the loop */
+    char *s;
+    int32_t len, cap;
+    unsigned char type;
+    unsigned char assigned;
+} fl_value;
+
+/* a variable takes a computed value (its text buffer stays its own) */
+static inline void
+fl_var_assign(fl_value *var, const fl_value *v)
+{
+    var->i = v->i; /* the union: int or double bits */
+    var->type = v->type;
+    var->assigned = 1;
+}
 
 /* one instruction of an expression (pgsurge.engine.fastexpr's X_ codes) */
 typedef struct {
@@ -253,15 +285,15 @@ typedef struct {
     int state, script, command, qrynum;
     int64_t txn_scheduled, txn_begin, sleep_until, stmt_begin, cnt;
     uint64_t s0, s1, saved0, saved1;
-    uint64_t assigned; /* slots C assigned, to write back */
-    uint64_t valid;    /* slots whose int value is in vals (else: Python's) */
+    int assigned;      /* C assigned a variable (vars[].assigned says which) */
     int eval_elif;     /* Client.eval_elif: the next \elif is evaluated */
     int meta_failed;   /* Client.meta_failed: a \aset failed, draining */
     PGresult *pending; /* \gset's lookahead (Client.pending) */
     /* Client.in_pipeline and num_syncs: inside \startpipeline, and the
      * syncs sent whose PGRES_PIPELINE_SYNC has not been read */
     int in_pipeline, num_syncs;
-    uint64_t prepared; /* statements prepared on the connection */
+    /* statements prepared on the connection (by fl_op.prep_bit) */
+    unsigned char *prepared;
     /* -C: the connection C opened (a psycopg PGconn, from
      * FastLoop.set_connect's start), until Python adopts it at a hand-back
      * (NULL: none, or Client.conn's); when its opening began; a prepare
@@ -275,13 +307,18 @@ typedef struct {
     /* while Python owns it: the Client.cnt from which C may take it back
      * within a transaction (at a wait of the next one after a hand-back) */
     int64_t retake_at;
-    int64_t vals[MAX_VARS];
+    /* the plan's variables (FastLoop.nvars), by slot */
+    fl_value *vars;
 } fl_client;
 
 typedef struct {
     PyObject_HEAD
     int nclients, nscripts, nvars, nset, mode;
     fl_client *clients;
+    /* the clients' variables and prepared flags, nvars and nprep each */
+    fl_value *varstore;
+    unsigned char *prepstore;
+    int nprep;
     fl_script *scripts;
     PyObject *script_ops; /* tuple of the Python Op tuples (Client.ops) */
     PyObject *var_names;  /* tuple of str */
@@ -613,7 +650,24 @@ FL_HIDDEN int fl_parse_code(PyObject *spec, fl_op *op);
 FL_HIDDEN int fl_canonical_int(const char *s, Py_ssize_t len, int64_t *out);
 /* 0: *out is the value; 1: Python must evaluate it (an error, a value C
  * does not hold); the client's PRNG may have moved on */
-FL_HIDDEN int fl_eval(fl_client *c, const fl_code *code, int n, int64_t *out);
+FL_HIDDEN int fl_eval(fl_client *c, const fl_code *code, int n, fl_value *out);
+/* the text pgbench substitutes for a value (values.to_text) into buf
+ * (INT_TEXT bytes), or a FV_STR's own text; NULL for FV_NONE */
+FL_HIDDEN const char *fl_value_text(const fl_value *v, char *buf);
+/* a variable takes text (FV_STR; FV_NONE when it holds a NUL): 0, or -1
+ * with MemoryError set */
+FL_HIDDEN int fl_var_set_text(fl_value *var, const char *text, Py_ssize_t len);
+/* the op codes and their pops, exported to be compared with fastexpr's */
+FL_HIDDEN int fl_add_expr_codes(PyObject *module);
+
+/* valueTruth: the condition of \if (NULL false, non-zero numbers true) */
+static inline int
+fl_truth(const fl_value *v)
+{
+    if (v->type == FV_DOUBLE)
+        return v->d != 0.0;
+    return v->type != FV_NULL && v->i != 0;
+}
 /* WAIT_RESULT of a \gset/\aset command: 1 its results are in and
  * stored; 0 the client waits, or was handed to Python; -1 error */
 FL_HIDDEN int fl_wait_gset(FastLoop *fl, int index, fl_op *op);

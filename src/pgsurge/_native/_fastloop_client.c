@@ -2,7 +2,7 @@
  * pgsurge._fastloop: a C-owned client's state machine.
  *
  * fl_advance() is pgsurge.engine.client's advance() for the plain case: script
- * choice, -R slots and -L skips, \set of constants and random(lo, hi),
+ * choice, -R slots and -L skips, \set (constants, expressions),
  * \sleep, sending SQL with pgsurge._fastpq's libpq functions, reading the
  * results, first-try accounting, and the restart of the next transaction.
  * Anything else hands the client to Python (_fastloop_sync.c).
@@ -10,13 +10,6 @@
 
 #include "_fastloop.h"
 
-/* n in decimal into buf (NUL-terminated: INT_TEXT bytes); returns buf */
-static const char *
-int_text(int64_t n, char *buf)
-{
-    *put_int(buf, n) = '\0';
-    return buf;
-}
 static int
 send_sql(FastLoop *fl, fl_client *c, const fl_op *op)
 {
@@ -34,7 +27,7 @@ send_sql(FastLoop *fl, fl_client *c, const fl_op *op)
             size_t n, m = (size_t)op->litlens[i];
 
             if (i < op->nparams) {
-                p = int_text(c->vals[op->params[i]], ints[0]);
+                p = fl_value_text(&c->vars[op->params[i]], ints[0]);
                 n = strlen(p);
             } else
                 n = 0;
@@ -69,7 +62,7 @@ send_sql(FastLoop *fl, fl_client *c, const fl_op *op)
         ok = pq->sendQuery(c->conn, op->text);
     } else {
         for (i = 0; i < op->nparams; i++)
-            values[i] = int_text(c->vals[op->params[i]], ints[i]);
+            values[i] = fl_value_text(&c->vars[op->params[i]], ints[i]);
         if (fl->mode == MODE_PREPARED)
             ok = pq->sendQueryPrepared(c->conn, op->text, op->nparams,
                                        op->nparams ? values : NULL, NULL, NULL, 0);
@@ -169,7 +162,7 @@ log_line(FastLoop *fl, fl_client *c, int64_t latency, int64_t lag, int skipped)
     return 0;
 }
 
-/* client_tx's process_xact for what C accounts (a first-try success, or
+/* tx.py's process_xact for what C accounts (a first-try success, or
  * a slot skipped under -L): returns the clock, read if it was needed
  * (-1: an error is set) */
 static int64_t
@@ -305,7 +298,7 @@ pipeline_command(FastLoop *fl, fl_client *c, const fl_script *sc, const fl_op *o
 
                 if (o->kind == OP_PEND || o->kind == OP_END)
                     break;
-                if (o->kind != OP_SQL || (c->prepared & (1ULL << o->prep_bit)))
+                if (o->kind != OP_SQL || c->prepared[o->prep_bit])
                     continue;
                 if (!fl->connect_each || o->sql == NULL || c->pgobj == NULL)
                     return -1;
@@ -392,7 +385,7 @@ connect_start(FastLoop *fl, int index)
     }
     c->pgobj = obj;
     c->conn = (PGconn *)ptr;
-    c->prepared = 0;
+    memset(c->prepared, 0, (size_t)fl->nprep);
     return connect_poll(fl, index);
 }
 
@@ -421,7 +414,7 @@ connect_release(FastLoop *fl, int index, int64_t *now)
         return -1;
     Py_DECREF(r);
     c->conn = NULL;
-    c->prepared = 0;
+    memset(c->prepared, 0, (size_t)fl->nprep);
     *now = clock_us();
     fl->conn_us += *now - start;
     return 0;
@@ -449,7 +442,7 @@ prepare_to_python(FastLoop *fl, int index, int failed, int flush)
          * prepared, and Python prepares the others and starts the pipeline */
         PyObject *event;
 
-        c->prepared |= 1ULL << fl->scripts[c->script].ops[c->preparing - 1].prep_bit;
+        c->prepared[fl->scripts[c->script].ops[c->preparing - 1].prep_bit] = 1;
         event = Py_BuildValue("(iN)", RESUME_PREPARE_FAILED, text);
         if (event == NULL)
             return -1;
@@ -505,11 +498,11 @@ wait_prepare(FastLoop *fl, int index, const fl_op *op)
             return prepare_to_python(fl, index, 1, 0);
     }
     c->preparing = 0;
-    c->prepared |= 1ULL << op->prep_bit;
+    c->prepared[op->prep_bit] = 1;
     return 1;
 }
 
-/* C's int of a C int's bits (client_meta.c_int): how the x86 binary wraps */
+/* C's int of a C int's bits (cnum.wrap_int32): how the x86 binary wraps */
 static inline int64_t
 c_int(int64_t v)
 {
@@ -534,9 +527,10 @@ fl_advance(FastLoop *fl, int index)
         switch (state) {
         case END_COMMAND:
             if (fl->per_command) {
-                /* the command's latency (client.py's END_COMMAND) */
-                if (!now)
-                    now = clock_us();
+                /* the command's latency (client.py's END_COMMAND), from a
+                 * fresh reading: a result that came in before the first
+                 * look after the send must not count as taking no time */
+                now = clock_us();
                 stats_add(&sc->ops[c->command].cmd, now - c->stmt_begin);
                 if (sc->ops[c->command].rec.obj != NULL &&
                     fl_hist_record(&sc->ops[c->command].rec, now - c->stmt_begin) < 0)
@@ -561,17 +555,20 @@ fl_advance(FastLoop *fl, int index)
                 continue;
             }
             if (fl->per_command && !resend) {
-                if (!now)
-                    now = clock_us();
+                /* fresh too, as client.py's START_COMMAND (but for the
+                 * query after C's prepare, which keeps its command's clock) */
+                now = clock_us();
                 c->stmt_begin = now;
             }
             resend = 0;
             if (op->kind == OP_SET_CONST || op->kind == OP_SET_RANDOM) {
-                c->vals[op->slot] = op->kind == OP_SET_CONST
-                                        ? op->a
-                                        : prng_range(&c->s0, &c->s1, op->a, op->b);
-                c->assigned |= 1ULL << op->slot;
-                c->valid |= 1ULL << op->slot;
+                fl_value *var = &c->vars[op->slot];
+
+                var->i = op->kind == OP_SET_CONST ? op->a
+                                                  : prng_range(&c->s0, &c->s1, op->a, op->b);
+                var->type = FV_INT;
+                var->assigned = 1;
+                c->assigned = 1;
                 now = 0;
                 state = END_COMMAND;
                 continue;
@@ -603,7 +600,7 @@ fl_advance(FastLoop *fl, int index)
             }
             if (op->kind >= OP_SET_EXPR) {
                 /* \set of an expression, \if, \elif, \else, \endif */
-                int64_t v;
+                fl_value v;
 
                 if (op->kind == OP_SET_EXPR ||
                     (op->kind == OP_IF && (!op->is_elif || c->eval_elif))) {
@@ -616,12 +613,11 @@ fl_advance(FastLoop *fl, int index)
                         return fl_to_python(fl, index, START_COMMAND, NULL);
                     }
                     if (op->kind == OP_SET_EXPR) {
-                        c->vals[op->slot] = v;
-                        c->assigned |= 1ULL << op->slot;
-                        c->valid |= 1ULL << op->slot;
+                        fl_var_assign(&c->vars[op->slot], &v);
+                        c->assigned = 1;
                     } else {
                         c->eval_elif = 0;
-                        if (!v) {
+                        if (!fl_truth(&v)) {
                             jump = op->false_next;
                             c->eval_elif = op->false_to_elif;
                         }
@@ -634,19 +630,20 @@ fl_advance(FastLoop *fl, int index)
                 continue;
             }
             if (op->kind == OP_SLEEP_CONST || op->kind == OP_SLEEP_VAR) {
-                /* client_meta.sleep_usec; the clock is not re-read after */
+                /* meta.sleep_usec; the clock is not re-read after */
                 int64_t usec = op->a;
 
                 if (op->kind == OP_SLEEP_VAR) {
-                    int64_t v = c->vals[op->slot];
+                    char buf[INT_TEXT];
+                    const char *text = fl_value_text(&c->vars[op->slot], buf);
 
-                    if (!(c->valid & (1ULL << op->slot)))
-                        /* not an int C holds: Python's sleep */
+                    if (text == NULL)
+                        /* not a value C holds: Python's sleep */
                         return fl_to_python(fl, index, START_COMMAND, NULL);
-
-                    usec = c_int(v);
-                    if (usec == 0 && v < 0)
-                        /* atoi() of "-...": Python gives pgbench's error */
+                    /* meta.sleep_usec: atoi() of the variable's text */
+                    usec = atoi(text);
+                    if (usec == 0 && !(text[0] >= '0' && text[0] <= '9'))
+                        /* not a number: Python gives pgbench's error */
                         return fl_to_python(fl, index, START_COMMAND, NULL);
                     usec = c_int(usec * op->a);
                 }
@@ -659,7 +656,7 @@ fl_advance(FastLoop *fl, int index)
             if (c->in_pipeline && op->gset)
                 /* Python's "\gset is not allowed in pipeline mode" */
                 return fl_to_python(fl, index, START_COMMAND, NULL);
-            if (fl->mode == MODE_PREPARED && !(c->prepared & (1ULL << op->prep_bit))) {
+            if (fl->mode == MODE_PREPARED && !c->prepared[op->prep_bit]) {
                 int r;
 
                 if (!fl->connect_each || op->sql == NULL || c->in_pipeline)
@@ -683,7 +680,7 @@ fl_advance(FastLoop *fl, int index)
                 int i;
 
                 for (i = 0; i < op->nparams; i++)
-                    if (!(c->valid & (1ULL << op->params[i])))
+                    if (c->vars[op->params[i]].type == FV_NONE)
                         /* a value C does not hold: Python sends it */
                         return fl_to_python(fl, index, START_COMMAND, NULL);
             }
@@ -839,7 +836,7 @@ fl_advance(FastLoop *fl, int index)
         }
         case CHOOSE_SCRIPT:
             if (fl->nscripts != 1) {
-                /* client_tx.choose_script */
+                /* tx.choose_script */
                 int64_t wv = prng_range(&fl->c0, &fl->c1, 0, fl->total_weight - 1);
                 int i = 0;
 

@@ -1,15 +1,17 @@
 /*
- * pgsurge._fastloop: scripts with logic -- int expressions (\set, \if,
+ * pgsurge._fastloop: scripts with logic -- expressions (\set, \if,
  * \elif) and \gset/\aset.
  *
  * An expression is the program pgsurge.engine.fastexpr compiled: (code,
- * argument) pairs run on a small stack of int64 values (booleans are 0
- * and 1). fl_eval computes exactly what pgsurge.script.values and
- * functions compute for ints, or says that it cannot (1): an overflow, a
- * division by zero, an empty random range, a permute size below 1, a
- * variable whose value C does not hold as an int. The caller then puts
- * the client's PRNG back and hands the client to Python at the start of
- * the command, which evaluates it again and gives pgbench's message.
+ * argument) pairs run on a small stack of typed values (NULL, boolean,
+ * int64, double). fl_eval computes exactly what pgsurge.script.values and
+ * functions compute -- pgbench's int/double promotion, its coercions, the
+ * random functions' draws from the client's stream -- or says that it
+ * cannot (1): an overflow, a division by zero, a coercion pgbench refuses,
+ * a bad random range or parameter, a variable whose value C does not hold
+ * (a string, an undefined variable). The caller then puts the client's
+ * PRNG back and hands the client to Python at the start of the command,
+ * which evaluates it again and gives pgbench's message.
  *
  * fl_wait_gset reads a \gset/\aset command's results as sql.read_results
  * does (the lookahead ``pending`` result, the last row stored), storing a
@@ -20,55 +22,108 @@
 
 #include "_fastloop.h"
 
-/* pgsurge.engine.fastexpr's op codes */
-enum {
-    X_CONST = 0,
-    X_VAR = 1,
-    X_ADD = 2,
-    X_SUB = 3,
-    X_MUL = 4,
-    X_DIV = 5,
-    X_MOD = 6,
-    X_EQ = 7,
-    X_NE = 8,
-    X_LT = 9,
-    X_LE = 10,
-    X_BAND = 11,
-    X_BOR = 12,
-    X_BXOR = 13,
-    X_SHL = 14,
-    X_SHR = 15,
-    X_NOT = 16,
-    X_JFALSE = 17,
-    X_JTRUE = 18,
-    X_ABS = 19,
-    X_LEAST = 20,
-    X_GREATEST = 21,
-    X_RANDOM = 22,
-    X_MURMUR2 = 23,
-    X_FNV1A = 24,
-    X_PERMUTE = 25,
-    X_LAST = 25
-};
+/* pgsurge.engine.fastexpr's op codes (exported by fl_add_expr_codes and
+ * compared with fastexpr.CODES and POPS when the module is loaded) */
+#define FL_EXPR_CODES(X)                                                                  \
+    X(X_CONST, 0, 0)                                                                      \
+    X(X_VAR, 1, 0)                                                                        \
+    X(X_ADD, 2, 2)                                                                        \
+    X(X_SUB, 3, 2)                                                                        \
+    X(X_MUL, 4, 2)                                                                        \
+    X(X_DIV, 5, 2)                                                                        \
+    X(X_MOD, 6, 2)                                                                        \
+    X(X_EQ, 7, 2)                                                                         \
+    X(X_NE, 8, 2)                                                                         \
+    X(X_LT, 9, 2)                                                                         \
+    X(X_LE, 10, 2)                                                                        \
+    X(X_BAND, 11, 2)                                                                      \
+    X(X_BOR, 12, 2)                                                                       \
+    X(X_BXOR, 13, 2)                                                                      \
+    X(X_SHL, 14, 2)                                                                       \
+    X(X_SHR, 15, 2)                                                                       \
+    X(X_NOT, 16, 1)                                                                       \
+    X(X_JFALSE, 17, 1)                                                                    \
+    X(X_JTRUE, 18, 1)                                                                     \
+    X(X_ABS, 19, 1)                                                                       \
+    X(X_LEAST, 20, -1)                                                                    \
+    X(X_GREATEST, 21, -1)                                                                 \
+    X(X_RANDOM, 22, 2)                                                                    \
+    X(X_MURMUR2, 23, 2)                                                                   \
+    X(X_FNV1A, 24, 2)                                                                     \
+    X(X_PERMUTE, 25, 3)                                                                   \
+    X(X_NULL, 26, 0)                                                                      \
+    X(X_BOOL, 27, 0)                                                                      \
+    X(X_DOUBLE, 28, 0)                                                                    \
+    X(X_INT, 29, 1)                                                                       \
+    X(X_TODOUBLE, 30, 1)                                                                  \
+    X(X_SQRT, 31, 1)                                                                      \
+    X(X_LN, 32, 1)                                                                        \
+    X(X_EXP, 33, 1)                                                                       \
+    X(X_POW, 34, 2)                                                                       \
+    X(X_IS, 35, 2)                                                                        \
+    X(X_CHKBOOL, 36, 1)                                                                   \
+    X(X_JUMP, 37, 0)                                                                      \
+    X(X_JNOTTRUE, 38, 1)                                                                  \
+    X(X_REXP, 39, 3)                                                                      \
+    X(X_RGAUSS, 40, 3)                                                                    \
+    X(X_RZIPF, 41, 3)                                                                     \
+    X(X_FAIL, 42, 0)
 
-/* pops and pushes of each code (LEAST/GREATEST: arg pops) */
-static const signed char pops[X_LAST + 1] = {0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2,
-                                             2, 2, 2, 1, 1, 1, 1, -1, -1, 2, 2, 2, 3};
+#define FL_CODE_ENUM(name, value, npops) name = value,
+enum { FL_EXPR_CODES(FL_CODE_ENUM) X_LAST = 42 };
 
+/* what each code pops (-1: its argument says; a jump that keeps the value
+ * it tests pops it on the path that goes on) */
+#define FL_CODE_POPS(name, value, npops) npops,
+static const signed char pops[X_LAST + 1] = {FL_EXPR_CODES(FL_CODE_POPS)};
+
+int
+fl_add_expr_codes(PyObject *module)
+{
+    PyObject *t;
+    int i;
+
+#define FL_CODE_ADD(name, value, npops)                                                   \
+    if (PyModule_AddIntConstant(module, #name, value) < 0)                                \
+        return -1;
+    FL_EXPR_CODES(FL_CODE_ADD)
+#undef FL_CODE_ADD
+    t = PyTuple_New(X_LAST + 1);
+    if (t == NULL)
+        return -1;
+    for (i = 0; i <= X_LAST; i++) {
+        PyObject *n = PyLong_FromLong(pops[i]);
+
+        if (n == NULL) {
+            Py_DECREF(t);
+            return -1;
+        }
+        PyTuple_SET_ITEM(t, i, n);
+    }
+    return PyModule_AddObject(module, "EXPR_POPS", t) < 0 ? (Py_DECREF(t), -1) : 0;
+}
+
+/* The program is checked once, when the plan is read: every code known,
+ * jumps forward and inside it, the stack's depth the same on every path
+ * into an instruction, never below what it pops nor above MAX_STACK, and
+ * one value left at the end. fl_eval relies on it. */
 int
 fl_parse_code(PyObject *spec, fl_op *op)
 {
     Py_ssize_t i, n;
-    int depth = 0;
+    int depth = 0, *at = NULL;
 
     if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) % 2 || PyTuple_GET_SIZE(spec) == 0)
         goto bad;
     n = PyTuple_GET_SIZE(spec) / 2;
     op->code = PyMem_New(fl_code, n);
-    if (op->code == NULL) {
+    at = PyMem_New(int, n + 1);
+    if (op->code == NULL || at == NULL) {
         PyErr_NoMemory();
-        return -1;
+        goto bad;
     }
+    for (i = 0; i <= n; i++)
+        at[i] = -1;
     op->ncode = (int)n;
     for (i = 0; i < n; i++) {
         fl_code *x = &op->code[i];
@@ -77,35 +132,65 @@ fl_parse_code(PyObject *spec, fl_op *op)
         x->code = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 2 * i));
         x->arg = PyLong_AsLongLong(PyTuple_GET_ITEM(spec, 2 * i + 1));
         if (PyErr_Occurred())
-            return -1;
+            goto bad;
         if (x->code < 0 || x->code > X_LAST)
             goto bad;
-        /* the stack's depth along the straight line (a jump keeps the
-         * value it tested, which the other path pops and pushes again) */
+        /* the depth here: from the line before, or from the jumps to it */
+        if (at[i] >= 0) {
+            if (depth >= 0 && depth != at[i])
+                goto bad;
+            depth = at[i];
+        }
+        if (depth < 0)
+            goto bad; /* nothing reaches it */
         in = pops[x->code] < 0 ? (int)x->arg : pops[x->code];
         if ((x->code == X_LEAST || x->code == X_GREATEST) && (x->arg < 1 || x->arg > MAX_STACK))
             goto bad;
-        if ((x->code == X_JFALSE || x->code == X_JTRUE) && (x->arg <= i || x->arg > n))
+        if (x->code == X_VAR && x->arg < 0)
             goto bad;
-        if (x->code == X_VAR && (x->arg < 0 || x->arg >= MAX_VARS))
+        if (x->code == X_BOOL && x->arg != 0 && x->arg != 1)
             goto bad;
         if (depth < in)
             goto bad;
-        depth -= in;
-        if (x->code != X_JFALSE && x->code != X_JTRUE)
-            depth++;
+        switch (x->code) {
+        case X_JFALSE:
+        case X_JTRUE:
+        case X_JNOTTRUE:
+        case X_JUMP: {
+            /* the depth at the target */
+            int there = x->code == X_JNOTTRUE ? depth - 1 : depth;
+
+            if (x->arg <= i || x->arg > n)
+                goto bad;
+            if (at[x->arg] >= 0 && at[x->arg] != there)
+                goto bad;
+            at[x->arg] = there;
+            depth = x->code == X_JUMP ? -1 : depth - 1;
+            continue;
+        }
+        default:
+            depth = depth - in + 1;
+        }
         if (depth > MAX_STACK)
             goto bad;
     }
+    if (at[n] >= 0) {
+        if (depth >= 0 && depth != at[n])
+            goto bad;
+        depth = at[n];
+    }
     if (depth != 1)
         goto bad;
+    PyMem_Free(at);
     return 0;
 bad:
+    PyMem_Free(at);
     if (!PyErr_Occurred())
         PyErr_SetString(PyExc_ValueError, "malformed fast loop expression");
     return -1;
 }
 
+/* ---------------------------------------------------------------------- */
 /* ---------------------------------------------------------------------- */
 /* The hashes and permute of pgsurge.script.functions (_speedups.c's)     */
 
@@ -206,138 +291,618 @@ permute(uint64_t val, int64_t isize, uint64_t seed)
 }
 
 /* ---------------------------------------------------------------------- */
-/* The evaluator                                                          */
+/* Coercions (pgsurge.script.values): 0 done, 1 pgbench refuses           */
 
-int
-fl_eval(fl_client *c, const fl_code *code, int n, int64_t *out)
+/* coerce_to_int: a double rounded half to even (rint, as Python's round),
+ * then checked against the int64 range; NaN and the infinities fail */
+static inline int
+to_int(const fl_value *v, int64_t *out)
 {
-    int64_t st[MAX_STACK + 1], a, b;
-    int sp = 0, pc = 0, k;
-
-    while (pc < n) {
-        const fl_code *x = &code[pc++];
-
-        switch (x->code) {
-        case X_CONST:
-            st[sp++] = x->arg;
-            continue;
-        case X_VAR:
-            if (!(c->valid & (UINT64_C(1) << x->arg)))
-                return 1;
-            st[sp++] = c->vals[x->arg];
-            continue;
-        case X_NOT:
-            st[sp - 1] = !st[sp - 1];
-            continue;
-        case X_ABS:
-            a = st[sp - 1];
-            st[sp - 1] = a < 0 ? (int64_t)(UINT64_C(0) - (uint64_t)a) : a;
-            continue;
-        case X_JFALSE:
-            if (st[sp - 1] == 0)
-                pc = (int)x->arg;
-            else
-                sp--;
-            continue;
-        case X_JTRUE:
-            if (st[sp - 1] != 0)
-                pc = (int)x->arg;
-            else
-                sp--;
-            continue;
-        case X_LEAST:
-        case X_GREATEST:
-            /* C's "a > b ? a : b" chain of _extremum: the later wins ties */
-            sp -= (int)x->arg;
-            a = st[sp];
-            for (k = 1; k < (int)x->arg; k++) {
-                b = st[sp + k];
-                if (!(x->code == X_GREATEST ? a > b : a < b))
-                    a = b;
-            }
-            st[sp++] = a;
-            continue;
-        case X_PERMUTE:
-            sp -= 2;
-            if (st[sp] <= 0)
-                return 1; /* "permute size parameter must be greater than zero" */
-            st[sp - 1] = permute((uint64_t)st[sp - 1], st[sp], (uint64_t)st[sp + 1]);
-            continue;
-        default:
-            break;
-        }
-        /* binary operators */
-        b = st[--sp];
-        a = st[sp - 1];
-        switch (x->code) {
-        case X_ADD:
-            if (__builtin_add_overflow(a, b, &st[sp - 1]))
-                return 1;
-            break;
-        case X_SUB:
-            if (__builtin_sub_overflow(a, b, &st[sp - 1]))
-                return 1;
-            break;
-        case X_MUL:
-            if (__builtin_mul_overflow(a, b, &st[sp - 1]))
-                return 1;
-            break;
-        case X_DIV:
-            if (b == 0 || (b == -1 && a == INT64_MIN))
-                return 1;
-            st[sp - 1] = b == -1 ? -a : a / b;
-            break;
-        case X_MOD:
-            if (b == 0)
-                return 1;
-            st[sp - 1] = b == -1 ? 0 : a % b;
-            break;
-        case X_EQ:
-            st[sp - 1] = a == b;
-            break;
-        case X_NE:
-            st[sp - 1] = a != b;
-            break;
-        case X_LT:
-            st[sp - 1] = a < b;
-            break;
-        case X_LE:
-            st[sp - 1] = a <= b;
-            break;
-        case X_BAND:
-            st[sp - 1] = a & b;
-            break;
-        case X_BOR:
-            st[sp - 1] = a | b;
-            break;
-        case X_BXOR:
-            st[sp - 1] = a ^ b;
-            break;
-        case X_SHL:
-            st[sp - 1] = (int64_t)((uint64_t)a << (b & 63));
-            break;
-        case X_SHR:
-            st[sp - 1] = a >> (b & 63);
-            break;
-        case X_RANDOM:
-            if (a > b || (uint64_t)b - (uint64_t)a >= (uint64_t)INT64_MAX)
-                return 1;
-            st[sp - 1] = prng_range(&c->s0, &c->s1, a, b);
-            break;
-        case X_MURMUR2:
-            st[sp - 1] = hash_murmur2((uint64_t)a, (uint64_t)b);
-            break;
-        case X_FNV1A:
-            st[sp - 1] = hash_fnv1a((uint64_t)a, (uint64_t)b);
-            break;
-        default:
-            return 1;
-        }
+    if (v->type == FV_INT) {
+        *out = v->i;
+        return 0;
     }
-    *out = st[0];
+    if (v->type == FV_DOUBLE) {
+        double r = rint(v->d);
+
+        if (!(r >= -9223372036854775808.0 && r < 9223372036854775808.0))
+            return 1;
+        *out = (int64_t)r;
+        return 0;
+    }
+    return 1;
+}
+
+static inline int
+to_double(const fl_value *v, double *out)
+{
+    if (v->type == FV_DOUBLE) {
+        *out = v->d;
+        return 0;
+    }
+    if (v->type == FV_INT) {
+        *out = (double)v->i;
+        return 0;
+    }
+    return 1;
+}
+
+/* C's (int64) of a double on x86-64 (cnum.double_to_int64): truncation,
+ * INT64_MIN out of range */
+static inline int64_t
+double_to_int64(double d)
+{
+    if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0))
+        return INT64_MIN;
+    return (int64_t)d;
+}
+
+static inline void
+set_int(fl_value *v, int64_t i)
+{
+    v->type = FV_INT;
+    v->i = i;
+}
+
+static inline void
+set_double(fl_value *v, double d)
+{
+    v->type = FV_DOUBLE;
+    v->d = d;
+}
+
+static inline void
+set_bool(fl_value *v, int b)
+{
+    v->type = FV_BOOL;
+    v->i = b != 0;
+}
+
+/* pg_prng_double: uniform in [0, 1) from the top 52 bits */
+static inline double
+prng_double(fl_client *c)
+{
+    return (double)(prng_next(&c->s0, &c->s1) >> 12) * TWO_M52;
+}
+
+/* random functions' bounds (functions._range_args) */
+static inline int
+range_args(const fl_value *a, const fl_value *b, int64_t *lo, int64_t *hi)
+{
+    if (to_int(a, lo) || to_int(b, hi) || *lo > *hi ||
+        (uint64_t)*hi - (uint64_t)*lo >= (uint64_t)INT64_MAX)
+        return 1;
     return 0;
 }
 
+/* lo + (int64)(width * r), wrapped as the x86 binary does */
+static inline int64_t
+scaled_draw(int64_t lo, int64_t hi, double r)
+{
+    double width = (double)(hi - lo + 1);
+
+    return (int64_t)((uint64_t)lo + (uint64_t)double_to_int64(width * r));
+}
+
+/* random_exponential, _gaussian, _zipfian of functions.py: the same
+ * draws in the same order, the same operations on doubles (the build has
+ * no fused multiply-add) */
+static int
+random_skewed(fl_client *c, int code, const fl_value *a, const fl_value *b,
+              const fl_value *p, fl_value *out)
+{
+    int64_t lo, hi;
+    double param;
+
+    if (range_args(a, b, &lo, &hi) || to_double(p, &param))
+        return 1;
+    if (code == X_REXP) {
+        double cut, uniform, r;
+
+        if (param <= 0.0)
+            return 1;
+        cut = exp(-param);
+        uniform = 1.0 - prng_double(c);
+        r = -log(cut + (1.0 - cut) * uniform) / param;
+        set_int(out, scaled_draw(lo, hi, r));
+    } else if (code == X_RGAUSS) {
+        double stdev;
+
+        if (param < 2.0)
+            return 1;
+        do {
+            /* pg_prng_double_normal: Box-Muller, the sine branch */
+            double u1 = 1.0 - prng_double(c), u2 = 1.0 - prng_double(c);
+
+            stdev = sqrt(-2.0 * log(u1)) * sin(2.0 * M_PI * u2);
+        } while (stdev < -param || stdev >= param);
+        set_int(out, scaled_draw(lo, hi, (stdev + param) / (param * 2.0)));
+    } else {
+        /* computeIterativeZipfian: Devroye's rejection method */
+        int64_t n = hi - lo + 1;
+        double x = 1.0;
+
+        if (!(param >= 1.001 && param <= 1000.0))
+            return 1;
+        if (n > 1) {
+            double bb = pow(2.0, param - 1.0), e = -1.0 / (param - 1.0);
+            double s1 = param - 1.0, nf = (double)n;
+
+            for (;;) {
+                double u = prng_double(c), v = prng_double(c), t;
+
+                if (u == 0.0)
+                    continue;
+                x = floor(pow(u, e));
+                if (isinf(x))
+                    continue;
+                t = pow(1.0 + 1.0 / x, s1);
+                if (v * x * (t - 1.0) / (bb - 1.0) <= t / bb && x <= nf)
+                    break;
+            }
+        }
+        set_int(out, (int64_t)((uint64_t)lo - 1 + (uint64_t)(int64_t)x));
+    }
+    return 0;
+}
+
+/* C's int64 remainder with pgbench's checks (values._imod) */
+static inline int
+int_mod(int64_t a, int64_t b, int64_t *out)
+{
+    if (b == 0)
+        return 1;
+    *out = b == -1 ? 0 : a % b;
+    return 0;
+}
+
+/* a binary operator of values.py on a, b -> *a */
+static int
+binary(fl_client *c, int code, fl_value *a, const fl_value *b)
+{
+    int64_t x, y;
+    double dx, dy;
+
+    if (code == X_IS) {
+        /* the right side is NULL, TRUE or FALSE (the parser's) */
+        if (b->type == FV_NULL)
+            set_bool(a, a->type == FV_NULL);
+        else
+            set_bool(a, a->type == FV_BOOL && b->type == FV_BOOL && a->i == b->i);
+        return 0;
+    }
+    if (a->type == FV_NULL || b->type == FV_NULL) {
+        a->type = FV_NULL;
+        return 0;
+    }
+    switch (code) {
+    case X_ADD:
+    case X_SUB:
+    case X_MUL:
+    case X_DIV:
+    case X_EQ:
+    case X_NE:
+    case X_LT:
+    case X_LE:
+        /* a double makes it double; else both must be ints */
+        if (a->type == FV_DOUBLE || b->type == FV_DOUBLE) {
+            if (to_double(a, &dx) || to_double(b, &dy))
+                return 1;
+            switch (code) {
+            case X_ADD:
+                set_double(a, dx + dy);
+                break;
+            case X_SUB:
+                set_double(a, dx - dy);
+                break;
+            case X_MUL:
+                set_double(a, dx * dy);
+                break;
+            case X_DIV:
+                set_double(a, dx / dy); /* IEEE: ±Infinity, NaN */
+                break;
+            case X_EQ:
+                set_bool(a, dx == dy);
+                break;
+            case X_NE:
+                set_bool(a, dx != dy);
+                break;
+            case X_LT:
+                set_bool(a, dx < dy);
+                break;
+            default:
+                set_bool(a, dx <= dy);
+            }
+            return 0;
+        }
+        if (a->type != FV_INT || b->type != FV_INT)
+            return 1; /* "cannot coerce boolean to int" */
+        x = a->i;
+        y = b->i;
+        switch (code) {
+        case X_ADD:
+            return __builtin_add_overflow(x, y, &a->i);
+        case X_SUB:
+            return __builtin_sub_overflow(x, y, &a->i);
+        case X_MUL:
+            return __builtin_mul_overflow(x, y, &a->i);
+        case X_DIV:
+            if (y == 0 || (y == -1 && x == INT64_MIN))
+                return 1;
+            a->i = y == -1 ? -x : x / y;
+            return 0;
+        case X_EQ:
+            set_bool(a, x == y);
+            return 0;
+        case X_NE:
+            set_bool(a, x != y);
+            return 0;
+        case X_LT:
+            set_bool(a, x < y);
+            return 0;
+        default:
+            set_bool(a, x <= y);
+            return 0;
+        }
+    default:
+        break;
+    }
+    /* on ints only, doubles rounded: mod, the bitwise operators, shifts */
+    if (to_int(a, &x) || to_int(b, &y))
+        return 1;
+    a->type = FV_INT;
+    switch (code) {
+    case X_MOD:
+        return int_mod(x, y, &a->i);
+    case X_BAND:
+        a->i = x & y;
+        return 0;
+    case X_BOR:
+        a->i = x | y;
+        return 0;
+    case X_BXOR:
+        a->i = x ^ y;
+        return 0;
+    case X_SHL:
+        /* x86-64 takes the count modulo 64; the result wraps */
+        a->i = (int64_t)((uint64_t)x << (y & 63));
+        return 0;
+    case X_SHR:
+        a->i = x >> (y & 63);
+        return 0;
+    case X_RANDOM:
+        if (x > y || (uint64_t)y - (uint64_t)x >= (uint64_t)INT64_MAX)
+            return 1;
+        a->i = prng_range(&c->s0, &c->s1, x, y);
+        return 0;
+    case X_MURMUR2:
+        a->i = hash_murmur2((uint64_t)x, (uint64_t)y);
+        return 0;
+    case X_FNV1A:
+        a->i = hash_fnv1a((uint64_t)x, (uint64_t)y);
+        return 0;
+    default:
+        return 1;
+    }
+}
+
+/* a function of one argument (NULL gives NULL) */
+static int
+unary(int code, fl_value *a)
+{
+    int64_t x;
+    double d;
+
+    if (a->type == FV_NULL)
+        return 0;
+    switch (code) {
+    case X_NOT:
+        if (a->type != FV_BOOL)
+            return 1;
+        a->i = !a->i;
+        return 0;
+    case X_ABS:
+        if (a->type == FV_INT)
+            a->i = a->i < 0 ? (int64_t)(UINT64_C(0) - (uint64_t)a->i) : a->i;
+        else if (a->type == FV_DOUBLE)
+            a->d = a->d < 0.0 ? -a->d : a->d;
+        else
+            /* pgbench reads a boolean's union as a double: true is the
+             * smallest subnormal */
+            set_double(a, a->i ? 4.9406564584124654e-324 : 0.0);
+        return 0;
+    case X_INT:
+        if (to_int(a, &x))
+            return 1;
+        set_int(a, x);
+        return 0;
+    default:
+        break;
+    }
+    if (to_double(a, &d))
+        return 1;
+    switch (code) {
+    case X_TODOUBLE:
+        break;
+    case X_SQRT:
+        d = d >= 0.0 || d != d ? sqrt(d) : NAN;
+        break;
+    case X_LN:
+        d = log(d);
+        break;
+    case X_EXP:
+        d = exp(d);
+        break;
+    default:
+        return 1;
+    }
+    set_double(a, d);
+    return 0;
+}
+
+/* least/greatest of n values: C's "a > b ? a : b" chain of
+ * functions._extremum (the later wins ties, and NaN) */
+static int
+extremum(fl_value *v, int n, int greatest)
+{
+    int k, dbl = 0;
+
+    for (k = 0; k < n; k++) {
+        if (v[k].type == FV_NULL) {
+            v[0].type = FV_NULL;
+            return 0;
+        }
+        dbl |= v[k].type == FV_DOUBLE;
+    }
+    if (dbl) {
+        double e, d;
+
+        if (to_double(&v[0], &e))
+            return 1;
+        for (k = 1; k < n; k++) {
+            if (to_double(&v[k], &d))
+                return 1;
+            if (!(greatest ? e > d : e < d))
+                e = d;
+        }
+        set_double(&v[0], e);
+    } else {
+        int64_t e, i;
+
+        if (to_int(&v[0], &e))
+            return 1;
+        for (k = 1; k < n; k++) {
+            if (to_int(&v[k], &i))
+                return 1;
+            if (!(greatest ? e > i : e < i))
+                e = i;
+        }
+        set_int(&v[0], e);
+    }
+    return 0;
+}
+
+int
+fl_var_set_text(fl_value *var, const char *text, Py_ssize_t len)
+{
+    if (len > INT32_MAX - 1 || memchr(text, '\0', (size_t)len) != NULL) {
+        /* pgbench's variables are C strings: Python's */
+        var->type = FV_NONE;
+        return 0;
+    }
+    if (len + 1 > var->cap) {
+        char *s = PyMem_Realloc(var->s, (size_t)len + 1);
+
+        if (s == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        var->s = s;
+        var->cap = (int32_t)len + 1;
+    }
+    memcpy(var->s, text, (size_t)len);
+    var->s[len] = '\0';
+    var->len = (int32_t)len;
+    var->type = FV_STR;
+    return 0;
+}
+
+/* values.parse_lazy of a variable's text, for what it types as C does
+ * without doubt: an int written canonically, or a number strtod reads in
+ * full (glibc's strtod is pgbench's) that is neither int-shaped, nor
+ * subnormal, nor out of range. 1: Python types it (a boolean or NULL
+ * word, " 7", "007", an error) */
+static int
+lazy_value(const fl_value *var, fl_value *out)
+{
+    const char *s = var->s, *p, *end;
+    double d;
+
+    if (fl_canonical_int(s, var->len, &out->i)) {
+        out->type = FV_INT;
+        return 0;
+    }
+    if (var->len == 0 || !((s[0] >= '0' && s[0] <= '9') || s[0] == '+' || s[0] == '-' ||
+                           s[0] == '.'))
+        return 1;
+    /* int-shaped (a sign, then only digits): Python's int rules */
+    p = s + (s[0] == '+' || s[0] == '-');
+    while (*p >= '0' && *p <= '9')
+        p++;
+    if (*p == '\0')
+        return 1;
+    errno = 0;
+    d = strtod(s, (char **)&end);
+    if (errno != 0 || end != s + var->len || (d != 0.0 && isfinite(d) && fabs(d) < DBL_MIN))
+        return 1;
+    set_double(out, d);
+    return 0;
+}
+
+int
+fl_eval(fl_client *c, const fl_code *code, int n, fl_value *out)
+{
+    fl_value st[MAX_STACK + 1];
+    int sp = 0, pc = 0;
+
+    while (pc < n) {
+        const fl_code *x = &code[pc++];
+        fl_value *top;
+
+        switch (x->code) {
+        case X_CONST:
+            set_int(&st[sp++], x->arg);
+            continue;
+        case X_NULL:
+            st[sp++].type = FV_NULL;
+            continue;
+        case X_BOOL:
+            set_bool(&st[sp++], (int)x->arg);
+            continue;
+        case X_DOUBLE: {
+            double d;
+
+            memcpy(&d, &x->arg, sizeof d);
+            set_double(&st[sp++], d);
+            continue;
+        }
+        case X_VAR: {
+            const fl_value *v = &c->vars[x->arg];
+
+            if (v->type == FV_STR) {
+                if (lazy_value(v, &st[sp]))
+                    return 1;
+            } else if (v->type == FV_NONE)
+                return 1; /* undefined: Python's error */
+            else
+                st[sp] = *v;
+            sp++;
+            continue;
+        }
+        case X_JFALSE:
+        case X_JTRUE:
+            /* and/or: NULL, or the deciding boolean, is the result */
+            top = &st[sp - 1];
+            if (top->type == FV_NULL || (top->type == FV_BOOL &&
+                                         top->i == (x->code == X_JTRUE)))
+                pc = (int)x->arg;
+            else if (top->type == FV_BOOL)
+                sp--;
+            else
+                return 1;
+            continue;
+        case X_CHKBOOL:
+            if (st[sp - 1].type != FV_NULL && st[sp - 1].type != FV_BOOL)
+                return 1;
+            continue;
+        case X_JNOTTRUE:
+            sp--;
+            if (!fl_truth(&st[sp]))
+                pc = (int)x->arg;
+            continue;
+        case X_JUMP:
+            pc = (int)x->arg;
+            continue;
+        case X_FAIL:
+            return 1;
+        case X_NOT:
+        case X_ABS:
+        case X_INT:
+        case X_TODOUBLE:
+        case X_SQRT:
+        case X_LN:
+        case X_EXP:
+            if (unary(x->code, &st[sp - 1]))
+                return 1;
+            continue;
+        case X_LEAST:
+        case X_GREATEST:
+            sp -= (int)x->arg;
+            if (extremum(&st[sp], (int)x->arg, x->code == X_GREATEST))
+                return 1;
+            sp++;
+            continue;
+        case X_POW: {
+            double a, b;
+
+            sp--;
+            if (st[sp - 1].type == FV_NULL || st[sp].type == FV_NULL) {
+                st[sp - 1].type = FV_NULL;
+                continue;
+            }
+            if (to_double(&st[sp - 1], &a) || to_double(&st[sp], &b))
+                return 1;
+            set_double(&st[sp - 1], pow(a, b));
+            continue;
+        }
+        case X_PERMUTE: {
+            int64_t v, size, seed;
+
+            sp -= 2;
+            top = &st[sp - 1];
+            if (top[0].type == FV_NULL || top[1].type == FV_NULL || top[2].type == FV_NULL) {
+                top->type = FV_NULL;
+                continue;
+            }
+            if (to_int(&top[0], &v) || to_int(&top[1], &size) || to_int(&top[2], &seed) ||
+                size <= 0)
+                return 1; /* "permute size parameter must be greater than zero" */
+            set_int(top, permute((uint64_t)v, size, (uint64_t)seed));
+            continue;
+        }
+        case X_REXP:
+        case X_RGAUSS:
+        case X_RZIPF:
+            sp -= 2;
+            top = &st[sp - 1];
+            if (top[0].type == FV_NULL || top[1].type == FV_NULL || top[2].type == FV_NULL) {
+                top->type = FV_NULL;
+                continue;
+            }
+            if (random_skewed(c, x->code, &top[0], &top[1], &top[2], top))
+                return 1;
+            continue;
+        default:
+            break;
+        }
+        /* binary operators and two-argument functions */
+        sp--;
+        if (binary(c, x->code, &st[sp - 1], &st[sp]))
+            return 1;
+    }
+    *out = st[0];
+    out->assigned = 0;
+    return 0;
+}
+
+/* values.to_text: ints in decimal, doubles as %.15g with NaN and the
+ * infinities spelled out, booleans as true/false, NULL as NULL */
+const char *
+fl_value_text(const fl_value *v, char *buf)
+{
+    switch (v->type) {
+    case FV_INT:
+        *put_int(buf, v->i) = '\0';
+        return buf;
+    case FV_DOUBLE:
+        if (isnan(v->d))
+            return "NaN";
+        if (isinf(v->d))
+            return v->d > 0 ? "Infinity" : "-Infinity";
+        snprintf(buf, INT_TEXT, "%.15g", v->d);
+        return buf;
+    case FV_BOOL:
+        return v->i ? "true" : "false";
+    case FV_NULL:
+        return "NULL";
+    case FV_STR:
+        return v->s;
+    default:
+        return NULL;
+    }
+}
+
+/* ---------------------------------------------------------------------- */
 /* ---------------------------------------------------------------------- */
 /* \gset and \aset                                                        */
 
@@ -394,6 +959,25 @@ call_gset_hook(FastLoop *fl, fl_client *c, int q, int got, const char *context,
     return ok;
 }
 
+/* a \gset value into a variable C holds: an int written canonically as
+ * an int, any other text as text (typed when read, as Python's str). 1
+ * stored; 0 the variable is Python's (text with a NUL); -1 error */
+static int
+store_var(fl_client *c, fl_value *var, const char *text, Py_ssize_t len)
+{
+    if (fl_canonical_int(text, len, &var->i))
+        var->type = FV_INT;
+    else if (fl_var_set_text(var, text, len) < 0)
+        return -1;
+    if (var->type == FV_NONE) {
+        var->assigned = 0;
+        return 0;
+    }
+    var->assigned = 1;
+    c->assigned = 1;
+    return 1;
+}
+
 /* sql.store_gset of one result: 1 stored, 0 failed (message given),
  * -1 error */
 static int
@@ -418,22 +1002,20 @@ store_gset(FastLoop *fl, fl_client *c, fl_op *op, PGresult *res, int is_last, in
         const char *fname = pq->fname(res, col), *text = "";
         PyObject *field, *name, *slot, *value;
         int len = 0;
-        int64_t iv;
 
         if (!pq->getisnull(res, ntuples - 1, col)) {
             text = pq->getvalue(res, ntuples - 1, col);
             len = pq->getlength(res, ntuples - 1, col);
         }
         if (col < GSET_CACHE && fname != NULL && op->colname[col] != NULL &&
-            op->colslot[col] >= 0 && strcmp(op->colname[col], fname) == 0 &&
-            fl_canonical_int(text, len, &iv)) {
+            op->colslot[col] >= 0 && strcmp(op->colname[col], fname) == 0) {
             /* the common case: a known column into its slot */
-            uint64_t bit = UINT64_C(1) << op->colslot[col];
+            int done = store_var(c, &c->vars[op->colslot[col]], text, len);
 
-            c->vals[op->colslot[col]] = iv;
-            c->valid |= bit;
-            c->assigned |= bit;
-            continue;
+            if (done < 0)
+                return -1;
+            if (done)
+                continue;
         }
         field = PyUnicode_DecodeUTF8(fname ? fname : "", fname ? (Py_ssize_t)strlen(fname) : 0,
                                      "replace");
@@ -463,19 +1045,14 @@ store_gset(FastLoop *fl, fl_client *c, fl_op *op, PGresult *res, int is_last, in
             op->colslot[col] = slot == NULL ? -1 : (int)PyLong_AsLong(slot);
         }
         if (slot != NULL) {
-            int i = (int)PyLong_AsLong(slot);
-            uint64_t bit = UINT64_C(1) << i;
+            int done = store_var(c, &c->vars[PyLong_AsLong(slot)], text, len);
 
-            if (fl_canonical_int(text, len, &iv)) {
-                c->vals[i] = iv;
-                c->valid |= bit;
-                c->assigned |= bit;
+            if (done != 0) {
                 Py_DECREF(name);
+                if (done < 0)
+                    return -1;
                 continue;
             }
-            /* not an int of C's: the variable is Python's (a str) */
-            c->valid &= ~bit;
-            c->assigned &= ~bit;
         }
         value = PyUnicode_DecodeUTF8(text, len, "surrogateescape");
         if (value == NULL) {

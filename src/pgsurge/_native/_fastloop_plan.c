@@ -175,7 +175,7 @@ fl_parse_op(FastLoop *fl, PyObject *spec, fl_op *op, int *nprep)
                 op->litlens[i] = PyBytes_GET_SIZE(b);
             }
         }
-        if (*nprep >= 64)
+        if (*nprep >= INT_MAX / 2)
             goto bad;
         op->prep_bit = (*nprep)++;
         return 0;

@@ -714,10 +714,14 @@ fl_take_over(FastLoop *fl, int index, int state)
     vars = PyObject_GetAttr(st, s_variables);
     if (vars == NULL)
         return -1;
-    /* every variable of the plan that holds an int64; the others are
-     * Python's until C assigns them (reading one hands the client back) */
-    c->valid = 0;
+    /* every variable of the plan that holds a value C has a type for;
+     * the others are Python's until C assigns them (reading one hands the
+     * client back) */
     for (i = 0; i < fl->nvars; i++) {
+        fl_value *var = &c->vars[i];
+
+        var->type = FV_NONE;
+        var->assigned = 0;
         v = PyDict_GetItemWithError(vars, PyTuple_GET_ITEM(fl->var_names, i));
         if (v == NULL) {
             if (PyErr_Occurred()) {
@@ -727,29 +731,43 @@ fl_take_over(FastLoop *fl, int index, int state)
             continue;
         }
         if (PyUnicode_CheckExact(v)) {
-            /* -D's values are text, read as ints where ints are needed */
+            /* text (-D, \gset): typed when read, as Python's str; an int
+             * written canonically is that int (the same text, the same
+             * value) */
             Py_ssize_t len;
             const char *text = PyUnicode_AsUTF8AndSize(v, &len);
 
             if (text == NULL) {
-                PyErr_Clear();
+                PyErr_Clear(); /* surrogates: Python's */
                 continue;
             }
-            if (fl_canonical_int(text, len, &c->vals[i]))
-                c->valid |= 1ULL << i;
+            if (fl_canonical_int(text, len, &var->i))
+                var->type = FV_INT;
+            else if (fl_var_set_text(var, text, len) < 0) {
+                Py_DECREF(vars);
+                return -1;
+            }
             continue;
         }
-        if (!PyLong_CheckExact(v))
-            continue;
-        c->vals[i] = PyLong_AsLongLong(v);
-        if (c->vals[i] == -1 && PyErr_Occurred()) {
-            PyErr_Clear(); /* beyond int64: Python formats it */
-            continue;
+        if (v == Py_None) {
+            var->type = FV_NULL;
+        } else if (PyBool_Check(v)) {
+            var->i = v == Py_True;
+            var->type = FV_BOOL;
+        } else if (PyFloat_CheckExact(v)) {
+            var->d = PyFloat_AS_DOUBLE(v);
+            var->type = FV_DOUBLE;
+        } else if (PyLong_CheckExact(v)) {
+            var->i = PyLong_AsLongLong(v);
+            if (var->i == -1 && PyErr_Occurred())
+                PyErr_Clear(); /* beyond int64: Python formats it */
+            else
+                var->type = FV_INT;
         }
-        c->valid |= 1ULL << i;
     }
     Py_DECREF(vars);
-    c->prepared = 0;
+    if (fl->nprep)
+        memset(c->prepared, 0, (size_t)fl->nprep);
     if (fl->mode == MODE_PREPARED && ptr != 0) {
         prepared = PyObject_GetAttr(st, s_prepared);
         if (prepared == NULL)
@@ -766,7 +784,7 @@ fl_take_over(FastLoop *fl, int index, int state)
                     return -1;
                 }
                 if (r)
-                    c->prepared |= 1ULL << op->prep_bit;
+                    c->prepared[op->prep_bit] = 1;
             }
         }
         Py_DECREF(prepared);
@@ -839,7 +857,7 @@ hand_back(FastLoop *fl, int index, int state)
             for (i = 0; i < fl->scripts[k].nops; i++) {
                 fl_op *op = &fl->scripts[k].ops[i];
 
-                if (op->kind == OP_SQL && (c->prepared & (1ULL << op->prep_bit)) &&
+                if (op->kind == OP_SQL && c->prepared[op->prep_bit] &&
                     PySet_Add(prepared, op->prepname) < 0) {
                     Py_DECREF(prepared);
                     return -1;
@@ -888,9 +906,27 @@ hand_back(FastLoop *fl, int index, int state)
         if (vars == NULL)
             return -1;
         for (i = 0; i < fl->nvars; i++) {
-            if (!(c->assigned & c->valid & (1ULL << i)))
+            fl_value *var = &c->vars[i];
+
+            if (!var->assigned || var->type == FV_NONE)
                 continue;
-            v = PyLong_FromLongLong(c->vals[i]);
+            var->assigned = 0;
+            switch (var->type) {
+            case FV_INT:
+                v = PyLong_FromLongLong(var->i);
+                break;
+            case FV_DOUBLE:
+                v = PyFloat_FromDouble(var->d);
+                break;
+            case FV_BOOL:
+                v = Py_NewRef(var->i ? Py_True : Py_False);
+                break;
+            case FV_STR:
+                v = PyUnicode_DecodeUTF8(var->s, var->len, "surrogateescape");
+                break;
+            default:
+                v = Py_NewRef(Py_None);
+            }
             if (v == NULL ||
                 PyDict_SetItem(vars, PyTuple_GET_ITEM(fl->var_names, i), v) < 0) {
                 Py_XDECREF(v);

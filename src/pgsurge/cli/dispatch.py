@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from typing import TextIO
 
     from pgsurge.config import ConnParams, InitConfig, RunConfig
+    from pgsurge.stats.results import RunResult
 
 __all__ = ["main"]
 
@@ -179,13 +180,38 @@ def _dispatch(cfg: InitConfig | RunConfig) -> int:
         run_init(replace(cfg, conn=conn))
         return int(ExitStatus.SUCCESS)
     from pgsurge.runner import run
+    from pgsurge.runner.setup import uses_pgbench_tables
 
     _startup_done()
-    if conn.embedded:
+    if conn.embedded and uses_pgbench_tables(cfg):
+        # not for a workload with tables of its own (tpcc-like, YCSB)
         from pgsurge.init import ensure_initialized
 
         ensure_initialized(conn)
-    status = run(replace(cfg, conn=conn), drive=drive)
+    cfg = replace(cfg, conn=conn)
+    if cfg.store is None:
+        return int(run(cfg, drive=drive))
+    results: list[RunResult] = []
+    status = run(cfg, drive=drive, on_result=results.append)
+    return _store_result(cfg, results, status)
+
+
+def _store_result(cfg: RunConfig, results: list[RunResult], status: int) -> int:
+    """--store: the run's document into the store, once the report and the
+    --json/--html files are out (a store that fails loses none of them:
+    one error line, status 1). An aborted run is not stored: its figures
+    would pass for a slower build in ``pgsurge history``."""
+    if not results or status != ExitStatus.SUCCESS:
+        sys.stderr.write(f"{PROG}: the run was not stored: it did not complete\n")
+        sys.stderr.flush()
+        return int(status)
+    import json
+
+    from pgsurge.report.json import build_document
+    from pgsurge.store.command import save_after_run
+
+    doc = json.loads(json.dumps(build_document(results[0], cfg), allow_nan=False))
+    save_after_run(doc, cfg.store, sys.stderr)
     return int(status)
 
 
@@ -210,6 +236,13 @@ def _main(argv: Sequence[str]) -> int:
 
             _startup_done()
             return int(server_main(list(argv[1:])))
+        if first == "report" and "--history" in argv[2:]:
+            # the trend page of a results store (pgsurge.store sits above
+            # the report package, which draws single results)
+            from pgsurge.store.command import trend_main
+
+            _startup_done()
+            return int(trend_main(list(argv[2:])))
         if first == "report":
             from pgsurge.report.command import report_main
 
@@ -220,11 +253,27 @@ def _main(argv: Sequence[str]) -> int:
 
             _startup_done()
             return int(compare_main(list(argv[1:])))
+        if first in ("history", "store"):
+            from pgsurge.store.command import history_main, store_main
+
+            _startup_done()
+            main = history_main if first == "history" else store_main
+            return int(main(list(argv[1:])))
         if first == "ab":
             from pgsurge.experiment.command import ab_main
 
             _startup_done()
             return int(ab_main(list(argv[1:]), check_args=_check_run_args))
+        if first == "sweep":
+            from pgsurge.experiment.sweep_command import sweep_main
+
+            _startup_done()
+            return int(sweep_main(list(argv[1:]), check_args=_check_run_args))
+        if first == "capacity":
+            from pgsurge.experiment.capacity import capacity_main
+
+            _startup_done()
+            return int(capacity_main(list(argv[1:]), check_args=_check_run_args))
     from pgsurge.cli.options import EarlyExit, parse_command_line
 
     try:

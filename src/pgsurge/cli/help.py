@@ -76,14 +76,19 @@ Benchmarking options:
   --exit-on-abort          exit when any client is aborted
   --extended-report        same as --percentiles --client-cpu
   --failures-detailed      report the failures grouped by basic types
+  --host-stats             record this host's CPU, memory and disk I/O in the
+                           JSON result (per -P interval; on with --store)
   --html=FILE              write a self-contained HTML report to FILE
   --idle-sessions=N[:MODE] hold N extra sessions open for the run, MODE idle,
                            xact (holding an xid) or snapshot (holding xmin)
   --json=FILE              write the result as JSON to FILE
                            ("-": stdout, the text report then goes to stderr)
+  --label=KEY=VALUE        label the result (repeatable), e.g. commit=abc123
   --log-prefix=PREFIX      prefix for transaction time log file
                            (default: "pgbench_log")
   --max-tries=NUM          max number of tries to run transaction (default: 1)
+  --monitor=DSN            connect --waits, --server-stats and --idle-sessions
+                           to DSN (the server itself, behind a pooler)
   --no-live                no live panel on the terminal during the run
   --percentiles[=LIST]     report latency percentiles (default: 50,90,99,99.9)
   --progress-timestamp     use Unix epoch timestamps for progress
@@ -93,6 +98,8 @@ Benchmarking options:
   --sampling-rate=NUM      fraction of transactions to log (e.g., 0.01 for 1%)
   --server-stats           report server counters (WAL, I/O, tables) of the run
   --show-script=NAME       show builtin script code, then exit
+  --store[=PATH|URI]       save the result in a results store (default store:
+                           $PGSURGE_STORE, else one in pgsurge's data directory)
   --verbose-errors         print messages of all errors
   --waits[=MS]             sample the run's wait events every MS ms (default: 100)
 
@@ -109,12 +116,20 @@ Common options:
 Commands:
   {PROG} ab --runs N --a ARGS --b ARGS -- [OPTION]...
                            interleaved A/B runs, then compare (--help for more)
+  {PROG} capacity --latency p99=10ms -- [OPTION]...
+                           highest -R meeting a latency target (--help for more)
   {PROG} compare BASE.json... --vs NEW.json...
                            noise-aware verdict on results (--help for more)
+  {PROG} history [--store PATH|URI] [--label K=V]... [--metric M]
+                           stored runs and their change points (--help for more)
   {PROG} report RESULT.json... [--vs B.json...] -o FILE
                            HTML report of --json results (--help for more)
   {PROG} server start|stop|status|uri
                            manage the embedded server
+  {PROG} store import FILE.json... [--store PATH|URI]
+                           add --json results to the results store
+  {PROG} sweep --vary "-c 1,2,4" [--vary ...] -- [OPTION]...
+                           a grid of runs: table, verdicts, knee (--help for more)
 
 Report bugs to {PROG}'s maintainers (pgbench's own to <pgsql-bugs@lists.postgresql.org>).
 PostgreSQL home page: <https://www.postgresql.org/>

@@ -26,7 +26,8 @@ report extras are run-mode options, rejected with ``-i`` like pgbench's:
   document rendered by ``report/html.py``), checked likewise; never ``-``;
 * server insight (``pgsurge.insight``): ``--waits[=MS]`` (optional value
   like ``--percentiles``; 100 ms alone), ``--server-stats``,
-  ``--idle-sessions=N[:idle|xact|snapshot]``.
+  ``--idle-sessions=N[:idle|xact|snapshot]``, ``--monitor=DSN`` (where
+  those connect: straight to the server behind a pooler).
 
 ``dispatch`` prints errors and dispatches; word splitting is ``getopt``'s;
 number parsing with C semantics is ``values``' and ``pgsurge.cnum``'s.
@@ -46,6 +47,8 @@ from pgsurge.cli.values import (
     parse_dask_address,
     parse_idle_sessions,
     parse_int_option,
+    parse_label,
+    parse_monitor_dsn,
     parse_percentiles,
     parse_random_seed,
     parse_waits,
@@ -127,13 +130,17 @@ LONG_OPTIONS: tuple[LongOption, ...] = (
     LongOption("waits", False, "waits", extension=True),
     LongOption("server-stats", False, "server-stats", extension=True),
     LongOption("idle-sessions", True, "idle-sessions", extension=True),
+    LongOption("monitor", True, "monitor", extension=True),
     LongOption("dask", True, "dask", extension=True),
     LongOption("dask-collect-logs", True, "dask-collect-logs", extension=True),
     LongOption("no-live", False, "no-live", extension=True),
+    LongOption("store", False, "store", extension=True),
+    LongOption("label", True, "label", extension=True),
+    LongOption("host-stats", False, "host-stats", extension=True),
 )
 
 #: long options with an optional value (getopt_long's optional_argument)
-OPTIONAL_VALUE_OPTIONS = frozenset({"percentiles", "reconnect", "waits"})
+OPTIONAL_VALUE_OPTIONS = frozenset({"percentiles", "reconnect", "store", "waits"})
 
 ALL_INIT_STEPS = "dtgGvpf"
 #: --reconnect without a value: attempts per lost connection
@@ -446,6 +453,14 @@ class _CommandLine:
             case "waits":
                 st.benchmarking_option_set = True
                 st.waits_ms = parse_waits(value)
+            case "store":
+                st.benchmarking_option_set = True
+                if value == "":
+                    raise UsageError(
+                        'invalid value "" for option --store',
+                        detail="Expecting a file name or a postgresql:// URI.",
+                    )
+                st.store = value or ""
             case _:  # pragma: no cover - the table and this switch disagree
                 raise AssertionError(f"unhandled option {key}")
 
@@ -541,6 +556,9 @@ class _CommandLine:
             case "idle-sessions":
                 st.benchmarking_option_set = True
                 st.idle_sessions, st.idle_mode = parse_idle_sessions(arg)
+            case "monitor":
+                st.benchmarking_option_set = True
+                st.monitor_dsn = parse_monitor_dsn(arg)
             case "dask":
                 st.benchmarking_option_set = True
                 st.dask = parse_dask_address(arg)
@@ -550,6 +568,12 @@ class _CommandLine:
             case "no-live":
                 st.benchmarking_option_set = True
                 st.no_live = True
+            case "label":
+                st.benchmarking_option_set = True
+                st.labels.append(parse_label(arg))
+            case "host-stats":
+                st.benchmarking_option_set = True
+                st.host_stats = True
             case _:  # pragma: no cover - the table and this switch disagree
                 raise AssertionError(f"unhandled option {key}")
 
@@ -581,6 +605,9 @@ class _CommandLine:
             raise UsageError(
                 "some of the specified options cannot be used in benchmarking mode"
             )
+        if st.store is None and self.environ.get("PGSURGE_STORE"):
+            # the environment's store: every run is stored (CI, a nightly job)
+            st.store = self.environ["PGSURGE_STORE"]
         return run_config(st, conn)
 
 

@@ -102,15 +102,20 @@ class OptionState:
     server_stats: bool = False
     idle_sessions: int = 0
     idle_mode: IdleMode = IdleMode.IDLE
+    monitor_dsn: str | None = None
     dask: str | None = None
     dask_collect_logs: str | None = None
     no_live: bool = False
+    store: str | None = None
+    labels: list[tuple[str, str]]
+    host_stats: bool = False
 
     def __init__(self) -> None:
         self.scripts = []
         self.parsed = []
         self.workloads = []
         self.defines = []
+        self.labels = []
 
 
 def init_config(st: OptionState, conn: ConnParams) -> InitConfig:
@@ -249,9 +254,14 @@ def run_config(st: OptionState, conn: ConnParams) -> RunConfig:
         server_stats=st.server_stats,
         idle_sessions=st.idle_sessions,
         idle_mode=st.idle_mode,
+        monitor_dsn=st.monitor_dsn,
         dask=st.dask,
         dask_collect_logs=st.dask_collect_logs,
         no_live=st.no_live,
+        store=st.store,
+        labels=tuple(st.labels),
+        # a stored run keeps its host's load: what explains an outlier later
+        host_stats=st.host_stats or st.store is not None,
     )
 
 

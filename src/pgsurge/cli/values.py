@@ -61,6 +61,17 @@ def parse_waits(value: str | None) -> int:
     return parse_int_option(value, "--waits", 1, 60000)
 
 
+def parse_label(value: str) -> tuple[str, str]:
+    """``--label K=V`` → (K, V); K not empty (V may be)."""
+    key, eq, text = value.partition("=")
+    if not eq or not key.strip():
+        raise UsageError(
+            f'invalid value "{value}" for option --label',
+            detail="Expecting KEY=VALUE.",
+        )
+    return key.strip(), text
+
+
 def parse_idle_sessions(value: str) -> tuple[int, IdleMode]:
     """``--idle-sessions N[:idle|xact|snapshot]`` (mode idle by default)."""
     count, sep, mode = value.partition(":")
@@ -74,6 +85,25 @@ def parse_idle_sessions(value: str) -> tuple[int, IdleMode]:
             f'invalid value "{value}" for option --idle-sessions',
             detail="The mode is one of idle, xact, snapshot.",
         ) from None
+
+
+def parse_monitor_dsn(value: str) -> str:
+    """``--monitor DSN``: a libpq conninfo string or URI (checked here, so
+    that a bad one is an option error before anything connects)."""
+    from pgsurge import pgconn
+    from pgsurge.redact import redact_text
+
+    if not value.strip():
+        raise UsageError('invalid value "" for option --monitor')
+    try:
+        pgconn.conninfo({"dbname": value})
+    except pgconn.PsycopgError as exc:
+        # the value is not echoed: it may hold a password
+        raise UsageError(
+            "invalid connection string for option --monitor: "
+            + redact_text(pgconn.strip_newline(str(exc)))
+        ) from None
+    return value
 
 
 def parse_weight(option: str) -> tuple[str, int]:

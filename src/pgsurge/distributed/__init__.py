@@ -6,7 +6,11 @@ host, and reports it as one run; ``--dask local:N`` starts a local cluster
 of N workers on loopback. ``coordinator`` is the side of the command line,
 ``host`` the task on each load host, ``plan`` the layout and clocks as
 plain data, ``intervals`` the per-interval deltas the hosts stream,
-``logs`` the hosts' ``-l`` files and their collection. Dask is an
+``progress`` the ``-P`` lines made of them, ``salvage`` what a lost host
+leaves, ``watch`` the heartbeats both ways, ``signals`` the
+coordinator's, ``clock`` the direct clock-offset exchange, ``cluster``
+the Dask client's chores, ``logs`` the hosts' ``-l`` files and their
+collection. Dask is an
 optional extra (``pip install 'pgsurge[dask]'``); nothing here imports it
 until a run asks for it.
 """

@@ -9,39 +9,58 @@ and relays between them and the coordinator, blocking on their pipes
 responsive). The barriers are those of a local run, with the
 coordinator's word in between:
 
-1. start the processes, wait for their READY; say ``ready``;
+1. start the processes, wait for their READY; measure this host's clock
+   offset with the coordinator (``clock``); say ``ready`` with it;
 2. wait for the coordinator's ``start`` (the common start on this host's
    clock, measured by the coordinator meanwhile); send STEADY with it,
    wait for every process's CONNECTED (all clients connected); say
    ``connected``;
 3. wait for the coordinator's ``go`` (every host connected), then for the
    common start on this host's clock, and send GO;
-4. relay each ``-P`` tick (the processes' cumulative stats merged) as a
-   ``progress`` event, with the series intervals that every process has
-   closed, merged (``intervals.HostSeries``: the per-interval counts and
-   latency histograms, when the run records them); return the workers'
-   results.
+4. relay each ``-P`` tick that every process has passed (their snapshots
+   of that tick merged) as a ``progress`` event, with the series
+   intervals that every process has closed, merged
+   (``intervals.HostSeries``); return the workers' results.
 
 Events go to the coordinator through ``Worker.log_event`` on the run's
 topic (the client subscribes to it); the coordinator's word comes back
 through Dask ``Event``/``Variable`` objects named after the run. A
-``heartbeat`` event every second tells the coordinator the host is alive.
-When the run's ``stop`` event is set (Ctrl-C, another host failed), the
-processes are terminated. A task that finds the run already started (Dask
-rescheduled it after its worker was lost) returns at once: it never
-starts a second load.
+``heartbeat`` event every second tells the coordinator the host is alive;
+the coordinator's own heartbeat and stop requests come through the run's
+``beat`` variable (``watch``). The workers' stderr (their clients' error
+messages, a failed connection's) is relayed as ``text`` events, which the
+coordinator prints with the host's name.
+
+Stopping, as a local run's parent does (``engine.interrupt``): when the
+coordinator asks (Ctrl-C, another host lost or failed), the workers stop
+starting transactions, those in flight finish, and their complete
+results come back; after ``GRACE_S`` what still runs is cancelled, and a
+worker silent ``GRACE_S`` later is killed and counted as dead with its
+last snapshot. A worker that dies on its own is named, its clients count
+as aborted with its last snapshot, the others stop, and the coordinator
+is told (``failed``) to stop the other hosts. When the coordinator has
+been silent for ``watch.COORDINATOR_GRACE_S``, the host cancels what its
+clients run, closes their connections and ends its workers on its own.
+
+A task that finds the run already started (Dask rescheduled it after its
+worker was lost) returns at once: it never starts a second load.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import wait
 from typing import Any
 
+from pgsurge.distributed.clock import exchange
 from pgsurge.distributed.intervals import HostSeries, encode_interval
+from pgsurge.distributed.watch import Watch
+from pgsurge.engine.interrupt import GRACE_S, STOP_SIGNAL, describe_exit
 from pgsurge.engine.pool import WorkerPool
 from pgsurge.engine.protocol import (
     Connected,
@@ -53,16 +72,20 @@ from pgsurge.engine.protocol import (
     Progress,
     Ready,
     Steady,
+    Stop,
     WorkerMessage,
 )
 from pgsurge.engine.worker import WorkerSpec
+from pgsurge.errors import PROG
 from pgsurge.stats.counters import StatsData
 from pgsurge.stats.results import WorkerResult
 
-__all__ = ["HostOutcome", "host_task", "monotonic_us", "names"]
+__all__ = ["HostOutcome", "Sealed", "host_task", "monotonic_us", "names"]
 
-#: seconds between heartbeats (and between looks at the stop event)
+#: seconds between heartbeats (and between looks at the coordinator's word)
 HEARTBEAT_S = 1.0
+#: the most bytes of the workers' stderr relayed in one event
+TEXT_CHUNK = 16384
 
 
 def monotonic_us() -> int:
@@ -79,26 +102,50 @@ def names(run_id: str) -> dict[str, str]:
         "start_at": f"{base}-start-at",
         "go": f"{base}-go",
         "stop": f"{base}-stop",
+        "beat": f"{base}-beat",
     }
+
+
+class Sealed:
+    """A host's worker specs in the task's arguments. Dask may print a
+    task's arguments (a failed task's log line); the specs hold the
+    connection parameters, passwords included, so they never show."""
+
+    __slots__ = ("specs",)
+
+    def __init__(self, specs: Sequence[WorkerSpec]) -> None:
+        self.specs = tuple(specs)
+
+    def __repr__(self) -> str:
+        return f"<{len(self.specs)} pgsurge worker specs>"
+
+    __str__ = __repr__
 
 
 @dataclass(slots=True)
 class HostOutcome:
     """What a host task returns (pickled back to the coordinator).
 
-    ``status``: ``done`` (``results`` holds every worker's), ``stopped``
-    (the coordinator said stop: ``results`` holds what was measured until
-    then, see ``_Relay.partial``), ``fatal`` (pgbench's ``pg_fatal`` in a
-    worker: ``text`` to print, the run ends with status 1), ``aborted``
-    (``--exit-on-abort``, a crash or a lost worker process: status 2),
-    ``stale`` (the run had started before this task did).
+    ``status``: ``done`` (``results`` holds every worker's, a dead one's
+    made up from its last snapshot), ``stopped`` (the coordinator said
+    stop: ``results`` holds what was measured until then, or nothing
+    before the start), ``fatal`` (pgbench's ``pg_fatal`` in a worker:
+    ``text`` to print, the run ends with status 1), ``aborted``
+    (``--exit-on-abort``, a crash: status 2), ``orphaned`` (the
+    coordinator fell silent: the host stopped on its own), ``stale`` (the
+    run had started before this task did).
     """
 
     status: str
     results: list[WorkerResult] = field(default_factory=list)
     text: str = ""
-    #: when every client of the host was connected (host clock, µs)
+    #: when the host sent STEADY and when all its clients were connected
+    #: (host clock, µs)
+    steady_us: int = 0
     connected_us: int = 0
+    #: how many ``text`` events the host sent (the coordinator prints them
+    #: all before it acts on the outcome)
+    texts: int = 0
 
 
 class _Stop(Exception):
@@ -106,8 +153,8 @@ class _Stop(Exception):
         self.outcome = outcome
 
 
-def _aborted(text: str) -> _Stop:
-    return _Stop(HostOutcome("aborted", text=f"{text}\n"))
+class _Orphaned(Exception):
+    """The coordinator has been silent for the grace period."""
 
 
 class _Relay:
@@ -118,38 +165,114 @@ class _Relay:
         host: int,
         pool: WorkerPool,
         emit: Callable[[dict[str, Any]], None],
-        stop_set: Callable[[], bool],
+        watch: Watch,
+        ids: Sequence[int],
     ) -> None:
         self.host = host
+        self.ids = list(ids)
         self.pool = pool
-        self.emit = emit
-        self.stop_set = stop_set
+        self._emit = emit
+        self.watch = watch
         self.next_beat = 0.0
         n = len(pool.pipes)
-        #: each process's latest -P snapshot and its time, and the results
-        #: of those done: what a stopped host returns
+        #: each process's snapshots by tick not yet relayed, its latest
+        #: snapshot and its time, and the results of those done
+        self.ticks: list[dict[int, StatsData]] = [{} for _ in range(n)]
+        self.last = [0] * n
         self.snaps = [StatsData() for _ in range(n)]
         self.nows = [0] * n
         self.done: dict[int, WorkerResult] = {}
+        self.pending = set(range(n))
         self.go_us = 0
+        self.texts = 0
+        self._partial = b""
+        #: the graceful stop: 0 none, 1 asked to finish, 2 Stop sent, 3 kill
+        self.stop_phase = 0
+        self.stop_deadline = 0.0
+        self.stopped_by_coordinator = False
+
+    def emit(self, msg: dict[str, Any]) -> None:
+        msg["host"] = self.host
+        self._emit(msg)
+
+    # -- the workers' stderr -------------------------------------------------
+
+    def relay_text(self, final: bool = False) -> None:
+        """The workers' complete lines (all of it when ``final``) to this
+        host's stderr and to the coordinator."""
+        relay = self.pool.relay
+        if relay is None:
+            return
+        data = self._partial + relay.read()
+        cut = len(data) if final else data.rfind(b"\n") + 1
+        data, self._partial = data[:cut], data[cut:]
+        for first in range(0, len(data), TEXT_CHUNK):
+            chunk = data[first : first + TEXT_CHUNK]
+            with _quiet():
+                sys.stderr.buffer.write(chunk)
+                sys.stderr.flush()
+            self.emit({"kind": "text", "text": chunk.decode("utf-8", "replace")})
+            self.texts += 1
+
+    def say(self, text: str) -> None:
+        """A line of this host's own for the coordinator to print."""
+        self.emit({"kind": "text", "text": text})
+        self.texts += 1
+
+    # -- the coordinator's word ----------------------------------------------
 
     def beat(self) -> None:
-        """A heartbeat once a second, and a look at the stop event."""
+        """A heartbeat once a second, the workers' stderr, and a look at
+        the coordinator's word."""
+        self.relay_text()
+        if self.watch.orphaned:
+            raise _Orphaned
+        level = self.watch.stop_level
+        if level:
+            if not self.go_us:
+                raise _Stop(HostOutcome("stopped"))
+            self.stopped_by_coordinator = True
+            self.begin_stop(level)
         now = time.monotonic()
+        if self.stop_phase and now >= self.stop_deadline:
+            self.escalate()
         if now < self.next_beat:
             return
         self.next_beat = now + HEARTBEAT_S
-        self.emit({"kind": "heartbeat", "host": self.host})
-        if self.stop_set():
-            raise _Stop(HostOutcome("stopped"))
+        self.emit({"kind": "heartbeat"})
 
-    def recv(self, pipe: Connection) -> WorkerMessage:
+    def begin_stop(self, level: int) -> None:
+        """Stop the workers as an interrupted local run does: level 1,
+        finish the transactions in flight; level 2, cancel them now."""
+        if self.stop_phase == 0:
+            self.stop_phase = 1
+            self.stop_deadline = time.monotonic() + GRACE_S
+            for i in self.pending:
+                with _quiet():
+                    os.kill(self.pool.procs[i].pid, STOP_SIGNAL)
+        if level >= 2 and self.stop_phase == 1:
+            self.stop_deadline = 0.0
+            self.escalate()
+
+    def escalate(self) -> None:
+        """The next step of the stop, its time having come."""
+        self.stop_phase += 1
+        self.stop_deadline = time.monotonic() + GRACE_S
+        for i in sorted(self.pending):
+            if self.stop_phase == 2:
+                with _quiet():
+                    self.pool.pipes[i].send(Stop())
+            else:
+                self.pool.procs[i].kill()
+
+    # -- the workers' messages -----------------------------------------------
+
+    def recv(self, index: int) -> WorkerMessage | None:
+        """``index``'s next message; None when it died."""
         try:
-            msg: WorkerMessage = pipe.recv()
+            msg: WorkerMessage = self.pool.pipes[index].recv()
         except (EOFError, OSError):
-            raise _Stop(
-                HostOutcome("aborted", text="a worker process died\n")
-            ) from None
+            return None
         match msg:
             case Crash(text):
                 raise _Stop(HostOutcome("aborted", text=text))
@@ -159,6 +282,29 @@ class _Relay:
                 raise _Stop(HostOutcome("aborted"))
         return msg
 
+    def died(self, index: int) -> None:
+        """Worker ``index`` died: named, counted with its last snapshot,
+        the others stopped (and the coordinator told to stop the rest)."""
+        proc = self.pool.procs[index]
+        proc.join(1.0)
+        if self.stop_phase < 3:  # (not one we killed: it is said below)
+            how = describe_exit(proc.exitcode)
+        else:
+            how = "it did not stop when told, killed"
+        self.relay_text(final=True)
+        self.say(f"{PROG}: error: worker {index} (pid {proc.pid}) died: {how}\n")
+        self.done[index] = _dead_result(
+            self.pool.nclients[index],
+            self.ids[index],
+            self.snaps[index],
+            self.go_us,
+            max(self.nows[index], self.go_us),
+        )
+        self.pending.discard(index)
+        if self.stop_phase == 0:
+            self.emit({"kind": "failed"})
+            self.begin_stop(1)
+
     def barrier(self, expected: type[Ready | Connected]) -> None:
         """Every process's ``expected`` message, beating meanwhile."""
         pipes = self.pool.pipes
@@ -167,9 +313,20 @@ class _Relay:
             self.beat()
             for pipe in wait([pipes[i] for i in waiting], HEARTBEAT_S / 2):
                 index = pipes.index(pipe)  # type: ignore[arg-type]
-                msg = self.recv(pipes[index])
+                msg = self.recv(index)
+                if msg is None:
+                    proc = self.pool.procs[index]
+                    proc.join(1.0)
+                    self.relay_text(final=True)
+                    raise _Stop(
+                        HostOutcome(
+                            "aborted",
+                            text=f"{PROG}: error: worker {index} (pid {proc.pid}) "
+                            f"died: {describe_exit(proc.exitcode)}\n",
+                        )
+                    )
                 if not isinstance(msg, expected):
-                    raise _aborted(f"unexpected {msg!r}")
+                    raise _Stop(HostOutcome("aborted", text=f"unexpected {msg!r}\n"))
                 waiting.discard(index)
 
     def await_event(self, is_set: Callable[[float], bool]) -> None:
@@ -180,66 +337,94 @@ class _Relay:
         """Relay -P ticks until every process is done; their results."""
         pipes = self.pool.pipes
         n = len(pipes)
-        ticks = [0] * n
-        nows, snaps, results = self.nows, self.snaps, self.done
         series = HostSeries(n)
         sent = 0
-        pending = set(range(n))
-        while pending:
+        while self.pending:
             self.beat()
-            for pipe in wait([pipes[i] for i in pending], HEARTBEAT_S / 2):
+            ready = wait([pipes[i] for i in self.pending], HEARTBEAT_S / 2)
+            for pipe in ready:
                 index = pipes.index(pipe)  # type: ignore[arg-type]
-                match self.recv(pipes[index]):
+                match self.recv(index):
+                    case None:
+                        self.died(index)
+                        series.finish(index, [])
                     case Progress(tick, now, stats, intervals):
-                        ticks[index], nows[index], snaps[index] = tick, now, stats
+                        self.ticks[index][tick] = stats
+                        self.last[index] = tick
+                        self.nows[index], self.snaps[index] = now, stats
                         series.add(index, intervals)
                     case Done(result):
-                        results[index] = result
-                        snaps[index] = result.total
-                        ticks[index] = 1 << 62
-                        pending.discard(index)
+                        self.done[index] = result
+                        self.snaps[index] = result.total
+                        self.pending.discard(index)
                         series.finish(index, result.intervals)
                     case other:
                         raise _Stop(
                             HostOutcome("aborted", text=f"unexpected {other!r}\n")
                         )
-            tick = min(ticks)
-            if pending and tick > sent:
-                merged = StatsData()
-                for snap in snaps:
-                    merged.merge(snap)
-                now = max(nows[i] for i in pending)
-                event: dict[str, Any] = {
+            if self.pending:
+                sent = self.send_ticks(sent, series)
+        return [self.done[i] for i in range(n)]
+
+    def send_ticks(self, sent: int, series: HostSeries) -> int:
+        """A ``progress`` event for each tick after ``sent`` that every
+        running process has passed (a tick that one of them skipped,
+        stalled, is skipped: its figures would span several intervals);
+        the last tick sent."""
+        upto = min(self.last[i] for i in self.pending)
+        events = []
+        for tick in range(sent + 1, upto + 1):
+            if any(tick not in self.ticks[i] for i in self.pending):
+                continue
+            merged = StatsData()
+            for i, snap in enumerate(self.snaps):
+                merged.merge(self.ticks[i][tick] if i in self.pending else snap)
+            events.append(
+                {
                     "kind": "progress",
-                    "host": self.host,
                     "tick": tick,
-                    "now_us": now,
+                    "now_us": max(self.nows[i] for i in self.pending),
                     "stats": merged.to_dict(),
                 }
-                # (those completed by a process's end without a tick after
-                # it reach the coordinator with the results)
-                complete = series.take_complete()
-                if complete:
-                    event["intervals"] = [encode_interval(iv) for iv in complete]
-                self.emit(event)
-                sent = tick
-        return [results[i] for i in range(n)]
+            )
+        if upto > sent:
+            for i in self.pending:
+                for tick in [t for t in self.ticks[i] if t <= upto]:
+                    del self.ticks[i][tick]
+        complete = series.take_complete()
+        if complete:
+            if not events:
+                events.append({"kind": "intervals"})
+            # (those completed by a process's end without a tick after it
+            # reach the coordinator with the results)
+            events[-1]["intervals"] = [encode_interval(iv) for iv in complete]
+        for event in events:
+            self.emit(event)
+        return max(sent, upto)
 
-    def partial(self, specs: Sequence[WorkerSpec]) -> list[WorkerResult]:
-        """What was measured when the run was stopped: the results of the
-        processes done, the last -P snapshot of the others (counters only:
-        no histograms, no per-command figures)."""
-        out = []
-        for i, spec in enumerate(specs):
-            if i in self.done:
-                out.append(self.done[i])
-                continue
-            result = WorkerResult(spec.worker_id, spec.nclients, total=self.snaps[i])
-            result.conn_start_us = result.bench_start_us = self.go_us
-            result.end_us = max(self.nows[i], self.go_us)
-            result.client_tx_counts = [0] * spec.nclients
-            out.append(result)
-        return out
+
+class _quiet:
+    """Ignore an OSError (a process or pipe that went away meanwhile)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> bool:
+        return isinstance(exc, OSError)
+
+
+def _dead_result(
+    nclients: int, worker_id: int, last: StatsData, go_us: int, when_us: int
+) -> WorkerResult:
+    """A dead worker's share: its clients aborted, with the figures of its
+    last snapshot."""
+    result = WorkerResult(worker_id, nclients, total=last)
+    result.aborted_clients = nclients
+    result.client_tx_counts = [0] * nclients
+    result.conn_start_us = result.bench_start_us = go_us
+    result.end_us = when_us
+    result.abort_messages = [f"worker {worker_id} died"]
+    return result
 
 
 def _allow_children() -> None:
@@ -275,9 +460,14 @@ def _pause_profiler(worker: Any) -> Callable[[], None]:
     return resume
 
 
-def host_task(run_id: str, host: int, specs: Sequence[WorkerSpec]) -> HostOutcome:
+def host_task(
+    run_id: str,
+    host: int,
+    sealed: Sealed,
+    clock_at: tuple[str, int] | None = None,
+) -> HostOutcome:
     """The task of one host; see the module docstring."""
-    from distributed import Event, get_worker
+    from distributed import Event, Variable, get_worker
 
     worker = get_worker()
     n = names(run_id)
@@ -289,6 +479,7 @@ def host_task(run_id: str, host: int, specs: Sequence[WorkerSpec]) -> HostOutcom
     def emit(msg: dict[str, Any]) -> None:
         worker.log_event(topic, msg)
 
+    emit({"kind": "hello", "host": host})
     # -l timestamps: Unix time on this host's clock; a -P tick every second
     # at least, so that a stopped host can tell what it measured
     shift = time.time_ns() // 1000 - monotonic_us()
@@ -299,13 +490,18 @@ def host_task(run_id: str, host: int, specs: Sequence[WorkerSpec]) -> HostOutcom
             snapshot_s=s.snapshot_s or 1,
             stream_intervals=True,
         )
-        for s in specs
+        for s in sealed.specs
     ]
     _allow_children()
     resume = _pause_profiler(worker)
+    watch = Watch(Variable(n["beat"]))
+    watch.start()
     try:
-        return _host(host, specs, emit, start_ev, go_ev, stop_ev, n["start_at"])
+        return _host(host, specs, emit, watch, start_ev, go_ev, n["start_at"], clock_at)
+    except Exception as e:  # never a traceback with the task's arguments
+        return HostOutcome("aborted", text=f"{PROG}: error: {type(e).__name__}\n")
     finally:
+        watch.close()
         resume()
 
 
@@ -313,26 +509,35 @@ def _host(
     host: int,
     specs: Sequence[WorkerSpec],
     emit: Callable[[dict[str, Any]], None],
+    watch: Watch,
     start_ev: Any,
     go_ev: Any,
-    stop_ev: Any,
     start_at_name: str,
+    clock_at: tuple[str, int] | None,
 ) -> HostOutcome:
     from distributed import Variable
 
-    pool = WorkerPool(specs)
-    relay = _Relay(host, pool, emit, stop_ev.is_set)
+    pool = WorkerPool(specs, relay_stderr=True)
+    relay = _Relay(host, pool, emit, watch, [s.worker_id for s in specs])
+    steady_us = connected_us = 0
     try:
         relay.barrier(Ready)
-        emit({"kind": "ready", "host": host})
+        ready: dict[str, Any] = {"kind": "ready"}
+        clock = exchange(clock_at) if clock_at is not None else None
+        if clock is not None:
+            ready["clock_offset_us"], ready["clock_rtt_us"] = clock
+        relay.emit(ready)
         relay.await_event(lambda t: bool(start_ev.wait(t)))
         starts: dict[str, int] = Variable(start_at_name).get()
         start_us = starts[str(host)]
         end_us = start_us + starts["duration_us"] if starts["duration_us"] else 0
+        steady_us = monotonic_us()
         pool.send_all(Steady(start_us, end_us))
         relay.barrier(Connected)
         connected_us = monotonic_us()
-        emit({"kind": "connected", "host": host})
+        relay.emit(
+            {"kind": "connected", "steady_us": steady_us, "connected_us": connected_us}
+        )
         relay.await_event(lambda t: bool(go_ev.wait(t)))
         delay = start_us - monotonic_us()
         if delay > 0:
@@ -340,14 +545,42 @@ def _host(
         relay.go_us = monotonic_us()
         pool.send_all(Go())
         results = relay.results()
+    except _Orphaned:
+        _abandon(pool, started=bool(relay.go_us))
+        return HostOutcome("orphaned")
     except _Stop as stop:
         pool.stop()
-        if stop.outcome.status == "stopped" and relay.go_us:
-            stop.outcome.results = relay.partial(specs)
-        emit({"kind": stop.outcome.status, "host": host, "text": stop.outcome.text})
+        relay.relay_text(final=True)
+        stop.outcome.texts = relay.texts
+        relay.emit({"kind": stop.outcome.status, "text": stop.outcome.text})
         return stop.outcome
     except BaseException:
         pool.stop()
         raise
     pool.join()
-    return HostOutcome("done", results, connected_us=connected_us)
+    relay.relay_text(final=True)
+    if pool.relay is not None:
+        pool.relay.close()
+    status = "stopped" if relay.stopped_by_coordinator else "done"
+    return HostOutcome(
+        status,
+        results,
+        steady_us=steady_us,
+        connected_us=connected_us,
+        texts=relay.texts,
+    )
+
+
+def _abandon(pool: WorkerPool, *, started: bool) -> None:
+    """The coordinator is gone: cancel what the clients run and close
+    their connections (the Stop message), then end the workers (before
+    the start, at once: their connections are idle)."""
+    for pipe in pool.pipes if started else ():
+        with _quiet():
+            pipe.send(Stop())
+    deadline = time.monotonic() + GRACE_S
+    for proc in pool.procs:
+        proc.join(max(0.0, deadline - time.monotonic()))
+    pool.stop()
+    if pool.relay is not None:
+        pool.relay.close()

@@ -105,6 +105,9 @@ class HostInfo:
     #: measured with (its error is at most half of that)
     clock_offset_us: int = 0
     clock_rtt_us: int = 0
+    #: how: "direct" (NTP-style over a connection of the host's own to
+    #: the coordinator, ``clock``), "scheduler" (round trips through it)
+    clock_method: str = "scheduler"
     lost: bool = False
     #: stopped before its end (another host was lost): its figures are
     #: its workers' last -P snapshots
@@ -128,6 +131,8 @@ class HostInfo:
             "clients": self.clients,
             "clock_offset_us": self.clock_offset_us,
             "clock_rtt_us": self.clock_rtt_us,
+            "clock_error_us": (self.clock_rtt_us + 1) // 2,
+            "clock_method": self.clock_method,
             "lost": self.lost,
             "partial": self.partial,
             "transactions": self.transactions,

@@ -35,7 +35,6 @@ from pgsurge.engine.state import Settings
 
 __all__ = [
     "MAX_PARAMS",
-    "MAX_VARS",
     "MIRRORED",
     "NEXT_STATE",
     "OP_ELSE",
@@ -120,8 +119,6 @@ RESUME_PREPARE_FAILED = -5
 
 # -- the plan's ops ------------------------------------------------------------
 
-#: the C loop keeps this many variables, and SQL commands, at most
-MAX_VARS = 64
 #: parameters of an extended/prepared command (pgbench's limit, which
 #: script.compile enforces; a variable read twice is two)
 MAX_PARAMS = 255
@@ -206,8 +203,8 @@ class Sql(NamedTuple):
 
 
 class SetExpr(NamedTuple):
-    """``\\set`` of an int expression: the slot, and the program of
-    :func:`pgsurge.engine.fastexpr.compile_int_expr`."""
+    """``\\set`` of an expression: the slot, and the program of
+    :func:`pgsurge.engine.fastexpr.compile_expr`."""
 
     kind: int
     slot: int
@@ -322,7 +319,8 @@ class RunFlags(NamedTuple):
     #: remember the PRNG state at each transaction start (retries)
     save_rng: int
     #: END_TX may start the next transaction itself (CHOOSE_SCRIPT and
-    #: START_TX of the common case, inline)
+    #: START_TX of the common case, inline in fl_advance; client.advance
+    #: goes through the two states)
     restart_inline: int
     exit_on_abort: int
     latency_limit_us: int
@@ -395,6 +393,8 @@ MIRRORED: dict[str, int] = {
     "GSET_ALL": C.GSET_ALL,
     # the expression evaluator's stack
     "MAX_STACK": fastexpr.MAX_STACK,
+    # the expression evaluator's op codes (their pops: check_module)
+    **fastexpr.CODES,
     # FastLoop.run's outcomes: LoopOutcome's, and a progress tick
     "OUT_DONE": int(LoopOutcome.DONE),
     "OUT_EXIT_ON_ABORT": int(LoopOutcome.EXIT_ON_ABORT),
@@ -412,8 +412,7 @@ MIRRORED: dict[str, int] = {
     "DRAIN_FAILED": fastpq.DRAIN_FAILED,
     # transactions per advance() call when none waited
     "TX_BUDGET": TX_BUDGET,
-    # the plan's limits: variables and SQL commands, parameters per command
-    "MAX_VARS": MAX_VARS,
+    # the plan's limit: parameters per command
     "MAX_PARAMS": MAX_PARAMS,
 }
 
@@ -438,4 +437,7 @@ def check_module(module: ModuleType) -> str | None:
     )
     if missing or extra or wrong:
         return f"constants differ: missing {missing}, unknown {extra}, unequal {wrong}"
+    pops = getattr(module, "EXPR_POPS", None)
+    if pops != fastexpr.POPS:
+        return f"expression pops differ: {pops} is not {fastexpr.POPS}"
     return None

@@ -7,7 +7,9 @@ moves a client through its states until it must wait — for the server
 worker's event loop (``loop``) calls it again when the socket is
 readable or the deadline has passed. The clock is read lazily, at most
 once per call unless a blocking step (a connection, a shell command, an
-expression) runs in between, as pgbench does.
+expression) runs in between, as pgbench does; under ``-r`` each command's
+start and end are fresh readings, so that a command's latency runs from
+its send to its last result and nothing else.
 
 States (:class:`ConnectionState`, pgbench's ``ConnectionStateEnum``):
 
@@ -36,7 +38,8 @@ States (:class:`ConnectionState`, pgbench's ``ConnectionStateEnum``):
 ``SLEEP``
     Wait for the end of a ``\\sleep``, then ``END_COMMAND``.
 ``END_COMMAND``
-    Record the command's latency under ``-r``; next command.
+    Record the command's latency under ``-r`` (from ``START_COMMAND``'s
+    reading to a fresh one); next command.
 ``SKIP_COMMAND``
     pgbench walks the commands of a false ``\\if`` branch one by one. The
     parser precomputes the branch targets, so here a false condition jumps
@@ -64,14 +67,17 @@ States (:class:`ConnectionState`, pgbench's ``ConnectionStateEnum``):
 Messages (client aborts, ``--verbose-errors``) go through the worker's
 ``log`` sink with pgbench's wording; nothing here prints directly.
 
-This module is the dispatch on the state, with the hot path inline (plain
-SQL sends and result reads, ``\\set``, first-try success accounting, the
-common script start); the phases live beside it: ``state`` (the structs
-and constants), ``sql`` (sending, reading results), ``meta`` (meta
-commands), ``tx`` (accounting, connections, errors and retries),
-``handback`` (the C loop's ``resume`` and ``gset``). Their steps are
-closures built once per worker and bound here as closure variables, so a
-call costs what it did when they were nested functions.
+This module is the dispatch on the state, the reference that the C loop's
+``fl_advance`` (``_native/_fastloop_client.c``) copies state for state for
+the plain case; each state calls the step named after its C counterpart.
+Only ``\\set`` and the branches of ``\\if`` run here; the phases live
+beside it: ``state`` (the structs and constants), ``sql`` (``send_command``
+and ``wait_result``, with pgsurge._fastpq's calls where the connection
+allows them), ``meta`` (meta commands), ``tx`` (``process_xact``,
+connections, errors and retries), ``handback`` (the C loop's ``resume``
+and ``gset``). Their steps are closures built once per worker and bound
+here as closure variables, so a call costs what it did when they were
+nested functions.
 """
 
 # Chained == on ints beats "in (A, B)", which builds a tuple of closure
@@ -82,28 +88,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import cast
 
 from pgsurge import pgconn
-from pgsurge.engine import fastpq
 from pgsurge.engine.abi import (
     NEXT_STATE,
     R_DONE,
-    R_READ_ON,
     R_WAIT,
     RESUME_FLUSH,
     RESUME_SEND_FAILED,
     TX_BUDGET,
     run_flags,
 )
-from pgsurge.engine.fastpq import DRAIN_BUSY, DRAIN_DONE, SEND_FALLBACK, ErrorResult
 from pgsurge.engine.handback import make_handback
 from pgsurge.engine.meta import make_meta
 from pgsurge.engine.program import python_step
-from pgsurge.engine.sql import make_sql, params_of, substitute
+from pgsurge.engine.sql import make_sql
 from pgsurge.engine.state import (
     ABORTED,
-    BACKEND_DIED,
     CHOOSE_SCRIPT,
     E_META,
     E_NONE,
@@ -121,10 +122,6 @@ from pgsurge.engine.state import (
     K_SET,
     K_SLEEP,
     K_SQL,
-    MISSING,
-    MODE_EXTENDED,
-    MODE_PREPARED,
-    MODE_SIMPLE,
     PREPARE_THROTTLE,
     RETRY,
     SLEEP,
@@ -213,68 +210,39 @@ def make_engine(
     ``log`` receives complete stderr lines (newline included). Settings are
     bound into the closure once, so the hot path reads locals and cells.
     """
-    query_mode = s.query_mode
     nxacts = s.nxacts
     end_us = s.end_us
     throttle_delay = s.throttle_delay
     latency_limit = s.latency_limit_us
-    detailed = s.detailed
     per_command = s.per_command
     verbose_errors = s.verbose_errors
     connect_each_tx = s.connect_each_tx
     nscripts = len(scripts)
-    stats = w.stats
-    per_script = w.per_script
     throttle_rng = w.throttle_rng
     throttled = throttle_delay > 0.0
-    latency_count = stats.latency
     flags = run_flags(s, nscripts)
     #: whether START_TX must read the clock (latency, lag, -L retry limits)
     tx_clock = flags.tx_clock
-    #: END_TX may account a success inline: no lag, no per-script stats, no log
-    plain_accounting = not throttled and per_script is None and not s.log
     save_rng = flags.save_rng
     monotonic_ns = _monotonic_ns
     thread_time_ns = _thread_time_ns
-    libpq_error = pgconn.LibpqError
-    TUPLES_OK = pgconn.TUPLES_OK
-    COMMAND_OK = pgconn.COMMAND_OK
-    EMPTY_QUERY = pgconn.EMPTY_QUERY
     TRANS_IDLE = pgconn.TRANS_IDLE
     TRANS_INTRANS = pgconn.TRANS_INTRANS
     TRANS_INERROR = pgconn.TRANS_INERROR
-    # pgsurge._fastpq's calls; used only for clients whose ``ptr`` is set
-    fast_send_prepared = fastpq.send_prepared
-    fast_send_query = fastpq.send_query
-    fast_send_params = fastpq.send_params
-    fast_send_prepared_vars = fastpq.send_prepared_vars
-    fast_send_params_vars = fastpq.send_params_vars
-    fast_send_query_parts = fastpq.send_query_parts
-    fast_drain = fastpq.drain
-    rec = w.recorder
-    # a first-try success's latency into the histograms (None: not asked)
-    rec_latency = rec.latency if rec is not None else None
 
     # the phases' steps, bound as closure variables of advance
     sup = Support(w, log, s.reconnect > 0)
-    # --debug: pgbench's debug lines; the hot path's inline sends and fast
-    # restart are switched off (by the constants below, at no cost in a
-    # normal run), so that the general paths print them
+    # --debug: pgbench's debug lines (the steps print their own)
     debug = s.debug
     trace = sup.debug
     descs = s.script_descs
-    inline_mode = -1 if debug else query_mode
-    restart_inline = flags.restart_inline
     error = sup.error
     command_failed = sup.command_failed
     store_variable = sup.store_variable
     blocked_since = sup.blocked_since
     sql = make_sql(s, io, sup)
-    flush_sent = sql.flush_sent
-    send_sql = sql.send_sql
-    read_results = sql.read_results
-    note_error = sql.note_error
-    read_lost = sql.read_lost
+    send_command = sql.send_command
+    wait_result = sql.wait_result
     queue_in_pipeline = sql.queue_in_pipeline
     meta = make_meta(s, w, sup, sql)
     evaluate = meta.evaluate
@@ -292,6 +260,8 @@ def make_engine(
     py_step = python_step(s, sup, scripts)
 
     # -- the state machine ----------------------------------------------------
+    # State for state with fl_advance in _fastloop_client.c (the C loop's
+    # copy of the plain case); each step is named after its C counterpart.
 
     def advance(st: Client) -> None:
         now = 0
@@ -307,8 +277,11 @@ def make_engine(
         while True:
             if state == END_COMMAND:
                 if per_command:
-                    if not now:
-                        now = monotonic_ns() // 1000
+                    # a fresh reading, never the cached one: a result that
+                    # came while the client was not running (on a busy
+                    # machine, often before the first look after the send)
+                    # must not count as taking no time
+                    now = monotonic_ns() // 1000
                     op = st.ops[st.command]
                     op.stats.latency.add(now - st.stmt_begin)
                     if op.rec is not None:
@@ -324,227 +297,136 @@ def make_engine(
                 i = st.command
                 op = st.ops[i]
                 kind = op.kind
-                if kind != K_END:
-                    if kind == K_PY:
-                        # a Python transaction: its generator yields the
-                        # statement to send now (engine.pyworkload)
-                        state = py_step(st, op)
-                        if state != START_COMMAND:
-                            now = 0
-                            continue
-                        op = st.ops[st.command]
-                        kind = op.kind
-                    if per_command:
-                        if not now:
-                            now = monotonic_ns() // 1000
-                        st.stmt_begin = now
-                    if kind == K_SQL:
-                        if st.in_pipeline:
-                            state = NEXT_STATE[queue_in_pipeline(st, op)]
-                            continue
-                        raw = st.raw
-                        ptr = st.ptr
-                        try:
-                            # the common cases inline: one call into
-                            # pgsurge._fastpq, which also builds the parameters
-                            # (or the query text) unless a value needs Python's
-                            # formatting; else one call into libpq and its flush
-                            if ptr and inline_mode == MODE_PREPARED:
-                                if op.prepname in st.prepared:
-                                    sent = fast_send_prepared_vars(
-                                        ptr, op.prepname, st.variables, op.names
-                                    )
-                                    if sent == SEND_FALLBACK:
-                                        sent = fast_send_prepared(
-                                            ptr,
-                                            op.prepname,
-                                            params_of(st.variables, op.names),
-                                        )
-                                elif send_sql(st, op):  # prepares it first
-                                    sent = raw.flush()
-                                else:
-                                    raise libpq_error("send failed")
-                            elif ptr and inline_mode == MODE_SIMPLE:
-                                if op.parts is None:
-                                    sent = fast_send_query(ptr, op.sql)
-                                else:
-                                    sent = fast_send_query_parts(
-                                        ptr, op.parts, st.variables
-                                    )
-                                    if sent == SEND_FALLBACK:
-                                        sent = fast_send_query(
-                                            ptr, substitute(st.variables, op.parts)
-                                        )
-                            elif ptr and inline_mode == MODE_EXTENDED:
-                                sent = fast_send_params_vars(
-                                    ptr, op.sql, st.variables, op.names
-                                )
-                                if sent == SEND_FALLBACK:
-                                    sent = fast_send_params(
-                                        ptr, op.sql, params_of(st.variables, op.names)
-                                    )
-                            elif (
-                                inline_mode == MODE_PREPARED
-                                and op.prepname in st.prepared
-                            ):
-                                params: list[bytes | None] | None
-                                if op.param1:
-                                    v = st.variables.get(op.param1, MISSING)
-                                    if type(v) is int:
-                                        params = [b"%d" % v]
-                                    else:
-                                        params = params_of(st.variables, op.names)
-                                elif op.names:
-                                    params = params_of(st.variables, op.names)
-                                else:
-                                    params = None
-                                raw.send_query_prepared(op.prepname, params)
-                                sent = raw.flush()
-                            elif inline_mode == MODE_SIMPLE and op.parts is None:
-                                raw.send_query(op.sql)
-                                sent = raw.flush()
-                            elif not send_sql(st, op):
-                                raise libpq_error("send failed")
-                            else:
-                                sent = raw.flush()
-                            # 0: all sent; 1: wait for writability; fastpq's
-                            # -1/-2: the flush/send failed
-                            if sent:
-                                if sent < 0:
-                                    raise libpq_error("send failed")
-                                if not st.flush_pending:
-                                    io.want_write(st)
-                            elif st.flush_pending:
-                                io.write_done(st)
-                        except libpq_error:
-                            command_failed(st, "SQL", "SQL command send failed")
-                            state = ABORTED
-                            continue
-                        except UnicodeEncodeError:
-                            # a variable holding bytes that are not UTF-8
-                            # (surrogate-escaped): pgsurge._fastpq encodes
-                            # strictly and sent nothing; send_sql passes the
-                            # bytes as they are, as pgbench does
-                            if not send_sql(st, op) or not flush_sent(st):
-                                command_failed(st, "SQL", "SQL command send failed")
-                                state = ABORTED
-                                continue
-                        st.qrynum = 0
-                        # Like pgbench, look for the answer at once: on a busy
-                        # machine the server has often replied already, which
-                        # saves a wait on the socket.
-                        state = WAIT_RESULT
+                if kind == K_END:
+                    # past the last command
+                    if st.in_pipeline:
+                        error(
+                            f"client {st.id} aborted: end of script reached "
+                            "with pipeline open"
+                        )
+                        state = ABORTED
                         continue
-                    # meta commands
-                    if kind == K_SET:
-                        ctx = st.ctx
-                        if op.uses_debug:
-                            ctx.script = st.script
-                            ctx.command = i
-                            if debug:
-                                trace(f"client {st.id} executing {op.trace}")
-                        try:
-                            value = op.expr(ctx)  # type: ignore[misc]
-                        except EvalError as e:
-                            if e.message:
-                                error(e.message)
-                            command_failed(
-                                st, "set", "evaluation of meta-command failed"
-                            )
-                            st.estatus = E_META
-                            state = ABORTED
-                            continue
-                        if op.var_ok:
-                            st.variables[op.var] = value
-                        elif not store_variable(st, "set", op.var, value):
-                            command_failed(
-                                st, "set", "assignment of meta-command failed"
-                            )
-                            st.estatus = E_META
-                            state = ABORTED
-                            continue
+                    state = END_TX
+                    continue
+                if kind == K_PY:
+                    # a Python transaction: its generator yields the statement
+                    # to send now (engine.pyworkload)
+                    state = py_step(st, op)
+                    if state != START_COMMAND:
                         now = 0
-                        state = END_COMMAND
                         continue
-                    if debug:
-                        trace(f"client {st.id} executing {op.trace}")
-                    if kind == K_IF or (kind == K_ELIF and st.eval_elif):
-                        st.eval_elif = False
-                        ok, value = evaluate(st, op)
-                        if not ok:
-                            st.estatus = E_META
-                            state = ABORTED
-                            continue
-                        if not truth(value):
-                            jump = op.false_next
-                            st.eval_elif = op.false_to_elif
-                    elif kind == K_ELIF or kind == K_ELSE:
-                        # reached at the end of a true branch: skip to the \endif
-                        jump = op.end_next
-                    elif kind == K_ENDIF:
-                        pass
-                    elif kind == K_SLEEP:
-                        usec = sleep_usec(st, op)
-                        if usec is None:
-                            command_failed(
-                                st, "sleep", "execution of meta-command failed"
-                            )
-                            st.estatus = E_META
-                            state = ABORTED
-                            continue
-                        if not now:
-                            now = monotonic_ns() // 1000
-                        st.sleep_until = now + usec
-                        state = SLEEP
+                    op = st.ops[st.command]
+                    kind = op.kind
+                if per_command:
+                    # fresh too: the client's work since the clock was last
+                    # read (the previous command's accounting, a Python
+                    # transaction's step) is no command's
+                    now = monotonic_ns() // 1000
+                    st.stmt_begin = now
+                if kind == K_SQL:
+                    if st.in_pipeline:
+                        state = NEXT_STATE[queue_in_pipeline(st, op)]
                         continue
-                    else:
-                        # shell and pipeline commands
-                        state = run_meta(st, op)
-                        if state == WAIT_RESULT:
-                            st.state = WAIT_RESULT
-                            return
-                        if state == ABORTED:
-                            continue
-                    # expressions and shell commands may take time: re-read the clock
+                    if not send_command(st, op):
+                        command_failed(st, "SQL", "SQL command send failed")
+                        state = ABORTED
+                        continue
+                    st.qrynum = 0
+                    # Like pgbench, look for the answer at once: on a busy
+                    # machine the server has often replied already, which
+                    # saves a wait on the socket.
+                    state = WAIT_RESULT
+                    continue
+                # meta commands
+                if kind == K_SET:
+                    ctx = st.ctx
+                    if op.uses_debug:  # always under --debug
+                        ctx.script = st.script
+                        ctx.command = i
+                        if debug:
+                            trace(f"client {st.id} executing {op.trace}")
+                    try:
+                        value = op.expr(ctx)  # type: ignore[misc]
+                    except EvalError as e:
+                        if e.message:
+                            error(e.message)
+                        command_failed(st, "set", "evaluation of meta-command failed")
+                        st.estatus = E_META
+                        state = ABORTED
+                        continue
+                    if op.var_ok:
+                        st.variables[op.var] = value
+                    elif not store_variable(st, "set", op.var, value):
+                        command_failed(st, "set", "assignment of meta-command failed")
+                        st.estatus = E_META
+                        state = ABORTED
+                        continue
                     now = 0
                     state = END_COMMAND
                     continue
-                # past the last command
-                if st.in_pipeline:
-                    error(
-                        f"client {st.id} aborted: end of script reached "
-                        "with pipeline open"
-                    )
-                    state = ABORTED
+                if debug:
+                    trace(f"client {st.id} executing {op.trace}")
+                if kind == K_IF or (kind == K_ELIF and st.eval_elif):
+                    st.eval_elif = False
+                    ok, value = evaluate(st, op)
+                    if not ok:
+                        st.estatus = E_META
+                        state = ABORTED
+                        continue
+                    if not truth(value):
+                        jump = op.false_next
+                        st.eval_elif = op.false_to_elif
+                elif kind == K_ELIF or kind == K_ELSE:
+                    # reached at the end of a true branch: skip to the \endif
+                    jump = op.end_next
+                elif kind == K_ENDIF:
+                    pass
+                elif kind == K_SLEEP:
+                    usec = sleep_usec(st, op)
+                    if usec is None:
+                        command_failed(st, "sleep", "execution of meta-command failed")
+                        st.estatus = E_META
+                        state = ABORTED
+                        continue
+                    if not now:
+                        now = monotonic_ns() // 1000
+                    st.sleep_until = now + usec
+                    state = SLEEP
                     continue
-                state = END_TX  # falls through
+                else:
+                    # shell and pipeline commands
+                    state = run_meta(st, op)
+                    if state == WAIT_RESULT:
+                        st.state = WAIT_RESULT
+                        return
+                    if state == ABORTED:
+                        continue
+                # expressions and shell commands may take time: re-read the clock
+                now = 0
+                state = END_COMMAND
+                continue
+
+            if state == WAIT_RESULT:
+                r = wait_result(st, st.ops[st.command])
+                if r == R_WAIT:
+                    st.state = WAIT_RESULT
+                    return
+                if r == R_DONE:
+                    io_done = True
+                state = NEXT_STATE[r]
+                continue
+
+            if state == SLEEP:
+                if not now:
+                    now = monotonic_ns() // 1000
+                if now < st.sleep_until:
+                    st.state = SLEEP
+                    return
+                state = END_COMMAND
+                continue
 
             if state == END_TX:
-                if st.estatus == E_NONE and st.tries == 1 and plain_accounting:
-                    # StatsData.record of a first-try success, without the calls
-                    stats.cnt += 1
-                    st.cnt += 1
-                    lat_stats = latency_count
-                    if detailed:
-                        if not now:
-                            now = monotonic_ns() // 1000
-                        latency = now - st.txn_scheduled
-                        if lat_stats.count == 0:
-                            lat_stats.min = lat_stats.max = latency
-                        elif latency < lat_stats.min:
-                            lat_stats.min = latency
-                        elif latency > lat_stats.max:
-                            lat_stats.max = latency
-                        lat_stats.sum += latency
-                        lat_stats.sum2 += latency * latency
-                        if latency_limit and latency > latency_limit:
-                            w.latency_late += 1
-                        if rec_latency is not None:
-                            rec_latency(latency)
-                    # not detailed: SimpleStats.add(0.0) moves only the count
-                    lat_stats.count += 1
-                else:
-                    now = process_xact(st, now, False)
+                now = process_xact(st, now, False)
                 tstatus = st.raw.transaction_status
                 if tstatus == TRANS_INTRANS or tstatus == TRANS_INERROR:
                     error(
@@ -573,126 +455,13 @@ def make_engine(
                 if not io_done or not budget:
                     st.state = CHOOSE_SCRIPT
                     return
-                # start the next transaction right away
+                # start the next transaction right away (the C loop's
+                # restart_inline does CHOOSE_SCRIPT and START_TX of the
+                # common case in one step)
                 io_done = False
                 budget -= 1
                 now = 0
-                if not restart_inline:
-                    state = CHOOSE_SCRIPT
-                    continue
-                # CHOOSE_SCRIPT and START_TX of the common case, inline
-                st.estatus = E_NONE
-                st.tries = 1
-                if tx_clock:
-                    now = monotonic_ns() // 1000
-                    st.txn_begin = now
-                    st.txn_scheduled = now
-                if save_rng:
-                    st.saved_rng = st.rng.getstate()
-                st.command = 0
-                state = START_COMMAND
-                continue
-
-            if state == WAIT_RESULT:
-                if debug:
-                    trace(f"client {st.id} receiving")
-                op = st.ops[st.command]
-                if (
-                    st.ptr
-                    and not op.gset
-                    and not st.in_pipeline
-                    and st.drain_state is None
-                    and not st.flush_pending
-                ):
-                    # a plain command through pgsurge._fastpq: consume and
-                    # count its results in one call (the branch below does
-                    # the same with psycopg's calls)
-                    got = fast_drain(st.ptr, st.qrynum)
-                    if type(got) is int:
-                        q = got >> 2
-                        st.qrynum = q
-                        code = got & 3
-                        if code == DRAIN_BUSY:
-                            st.state = WAIT_RESULT
-                            return
-                        if code == DRAIN_DONE:
-                            if q:
-                                io_done = True
-                                state = END_COMMAND
-                            else:
-                                error(
-                                    f"client {st.id} command {st.command}: no results"
-                                )
-                                state = ABORTED
-                            continue
-                        command_failed(st, "SQL", BACKEND_DIED)
-                        state = ABORTED
-                        continue
-                    # a failed (or unexpected) result, read and cleared
-                    q, status, sqlstate, message = cast(fastpq.Failed, got)
-                    st.qrynum = q
-                    r = note_error(st, ErrorResult(status, sqlstate, message))
-                    if r == R_READ_ON:
-                        r = read_results(st, op)
-                    if r == R_WAIT:
-                        st.state = WAIT_RESULT
-                        return
-                    state = NEXT_STATE[r]
-                    if r == R_DONE:
-                        io_done = True
-                    continue
-                raw = st.raw
-                try:
-                    raw.consume_input()
-                except libpq_error:
-                    state = NEXT_STATE[read_lost(st, op)]
-                    continue
-                if st.flush_pending and not flush_sent(st):
-                    state = NEXT_STATE[read_lost(st, op)]
-                    continue
-                if not op.gset and not st.in_pipeline and st.drain_state is None:
-                    # a plain command: count its results up to the end
-                    q = st.qrynum
-                    is_busy = raw.is_busy
-                    get_result = raw.get_result
-                    while True:
-                        if is_busy():
-                            st.qrynum = q
-                            st.state = WAIT_RESULT
-                            return
-                        res = get_result()
-                        if res is None:
-                            break
-                        status = res.status
-                        if (
-                            status == TUPLES_OK
-                            or status == COMMAND_OK
-                            or status == EMPTY_QUERY
-                        ):
-                            q += 1
-                            continue
-                        break
-                    st.qrynum = q
-                    if res is None:
-                        if q:
-                            io_done = True
-                            state = END_COMMAND
-                        else:
-                            error(f"client {st.id} command {st.command}: no results")
-                            state = ABORTED
-                        continue
-                    r = note_error(st, res)
-                    if r == R_READ_ON:
-                        r = read_results(st, op)
-                else:
-                    r = read_results(st, op)
-                if r == R_WAIT:
-                    st.state = WAIT_RESULT
-                    return
-                state = NEXT_STATE[r]
-                if r == R_DONE:
-                    io_done = True
-                continue
+                state = CHOOSE_SCRIPT  # falls through
 
             if state == CHOOSE_SCRIPT:
                 if nscripts != 1:
@@ -707,36 +476,6 @@ def make_engine(
                     state = FINISHED
                     continue
                 state = PREPARE_THROTTLE if throttled else START_TX
-                continue
-
-            if state == START_TX:
-                if tx_clock and not now:
-                    now = monotonic_ns() // 1000
-                if st.conn is None:
-                    start = now if now else monotonic_ns() // 1000
-                    cpu = thread_time_ns()
-                    if not connect(st):
-                        error(f"client {st.id} aborted while establishing connection")
-                        state = ABORTED
-                        continue
-                    now = blocked_since(start, cpu)
-                    w.conn_total_us += now - start
-                if save_rng:
-                    st.saved_rng = st.rng.getstate()
-                st.txn_begin = now
-                if not throttled:
-                    st.txn_scheduled = now
-                st.command = 0
-                state = START_COMMAND
-                continue
-
-            if state == SLEEP:
-                if not now:
-                    now = monotonic_ns() // 1000
-                if now < st.sleep_until:
-                    st.state = SLEEP
-                    return
-                state = END_COMMAND
                 continue
 
             if state == PREPARE_THROTTLE:
@@ -763,6 +502,27 @@ def make_engine(
                     st.state = THROTTLE
                     return
                 state = FINISHED if w.timer_exceeded else START_TX
+                continue
+
+            if state == START_TX:
+                if tx_clock and not now:
+                    now = monotonic_ns() // 1000
+                if st.conn is None:
+                    start = now if now else monotonic_ns() // 1000
+                    cpu = thread_time_ns()
+                    if not connect(st):
+                        error(f"client {st.id} aborted while establishing connection")
+                        state = ABORTED
+                        continue
+                    now = blocked_since(start, cpu)
+                    w.conn_total_us += now - start
+                if save_rng:
+                    st.saved_rng = st.rng.getstate()
+                st.txn_begin = now
+                if not throttled:
+                    st.txn_scheduled = now
+                st.command = 0
+                state = START_COMMAND
                 continue
 
             if state == ERROR:

@@ -1,29 +1,32 @@
-"""Integer expressions of ``\\set`` and ``\\if`` as the C loop's op codes.
+"""Expressions of ``\\set`` and ``\\if`` as the C loop's op codes.
 
 The C loop (``pgsurge._fastloop``) evaluates an expression as a small
-stack program over int64 values: :func:`compile_int_expr` turns an
-expression tree into a flat tuple of ``(code, argument)`` pairs, or raises
-:class:`Unsupported` with the reason. Only what the C evaluator computes
-exactly as :mod:`pgsurge.script.values`/``functions`` do is accepted:
+stack program over typed values (NULL, boolean, int64, double), with
+pgbench's promotions and errors: :func:`compile_expr` turns an expression
+tree into a flat tuple of ``(code, argument)`` pairs, or raises
+:class:`Unsupported` with the reason. It accepts the whole language but
+``debug()``: constants (foldable sub-expressions folded), variables
+(their slots: C checks at run time that it holds the variable's value,
+and hands the client to Python otherwise), every operator, ``and``/``or``
+(lazy), ``case`` (lazy, as jumps), ``is``, and every function, the random
+ones (``random``, ``random_exponential``, ``random_gaussian``,
+``random_zipfian``) drawing from the client's stream as
+:mod:`pgsurge.script.functions` does.
 
-* int constants (and foldable sub-expressions), variables (their slots:
-  C checks at run time that a variable holds an int, and hands the client
-  to Python otherwise);
-* ``+ - * / %`` (and ``mod``), ``& | # << >>``, the comparisons
-  (booleans), ``and``/``or`` (lazy) and ``not`` on booleans;
-* ``abs``, ``least``/``greatest`` of ints, ``random(lo, hi)`` (the
-  client's stream), ``hash``/``hash_murmur2``/``hash_fnv1a``, ``permute``.
+Every error (an overflow, a division by zero, a coercion pgbench refuses,
+a bad random range or parameter, a variable C does not hold: a string or
+an undefined one) makes C restore the client's PRNG state and hand the
+client to Python at the start of the command, which evaluates it again
+and gives pgbench's message.
 
-Every error (an overflow, a division by zero, an empty random range, a
-permute size below 1, a variable that is not an int) makes C restore the
-client's PRNG state and hand the client to Python at the start of the
-command, which evaluates it again and gives pgbench's message. Doubles,
-strings, NULL, ``case``, ``is``, the other random functions and
-``debug()`` stay with Python.
+The op codes and the pops of each (:data:`POPS`) are mirrored by
+``_fastloop_logic.c``; :mod:`pgsurge.engine.abi` compares them with the
+module's when it is loaded.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 
 from pgsurge.cnum import INT64_MAX, INT64_MIN
@@ -31,7 +34,7 @@ from pgsurge.script.ast import Call, Const, Expr, Var
 from pgsurge.script.evaluate import EvalContext, evaluate
 from pgsurge.script.functions import FUNCTIONS, FuncKind
 
-__all__ = ["BOOL", "INT", "MAX_STACK", "Unsupported", "compile_int_expr"]
+__all__ = ["CODES", "MAX_STACK", "POPS", "Unsupported", "compile_expr"]
 
 # the evaluator's op codes (_fastloop_logic.c)
 X_CONST = 0
@@ -51,9 +54,10 @@ X_BXOR = 13
 X_SHL = 14
 X_SHR = 15
 X_NOT = 16
-#: and: if the top is false, jump to the argument keeping it; else pop it
+#: and: if the top is false or NULL, jump to the argument keeping it;
+#: if it is true, pop it; else an error
 X_JFALSE = 17
-#: or: if the top is true, jump keeping it; else pop it
+#: or: if the top is true or NULL, jump keeping it; if false, pop it
 X_JTRUE = 18
 X_ABS = 19
 X_LEAST = 20
@@ -62,17 +66,52 @@ X_RANDOM = 22
 X_MURMUR2 = 23
 X_FNV1A = 24
 X_PERMUTE = 25
+X_NULL = 26
+#: a boolean constant (the argument: 0 or 1)
+X_BOOL = 27
+#: a double constant (the argument: its IEEE bits as an int64)
+X_DOUBLE = 28
+X_INT = 29
+X_TODOUBLE = 30
+X_SQRT = 31
+X_LN = 32
+X_EXP = 33
+X_POW = 34
+X_IS = 35
+#: the right operand of and/or: a boolean or NULL stays, else an error
+X_CHKBOOL = 36
+#: jump to the argument
+X_JUMP = 37
+#: case: pop a condition, jump to the argument unless it is true
+#: (valueTruth)
+X_JNOTTRUE = 38
+X_REXP = 39
+X_RGAUSS = 40
+X_RZIPF = 41
+#: always an error (an expression that fails at compile time, too many
+#: function arguments): Python evaluates it and reports
+X_FAIL = 42
 
-#: the static types of values
-INT = 0
-BOOL = 1
+#: every op code by name (exported by the C module and compared at load)
+CODES: dict[str, int] = {
+    name: value for name, value in globals().items() if name.startswith("X_")
+}
+
+#: what each code pops, by code (-1: its argument says; the jumps that
+#: keep the value they test pop it on the other path)
+POPS: tuple[int, ...] = (
+    0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, -1, -1, 2, 2, 2, 3,
+    0, 0, 0, 1, 1, 1, 1, 1, 2, 2, 1, 0, 1, 3, 3, 3, 0,
+)  # fmt: skip
 
 #: the C evaluator's stack depth
 MAX_STACK = 32
 #: nesting deeper than this is left to Python (and its recursion limit)
 _MAX_DEPTH = 200
+#: pgbench evaluates at most 16 arguments of a function
+_MAX_FARGS = 16
 
-_INT_BINARY = {
+_BINARY = {
     "+": X_ADD,
     "-": X_SUB,
     "*": X_MUL,
@@ -83,12 +122,27 @@ _INT_BINARY = {
     "#": X_BXOR,
     "<<": X_SHL,
     ">>": X_SHR,
+    "=": X_EQ,
+    "<>": X_NE,
+    "<": X_LT,
+    "<=": X_LE,
+    "is": X_IS,
 }
-_COMPARE = {"=": X_EQ, "<>": X_NE, "<": X_LT, "<=": X_LE}
-#: functions of ints only: (code, argument count)
-_INT_FUNCS = {
+#: functions: (code, argument count)
+_FUNCS = {
+    "not": (X_NOT, 1),
     "abs": (X_ABS, 1),
+    "int": (X_INT, 1),
+    "double": (X_TODOUBLE, 1),
+    "sqrt": (X_SQRT, 1),
+    "ln": (X_LN, 1),
+    "exp": (X_EXP, 1),
+    "pow": (X_POW, 2),
+    "power": (X_POW, 2),
     "random": (X_RANDOM, 2),
+    "random_exponential": (X_REXP, 3),
+    "random_gaussian": (X_RGAUSS, 3),
+    "random_zipfian": (X_RZIPF, 3),
     "hash": (X_MURMUR2, 2),
     "hash_murmur2": (X_MURMUR2, 2),
     "hash_fnv1a": (X_FNV1A, 2),
@@ -124,6 +178,11 @@ def _static_nodes(expr: Expr) -> set[int]:
     return static
 
 
+def _double_bits(d: float) -> int:
+    """A double's IEEE bits as an int64 (C reads them back with memcpy)."""
+    return int(struct.unpack("<q", struct.pack("<d", d))[0])
+
+
 class _Emitter:
     def __init__(self, slot_of: Callable[[str], int | None], expr: Expr) -> None:
         self.static = _static_nodes(expr)
@@ -132,84 +191,108 @@ class _Emitter:
         self.depth = 0
         self.max_depth = 0
 
+    def here(self) -> int:
+        return len(self.code) // 2
+
     def op(self, code: int, arg: int = 0, pushes: int = 0) -> int:
         self.code += (code, arg)
         self.depth += pushes
         self.max_depth = max(self.max_depth, self.depth)
         return len(self.code) // 2 - 1
 
-    def emit(self, node: Expr, level: int = 0) -> int:
+    def patch(self, at: int) -> None:
+        """Point the jump at ``at`` to the next instruction."""
+        self.code[2 * at + 1] = self.here()
+
+    def const(self, value: object) -> None:
+        if value is None:
+            self.op(X_NULL, 0, 1)
+        elif type(value) is bool:
+            self.op(X_BOOL, int(value), 1)
+        elif type(value) is int and INT64_MIN <= value <= INT64_MAX:
+            self.op(X_CONST, value, 1)
+        elif type(value) is float:
+            self.op(X_DOUBLE, _double_bits(value), 1)
+        else:
+            raise Unsupported("a value that is not a number, a boolean or NULL")
+
+    def emit(self, node: Expr, level: int = 0) -> None:
         if level > _MAX_DEPTH:
             raise Unsupported("an expression nested too deeply")
         if id(node) in self.static:
             try:
                 value = evaluate(node, EvalContext())
             except Exception:
-                raise Unsupported("an expression that fails") from None
-            if type(value) is bool:
-                self.op(X_CONST, int(value), 1)
-                return BOOL
-            if type(value) is int and INT64_MIN <= value <= INT64_MAX:
-                self.op(X_CONST, value, 1)
-                return INT
-            raise Unsupported("a value that is not an int")
+                # pgbench fails when it runs it: so does C (Python reports)
+                self.op(X_FAIL, 0, 1)
+                return
+            self.const(value)
+            return
         if isinstance(node, Var):
             slot = self.slot_of(node.name)
             if slot is None:
-                raise Unsupported(f"variable {node.name} is not an int C holds")
+                raise Unsupported(f"variable {node.name} is not one C holds")
             self.op(X_VAR, slot, 1)
-            return INT
-        if not isinstance(node, Call):  # a non-int constant
-            raise Unsupported("a value that is not an int")
+            return
+        if not isinstance(node, Call):  # pragma: no cover - a folded Const
+            raise Unsupported("an unknown node")
         name, args = node.name, node.args
-        if name in _INT_BINARY or name in _COMPARE:
-            self.ints(args, level)
-            code = _INT_BINARY[name] if name in _INT_BINARY else _COMPARE[name]
-            self.op(code, 0, -1)
-            return INT if name in _INT_BINARY else BOOL
-        if name == "not":
-            self.bools(args, level)
-            self.op(X_NOT)
-            return BOOL
-        if name in ("and", "or"):
-            self.bools(args[:1], level)
+        if name in _BINARY:
+            self.args(args, level)
+            self.op(_BINARY[name], 0, -1)
+        elif name in ("and", "or"):
+            self.emit(args[0], level + 1)
             jump = self.op(X_JFALSE if name == "and" else X_JTRUE, 0, -1)
-            self.bools(args[1:], level)
-            self.code[2 * jump + 1] = len(self.code) // 2
-            return BOOL
-        if name in ("least", "greatest"):
-            self.ints(args, level)
+            self.emit(args[1], level + 1)
+            self.op(X_CHKBOOL)
+            self.patch(jump)
+        elif name == "case":
+            self.case(args, level)
+        elif name in ("least", "greatest"):
+            if len(args) > _MAX_FARGS:
+                self.op(X_FAIL, 0, 1)
+                return
+            self.args(args, level)
             code = X_LEAST if name == "least" else X_GREATEST
             self.op(code, len(args), 1 - len(args))
-            return INT
-        if name in _INT_FUNCS:
-            code, nargs = _INT_FUNCS[name]
+        elif name in _FUNCS:
+            code, nargs = _FUNCS[name]
             if len(args) != nargs:
                 raise Unsupported(f"{name}() with {len(args)} arguments")
-            self.ints(args, level)
+            self.args(args, level)
             self.op(code, 0, 1 - nargs)
-            return INT
-        raise Unsupported(f"{name}()")
+        else:
+            raise Unsupported(f"{name}()")
 
-    def ints(self, args: tuple[Expr, ...], level: int) -> None:
+    def args(self, args: tuple[Expr, ...], level: int) -> None:
         for a in args:
-            if self.emit(a, level + 1) != INT:
-                raise Unsupported("a boolean where an int is expected")
+            self.emit(a, level + 1)
 
-    def bools(self, args: tuple[Expr, ...], level: int) -> None:
-        for a in args:
-            if self.emit(a, level + 1) != BOOL:
-                raise Unsupported("an int where a boolean is expected")
+    def case(self, args: tuple[Expr, ...], level: int) -> None:
+        """``case``: each condition, a jump past its result when it is not
+        true, the result and a jump to the end; then the ELSE (or NULL)."""
+        ends: list[int] = []
+        base = self.depth
+        for i in range(0, len(args) - 1, 2):
+            self.emit(args[i], level + 1)
+            skip = self.op(X_JNOTTRUE, 0, -1)
+            self.emit(args[i + 1], level + 1)
+            ends.append(self.op(X_JUMP))
+            self.depth = base
+            self.patch(skip)
+        if len(args) % 2:
+            self.emit(args[-1], level + 1)
+        else:
+            self.op(X_NULL, 0, 1)
+        for at in ends:
+            self.patch(at)
 
 
-def compile_int_expr(
-    expr: Expr, slot_of: Callable[[str], int | None]
-) -> tuple[tuple[int, ...], int]:
-    """The C evaluator's program of ``expr`` and its static type (INT or
-    BOOL); ``slot_of`` gives a variable's slot (None: C cannot read it).
-    Raises :class:`Unsupported`."""
+def compile_expr(expr: Expr, slot_of: Callable[[str], int | None]) -> tuple[int, ...]:
+    """The C evaluator's program of ``expr``; ``slot_of`` gives a
+    variable's slot (None: C cannot read it). Raises :class:`Unsupported`."""
     em = _Emitter(slot_of, expr)
-    kind = em.emit(expr)
+    em.emit(expr)
     if em.max_depth > MAX_STACK:
         raise Unsupported("an expression needing a deep stack")
-    return tuple(em.code), kind
+    return tuple(em.code)

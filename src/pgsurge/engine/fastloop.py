@@ -27,21 +27,21 @@ eligible, which is exactly:
   ``-M simple``'s refusal, a ``\\gset`` in a pipeline and the first
   prepares of a pipeline's statements -- but under -C, where C prepares
   them on each connection it opens -- go to Python), a ``\\sleep``, a
-  ``\\set`` whose expression :func:`pgsurge.engine.fastexpr.compile_int_expr`
-  accepts (ints: arithmetic, comparisons, logical and bitwise operators,
-  abs, least/greatest, random, hash*, permute) and gives an int, or an
+  ``\\set`` whose expression :func:`pgsurge.engine.fastexpr.compile_expr`
+  accepts (the whole language but ``debug()``: NULL, booleans, ints and
+  doubles, every operator and function), or an
   ``\\if``/``\\elif``/``\\else``/``\\endif`` on such an expression;
 * every variable a command reads is assigned by a ``\\set`` of the
-  scripts, is ``client_id``, an initial int (or -D text written as an
-  int), or, with a ``\\gset``/``\\aset`` in the scripts, any other valid
-  name; at most 64 such variables and 64 SQL commands in all. Whether a
-  variable holds an int is checked at run time: C hands the client to
-  Python at a command reading one it does not hold (a string, a double,
-  an undefined variable), and at any expression error (overflow, division
-  by zero, ...), which Python evaluates again and reports.
+  scripts, is ``client_id``, an initial int or -D text, or, with a
+  ``\\gset``/``\\aset`` in the scripts, any other valid name; any number
+  of them, and of commands. What a variable holds is
+  checked at run time: C hands the client to Python at a command reading
+  one it does not hold (an undefined variable, text it leaves to Python's
+  typing: a boolean word, " 7"), and at any
+  expression error (overflow, division by zero, a coercion pgbench
+  refuses, ...), which Python evaluates again and reports.
 
-Anything else (shell commands, doubles, strings, ``case``,
-the other random functions, ``debug()``, --debug)
+Anything else (shell commands, ``debug()``, --debug)
 runs on the Python loop unchanged; :func:`decide` says why, and under
 ``PGSURGE_FASTLOOP=require`` the worker fails with that reason. -P is
 supported: the C loop returns at each tick and :class:`FastEventLoop`
@@ -64,7 +64,6 @@ from pgsurge.cnum import INT64_MAX, INT64_MIN, wrap_int32
 from pgsurge.engine import abi, fastpq
 from pgsurge.engine.abi import (
     MAX_PARAMS,
-    MAX_VARS,
     OUT_TICK,
     Else,
     End,
@@ -80,7 +79,7 @@ from pgsurge.engine.abi import (
     SleepVar,
     Sql,
 )
-from pgsurge.engine.fastexpr import INT, Unsupported, compile_int_expr
+from pgsurge.engine.fastexpr import Unsupported, compile_expr
 from pgsurge.engine.loop import EventLoop, absorb
 from pgsurge.engine.state import PREPARING
 from pgsurge.script.ast import (
@@ -281,23 +280,17 @@ def decide(
     base = dict(variables)
     assigned: set[str] = set()
     any_gset = False
-    nsql = 0
-    for script in parsed:
+    for k, script in enumerate(parsed):
         for i, cmd in enumerate(script.commands):
             if isinstance(cmd, SetCommand):
                 assigned.add(cmd.var)
             elif isinstance(cmd, SqlCommand):
                 any_gset = any_gset or cmd.gset is not GsetKind.NONE
-                nsql += 1
             elif not isinstance(
                 cmd,
                 SleepCommand | IfCommand | ElseCommand | EndifCommand | PipelineCommand,
             ):
-                return f"{_where(script, i)}: {_kind(cmd)}"
-    if len(assigned) > MAX_VARS or nsql > MAX_VARS:
-        # known before any command is planned (a 10,000-line script took
-        # a worker 0.15 s to plan, to be refused here in the end)
-        return _TOO_MANY
+                return f"{_where(k, script, i)}: {_kind(cmd)}"
     set_names = sorted(assigned)
     other_names: list[str] = []
     slots = {name: i for i, name in enumerate(set_names)}
@@ -306,11 +299,11 @@ def decide(
 
     def slot_of(name: str) -> int | None:
         """The slot of a variable C may read, or None. C checks at run time
-        that it holds an int (else Python runs the command)."""
+        that it holds its value (else Python runs the command)."""
         if name not in assigned and not (
             (name == "client_id" and set_client_id)
-            or type(base.get(name)) is int
-            or _int_text(base.get(name))
+            # an initial int, or -D text (typed when read)
+            or name in base
             # a \gset may assign it
             or (any_gset and name not in base and valid_variable_name(name))
         ):
@@ -320,15 +313,15 @@ def decide(
             other_names.append(name)
         return slots[name]
 
-    for script, ops in zip(parsed, compiled, strict=True):
+    for k, (script, ops) in enumerate(zip(parsed, compiled, strict=True)):
         out: list[PlanOp] = []
         for i, (cmd, op) in enumerate(zip(script.commands, ops, strict=False)):
-            where = _where(script, i)
+            where = _where(k, script, i)
             try:
                 if isinstance(cmd, SetCommand):
                     out.append(_set_plan(cmd, slots[cmd.var], base, assigned, slot_of))
                 elif isinstance(cmd, IfCommand):
-                    code = compile_int_expr(cmd.expr, slot_of)[0]
+                    code = compile_expr(cmd.expr, slot_of)
                     out.append(
                         If.of(
                             code,
@@ -361,32 +354,16 @@ def decide(
                 return f"{where}: {e.args[0]}"
         out.append(End())
         scripts.append(tuple(out))
-    if len(slots) > MAX_VARS:
-        return _TOO_MANY
     names_all = tuple(set_names) + tuple(other_names)
     weights = tuple(s.weight for s in cfg.scripts)
     return names_all, len(set_names), weights, tuple(scripts)
 
-
-_TOO_MANY = f"more than {MAX_VARS} variables or SQL commands"
 
 _PIPELINE_OPS = {
     PipelineOp.START: abi.OP_PSTART,
     PipelineOp.SYNC: abi.OP_PSYNC,
     PipelineOp.END: abi.OP_PEND,
 }
-
-
-def _int_text(value: object) -> bool:
-    """A -D value C reads as an int: an int64 written as Python writes it
-    (C checks it again, and leaves any other text to Python)."""
-    if type(value) is not str:
-        return False
-    try:
-        n = int(value)
-    except ValueError:
-        return False
-    return str(n) == value and INT64_MIN <= n <= INT64_MAX
 
 
 def _kind(cmd: object) -> str:
@@ -402,17 +379,14 @@ def _set_plan(
     assigned: set[str],
     slot_of: Callable[[str], int | None],
 ) -> PlanOp:
-    """The C op of a ``\\set``: a constant, ``random(lo, hi)`` of
-    constants, else an int expression (raises Unsupported)."""
+    """The C op of a ``\\set``: an int constant, ``random(lo, hi)`` of
+    constants, else an expression (raises Unsupported)."""
     if not valid_variable_name(cmd.var):
         raise Unsupported("\\set of an invalid variable name")
     spec = _set_op(cmd, slot, base, assigned)
     if spec is not None:
         return spec
-    code, kind = compile_int_expr(cmd.expr, slot_of)
-    if kind != INT:
-        raise Unsupported("\\set of a boolean")
-    return SetExpr.of(slot, code)
+    return SetExpr.of(slot, compile_expr(cmd.expr, slot_of))
 
 
 def _sql_plan(
@@ -427,7 +401,7 @@ def _sql_plan(
     for name in dict.fromkeys(names):
         slot = slot_of(name)
         if slot is None:
-            raise Unsupported(f"variable {name} is not an int C holds")
+            raise Unsupported(f"variable {name} is not one C holds")
         slot_by_name[name] = slot
     refs = list(map(slot_by_name.__getitem__, names))
     lits: tuple[bytes, ...] | None = None
@@ -652,5 +626,10 @@ def _connect_spec(loop: EventLoop, s: Settings) -> tuple[Any, ...]:
     return (info, pgconn.start_raw, adopt, release, PREPARING)
 
 
-def _where(script: ParsedScript, index: int) -> str:
-    return f"command {index} of script {script.source!r}"
+def _where(number: int, script: ParsedScript, index: int) -> str:
+    """The command a refusal is about, numbered as pgbench's messages number
+    them (from 0) and named as they name it: ``(SQL)`` or the meta
+    command's word, e.g. ``script 1 command 3 (\\shell) of 'x.sql'``."""
+    first = script.commands[index].first_line
+    word = first.split(None, 1)[0] if first.startswith("\\") else "SQL"
+    return f"script {number} command {index} ({word}) of {script.source!r}"

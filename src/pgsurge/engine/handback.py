@@ -18,13 +18,10 @@ that the messages and states are exactly the reference's.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import cast
 
 from pgsurge import pgconn
-from pgsurge.engine import fastpq
 from pgsurge.engine.abi import (
     NEXT_STATE,
-    R_READ_ON,
     R_WAIT,
     RESUME_CONNECT_FAILED,
     RESUME_FLUSH,
@@ -32,13 +29,10 @@ from pgsurge.engine.abi import (
     RESUME_SEND_FAILED,
     RESUME_SYNC_FAILED,
 )
-from pgsurge.engine.fastpq import DRAIN_DONE, ErrorResult
 from pgsurge.engine.sql import SqlSteps
 from pgsurge.engine.state import (
     ABORTED,
-    BACKEND_DIED,
     E_META,
-    END_COMMAND,
     START_COMMAND,
     WAIT_RESULT,
     Client,
@@ -65,8 +59,7 @@ def make_handback(
     error = sup.error
     command_failed = sup.command_failed
     store_variable = sup.store_variable
-    note_error = sql.note_error
-    read_results = sql.read_results
+    after_drain = sql.after_drain
 
     def resume(st: Client, event: object) -> None:
         """The C loop hands ``st`` back in the middle of a step."""
@@ -106,25 +99,10 @@ def make_handback(
                 assert code == RESUME_PREPARE_FAILED
                 error(pgconn.strip_newline(payload))
                 st.state = START_COMMAND
-        elif type(event) is int:
-            # what advance does with these drain() results
-            q = event >> 2
-            st.qrynum = q
-            if event & 3 == DRAIN_DONE:
-                if q:
-                    st.state = END_COMMAND
-                else:
-                    error(f"client {st.id} command {st.command}: no results")
-                    st.state = ABORTED
-            else:
-                command_failed(st, "SQL", BACKEND_DIED)
-                st.state = ABORTED
         else:
-            q, status, sqlstate, message = cast(fastpq.Failed, event)
-            st.qrynum = q
-            r = note_error(st, ErrorResult(status, sqlstate, message))
-            if r == R_READ_ON:
-                r = read_results(st, st.ops[st.command])
+            # what C's drain found (a count and a code, or a failed result):
+            # what advance's WAIT_RESULT does with it
+            r = after_drain(st, st.ops[st.command], event)
             st.state = NEXT_STATE[r]
             if r == R_WAIT:
                 return

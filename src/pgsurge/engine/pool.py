@@ -54,7 +54,7 @@ def mp_context() -> Any:
     10 s run; the parent has no threads and no open connection when it
     forks. Not ``forkserver``: its children are not this process's
     children, so their CPU time would escape ``getrusage(RUSAGE_CHILDREN)``
-    of whoever measures pgsurge (bench/compare.py does). Elsewhere
+    of whoever measures pgsurge (bench/suite.py does). Elsewhere
     ``spawn``. ``PGSURGE_START_METHOD`` overrides (for measurements).
     """
     methods = multiprocessing.get_all_start_methods()

@@ -164,8 +164,6 @@ def _compile_command(
         else:
             op.sql = cmd.param_text.encode("utf-8", "surrogateescape")
             op.names = cmd.param_vars
-            if len(cmd.param_vars) == 1:
-                op.param1 = cmd.param_vars[0]
             if mode is QueryMode.PREPARED:
                 op.prepname = b"P_%d" % prepnum
                 prepnum += 1

@@ -19,12 +19,26 @@ The ops of a transaction of n statements::
     2n+3     K_PSTART, 2n+4 K_PY, 2n+5 K_PEND (gset GSET_PY), 2n+6 K_PY
     2n+5+2k  K_SQL statement k again, its result left to K_PEND (k=1..n)
     2n+6+2k  K_PY  queue the batch's next statement, or K_PEND
+    (simple mode: a yielded batch as one multi-statement query)
+    2n+3     K_SQL (gset GSET_PY), its text set by the driver; 2n+4 K_PY
     last     K_END
 
 A batch (``yield [s1(a), s2(b)]``) gives the generator the list of its
-results: in a pipeline (\\startpipeline, the statements, \\endpipeline,
-whose results ``sql.store_gset`` collects), or in simple mode, where
-libpq has no pipeline, one statement after the other.
+results, and is one implicit transaction in every mode (unless it runs
+inside the code's own BEGIN): in a pipeline (\\startpipeline, the
+statements, \\endpipeline: one sync), or in simple mode, where libpq has
+no pipeline, one Query message of the statements separated by ``;``,
+which the server runs as one implicit transaction. ``sql.store_gset``
+collects the results of either.
+
+A statement's error goes into the generator (``Support.py_error``, which
+``sql.finish_drain`` asks first): ``SqlError`` is thrown at the ``yield``
+that sent it. A generator that catches it goes on from what it yields
+next (the statement counts as done, the transaction as a success); one
+that lets it out gets a script's handling (retry, failure or abort),
+with messages naming the file and line of that ``yield``. In a pipeline,
+a caught error's batch is read to its sync first (the server skipped
+its other statements).
 
 A driver op sets ``client.command`` to the statement the generator yielded
 and returns to START_COMMAND, which sends it as any SQL command;
@@ -56,7 +70,10 @@ from pgsurge.config import QueryMode
 from pgsurge.engine import state as C
 from pgsurge.engine.state import (
     ABORTED,
+    E_DEADLOCK,
     E_META,
+    E_OTHER,
+    E_SERIALIZATION,
     END_TX,
     SLEEP,
     START_COMMAND,
@@ -137,6 +154,13 @@ class PyTransactionSpec(Protocol):
     #: the rows -r reports (each with a ``first_line``)
     @property
     def commands(self) -> tuple[Any, ...]: ...
+    #: what a statement's error is thrown into the generator as, and its
+    #: factory: (sqlstate, the server's text, the statement, "file:line")
+    @property
+    def error_type(self) -> type[BaseException]: ...
+    def sql_error(
+        self, sqlstate: str, text: str, statement: Any, where: str
+    ) -> BaseException: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -165,6 +189,10 @@ class PyProgram:
     fn: Callable[[Any], Generator[Any, Any, Any]] | None = None
     sleep_type: type | None = None
     wrap: Callable[[Any], Any] | None = None
+    #: op index -> the statement a K_SQL op sends (None for other ops)
+    stmt_at: list[Any] = field(default_factory=list)
+    #: simple mode: the op of a batch's multi-statement query
+    sbatch_index: int = 0
 
 
 @dataclass(slots=True, eq=False)
@@ -178,9 +206,22 @@ class PyClient:
     batch: list[Any] | None = None
     #: the batch's results so far (in a pipeline, stored by sql.store_gset)
     results: list[Any] | None = None
-    #: the pipeline's \endpipeline was sent (or, in simple mode, the first
-    #: statement of the batch was)
+    #: the pipeline's \endpipeline was sent (or, in simple mode, the
+    #: batch's query was)
     batch_sent: bool = False
+    #: the current batch's statement calls, in order (errors name the one
+    #: that failed)
+    batch_items: list[Any] | None = None
+    #: what the generator yielded after catching an error, filed by the
+    #: next K_PY op (``batch`` is ``CAUGHT`` meanwhile)
+    thrown: Any = None
+    #: an error was caught in a pipeline: its other results are skipped
+    discarding: bool = False
+
+
+#: ``PyClient.batch`` after a caught error: the next K_PY op goes to
+#: ``batch_done``, off the hot path, which files ``PyClient.thrown``
+CAUGHT: list[Any] = []
 
 
 def compile_py(spec: PyTransactionSpec, mode: QueryMode) -> tuple[Op, ...]:
@@ -219,8 +260,16 @@ def compile_py(spec: PyTransactionSpec, mode: QueryMode) -> tuple[Op, ...]:
             ops.append(op)
             ops.append(Op(C.K_PY, len(ops), spec.source, py=prog))
         pstart.pipeline_ops = tuple(inner)
+    else:
+        # a batch as one multi-statement query: its text is the driver's
+        prog.sbatch_index = len(ops)
+        ops.append(Op(C.K_SQL, len(ops), "batch", gset=C.GSET_PY))
+        ops.append(Op(C.K_PY, len(ops), spec.source, py=prog))
     ops.append(Op(C.K_END, len(ops), ""))
     prog.counts = [0] * len(ops)
+    prog.stmt_at = [None] * len(ops)
+    for stmt, i in (*prog.index.items(), *prog.batch_index.items()):
+        prog.stmt_at[i] = stmt
     for stmt in spec.statements:
         prog.counts[prog.index[stmt]] = stmt.nparams
         if stmt in prog.batch_index:
@@ -281,8 +330,6 @@ def _statement_op(stmt: PyStatementSpec, index: int, mode: QueryMode) -> Op:
     else:
         op.sql = stmt.sql.encode()
         op.names = PARAM_NAMES[:n]
-        if n == 1:
-            op.param1 = PARAM_NAMES[0]
         if mode is QueryMode.PREPARED:
             op.prepname = b"PY_%d" % stmt.key
     return op
@@ -329,6 +376,10 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
     simple = s.query_mode == C.MODE_SIMPLE
     names = PARAM_NAMES
     error = sup.error
+    info = sup.info
+    continue_on_error = s.continue_on_error
+    verbose_errors = s.verbose_errors
+    strip_nl = pgconn.strip_newline
     monotonic_ns = _monotonic_ns
     next_item = next
 
@@ -374,7 +425,8 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
             except Exception:
                 pass
         py.res = None
-        py.batch = py.results = None
+        py.batch = py.results = py.batch_items = py.thrown = None
+        py.discarding = False
         try:
             py.gen = prog.fn(py.ctx)  # type: ignore[misc]
         except Exception as e:
@@ -433,20 +485,15 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
 
         In a pipeline: each statement is queued in turn, then
         \\endpipeline, whose results ``sql.store_gset`` appends to
-        ``py.results``. In simple mode (no pipeline there): one statement
-        after the other, each result appended here."""
+        ``py.results``. In simple mode the batch went as one query
+        (``simple_batch``): its results are in."""
         batch = py.batch
-        results = py.results
-        assert batch is not None and results is not None
-        if simple and py.batch_sent:
-            results.append(py.res)
-            py.res = None
+        assert batch is not None
         if batch:
             item = batch.pop(0)
-            index = prog.index if simple else prog.batch_index
             i = -1
             if type(item) is tuple and len(item) == 2:
-                i = index.get(item[0], -1)
+                i = prog.batch_index.get(item[0], -1)
             if i < 0:
                 py.batch = None
                 return bad_item(st, prog, py.gen, item)
@@ -457,11 +504,49 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
             st.command = i
             return START_COMMAND
         if not simple and py.batch_sent and st.command != prog.pend_index + 1:
-            # every statement is queued: \endpipeline, then the results
+            # every statement is queued: \\endpipeline, then the results
             st.command = prog.pend_index
             return START_COMMAND
         py.batch = None
         return -1
+
+    def simple_batch(
+        st: Client, prog: PyProgram, py: PyClient, items: list[Any]
+    ) -> int:
+        """Simple mode: the batch as one Query of its statements, their
+        parameters written in as literals; the server runs it as one
+        implicit transaction and sends a result per statement (up to the
+        first error)."""
+        texts = []
+        for item in items:
+            try:
+                stmt = item[0]
+                i = prog.index[stmt] if type(item) is tuple and len(item) == 2 else -1
+            except (KeyError, IndexError, TypeError):
+                i = -1
+            if i < 0:
+                return bad_item(st, prog, py.gen, item)
+            parts = stmt.simple_parts
+            args = item[1]
+            try:
+                if len(args) != prog.counts[i]:
+                    return bad_params(st, prog, py.gen, item)
+                text = "".join(
+                    [
+                        p if k % 2 == 0 else _literal(args[p - 1])
+                        for k, p in enumerate(parts)
+                    ]
+                )
+            except (TypeError, IndexError):
+                return bad_params(st, prog, py.gen, item)
+            texts.append(text)
+        op = st.ops[prog.sbatch_index]
+        # a line break before each ";": a statement may end in a -- comment
+        op.sql = "\n;\n".join(texts).encode("utf-8", "surrogateescape")
+        py.batch = []
+        py.batch_sent = True
+        st.command = prog.sbatch_index
+        return START_COMMAND
 
     def resume(st: Client, prog: PyProgram, py: PyClient, value: Any) -> int:
         """Send ``value`` into the generator; file what it yields next
@@ -474,6 +559,11 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
             return END_TX
         except Exception as e:
             return fail(st, prog, user_traceback(e, prog.spec.user_files))
+        return file_item(st, prog, py, item)
+
+    def file_item(st: Client, prog: PyProgram, py: PyClient, item: Any) -> int:
+        """What the generator yielded: the state that runs it."""
+        gen = py.gen
         if type(item) is tuple:
             try:
                 i = prog.index[item[0]]
@@ -496,28 +586,35 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
             st.sleep_until = monotonic_ns() // 1000 + item.usec  # type: ignore[attr-defined]
             return SLEEP
         if type(item) is list:
-            # a batch: a pipeline (extended, prepared) or one by one (simple)
-            py.batch = list(item)
+            # a batch: a pipeline (extended, prepared) or one query (simple)
+            if not item:
+                return resume(st, prog, py, [])
+            py.batch_items = items = list(item)
             py.results = []
             py.batch_sent = False
-            if simple or not item:
-                state = batch_step(st, prog, py)
-                if state >= 0:
-                    return state
-                py.results = None
-                return resume(st, prog, py, [])  # an empty batch
+            if simple:
+                return simple_batch(st, prog, py, items)
+            py.batch = list(items)
             st.command = prog.pstart_index
             return START_COMMAND
         return bad_item(st, prog, py.gen, item)
 
     def batch_done(st: Client, prog: PyProgram, py: PyClient) -> int:
         """A step inside a batch: the next statement, or, once the results
-        are all in, the list of them into the generator."""
+        are all in, the list of them into the generator. Also the step
+        after a caught error (``py.batch`` is ``CAUGHT``): what the
+        generator yielded then."""
+        if py.batch is CAUGHT:
+            py.batch = None
+            py.discarding = False
+            item = py.thrown
+            py.thrown = None
+            return file_item(st, prog, py, item)
         state = batch_step(st, prog, py)
         if state >= 0:
             return state
         results = py.results or []
-        py.results = None
+        py.results = py.batch_items = None
         wrap = prog.wrap
         values = [None if r is None else wrap(r) for r in results]  # type: ignore[misc]
         return resume(st, prog, py, values)
@@ -593,4 +690,100 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
         st.command = i
         return START_COMMAND
 
+    def yield_site(gen: Any) -> str:
+        """``file:line`` of the ``yield`` a generator waits at (through
+        ``yield from``)."""
+        while True:
+            inner = getattr(gen, "gi_yieldfrom", None)
+            if inner is None or getattr(inner, "gi_frame", None) is None:
+                break
+            gen = inner
+        frame = getattr(gen, "gi_frame", None)
+        if frame is None:
+            return "?"
+        return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+    def py_error(st: Client, sqlstate: str, message: str) -> int | None:
+        """A statement of a Python transaction failed (its results are
+        read, or, in a pipeline, its error result is): throw the error into
+        the generator. A read result code (1: caught, the statement is
+        done; -1: caught in a pipeline, read on to its sync; 2: retry or
+        fail; 3: abort), or None for the scripts' handling (a script's
+        command, a lost connection, an unexpected result)."""
+        py = st.py
+        if py is None or st.ops[0].kind != C.K_PY:
+            return None
+        if py.discarding:
+            # a statement the server skipped after the caught error
+            st.qrynum += 1
+            return -1
+        gen = py.gen
+        conn = st.conn
+        if st.drain_fatal or gen is None or conn is None or conn.bad:
+            return None
+        prog: PyProgram = st.ops[0].py
+        items = py.batch_items
+        stmt = None
+        if items is not None:
+            k = len(py.results or ())
+            if k < len(items) and type(items[k]) is tuple:
+                stmt = items[k][0]
+        else:
+            stmt = prog.stmt_at[st.command]
+        where = yield_site(gen)
+        text = strip_nl(message)
+        spec = prog.spec
+        err = spec.sql_error(sqlstate, text, stmt, where)
+        py.batch = py.results = py.batch_items = None
+        try:
+            item = gen.throw(err)
+        except StopIteration:
+            item = DONE
+        except spec.error_type:
+            py.gen = None
+            return uncaught(st, prog, sqlstate, text, stmt, where)
+        except Exception as e:
+            py.gen = None
+            fail(st, prog, user_traceback(e, spec.user_files))
+            return 3
+        if verbose_errors:
+            info(
+                f"client {st.id} caught an error at {where} in script "
+                f"{st.script}; {text}"
+            )
+        py.thrown = item
+        py.batch = CAUGHT
+        if st.in_pipeline:
+            py.discarding = True
+            st.qrynum += 1
+            return -1
+        return 1
+
+    def uncaught(
+        st: Client, prog: PyProgram, sqlstate: str, text: str, stmt: Any, where: str
+    ) -> int:
+        """The generator let the error out: a script's handling (pgbench's
+        classification), with messages naming the ``yield``."""
+        if sqlstate == "40001":
+            estatus = E_SERIALIZATION
+        elif sqlstate == "40P01":
+            estatus = E_DEADLOCK
+        else:
+            estatus = E_OTHER
+        st.estatus = estatus
+        if estatus != E_OTHER or continue_on_error:
+            if verbose_errors:
+                info(
+                    f"client {st.id} got an error at {where} in script "
+                    f"{st.script}; {text}"
+                )
+            return 2
+        name = getattr(stmt, "name", None) or getattr(stmt, "first_line", "?")
+        error(
+            f"client {st.id} aborted in script {st.script} ({prog.spec.source}) "
+            f"at {where} (statement {name}): {text}"
+        )
+        return 3
+
+    sup.py_error = py_error
     return py_step

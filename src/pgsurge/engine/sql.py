@@ -3,23 +3,29 @@
 ``make_sql`` builds, once per worker, the steps that talk to the server for
 the state machine in :mod:`pgsurge.engine.client`:
 
-* sending: ``send_sql`` in the run's query mode (simple with ``:var``
-  substitution, extended or prepared with parameters), ``prepare`` on a
-  statement's first use on a connection (blocking, as pgbench's
-  ``prepareCommand``), ``flush_sent`` to push the data or wait for
-  writability;
-* reading: ``read_results`` fetches every result libpq holds, storing
-  ``\\gset``/``\\aset`` variables, reading a whole pipeline up to its last
-  sync, and draining a failed command; ``note_error`` and ``finish_drain``
-  classify the error (serialization, deadlock, other) when the command's
-  results are all in; ``discard_until_sync`` empties an aborted pipeline;
-  ``read_lost`` reads what a connection left when it failed mid-command;
-  ``queue_in_pipeline`` is a command's send inside ``\\startpipeline``.
+* sending: ``send_command`` is START_COMMAND's send outside a pipeline
+  (C: ``send_sql`` in ``_fastloop_client.c``): through pgsurge._fastpq
+  (``send_fast``, one call that also builds the parameters) when the
+  connection allows it, else ``send_sql`` in the run's query mode (simple
+  with ``:var`` substitution, extended or prepared with parameters) and
+  ``flush_sent`` to push the data or wait for writability; ``prepare`` on
+  a statement's first use in a pipeline (blocking, as pgbench's
+  ``prepareCommand``);
+* reading: ``wait_result`` is WAIT_RESULT (C: ``fl_advance``'s
+  WAIT_RESULT and ``fl_wait_gset``): a plain command's results through
+  pgsurge._fastpq's ``drain`` (``after_drain`` makes a result code of what
+  it found, for ``resume`` too), else ``read_results``, which fetches every
+  result libpq holds, storing ``\\gset``/``\\aset`` variables, reading a
+  whole pipeline up to its last sync, and draining a failed command;
+  ``note_error`` and ``finish_drain`` classify the error (serialization,
+  deadlock, other) when the command's results are all in;
+  ``discard_until_sync`` empties an aborted pipeline; ``read_lost`` reads
+  what a connection left when it failed mid-command; ``queue_in_pipeline``
+  is a command's send inside ``\\startpipeline``.
 
-The plain case (no ``\\gset``, no pipeline, no error) is inlined in
-``advance``; these are its general forms. Results codes of the readers:
-0 wait for the socket, 1 the command completed, 2 a retryable (or
-``--continue-on-error``) error, 3 abort the client.
+Result codes of the readers (``abi.R_*``): 0 wait for the socket, 1 the
+command completed, 2 a retryable (or ``--continue-on-error``) error, 3
+abort the client.
 """
 
 # ruff: noqa: SIM109
@@ -28,9 +34,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from pgsurge import pgconn
+from pgsurge.engine import fastpq
+from pgsurge.engine.abi import R_ABORT, R_DONE, R_READ_ON, R_WAIT
+from pgsurge.engine.fastpq import DRAIN_BUSY, DRAIN_DONE, SEND_FALLBACK, ErrorResult
 from pgsurge.engine.state import (
     BACKEND_DIED,
     E_CONN,
@@ -108,6 +117,7 @@ class SqlSteps:
     """
 
     __slots__ = (
+        "after_drain",
         "discard_until_sync",
         "flush_sent",
         "note_error",
@@ -115,7 +125,9 @@ class SqlSteps:
         "queue_in_pipeline",
         "read_lost",
         "read_results",
+        "send_command",
         "send_sql",
+        "wait_result",
     )
 
     #: after a send: push the data, wait for writability if needed; False
@@ -124,6 +136,12 @@ class SqlSteps:
     prepare: Callable[[Client, Op], None]
     #: queue the command (the caller flushes); False when libpq refused
     send_sql: Callable[[Client, Op], bool]
+    #: START_COMMAND's send and flush outside a pipeline; False: it failed
+    send_command: Callable[[Client, Op], bool]
+    #: WAIT_RESULT: read what arrived; a result code
+    wait_result: Callable[[Client, Op], int]
+    #: what pgsurge._fastpq's drain() returned, as a result code
+    after_drain: Callable[[Client, Op, object], int]
     read_results: Callable[[Client, Op], int]
     #: an error result arrived: -1 to go on draining, else a result code
     note_error: Callable[[Client, Any], int]
@@ -138,6 +156,9 @@ class SqlSteps:
         flush_sent: Callable[[Client], bool],
         prepare: Callable[[Client, Op], None],
         send_sql: Callable[[Client, Op], bool],
+        send_command: Callable[[Client, Op], bool],
+        wait_result: Callable[[Client, Op], int],
+        after_drain: Callable[[Client, Op, object], int],
         read_results: Callable[[Client, Op], int],
         note_error: Callable[[Client, Any], int],
         discard_until_sync: Callable[[Client], int],
@@ -147,6 +168,9 @@ class SqlSteps:
         self.flush_sent = flush_sent
         self.prepare = prepare
         self.send_sql = send_sql
+        self.send_command = send_command
+        self.wait_result = wait_result
+        self.after_drain = after_drain
         self.read_results = read_results
         self.note_error = note_error
         self.discard_until_sync = discard_until_sync
@@ -173,14 +197,27 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
     debug = s.debug
     store_variable = sup.store_variable
     blocked_since = sup.blocked_since
+    # pgsurge._fastpq's calls; used only for clients whose ``ptr`` is set
+    fast_send_prepared = fastpq.send_prepared
+    fast_send_query = fastpq.send_query
+    fast_send_params = fastpq.send_params
+    fast_send_prepared_vars = fastpq.send_prepared_vars
+    fast_send_params_vars = fastpq.send_params_vars
+    fast_send_query_parts = fastpq.send_query_parts
+    fast_drain = fastpq.drain
+
+    def flushed(st: Client, left: int) -> None:
+        """After a flush: wait for writability while data is left (1), stop
+        waiting once all is sent (0)."""
+        if left:
+            if not st.flush_pending:
+                io.want_write(st)
+        elif st.flush_pending:
+            io.write_done(st)
 
     def flush_sent(st: Client) -> bool:
         try:
-            if st.raw.flush():
-                if not st.flush_pending:
-                    io.want_write(st)
-            elif st.flush_pending:
-                io.write_done(st)
+            flushed(st, st.raw.flush())
         except libpq_error:
             return False
         return True
@@ -255,15 +292,62 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
         )
         return False
 
+    def send_fast(st: Client, op: Op) -> int | None:
+        """``send_sql`` and the flush in one call into pgsurge._fastpq (C:
+        ``send_sql`` in _fastloop_client.c): 0 all sent, 1 data left, < 0
+        the send or flush failed; None for a statement not yet prepared on
+        this connection (``send_sql`` prepares it). A value that needs
+        Python's formatting (a double, a boolean, NULL) is built here."""
+        ptr = st.ptr
+        if query_mode == MODE_PREPARED:
+            if op.prepname not in st.prepared:
+                return None
+            sent = fast_send_prepared_vars(ptr, op.prepname, st.variables, op.names)
+            if sent == SEND_FALLBACK:
+                params = params_of(st.variables, op.names)
+                sent = fast_send_prepared(ptr, op.prepname, params)
+        elif query_mode == MODE_EXTENDED:
+            sent = fast_send_params_vars(ptr, op.sql, st.variables, op.names)
+            if sent == SEND_FALLBACK:
+                sent = fast_send_params(ptr, op.sql, params_of(st.variables, op.names))
+        elif op.parts is None:
+            sent = fast_send_query(ptr, op.sql)
+        else:
+            sent = fast_send_query_parts(ptr, op.parts, st.variables)
+            if sent == SEND_FALLBACK:
+                sent = fast_send_query(ptr, substitute(st.variables, op.parts))
+        return sent
+
+    def send_command(st: Client, op: Op) -> bool:
+        """START_COMMAND's send outside a pipeline, flushed (or a wait for
+        writability asked); False when the send failed. Under --debug
+        everything goes through ``send_sql``, which prints pgbench's lines."""
+        if st.ptr and not debug:
+            try:
+                sent = send_fast(st, op)
+            except UnicodeEncodeError:
+                # a variable holding bytes that are not UTF-8 (surrogate-
+                # escaped): pgsurge._fastpq encodes strictly and sent
+                # nothing; send_sql passes the bytes as they are, as
+                # pgbench does
+                sent = None
+            if sent is not None:
+                if sent < 0:
+                    return False
+                flushed(st, sent)
+                return True
+        return send(st, op) and flush_sent(st)
+
     def store_gset(st: Client, op: Op, res: Any, is_last: bool) -> bool:
         """pgbench ``readCommandResponse``'s \\gset/\\aset handling."""
         gset = op.gset
         if gset == GSET_PY:
             # a Python transaction's statement: its last result goes to the
-            # generator; in a pipeline (its \endpipeline), every result
-            # (engine.pyworkload)
-            if st.in_pipeline:
-                st.py.results.append(res)
+            # generator; in a batch (a pipeline's \endpipeline, or one
+            # multi-statement query), every result (engine.pyworkload)
+            results = st.py.results
+            if results is not None:
+                results.append(res)
             elif is_last:
                 st.py.res = res
             return True
@@ -340,6 +424,54 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
             return 3
         st.qrynum = 0
         return 0
+
+    def wait_result(st: Client, op: Op) -> int:
+        """WAIT_RESULT: read what arrived without blocking (C: the
+        WAIT_RESULT case of ``fl_advance``, ``fl_wait_gset``)."""
+        if debug:
+            trace(f"client {st.id} receiving")
+        if (
+            st.ptr
+            and not op.gset
+            and not st.in_pipeline
+            and st.drain_state is None
+            and not st.flush_pending
+        ):
+            # a plain command through pgsurge._fastpq: consume and count
+            # its results in one call (read_results does the same with
+            # psycopg's calls)
+            return after_drain(st, op, fast_drain(st.ptr, st.qrynum))
+        try:
+            st.raw.consume_input()
+        except libpq_error:
+            return read_lost(st, op)
+        if st.flush_pending and not flush_sent(st):
+            return read_lost(st, op)
+        return read_results(st, op)
+
+    def after_drain(st: Client, op: Op, got: object) -> int:
+        """What pgsurge._fastpq's ``drain`` returned (here or in the C loop,
+        which hands the client back with it) as a result code: the count
+        of results and a code, or a failed result, read and cleared."""
+        if type(got) is int:
+            q = got >> 2
+            st.qrynum = q
+            code = got & 3
+            if code == DRAIN_BUSY:
+                return R_WAIT
+            if code == DRAIN_DONE:
+                if q:
+                    return R_DONE
+                error(f"client {st.id} command {st.command}: no results")
+                return R_ABORT
+            command_failed(st, "SQL", BACKEND_DIED)
+            return R_ABORT
+        q, status, sqlstate, message = cast(fastpq.Failed, got)
+        st.qrynum = q
+        r = note_error(st, ErrorResult(status, sqlstate, message))
+        if r == R_READ_ON:
+            r = read_results(st, op)
+        return r
 
     def read_results(st: Client, op: Op) -> int:
         """Fetch every result libpq holds without blocking.
@@ -448,6 +580,10 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
         state = st.drain_state
         st.drain_state = None
         message = st.drain_msg
+        if sup.py_error is not None:
+            r = sup.py_error(st, state or "", message)
+            if r is not None:
+                return r
         if st.drain_fatal:
             estatus = E_OTHER
             retry_ok = False
@@ -554,6 +690,9 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
         flush_sent,
         prepare,
         send,
+        send_command,
+        wait_result,
+        after_drain,
         read_results,
         note_error,
         discard_until_sync,

@@ -11,7 +11,7 @@ message sink and the small services every phase uses.
 The engine is split by phase: ``sql`` sends SQL and reads results,
 ``meta`` runs meta commands, ``tx`` accounts transactions and
 handles errors, retries and (re)connections, and ``client`` dispatches on
-the state, with the hot path inline. Enum members are plain ``int``
+the state. Enum members are plain ``int``
 constants here, since comparing ints is what the hot path does.
 """
 
@@ -186,8 +186,6 @@ class Op:
     #: extended/prepared parameters: variable names in $n order
     names: tuple[str, ...] = ()
     prepname: bytes = b""
-    #: the only parameter's variable name, when there is exactly one
-    param1: str = ""
     gset: int = GSET_NONE
     prefix: str = ""
     # \set, \if, \elif
@@ -375,7 +373,7 @@ class Support:
     tells why (``WorkerState.abort_messages``, the JSON result).
     """
 
-    __slots__ = ("_log", "_reconnect", "_w", "last_error")
+    __slots__ = ("_log", "_reconnect", "_w", "last_error", "py_error")
 
     def __init__(
         self, w: WorkerState, log: Callable[[str], None], reconnect: bool = False
@@ -385,6 +383,10 @@ class Support:
         #: --reconnect: a client that lost its connection does not abort
         self._reconnect = reconnect
         self.last_error = ""
+        #: a run with Python transactions: ``(client, sqlstate, message)``
+        #: -> a read result code, or None for the scripts' handling
+        #: (``engine.pyworkload``: the error goes into the generator)
+        self.py_error: Callable[[Client, str, str], int | None] | None = None
 
     def error(self, message: str) -> None:
         self.last_error = message

@@ -8,8 +8,8 @@ errors and retries.
 * ``process_xact``: pgbench's ``processXactStats`` — count an ended
   transaction (success, failure or skip) into the worker's and script's
   ``StatsData``, the latency histograms when an output needs them, and the
-  ``-l`` log (the inline fast path in ``advance`` does the same for a
-  plain first-try success);
+  ``-l`` log (C: ``process_xact`` and its inline first-try case in
+  ``fl_advance``'s END_TX);
 * ``connect``/``disconnect`` of a client's connection (every transaction
   under ``-C``), registered with the event loop;
 * the error states: ``on_error`` (leave an aborted pipeline, roll back an

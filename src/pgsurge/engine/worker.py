@@ -124,8 +124,12 @@ class WorkerSpec:
 
 def wants_histograms(cfg: RunConfig) -> bool:
     """Whether an output needs latency histograms (--percentiles, --json,
-    --html)."""
-    return cfg.percentiles is not None or bool(cfg.json_path or cfg.html_path)
+    --html, a YCSB workload's per-operation figures)."""
+    return (
+        cfg.percentiles is not None
+        or bool(cfg.json_path or cfg.html_path)
+        or any(s.python and getattr(s.parsed, "figures", None) for s in cfg.scripts)
+    )
 
 
 def build_settings(spec: WorkerSpec, end_us: int) -> Settings:

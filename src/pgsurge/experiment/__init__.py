@@ -12,5 +12,11 @@ imports the engine, the workers or the report renderers of a run, and
   renderings (pure functions of the finished comparison);
 * ``ab``: the experiment runner behind ``pgsurge ab``;
 * ``command``: ``pgsurge compare`` and ``pgsurge ab`` argument parsing and
-  exit statuses.
+  exit statuses;
+* ``grid``, ``sweep``, ``sweep_report``, ``sweep_command``: ``pgsurge
+  sweep`` (the ``--vary`` grid and its run order, the resumable runner on
+  ``ab``'s machinery, the per-cell table and JSON, the command);
+* ``knee``: one arm's interval and the knee of a client curve;
+* ``capacity``: ``pgsurge capacity``, the highest ``-R`` meeting a
+  latency target.
 """

@@ -182,6 +182,9 @@ class Interrupted(Exception):
 class Experiment:
     """Runs a ``Plan``; ``records`` are all runs so far, in order."""
 
+    #: the subcommand, as its notices name it
+    command = "ab"
+
     def __init__(
         self,
         plan: Plan,
@@ -217,7 +220,7 @@ class Experiment:
         self._stop += 1 if signum == signal.SIGINT else 2
         if self._stop == 1:
             self._notify(
-                "pgsurge ab: stopping after the current run "
+                f"pgsurge {self.command}: stopping after the current run "
                 "(Ctrl-C again to stop it now and discard it)\n"
             )
         elif self._proc is not None and self._proc.poll() is None:
@@ -337,6 +340,11 @@ class Experiment:
             "pgsurge",
             *arm.args,
             *self.plan.common,
+            # which arm, and whether it counts (ab=run, sweep=warmup): in the
+            # run's JSON, and in the results store when the runs are stored
+            # (--store, PGSURGE_STORE); a sweep's cells are in the workload
+            f"--label=arm={arm.name}",
+            f"--label={self.command}={'warmup' if record.warmup else 'run'}",
             "--json",
             str(json_path),
         ]

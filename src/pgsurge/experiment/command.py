@@ -40,6 +40,7 @@ from pgsurge.experiment.ab import (
     write_private,
 )
 from pgsurge.experiment.compare import METRIC_KEYS, compare
+from pgsurge.experiment.fingerprint import fingerprint_differences
 from pgsurge.experiment.render import (
     render_json,
     render_repeat,
@@ -238,7 +239,22 @@ def _compare(args: list[str], out: TextIO, err: TextIO) -> int:
         force=ns.force,
     )
     _emit(render_text(c), render_json(c, ns.fail_on), ns.json, out, err)
+    _environment_warnings([*base, *new], err)
     return c.exit_status(ns.fail_on)
+
+
+def _environment_warnings(runs: Sequence[RunSummary], err: TextIO) -> None:
+    """One warning per run whose environment (``experiment.fingerprint``)
+    differs from the first run's: the figures may differ for that reason."""
+    first = runs[0]
+    for run in runs[1:]:
+        diff = fingerprint_differences(first.fingerprint, run.fingerprint)
+        if diff:
+            err.write(
+                f"{PROG}: warning: {run.name} ran in another environment than "
+                f"{first.name}: {'; '.join(diff)}\n"
+            )
+    err.flush()
 
 
 # -- ab -------------------------------------------------------------------------
@@ -323,15 +339,18 @@ def _ab_parser() -> _Parser:
     return p
 
 
-def _split_ab_argv(args: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(ab's own arguments, the common pgsurge arguments after ``--``)."""
+def _split_ab_argv(
+    args: Sequence[str], options: Sequence[str] = _ARM_OPTIONS
+) -> tuple[list[str], list[str]]:
+    """(ab's own arguments, the common pgsurge arguments after ``--``);
+    ``options`` take the next word as their value whatever it looks like."""
     own: list[str] = []
     i = 0
     while i < len(args):
         tok = args[i]
         if tok == "--":
             return own, list(args[i + 1 :])
-        if tok in _ARM_OPTIONS and i + 1 < len(args):
+        if tok in options and i + 1 < len(args):
             own.append(f"{tok}={args[i + 1]}")
             i += 2
             continue
@@ -357,14 +376,14 @@ def _words(text: str, option: str) -> tuple[str, ...]:
         raise UsageError(f"{option}: {exc}: {text}") from None
 
 
-def _out_dir(given: str | None) -> Path:
+def _out_dir(given: str | None, prefix: str = "pgsurge-ab") -> Path:
     if given is None:
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        path = Path(f"pgsurge-ab-{stamp}")
+        path = Path(f"{prefix}-{stamp}")
         n = 1
         while path.exists():
             n += 1
-            path = Path(f"pgsurge-ab-{stamp}-{n}")
+            path = Path(f"{prefix}-{stamp}-{n}")
     else:
         path = Path(given)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):

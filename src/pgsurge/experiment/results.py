@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pgsurge.errors import PgsurgeError
+from pgsurge.experiment.fingerprint import fingerprint
 
 __all__ = [
     "READ_SCHEMA",
@@ -130,10 +131,17 @@ class RunSummary:
     #: ``pgsurge ab``'s record of the run's arm (its ``experiment``
     #: section: arm, args, env, common; masked), None for other runs
     arm: Mapping[str, Any] | None = None
+    #: the run's client CPU says the client may have been the bottleneck
+    client_limited: bool = False
+    #: the run's per-interval tps trended (``steady_state.steady`` false)
+    unsteady: bool = False
     #: what tells a run given twice: the file (device, inode) and the
     #: SHA-256 of its bytes (None when not read from a file)
     file_id: tuple[int, int] | None = None
     digest: str | None = None
+    #: the counted fields of the run's environment (``fingerprint``), None
+    #: for a document without one
+    fingerprint: Mapping[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -316,6 +324,12 @@ def parse_result(path: str, data: object) -> RunSummary:
         intervals=_intervals(doc),
         waits=_waits(data.get("waits")),
         arm=_arm(data.get("experiment")),
+        unsteady=isinstance(data.get("steady_state"), Mapping)
+        and data["steady_state"].get("steady") is False,
+        client_limited=bool(cpu.get("client_limited"))
+        if isinstance(cpu, Mapping)
+        else False,
+        fingerprint=fingerprint(data),
     )
 
 

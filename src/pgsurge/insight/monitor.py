@@ -22,6 +22,16 @@ The runner drives it through a run's phases (``pgsurge.runner``):
 
 Only the runner prints: warnings go to the ``warn`` callback given to
 :meth:`start` (start-up), or are kept in :attr:`warnings` (the thread's).
+
+Behind a connection pooler (the runner found one at set-up and passes its
+mode and the workers' ``application_name``) the pids libpq reports are
+the pooler's, not backends: the sampler follows the server sessions by
+name, runs unprepared statements when it goes through a transaction
+pooler itself, ``--server-stats`` waits for the pooled sessions' counters
+to reach the server (they outlive the clients, see :data:`FLUSH_AFTER_S`),
+and the idle sessions of a transaction pooler get a warning. ``--monitor
+DSN`` (``cfg.monitor_dsn``) connects the monitor and the idle sessions
+there instead of to the run's target: straight to the server.
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ from pgsurge.errors import PROG
 from pgsurge.insight import counters
 from pgsurge.insight.companions import Companions, open_companions
 from pgsurge.insight.counters import SOURCES, Snapshot, StatSource
+from pgsurge.insight.hostwatch import HostWatch, server_is_local
 from pgsurge.insight.sampling import (
     TAG,
     ActivitySampler,
@@ -53,6 +64,16 @@ Warn = Callable[[str], None]
 
 #: how long the end snapshot waits for the run's backends to exit
 EXIT_WAIT_S = 5.0
+#: a backend that goes idle less than a second after its last flush keeps
+#: its counters for 10 s (PostgreSQL's idle stats interval): behind a
+#: pooler, whose server sessions outlive the run, the totals are complete
+#: once every session of the database has been idle this long
+FLUSH_AFTER_S = 10.5
+#: ... waiting at most this long after the run (a busy neighbour)
+FLUSH_WAIT_S = 13.0
+#: the monitor's own sessions (by name: behind a pooler pids are no help)
+MONITOR_APP = "pgsurge monitor"
+IDLE_APP = "pgsurge idle session"
 
 _PRIVILEGED_SQL = (
     "SELECT rolsuper OR pg_catalog.pg_has_role(current_user, 'pg_read_all_stats',"
@@ -77,12 +98,39 @@ WHERE pid = ANY($1::int[])
        AND pid <> pg_catalog.pg_backend_pid() AND pid <> ALL($3::int[]))"""
 
 
+# the seconds since the newest idle session of this database went idle,
+# and how many are not idle (all but ours)
+_IDLE_AGE_SQL = f"""{TAG} SELECT
+  extract(epoch FROM pg_catalog.clock_timestamp() - max(state_change))::float8,
+  count(*) FILTER (WHERE state IS DISTINCT FROM 'idle')
+FROM pg_catalog.pg_stat_activity
+WHERE backend_type = 'client backend' AND datname = pg_catalog.current_database()
+  AND pid <> pg_catalog.pg_backend_pid()
+  AND application_name NOT IN ('{MONITOR_APP}', '{IDLE_APP}')"""
+
+
 def _clock() -> int:
     return time.monotonic_ns() // 1000
 
 
 def _warning(what: str, text: str) -> str:
     return f"{PROG}: warning: {what}: {text}\n"
+
+
+def _idle_pool_warning(cfg: RunConfig) -> str:
+    """--idle-sessions through a transaction pooler: what they really do."""
+    if cfg.idle_mode.value == "idle":
+        text = (
+            "behind a transaction pooler an idle session holds no server "
+            "session at all: it adds nothing to the server"
+        )
+    else:
+        text = (
+            f"behind a transaction pooler each {cfg.idle_mode.value} session "
+            "pins one of the pool's server connections for the whole run (the "
+            "clients share the rest); --monitor DSN opens them on the server"
+        )
+    return _warning("--idle-sessions", text)
 
 
 def _one(conn: pgconn.PgConn, sql: str) -> str | None:
@@ -120,7 +168,16 @@ class Monitor:
     sample_every_us: int = 0
     attribution: str = "pids"
     pids: tuple[int, ...] = ()
+    #: behind a pooler: its mode ("transaction", "session"); None: direct
+    pooler_mode: str | None = None
+    #: the monitor and idle sessions connect through the pooler too
+    #: (no --monitor)
+    via_pooler: bool = False
+    #: behind a pooler: how long --server-stats waited for the counters
+    flush_wait_s: float = 0.0
     start_us: int = 0
+    #: --host-stats: the client host's counters (``hostwatch``)
+    host: HostWatch | None = None
     _thread: threading.Thread | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -134,20 +191,43 @@ class Monitor:
         password: str | None,
         scripts: Sequence[str],
         warn: Warn,
+        *,
+        pooler_mode: str | None = None,
+        app_name: str | None = None,
     ) -> Monitor:
         """Open the sessions and the monitor connection (see the module
-        doc); raises :class:`ConnectError` when one cannot connect."""
-        mon = cls(cfg)
+        doc); raises :class:`ConnectError` when one cannot connect.
+        ``pooler_mode``/``app_name``: the pooler found at set-up."""
+        mon = cls(cfg, pooler_mode=pooler_mode)
+        mon.app_name = app_name or ""
         items = cfg.conn.conninfo_items()
+        if cfg.monitor_dsn is not None:
+            items = {"dbname": cfg.monitor_dsn, "fallback_application_name": PROG}
+        mon.via_pooler = pooler_mode is not None and cfg.monitor_dsn is None
         try:
             if cfg.idle_sessions:
                 mon.companions = open_companions(
                     items, password, cfg.idle_sessions, cfg.idle_mode
                 )
+                if mon.via_pooler and pooler_mode == "transaction":
+                    warn(_idle_pool_warning(cfg))
             if cfg.waits_ms is not None or cfg.server_stats:
                 mon._connect(items, password, warn)
                 if cfg.server_stats:
+                    if pooler_mode is not None:
+                        warn(
+                            _warning(
+                                "--server-stats",
+                                "behind a connection pooler the server sessions "
+                                "outlive the clients and report their counters up "
+                                f"to {FLUSH_AFTER_S - 0.5:.0f} s after going idle: "
+                                "the totals wait for that (the -P interval "
+                                "figures lag by as much)",
+                            )
+                        )
                     mon._setup_counters(scripts, warn)
+            if cfg.host_stats:
+                mon.host = HostWatch(disks=server_is_local(cfg.conn))
         except BaseException:
             mon.close()
             raise
@@ -157,9 +237,11 @@ class Monitor:
         conn = pgconn.connect_or_raise(items, password)
         self.conn = conn
         self.server_version_num = conn.server_version
-        # the workers' name (they connect with the same items), then ours
-        self.app_name = _one(conn, "SHOW application_name") or ""
-        conn.exec_status("SET application_name = 'pgsurge monitor'")
+        # the workers' name (they connect with the same items; behind a
+        # pooler the set-up read it), then ours
+        if not self.app_name:
+            self.app_name = _one(conn, "SHOW application_name") or ""
+        conn.exec_status(f"SET application_name = '{MONITOR_APP}'")
         self.privileged = _one(conn, _PRIVILEGED_SQL) == "t"
         if not self.privileged:
             warn(
@@ -251,11 +333,13 @@ class Monitor:
         cfg = self.cfg
         self.pids = tuple(pids)
         self.start_us = start_us
+        if self.host is not None:
+            self.host.go()
         interval_us = 1_000_000 * (cfg.progress_s or 1)
         if cfg.waits_ms is not None and self.conn is not None:
             self.profile = WaitProfile(anchor_us=start_us, interval_us=interval_us)
             self.sampler = self._make_sampler(interval_us, warn)
-        if self.sampler is None and not (cfg.server_stats and cfg.progress_s):
+        if self.sampler is None and not (self._per_interval and cfg.progress_s):
             return
         self._thread = threading.Thread(
             target=self._run, name="pgsurge-monitor", daemon=True
@@ -268,14 +352,19 @@ class Monitor:
         conn = self.conn
         assert conn is not None and self.cfg.waits_ms is not None
         exclude = tuple(self.companions.pids) if self.companions else ()
-        by_app = not self.pids
+        by_app = not self.pids or self.pooler_mode is not None
         if by_app:
             self.attribution = "application_name"
+            why = (
+                "a connection pooler hides the backends' pids"
+                if self.pooler_mode is not None
+                else "-C gives no backend pids to follow"
+            )
             warn(
                 _warning(
                     "--waits",
-                    "-C gives no backend pids to follow: sampling the sessions "
-                    f'named "{self.app_name}" in this database',
+                    f"{why}: sampling the server sessions named "
+                    f'"{self.app_name}" in this database',
                 )
             )
         if not by_app and self._has_wait_sampling():
@@ -294,7 +383,14 @@ class Monitor:
                 self.sample_every_us = interval_us
                 return profiler
         sampler = ActivitySampler(
-            conn, self.pids, self.app_name if by_app else None, exclude, self.privileged
+            conn,
+            () if by_app else self.pids,
+            self.app_name if by_app else None,
+            exclude,
+            self.privileged,
+            # a transaction pooler runs each statement on any server session:
+            # one that never saw a prepared statement's PREPARE
+            prepared=not (self.via_pooler and self.pooler_mode == "transaction"),
         )
         try:
             sampler.prepare()
@@ -331,7 +427,7 @@ class Monitor:
         """The thread: samples every period, a counters snapshot at each
         ``-P`` boundary, until :meth:`finish`."""
         cfg = self.cfg
-        step_us = 1_000_000 * cfg.progress_s if cfg.server_stats else 0
+        step_us = 1_000_000 * cfg.progress_s if self._per_interval else 0
         next_boundary = self.start_us + step_us if step_us else None
         next_sample = _clock() if self.sampler is not None else None
         while True:
@@ -366,7 +462,16 @@ class Monitor:
             self.warnings.append(_warning("--waits", f"sampling stopped: {exc}"))
             self.sampler = None
 
+    @property
+    def _per_interval(self) -> bool:
+        """Whether something is read at each -P boundary."""
+        return self.cfg.server_stats or self.host is not None
+
     def _boundary(self, interval_start_us: int) -> None:
+        if self.host is not None:
+            self.host.boundary(interval_start_us)
+        if not (self.cfg.server_stats and self.conn is not None):
+            return
         prev = self.last_snap
         snap = self._snapshot(self.warnings.append)
         if prev is not None:
@@ -402,15 +507,20 @@ class Monitor:
                 "source": self.sampler.source if self.sampler else "pg_stat_activity",
                 "period_ms": self.sample_every_us / 1000.0,
                 "attribution": self.attribution,
-                "backends": len(self.pids),
+                "backends": 0 if self.attribution != "pids" else len(self.pids),
                 "background_sampled": self.privileged,
                 **waits,
             }
+            if isinstance(self.sampler, ActivitySampler) and self.sampler.app_name:
+                waits["server_backends_seen"] = len(self.sampler.seen)
             out["waits"] = waits
             for start, shares in self.profile.interval_points():
                 intervals.setdefault(start, {"start_us": start})["waits"] = shares
         if self.cfg.server_stats and self.start_snap is not None and self.conn:
-            self._wait_for_exit()
+            if self.pooler_mode is not None:
+                self._wait_for_flush()
+            else:
+                self._wait_for_exit()
             end = self._snapshot(self.warnings.append)
             if self.last_snap is not None and self.cfg.progress_s:
                 last_start = max(self.interval_stats, default=None)
@@ -429,9 +539,28 @@ class Monitor:
                 )
         if self.companions is not None:
             out["idle_sessions"] = self.companions.to_dict()
+        if self.host is not None:
+            self._host_sections(out, intervals)
         if intervals:
             out["intervals"] = [intervals[k] for k in sorted(intervals)]
         return out
+
+    def _host_sections(
+        self, out: dict[str, Any], intervals: dict[int, dict[str, Any]]
+    ) -> None:
+        """--host-stats: the run's figures and each interval's."""
+        host = self.host
+        assert host is not None
+        step_us = 1_000_000 * self.cfg.progress_s
+        tail = None
+        if step_us and self.start_us:
+            last = max(host.intervals, default=None)
+            tail = self.start_us if last is None else last + step_us
+        section = host.finish(tail)
+        if section is not None:
+            out["host_stats"] = section
+        for start, figures in host.intervals.items():
+            intervals.setdefault(start, {"start_us": start})["host"] = figures
 
     def _stop_thread(self) -> None:
         self._stop.set()
@@ -464,6 +593,44 @@ class Monitor:
             )
         )
 
+    def _idle_age(self) -> tuple[float | None, int]:
+        """(seconds since the newest session of the database went idle,
+        sessions not idle), ours left out; (None, 0) on a failure."""
+        conn = self.conn
+        assert conn is not None
+        status, res = conn.exec_status(_IDLE_AGE_SQL)
+        if status != pgconn.TUPLES_OK or res.ntuples == 0:
+            return None, 0
+        age = pgconn.value_text(res, 0, 0)
+        busy = int(pgconn.value_text(res, 0, 1) or 0)
+        return (float(age) if age else None), busy
+
+    def _wait_for_flush(self) -> None:
+        """Behind a pooler: until every server session of this database has
+        been idle :data:`FLUSH_AFTER_S` (its counters reported), at most
+        :data:`FLUSH_WAIT_S`."""
+        t0 = time.monotonic()
+        deadline = t0 + FLUSH_WAIT_S
+        while True:
+            age, busy = self._idle_age()
+            if age is None and not busy:
+                break
+            if not busy and age is not None and age >= FLUSH_AFTER_S:
+                break
+            if time.monotonic() >= deadline:
+                self.warnings.append(
+                    _warning(
+                        "--server-stats",
+                        "the pooler's server sessions were not all idle for "
+                        f"{FLUSH_AFTER_S:g} s: the totals may miss some of "
+                        "their work",
+                    )
+                )
+                break
+            left = FLUSH_AFTER_S - (age or 0) if not busy else 0.5
+            time.sleep(min(max(left, 0.05), 0.5, max(deadline - time.monotonic(), 0)))
+        self.flush_wait_s = time.monotonic() - t0
+
     def _server_stats(self, end: Snapshot, transactions: int) -> dict[str, Any]:
         start = self.start_snap
         assert start is not None
@@ -487,6 +654,11 @@ class Monitor:
             "unavailable": dict(self.unavailable),
             "tables": self.tables_seen(end),
             "settings": self.settings,
+            **(
+                {"pooler_flush_wait_s": round(self.flush_wait_s, 3)}
+                if self.pooler_mode is not None
+                else {}
+            ),
             "note": (
                 "deltas from before the clients connected to after their "
                 "backends exited (counters are flushed at exit); they include "

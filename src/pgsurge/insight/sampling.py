@@ -88,16 +88,21 @@ class ActivitySampler:
     #: pids never to count under -C (the idle sessions)
     exclude: tuple[int, ...]
     background: bool
+    #: a named prepared statement (not through a transaction pooler)
+    prepared: bool = True
     name: bytes = b"pgsurge_waits"
     params: list[str | None] = field(default_factory=list)
     own_pids: frozenset[int] = frozenset()
+    #: by name: the server pids sampled (behind a pooler, its sessions)
+    seen: set[int] = field(default_factory=set)
 
     source = "pg_stat_activity"
 
     def prepare(self) -> None:
-        error = self.conn.prepare(self.name, _ACTIVITY_SQL.encode())
-        if error is not None:
-            raise SamplerError(pgconn.strip_newline(error))
+        if self.prepared:
+            error = self.conn.prepare(self.name, _ACTIVITY_SQL.encode())
+            if error is not None:
+                raise SamplerError(pgconn.strip_newline(error))
         self.params = [
             pg_array(self.pids),
             self.app_name,
@@ -108,7 +113,10 @@ class ActivitySampler:
 
     def sample(self, profile: WaitProfile) -> None:
         t0 = _clock()
-        status, res = self.conn.exec_prepared(self.name, self.params)
+        if self.prepared:
+            status, res = self.conn.exec_prepared(self.name, self.params)
+        else:
+            status, res = self.conn.exec_params(_ACTIVITY_SQL, self.params)
         now = _clock()
         if status != pgconn.TUPLES_OK:
             raise _fail(self.conn)
@@ -122,6 +130,8 @@ class ActivitySampler:
             state, wtype, wevent, btype = (text(res, row, c) for c in (1, 2, 3, 4))
             if pid in self.own_pids or (by_app and btype == "client backend"):
                 own.append(_own(state, wtype, wevent))
+                if by_app:
+                    self.seen.add(pid)
             elif (label := _bg(btype, wtype, wevent)) is not None:
                 bg.append(label)
         profile.add_rows(now, own, bg)

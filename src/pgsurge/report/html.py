@@ -397,6 +397,15 @@ def render_html(
         )
     if any(wait_stack(r.doc) for r in safe):
         charts.append(chart("waits", "Wait events per interval (share of samples)"))
+    if any(iv.get("host") for r in safe for iv in r.doc.get("intervals") or []):
+        charts.append(
+            chart(
+                "host",
+                "Client host CPU per interval (--host-stats)",
+                "user, system, iowait and steal, in % of all the host's CPUs"
+                + ("; the first run that has them" if many else ""),
+            )
+        )
     if charts:
         body.append(section("Charts", "".join(charts), "charts"))
 

@@ -315,7 +315,35 @@
     }, cols);
   }
 
+  function drawHost(el) {
+    // --host-stats: the client host's CPU by kind, per interval (the first
+    // run that has it; with several runs, each run's page has its own)
+    var run = runs.filter(function (r) {
+      return (r.doc.intervals || []).some(function (iv) { return iv.host; });
+    })[0];
+    var al = align([intervalSeries(run)]);
+    var ivs = al.ys[0];
+    var kinds = [["user", "#1f6feb"], ["system", "#d9480f"], ["iowait", "#9a6700"], ["steal", "#c62828"]];
+    var series = [{ label: "s" }];
+    var cols = [al.x];
+    kinds.forEach(function (k) {
+      series.push({
+        label: k[0],
+        stroke: k[1],
+        width: 1.5,
+        value: function (u, v) { return v === null ? "–" : v.toFixed(1) + "%"; },
+      });
+      cols.push(ivs.map(function (iv) { return get(iv, ["host", "cpu_pct", k[0]]); }));
+    });
+    makeChart(el, {
+      scales: { x: { time: false }, y: { range: [0, 100] } },
+      series: series,
+      axes: [xAxis("interval start (s)"), yAxis("% of the host's CPUs")],
+    }, cols);
+  }
+
   var drawers = {
+    host: drawHost,
     tps: drawTps,
     latency: function (el) { drawLatency(el, "latency_ms", "latency"); },
     lag: function (el) { drawLatency(el, "lag_ms", "lag"); },

@@ -34,7 +34,10 @@ from pgsurge.config import ConnParams, RunConfig
 from pgsurge.redact import redact_text, redact_value
 from pgsurge.report.extras import busy_workers, percentile_label
 from pgsurge.report.output import write_output
+from pgsurge.report.rate import rate_check
+from pgsurge.report.steady import steady_check
 from pgsurge.stats.counters import StatsData
+from pgsurge.stats.cpu import IMPL_C_LOOP
 from pgsurge.stats.histogram import Histogram
 from pgsurge.stats.results import RunResult
 from pgsurge.stats.simple import SimpleStats
@@ -308,9 +311,49 @@ def build_document(result: RunResult, config: RunConfig) -> dict[str, Any]:
         }
     # --waits, --server-stats, --idle-sessions (pgsurge.insight)
     doc.update((k, v) for k, v in result.insight.items() if k != "intervals")
+    check = rate_check(result)
+    if check is not None:
+        doc["rate_check"] = check
+    steady = steady_check(result)
+    if steady is not None:
+        doc["steady_state"] = steady
     if result.hosts:  # a multi-host run (--dask)
         doc["hosts"] = [dict(h) for h in result.hosts]
+        lost = [h["name"] for h in result.hosts if h.get("lost")]
+        if lost:  # what the lost hosts streamed before they were lost
+            doc["degraded"] = {"lost_hosts": lost}
+    if result.environment:
+        doc["environment"] = _environment(result)
+    if config.labels:
+        doc["labels"] = redact_value(dict(config.labels))
     return doc
+
+
+#: the version of the ``environment`` section's layout (fields may be added)
+ENVIRONMENT_VERSION = 1
+
+
+def _environment(result: RunResult) -> dict[str, Any]:
+    """Where the run ran: the client host, the server, pgsurge and its
+    engine (the fingerprint ``compare`` and ``history`` check)."""
+    env = result.environment
+    server = env.get("server", {})
+    impls = sorted({w.implementation for w in result.worker_cpu if w.implementation})
+    return {
+        "version": ENVIRONMENT_VERSION,
+        "client": dict(env.get("client", {})),
+        "server": {
+            "version": result.facts.server_version,
+            "version_num": result.facts.server_version_num,
+            "settings": redact_value(dict(server.get("settings", {}))),
+            "data_bytes": server.get("data_bytes"),
+        },
+        "pgsurge": {
+            "version": result.facts.pgsurge_version,
+            "c_loop": IMPL_C_LOOP in impls,
+            "engines": impls,
+        },
+    }
 
 
 def write_json(

@@ -67,6 +67,7 @@ from pgsurge.report.extras import (
     nothing_processed_warning,
     render_extras,
 )
+from pgsurge.report.rate import rate_warning
 from pgsurge.report.text import (
     render_abort_notice,
     render_interrupt_notice,
@@ -74,13 +75,17 @@ from pgsurge.report.text import (
 )
 from pgsurge.runner.drive import drive_local, writer
 from pgsurge.runner.setup import (
+    Setup,
     TableInfo,
     epoch_shift_us,
     parse_scripts,
     pure_python_notice,
+    read_counter_after,
     set_up,
     worker_specs,
+    workload_figures_of,
 )
+from pgsurge.stats.host import host_facts
 from pgsurge.stats.results import RunFacts, RunResult
 
 if TYPE_CHECKING:
@@ -159,7 +164,7 @@ def run(
     monitor = None
     try:
         if cfg.insight:  # --waits, --server-stats, --idle-sessions
-            monitor = _start_monitor(cfg, setup.password, text_out, err)
+            monitor = _start_monitor(cfg, setup, text_out, err)
         local = partial(drive_local, show_live=show_live, monitor=monitor)
         result = (drive or local)(specs, facts, err)
         if monitor is not None:
@@ -174,18 +179,38 @@ def run(
             monitor.close()
             err.write("".join(monitor.warnings))
     result.epoch_shift_us = shift_us
+    if setup.pooler is not None:  # the JSON says so (schema 1, optional)
+        result.insight = {"pooler": setup.pooler.to_dict(), **result.insight}
+    result.environment = {
+        "client": host_facts(),
+        "server": {"settings": setup.server_settings, "data_bytes": setup.data_bytes},
+    }
+    _workload_figures(cfg, setup.password, setup.counter_before, result)
 
     if on_result is not None:
         on_result(result)
     try:
-        return _report(result, cfg, out=out, text_out=text_out, err=err)
+        return _report(
+            result,
+            cfg,
+            out=out,
+            text_out=text_out,
+            err=err,
+            pooled=setup.pooler is not None,
+        )
     finally:
         # an interrupted run's signals were held while it was reported
         release_held()
 
 
 def _report(
-    result: RunResult, cfg: RunConfig, *, out: TextIO, text_out: TextIO, err: TextIO
+    result: RunResult,
+    cfg: RunConfig,
+    *,
+    out: TextIO,
+    text_out: TextIO,
+    err: TextIO,
+    pooled: bool = False,
 ) -> ExitStatus:
     """Step 7: the report and pgsurge's extras; the exit status (or the
     signal the run was interrupted by, raised again)."""
@@ -193,7 +218,12 @@ def _report(
     text_out.write(
         render_extras(result, percentiles=cfg.percentiles, client_cpu=cfg.client_cpu)
     )
-    if result.insight:
+    figures = result.insight.get("workload")
+    if figures:
+        from pgsurge.workloads.figures import render_figures
+
+        text_out.write(render_figures(figures))
+    if any(k != "workload" for k in result.insight):
         from pgsurge.report.insight import insight_warnings, render_insight
 
         text_out.write(render_insight(result.insight))
@@ -202,6 +232,7 @@ def _report(
     warning = nothing_processed_warning(result, PROG)
     if result.total_duration_us >= WARN_MIN_DURATION_US:
         warning += client_limited_warning(result, PROG, cpus=_cpus())
+        warning += rate_warning(result, PROG)
     if warning:
         err.write(warning)
         err.flush()
@@ -213,6 +244,8 @@ def _report(
         _write_html(result, cfg, cfg.html_path)
     notice = render_abort_notice(result, PROG)
     if notice:
+        if pooled and any(_lost_prepared(m) for m in result.abort_messages):
+            notice += POOLER_PREPARED_HINT
         err.write(notice)
         err.flush()
     if result.interrupted_by is not None:
@@ -220,6 +253,41 @@ def _report(
         err.flush()
         raise RunInterrupted(getattr(signal, result.interrupted_by))
     return ExitStatus.RUN_ABORTED if notice else ExitStatus.SUCCESS
+
+
+def _workload_figures(
+    cfg: RunConfig, password: str | None, before: int | None, result: RunResult
+) -> None:
+    """A bundled workload's figures (NOPM/tpmC, YCSB's per-operation
+    ones) into ``result.insight["workload"]``: the JSON document's
+    ``"workload"``, printed after the report. Its ``COUNTER_QUERY`` is
+    read again now (before the run, by ``set_up``)."""
+    found = workload_figures_of(cfg)
+    if found is None:
+        return
+    from pgsurge.workloads.figures import workload_figures
+
+    kind, names, query = found
+    delta = None
+    if query and before is not None:
+        after = read_counter_after(cfg, password, query)
+        delta = None if after is None else after - before
+    result.insight["workload"] = workload_figures(kind, result, names, delta)
+
+
+#: after the abort notice, when a client aborted on a prepared statement
+#: the pooler's next server session did not have
+POOLER_PREPARED_HINT = (
+    f"{PROG}: hint: the connection pooler hands each transaction to any of its "
+    "server sessions, which do not share prepared statements: use -M extended "
+    "(or -M simple), or PgBouncer 1.21 or later with max_prepared_statements set\n"
+)
+
+
+def _lost_prepared(message: str) -> bool:
+    """An abort message about a prepared statement the server session
+    does not have (SQLSTATE 26000)."""
+    return "prepared statement" in message and "does not exist" in message
 
 
 #: the most worker processes per core of this machine (the -j cap): one
@@ -271,15 +339,22 @@ def _write_html(result: RunResult, cfg: RunConfig, path: str) -> None:
 
 
 def _start_monitor(
-    cfg: RunConfig, password: str | None, text_out: TextIO, err: TextIO
+    cfg: RunConfig, setup: Setup, text_out: TextIO, err: TextIO
 ) -> Monitor:
     """The insight monitor's sessions (an error ends the run, as a client's
-    failed connection does); the idle sessions named under the banner."""
+    failed connection does); the idle sessions named under the banner.
+    Behind a pooler it gets the pooling mode and the workers' name."""
     from pgsurge.insight import Monitor  # only for these options
 
+    pooler = setup.pooler
     try:
         monitor = Monitor.start(
-            cfg, password, [s.text for s in cfg.scripts], writer(err)
+            cfg,
+            setup.password,
+            [s.text for s in cfg.scripts],
+            writer(err),
+            pooler_mode=pooler.mode if pooler else None,
+            app_name=pooler.application_name if pooler else None,
         )
     except ConnectError as exc:
         err.write(f"{PROG}: error: {exc}\n")

@@ -9,7 +9,8 @@ threads (steps 1 to 3 of :mod:`pgsurge.runner`):
   reads ``:scale`` and the partitioning of ``pgbench_accounts`` for a
   builtin script (``GetTableInfo``) or a Python workload's scale, runs the
   pre-run ``vacuum``/``truncate`` unless ``-n`` (failures there are only
-  warnings), and is closed again;
+  warnings), and is closed again. It also tells whether a connection
+  pooler sits between pgsurge and the server (:func:`detect_pooler`);
 * every PRNG state derived from ``--random-seed`` in pgbench's order, and
   the clients' starting variables (:class:`Setup`);
 * one :class:`~pgsurge.engine.worker.WorkerSpec` per ``-j`` with its share
@@ -21,11 +22,11 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
-from typing import TextIO
+from dataclasses import dataclass, field, replace
+from typing import Any, TextIO
 
 from pgsurge import __version__, pgconn
-from pgsurge.config import RunConfig
+from pgsurge.config import ConnParams, RunConfig
 from pgsurge.engine.pool import split_clients
 from pgsurge.engine.program import ScriptLike
 from pgsurge.engine.worker import WorkerSpec
@@ -36,14 +37,19 @@ from pgsurge.script.ast import ParsedScript, Value
 from pgsurge.stats.results import RunFacts
 
 __all__ = [
+    "PoolerInfo",
     "Setup",
     "TableInfo",
     "clock_us",
     "epoch_shift_us",
     "parse_scripts",
     "pure_python_notice",
+    "read_counter",
+    "read_counter_after",
     "set_up",
+    "uses_pgbench_tables",
     "worker_specs",
+    "workload_figures_of",
 ]
 
 _UNDEFINED_TABLE = "42P01"
@@ -56,6 +62,45 @@ class TableInfo:
     scale: int
     partition_method: str = "none"
     partitions: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PoolerInfo:
+    """A connection pooler between pgsurge and the server (PgBouncer,
+    pgcat, Odyssey, Supavisor...), seen at set-up (:func:`detect_pooler`).
+
+    ``mode`` is ``"transaction"`` when a second client connection got the
+    server session the first had just released (transaction or statement
+    pooling), else ``"session"`` (session pooling, or a pool busy enough
+    to hand out another server session: the evidence is one-sided).
+    """
+
+    #: the pid libpq reports (the pooler's cancel key, not a backend)
+    libpq_pid: int
+    #: ``pg_backend_pid()``: the server session that ran the query
+    server_pid: int
+    mode: str
+    #: the workers' application_name (the run's sessions are found by it)
+    application_name: str
+
+    def notice(self) -> str:
+        """The one stderr line that says so."""
+        return (
+            f"{PROG}: notice: a connection pooler is between {PROG} and the "
+            f"server (libpq's backend pid {self.libpq_pid}, the server's "
+            f"{self.server_pid}; it looks like {self.mode} pooling): the run's "
+            "server sessions are found by application_name "
+            f'"{self.application_name}"\n'
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "detected": True,
+            "libpq_backend_pid": self.libpq_pid,
+            "server_backend_pid": self.server_pid,
+            "mode": self.mode,
+            "application_name": self.application_name,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +118,18 @@ class Setup:
     variables: tuple[tuple[str, Value], ...]
     #: whether each client gets :client_id (not when -D defines it)
     set_client_id: bool
+    #: a connection pooler between pgsurge and the server, None: direct
+    pooler: PoolerInfo | None = None
+    #: the server's settings that differ from the defaults (name → value as
+    #: SHOW gives it) and the database's size: the run's environment
+    server_settings: dict[str, str] = field(default_factory=dict)
+    data_bytes: int | None = None
+    #: the workload's ``COUNTER_QUERY`` before the run (None: none)
+    counter_before: int | None = None
+    #: --dask: the setup connection's parameters and password as libpq
+    #: resolved them here (``pgconn.resolved_params``): the hosts connect
+    #: with them, whatever their own environment holds
+    resolved: tuple[dict[str, str], str | None] | None = None
 
 
 def clock_us() -> int:
@@ -130,6 +187,11 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
         if cfg.debug:
             err.write(_debug_target(conn, cfg))
             err.flush()
+        pooler = detect_pooler(conn, cfg.conn.conninfo_items(), password)
+        if pooler is not None:
+            err.write(pooler.notice())
+            err.flush()
+        settings, data_bytes = _server_facts(conn)
         info = TableInfo(cfg.scale or 1)
         if any(s.builtin for s in cfg.scripts):
             info = _table_info(conn, cfg, err)
@@ -145,8 +207,13 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
         variables, set_client_id = _initial_variables(
             cfg, info.scale, seeds.default_seed
         )
-        if not cfg.no_vacuum:
+        counter = workload_figures_of(cfg)
+        counter_before = None
+        if counter is not None and counter[2]:
+            counter_before = read_counter(conn, counter[2])
+        if not cfg.no_vacuum and uses_pgbench_tables(cfg):
             _vacuum(conn, cfg, err)
+        resolved = pgconn.resolved_params(conn) if cfg.dask else None
     finally:
         conn.finish()
     return Setup(
@@ -157,7 +224,121 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
         seeds=seeds,
         variables=variables,
         set_client_id=set_client_id,
+        counter_before=counter_before,
+        pooler=pooler,
+        server_settings=settings,
+        data_bytes=data_bytes,
+        resolved=resolved,
     )
+
+
+def _one(conn: pgconn.PgConn, sql: str) -> str | None:
+    status, res = conn.exec_status(sql)
+    if status != pgconn.TUPLES_OK or res.ntuples == 0:
+        return None
+    return pgconn.value_text(res, 0, 0)
+
+
+def detect_pooler(
+    conn: pgconn.PgConn, items: dict[str, str], password: str | None
+) -> PoolerInfo | None:
+    """A pooler between libpq and the server, or None (a direct session).
+
+    libpq's backend pid is the key the server sent at connect; a pooler
+    sends its own (PgBouncer: a random cancel key), and the session that
+    runs a query says its real pid. Only then is a second connection
+    opened, to tell the pooling mode (see :class:`PoolerInfo`): the first
+    client's query ended its transaction, so a transaction pooler hands
+    that very server session to the second client; a session pooler
+    cannot. Costs one query on a direct connection.
+    """
+    value = _one(conn, "SELECT pg_catalog.pg_backend_pid()")
+    if value is None or not value.isdigit() or int(value) == conn.backend_pid:
+        return None
+    server_pid = int(value)
+    app = _one(conn, "SHOW application_name") or ""
+    # the server session that ran the last query, just released (or not)
+    last = _one(conn, "SELECT pg_catalog.pg_backend_pid()")
+    mode = "session"
+    other, _message, _needs = _connect(items, password)
+    if other is not None:
+        try:
+            if _one(other, "SELECT pg_catalog.pg_backend_pid()") == last:
+                mode = "transaction"
+        finally:
+            other.finish()
+    return PoolerInfo(conn.backend_pid, server_pid, mode, app)
+
+
+_SETTINGS_SQL = (
+    "SELECT name, pg_catalog.current_setting(name) FROM pg_catalog.pg_settings"
+    " WHERE source <> 'default' ORDER BY name"
+)
+_SIZE_SQL = "SELECT pg_catalog.pg_database_size(pg_catalog.current_database())"
+
+
+def _server_facts(conn: pgconn.PgConn) -> tuple[dict[str, str], int | None]:
+    """The non-default settings and the database size, for the result's
+    environment (nothing when the server will not say: no error)."""
+    settings: dict[str, str] = {}
+    status, res = conn.exec_status(_SETTINGS_SQL)
+    if status == pgconn.TUPLES_OK:
+        for r in range(res.ntuples):
+            settings[pgconn.value_text(res, r, 0)] = pgconn.value_text(res, r, 1)
+    size = None
+    status, res = conn.exec_status(_SIZE_SQL)
+    if status == pgconn.TUPLES_OK and res.ntuples:
+        text = pgconn.value_text(res, 0, 0)
+        size = int(text) if text.isdigit() else None
+    return settings, size
+
+
+def uses_pgbench_tables(cfg: RunConfig) -> bool:
+    """Whether the run uses pgbench's tables: a script, or a Python
+    workload naming a ``pgbench_*`` table. Without them (tpcc-like, the
+    YCSB ones) there is no pre-run vacuum (three errors where there are no
+    pgbench tables) and no automatic initialization of the embedded
+    server's pgbench tables."""
+    return any(
+        not s.python or getattr(s.parsed, "uses_pgbench_tables", True)
+        for s in cfg.scripts
+    )
+
+
+def workload_figures_of(cfg: RunConfig) -> tuple[str, tuple[str, ...], str] | None:
+    """A run of one Python workload that declares ``FIGURES``: the kind,
+    the transactions' names (the run's scripts, in order) and its
+    ``COUNTER_QUERY`` ("" for none); None for any other run."""
+    if not cfg.scripts or not all(s.python for s in cfg.scripts):
+        return None
+    parsed = [s.parsed for s in cfg.scripts]
+    kind = getattr(parsed[0], "figures", None)
+    if kind is None or len({getattr(p, "workload", None) for p in parsed}) != 1:
+        return None
+    names = tuple(str(getattr(p, "name", "")) for p in parsed)
+    return kind, names, getattr(parsed[0], "counter_query", None) or ""
+
+
+def read_counter(conn: pgconn.PgConn, query: str) -> int | None:
+    """The one value of ``query`` (None when it fails or is NULL: the
+    figure that needs it is then left out)."""
+    status, res = conn.exec_status(query)
+    if status != pgconn.TUPLES_OK:
+        return None
+    text = pgconn.value_text(res, 0, 0) if res.ntuples else None
+    return int(text) if text else None
+
+
+def read_counter_after(cfg: RunConfig, password: str | None, query: str) -> int | None:
+    """``read_counter`` on a new connection, after the run (None when it
+    cannot connect)."""
+    conn, _message, _needs = _connect(cfg.conn.conninfo_items(), password)
+    if conn is None:
+        return None
+    try:
+        return read_counter(conn, query)
+    finally:
+        conn.finish()
 
 
 def worker_specs(
@@ -174,6 +355,13 @@ def worker_specs(
     PRNG states, by global client number."""
     nthreads = min(cfg.jobs, cfg.clients)
     seeds = setup.seeds
+    password = setup.password
+    if setup.resolved is not None:  # --dask: explicit parameters travel
+        params, password = setup.resolved
+        conn = ConnParams(dbname=pgconn.conninfo(params), embedded=cfg.conn.embedded)
+        cfg = replace(cfg, conn=conn)
+    kind = workload_figures_of(cfg)
+    figures = kind[0] if kind is not None else None
     return [
         WorkerSpec(
             worker_id=i,
@@ -186,8 +374,9 @@ def worker_specs(
             streams=seeds.threads[i],
             variables=setup.variables,
             set_client_id=setup.set_client_id,
-            detailed=facts.measure_latency,
-            password=setup.password,
+            # a YCSB run's per-operation percentiles need each latency
+            detailed=facts.measure_latency or figures == "ycsb",
+            password=password,
             parent_pid=os.getpid(),
             epoch_shift_us=epoch_shift_us,
             snapshot_s=snapshot_s,

@@ -395,6 +395,10 @@ class RunResult:
     #: a multi-host run's hosts (``distributed.plan.HostInfo.to_dict``:
     #: address, clients, clock offset, own figures, lost); empty otherwise
     hosts: list[dict[str, Any]] = field(default_factory=list)
+    #: where the run ran (set by the runner): ``client`` (``stats.host``),
+    #: ``server`` (settings that differ from the defaults, data size);
+    #: ``report/json.py`` completes it into the document's ``environment``
+    environment: dict[str, Any] = field(default_factory=dict)
 
     @property
     def aborted(self) -> bool:

@@ -20,7 +20,10 @@ builds a ``(statement, args)`` tuple (its arity checked); yielding it
 runs it.
 ``ctx.random*`` draw from the client's own pgbench PRNG stream, which a
 retry (serialization failure, deadlock) restores: the retried transaction
-draws the same values.
+draws the same values. A statement's error is raised at the ``yield``
+that sent it (:class:`SqlError`): caught, the transaction goes on; not
+caught, it is handled as a script's error. A yielded list of statement
+calls is a batch: one implicit transaction in every query mode.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ __all__ = [
     "Context",
     "Result",
     "Sleep",
+    "SqlError",
     "Statement",
     "Transaction",
     "WorkloadUsageError",
@@ -80,6 +84,33 @@ _NO_FETCH = frozenset(
 class WorkloadUsageError(Exception):
     """A workload misuses the API (a wrong parameter count, no row where
     one was expected): raised in the user's code, whose line it names."""
+
+
+class SqlError(Exception):
+    """A statement's error, raised at the ``yield`` that sent it.
+
+    ``sqlstate`` (``"23505"``), ``message`` (the primary message, without
+    its severity), ``statement`` (the declared :class:`Statement`; in a
+    batch, the one that failed); ``str(e)`` is the server's whole text
+    (``ERROR:  ...`` with its ``DETAIL``). A transaction that catches it
+    goes on; inside ``BEGIN`` the server has aborted the transaction
+    block, so the code rolls back (to a savepoint) before going on. One
+    that does not catch it is handled as a script's error: serialization
+    failures and deadlocks are retried (``--max-tries``), other errors
+    fail the transaction (``--continue-on-error``) or abort the client.
+    """
+
+    def __init__(
+        self, sqlstate: str, text: str, statement: Statement | None, where: str
+    ) -> None:
+        super().__init__(text)
+        self.sqlstate = sqlstate
+        first = text.split("\n", 1)[0]
+        severity, sep, rest = first.partition(":  ")
+        self.message = rest if sep and severity.isupper() else first
+        self.statement = statement
+        #: ``file:line`` of the ``yield`` that sent the statement
+        self.where = where
 
 
 def _caller(depth: int = 2) -> str:

@@ -2,8 +2,11 @@
 
 ``load_file(path)`` executes the file as a fresh module and collects what
 it declares (:mod:`pgsurge.workloads.api`): statements, transactions,
-the ``@setup`` and ``@load`` hooks and an optional ``SCALE_QUERY`` (the
-SQL giving ``ctx.scale`` when ``-s`` is not given). Each transaction
+the ``@setup`` and ``@load`` hooks, an optional ``SCALE_QUERY`` (the
+SQL giving ``ctx.scale`` when ``-s`` is not given), and for the bundled
+workloads ``FIGURES`` (the figures printed after a run: ``"tpcc"``,
+``"ycsb"``; :mod:`pgsurge.workloads.figures`) with ``COUNTER_QUERY`` (an
+SQL count read before and after the run, such as committed New-Orders). Each transaction
 becomes a :class:`LoadedTransaction`, the value the engine runs
 (``engine.pyworkload.PyTransactionSpec``): its generator function, the
 workload's statements (those its code names first: -r reports them) and
@@ -32,12 +35,16 @@ from pgsurge.workloads.api import (
     Context,
     Result,
     Sleep,
+    SqlError,
     Statement,
     Transaction,
     _Hook,
 )
 
 __all__ = ["LoadedTransaction", "Workload", "WorkloadError", "load_file"]
+
+#: what ``FIGURES`` may name (``pgsurge.workloads.figures``)
+FIGURE_KINDS = ("tpcc", "ycsb")
 
 
 class WorkloadError(PgsurgeError):
@@ -74,6 +81,13 @@ class LoadedTransaction:
     scale_query: str | None = None
     #: the workload's ``@setup(conn)``, run on each new connection
     setup: Callable[[Any], None] | None = None
+    #: the figures printed after a run (``workloads.figures``), or None
+    figures: str | None = None
+    #: SQL whose one value the runner reads before and after the run
+    counter_query: str | None = None
+    #: some statement names one of pgbench's tables (``pgbench_*``): the
+    #: run vacuums them first, as pgbench does
+    uses_pgbench_tables: bool = False
 
     def __getattr__(self, name: str) -> Any:
         # setup_connection exists only when there is a setup (the engine
@@ -104,6 +118,15 @@ class LoadedTransaction:
 
     def wrap_result(self, res: Any) -> Result:
         return Result(res)
+
+    @property
+    def error_type(self) -> type[BaseException]:
+        return SqlError
+
+    def sql_error(
+        self, sqlstate: str, text: str, statement: Any, where: str
+    ) -> BaseException:
+        return SqlError(sqlstate, text, statement, where)
 
     @property
     def commands(self) -> tuple[ReportRow, ...]:
@@ -150,6 +173,8 @@ class Workload:
     setup: Callable[[Any], None] | None = None
     loader: Callable[[Any], None] | None = None
     scale_query: str | None = None
+    figures: str | None = None
+    counter_query: str | None = None
 
 
 def _syntax_error(e: SyntaxError, path: str) -> WorkloadError:
@@ -270,6 +295,15 @@ def _collect(env: dict[str, Any], path: str, display: str) -> Workload:
     scale_query = env.get("SCALE_QUERY")
     if scale_query is not None and not isinstance(scale_query, str):
         raise WorkloadError(f"{path}: SCALE_QUERY must be a string of SQL")
+    counter_query = env.get("COUNTER_QUERY")
+    if counter_query is not None and not isinstance(counter_query, str):
+        raise WorkloadError(f"{path}: COUNTER_QUERY must be a string of SQL")
+    figures = env.get("FIGURES")
+    if figures is not None and figures not in FIGURE_KINDS:
+        raise WorkloadError(
+            f"{path}: FIGURES must be one of {', '.join(map(repr, FIGURE_KINDS))}"
+        )
+    pgbench_tables = any("pgbench_" in s.sql.lower() for s in statements)
     loaded = []
     for tx in txs:
         fn = tx.fn
@@ -304,6 +338,9 @@ def _collect(env: dict[str, Any], path: str, display: str) -> Workload:
                 workload=display,
                 scale_query=scale_query,
                 setup=hooks.get("setup"),
+                figures=figures,
+                counter_query=counter_query,
+                uses_pgbench_tables=pgbench_tables,
             )
         )
     return Workload(
@@ -313,4 +350,6 @@ def _collect(env: dict[str, Any], path: str, display: str) -> Workload:
         setup=hooks.get("setup"),
         loader=hooks.get("load"),
         scale_query=scale_query,
+        figures=figures,
+        counter_query=counter_query,
     )

@@ -1,7 +1,8 @@
 """A workload's data loading for ``pgsurge -i -b NAME`` / ``-i -f FILE.py``.
 
 The workload's ``@load`` function receives a :class:`Loader`: blocking
-``execute`` of DDL, ``copy`` of generated rows (COPY FROM STDIN, text
+``execute`` of DDL (parameters as ``$1..$n``, as in ``sql()``), ``copy``
+of generated rows (COPY FROM STDIN, text
 format, sent in large chunks), the ``scale`` (``-s``) and ``parallel``,
 which runs a function over parts of the data on ``--init-jobs``
 connections at once (forked processes: generating rows is Python work, so
@@ -19,6 +20,7 @@ from typing import Any, TextIO
 
 import psycopg
 
+from pgsurge.workloads.api import split_params
 from pgsurge.workloads.loader import Workload, WorkloadError, import_error
 
 __all__ = ["LoadError", "Loader", "run_loader"]
@@ -52,12 +54,15 @@ class Loader:
         scale: int,
         jobs: int,
         out: TextIO,
+        files: frozenset[str] = frozenset(),
     ) -> None:
         self._connect = connect
         self._conn = connect()
         self.scale = scale
         self.jobs = jobs
         self._out = out
+        #: the workload's files: a failed parallel part shows their frames
+        self._files = files
 
     def log(self, text: str) -> None:
         """A progress line on stderr."""
@@ -65,9 +70,10 @@ class Loader:
         self._out.flush()
 
     def execute(self, sql: str, params: Sequence[object] | None = None) -> None:
-        """Run a statement (autocommit)."""
+        """Run a statement (autocommit); ``params`` fill its ``$1..$n``."""
+        query, values = _psycopg_query(sql, params)
         try:
-            self._conn.execute(sql, params)
+            self._conn.execute(query, values)
         except psycopg.Error as e:
             raise LoadError(f"query failed: {e}\nQuery was: {sql}") from None
 
@@ -122,19 +128,49 @@ class Loader:
             raise LoadError("a parallel part of the load failed (message above)")
 
     def _child(self, fn: Callable[[Loader, Any], None], share: list[Any]) -> None:
+        part = None
         try:
-            loader = Loader(self._connect, self.scale, 1, self._out)
+            loader = Loader(self._connect, self.scale, 1, self._out, self._files)
             for part in share:
                 fn(loader, part)
             loader.close()
         except BaseException as e:  # reported by the parent's exit status
-            sys.stderr.write(f"{e}\n")
+            # the exception and the workload's lines that led to it
+            files = set(self._files) | {fn.__code__.co_filename}
+            what = f"part {part!r} of the load failed"
+            sys.stderr.write(import_error(e, files, fn.__name__, what).message + "\n")
             sys.stderr.flush()
             os._exit(1)
         os._exit(0)
 
     def close(self) -> None:
         self._conn.close()
+
+
+def _psycopg_query(
+    sql: str, params: Sequence[object] | None
+) -> tuple[str, list[object] | None]:
+    """``sql`` with ``$n`` parameters as psycopg's ``%s`` ones (each
+    occurrence, in order, so that ``$1`` may come twice or after ``$2``),
+    and the values in that order. Without parameters, ``sql`` as it is."""
+    if params is None:
+        return sql, None
+    parts, nparams = split_params(sql)
+    values = list(params)
+    if nparams != len(values):
+        raise LoadError(
+            f"the statement takes {nparams} parameter{'s' if nparams != 1 else ''}"
+            f" ($1..$n, as in sql()), got {len(values)}\nQuery was: {sql}"
+        )
+    text = []
+    ordered = []
+    for i, part in enumerate(parts):
+        if i % 2:
+            text.append("%s")
+            ordered.append(values[int(part) - 1])
+        else:
+            text.append(str(part).replace("%", "%%"))
+    return "".join(text), ordered
 
 
 def run_loader(
@@ -150,14 +186,16 @@ def run_loader(
     load = workload.loader
     assert load is not None
     start = time.perf_counter()
-    loader = Loader(connect, scale, jobs, out)
+    files = frozenset({workload.path, load.__code__.co_filename})
+    loader = Loader(connect, scale, jobs, out, files)
     try:
         load(loader)
     except LoadError as e:
         raise WorkloadError(f"{workload.name}: {e}") from None
     except Exception as e:
-        files = {workload.path, load.__code__.co_filename}
-        raise import_error(e, files, workload.name, "loading data failed") from None
+        raise import_error(
+            e, set(files), workload.name, "loading data failed"
+        ) from None
     finally:
         loader.close()
     return time.perf_counter() - start

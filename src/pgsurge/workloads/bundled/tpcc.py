@@ -9,7 +9,9 @@ as TPC-C counts it, not a failure); 1 % of order lines and 15 % of
 payments go to a remote warehouse when there are several.
 
 ``pgsurge -i -b tpcc-like -s W`` creates W warehouses (COPY, parallel
-over ``--init-jobs``); the run reads W from ``warehouse``. The TPC-C
+over ``--init-jobs``); the run reads W from ``warehouse``, and prints
+NOPM, tpmC, TPM and the New-Order rollbacks after pgbench's report
+(``FIGURES``, ``COUNTER_QUERY``; ``pgsurge.workloads.figures``). The TPC-C
 consistency conditions 1-4 are :data:`CHECKS` (SQL returning the rows
 that violate each); ``python -m pgsurge.workloads.bundled.tpcc DSN``
 runs them.
@@ -25,6 +27,11 @@ from typing import Any
 from pgsurge.workloads import Context, load, sql, transaction
 
 SCALE_QUERY = "SELECT count(*) FROM warehouse"
+#: NOPM, tpmC and TPM after a run (``pgsurge.workloads.figures``)
+FIGURES = "tpcc"
+#: New-Orders committed: read before and after the run (NOPM, as HammerDB
+#: counts it: a rolled-back New-Order moves no d_next_o_id)
+COUNTER_QUERY = "SELECT sum(d_next_o_id)::bigint FROM district"
 
 DISTRICTS = 10
 CUSTOMERS = 3000  # per district

@@ -1,0 +1,262 @@
+"""The coordinator's side of a Dask cluster, apart from the run itself.
+
+Connecting to the scheduler (``local:N``: starting a local cluster on
+loopback), finding the load hosts (the Dask workers that offer the
+``pgsurge`` resource), measuring a host's clock offset through the
+scheduler, quieting Dask's own log lines while a run goes on, and, after
+the run, the hosts' ``-l`` files (``logs``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import signal
+import socket
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import Any, TextIO
+
+from pgsurge.distributed.host import monotonic_us
+from pgsurge.distributed.logs import collect_logs
+from pgsurge.distributed.plan import ClockProbe, HostInfo, best_offset
+from pgsurge.engine.worker import WorkerSpec
+from pgsurge.errors import PROG, PgsurgeError
+
+__all__ = [
+    "LOCAL_CLUSTER_CONFIG",
+    "WORKER_HINT",
+    "clear_text_peers",
+    "client_of",
+    "host_of",
+    "load_hosts",
+    "logs_after_run",
+    "probe",
+]
+
+#: clock probes per host (the one with the smallest round trip is kept)
+CLOCK_PROBES = 5
+
+#: a local cluster shares this machine with the load: its worker processes
+#: must be allowed to have children (pgsurge's workers), and Dask's own
+#: periodic chores that a pgsurge run does not need are off or rarer (the
+#: statistical profiler samples a busy task's thread 100 times a second)
+LOCAL_CLUSTER_CONFIG: dict[str, Any] = {
+    "distributed.worker.daemon": False,
+    "distributed.worker.profile.enabled": False,
+    "distributed.scheduler.work-stealing": False,
+    "distributed.admin.system-monitor.interval": "5s",
+    "distributed.admin.system-monitor.disk": False,
+    "distributed.admin.tick.interval": "500ms",
+    "distributed.worker.memory.monitor-interval": "1s",
+}
+
+WORKER_HINT = (
+    "Start each load host with: dask worker tcp://SCHEDULER:8786 "
+    "--nthreads 1 --resources pgsurge=1"
+)
+
+
+@contextmanager
+def client_of(address: str) -> Iterator[Any]:
+    """A Dask client of ``address`` (``local:N``: of a new local cluster,
+    closed at the end)."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    cluster = None
+    quiet = quiet_dask_logs()
+    try:
+        if address.startswith("local:"):
+            nworkers = int(address.removeprefix("local:"))
+            with dask.config.set(LOCAL_CLUSTER_CONFIG), _no_ctrl_c_for_children():
+                cluster = LocalCluster(
+                    n_workers=nworkers,
+                    threads_per_worker=1,
+                    processes=True,
+                    host="127.0.0.1",
+                    dashboard_address=None,
+                    worker_dashboard_address=None,
+                    resources={"pgsurge": 1},
+                )
+            client = Client(cluster)
+            client.wait_for_workers(nworkers)
+        else:
+            if address.startswith("tls://"):
+                _check_tls_settings()
+            client = Client(address, timeout="10s")
+    except (OSError, TimeoutError) as e:
+        if cluster is not None:
+            cluster.close()
+        quiet()
+        raise PgsurgeError(
+            f'could not connect to the Dask scheduler "{address}": {e}'
+        ) from None
+    try:
+        yield client
+    finally:
+        with suppress(Exception):
+            client.close(timeout=2)
+        if cluster is not None:
+            with suppress(Exception):
+                cluster.close()
+        quiet()
+
+
+TLS_HINT = (
+    "Give the coordinator Dask's TLS settings, e.g. "
+    "DASK_DISTRIBUTED__COMM__TLS__CA_FILE, DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT "
+    "and DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY (or distributed.comm.tls in "
+    "Dask's configuration)"
+)
+
+
+def _check_tls_settings() -> None:
+    """A ``tls://`` scheduler needs a CA and a client certificate from
+    Dask's configuration (``Security()`` reads it): one error line when
+    they are missing (Dask would raise a TypeError)."""
+    from distributed.security import Security
+
+    sec = Security()
+    if not (
+        getattr(sec, "tls_ca_file", None) and getattr(sec, "tls_client_cert", None)
+    ):
+        raise PgsurgeError(
+            "a tls:// Dask scheduler needs Dask's TLS settings, which are not set",
+            hint=TLS_HINT,
+        )
+
+
+@contextmanager
+def _no_ctrl_c_for_children() -> Iterator[None]:
+    """A local cluster's worker processes share the terminal's process
+    group: Ctrl-C would kill them (a KeyboardInterrupt in Dask's worker,
+    every host lost). Started while SIGINT is ignored, they keep ignoring
+    it (Python installs its handler only when SIGINT is not ignored at
+    start-up); the coordinator stops them as it stops remote hosts, and
+    their pgsurge workers catch Ctrl-C as a local run's do."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def quiet_dask_logs() -> Callable[[], None]:
+    """Dask's own log lines (a lost connection's, a closing client's) off
+    the coordinator's stderr while it runs: what went wrong is said in
+    pgsurge's words. The function puts the levels back."""
+    import logging
+
+    # (Dask's configuration gives some of its loggers levels of their own)
+    loggers = [
+        logging.getLogger(n)
+        for n in [*logging.root.manager.loggerDict, "distributed"]
+        if n.split(".")[0] in ("distributed", "tornado", "asyncio")
+    ]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL + 1)
+
+    def restore() -> None:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+    return restore
+
+
+def load_hosts(client: Any) -> list[tuple[str, str]]:
+    """(address, name) of every Dask worker offering the pgsurge resource."""
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    hosts = [
+        (addr, str(info.get("name", addr)))
+        for addr, info in workers.items()
+        if (info.get("resources") or {}).get("pgsurge", 0) >= 1
+    ]
+    if not hosts:
+        raise PgsurgeError(
+            f"no Dask worker offers the pgsurge resource ({len(workers)} workers)",
+            hint=WORKER_HINT,
+        )
+    return sorted(hosts)
+
+
+def probe(client: Any, address: str) -> ClockProbe:
+    probes = []
+    for _ in range(CLOCK_PROBES):
+        sent = monotonic_us()
+        host_us = client.run(monotonic_us, workers=[address])[address]
+        probes.append(ClockProbe(sent, int(host_us), monotonic_us()))
+    return best_offset(probes)
+
+
+def logs_after_run(
+    client: Any,
+    address: str,
+    hosts: Sequence[HostInfo],
+    groups: Sequence[Sequence[WorkerSpec]],
+    err: TextIO,
+) -> None:
+    """-l: bring the hosts' files back (--dask-collect-logs), or say where
+    they are (a local cluster writes them in our working directory)."""
+    dest = groups[0][0].config.dask_collect_logs
+    for host in hosts:
+        if host.lost:
+            err.write(
+                f"{PROG}: error: the -l files of host {host.index} "
+                f"({host.address}) stay on it: it was lost\n"
+            )
+    kept = [
+        (h.address, group)
+        for h, group in zip(hosts, groups, strict=False)
+        if not h.lost
+    ]
+    if dest is not None:
+        collect_logs(client, kept, dest, err)
+    elif not address.startswith("local:"):
+        err.write(
+            f"{PROG}: dask: the -l files are on the hosts, in each Dask worker's "
+            "working directory (--dask-collect-logs DIR brings them here)\n"
+        )
+    err.flush()
+
+
+def clear_text_peers(address: str, hosts: Sequence[str]) -> list[str]:
+    """The scheduler and hosts of a plain ``tcp://`` cluster that are on
+    another machine: a password in the tasks' arguments would reach them
+    in clear (``tls://`` encrypts it; ``local:N`` stays on loopback)."""
+    if not address.startswith("tcp://"):
+        return []
+    mine = _local_addresses()
+    return [a for a in [address, *hosts] if not _is_local(host_of(a), mine)]
+
+
+def host_of(address: str) -> str:
+    """The host part of a Dask address (``tcp://[::1]:8786``: ``::1``)."""
+    host = address.split("://", 1)[-1].rsplit(":", 1)[0]
+    return host.removeprefix("[").removesuffix("]")
+
+
+def _local_addresses() -> set[str]:
+    """This machine's addresses (as its host name resolves)."""
+    try:
+        infos = socket.getaddrinfo(socket.gethostname(), None)
+    except OSError:
+        return set()
+    return {str(info[4][0]) for info in infos}
+
+
+def _is_local(host: str, mine: set[str]) -> bool:
+    if host == "localhost" or host in mine:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        return _is_local(socket.gethostbyname(host), mine)
+    except OSError:
+        return False

@@ -1,0 +1,368 @@
+"""``pgsurge sweep``: argv → plan → runs → table, JSON, HTML → exit status.
+
+Parsed like ``pgsurge ab`` (``command.py``: its arms, the ``--``
+separator, one ``pgsurge: error: …`` line and status 1 for bad input, 2
+when a run aborted, 130 after Ctrl-C, with what finished reported):
+
+    pgsurge sweep --vary "-c 1,2,4,8" [--vary …] [--runs N] [--warmup N]
+        [--a ARGS] [--b ARGS] [--a-env N=V] [--b-env N=V] [--checkpoint]
+        [--out DIR | --resume DIR] [--json FILE] [--html FILE]
+        [--threshold PCT] [--confidence LEVEL] [--knee-gain PCT]
+        -- COMMON PGSURGE ARGS
+
+Every (cell, arm)'s arguments are read as its runs will read them before
+the first run, so a bad value in the last cell is no surprise after an
+hour. ``--resume DIR`` alone rebuilds the plan from the directory's
+manifest (refused when the manifest had to mask a password: then give the
+same arguments again with ``--resume``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from pgsurge.errors import PROG, PgsurgeError, UsageError
+from pgsurge.experiment.ab import Arm, Interrupted, write_private
+from pgsurge.experiment.command import (
+    EXIT_INTERRUPTED,
+    RunArgsCheck,
+    _confidence,
+    _emit,
+    _env,
+    _funnel,
+    _out_dir,
+    _Parser,
+    _percent,
+    _split_ab_argv,
+    _words,
+)
+from pgsurge.experiment.grid import Vary, parse_vary
+from pgsurge.experiment.knee import DEFAULT_GAIN
+from pgsurge.experiment.sweep import (
+    Sweep,
+    SweepPlan,
+    cell_arm,
+    load_manifest,
+    resumed_records,
+)
+from pgsurge.experiment.sweep_report import (
+    cell_results,
+    find_knees,
+    sweep_json,
+    sweep_text,
+)
+from pgsurge.redact import MASK, redact_words
+
+__all__ = ["sweep_main"]
+
+_VALUE_OPTIONS = ("--a", "--b", "--a-env", "--b-env", "--vary")
+
+
+def _parser() -> _Parser:
+    p = _Parser(
+        prog=f"{PROG} sweep",
+        usage=f'{PROG} sweep --vary "OPTION v1,v2,…" [--vary …] [OPTION]... '
+        "-- [COMMON PGSURGE ARGS]...",
+        description="Run a grid of configurations: N runs per grid point (and "
+        "arm), interleaved round by round, each `pgsurge ARM-ARGS CELL-ARGS "
+        "COMMON-ARGS --json FILE` in its own process; then one row per grid "
+        "point with tps and its interval, p99, client CPU, and with two arms "
+        "the ratio and verdict; the knee when -c is varied.",
+        allow_abbrev=False,
+    )
+    p.add_argument(
+        "--vary",
+        action="append",
+        default=[],
+        metavar='"OPTION v1,v2"',
+        help='a varied option: "-c 1,2,4", "-M simple,prepared", "-s 1,10" '
+        '(re-initializes per scale), "SET work_mem 4MB,64MB" (a server setting '
+        'via PGOPTIONS), "NAME v1,v2" (an environment variable); repeatable',
+    )
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=3,
+        metavar="N",
+        help="runs per cell and arm (default: 3)",
+    )
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        metavar="N",
+        help="discarded warm-up runs before each cell and arm's first run (default: 1)",
+    )
+    p.add_argument(
+        "--a", default=None, metavar="ARGS", help="arm A's own pgsurge arguments"
+    )
+    p.add_argument(
+        "--b", default=None, metavar="ARGS", help="arm B's own pgsurge arguments"
+    )
+    p.add_argument(
+        "--a-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment variable for arm A's runs (repeatable)",
+    )
+    p.add_argument(
+        "--b-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="environment variable for arm B's runs (repeatable; makes an arm B)",
+    )
+    p.add_argument(
+        "--checkpoint",
+        action="store_true",
+        help="CHECKPOINT the arm's server before each counted run",
+    )
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="directory for the runs and the manifest "
+        "(default: a new pgsurge-sweep-TIMESTAMP)",
+    )
+    p.add_argument(
+        "--resume", metavar="DIR", help="run what the sweep in DIR is missing"
+    )
+    p.add_argument(
+        "--json", metavar="FILE", help='write the sweep as JSON to FILE ("-": stdout)'
+    )
+    p.add_argument("--html", metavar="FILE", help="write the sweep's charts to FILE")
+    p.add_argument(
+        "--threshold",
+        metavar="PCT",
+        type=_percent,
+        default=0.02,
+        help="practical threshold of the verdicts (default: 2)",
+    )
+    p.add_argument(
+        "--confidence",
+        metavar="LEVEL",
+        type=_confidence,
+        default=0.95,
+        help="confidence level of the intervals (default: 95)",
+    )
+    p.add_argument(
+        "--knee-gain",
+        metavar="PCT",
+        type=_percent,
+        default=DEFAULT_GAIN,
+        help="the knee: the fewest clients within PCT %% of the peak tps (default: 10)",
+    )
+    return p
+
+
+def _arms(ns: argparse.Namespace) -> list[Arm]:
+    arms = [Arm("A", ns.a or "", _words(ns.a or "", "--a"), _env(ns.a_env, "--a-env"))]
+    if ns.b is not None or ns.b_env:
+        arms.append(
+            Arm("B", ns.b or "", _words(ns.b or "", "--b"), _env(ns.b_env, "--b-env"))
+        )
+    return arms
+
+
+def _check_json(arms: Sequence[Arm], common: Sequence[str]) -> None:
+    for where, args in [("the common arguments", list(common))] + [
+        (f"--{arm.name.lower()}", list(arm.args)) for arm in arms
+    ]:
+        if any(a == "--json" or a.startswith("--json=") for a in args):
+            raise UsageError(
+                f"sweep writes each run's --json itself: drop it from {where}"
+            )
+
+
+def _validate(plan: SweepPlan, check: RunArgsCheck) -> SweepPlan:
+    """Every (cell, arm) read as its runs will read it; the arms get where
+    they connect (for --checkpoint and a varied scale)."""
+    arms = []
+    for arm in plan.arms:
+        conn, embedded = None, False
+        for cell in plan.grid:
+            run = cell_arm(arm, cell)
+            try:
+                conn, embedded = check(
+                    [*run.args, *plan.common], os.environ | dict(run.env)
+                )
+            except PgsurgeError as e:
+                raise UsageError(
+                    f"arm {arm.name} at {cell.key(plan.specs)}: {e.message}",
+                    detail=e.detail,
+                    hint=e.hint,
+                ) from None
+        arms.append(replace(arm, conn=conn, force_embedded=embedded))
+    return replace(plan, arms=tuple(arms))
+
+
+def _from_manifest(doc: dict[str, Any]) -> tuple[list[Vary], list[Arm], list[str]]:
+    try:
+        specs = [
+            Vary(str(v["kind"]), str(v["name"]), tuple(str(x) for x in v["values"]))
+            for v in doc["vary"]
+        ]
+        arms = [
+            Arm(
+                str(a["name"]),
+                shlex.join(a["argv"]),
+                tuple(str(x) for x in a["argv"]),
+                {str(k): str(v) for k, v in a["env"].items()},
+            )
+            for a in doc["arms"]
+        ]
+        common = [str(x) for x in doc["common"]]
+    except (KeyError, TypeError) as exc:
+        raise PgsurgeError(f"--resume: the manifest lacks {exc}") from None
+    words = [*common, *(w for a in arms for w in a.args)]
+    words += [v for a in arms for v in a.env.values()]
+    if any(MASK in w for w in words):
+        raise UsageError(
+            "--resume: the manifest masked a password: give the sweep's arguments "
+            "again with --resume DIR"
+        )
+    return specs, arms, common
+
+
+def _plan(
+    ns: argparse.Namespace, common: list[str], check: RunArgsCheck | None
+) -> tuple[SweepPlan, dict[str, Any] | None]:
+    if ns.runs < 1:
+        raise UsageError("--runs must be at least 1")
+    if ns.warmup < 0:
+        raise UsageError("--warmup must be 0 or more")
+    manifest = None
+    if ns.resume is not None:
+        if ns.out is not None:
+            raise UsageError("--resume DIR writes to DIR: drop --out")
+        out = Path(ns.resume)
+        manifest = load_manifest(out)
+        if ns.vary or common:
+            specs = [parse_vary(v) for v in ns.vary]
+            arms = _arms(ns)
+            if [s.to_dict() for s in specs] != manifest.get("vary") or redact_words(
+                common
+            ) != manifest.get("common"):
+                raise UsageError(
+                    "--resume: the arguments differ from the sweep's manifest"
+                )
+        else:
+            specs, arms, common = _from_manifest(manifest)
+        runs = int(manifest.get("runs_per_cell") or ns.runs)
+        warmup = int(manifest.get("warmup", ns.warmup) or 0)
+        checkpoint = bool(manifest.get("checkpoint")) or ns.checkpoint
+    else:
+        if not ns.vary:
+            raise UsageError('no --vary given (e.g. --vary "-c 1,2,4")')
+        specs = [parse_vary(v) for v in ns.vary]
+        arms = _arms(ns)
+        runs, warmup, checkpoint = ns.runs, ns.warmup, ns.checkpoint
+        out = Path()
+    _check_json(arms, common)
+    plan = SweepPlan(
+        specs=tuple(specs),
+        arms=tuple(arms),
+        common=tuple(common),
+        runs=runs,
+        warmup=warmup,
+        checkpoint=checkpoint,
+        out_dir=out,
+    )
+    plan.grid  # noqa: B018  (the grid's own checks, before anything is created)
+    if check is not None:
+        plan = _validate(plan, check)
+    elif any(s.kind == "scale" for s in specs) or checkpoint:
+        raise UsageError("--vary -s and --checkpoint need the arms' servers")
+    if manifest is None:
+        plan = replace(plan, out_dir=_out_dir(ns.out, "pgsurge-sweep"))
+    return plan, manifest
+
+
+def sweep_main(
+    argv: list[str],
+    *,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    check_args: RunArgsCheck | None = None,
+) -> int:
+    """``pgsurge sweep …``; ``argv[0]`` is ``"sweep"``."""
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    return _funnel(err, _sweep, argv, out, err, check_args)
+
+
+def _sweep(
+    argv: list[str], out: TextIO, err: TextIO, check: RunArgsCheck | None
+) -> int:
+    own, common = _split_ab_argv(argv[1:], _VALUE_OPTIONS)
+    ns = _parser().parse_args(own)
+    plan, manifest = _plan(ns, common, check)
+    resumed = resumed_records(plan.out_dir, manifest) if manifest else []
+    progress = err if ns.json == "-" else out
+    sweep = Sweep(
+        plan, argv=[PROG, *argv], stdout=progress, stderr=err, resumed=resumed
+    )
+    n_cells = len(sweep.grid)
+    total = n_cells * len(plan.arms) * plan.runs
+    arms = " vs ".join(f"{a.name}: {a.describe()}" for a in plan.arms)
+    progress.write(
+        f"pgsurge sweep: {n_cells} grid point{'s' if n_cells != 1 else ''} × "
+        f"{len(plan.arms)} arm{'s' if len(plan.arms) > 1 else ''} × {plan.runs} "
+        f"run{'s' if plan.runs > 1 else ''} = {total} runs"
+        + (f" ({len(resumed)} already done)" if manifest else "")
+        + f", {plan.warmup} warm-up per cell and arm; {arms}; common: "
+        f"{shlex.join(redact_words(plan.common)) or '(none)'}; results in "
+        f"{plan.out_dir}{os.sep}\n"
+    )
+    progress.flush()
+    interrupted = False
+    try:
+        sweep.run()
+    except Interrupted:
+        interrupted = True
+    status = report(sweep, ns, out, err)
+    return EXIT_INTERRUPTED if interrupted else status
+
+
+def report(sweep: Sweep, ns: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """The table and the documents of what finished."""
+    plan = sweep.sweep
+    names = [a.name for a in plan.arms]
+    runs = {
+        (c.index, a): sweep.cell_runs(c.index, a) for c in sweep.grid for a in names
+    }
+    if not any(runs.values()):
+        err.write("pgsurge sweep: no run finished: nothing to report\n")
+        return 0
+    results = cell_results(
+        sweep.grid, names, runs, confidence=ns.confidence, threshold=ns.threshold
+    )
+    knees = find_knees(plan.specs, results, confidence=ns.confidence, gain=ns.knee_gain)
+    waits = any(r.waits for rs in runs.values() for r in rs)
+    text = sweep_text(plan.specs, results, knees, confidence=ns.confidence, waits=waits)
+    doc = sweep_json(
+        plan.specs,
+        results,
+        knees,
+        confidence=ns.confidence,
+        threshold=ns.threshold,
+        manifest=sweep.manifest(),
+    )
+    (err if ns.json == "-" else out).write("\n")
+    _emit(text, doc, ns.json, out, err)
+    write_private(plan.out_dir / "sweep.txt", text)
+    write_private(plan.out_dir / "sweep.json", json.dumps(doc, indent=2) + "\n")
+    if ns.html:
+        from pgsurge.report.command import write_html
+        from pgsurge.report.sweep_html import render_sweep_html
+
+        write_html(render_sweep_html(doc), ns.html)
+    return 0

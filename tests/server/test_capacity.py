@@ -1,0 +1,151 @@
+"""``pgsurge capacity`` and the ``-R`` rate check on real runs.
+
+The capacity workload's server time is fixed: ``SELECT pg_sleep(0.01)``
+with ``-c 4`` can do at most 4 / (10 ms + overhead) transactions per
+second — about 400, less on a loaded machine, where the closed-loop run
+of the same clients measures the truth the search must find (within
+10 %).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fix_db import create_database, db_dsn, drop_database
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+SLEEP = "SELECT pg_sleep(0.01);\n"
+
+
+def _env() -> dict[str, str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    environ["LC_ALL"] = "C"
+    if "PGSURGE_DATA_DIR" in os.environ:
+        environ["PGSURGE_DATA_DIR"] = os.environ["PGSURGE_DATA_DIR"]
+    return environ
+
+
+def pgsurge(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pgsurge", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=_env(),
+        timeout=600,
+    )
+
+
+@pytest.fixture(scope="module")
+def db(server_dsn: str) -> Iterator[str]:
+    name = create_database(server_dsn, "t_capacity")
+    yield db_dsn(server_dsn, name)
+    drop_database(server_dsn, name)
+
+
+def test_capacity_of_a_fixed_server_time(db: str, tmp_path: Path) -> None:
+    script = tmp_path / "sleep.sql"
+    script.write_text(SLEEP)
+    r = pgsurge(
+        [
+            "capacity",
+            "--latency",
+            "p99=100ms",
+            "--repeat",
+            "2",
+            "--json",
+            "-",
+            "--out",
+            str(tmp_path / "out"),
+            "--html",
+            str(tmp_path / "capacity.html"),
+            "--",
+            "-f",
+            str(script),
+            "-c",
+            "4",
+            "-j",
+            "1",
+            "-T",
+            "2",
+            db,
+        ],
+        tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    truth = doc["closed_loop_tps"]
+    # 4 clients of ≥ 10 ms transactions: at most 400 tps
+    assert 200 < truth <= 400, r.stderr
+    cap = doc["capacity"]
+    assert abs(cap - truth) <= 0.10 * truth, r.stderr
+    assert len(doc["repetitions"]) == 2
+    assert doc["interval"][0] <= cap <= doc["interval"][1]
+    assert doc["latency_at_capacity_ms"] <= 100
+    assert "sustainable rate" in r.stderr
+    # a failing probe says why: a rate the server cannot keep up with
+    probes = [p for rep in doc["repetitions"] for p in rep["probes"]]
+    assert any(not p["sustained"] for p in probes)
+    assert all(
+        p["passed"] == (p["sustained"] and p["latency_ms"] <= 100) for p in probes
+    )
+
+
+def test_rate_not_sustained_is_said(db: str, tmp_path: Path) -> None:
+    script = tmp_path / "sleep.sql"
+    script.write_text(SLEEP)
+    common = ["-f", str(script), "-c", "2", "-j", "1", "-T", "2", db]
+    # 2 clients of ≥ 10 ms: 1 000 tps is out of reach, 20 is easy
+    over = pgsurge(
+        ["-R", "1000", "--json", str(tmp_path / "over.json"), *common], tmp_path
+    )
+    assert over.returncode == 0, over.stderr
+    (line,) = [ln for ln in over.stderr.splitlines() if "not sustained" in ln]
+    assert line.startswith("pgsurge: warning: the rate of 1000 tps was not sustained")
+    check = json.loads((tmp_path / "over.json").read_text())["rate_check"]
+    assert check["sustained"] is False and check["end_lag_ms"] > 50
+    under = pgsurge(
+        ["-R", "20", "--json", str(tmp_path / "under.json"), *common], tmp_path
+    )
+    assert under.returncode == 0, under.stderr
+    assert "not sustained" not in under.stderr
+    check = json.loads((tmp_path / "under.json").read_text())["rate_check"]
+    assert check == {
+        "sustained": True,
+        "reason": None,
+        "end_lag_ms": check["end_lag_ms"],
+        "skipped_fraction": 0.0,
+    }
+    # without -R: no check, no warning
+    plain = pgsurge(["--json", str(tmp_path / "plain.json"), *common], tmp_path)
+    assert plain.returncode == 0 and "sustained" not in plain.stderr
+    assert "rate_check" not in json.loads((tmp_path / "plain.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--latency", "p99"], '--latency: expected e.g. "p99=10ms"'),
+        (["--latency", "p100=1ms"], "percentile out of range"),
+        (["--latency", "p99=10ms", "--", "-R", "5"], "capacity chooses -R itself"),
+        (["--latency", "p99=10ms", "--min-rate", "0"], "--min-rate must be a positive"),
+        (["--latency", "p99=10ms", "--", "-c", "x"], "the arguments: "),
+    ],
+)
+def test_bad_capacity_arguments(
+    db: str, tmp_path: Path, args: list[str], message: str
+) -> None:
+    r = pgsurge(
+        ["capacity", *args, db] if "--" in args else ["capacity", *args], tmp_path
+    )
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.count("\n") == 1 and message in r.stderr, r.stderr
+    assert not list(tmp_path.glob("pgsurge-capacity-*"))
