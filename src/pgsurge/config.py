@@ -187,6 +187,8 @@ class RunConfig:
     #: (straight to the server when the run goes through a pooler); None:
     #: the run's own target
     monitor_dsn: str | None = None
+    #: --pooler-admin DSN: PgBouncer's console, read once per interval
+    pooler_admin_dsn: str | None = None
     #: --dask: a Dask scheduler address (the run's workers are dealt over
     #: its workers, see pgsurge.distributed) or ``local:N`` (a local cluster
     #: of N workers); None: this machine's processes
@@ -213,6 +215,7 @@ class RunConfig:
             or self.server_stats
             or self.idle_sessions > 0
             or self.host_stats
+            or self.pooler_admin_dsn is not None
         )
 
     @property

@@ -251,6 +251,12 @@ class PgConn:
     def dbname(self) -> str:
         return _text(self._pgconn.db)
 
+    @property
+    def target(self) -> str:
+        """``host:port`` of the server this connection reached (``PQhost``,
+        ``PQport``: one of a multi-host connection string's)."""
+        return f"{_text(self._pgconn.host)}:{_text(self._pgconn.port)}"
+
     def parameter_status(self, name: str) -> str | None:
         value = self._pgconn.parameter_status(name.encode())
         return None if value is None else _text(value)

@@ -426,7 +426,9 @@ def test_help_is_pgbench_help_plus_our_options(pgbench_bin: Path) -> None:
         "  --no-live                no live panel on the"
         " terminal during the run\n"
         "  --percentiles[=LIST]     report latency percentiles (default:"
-        " 50,90,99,99.9)\n",
+        " 50,90,99,99.9)\n"
+        "  --pooler-admin=DSN       read PgBouncer's SHOW POOLS/STATS at DSN per"
+        " interval\n",
         "  -d, --dbname": "  --embedded               use pgsurge's embedded"
         " PostgreSQL server\n",
         "  --sampling-rate": "  --reconnect[=NUM]        reconnect a client whose"
@@ -439,6 +441,8 @@ def test_help_is_pgbench_help_plus_our_options(pgbench_bin: Path) -> None:
         "\nCommands:\n"
         "  pgsurge ab --runs N --a ARGS --b ARGS -- [OPTION]...\n"
         f"{indent}interleaved A/B runs, then compare (--help for more)\n"
+        "  pgsurge capacity --latency p99=10ms -- [OPTION]...\n"
+        f"{indent}highest -R meeting a latency target (--help for more)\n"
         "  pgsurge compare BASE.json... --vs NEW.json...\n"
         f"{indent}noise-aware verdict on results (--help for more)\n"
         "  pgsurge history [--store PATH|URI] [--label K=V]... [--metric M]\n"
@@ -449,6 +453,8 @@ def test_help_is_pgbench_help_plus_our_options(pgbench_bin: Path) -> None:
         f"{indent}manage the embedded server\n"
         "  pgsurge store import FILE.json... [--store PATH|URI]\n"
         f"{indent}add --json results to the results store\n"
+        '  pgsurge sweep --vary "-c 1,2,4" [--vary ...] -- [OPTION]...\n'
+        f"{indent}a grid of runs: table, verdicts, knee (--help for more)\n"
         "\nReport bugs to pgsurge's maintainers (pgbench's own to"
         " <pgsql-bugs@lists.postgresql.org>).\n"
         "PostgreSQL home page: <https://www.postgresql.org/>\n"

@@ -18,9 +18,12 @@ from pgsurge.cli.options import parse_command_line
 from pgsurge.config import IdleMode, RunConfig
 from pgsurge.insight import counters
 from pgsurge.insight.counters import SOURCES, Snapshot
+from pgsurge.insight.own import canonical
+from pgsurge.insight.pooladmin import pool_point, stats_point
 from pgsurge.insight.sampling import ActivitySampler, ProfileSampler, pg_array
 from pgsurge.insight.waits import (
     CLIENT_READ,
+    CLIENT_READ_IN_XACT,
     CPU,
     WaitProfile,
     classify_background,
@@ -45,7 +48,9 @@ SRC = {s.name: s for s in SOURCES}
         ("active", "Lock", "relation", ("Lock", "relation")),
         ("active", "LWLock", "WALInsert", ("LWLock", "WALInsert")),
         ("idle", "Client", "ClientRead", CLIENT_READ),
-        ("idle in transaction", "Client", "ClientRead", CLIENT_READ),
+        ("idle in transaction", "Client", "ClientRead", CLIENT_READ_IN_XACT),
+        ("idle in transaction", "", "", CLIENT_READ_IN_XACT),
+        ("idle in transaction (aborted)", "", "", CLIENT_READ_IN_XACT),
         ("idle", "", "", CLIENT_READ),
         ("active", "Client", "ClientWrite", ("Client", "ClientWrite")),
         ("", "", "", CPU),
@@ -331,6 +336,68 @@ def test_run_deltas_per_transaction_and_intervals() -> None:
     assert counters.resets(a, c) == ["wal"]
 
 
+@pytest.mark.parametrize(
+    ("ours", "stored"),
+    [
+        # PostgreSQL 18 keeps no leading comment; constants become $n
+        (
+            "/* pgsurge monitor */ SELECT count(*) FROM t WHERE a = 'x' AND b = 3",
+            "SELECT count(*) FROM t WHERE a = $1 AND b = $2",
+        ),
+        (
+            "SET LOCAL stats_fetch_consistency = 'snapshot'",
+            "SET LOCAL x = $1"[:0] + "SET LOCAL stats_fetch_consistency = $1",
+        ),
+        ("SELECT $1::int8,\n  $2::text", "select $1::int8, $2::text"),
+    ],
+)
+def test_canonical_matches_the_views_text(ours: str, stored: str) -> None:
+    assert canonical(ours) == canonical(stored)
+    assert canonical("SELECT a1 FROM t2") != canonical("SELECT a FROM t")
+
+
+def _stmt(queryid: int | None, query: str, calls: int) -> dict[str, Any]:
+    return {
+        "userid": 10,
+        "queryid": queryid,
+        "toplevel": True,
+        "query": query,
+        "calls": calls,
+        "total_exec_time": calls * 0.1,
+    }
+
+
+def test_statements_hidden_and_own_left_out() -> None:
+    src = [SRC["statements"]]
+    start = Snapshot(
+        0,
+        {
+            "statements": [
+                _stmt(None, "<insufficient privilege>", 5),
+                _stmt(None, "<insufficient privilege>", 900),
+                _stmt(1, "SELECT 1", 10),
+            ]
+        },
+    )
+    end = Snapshot(
+        SECOND,
+        {
+            "statements": [
+                _stmt(None, "<insufficient privilege>", 7),
+                _stmt(None, "<insufficient privilege>", 950),
+                _stmt(1, "SELECT 1", 30),
+                _stmt(2, "SELECT pg_catalog.version()", 3),
+            ]
+        },
+    )
+    out = counters.run_deltas(start, end, src, lambda q: "version" in q)
+    assert [(r["queryid"], r["calls"]) for r in out["statements"]] == [(1, 20)]
+    assert counters.hidden_statements(end) == 2
+    # without the filter the own statement is there, the hidden ones never
+    out = counters.run_deltas(start, end, src)
+    assert sorted(r["queryid"] for r in out["statements"]) == [1, 2]
+
+
 def test_touched_tables() -> None:
     names = counters.touched_tables(
         ["UPDATE pgbench_accounts SET x = :aid;", "\\set aid 1"]
@@ -482,7 +549,10 @@ def test_render_insight_text() -> None:
     assert lines[1] == "   share  sessions  event"
     assert lines[2] == "   50.0%      2.00  CPU"
     assert lines[3] == "   37.5%      1.50  Lock:relation"
-    assert lines[4] == "   12.5%      0.50  Client:ClientRead (waiting for the client)"
+    assert lines[4] == (
+        "   12.5%      0.50  Client:ClientRead"
+        " (idle: waiting for the client to start a transaction)"
+    )
     assert "background processes (average busy): walwriter IO:WalWrite 0.50" in lines
     assert (
         "  per transaction: 612.5 WAL bytes, 0.010 FPI, 0.500 buffer reads, "
@@ -586,3 +656,78 @@ def test_compare_shows_both_sides_waits(tmp_path: Path) -> None:
 
 def _plain(tmp_path: Path) -> list[str]:
     return [write_result(tmp_path / f"p{i}.json", 1000 + i, seq=i) for i in range(3)]
+
+
+def test_pooler_console_points() -> None:
+    rows = [
+        {
+            "database": "bench",
+            "user": "a",
+            "cl_active": "3",
+            "cl_waiting": "2",
+            "sv_active": "3",
+            "sv_idle": "1",
+            "sv_used": "0",
+            "maxwait": "1",
+            "maxwait_us": "500000",
+            "pool_mode": "transaction",
+        },
+        {
+            "database": "bench",
+            "user": "b",
+            "cl_active": "1",
+            "cl_waiting": "0",
+            "sv_active": "1",
+            "sv_idle": "0",
+            "sv_used": "2",
+            "maxwait": "0",
+            "maxwait_us": "2000",
+            "pool_mode": "transaction",
+        },
+        {
+            "database": "other",
+            "user": "a",
+            "cl_active": "50",
+            "cl_waiting": "9",
+            "sv_active": "9",
+            "sv_idle": "0",
+            "sv_used": "0",
+            "maxwait": "9",
+            "maxwait_us": "0",
+            "pool_mode": "session",
+        },
+    ]
+    point = pool_point(rows, "bench")
+    assert point == {
+        "cl_active": 4.0,
+        "cl_waiting": 2.0,
+        "sv_active": 4.0,
+        "sv_idle": 1.0,
+        "sv_used": 2.0,
+        "maxwait_ms": 1500.0,
+    }
+    before = {"total_xact_count": 10, "total_query_count": 20, "total_wait_time": 0}
+    after = {"total_xact_count": 110, "total_query_count": 320, "total_wait_time": 5000}
+    assert stats_point(before, after) == {
+        "xacts": 100.0,
+        "queries": 300.0,
+        "wait_ms_per_xact": 0.05,
+    }
+    assert stats_point(after, after)["wait_ms_per_xact"] == 0.0
+    text = render_insight(
+        {
+            "pooler_admin": {
+                "database": "bench",
+                "pool_mode": "transaction",
+                "reads": 3,
+                "xacts": 100,
+                "queries": 300,
+                "wait_ms_per_xact": 0.05,
+                "max_cl_waiting": 2,
+                "max_sv_active": 4,
+                "max_wait_ms": 1500.0,
+            }
+        }
+    )
+    assert text.startswith("pooler console (database bench, transaction pooling, 3")
+    assert "up to 2 clients waiting" in text

@@ -91,6 +91,7 @@ Benchmarking options:
                            to DSN (the server itself, behind a pooler)
   --no-live                no live panel on the terminal during the run
   --percentiles[=LIST]     report latency percentiles (default: 50,90,99,99.9)
+  --pooler-admin=DSN       read PgBouncer's SHOW POOLS/STATS at DSN per interval
   --progress-timestamp     use Unix epoch timestamps for progress
   --random-seed=SEED       set random seed ("time", "rand", integer)
   --reconnect[=NUM]        reconnect a client whose connection is lost, NUM

@@ -27,7 +27,8 @@ report extras are run-mode options, rejected with ``-i`` like pgbench's:
 * server insight (``pgsurge.insight``): ``--waits[=MS]`` (optional value
   like ``--percentiles``; 100 ms alone), ``--server-stats``,
   ``--idle-sessions=N[:idle|xact|snapshot]``, ``--monitor=DSN`` (where
-  those connect: straight to the server behind a pooler).
+  those connect: straight to the server behind a pooler),
+  ``--pooler-admin=DSN`` (PgBouncer's console, per interval).
 
 ``dispatch`` prints errors and dispatches; word splitting is ``getopt``'s;
 number parsing with C semantics is ``values``' and ``pgsurge.cnum``'s.
@@ -131,6 +132,7 @@ LONG_OPTIONS: tuple[LongOption, ...] = (
     LongOption("server-stats", False, "server-stats", extension=True),
     LongOption("idle-sessions", True, "idle-sessions", extension=True),
     LongOption("monitor", True, "monitor", extension=True),
+    LongOption("pooler-admin", True, "pooler-admin", extension=True),
     LongOption("dask", True, "dask", extension=True),
     LongOption("dask-collect-logs", True, "dask-collect-logs", extension=True),
     LongOption("no-live", False, "no-live", extension=True),
@@ -559,6 +561,9 @@ class _CommandLine:
             case "monitor":
                 st.benchmarking_option_set = True
                 st.monitor_dsn = parse_monitor_dsn(arg)
+            case "pooler-admin":
+                st.benchmarking_option_set = True
+                st.pooler_admin_dsn = parse_monitor_dsn(arg, "--pooler-admin")
             case "dask":
                 st.benchmarking_option_set = True
                 st.dask = parse_dask_address(arg)

@@ -103,6 +103,7 @@ class OptionState:
     idle_sessions: int = 0
     idle_mode: IdleMode = IdleMode.IDLE
     monitor_dsn: str | None = None
+    pooler_admin_dsn: str | None = None
     dask: str | None = None
     dask_collect_logs: str | None = None
     no_live: bool = False
@@ -255,6 +256,7 @@ def run_config(st: OptionState, conn: ConnParams) -> RunConfig:
         idle_sessions=st.idle_sessions,
         idle_mode=st.idle_mode,
         monitor_dsn=st.monitor_dsn,
+        pooler_admin_dsn=st.pooler_admin_dsn,
         dask=st.dask,
         dask_collect_logs=st.dask_collect_logs,
         no_live=st.no_live,

@@ -87,20 +87,21 @@ def parse_idle_sessions(value: str) -> tuple[int, IdleMode]:
         ) from None
 
 
-def parse_monitor_dsn(value: str) -> str:
-    """``--monitor DSN``: a libpq conninfo string or URI (checked here, so
-    that a bad one is an option error before anything connects)."""
+def parse_monitor_dsn(value: str, option: str = "--monitor") -> str:
+    """``--monitor DSN`` (``--pooler-admin DSN``): a libpq conninfo string
+    or URI (checked here, so that a bad one is an option error before
+    anything connects)."""
     from pgsurge import pgconn
     from pgsurge.redact import redact_text
 
     if not value.strip():
-        raise UsageError('invalid value "" for option --monitor')
+        raise UsageError(f'invalid value "" for option {option}')
     try:
         pgconn.conninfo({"dbname": value})
     except pgconn.PsycopgError as exc:
         # the value is not echoed: it may hold a password
         raise UsageError(
-            "invalid connection string for option --monitor: "
+            f"invalid connection string for option {option}: "
             + redact_text(pgconn.strip_newline(str(exc)))
         ) from None
     return value

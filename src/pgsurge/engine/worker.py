@@ -344,6 +344,7 @@ class _Run:
         "recorder",
         "scripts",
         "spec",
+        "targets",
         "txlog",
         "wstate",
     )
@@ -361,6 +362,8 @@ class _Run:
     end_us: int
     conn_start: int
     bench_start: int
+    #: each client's server (``host:port``) at connect, not under -C
+    targets: list[str]
 
     def __init__(
         self,
@@ -382,6 +385,7 @@ class _Run:
         self.abort_owner = abort_owner
         self.scripts = scripts
         self.clients = clients
+        self.targets = []
         self.wstate = wstate
         self.txlog = txlog
         self.recorder = recorder
@@ -546,6 +550,7 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
                 pipe.send(Fatal(f"{PROG}: error: {failed}\n"))
                 return False
         conn.set_nonblocking()
+        run.targets.append(conn.target)
         st.conn = conn
         st.raw = conn._pgconn
         st.ptr = fastpq.usable_with(conn)
@@ -691,6 +696,7 @@ def _result(run: _Run, usage0: resource.struct_rusage) -> WorkerResult:
     result.cpu_user_s = usage1.ru_utime - usage0.ru_utime
     result.cpu_sys_s = usage1.ru_stime - usage0.ru_stime
     result.client_tx_counts = [st.cnt for st in clients]
+    result.client_targets = list(run.targets)
     # waiting in blocking calls (-C connections, shell commands) is idle too
     result.idle_us = loop.idle_us + wstate.blocked_us
     result.abort_messages = wstate.abort_messages

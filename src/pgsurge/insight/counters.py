@@ -20,6 +20,13 @@ the run's backends have exited (the monitor waits for their pids to leave
 figures may each be off by up to a second's work, moved into the next
 interval; their sum is the total.
 
+``pg_stat_statements`` rows are keyed by user, query id and nesting
+level. A user without ``pg_read_all_stats`` sees other users' rows with
+the query id (and text) hidden: they cannot be told apart, so they are
+left out and counted (:func:`hidden_statements`), never diffed. The
+monitor's own statements are left out by their text (``own``: see
+``insight/own.py``), not by a comment PostgreSQL 18 drops.
+
 Everything here but :func:`take_snapshot` is pure.
 """
 
@@ -27,7 +34,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +46,7 @@ __all__ = [
     "StatSource",
     "checkpoints",
     "delta",
+    "hidden_statements",
     "interval_figures",
     "per_transaction",
     "resets",
@@ -170,7 +178,7 @@ def take_snapshot(
     snap = Snapshot(now_us)
     conn.exec_status("BEGIN")
     if consistent:
-        conn.exec_status("SET LOCAL stats_fetch_consistency = snapshot")
+        conn.exec_status("SET LOCAL stats_fetch_consistency = 'snapshot'")
     array = "{" + ",".join('"' + t.replace('"', '\\"') + '"' for t in tables) + "}"
     for src in sources:
         if src.takes_tables:
@@ -337,15 +345,35 @@ def _top_statements(rows: Sequence[Row]) -> list[Row]:
     return out
 
 
+def _visible(rows: Sequence[Row]) -> list[Row]:
+    return [r for r in rows if r.get("queryid") is not None]
+
+
+def hidden_statements(end: Snapshot) -> int:
+    """The ``pg_stat_statements`` rows of the end snapshot whose query id
+    the user may not see (other users', without ``pg_read_all_stats``)."""
+    return sum(1 for r in end.rows.get("statements", []) if r.get("queryid") is None)
+
+
 def run_deltas(
-    start: Snapshot, end: Snapshot, sources: Sequence[StatSource]
+    start: Snapshot,
+    end: Snapshot,
+    sources: Sequence[StatSource],
+    own: Callable[[str], bool] | None = None,
 ) -> dict[str, Any]:
-    """The whole run's deltas, by source (statements: the top ones)."""
+    """The whole run's deltas, by source (statements: the top ones, without
+    hidden rows nor those whose text ``own`` says is the monitor's)."""
     out: dict[str, Any] = {}
     for s in sources:
         if s.name not in start.rows or s.name not in end.rows:
             continue
-        rows = delta(s, start.rows[s.name], end.rows[s.name])
+        if s.name == "statements":
+            end_rows = _visible(end.rows[s.name])
+            if own is not None:
+                end_rows = [r for r in end_rows if not own(str(r.get("query") or ""))]
+            rows = delta(s, _visible(start.rows[s.name]), end_rows)
+        else:
+            rows = delta(s, start.rows[s.name], end.rows[s.name])
         if s.name == "statements":
             # the query text is no counter: take it from the end rows
             text = {_key(r, s): r.get("query") for r in end.rows[s.name]}

@@ -28,7 +28,7 @@ mode and the workers' ``application_name``) the pids libpq reports are
 the pooler's, not backends: the sampler follows the server sessions by
 name, runs unprepared statements when it goes through a transaction
 pooler itself, ``--server-stats`` waits for the pooled sessions' counters
-to reach the server (they outlive the clients, see :data:`FLUSH_AFTER_S`),
+to reach the server (they outlive the clients, see ``pooled``),
 and the idle sessions of a transaction pooler get a warning. ``--monitor
 DSN`` (``cfg.monitor_dsn``) connects the monitor and the idle sessions
 there instead of to the run's target: straight to the server.
@@ -45,10 +45,12 @@ from typing import Any
 from pgsurge import pgconn
 from pgsurge.config import RunConfig
 from pgsurge.errors import PROG
-from pgsurge.insight import counters
+from pgsurge.insight import counters, pooled
 from pgsurge.insight.companions import Companions, open_companions
 from pgsurge.insight.counters import SOURCES, Snapshot, StatSource
 from pgsurge.insight.hostwatch import HostWatch, server_is_local
+from pgsurge.insight.own import RecordingConn
+from pgsurge.insight.pooladmin import PoolAdmin, PoolAdminError
 from pgsurge.insight.sampling import (
     TAG,
     ActivitySampler,
@@ -64,17 +66,6 @@ Warn = Callable[[str], None]
 
 #: how long the end snapshot waits for the run's backends to exit
 EXIT_WAIT_S = 5.0
-#: a backend that goes idle less than a second after its last flush keeps
-#: its counters for 10 s (PostgreSQL's idle stats interval): behind a
-#: pooler, whose server sessions outlive the run, the totals are complete
-#: once every session of the database has been idle this long
-FLUSH_AFTER_S = 10.5
-#: ... waiting at most this long after the run (a busy neighbour)
-FLUSH_WAIT_S = 13.0
-#: the monitor's own sessions (by name: behind a pooler pids are no help)
-MONITOR_APP = "pgsurge monitor"
-IDLE_APP = "pgsurge idle session"
-
 _PRIVILEGED_SQL = (
     "SELECT rolsuper OR pg_catalog.pg_has_role(current_user, 'pg_read_all_stats',"
     " 'MEMBER') FROM pg_catalog.pg_roles WHERE rolname = current_user"
@@ -98,39 +89,12 @@ WHERE pid = ANY($1::int[])
        AND pid <> pg_catalog.pg_backend_pid() AND pid <> ALL($3::int[]))"""
 
 
-# the seconds since the newest idle session of this database went idle,
-# and how many are not idle (all but ours)
-_IDLE_AGE_SQL = f"""{TAG} SELECT
-  extract(epoch FROM pg_catalog.clock_timestamp() - max(state_change))::float8,
-  count(*) FILTER (WHERE state IS DISTINCT FROM 'idle')
-FROM pg_catalog.pg_stat_activity
-WHERE backend_type = 'client backend' AND datname = pg_catalog.current_database()
-  AND pid <> pg_catalog.pg_backend_pid()
-  AND application_name NOT IN ('{MONITOR_APP}', '{IDLE_APP}')"""
-
-
 def _clock() -> int:
     return time.monotonic_ns() // 1000
 
 
 def _warning(what: str, text: str) -> str:
     return f"{PROG}: warning: {what}: {text}\n"
-
-
-def _idle_pool_warning(cfg: RunConfig) -> str:
-    """--idle-sessions through a transaction pooler: what they really do."""
-    if cfg.idle_mode.value == "idle":
-        text = (
-            "behind a transaction pooler an idle session holds no server "
-            "session at all: it adds nothing to the server"
-        )
-    else:
-        text = (
-            f"behind a transaction pooler each {cfg.idle_mode.value} session "
-            "pins one of the pool's server connections for the whole run (the "
-            "clients share the rest); --monitor DSN opens them on the server"
-        )
-    return _warning("--idle-sessions", text)
 
 
 def _one(conn: pgconn.PgConn, sql: str) -> str | None:
@@ -145,7 +109,7 @@ class Monitor:
     """See the module doc. Built by :meth:`start`."""
 
     cfg: RunConfig
-    conn: pgconn.PgConn | None = None
+    conn: RecordingConn | None = None
     companions: Companions | None = None
     #: warnings from the thread, for the runner to print at the end
     warnings: list[str] = field(default_factory=list)
@@ -175,6 +139,9 @@ class Monitor:
     via_pooler: bool = False
     #: behind a pooler: how long --server-stats waited for the counters
     flush_wait_s: float = 0.0
+    #: --pooler-admin: the console, and its figures by interval start
+    pool_admin: PoolAdmin | None = None
+    admin_points: dict[int, dict[str, float]] = field(default_factory=dict)
     start_us: int = 0
     #: --host-stats: the client host's counters (``hostwatch``)
     host: HostWatch | None = None
@@ -194,6 +161,7 @@ class Monitor:
         *,
         pooler_mode: str | None = None,
         app_name: str | None = None,
+        database: str | None = None,
     ) -> Monitor:
         """Open the sessions and the monitor connection (see the module
         doc); raises :class:`ConnectError` when one cannot connect.
@@ -205,26 +173,30 @@ class Monitor:
             items = {"dbname": cfg.monitor_dsn, "fallback_application_name": PROG}
         mon.via_pooler = pooler_mode is not None and cfg.monitor_dsn is None
         try:
+            if cfg.pooler_admin_dsn is not None:
+                if database is None:
+                    warn(
+                        _warning(
+                            "--pooler-admin",
+                            "no connection pooler was found between "
+                            f"{PROG} and the server: its console is not read",
+                        )
+                    )
+                else:
+                    mon.pool_admin = PoolAdmin.connect(
+                        cfg.pooler_admin_dsn, database, password
+                    )
             if cfg.idle_sessions:
                 mon.companions = open_companions(
                     items, password, cfg.idle_sessions, cfg.idle_mode
                 )
                 if mon.via_pooler and pooler_mode == "transaction":
-                    warn(_idle_pool_warning(cfg))
+                    warn(pooled.idle_sessions_warning(cfg.idle_mode.value))
             if cfg.waits_ms is not None or cfg.server_stats:
                 mon._connect(items, password, warn)
                 if cfg.server_stats:
                     if pooler_mode is not None:
-                        warn(
-                            _warning(
-                                "--server-stats",
-                                "behind a connection pooler the server sessions "
-                                "outlive the clients and report their counters up "
-                                f"to {FLUSH_AFTER_S - 0.5:.0f} s after going idle: "
-                                "the totals wait for that (the -P interval "
-                                "figures lag by as much)",
-                            )
-                        )
+                        warn(pooled.SERVER_STATS_WARNING)
                     mon._setup_counters(scripts, warn)
             if cfg.host_stats:
                 mon.host = HostWatch(disks=server_is_local(cfg.conn))
@@ -234,14 +206,16 @@ class Monitor:
         return mon
 
     def _connect(self, items: dict[str, str], password: str | None, warn: Warn) -> None:
-        conn = pgconn.connect_or_raise(items, password)
+        # it records what it sends: its statements are left out of the top
+        # statements by their text (insight/own.py)
+        conn = RecordingConn.adopt(pgconn.connect_or_raise(items, password))
         self.conn = conn
         self.server_version_num = conn.server_version
         # the workers' name (they connect with the same items; behind a
         # pooler the set-up read it), then ours
         if not self.app_name:
             self.app_name = _one(conn, "SHOW application_name") or ""
-        conn.exec_status(f"SET application_name = '{MONITOR_APP}'")
+        conn.exec_status(f"SET application_name = '{pooled.MONITOR_APP}'")
         self.privileged = _one(conn, _PRIVILEGED_SQL) == "t"
         if not self.privileged:
             warn(
@@ -339,7 +313,11 @@ class Monitor:
         if cfg.waits_ms is not None and self.conn is not None:
             self.profile = WaitProfile(anchor_us=start_us, interval_us=interval_us)
             self.sampler = self._make_sampler(interval_us, warn)
-        if self.sampler is None and not (self._per_interval and cfg.progress_s):
+        if (
+            self.sampler is None
+            and not (self._per_interval and cfg.progress_s)
+            and self.pool_admin is None
+        ):
             return
         self._thread = threading.Thread(
             target=self._run, name="pgsurge-monitor", daemon=True
@@ -360,6 +338,11 @@ class Monitor:
                 if self.pooler_mode is not None
                 else "-C gives no backend pids to follow"
             )
+            if self.via_pooler:
+                why += (
+                    " (and the sampler waits for a server connection as the "
+                    "clients do: --monitor DSN goes straight to the server)"
+                )
             warn(
                 _warning(
                     "--waits",
@@ -430,8 +413,10 @@ class Monitor:
         step_us = 1_000_000 * cfg.progress_s if self._per_interval else 0
         next_boundary = self.start_us + step_us if step_us else None
         next_sample = _clock() if self.sampler is not None else None
+        admin_us = self._admin_step_us()
+        next_admin = self.start_us + admin_us if self.pool_admin is not None else None
         while True:
-            dues = [t for t in (next_sample, next_boundary) if t is not None]
+            dues = [t for t in (next_sample, next_boundary, next_admin) if t]
             if not dues:
                 return
             delay = max(0, min(dues) - _clock()) / 1e6
@@ -449,6 +434,12 @@ class Monitor:
                     self._boundary(next_boundary - step_us)
                     while next_boundary <= now:
                         next_boundary += step_us
+                if next_admin is not None and now >= next_admin:
+                    if not self._admin_read(next_admin - admin_us):
+                        next_admin = None
+                    else:
+                        while next_admin <= now:
+                            next_admin += admin_us
             except Exception as exc:  # keep the run going without the monitor
                 self.warnings.append(_warning("monitor", f"stopped: {exc}"))
                 return
@@ -466,6 +457,24 @@ class Monitor:
     def _per_interval(self) -> bool:
         """Whether something is read at each -P boundary."""
         return self.cfg.server_stats or self.host is not None
+
+    def _admin_step_us(self) -> int:
+        """The JSON series' interval (-P, else 1 s)."""
+        return 1_000_000 * (self.cfg.progress_s or 1)
+
+    def _admin_read(self, interval_start_us: int) -> bool:
+        """One read of the pooler's console; False when it failed (one
+        warning, no more reads)."""
+        admin = self.pool_admin
+        assert admin is not None
+        try:
+            self.admin_points[interval_start_us] = admin.read()
+        except PoolAdminError as exc:
+            self.warnings.append(_warning("--pooler-admin", f"stopped: {exc}"))
+            admin.close()
+            self.pool_admin = None
+            return False
+        return True
 
     def _boundary(self, interval_start_us: int) -> None:
         if self.host is not None:
@@ -518,7 +527,9 @@ class Monitor:
                 intervals.setdefault(start, {"start_us": start})["waits"] = shares
         if self.cfg.server_stats and self.start_snap is not None and self.conn:
             if self.pooler_mode is not None:
-                self._wait_for_flush()
+                self.flush_wait_s, warning = pooled.wait_for_flush(self.conn)
+                if warning:
+                    self.warnings.append(warning)
             else:
                 self._wait_for_exit()
             end = self._snapshot(self.warnings.append)
@@ -533,10 +544,23 @@ class Monitor:
                     self.last_snap, end, self.sources
                 )
             out["server_stats"] = self._server_stats(end, transactions)
+            if self.pooler_mode is not None:
+                warning = pooled.commits_warning(out["server_stats"], transactions)
+                if warning:
+                    self.warnings.append(warning)
             for start, figures in self.interval_stats.items():
                 intervals.setdefault(start, {"start_us": start})["server_stats"] = (
                     figures
                 )
+        if self.pool_admin is not None:
+            # the tail: from the last read to the end
+            step = self._admin_step_us()
+            last = max(self.admin_points, default=None)
+            self._admin_read(self.start_us if last is None else last + step)
+        if self.pool_admin is not None:
+            out["pooler_admin"] = self.pool_admin.summary()
+            for start, point in self.admin_points.items():
+                intervals.setdefault(start, {"start_us": start})["pooler"] = point
         if self.companions is not None:
             out["idle_sessions"] = self.companions.to_dict()
         if self.host is not None:
@@ -593,48 +617,11 @@ class Monitor:
             )
         )
 
-    def _idle_age(self) -> tuple[float | None, int]:
-        """(seconds since the newest session of the database went idle,
-        sessions not idle), ours left out; (None, 0) on a failure."""
-        conn = self.conn
-        assert conn is not None
-        status, res = conn.exec_status(_IDLE_AGE_SQL)
-        if status != pgconn.TUPLES_OK or res.ntuples == 0:
-            return None, 0
-        age = pgconn.value_text(res, 0, 0)
-        busy = int(pgconn.value_text(res, 0, 1) or 0)
-        return (float(age) if age else None), busy
-
-    def _wait_for_flush(self) -> None:
-        """Behind a pooler: until every server session of this database has
-        been idle :data:`FLUSH_AFTER_S` (its counters reported), at most
-        :data:`FLUSH_WAIT_S`."""
-        t0 = time.monotonic()
-        deadline = t0 + FLUSH_WAIT_S
-        while True:
-            age, busy = self._idle_age()
-            if age is None and not busy:
-                break
-            if not busy and age is not None and age >= FLUSH_AFTER_S:
-                break
-            if time.monotonic() >= deadline:
-                self.warnings.append(
-                    _warning(
-                        "--server-stats",
-                        "the pooler's server sessions were not all idle for "
-                        f"{FLUSH_AFTER_S:g} s: the totals may miss some of "
-                        "their work",
-                    )
-                )
-                break
-            left = FLUSH_AFTER_S - (age or 0) if not busy else 0.5
-            time.sleep(min(max(left, 0.05), 0.5, max(deadline - time.monotonic(), 0)))
-        self.flush_wait_s = time.monotonic() - t0
-
     def _server_stats(self, end: Snapshot, transactions: int) -> dict[str, Any]:
         start = self.start_snap
         assert start is not None
-        deltas = counters.run_deltas(start, end, self.sources)
+        assert self.conn is not None
+        deltas = counters.run_deltas(start, end, self.sources, self.conn.is_own)
         before, after = counters.checkpoints(start.rows), counters.checkpoints(end.rows)
         cps = None if before is None or after is None else after - before
         return {
@@ -654,6 +641,11 @@ class Monitor:
             "unavailable": dict(self.unavailable),
             "tables": self.tables_seen(end),
             "settings": self.settings,
+            **(
+                {"statements_hidden": counters.hidden_statements(end)}
+                if "statements" in end.rows
+                else {}
+            ),
             **(
                 {"pooler_flush_wait_s": round(self.flush_wait_s, 3)}
                 if self.pooler_mode is not None
@@ -684,3 +676,6 @@ class Monitor:
             conn.finish()
         if self.companions is not None:
             self.companions.close()
+        if self.pool_admin is not None:
+            admin, self.pool_admin = self.pool_admin, None
+            admin.close()

@@ -7,7 +7,12 @@ a label ``(type, event)``:
   connect): active with no wait event is ``("CPU", "")``; active and
   waiting is the event (``("Lock", "relation")``, ``("LWLock",
   "WALInsert")``); idle, waiting for the next command, is ``("Client",
-  "ClientRead")``: the server waits for the *client*;
+  "ClientRead")``: the server waits for the *client* to start a
+  transaction; idle *in a transaction* (a round trip of the client's in
+  the middle of one, with its locks held) is ``("Client", "ClientRead in
+  transaction")`` apart: a share of that says little about the client's
+  speed and much about the transaction's round trips (``pg_wait_sampling``
+  has no state: there both are ``ClientRead``);
 * the server's background processes (checkpointer, walwriter, autovacuum,
   io workers, ...) are a separate group, labelled ``(backend_type, type,
   event)``; their idle main-loop waits (type ``Activity``) are not busy
@@ -31,6 +36,7 @@ from typing import Any
 
 __all__ = [
     "CLIENT_READ",
+    "CLIENT_READ_IN_XACT",
     "CPU",
     "Label",
     "WaitProfile",
@@ -46,6 +52,7 @@ BgLabel = tuple[str, str, str]
 
 CPU: Label = ("CPU", "")
 CLIENT_READ: Label = ("Client", "ClientRead")
+CLIENT_READ_IN_XACT: Label = ("Client", "ClientRead in transaction")
 #: the events shown per interval in the JSON series (plus CPU, client, other)
 SERIES_TOP = 5
 #: the events listed in the text report and in ``waits.events`` of the JSON
@@ -59,6 +66,10 @@ def label_text(label: Label) -> str:
 
 def classify_own(state: str, wait_type: str, wait_event: str) -> Label:
     """The label of one of the run's own backends (see the module doc)."""
+    if state.startswith("idle in transaction") and (
+        not wait_type or (wait_type, wait_event) == CLIENT_READ
+    ):
+        return CLIENT_READ_IN_XACT
     if wait_type:
         return (wait_type, wait_event)
     if state in ("", "active", "fastpath function call"):
@@ -176,6 +187,9 @@ class WaitProfile:
             "ticks": ticks,
             "events": events,
             "client_wait_share": self.total.counts[CLIENT_READ] / n if n else None,
+            "client_wait_in_transaction_share": (
+                self.total.counts[CLIENT_READ_IN_XACT] / n if n else None
+            ),
             "cpu_share": self.total.counts[CPU] / n if n else None,
             "background": background,
             "sampler_query_ms": {

@@ -29,6 +29,7 @@ All functions are pure functions of a ``RunResult``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from pgsurge.stats.cpu import BUSY_THRESHOLD, WorkerCpu
 from pgsurge.stats.histogram import Histogram
@@ -42,6 +43,8 @@ __all__ = [
     "percentile_label",
     "percentile_lines",
     "render_extras",
+    "target_figures",
+    "targets_line",
 ]
 
 #: --percentiles without a value
@@ -115,6 +118,36 @@ def busy_workers(workers: Sequence[WorkerCpu]) -> list[WorkerCpu]:
         (w for w in workers if w.busy),
         key=lambda w: (-w.busy_fraction, w.worker_id),
     )
+
+
+def target_figures(result: RunResult) -> list[dict[str, Any]]:
+    """Per server of a multi-host connection string the clients reached
+    (``host:port``, by libpq's ``PQhost``/``PQport`` at connect): its
+    clients, transactions and tps over the run's duration (they sum to
+    the run's). Empty unless the clients reached two or more."""
+    seconds = result.total_duration_us / 1e6
+    return [
+        {
+            "target": target,
+            "clients": clients,
+            "transactions": tx,
+            "tps": tx / seconds if seconds > 0 else None,
+        }
+        for target, (clients, tx) in sorted(result.targets.items())
+    ]
+
+
+def targets_line(result: RunResult, prog: str) -> str:
+    """The stderr line of :func:`target_figures` (empty without them)."""
+    figures = target_figures(result)
+    if not figures:
+        return ""
+    parts = [
+        f"{f['target']} {f['clients']} clients, {f['transactions']} transactions"
+        + (f" ({f['tps']:.1f} tps)" if f["tps"] is not None else "")
+        for f in figures
+    ]
+    return f"{prog}: the clients reached {len(figures)} servers: {'; '.join(parts)}\n"
 
 
 def client_limited_warning(

@@ -22,7 +22,9 @@ _TOP = 10
 def _label(e: Mapping[str, Any]) -> str:
     text = str(e.get("type", "")) if not e.get("event") else f"{e['type']}:{e['event']}"
     if text == "Client:ClientRead":
-        text += " (waiting for the client)"
+        text += " (idle: waiting for the client to start a transaction)"
+    elif text == "Client:ClientRead in transaction":
+        text += " (waiting for the client mid-transaction, locks held)"
     return text
 
 
@@ -45,11 +47,15 @@ def render_waits(w: Mapping[str, Any]) -> str:
         if w.get("source") == "pg_stat_activity"
         else f"{w.get('source')} profile, read every {_num(w.get('period_ms'), 0)} ms"
     )
-    who = (
-        f"{w.get('backends')} backends"
-        if w.get("attribution") == "pids"
-        else "the sessions named like the workers (-C)"
-    )
+    if w.get("attribution") == "pids":
+        who = f"{w.get('backends')} backends"
+    elif "server_backends_seen" in w:
+        who = (
+            "the run's server sessions, by application_name "
+            f"({w['server_backends_seen']} seen)"
+        )
+    else:
+        who = "the sessions named like the workers (-C)"
     lines = [
         f"wait events of {who} ({how}: {w.get('samples')} samples; sampler "
         f"query {_num(q.get('avg'), 3)} ms avg, {_num(q.get('max'), 3)} ms max):",
@@ -61,6 +67,7 @@ def render_waits(w: Mapping[str, Any]) -> str:
     )
     if not w.get("events"):
         lines.append("  (no samples)")
+    # only the idle share: a wait inside a transaction is its round trips
     client = w.get("client_wait_share")
     if client is not None and client > CLIENT_BOUND_SHARE:
         lines.append(
@@ -125,7 +132,8 @@ def render_server_stats(s: Mapping[str, Any]) -> str:
         for t in deltas.get("tables") or []
     )
     stmts = deltas.get("statements") or []
-    if stmts:
+    hidden = s.get("statements_hidden") or 0
+    if stmts or hidden:
         lines.append("  top statements by execution time:")
         for st in stmts[:5]:
             query = " ".join(str(st.get("query") or "").split())[:60]
@@ -133,7 +141,26 @@ def render_server_stats(s: Mapping[str, Any]) -> str:
                 f"    {_num(st.get('total_exec_time_ms'), 1):>10} ms "
                 f"{st.get('calls'):>8} calls  {query}"
             )
+        if hidden:
+            noun = "statement" if hidden == 1 else "statements"
+            lines.append(
+                f"    ({hidden} {noun} of other users left out: their query id "
+                "is hidden without pg_read_all_stats)"
+            )
     return "".join(line + "\n" for line in lines)
+
+
+def render_pooler_admin(p: Mapping[str, Any]) -> str:
+    """The ``--pooler-admin`` line."""
+    mode = f", {p['pool_mode']} pooling" if p.get("pool_mode") else ""
+    return (
+        f"pooler console (database {p.get('database')}{mode}, {p.get('reads')} "
+        f"reads): {p.get('xacts')} transactions passed on, up to "
+        f"{p.get('max_cl_waiting')} clients waiting for a server connection "
+        f"(longest wait {_num(p.get('max_wait_ms'), 1)} ms, "
+        f"{_num(p.get('wait_ms_per_xact'), 3)} ms per transaction), up to "
+        f"{p.get('max_sv_active')} server connections active\n"
+    )
 
 
 def render_insight(doc: Mapping[str, Any]) -> str:
@@ -143,6 +170,8 @@ def render_insight(doc: Mapping[str, Any]) -> str:
         out += render_waits(doc["waits"])
     if isinstance(doc.get("server_stats"), Mapping):
         out += render_server_stats(doc["server_stats"])
+    if isinstance(doc.get("pooler_admin"), Mapping):
+        out += render_pooler_admin(doc["pooler_admin"])
     return out
 
 

@@ -32,7 +32,7 @@ import psycopg
 
 from pgsurge.config import ConnParams, RunConfig
 from pgsurge.redact import redact_text, redact_value
-from pgsurge.report.extras import busy_workers, percentile_label
+from pgsurge.report.extras import busy_workers, percentile_label, target_figures
 from pgsurge.report.output import write_output
 from pgsurge.report.rate import rate_check
 from pgsurge.report.steady import steady_check
@@ -326,6 +326,8 @@ def build_document(result: RunResult, config: RunConfig) -> dict[str, Any]:
         doc["environment"] = _environment(result)
     if config.labels:
         doc["labels"] = redact_value(dict(config.labels))
+    if result.targets:  # a multi-host connection string's servers
+        doc["targets"] = target_figures(result)
     return doc
 
 

@@ -66,6 +66,7 @@ from pgsurge.report.extras import (
     client_limited_warning,
     nothing_processed_warning,
     render_extras,
+    targets_line,
 )
 from pgsurge.report.rate import rate_warning
 from pgsurge.report.text import (
@@ -229,7 +230,7 @@ def _report(
         text_out.write(render_insight(result.insight))
         err.write(insight_warnings(result.insight, PROG))
     text_out.flush()
-    warning = nothing_processed_warning(result, PROG)
+    warning = targets_line(result, PROG) + nothing_processed_warning(result, PROG)
     if result.total_duration_us >= WARN_MIN_DURATION_US:
         warning += client_limited_warning(result, PROG, cpus=_cpus())
         warning += rate_warning(result, PROG)
@@ -355,6 +356,7 @@ def _start_monitor(
             writer(err),
             pooler_mode=pooler.mode if pooler else None,
             app_name=pooler.application_name if pooler else None,
+            database=pooler.database if pooler else None,
         )
     except ConnectError as exc:
         err.write(f"{PROG}: error: {exc}\n")

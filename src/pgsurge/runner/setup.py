@@ -82,6 +82,8 @@ class PoolerInfo:
     mode: str
     #: the workers' application_name (the run's sessions are found by it)
     application_name: str
+    #: the database as the pooler names it (its console's pools)
+    database: str = ""
 
     def notice(self) -> str:
         """The one stderr line that says so."""
@@ -100,6 +102,7 @@ class PoolerInfo:
             "server_backend_pid": self.server_pid,
             "mode": self.mode,
             "application_name": self.application_name,
+            "database": self.database,
         }
 
 
@@ -267,7 +270,7 @@ def detect_pooler(
                 mode = "transaction"
         finally:
             other.finish()
-    return PoolerInfo(conn.backend_pid, server_pid, mode, app)
+    return PoolerInfo(conn.backend_pid, server_pid, mode, app, conn.dbname)
 
 
 _SETTINGS_SQL = (

@@ -69,6 +69,8 @@ class WorkerResult:
     cpu_sys_s: float = 0.0
     #: transactions processed per client (pgbench ``CState.cnt``), client order
     client_tx_counts: list[int] = field(default_factory=list)
+    #: each client's server (``host:port``), client order; empty under -C
+    client_targets: list[str] = field(default_factory=list)
     #: latency histograms (stats.series.WorkerRecorder.finish), when recorded
     histograms: LatencyHistograms | None = None
     #: per-interval series (WorkerRecorder.finish), when recorded
@@ -110,6 +112,7 @@ class WorkerResult:
             "cpu_user_s": self.cpu_user_s,
             "cpu_sys_s": self.cpu_sys_s,
             "client_tx_counts": list(self.client_tx_counts),
+            "client_targets": list(self.client_targets),
             "histograms": (
                 None if self.histograms is None else self.histograms.to_dict()
             ),
@@ -138,6 +141,7 @@ class WorkerResult:
             cpu_user_s=float(data["cpu_user_s"]),
             cpu_sys_s=float(data["cpu_sys_s"]),
             client_tx_counts=[int(n) for n in data["client_tx_counts"]],
+            client_targets=[str(t) for t in data.get("client_targets", [])],
             histograms=_histograms_from(data.get("histograms")),
             intervals=_intervals_from(data.get("intervals", [])),
             abort_messages=[str(m) for m in data.get("abort_messages", [])],
@@ -399,6 +403,10 @@ class RunResult:
     #: ``server`` (settings that differ from the defaults, data size);
     #: ``report/json.py`` completes it into the document's ``environment``
     environment: dict[str, Any] = field(default_factory=dict)
+    #: per server a multi-host connection string reached (``host:port``):
+    #: [clients, transactions]; empty when the clients' servers are unknown
+    #: (-C) or every client reached the same one
+    targets: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def aborted(self) -> bool:
@@ -464,6 +472,15 @@ class RunResult:
                 )
             )
             result.abort_messages.extend(w.abort_messages)
+            if len(w.client_targets) == len(w.client_tx_counts):
+                for target, cnt in zip(
+                    w.client_targets, w.client_tx_counts, strict=True
+                ):
+                    slot = result.targets.setdefault(target, [0, 0])
+                    slot[0] += 1
+                    slot[1] += cnt
+        if len(result.targets) < 2:
+            result.targets = {}
         _merge_recordings(result, workers)
         bench_start = min(w.bench_start_us for w in workers)
         end = end_us if end_us is not None else max(w.end_us for w in workers)
@@ -505,6 +522,7 @@ class RunResult:
             "interrupted_after_us": self.interrupted_after_us,
             "insight": self.insight,
             "hosts": [dict(h) for h in self.hosts],
+            "targets": {k: list(v) for k, v in self.targets.items()},
         }
 
     @classmethod
@@ -536,6 +554,10 @@ class RunResult:
             interrupted_after_us=int(data.get("interrupted_after_us", 0)),
             insight=dict(data.get("insight") or {}),
             hosts=[dict(h) for h in data.get("hosts", [])],
+            targets={
+                str(k): [int(x) for x in v]
+                for k, v in (data.get("targets") or {}).items()
+            },
         )
 
 
