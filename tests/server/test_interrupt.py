@@ -518,3 +518,89 @@ def test_ctrl_c_while_workers_connect(fresh_db: str, tmp_path: Path) -> None:
     assert proc.returncode == -signal.SIGINT, err
     assert elapsed < 1.0, f"{elapsed:.2f} s after the signal"
     assert "Traceback" not in err
+
+
+def test_interrupted_run_with_store_says_it_was_not_stored(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """--store and Ctrl-C: the report and --json are out, the store holds
+    no cut run, and stderr says so (it used to be silent)."""
+    store = tmp_path / "s.sqlite"
+    proc = _start(
+        ["-S", "-c", "1", "-T", "30", "--json", "r.json", f"--store={store}", bench_db],
+        tmp_path,
+    )
+    with _killed_on_failure(proc):
+        _wait_running(proc, 1, 2.0)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = _communicate(proc)
+    assert proc.returncode == -signal.SIGINT, err
+    assert "actually processed: " in out, err
+    assert err.endswith(
+        "pgsurge: the run was not stored: it was interrupted by SIGINT\n"
+    ), err
+    assert json.loads((tmp_path / "r.json").read_text())["interrupted"]
+    assert "Traceback" not in err
+
+
+def test_a_failed_output_loses_none_of_the_others(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """--json on a full device (/dev/full): the HTML page is still written
+    and the run still stored (both were skipped after the JSON error), then
+    the one error line and status 1."""
+    store = tmp_path / "s.sqlite"
+    html = tmp_path / "r.html"
+    args = ["-S", "-c", "1", "-T", "1", "--json", "/dev/full", "--html", str(html)]
+    proc = _start([*args, f"--store={store}", bench_db], tmp_path)
+    with _killed_on_failure(proc):
+        out, err = _communicate(proc, timeout=60)
+    assert proc.returncode == 1, err
+    assert "actually processed: " in out, err
+    assert err.endswith(
+        'pgsurge: error: could not write JSON result to "/dev/full": '
+        "No space left on device\n"
+    ), err
+    assert f"pgsurge: stored as run 1 in {store}\n" in err
+    assert "<html" in html.read_text()
+    assert "Traceback" not in err
+
+
+def _ignoring(*signums: int):  # type: ignore[no-untyped-def]
+    """A preexec_fn: the child starts with ``signums`` ignored, as ``cmd &``
+    in a script starts it with SIGINT ignored and ``nohup`` with SIGHUP."""
+
+    def preexec() -> None:
+        for signum in signums:
+            signal.signal(signum, signal.SIG_IGN)
+
+    return preexec
+
+
+@pytest.mark.parametrize("tool", ["pgsurge", "pgbench"])
+def test_an_inherited_ignore_keeps_the_run_going(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path, tool: str
+) -> None:
+    """Hostile finding E: started with SIGINT and SIGHUP ignored (a script's
+    ``cmd &``, ``nohup``), pgbench runs through both signals; pgsurge
+    installed its own handlers over the ignore and stopped."""
+    prog = (
+        [str(pgbench_bin)] if tool == "pgbench" else [sys.executable, "-m", "pgsurge"]
+    )
+    proc = subprocess.Popen(
+        [*prog, "-n", "-S", "-c", "2", "-j", "2", "-T", "4", bench_db],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=plain_env(),
+        start_new_session=True,
+        preexec_fn=_ignoring(signal.SIGINT, signal.SIGHUP),
+    )
+    with _killed_on_failure(proc):
+        time.sleep(2.0)
+        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, signal.SIGHUP)
+        out, err = _communicate(proc)
+    assert proc.returncode == 0, err
+    assert "duration: 4 s" in out and "interrupted" not in err

@@ -620,3 +620,44 @@ def test_bad_dask_address_is_one_error_line_before_the_target(address: str) -> N
 )
 def test_dask_addresses_with_a_port_are_taken(address: str) -> None:
     assert run("--dask", address).dask == address
+
+
+# -- hostile input to the store options ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--store", "/tmp/results.sqlite"],
+        ["--store", "results.sqlite", "-S"],
+        ["-T", "1", "--store", "runs/r.db", "mydb"],
+    ],
+)
+def test_store_with_a_space_is_not_read_as_the_database(args: list[str]) -> None:
+    # --store's value is optional, so "--store PATH" made PATH the database
+    # name: the run failed later with 'database "PATH" does not exist'
+    path = args[args.index("--store") + 1]
+    r = run_cli(args)
+    assert (r.status, r.stdout) == (1, "")
+    assert r.stderr == (
+        f'pgsurge: error: the database name "{path}" looks like a results store '
+        f"file\npgsurge: hint: Write --store={path} (--store takes its value "
+        'after "=").\n'
+    )
+
+
+def test_store_alone_still_takes_a_database_name() -> None:
+    assert run("--store", "mydb").conn.dbname == "mydb"
+    assert run("--store", "host=/tmp dbname=x").conn.dbname == "host=/tmp dbname=x"
+    uri = "postgresql:///x?host=/tmp"
+    assert run("--store", uri).conn.dbname == uri
+
+
+def test_a_label_key_given_twice_is_refused() -> None:
+    r = run_cli(["--label", "commit=a", "--label", "commit=b", "-S"])
+    assert (r.status, r.stdout) == (1, "")
+    assert r.stderr == (
+        'pgsurge: error: invalid value "commit=b" for option --label\n'
+        'pgsurge: detail: The key "commit" is given twice.\n'
+    )
+    assert run("--label", "a=1", "--label", "b=1").labels == (("a", "1"), ("b", "1"))

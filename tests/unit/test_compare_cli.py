@@ -5,6 +5,8 @@ result files made from a real ``--json`` document
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import re
 import subprocess
 import sys
@@ -176,6 +178,17 @@ def test_json_to_stdout_and_file(tmp_path: Path) -> None:
     assert json.loads(out.read_text())["exit_status"] == 3
 
 
+def test_json_to_a_full_device_is_one_line(tmp_path: Path) -> None:
+    base = _side(tmp_path, "b", DEV)
+    new = _side(tmp_path, "n", DEV, first=5)
+    r = run_cli(["compare", *base, "--vs", *new, "--json", "/dev/full"])
+    assert r.status == 1 and "tps  " in r.stdout
+    assert r.stderr == (
+        'pgsurge: error: could not write JSON comparison to "/dev/full": '
+        "No space left on device\n"
+    )
+
+
 def test_drift_and_outliers_are_reported(tmp_path: Path) -> None:
     base = [40_000, 40_300, 39_800, 40_100, 52_000]  # b5 is an outlier
     new = [40_000, 40_400, 40_800, 41_200, 41_600]  # rises run after run
@@ -234,6 +247,20 @@ def test_single_run_per_side_shows_within_run_interval_but_no_verdict(
 
 
 # -- workloads --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tps", [float("nan"), float("inf"), -5.0])
+def test_impossible_tps_is_a_bad_result(tmp_path: Path, tps: float) -> None:
+    # NaN and Infinity (which Python's json reads) were dropped as "not in
+    # every result"; a negative tps reached the table as a -100 % change
+    base = write_result(tmp_path / "b.json", 1000.0)
+    bad = write_result(tmp_path / "n.json", 1000.0, seq=1, edit={"totals.tps": tps})
+    r = run_cli(["compare", base, "--vs", bad])
+    assert (r.status, r.stdout) == (1, "")
+    assert r.stderr == (
+        f'pgsurge: error: "{bad}" is not a valid pgsurge result: bad value of '
+        "totals.tps\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -400,6 +427,23 @@ def test_compare_help(tmp_path: Path) -> None:
             '(try "pgsurge ab --help")',
         ),
         (["--order", "aabb"], "pgsurge ab: argument --order: invalid choice: "),
+        (
+            ["--", "-S", "--label", "arm=mine"],
+            'ab labels each run with "arm" itself: drop --label arm=… from the '
+            "common arguments",
+        ),
+        (
+            ["--b", "--label=ab=x", "--", "-S"],
+            'ab labels each run with "ab" itself: drop --label ab=… from --b',
+        ),
+        (
+            ["--a", "-c 1", "--a", "-c 2", "--", "-S"],
+            'pgsurge ab: argument --a: given twice (try "pgsurge ab --help")',
+        ),
+        (
+            ["--out", "x", "--out", "y", "--", "-S"],
+            'pgsurge ab: argument --out: given twice (try "pgsurge ab --help")',
+        ),
         # each arm's arguments are read before the first run (issue 21 item 11)
         (
             ["--b", "-M bogus", "--", "-S"],
@@ -427,6 +471,18 @@ def test_ab_bad_arguments(
     assert list(tmp_path.iterdir()) == []  # no output directory was made
 
 
+def test_ab_bad_arm_arguments_do_not_print_a_password(tmp_path: Path) -> None:
+    # a conninfo left unquoted in --b is split into words; the message
+    # quoting one of them printed the password
+    r = run_cli(["ab", "--b", "dbname=x password=ABSECRET", "--", "-S"])
+    assert (r.status, r.stdout) == (1, "")
+    assert r.stderr.startswith(
+        "pgsurge: error: arm B's arguments (--b and the common ones): too many "
+        'command-line arguments (first is "password=********")\n'
+    )
+    assert "ABSECRET" not in r.stderr
+
+
 def test_ab_out_must_be_new_or_empty(tmp_path: Path) -> None:
     (tmp_path / "x").write_text("")
     r = run_cli(["ab", "--out", str(tmp_path), "--", "-S"])
@@ -435,6 +491,68 @@ def test_ab_out_must_be_new_or_empty(tmp_path: Path) -> None:
         r.stderr
         == f'pgsurge: error: --out: "{tmp_path}" exists and is not an empty directory\n'
     )
+
+
+def _refused_out(out: Path, why: str) -> None:
+    r = run_cli(["ab", "--out", str(out), "--", "-S"])
+    assert (r.status, r.stdout) == (1, "")
+    assert r.stderr == f"pgsurge: error: --out: refusing to use {out}: {why}\n"
+
+
+@pytest.mark.parametrize("cmd", ["ab", "sweep"])
+def test_out_refuses_a_symlink(tmp_path: Path, cmd: str) -> None:
+    # a link planted at --out (to an empty directory, or to one the link's
+    # maker cannot write) would have results written and chmod-ed there
+    target = tmp_path / "victim"
+    target.mkdir(mode=0o755)
+    target.chmod(0o755)
+    link = tmp_path / "out"
+    link.symlink_to(target)
+    args = ["--vary", "-c 1,2"] if cmd == "sweep" else []
+    r = run_cli([cmd, *args, "--out", str(link), "--", "-S"])
+    assert (r.status, r.stdout) == (1, "")
+    assert r.stderr == (
+        f"pgsurge: error: --out: refusing to use {link}: it is a symbolic link\n"
+    )
+    assert oct(target.stat().st_mode & 0o777) == "0o755"  # not chmod-ed
+    assert list(target.iterdir()) == []
+
+
+def test_out_refuses_a_dangling_symlink(tmp_path: Path) -> None:
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "missing")
+    _refused_out(link, "it is a symbolic link")
+    assert not (tmp_path / "missing").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as nobody")
+def test_out_refuses_another_users_directory(tmp_path: Path) -> None:
+    tmp_path.chmod(0o755)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, pwd.getpwnam("nobody").pw_uid, -1)
+    _refused_out(theirs, 'it is owned by "nobody"')
+    # and one below a directory another user could swap
+    below = theirs / "x"
+    _refused_out(
+        below,
+        f'the directory {theirs} above it is owned by "nobody" (another user '
+        "could replace it)",
+    )
+    assert list(theirs.iterdir()) == []
+
+
+def test_out_an_empty_directory_of_ours_is_closed(tmp_path: Path) -> None:
+    # taken as before, but made 0700 whatever the umask made it
+    from pgsurge.experiment.command import _out_dir
+
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o775)
+    mine.chmod(0o775)
+    assert _out_dir(str(mine)) == mine
+    assert mine.stat().st_mode & 0o777 == 0o700
+    made = _out_dir(str(tmp_path / "new" / "deeper"))
+    assert made.stat().st_mode & 0o777 == 0o700
 
 
 def test_schedule() -> None:
@@ -522,3 +640,27 @@ def test_html_single_run_per_side_no_verdict_with_within_run_interval(
     assert "tps: <strong>no verdict</strong>" in page
     assert "within-run interval (batch means, one run per side): -15.0% … -5.0%" in page
     assert "slower" not in page.split('id="verdict"')[1].split("</section>")[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["sweep", "--vary", "-c 1,2", "--", "-S", "--label", "arm=x"],
+            'sweep labels each run with "arm" itself: drop --label arm=… from the '
+            "common arguments",
+        ),
+        (
+            ["capacity", "--latency", "p99=10ms", "--", "-S", "--label=capacity=x"],
+            'capacity labels each run with "capacity" itself: drop --label capacity=…',
+        ),
+    ],
+)
+def test_own_labels_are_refused_before_any_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
+    # a duplicated --label key is refused by every run: each one failed
+    monkeypatch.chdir(tmp_path)
+    r = run_cli(args)
+    assert (r.status, r.stdout, r.stderr) == (1, "", f"pgsurge: error: {message}\n")
+    assert list(tmp_path.iterdir()) == []

@@ -114,4 +114,5 @@ def test_rewrite_replaces_only_the_outputs(tmp_path: Path) -> None:
 def test_the_guide_parses() -> None:
     found = list(de.examples(de.default_files()))
     assert len(found) >= 4  # getting started (2), insight (2), experiments (1)
-    assert all(e.commands and all(c.output for c in e.commands) for e in found)
+    # a command may be silent (a loop storing runs), the last one never is
+    assert all(e.commands and e.commands[-1].output for e in found)

@@ -80,3 +80,38 @@ def test_failed_write_leaves_the_earlier_result_whole(tmp_path: Path) -> None:
     assert out == f'could not write JSON result to "{target}": File too large\n'
     assert target.read_text() == '{"earlier": true}\n'
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to plant nobody's files")
+def test_another_users_link_or_file_is_not_trusted(tmp_path: Path) -> None:
+    import pwd
+
+    nobody = pwd.getpwnam("nobody").pw_uid
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # a directory others may write (not sticky)
+    victim = tmp_path / "victim"
+    victim.write_text("secret")
+    link = shared / "r.json"
+    link.symlink_to(victim)
+    os.lchown(link, nobody, -1)
+    with pytest.raises(PgsurgeError) as e:
+        write_output("{}", str(link), "JSON result")
+    assert e.value.message == (
+        f'refusing to write JSON result to "{link}": it is a symbolic link '
+        'owned by "nobody"'
+    )
+    assert victim.read_text() == "secret"
+    # a plain file of theirs, 0666: replaced by ours, with our umask's mode
+    planted = shared / "p.json"
+    planted.write_text("")
+    os.chown(planted, nobody, -1)
+    planted.chmod(0o666)
+    old = os.umask(0o077)
+    try:
+        write_output("{}", str(planted), "JSON result")
+    finally:
+        os.umask(old)
+    st = planted.stat()
+    assert (st.st_uid, st.st_mode & 0o777) == (0, 0o600)
+    assert planted.read_text() == "{}"

@@ -402,3 +402,44 @@ def test_history_as_json_for_ci(tmp_path):
     r = run_cli([*args, str(tmp_path / "h.json")])
     assert json.loads((tmp_path / "h.json").read_text()) == doc
     assert r.stdout.startswith("workload ")
+
+
+def test_runs_that_processed_nothing_make_no_change_point(tmp_path):
+    # hostile finding: five runs at 3559 tps and three at 0 were printed as
+    # "3559.0 -> 1779.5, -50.0 % (interval -50.0 % to -50.0 %), p = 0":
+    # a zero counted as half the smallest run, and no spread gave p = 0
+    store = tmp_path / "s.sqlite"
+    files = [write_result(tmp_path / f"r{i}.json", 3559.0, seq=i) for i in range(5)]
+    files += [
+        write_result(
+            tmp_path / f"z{i}.json",
+            3559.0,
+            seq=10 + i,
+            edit={"totals.tps": 0.0, "totals.transactions": 0},
+        )
+        for i in range(3)
+    ]
+    assert run_cli(["store", "import", *files, f"--store={store}"]).status == 0
+    r = run_cli(["history", f"--store={store}"])
+    assert r.status == 0, r.stderr
+    assert "change at" not in r.stdout and "-50.0 %" not in r.stdout
+    assert r.stdout.count("nothing processed") == 3
+
+
+def test_no_spread_gives_the_exact_permutation_p_never_zero():
+    # identical values on each side: Student's t is undefined; the split
+    # seen is the most extreme of comb(8, 5) = 56, so p = 2/56, not 0
+    assert find_changes([100.0] * 5 + [90.0] * 3) == []
+    (change,) = find_changes([100.0] * 10 + [90.0] * 10)
+    assert change.index == 10 and change.p_value > 0
+
+
+def test_history_on_a_missing_store_creates_nothing(tmp_path):
+    # hostile finding B: history on a missing store created an empty file
+    missing = tmp_path / "missing.sqlite"
+    r = run_cli(["history", f"--store={missing}"])
+    assert (r.status, r.stderr) == (
+        1,
+        f"pgsurge: error: no results store at {missing}\n",
+    )
+    assert not missing.exists()

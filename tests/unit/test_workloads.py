@@ -160,6 +160,12 @@ def test_compiled_layout(tmp_path: Path) -> None:
             r"line 2, in f\n.*\n.*\nZeroDivisionError: division by zero",
         ),
         ("from pgsurge.workloads import sql\nx = sql('SELECT 1')\n", "defines no"),
+        # sys.exit() while importing ended pgsurge silently with its status
+        (
+            "import sys\nsys.exit(3)\n",
+            r"w.py: the workload file failed to load:\nTraceback \(most recent call "
+            r'last\):\n  File ".*w.py", line 2, in <module>\n.*\nSystemExit: 3',
+        ),
         (
             "from pgsurge.workloads import transaction\n"
             "@transaction\ndef t(ctx):\n    return 1\n",

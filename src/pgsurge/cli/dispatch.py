@@ -191,9 +191,41 @@ def _dispatch(cfg: InitConfig | RunConfig) -> int:
     cfg = replace(cfg, conn=conn)
     if cfg.store is None:
         return int(run(cfg, drive=drive))
+    _check_store(cfg.store)
     results: list[RunResult] = []
-    status = run(cfg, drive=drive, on_result=results.append)
+    try:
+        status = run(cfg, drive=drive, on_result=results.append)
+    except RunInterrupted as e:
+        # not stored (a cut run would read as a slower build in history),
+        # and said so: a silent miss leaves a hole the user finds later
+        import signal
+
+        name = signal.Signals(e.signum).name
+        sys.stderr.write(
+            f"{PROG}: the run was not stored: it was interrupted by {name}\n"
+        )
+        sys.stderr.flush()
+        raise
+    except (PgsurgeError, OSError):
+        # the run completed but an output failed (a --json file on a full
+        # disk, a stdout gone): the store still keeps the measurement
+        if results and not results[0].aborted and results[0].interrupted_by is None:
+            try:
+                _store_result(cfg, results, ExitStatus.SUCCESS)
+            except PgsurgeError as store_error:
+                sys.stderr.write(store_error.format())
+        raise
     return _store_result(cfg, results, status)
+
+
+def _check_store(spec: str) -> None:
+    """--store opened (and made, or migrated) before the run: a store that
+    cannot be reached (a bad URI, a directory, a file that is not one) is
+    one error before anything is measured, not after a long run."""
+    from pgsurge.store.backend import open_store
+    from pgsurge.store.location import resolve
+
+    open_store(resolve(spec)).close()
 
 
 def _store_result(cfg: RunConfig, results: list[RunResult], status: int) -> int:

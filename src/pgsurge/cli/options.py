@@ -575,7 +575,14 @@ class _CommandLine:
                 st.no_live = True
             case "label":
                 st.benchmarking_option_set = True
-                st.labels.append(parse_label(arg))
+                label = parse_label(arg)
+                if any(k == label[0] for k, _ in st.labels):
+                    # one value per key in the store: which would win?
+                    raise UsageError(
+                        f'invalid value "{arg}" for option --label',
+                        detail=f'The key "{label[0]}" is given twice.',
+                    )
+                st.labels.append(label)
             case "host-stats":
                 st.benchmarking_option_set = True
                 st.host_stats = True
@@ -597,6 +604,8 @@ class _CommandLine:
         if sum(s.weight for s in st.scripts) == 0 and not st.init_mode:
             raise UsageError("total script weight must not be zero")
         st.jobs = min(st.jobs, st.clients)
+        if st.store == "" and st.dbname is None and operands:
+            _check_store_operand(operands[0])
         if st.dbname is None and operands:
             st.dbname = operands.pop(0)
         if operands:
@@ -614,6 +623,21 @@ class _CommandLine:
             # the environment's store: every run is stored (CI, a nightly job)
             st.store = self.environ["PGSURGE_STORE"]
         return run_config(st, conn)
+
+
+def _check_store_operand(dbname: str) -> None:
+    """``--store PATH`` (a space, not ``=``): the optional value is not
+    taken, so PATH became the database name, and the run would fail much
+    later with "database ... does not exist". A database name that looks
+    like a file (a ``/``, or a store's suffix), not a URI or conninfo, is
+    refused here with the spelling that works."""
+    if "=" in dbname or dbname.startswith(("postgresql:", "postgres:")):
+        return
+    if "/" in dbname or dbname.endswith((".sqlite", ".sqlite3", ".db")):
+        raise UsageError(
+            f'the database name "{dbname}" looks like a results store file',
+            hint=f'Write --store={dbname} (--store takes its value after "=").',
+        )
 
 
 def _show_script(name: str) -> str:

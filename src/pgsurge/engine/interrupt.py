@@ -66,6 +66,7 @@ __all__ = [
     "WorkerStop",
     "cancel_in_flight",
     "describe_exit",
+    "inherited_ignore",
     "release_held",
     "take_stop",
 ]
@@ -81,6 +82,13 @@ INTERRUPTING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _LAST_SIGNAL = 3
 #: the handlers that :func:`release_held` puts back (by signal)
 _HELD: dict[int, Any] = {}
+
+
+def inherited_ignore(signum: int) -> bool:
+    """Whether ``signum`` was ignored when pgsurge started (``cmd &`` in a
+    script ignores SIGINT, ``nohup`` SIGHUP): pgbench keeps running through
+    such a signal, so pgsurge leaves it ignored rather than handling it."""
+    return signal.getsignal(signum) is signal.SIG_IGN
 
 
 def _die_of(signum: int) -> None:
@@ -104,7 +112,8 @@ class WorkerStop:
 
     def install(self) -> None:
         for sig in (*INTERRUPTING_SIGNALS, STOP_SIGNAL):
-            signal.signal(sig, self._on_signal)
+            if sig == STOP_SIGNAL or not inherited_ignore(sig):
+                signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self.requested = True
@@ -183,7 +192,8 @@ class ParentStop:
 
     def __enter__(self) -> ParentStop:
         for sig in INTERRUPTING_SIGNALS:
-            self._previous[sig] = signal.signal(sig, self._on_signal)
+            if not inherited_ignore(sig):
+                self._previous[sig] = signal.signal(sig, self._on_signal)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -191,7 +201,7 @@ class ParentStop:
             # the report of the interrupted run is next: hold the signals
             # until it is out (release_held), counting on from the run's
             _HELD.update(self._previous)
-            for held in INTERRUPTING_SIGNALS:
+            for held in self._previous:
                 signal.signal(held, self._on_held_signal)
         else:
             for sig, handler in self._previous.items():

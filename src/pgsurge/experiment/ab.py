@@ -12,7 +12,7 @@ settings), the arguments common to both, the runs per arm and their order.
    arm's server: the target its validated arguments name (``Arm.conn``,
    kept in memory only: it may hold a password), resolved as a run does.
 
-Each run is ``python -m pgsurge ARM-ARGS COMMON-ARGS --json FILE`` in its
+Each run is ``python -m pgsurge COMMON-ARGS ARM-ARGS --json FILE`` in its
 own process group, its output in ``FILE.log`` beside it; after each run a
 line (arm, tps, p99, client CPU) goes to stdout and ``manifest.json`` in the
 output directory is rewritten, so that a directory always tells what ran;
@@ -338,8 +338,11 @@ class Experiment:
             self.python,
             "-m",
             "pgsurge",
-            *arm.args,
+            # the arm's (and a sweep cell's) options after the common ones:
+            # the later one wins, so "--a '-c 2' -- -c 4" runs arm A with
+            # -c 2, as its label says (it ran -c 4 under the name "-c 2")
             *self.plan.common,
+            *arm.args,
             # which arm, and whether it counts (ab=run, sweep=warmup): in the
             # run's JSON, and in the results store when the runs are stored
             # (--store, PGSURGE_STORE); a sweep's cells are in the workload

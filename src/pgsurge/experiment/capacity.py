@@ -54,6 +54,7 @@ from pgsurge.experiment.command import (
     _emit,
     _funnel,
     _out_dir,
+    _own_label_keys,
     _Parser,
     _percent,
     _split_ab_argv,
@@ -473,6 +474,11 @@ def _capacity(
         raise UsageError("capacity chooses -R itself: drop it from the arguments")
     if any(a == "--json" or a.startswith("--json=") for a in common):
         raise UsageError("capacity writes each run's --json itself: drop it")
+    taken = _own_label_keys(common, ("arm", "capacity"))
+    if taken:
+        raise UsageError(
+            f'capacity labels each run with "{taken}" itself: drop --label {taken}=…'
+        )
     if ns.repeat < 1:
         raise UsageError("--repeat must be at least 1")
     for name in ("min_rate", "max_rate"):

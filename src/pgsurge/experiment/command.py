@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import errno
 import json
 import os
 import re
@@ -185,12 +186,11 @@ def _emit(
     out.write(text)
     out.flush()
     if json_to is not None and doc is not None:
-        try:
-            Path(json_to).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-        except OSError as exc:
-            raise PgsurgeError(
-                f'could not write "{json_to}": {exc.strerror or exc}'
-            ) from None
+        # as every --json: whole or not at all, never through another
+        # user's symlink (report.output)
+        from pgsurge.report.output import write_output
+
+        write_output(json.dumps(doc, indent=2) + "\n", json_to, "JSON comparison")
 
 
 def _funnel(err: TextIO, func: Any, *args: Any) -> int:
@@ -264,13 +264,29 @@ def _environment_warnings(runs: Sequence[RunSummary], err: TextIO) -> None:
 _ARM_OPTIONS = ("--a", "--b", "--a-env", "--b-env")
 
 
+class _Once(argparse.Action):
+    """A value option that may be given once: "--a X --a Y" ran Y alone,
+    and the header never said X was dropped."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        if getattr(namespace, self.dest) is not None:
+            raise argparse.ArgumentError(self, "given twice")
+        setattr(namespace, self.dest, values)
+
+
 def _ab_parser() -> _Parser:
     p = _Parser(
         prog=f"{PROG} ab",
         usage=f'{PROG} ab [--runs N] [--a "ARGS"] [--b "ARGS"] [OPTION]... '
         "-- [COMMON PGSURGE ARGS]...",
         description="Run an A/B experiment: a warm-up run per arm, then N runs per "
-        "arm interleaved ABBA…, each `pgsurge ARM-ARGS COMMON-ARGS --json FILE` in "
+        "arm interleaved ABBA…, each `pgsurge COMMON-ARGS ARM-ARGS --json FILE` in "
         "its own process, then the comparison of arm B against arm A. With one "
         "arm (no --b), a repeat summary. Ctrl-C stops after the current run "
         "(twice: at once, discarding it) and compares what finished.",
@@ -282,12 +298,14 @@ def _ab_parser() -> _Parser:
     p.add_argument(
         "--a",
         default=None,
+        action=_Once,
         metavar="ARGS",
         help="arm A's own pgsurge arguments (shell words)",
     )
     p.add_argument(
         "--b",
         default=None,
+        action=_Once,
         metavar="ARGS",
         help="arm B's own pgsurge arguments (shell words)",
     )
@@ -326,6 +344,7 @@ def _ab_parser() -> _Parser:
     )
     p.add_argument(
         "--out",
+        action=_Once,
         metavar="DIR",
         help="directory for the results and the manifest "
         "(default: a new pgsurge-ab-TIMESTAMP)",
@@ -386,18 +405,68 @@ def _out_dir(given: str | None, prefix: str = "pgsurge-ab") -> Path:
             path = Path(f"{prefix}-{stamp}-{n}")
     else:
         path = Path(given)
-        if path.exists() and (not path.is_dir() or any(path.iterdir())):
-            raise UsageError(f'--out: "{given}" exists and is not an empty directory')
+    return _checked_out_dir(path, given)
+
+
+def _checked_out_dir(path: Path, given: str | None) -> Path:
+    """Make or take the output directory as the data location is taken
+    (``server.safedir``): ab and sweep may run as root, and a symlink or
+    another user's directory planted at ``--out`` would have the results
+    and logs written (and the directory chmod-ed) wherever it points. A
+    directory above that another user could swap, a symlink at the end, a
+    directory of someone else's: refused. The path used afterwards is the
+    one with the trusted links resolved, and the directory is ours and
+    0700, so nobody else can plant a file in it."""
+    from pgsurge.errors import ServerError
+    from pgsurge.server.safedir import check_ancestors, make_dirs, user_name
+
+    shown = given if given is not None else str(path)
+    real = path
     try:
-        path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-        # whatever the umask (or an empty --out made by the user): the
-        # results and logs may name users, hosts and databases
-        os.chmod(path, DIR_MODE)
+        real = check_ancestors(path)
+        make_dirs(real, DIR_MODE)
+        fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except ServerError as exc:
+        raise PgsurgeError(f"--out: {exc.message}") from None
     except OSError as exc:
+        if os.path.islink(real):
+            raise PgsurgeError(
+                f"--out: refusing to use {shown}: it is a symbolic link"
+            ) from None
+        if exc.errno == errno.ENOTDIR:
+            raise UsageError(
+                f'--out: "{shown}" exists and is not an empty directory'
+            ) from None
         raise PgsurgeError(
-            f'could not create "{path}": {exc.strerror or exc}'
+            f'could not create "{shown}": {exc.strerror or exc}'
         ) from None
-    return path
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            raise PgsurgeError(
+                f"--out: refusing to use {shown}: it is owned by "
+                f'"{user_name(st.st_uid)}"'
+            )
+        # whatever the umask (or an empty --out made by the user): the
+        # results and logs may name users, hosts and databases; closed
+        # first, so the emptiness seen next stays true
+        os.fchmod(fd, DIR_MODE)
+        if os.listdir(fd):
+            raise UsageError(f'--out: "{shown}" exists and is not an empty directory')
+    finally:
+        os.close(fd)
+    # as given when no link was resolved on the way (it is what is shown)
+    return path if real == path.absolute() else real
+
+
+def _mask_words(text: str, words: Sequence[str]) -> str:
+    """``text`` with each of ``words`` that holds a password masked where
+    it is quoted whole (a message's ``(first is "…")``; ``redact_text``
+    would take the closing quote for part of the password)."""
+    for word, shown in zip(words, redact_words(words), strict=True):
+        if word != shown and word:
+            text = text.replace(word, shown)
+    return text
 
 
 def _validate(arms: list[Arm], common: list[str], check: RunArgsCheck) -> list[Arm]:
@@ -406,20 +475,42 @@ def _validate(arms: list[Arm], common: list[str], check: RunArgsCheck) -> list[A
     checked = []
     for arm in arms:
         try:
-            conn, embedded = check([*arm.args, *common], os.environ | dict(arm.env))
+            # in the order the runs use (``Experiment._run_one``)
+            conn, embedded = check([*common, *arm.args], os.environ | dict(arm.env))
         except PgsurgeError as e:
             where = (
                 f"arm {arm.name}'s arguments (--{arm.name.lower()} and the common ones)"
                 if arm.args
                 else f"the common arguments (arm {arm.name})"
             )
+            # the arm's words may be a conninfo split at its spaces: a
+            # message quoting one ("too many ... (first is "password=…")")
+            # must not print the password (pgsurge itself prints it, as
+            # pgbench does, but ab's arguments go into logs and tickets)
+            words = [*arm.args, *common, *arm.env.values()]
             raise UsageError(
-                f"{where}: {e.message}",
-                detail=e.detail,
-                hint=e.hint,
+                f"{where}: {_mask_words(e.message, words)}",
+                detail=e.detail and _mask_words(e.detail, words),
+                hint=e.hint and _mask_words(e.hint, words),
             ) from None
         checked.append(replace(arm, conn=conn, force_embedded=embedded))
     return checked
+
+
+def _own_label_keys(args: Sequence[str], keys: Sequence[str]) -> str | None:
+    """The first of ``keys`` that ``args`` give with --label (``--label K=V``
+    or ``--label=K=V``), or None."""
+    for i, a in enumerate(args):
+        if a == "--label" and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith("--label="):
+            value = a.removeprefix("--label=")
+        else:
+            continue
+        key = value.partition("=")[0].strip()
+        if key in keys:
+            return key
+    return None
 
 
 def _plan(
@@ -440,6 +531,13 @@ def _plan(
         if any(a == "--json" or a.startswith("--json=") for a in args):
             raise UsageError(
                 f"ab writes each run's --json itself: drop it from {where}"
+            )
+        taken = _own_label_keys(args, ("arm", "ab"))
+        if taken:
+            # every run of it failed on "the key is given twice"
+            raise UsageError(
+                f'ab labels each run with "{taken}" itself: drop --label '
+                f"{taken}=… from {where}"
             )
     if check is not None:
         arms = _validate(arms, common, check)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -200,6 +201,11 @@ class _Doc:
         ok = isinstance(node, types) and not (
             isinstance(node, bool) and bool not in _as_tuple(types)
         )
+        # Python's json reads NaN and Infinity, which pgsurge never writes:
+        # a hand-edited or foreign file, whose figure would be dropped as
+        # "not in every result" or reach a verdict
+        if isinstance(node, float) and not math.isfinite(node):
+            ok = False
         if not ok:
             raise ResultError(
                 f'"{self.path}" is not a valid pgsurge result: bad value of {dotted}'
@@ -309,6 +315,10 @@ def parse_result(path: str, data: object) -> RunSummary:
     cpu_tx = cpu.get("us_per_transaction") if isinstance(cpu, Mapping) else None
     start = data.get("start")
     tps = doc.get("totals.tps", _OPT_NUM)
+    if tps is not None and tps < 0:
+        raise ResultError(
+            f'"{path}" is not a valid pgsurge result: bad value of totals.tps'
+        )
     avg = latency.get("avg") if latency else None
     return RunSummary(
         path=path,

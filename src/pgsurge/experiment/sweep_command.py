@@ -39,6 +39,7 @@ from pgsurge.experiment.command import (
     _env,
     _funnel,
     _out_dir,
+    _own_label_keys,
     _Parser,
     _percent,
     _split_ab_argv,
@@ -72,8 +73,8 @@ def _parser() -> _Parser:
         usage=f'{PROG} sweep --vary "OPTION v1,v2,…" [--vary …] [OPTION]... '
         "-- [COMMON PGSURGE ARGS]...",
         description="Run a grid of configurations: N runs per grid point (and "
-        "arm), interleaved round by round, each `pgsurge ARM-ARGS CELL-ARGS "
-        "COMMON-ARGS --json FILE` in its own process; then one row per grid "
+        "arm), interleaved round by round, each `pgsurge COMMON-ARGS ARM-ARGS "
+        "CELL-ARGS --json FILE` in its own process; then one row per grid "
         "point with tps and its interval, p99, client CPU, and with two arms "
         "the ratio and verdict; the knee when -c is varied.",
         allow_abbrev=False,
@@ -180,6 +181,12 @@ def _check_json(arms: Sequence[Arm], common: Sequence[str]) -> None:
             raise UsageError(
                 f"sweep writes each run's --json itself: drop it from {where}"
             )
+        taken = _own_label_keys(args, ("arm", "sweep"))
+        if taken:
+            raise UsageError(
+                f'sweep labels each run with "{taken}" itself: drop --label '
+                f"{taken}=… from {where}"
+            )
 
 
 def _validate(plan: SweepPlan, check: RunArgsCheck) -> SweepPlan:
@@ -192,7 +199,7 @@ def _validate(plan: SweepPlan, check: RunArgsCheck) -> SweepPlan:
             run = cell_arm(arm, cell)
             try:
                 conn, embedded = check(
-                    [*run.args, *plan.common], os.environ | dict(run.env)
+                    [*plan.common, *run.args], os.environ | dict(run.env)
                 )
             except PgsurgeError as e:
                 raise UsageError(

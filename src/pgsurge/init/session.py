@@ -164,7 +164,9 @@ def cancel_on_interrupt(out: Output) -> Iterator[None]:
         target=_cancel_on_wakeup, args=(r, out), name="init-cancel", daemon=True
     )
     canceller.start()
-    previous = signal.signal(signal.SIGINT, _on_sigint)
+    # an inherited ignore (``cmd &`` in a script) stays: pgbench's -i runs on
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN if ignored else _on_sigint)
     previous_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
     try:
         yield

@@ -38,6 +38,7 @@ def write_output(text: str, path: str, what: str, stdout: TextIO | None = None) 
                 f"{os.strerror(exc.errno or 0)}"
             ) from None
         return
+    _refuse_foreign_link(path, what)
     try:
         if not _write_renamed(text, path):
             with open(path, "w", encoding="utf-8") as f:
@@ -46,6 +47,29 @@ def write_output(text: str, path: str, what: str, stdout: TextIO | None = None) 
         raise PgsurgeError(
             f'could not write {what} to "{path}": {os.strerror(exc.errno or 0)}'
         ) from None
+
+
+def _refuse_foreign_link(path: str, what: str) -> None:
+    """A symlink at ``path`` is written through only when it is ours or
+    root's (``/dev/stderr``, a link of our own): one planted by another
+    user in a directory they can write would aim our write (as root, at
+    ``/etc/shadow``) wherever they like. The kernel's protected_symlinks
+    guards sticky directories only."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if stat.S_ISLNK(st.st_mode) and st.st_uid not in (0, os.geteuid()):
+        import pwd
+
+        try:
+            owner = pwd.getpwuid(st.st_uid).pw_name
+        except KeyError:
+            owner = str(st.st_uid)
+        raise PgsurgeError(
+            f'refusing to write {what} to "{path}": it is a symbolic link '
+            f'owned by "{owner}"'
+        )
 
 
 def _write_stream(text: str, out: TextIO) -> None:
@@ -78,7 +102,9 @@ def _write_renamed(text: str, path: str) -> bool:
     else:
         if not stat.S_ISREG(st.st_mode):
             return False
-        mode = stat.S_IMODE(st.st_mode)
+        # an existing file's mode, when it is ours: another user's file
+        # planted at the path (0666, say) must not open our result to all
+        mode = stat.S_IMODE(st.st_mode) if st.st_uid == os.geteuid() else 0o666
     tmp = os.path.join(
         os.path.dirname(path) or ".", f".{os.path.basename(path)}.{os.getpid()}.tmp"
     )

@@ -53,14 +53,20 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from pgsurge import __version__
 from pgsurge.config import RunConfig
 from pgsurge.engine.interrupt import release_held
 from pgsurge.engine.pool import RunFailed, split_clients
 from pgsurge.engine.worker import WorkerSpec
-from pgsurge.errors import PROG, ConnectError, ExitStatus, RunInterrupted
+from pgsurge.errors import (
+    PROG,
+    ConnectError,
+    ExitStatus,
+    PgsurgeError,
+    RunInterrupted,
+)
 from pgsurge.report import live
 from pgsurge.report.extras import (
     client_limited_warning,
@@ -169,7 +175,7 @@ def run(
         local = partial(drive_local, show_live=show_live, monitor=monitor)
         result = (drive or local)(specs, facts, err)
         if monitor is not None:
-            result.insight = monitor.finish(result.total.cnt)
+            result.insight = _finish_monitor(monitor, result.total.cnt, err)
     except RunFailed as e:
         release_held()
         out.flush()
@@ -204,6 +210,23 @@ def run(
         release_held()
 
 
+def _finish_monitor(monitor: Monitor, transactions: int, err: TextIO) -> dict[str, Any]:
+    """The monitor's figures; none (and a warning) when its connection died
+    at the end of the run (the server stopped or restarted): the run's own
+    report must not be lost to a traceback of the monitor's."""
+    from pgsurge import pgconn
+
+    try:
+        return dict(monitor.finish(transactions))
+    except pgconn.LibpqError as exc:
+        reason = pgconn.strip_newline(str(exc)).splitlines()[0]
+        err.write(
+            f"{PROG}: warning: server statistics and waits left out: the "
+            f"monitor's connection failed at the end of the run: {reason}\n"
+        )
+        return {}
+
+
 def _report(
     result: RunResult,
     cfg: RunConfig,
@@ -214,7 +237,60 @@ def _report(
     pooled: bool = False,
 ) -> ExitStatus:
     """Step 7: the report and pgsurge's extras; the exit status (or the
-    signal the run was interrupted by, raised again)."""
+    signal the run was interrupted by, raised again).
+
+    Every output is attempted whatever happened to the others: a stdout
+    that fails (``>/dev/full``, closed) or a --json file on a full disk
+    loses nothing the other outputs can still keep; the first failure is
+    raised once all were tried (the others' messages printed before)."""
+    failures: list[Exception] = []
+    try:
+        _report_text(result, cfg, text_out, err)
+    except OSError as exc:
+        failures.append(exc)
+    warning = targets_line(result, PROG) + nothing_processed_warning(result, PROG)
+    if result.total_duration_us >= WARN_MIN_DURATION_US:
+        warning += client_limited_warning(result, PROG, cpus=_cpus())
+        warning += rate_warning(result, PROG)
+    if warning:
+        err.write(warning)
+        err.flush()
+    if cfg.json_path:
+        from pgsurge.report.json import write_json
+
+        try:
+            write_json(result, cfg, cfg.json_path, stdout=out)
+        except (PgsurgeError, OSError) as exc:
+            failures.append(exc)
+    if cfg.html_path:
+        try:
+            _write_html(result, cfg, cfg.html_path)
+        except (PgsurgeError, OSError) as exc:
+            failures.append(exc)
+    notice = render_abort_notice(result, PROG)
+    if notice:
+        if pooled and any(_lost_prepared(m) for m in result.abort_messages):
+            notice += POOLER_PREPARED_HINT
+        err.write(notice)
+        err.flush()
+    if result.interrupted_by is not None:
+        err.write(render_interrupt_notice(result, PROG))
+        err.flush()
+    if failures:
+        for other in failures[1:]:
+            if isinstance(other, PgsurgeError):
+                err.write(other.format())
+        err.flush()
+        raise failures[0]
+    if result.interrupted_by is not None:
+        raise RunInterrupted(getattr(signal, result.interrupted_by))
+    return ExitStatus.RUN_ABORTED if notice else ExitStatus.SUCCESS
+
+
+def _report_text(
+    result: RunResult, cfg: RunConfig, text_out: TextIO, err: TextIO
+) -> None:
+    """pgbench's report and pgsurge's extras on ``text_out``."""
     text_out.write(render_text(result, banner=False))
     text_out.write(
         render_extras(result, percentiles=cfg.percentiles, client_cpu=cfg.client_cpu)
@@ -230,30 +306,6 @@ def _report(
         text_out.write(render_insight(result.insight))
         err.write(insight_warnings(result.insight, PROG))
     text_out.flush()
-    warning = targets_line(result, PROG) + nothing_processed_warning(result, PROG)
-    if result.total_duration_us >= WARN_MIN_DURATION_US:
-        warning += client_limited_warning(result, PROG, cpus=_cpus())
-        warning += rate_warning(result, PROG)
-    if warning:
-        err.write(warning)
-        err.flush()
-    if cfg.json_path:
-        from pgsurge.report.json import write_json
-
-        write_json(result, cfg, cfg.json_path, stdout=out)
-    if cfg.html_path:
-        _write_html(result, cfg, cfg.html_path)
-    notice = render_abort_notice(result, PROG)
-    if notice:
-        if pooled and any(_lost_prepared(m) for m in result.abort_messages):
-            notice += POOLER_PREPARED_HINT
-        err.write(notice)
-        err.flush()
-    if result.interrupted_by is not None:
-        err.write(render_interrupt_notice(result, PROG))
-        err.flush()
-        raise RunInterrupted(getattr(signal, result.interrupted_by))
-    return ExitStatus.RUN_ABORTED if notice else ExitStatus.SUCCESS
 
 
 def _workload_figures(

@@ -39,7 +39,7 @@ from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TextIO
 
 from pgsurge.config import RunConfig
-from pgsurge.engine.interrupt import ParentStop, describe_exit
+from pgsurge.engine.interrupt import ParentStop, describe_exit, inherited_ignore
 from pgsurge.engine.pool import RunFailed, StderrRelay, WorkerPool
 from pgsurge.engine.protocol import (
     Connected,
@@ -606,7 +606,11 @@ def _stop_workers_on_signal(workers: WorkerPool) -> Iterator[None]:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
-    previous = {sig: signal.signal(sig, die) for sig in _KILLING_SIGNALS}
+    previous = {
+        sig: signal.signal(sig, die)
+        for sig in _KILLING_SIGNALS
+        if not inherited_ignore(sig)  # nohup: pgbench runs on, and so do we
+    }
     try:
         yield
     finally:

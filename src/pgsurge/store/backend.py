@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -416,9 +418,42 @@ def _connect_postgresql(location: Location) -> Any:
         ) from None
 
 
-def open_store(location: Location, *, migrate: bool = True) -> Store:
-    """Open (and, unless told otherwise, migrate) the store at ``location``."""
-    if location.kind == "sqlite":
+def _read_sqlite(location: Location) -> Any:
+    """A read-only connection to an existing SQLite store: reading a
+    history creates no file and needs no write permission."""
+    path = location.target
+    if not os.path.lexists(path):
+        raise StoreError(f"no results store at {location.shown}")
+    prepare_file(path)  # exists: a link or not a regular file is refused
+    if os.access(path, os.W_OK) and os.access(os.path.dirname(path) or ".", os.W_OK):
+        return _connect_sqlite(location)  # WAL readers need the -shm file
+    try:
+        uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.Error as exc:
+        raise StoreError(
+            f"could not read results store {location.shown}: {exc}"
+        ) from None
+    return conn
+
+
+def open_store(
+    location: Location, *, migrate: bool = True, read_only: bool = False
+) -> Store:
+    """Open (and, unless told otherwise, migrate) the store at ``location``.
+    ``read_only``: an existing store, never created, migrated only when it
+    can be written (a read-only one of an older schema is refused)."""
+    if location.kind == "sqlite" and read_only:
+        store = Store(location, _read_sqlite(location), "sqlite")
+        migrate = migrate and os.access(location.target, os.W_OK)
+        if not migrate and store.version() < SCHEMA_VERSION:
+            store.close()
+            raise StoreError(
+                f"results store {location.shown} has an older schema and is "
+                "read-only here: open it once with write access to migrate it"
+            )
+    elif location.kind == "sqlite":
         store = Store(location, _connect_sqlite(location), "sqlite")
     else:
         store = Store(location, _connect_postgresql(location), "postgresql")

@@ -116,7 +116,12 @@ def _student(
     se2 = ss / df * (1 / na + 1 / nb)
     diff = mb - ma
     if se2 <= 0:
-        return (0.0 if diff else 1.0), diff, 0.0
+        # no spread on either side: Student's t is undefined, and the data
+        # cannot give p = 0. The exact permutation test can: the split seen
+        # is the most extreme of the comb(n, na) splits (two-sided: it and
+        # its mirror), so p is at least 2 / comb(n, na)
+        p = min(1.0, 2 / math.comb(na + nb, na)) if diff else 1.0
+        return p, diff, 0.0
     se = math.sqrt(se2)
     t = diff / se
     p = float(2 * stats.t.sf(abs(t), df))

@@ -196,7 +196,7 @@ def history_main(
 
 
 def _select(ns: argparse.Namespace) -> History:
-    store = open_store(resolve(ns.store))
+    store = open_store(resolve(ns.store), read_only=True)
     labels = dict(ns.label)
     try:
         key, others = choose_workload(store.workloads(labels), ns.workload)

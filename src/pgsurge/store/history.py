@@ -111,6 +111,10 @@ def build_history(
         excluded = (
             "aborted" if summary.aborted else f"no {m.label}" if value is None else None
         )
+        if excluded is None and value == 0 and m.higher_is_better:
+            # a run that processed nothing: no ratio to it means anything
+            # (it counted as half the smallest run once, a made-up -50 %)
+            excluded = "nothing processed"
         rows.append(Row(r, value, excluded))
     series = tuple(r for r in rows if r.excluded is None)
     changes = find_changes([r.value for r in series if r.value is not None])

@@ -102,7 +102,7 @@ class LoadedTransaction:
         assert self.setup is not None
         try:
             self.setup(SetupConnection(conn))
-        except Exception as e:
+        except (Exception, SystemExit) as e:
             files = set(self.user_files) | {self.setup.__code__.co_filename}
             return import_error(e, files, self.source, "@setup failed").message
         return None
@@ -252,7 +252,9 @@ def load_file(path: str, *, name: str | None = None) -> Workload:
         exec(code, module.__dict__)
     except SyntaxError as e:  # compile() inside the module
         raise _syntax_error(e, e.filename or path) from None
-    except Exception as e:
+    except (Exception, SystemExit) as e:
+        # sys.exit() in the file: an error of the file's, not pgsurge's exit
+        # (it ended the program with the file's status and no message)
         raise import_error(e, {path}, path) from None
     return _collect(module.__dict__, path, display)
 

@@ -192,7 +192,7 @@ def run_loader(
         load(loader)
     except LoadError as e:
         raise WorkloadError(f"{workload.name}: {e}") from None
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         raise import_error(
             e, set(files), workload.name, "loading data failed"
         ) from None
