@@ -59,6 +59,8 @@ from _suite_proc import SuiteServer, pg_bindir
 
 #: the scripts' common arguments (the suite's script-* cases)
 SCRIPT = ("-M", "prepared", "-c", "8", "-j", "2")
+PIPELINE = ("-f", "{bench}/pipeline.sql", *SCRIPT)
+CONNECT = ("-C", "-b", "select-only", "-c", "8", "-j", "2")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,11 @@ VARIANTS = (
         for name in ("zipfian", "double")
         for tool in ("pgbench", "pgsurge")
     ),
+    # issue 22: a pipeline of 10 SELECTs, a connection per transaction
+    Variant("pgbench-pipe", "pgbench", PIPELINE, (), 100, 300),
+    Variant("pgsurge-pipe", "pgsurge", PIPELINE, (), 100, 300),
+    Variant("pgbench-conn", "pgbench", CONNECT, (), 20, 60),
+    Variant("pgsurge-conn", "pgsurge", CONNECT, (), 20, 60),
 )
 DEFAULT = "pgbench,pgbench-log,pgsurge,pgsurge-json,pgsurge-log"
 

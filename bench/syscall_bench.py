@@ -85,6 +85,14 @@ CASES = (
     Case("tp-json", TPCB_LIKE, JSON_OUT, (ASYNC_COMMIT,), 100, 800),
     Case("tp-log", (*TPCB_LIKE, "-l"), env=(ASYNC_COMMIT,), low=100, high=800),
     Case("logic", ("-f", "{bench}/logic.sql", "-M", "prepared", "-c", "8", "-j", "2")),
+    # issue 22: a pipeline of 10 SELECTs, and a connection per transaction
+    Case(
+        "pipe",
+        ("-f", "{bench}/pipeline.sql", "-M", "prepared", "-c", "8", "-j", "2"),
+        low=100,
+        high=800,
+    ),
+    Case("conn", ("-C", "-b", "select-only", "-c", "8", "-j", "2"), low=50, high=300),
 )
 
 

@@ -495,6 +495,22 @@ def connect_start(items: dict[str, str], password: str | None = None) -> Connect
     )
 
 
+def start_raw(info: bytes) -> Any:
+    """``PQconnectStart`` of an encoded :func:`conninfo`: psycopg's
+    ``PGconn``, notices written as :func:`connect`'s are. Its polling is
+    the caller's (the C loop under -C drives ``PQconnectPoll`` on its
+    ``pgconn_ptr``); :func:`adopt` makes it a :class:`PgConn` once open,
+    :class:`Connecting` reads why it failed."""
+    pgconn = pq.PGconn.connect_start(info)
+    pgconn.notice_handler = _write_notice
+    return pgconn
+
+
+def adopt(pgconn: Any) -> PgConn:
+    """The :class:`PgConn` of a ``PGconn`` from :func:`start_raw`, open."""
+    return PgConn(pgconn)
+
+
 @contextlib.contextmanager
 def sigint_kills() -> Iterator[None]:
     """Around a blocking libpq call: SIGINT kills the process at once.

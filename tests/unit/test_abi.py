@@ -132,7 +132,17 @@ def test_run_flags(
 def test_plan_ops_are_tuples_led_by_their_code() -> None:
     assert abi.SetConst.of(1, 5) == (abi.OP_SET_CONST, 1, 5)
     assert abi.SetRandom.of(0, 1, 9) == (abi.OP_SET_RANDOM, 0, 1, 9)
-    assert abi.Sql.of(b"p", (0,), None) == (abi.OP_SQL, b"p", (0,), None, 0, "")
+    assert abi.Sql.of(b"p", (0,), None) == (abi.OP_SQL, b"p", (0,), None, 0, "", b"")
+    assert abi.Sql.of(b"P_0", (), None, sql=b"SELECT 1") == (
+        abi.OP_SQL,
+        b"P_0",
+        (),
+        None,
+        0,
+        "",
+        b"SELECT 1",
+    )
+    assert abi.Pipeline(abi.OP_PEND) == (abi.OP_PEND,)
     assert abi.SetExpr.of(1, (0, 5)) == (abi.OP_SET_EXPR, 1, (0, 5))
     assert abi.If.of((0, 1), 4, True, 6, False) == (abi.OP_IF, (0, 1), 4, 1, 6, 0)
     assert abi.Else.of(3) == (abi.OP_ELSE, 3)

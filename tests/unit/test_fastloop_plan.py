@@ -11,7 +11,7 @@ import pytest
 
 from pgsurge.cli.options import parse_command_line
 from pgsurge.config import RunConfig
-from pgsurge.engine import fastloop
+from pgsurge.engine import abi, fastloop
 from pgsurge.engine.abi import Sql
 from pgsurge.engine.program import compile_scripts
 from pgsurge.runner import parse_scripts
@@ -44,12 +44,23 @@ def test_builtins_are_eligible(tmp_path, builtin: str, mode: str) -> None:
 @pytest.mark.parametrize(
     "option",
     [
-        ["-C"],
         ["--debug"],
     ],
 )
 def test_excluded_options_take_the_python_loop(tmp_path, option: list[str]) -> None:
     assert _plan(["-b", "select-only", *option], tmp_path) is None
+
+
+@pytest.mark.parametrize("mode", ["simple", "prepared"])
+def test_connect_each_is_eligible(tmp_path, mode: str) -> None:
+    # -C: C opens the connections; under -M prepared it prepares on each,
+    # so the plan carries the statements' text
+    plan = _plan(["-b", "select-only", "-C", "-M", mode], tmp_path)
+    assert plan is not None
+    sql = plan[3][0][1]
+    assert isinstance(sql, Sql)
+    want = b"SELECT abalance FROM pgbench_accounts WHERE aid = $1;"
+    assert sql.sql == (b"" if mode == "simple" else want)
 
 
 @pytest.mark.parametrize(
@@ -95,7 +106,6 @@ def test_switch_off(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
         "\\sleep :nosuchvar\nSELECT 1;\n",
         "\\shell true\nSELECT 1;\n",
         "\\setshell v echo 1\nSELECT 1;\n",
-        "\\startpipeline\nSELECT 1;\n\\endpipeline\n",
         "\\set a debug(1)\nSELECT :a;\n",
         "SELECT :nosuchvar;\n",
     ],
@@ -125,6 +135,8 @@ def test_ineligible_scripts(tmp_path, text: str) -> None:
         "\\set a abs(-3) + least(1, :scale) + greatest(:scale, 2) + hash(:scale)\n",
         "\\set a permute(1, 10) + hash_fnv1a(1, 2) + (:scale << 2) # 5\n",
         "SELECT 1 AS x \\gset p_\n\\set y :p_x * 2\nSELECT :y;\n",
+        # pipelines (under -M simple C hands the client to Python's error)
+        "\\startpipeline\nSELECT 1;\n\\syncpipeline\nSELECT 2;\n\\endpipeline\n",
     ],
 )
 def test_eligible_logic(tmp_path, text: str) -> None:
@@ -186,7 +198,7 @@ def test_plan_of_a_script(tmp_path) -> None:
             (2, 0, 1, 10000),
             (1, 1, 6),
             (2, 2, -5, 5),
-            (3, b"P_0", (0, 1, 3, 4, 2), None, 0, ""),
+            (3, b"P_0", (0, 1, 3, 4, 2), None, 0, "", b"SELECT $1, $2, $3, $4, $5;"),
             (0,),
         ),
     )
@@ -198,6 +210,7 @@ def test_plan_of_a_script(tmp_path) -> None:
         (b"SELECT ", b", ", b", ", b", ", b", ", b";"),
         0,
         "",
+        b"",
     )
 
 
@@ -222,7 +235,7 @@ def test_plan_of_sleeps(tmp_path) -> None:
             (5, 0, 1),
             (5, 1, 1000000),
             (4, wrapped),
-            (3, b"P_0", (0,), None, 0, ""),
+            (3, b"P_0", (0,), None, 0, "", b"SELECT $1;"),
             (0,),
         ),
     )
@@ -277,3 +290,57 @@ def test_refusal_names_the_command(tmp_path) -> None:
     assert why.startswith(
         f"script 1 command 2 (\\setshell) of {str(tmp_path / 'b.sql')!r}: "
     ), why
+
+
+@pytest.mark.parametrize("mode", ["extended", "prepared"])
+def test_pipelines_and_connect_with_values_of_every_type(tmp_path, mode: str) -> None:
+    # the merged C loop: -C, a pipeline and doubles/text in one run
+    text = (
+        "\\set d random_gaussian(1, 10, 2.5) * 1.5\n"
+        "\\startpipeline\nSELECT :d, :label;\n\\syncpipeline\n"
+        "SELECT :d;\n\\endpipeline\n"
+    )
+    plan = _plan(["-C", "-M", mode, "-D", "label=x"], tmp_path, text)
+    assert plan is not None
+    kinds = [op[0] for op in plan[3][0]]
+    assert kinds == [
+        abi.OP_SET_EXPR,
+        abi.OP_PSTART,
+        abi.OP_SQL,
+        abi.OP_PSYNC,
+        abi.OP_SQL,
+        abi.OP_PEND,
+        abi.OP_END,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "text", "reason"),
+    [
+        # what neither the expression side nor the pipeline/-C side runs
+        (
+            ["-C"],
+            "\\startpipeline\nSELECT 1;\n\\endpipeline\n\\shell true\n",
+            "script 0 command 3 (\\shell) of ",
+        ),
+        (
+            ["-C"],
+            "\\startpipeline\n\\set a debug(1)\nSELECT :a;\n\\endpipeline\n",
+            "script 0 command 1 (\\set) of ",
+        ),
+        (
+            ["-C", "--debug"],
+            "\\startpipeline\nSELECT 1;\n\\endpipeline\n",
+            "--debug is not supported by the C loop",
+        ),
+    ],
+)
+def test_merged_refusals(tmp_path, args: list[str], text: str, reason: str) -> None:
+    path = tmp_path / "s.sql"
+    path.write_text(text)
+    cfg = parse_command_line([*args, "-f", str(path)], environ={})
+    assert isinstance(cfg, RunConfig)
+    parsed = parse_scripts(cfg)
+    ops = compile_scripts(parsed, cfg.query_mode)
+    why = fastloop.decide(cfg, parsed, ops, VARS, True)
+    assert isinstance(why, str) and reason in why, why

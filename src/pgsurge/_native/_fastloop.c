@@ -5,8 +5,9 @@
  * The Python engine (pgsurge.engine.loop.EventLoop.run driving the advance()
  * closure of pgsurge.engine.client) is the reference. For runs that
  * pgsurge.engine.fastloop finds eligible (scripts of SQL commands, \gset,
- * \aset, \sleep, \set and \if of expressions of any type; histograms, series and
- * -l lines included: see there and pgsurge/engine/ENGINE.md) this module
+ * \aset, \sleep, \set and \if of expressions of any type, pipelines;
+ * -C; histograms, series and -l lines included: see there and
+ * pgsurge/engine/ENGINE.md) this module
  * runs the same loop, and runs every transaction that goes as planned
  * without entering Python at all -- throttled ones (-R, -L) included.
  *
@@ -49,7 +50,8 @@
  *
  * The loop itself follows EventLoop.run step by step: the same epoll
  * instance (Python's Waiter registers and modifies the descriptors, C only
- * waits on it), the same runnable queue and its order, the same heap of
+ * waits on it -- but for the connections C opens under -C, whose sockets
+ * it registers itself until Python adopts them), the same runnable queue and its order, the same heap of
  * timers ordered by (deadline, client id) for \sleep and throttle slots,
  * of Python's clients as of C's, the same order of a round (ready sockets,
  * due timers, the runnable queue, the progress tick), the same wait
@@ -88,7 +90,8 @@ PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s_cnt,
     *s_choose_rng, *s_throttle_rng, *s_throttle_trigger, *s_latency_late,
     *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched, *s_layout,
     *s_add_counts, *s_eval_elif, *s_meta_failed, *s_id, *s_write_chunk, *s_current,
-    *s_roll_to, *s_start_us, *s_pending;
+    *s_roll_to, *s_start_us, *s_pending, *s_num_syncs, *s_conn, *s_drain_msg,
+    *s_conn_total_us, *s_pgconn_ptr, *s_finish;
 
 /* ---------------------------------------------------------------------- */
 /* Construction                                                           */
@@ -164,6 +167,9 @@ FastLoop_traverse(FastLoop *fl, visitproc visit, void *arg)
     Py_VISIT(fl->wstate);
     Py_VISIT(fl->choose_rng);
     Py_VISIT(fl->throttle_rng);
+    Py_VISIT(fl->conn_start);
+    Py_VISIT(fl->conn_adopt);
+    Py_VISIT(fl->conn_release);
     Py_VISIT(fl->advance);
     Py_VISIT(fl->resume);
     Py_VISIT(fl->absorb);
@@ -184,8 +190,17 @@ FastLoop_clear(FastLoop *fl)
 {
     int i, k;
 
-    for (i = 0; i < fl->nclients && fl->clients != NULL; i++)
+    for (i = 0; i < fl->nclients && fl->clients != NULL; i++) {
         Py_CLEAR(fl->clients[i].st);
+        /* -C: a connection C opened that Python never adopted (psycopg
+         * closes it) */
+        Py_CLEAR(fl->clients[i].pgobj);
+    }
+    Py_CLEAR(fl->conninfo);
+    Py_CLEAR(fl->conn_start);
+    Py_CLEAR(fl->conn_adopt);
+    Py_CLEAR(fl->conn_release);
+    Py_CLEAR(fl->preparing);
     if (fl->per_script != NULL)
         for (k = 0; k < fl->nscripts; k++) {
             Py_CLEAR(fl->per_script[k].data);
@@ -344,6 +359,32 @@ FastLoop_set_signal_fd(FastLoop *fl, PyObject *arg)
             return PyErr_SetFromErrno(PyExc_OSError);
         fl->signal_fd = (int)fd;
     }
+    Py_RETURN_NONE;
+}
+
+/* set_connect(spec): see FastLoop_methods */
+static PyObject *
+FastLoop_set_connect(FastLoop *fl, PyObject *spec)
+{
+    PyObject *info, *start, *adopt, *release, *preparing;
+
+    if (fl->started) {
+        PyErr_SetString(PyExc_RuntimeError, "set_connect after run()");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(spec, "SOOOO", &info, &start, &adopt, &release, &preparing))
+        return NULL;
+    Py_INCREF(info);
+    Py_INCREF(start);
+    Py_INCREF(adopt);
+    Py_INCREF(release);
+    Py_INCREF(preparing);
+    Py_XSETREF(fl->conninfo, info);
+    Py_XSETREF(fl->conn_start, start);
+    Py_XSETREF(fl->conn_adopt, adopt);
+    Py_XSETREF(fl->conn_release, release);
+    Py_XSETREF(fl->preparing, preparing);
+    fl->connect_each = 1;
     Py_RETURN_NONE;
 }
 
@@ -702,6 +743,12 @@ static PyMethodDef FastLoop_methods[] = {
      "set_signal_fd(fd)\n--\n\nWatch fd, the read end of signal.set_wakeup_fd's "
      "non-blocking\ndescriptor, in the epoll set (-1: stop): run() then runs "
      "Python's\nsignal handlers only when a signal came, not after every wait."},
+    {"set_connect", (PyCFunction)FastLoop_set_connect, METH_O,
+     "set_connect((conninfo, start, adopt, release, preparing))\n--\n\n"
+     "-C: open a connection per transaction without blocking: start(conninfo)\n"
+     "gives a psycopg PGconn whose PQconnectPoll C drives; adopt(client, pgconn)\n"
+     "makes it the client's before a hand-back; release(client) closes\n"
+     "Python's; preparing is state.PREPARING (a prepare of C's handed back)."},
     {"set_log", (PyCFunction)FastLoop_set_log, METH_O,
      "set_log(spec)\n--\n\nWrite -l as the TxLogWriter of spec does "
      "(pgsurge.engine.fastloop._log_spec)."},
@@ -955,6 +1002,10 @@ static const struct {
     {"Client", "flush_pending", &s_flush_pending},
     {"Client", "drain_state", &s_drain_state},
     {"Client", "in_pipeline", &s_in_pipeline},
+    {"Client", "num_syncs", &s_num_syncs},
+    {"Client", "conn", &s_conn},
+    {"Client", "drain_msg", &s_drain_msg},
+    {"WorkerState", "conn_total_us", &s_conn_total_us},
     {"Client", "sleep_until", &s_sleep_until},
     {"Client", "stmt_begin", &s_stmt_begin},
     {"Client", "unwatched", &s_unwatched},
@@ -1041,6 +1092,11 @@ PyInit__fastloop(void)
         if (*reads[i].var == NULL &&
             (*reads[i].var = PyUnicode_InternFromString(reads[i].name)) == NULL)
             return NULL;
+    /* psycopg's PGconn, under -C */
+    if ((s_pgconn_ptr == NULL &&
+         (s_pgconn_ptr = PyUnicode_InternFromString("pgconn_ptr")) == NULL) ||
+        (s_finish == NULL && (s_finish = PyUnicode_InternFromString("finish")) == NULL))
+        return NULL;
     if (PyType_Ready(&FastLoop_Type) < 0)
         return NULL;
     m = PyModule_Create(&fastloop_module);
@@ -1067,6 +1123,12 @@ PyInit__fastloop(void)
         PyModule_AddIntConstant(m, "MODE_PREPARED", MODE_PREPARED) < 0 ||
         PyModule_AddIntConstant(m, "RESUME_FLUSH", RESUME_FLUSH) < 0 ||
         PyModule_AddIntConstant(m, "RESUME_SEND_FAILED", RESUME_SEND_FAILED) < 0 ||
+        PyModule_AddIntConstant(m, "RESUME_SYNC_FAILED", RESUME_SYNC_FAILED) < 0 ||
+        PyModule_AddIntConstant(m, "RESUME_CONNECT_FAILED", RESUME_CONNECT_FAILED) < 0 ||
+        PyModule_AddIntConstant(m, "RESUME_PREPARE_FAILED", RESUME_PREPARE_FAILED) < 0 ||
+        PyModule_AddIntConstant(m, "CONNECTING", CONNECTING) < 0 ||
+        add_int(m, "OP_PSTART", OP_PSTART) < 0 || add_int(m, "OP_PSYNC", OP_PSYNC) < 0 ||
+        add_int(m, "OP_PEND", OP_PEND) < 0 ||
         PyModule_AddIntConstant(m, "TX_BUDGET", TX_BUDGET) < 0 ||
         add_int(m, "OP_END", OP_END) < 0 || add_int(m, "OP_SET_CONST", OP_SET_CONST) < 0 ||
         add_int(m, "OP_SET_RANDOM", OP_SET_RANDOM) < 0 || add_int(m, "OP_SQL", OP_SQL) < 0 ||

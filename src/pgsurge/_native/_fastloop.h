@@ -66,6 +66,9 @@
 #define END_TX 13
 #define ABORTED 14
 #define FINISHED 15
+/* -C: a connection being opened (pgsurge.engine.state.CONNECTING, the
+ * state --reconnect's clients open theirs in) */
+#define CONNECTING 17
 
 #define MODE_SIMPLE 0
 #define MODE_EXTENDED 1
@@ -80,6 +83,18 @@
 /* what resume() is told besides a drain() result (always >= 0) */
 #define RESUME_FLUSH (-1)
 #define RESUME_SEND_FAILED (-2)
+/* \endpipeline's sync could not be flushed */
+#define RESUME_SYNC_FAILED (-3)
+/* -C: (RESUME_CONNECT_FAILED, the psycopg PGconn whose PQconnectPoll failed) */
+#define RESUME_CONNECT_FAILED (-4)
+/* -C: (RESUME_PREPARE_FAILED, libpq's message) of a pipeline's statement C
+ * prepared at \startpipeline */
+#define RESUME_PREPARE_FAILED (-5)
+
+/* libpq's PostgresPollingStatusType */
+#define PGRES_POLLING_FAILED 0
+#define PGRES_POLLING_READING 1
+#define PGRES_POLLING_OK 3
 
 /* pgsurge._fastpq's drain() codes (the low two bits of its result) */
 #define DRAIN_BUSY 0
@@ -90,6 +105,7 @@
 #define PGRES_EMPTY_QUERY 0
 #define PGRES_COMMAND_OK 1
 #define PGRES_TUPLES_OK 2
+#define PGRES_PIPELINE_SYNC 10
 #define PQTRANS_IDLE 0
 #define PG_DIAG_SQLSTATE 'C'
 
@@ -120,7 +136,11 @@ enum {
     OP_SET_EXPR = 6,
     OP_IF = 7,
     OP_ELSE = 8,
-    OP_ENDIF = 9
+    OP_ENDIF = 9,
+    /* \startpipeline, \syncpipeline, \endpipeline */
+    OP_PSTART = 10,
+    OP_PSYNC = 11,
+    OP_PEND = 12
 };
 
 /* \gset kinds (pgsurge.engine.state) */
@@ -211,6 +231,9 @@ typedef struct {
     int prep_bit;
     /* prepared: the name as Python bytes, to look up in Client.prepared */
     PyObject *prepname;
+    /* prepared under -C: the statement's text, which C prepares on each
+     * new connection (NULL: Python prepares it) */
+    const char *sql;
     /* -r: the latencies of this command (its Op's stats.latency) */
     fl_simple cmd;
     /* -r with histograms: this command's histogram (its Op's rec) */
@@ -266,8 +289,21 @@ typedef struct {
     int eval_elif;     /* Client.eval_elif: the next \elif is evaluated */
     int meta_failed;   /* Client.meta_failed: a \aset failed, draining */
     PGresult *pending; /* \gset's lookahead (Client.pending) */
+    /* Client.in_pipeline and num_syncs: inside \startpipeline, and the
+     * syncs sent whose PGRES_PIPELINE_SYNC has not been read */
+    int in_pipeline, num_syncs;
     /* statements prepared on the connection (by fl_op.prep_bit) */
     unsigned char *prepared;
+    /* -C: the connection C opened (a psycopg PGconn, from
+     * FastLoop.set_connect's start), until Python adopts it at a hand-back
+     * (NULL: none, or Client.conn's); when its opening began; a prepare
+     * of C's in flight (WAIT_RESULT) */
+    PyObject *pgobj;
+    int64_t conn_begin;
+    int preparing; /* the prepared op's index + 1 (0: none) */
+    /* the events its socket is in the epoll set for, as fl_conn_watch
+     * last put it there (a wait for the same saves the epoll_ctl) */
+    uint32_t conn_events;
     /* while Python owns it: the Client.cnt from which C may take it back
      * within a transaction (at a wait of the next one after a hand-back) */
     int64_t retake_at;
@@ -300,6 +336,14 @@ typedef struct {
     PyObject *wstate, *choose_rng, *throttle_rng, *advance, *resume, *absorb;
     /* Engine.gset, and {variable name: slot} for \gset */
     PyObject *gset_hook, *slot_of;
+    /* -C (set_connect): a connection per transaction, opened by C without
+     * blocking; the conninfo (bytes), start(conninfo) -> psycopg PGconn,
+     * adopt(client, pgconn) and release(client) (Python's side of a
+     * connection), state.PREPARING; and the connection time not yet added
+     * to WorkerState.conn_total_us */
+    int connect_each;
+    PyObject *conninfo, *conn_start, *conn_adopt, *conn_release, *preparing;
+    int64_t conn_us;
     fl_stats total;
     fl_stats *per_script; /* NULL with one script */
     /* latency histograms (--percentiles, --json, --html): the recorder's
@@ -365,7 +409,8 @@ FL_HIDDEN extern PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s
     *s_choose_rng, *s_throttle_rng, *s_throttle_trigger, *s_latency_late,
     *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched, *s_layout,
     *s_add_counts, *s_eval_elif, *s_meta_failed, *s_id, *s_write_chunk, *s_current,
-    *s_roll_to, *s_start_us, *s_pending;
+    *s_roll_to, *s_start_us, *s_pending, *s_num_syncs, *s_conn, *s_drain_msg,
+    *s_conn_total_us, *s_pgconn_ptr, *s_finish;
 
 static inline int64_t
 clock_us(void)
@@ -590,6 +635,11 @@ FL_HIDDEN int fl_shared_load_sampling(FastLoop *fl);
 FL_HIDDEN int fl_call_python(FastLoop *fl, PyObject *fn, int index, PyObject *arg);
 FL_HIDDEN int fl_to_python(FastLoop *fl, int index, int state, PyObject *event);
 FL_HIDDEN int fl_to_python_code(FastLoop *fl, int index, int state, long code);
+
+/* -C (_fastloop_sync.c): watch a C-opened connection's socket for
+ * events (0: none, out of the set), the client mapped to it */
+FL_HIDDEN int fl_conn_watch(FastLoop *fl, int index, int fd, uint32_t events);
+FL_HIDDEN int fl_conn_forget(FastLoop *fl, int index);
 
 /* _fastloop_client.c */
 FL_HIDDEN int fl_advance(FastLoop *fl, int index);

@@ -71,8 +71,11 @@ send_sql(FastLoop *fl, fl_client *c, const fl_op *op)
                                      op->nparams ? values : NULL, NULL, NULL, 0);
     }
     /* as pgsurge._fastpq: 0 all sent, 1 data left, -1 flush failed,
-     * -2 send failed */
-    return ok ? pq->flush(c->conn) : -2;
+     * -2 send failed; in a pipeline the data goes with the next sync
+     * (sql.queue_in_pipeline) */
+    if (!ok)
+        return -2;
+    return c->in_pipeline ? 0 : pq->flush(c->conn);
 }
 
 static PyObject *
@@ -191,6 +194,314 @@ process_xact(FastLoop *fl, fl_client *c, int64_t now, int skipped)
     return now;
 }
 
+/* WAIT_RESULT of \endpipeline: sql.read_results in a pipeline, reading
+ * every queued command's results up to the last sync, leaving pipeline
+ * mode there. 1: all read; 0: the client waits, or was handed to Python
+ * (an error result, a lost connection: resume() goes on as read_results
+ * would); -1: error. */
+static int
+wait_pipeline(FastLoop *fl, int index)
+{
+    fl_client *c = &fl->clients[index];
+    PGresult *res;
+    int status, q = c->qrynum;
+
+    if (!pq->consumeInput(c->conn))
+        return fl_to_python_code(fl, index, WAIT_RESULT, (long)q * 4 + DRAIN_FAILED);
+    for (;;) {
+        if (pq->isBusy(c->conn)) {
+            c->qrynum = q;
+            c->state = WAIT_RESULT;
+            return c->unwatched ? fl_watch(fl, index) : 0;
+        }
+        res = pq->getResult(c->conn);
+        if (res == NULL) {
+            c->qrynum = q;
+            if (q == 0)
+                /* "no results": Python's message */
+                return fl_to_python_code(fl, index, WAIT_RESULT, DRAIN_DONE);
+            if (c->in_pipeline) {
+                q = 0; /* the next queued command */
+                continue;
+            }
+            return 1;
+        }
+        status = pq->resultStatus(res);
+        if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK ||
+            status == PGRES_EMPTY_QUERY) {
+            pq->clear(res);
+            q++;
+            continue;
+        }
+        if (status == PGRES_PIPELINE_SYNC) {
+            pq->clear(res);
+            if (--c->num_syncs == 0) {
+                if (!pq->exitPipelineMode(c->conn)) {
+                    /* Python logs this and stays in the pipeline, where
+                     * the script's end aborts the client */
+                    PyObject *msg = PyUnicode_FromFormat(
+                        "client %lld failed to exit pipeline mode: ", (long long)c->id);
+                    int r;
+
+                    if (msg == NULL)
+                        return -1;
+                    c->qrynum = q + 1;
+                    r = fl_to_python(fl, index, WAIT_RESULT, msg);
+                    Py_DECREF(msg);
+                    return r;
+                }
+                c->in_pipeline = 0;
+            }
+            q++;
+            continue;
+        }
+        {
+            /* an error: note_error classifies it (in a pipeline the ERROR
+             * state discards up to a new sync) */
+            PyObject *got = Py_BuildValue(
+                "(iiNN)", q, status,
+                bytes_or_none(pq->resultErrorField(res, PG_DIAG_SQLSTATE)),
+                bytes_or_none(pq->resultErrorMessage(res)));
+            int r;
+
+            pq->clear(res);
+            if (got == NULL)
+                return -1;
+            c->qrynum = q;
+            r = fl_to_python(fl, index, WAIT_RESULT, got);
+            Py_DECREF(got);
+            return r;
+        }
+    }
+}
+
+/* \startpipeline, \syncpipeline, \endpipeline (meta.run_meta): the next
+ * state; PIPE_PREPARE when C sent the prepare of one of the pipeline's
+ * statements first (under -C), -1 when Python must run the command (its
+ * error messages, -M simple, the first prepares of the pipeline's
+ * statements), -2 a prepare could not be sent */
+#define PIPE_PREPARE 1000
+static int
+pipeline_command(FastLoop *fl, fl_client *c, const fl_script *sc, const fl_op *op)
+{
+    if (op->kind == OP_PSTART) {
+        int j;
+
+        if (fl->mode == MODE_SIMPLE || c->in_pipeline)
+            return -1;
+        if (fl->mode == MODE_PREPARED)
+            /* the pipeline's statements are prepared before it starts
+             * (meta.run_meta, one at a time); Python does it, or C on the
+             * connections it opened under -C (without blocking) */
+            for (j = c->command + 1; j < sc->nops; j++) {
+                const fl_op *o = &sc->ops[j];
+
+                if (o->kind == OP_PEND || o->kind == OP_END)
+                    break;
+                if (o->kind != OP_SQL || c->prepared[o->prep_bit])
+                    continue;
+                if (!fl->connect_each || o->sql == NULL || c->pgobj == NULL)
+                    return -1;
+                if (!pq->sendPrepare(c->conn, o->text, o->sql, 0, NULL))
+                    return -2;
+                c->preparing = j + 1;
+                return PIPE_PREPARE;
+            }
+        if (!pq->enterPipelineMode(c->conn))
+            return -1;
+        c->in_pipeline = 1;
+        return END_COMMAND;
+    }
+    if (!c->in_pipeline || !pq->pipelineSync(c->conn))
+        return -1;
+    c->num_syncs++;
+    if (op->kind == OP_PSYNC)
+        return END_COMMAND;
+    c->qrynum = 0;
+    return WAIT_RESULT;
+}
+
+/* ---------------------------------------------------------------------- */
+/* -C: a connection per transaction, opened without blocking              */
+
+/* PQconnectPoll until libpq waits for the socket (tx.connect, the way
+ * reconnect.py's CONNECTING state opens one): 1 connected; 0 the client
+ * waits in CONNECTING, or was handed to Python (it could not connect:
+ * resume gives pgbench's messages and aborts it); -1 error */
+static int
+connect_poll(FastLoop *fl, int index)
+{
+    fl_client *c = &fl->clients[index];
+    int r = pq->connectPoll(c->conn), fd = pq->socket(c->conn);
+
+    if (r == PGRES_POLLING_OK && pq->setnonblocking(c->conn, 1) == 0)
+        /* (in the set for reading already, as a local socket usually is
+         * once libpq waited for the server's answer) */
+        return (fd != c->fd || c->conn_events != EPOLLIN) &&
+                       fl_conn_watch(fl, index, fd, EPOLLIN) < 0
+                   ? -1
+                   : 1;
+    if (r == PGRES_POLLING_OK || r == PGRES_POLLING_FAILED) {
+        PyObject *event;
+
+        if (fl_conn_watch(fl, index, -1, 0) < 0)
+            return -1;
+        /* Python reads libpq's message and frees it */
+        event = Py_BuildValue("(iO)", RESUME_CONNECT_FAILED, c->pgobj);
+        if (event == NULL)
+            return -1;
+        Py_CLEAR(c->pgobj);
+        c->conn = NULL;
+        r = fl_to_python(fl, index, START_TX, event);
+        Py_DECREF(event);
+        return r < 0 ? -1 : 0;
+    }
+    if (fl_conn_watch(fl, index, fd, r == PGRES_POLLING_READING ? EPOLLIN : EPOLLOUT) < 0)
+        return -1;
+    c->state = CONNECTING;
+    return 0;
+}
+
+/* START_TX without a connection: PQconnectStart (Python's psycopg object,
+ * set_connect's start), then poll it at once (libpq's first wait is for
+ * writing, which a local socket is at once); as connect_poll */
+static int
+connect_start(FastLoop *fl, int index)
+{
+    fl_client *c = &fl->clients[index];
+    PyObject *obj = PyObject_CallOneArg(fl->conn_start, fl->conninfo), *p;
+    void *ptr;
+
+    if (obj == NULL)
+        return -1;
+    p = PyObject_GetAttr(obj, s_pgconn_ptr);
+    ptr = p == NULL ? NULL : PyLong_AsVoidPtr(p);
+    Py_XDECREF(p);
+    if (ptr == NULL) {
+        Py_DECREF(obj);
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        return -1;
+    }
+    c->pgobj = obj;
+    c->conn = (PGconn *)ptr;
+    memset(c->prepared, 0, (size_t)fl->nprep);
+    return connect_poll(fl, index);
+}
+
+/* END_TX under -C: close the transaction's connection (tx.disconnect),
+ * the time it took into the connection time; *now is the clock after */
+static int
+connect_release(FastLoop *fl, int index, int64_t *now)
+{
+    fl_client *c = &fl->clients[index];
+    int64_t start = *now ? *now : clock_us();
+    PyObject *r = NULL;
+
+    if (c->pgobj != NULL) {
+        if (fl_conn_forget(fl, index) < 0)
+            return -1;
+        r = PyObject_CallMethodNoArgs(c->pgobj, s_finish);
+        Py_CLEAR(c->pgobj);
+    } else if (c->conn != NULL) {
+        /* Python's (the client's first, or one it had when C took it) */
+        r = PyObject_CallOneArg(fl->conn_release, c->st);
+        if (r != NULL && fl_refresh_fd(fl, index) < 0)
+            Py_CLEAR(r);
+    } else
+        r = Py_NewRef(Py_None);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    c->conn = NULL;
+    memset(c->prepared, 0, (size_t)fl->nprep);
+    *now = clock_us();
+    fl->conn_us += *now - start;
+    return 0;
+}
+
+/* A prepare of C's (under -C) did not go well: hand the client to Python
+ * in WAIT_RESULT as if its send_sql had sent it (drain_state PREPARING),
+ * with libpq's message when a result failed: finish_prepare (or read_lost)
+ * reads the rest, reports it as pgbench does, and sends the query */
+static int
+prepare_to_python(FastLoop *fl, int index, int failed, int flush)
+{
+    fl_client *c = &fl->clients[index];
+    const char *msg = failed || c->command + 1 != c->preparing ? pq->errorMessage(c->conn)
+                                                               : NULL;
+    PyObject *text = PyUnicode_DecodeUTF8(msg ? msg : "", msg ? (Py_ssize_t)strlen(msg) : 0,
+                                          "surrogateescape");
+    int r;
+
+    if (text == NULL)
+        return -1;
+    if (c->command + 1 != c->preparing) {
+        /* a statement of a pipeline, prepared at \startpipeline: its
+         * failure is reported (pgbench's blocking PQprepare), it counts as
+         * prepared, and Python prepares the others and starts the pipeline */
+        PyObject *event;
+
+        c->prepared[fl->scripts[c->script].ops[c->preparing - 1].prep_bit] = 1;
+        event = Py_BuildValue("(iN)", RESUME_PREPARE_FAILED, text);
+        if (event == NULL)
+            return -1;
+        r = fl_to_python(fl, index, START_COMMAND, event);
+        Py_DECREF(event);
+        return r;
+    }
+    r = PyObject_SetAttr(c->st, s_drain_msg, text);
+    Py_DECREF(text);
+    if (r < 0 || PyObject_SetAttr(c->st, s_drain_state, fl->preparing) < 0)
+        return -1;
+    /* flush: the prepare is not all sent, resume waits for writability */
+    return flush ? fl_to_python_code(fl, index, WAIT_RESULT, RESUME_FLUSH)
+                 : fl_to_python(fl, index, WAIT_RESULT, NULL);
+}
+
+/* WAIT_RESULT of C's prepare: 1 prepared (the query is sent next); 0 the
+ * client waits, or was handed to Python; -1 error */
+static int
+wait_prepare(FastLoop *fl, int index, const fl_op *op)
+{
+    fl_client *c = &fl->clients[index];
+    PGresult *res;
+    int status, pushed;
+
+    if (c->command + 1 != c->preparing) {
+        /* a pipeline's statement, on a connection C opened (its socket
+         * C's to watch): the prepare may be partly sent yet */
+        if ((pushed = pq->flush(c->conn)) < 0)
+            return prepare_to_python(fl, index, 1, 0);
+        if (pushed > 0 || (c->conn_events & EPOLLOUT)) {
+            if (fl_conn_watch(fl, index, c->fd, pushed ? EPOLLIN | EPOLLOUT : EPOLLIN) < 0)
+                return -1;
+            if (pushed) {
+                c->state = WAIT_RESULT;
+                return 0;
+            }
+        }
+    }
+    if (!pq->consumeInput(c->conn))
+        return prepare_to_python(fl, index, 0, 0);
+    for (;;) {
+        if (pq->isBusy(c->conn)) {
+            c->state = WAIT_RESULT;
+            return c->unwatched ? fl_watch(fl, index) : 0;
+        }
+        res = pq->getResult(c->conn);
+        if (res == NULL)
+            break;
+        status = pq->resultStatus(res);
+        pq->clear(res);
+        if (status != PGRES_COMMAND_OK)
+            return prepare_to_python(fl, index, 1, 0);
+    }
+    c->preparing = 0;
+    c->prepared[op->prep_bit] = 1;
+    return 1;
+}
+
 /* C's int of a C int's bits (cnum.wrap_int32): how the x86 binary wraps */
 static inline int64_t
 c_int(int64_t v)
@@ -209,6 +520,8 @@ fl_advance(FastLoop *fl, int index)
     const fl_script *sc = &fl->scripts[c->script];
     int64_t now = 0;
     int io_done = 0, budget = TX_BUDGET, state = c->state, jump = -1;
+    /* the query after C's prepare: the same command, its clock kept */
+    int resend = 0, r_conn;
 
     for (;;) {
         switch (state) {
@@ -235,14 +548,19 @@ fl_advance(FastLoop *fl, int index)
             int sent;
 
             if (op->kind == OP_END) {
+                if (c->in_pipeline)
+                    /* Python's "end of script reached with pipeline open" */
+                    return fl_to_python(fl, index, START_COMMAND, NULL);
                 state = END_TX;
                 continue;
             }
-            if (fl->per_command) {
-                /* fresh too, as client.py's START_COMMAND */
+            if (fl->per_command && !resend) {
+                /* fresh too, as client.py's START_COMMAND (but for the
+                 * query after C's prepare, which keeps its command's clock) */
                 now = clock_us();
                 c->stmt_begin = now;
             }
+            resend = 0;
             if (op->kind == OP_SET_CONST || op->kind == OP_SET_RANDOM) {
                 fl_value *var = &c->vars[op->slot];
 
@@ -253,6 +571,31 @@ fl_advance(FastLoop *fl, int index)
                 c->assigned = 1;
                 now = 0;
                 state = END_COMMAND;
+                continue;
+            }
+            if (op->kind >= OP_PSTART) {
+                state = pipeline_command(fl, c, sc, op);
+                if (state == -2)
+                    return fl_to_python_code(fl, index, START_COMMAND, RESUME_SEND_FAILED);
+                if (state < 0)
+                    return fl_to_python(fl, index, START_COMMAND, NULL);
+                if (state == PIPE_PREPARE) {
+                    /* wait for the prepare's result (wait_prepare flushes
+                     * it), then \startpipeline again (its clock kept) */
+                    state = WAIT_RESULT;
+                    continue;
+                }
+                if (state == WAIT_RESULT) {
+                    /* \endpipeline: push the queued commands and the sync */
+                    int r = pq->flush(c->conn);
+
+                    if (r < 0)
+                        return fl_to_python_code(fl, index, START_COMMAND,
+                                                 RESUME_SYNC_FAILED);
+                    if (r > 0)
+                        return fl_to_python_code(fl, index, WAIT_RESULT, RESUME_FLUSH);
+                }
+                now = 0;
                 continue;
             }
             if (op->kind >= OP_SET_EXPR) {
@@ -310,9 +653,29 @@ fl_advance(FastLoop *fl, int index)
                 state = SLEEP;
                 continue;
             }
-            if (fl->mode == MODE_PREPARED && !c->prepared[op->prep_bit])
-                /* its first use on this connection: Python prepares it */
+            if (c->in_pipeline && op->gset)
+                /* Python's "\gset is not allowed in pipeline mode" */
                 return fl_to_python(fl, index, START_COMMAND, NULL);
+            if (fl->mode == MODE_PREPARED && !c->prepared[op->prep_bit]) {
+                int r;
+
+                if (!fl->connect_each || op->sql == NULL || c->in_pipeline)
+                    /* its first use on this connection: Python prepares it */
+                    return fl_to_python(fl, index, START_COMMAND, NULL);
+                /* -C: every transaction's connection is new; C prepares
+                 * without blocking, as sql.send_sql does, then sends */
+                if (!pq->sendPrepare(c->conn, op->text, op->sql, 0, NULL))
+                    return fl_to_python_code(fl, index, START_COMMAND, RESUME_SEND_FAILED);
+                c->preparing = c->command + 1;
+                c->qrynum = 0;
+                r = pq->flush(c->conn);
+                if (r < 0)
+                    return fl_to_python_code(fl, index, START_COMMAND, RESUME_SEND_FAILED);
+                if (r > 0)
+                    return prepare_to_python(fl, index, 0, 1);
+                state = WAIT_RESULT;
+                continue;
+            }
             {
                 int i;
 
@@ -330,7 +693,8 @@ fl_advance(FastLoop *fl, int index)
             if (sent > 0)
                 /* wait for writability: Python's slower path does it */
                 return fl_to_python_code(fl, index, WAIT_RESULT, RESUME_FLUSH);
-            state = WAIT_RESULT;
+            /* in a pipeline only queued: its results are read at the sync */
+            state = c->in_pipeline ? END_COMMAND : WAIT_RESULT;
             continue;
         }
         case WAIT_RESULT: {
@@ -338,6 +702,24 @@ fl_advance(FastLoop *fl, int index)
             PGresult *res;
             int status, q = c->qrynum;
 
+            if (c->preparing) {
+                int r = wait_prepare(fl, index, &sc->ops[c->preparing - 1]);
+
+                if (r <= 0)
+                    return r;
+                resend = 1;
+                state = START_COMMAND;
+                continue;
+            }
+            if (sc->ops[c->command].kind == OP_PEND) {
+                int r = wait_pipeline(fl, index);
+
+                if (r <= 0)
+                    return r;
+                io_done = 1;
+                state = END_COMMAND;
+                continue;
+            }
             if (sc->ops[c->command].gset) {
                 int r = fl_wait_gset(fl, index, (fl_op *)&sc->ops[c->command]);
 
@@ -424,6 +806,8 @@ fl_advance(FastLoop *fl, int index)
                     fl->total.lat.count++;
             } else if ((now = process_xact(fl, c, now, 0)) < 0)
                 return -1;
+            if (fl->connect_each && connect_release(fl, index, &now) < 0)
+                return -1;
             if (fl->use_end ? fl->timer_exceeded : c->cnt >= fl->nxacts)
                 return fl_to_python(fl, index, FINISHED, NULL);
             if (!io_done || !budget) {
@@ -499,6 +883,17 @@ fl_advance(FastLoop *fl, int index)
             state = START_TX;
             /* fall through */
         case START_TX:
+            if (c->conn == NULL) {
+                /* -C: a new connection for the transaction (the time
+                 * until it is open is connection time, not latency) */
+                if (!now)
+                    now = clock_us();
+                c->conn_begin = now;
+                if ((r_conn = connect_start(fl, index)) <= 0)
+                    return r_conn;
+                now = clock_us();
+                fl->conn_us += now - c->conn_begin;
+            }
             if (fl->tx_clock && !now)
                 now = clock_us();
             if (fl->save_rng) {
@@ -510,6 +905,15 @@ fl_advance(FastLoop *fl, int index)
                 c->txn_scheduled = now;
             c->command = 0;
             state = START_COMMAND;
+            continue;
+        case CONNECTING:
+            /* -C: its socket is ready for what libpq asked */
+            if ((r_conn = connect_poll(fl, index)) <= 0)
+                return r_conn;
+            now = clock_us();
+            fl->conn_us += now - c->conn_begin;
+            /* START_TX, its connection open */
+            state = START_TX;
             continue;
         default:
             PyErr_Format(PyExc_AssertionError, "C-owned client in state %d", state);

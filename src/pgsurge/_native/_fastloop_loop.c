@@ -64,8 +64,20 @@ socket_ready(FastLoop *fl, int index)
     int64_t state;
 
     if (c->owner == OWN_C) {
-        if (c->state == WAIT_RESULT)
+        if (c->state == WAIT_RESULT || c->state == CONNECTING)
             return fl_advance(fl, index);
+        if (c->pgobj != NULL) {
+            /* -C: a connection C opened, which Python's absorb does not
+             * know: out of the set, as absorb does (fl_watch puts it back) */
+            if (epoll_ctl(fl->epfd, EPOLL_CTL_DEL, c->fd, NULL) < 0 && errno != ENOENT &&
+                errno != EBADF) {
+                PyErr_SetFromErrno(PyExc_OSError);
+                return -1;
+            }
+            c->unwatched = 1;
+            c->conn_events = 0;
+            return PyObject_SetAttr(c->st, s_unwatched, Py_True);
+        }
     } else if (c->owner == OWN_PY) {
         if (fl_get_i64(c->st, s_state, &state) < 0)
             return -1;

@@ -107,14 +107,18 @@ fl_parse_op(FastLoop *fl, PyObject *spec, fl_op *op, int *nprep)
         op->end_next = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 1));
         return PyErr_Occurred() ? -1 : 0;
     case OP_ENDIF:
+    case OP_PSTART:
+    case OP_PSYNC:
+    case OP_PEND:
         return PyTuple_GET_SIZE(spec) == 1 ? 0 : (goto_bad(), -1);
     case OP_SQL:
-        /* (3, text, params, literal parts or None[, gset, prefix]) */
-        if ((PyTuple_GET_SIZE(spec) != 4 && PyTuple_GET_SIZE(spec) != 6) ||
+        /* (3, text, params, literal parts or None[, gset, prefix[, sql]]) */
+        if ((PyTuple_GET_SIZE(spec) != 4 && PyTuple_GET_SIZE(spec) != 6 &&
+             PyTuple_GET_SIZE(spec) != 7) ||
             !PyBytes_Check(PyTuple_GET_ITEM(spec, 1)) ||
             !PyTuple_Check(PyTuple_GET_ITEM(spec, 2)))
             goto bad;
-        if (PyTuple_GET_SIZE(spec) == 6) {
+        if (PyTuple_GET_SIZE(spec) >= 6) {
             op->gset = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 4));
             op->prefix = PyTuple_GET_ITEM(spec, 5);
             if (PyErr_Occurred())
@@ -125,6 +129,15 @@ fl_parse_op(FastLoop *fl, PyObject *spec, fl_op *op, int *nprep)
                 op->prefix = NULL;
             else if (fl->slot_of == NULL)
                 goto bad;
+        }
+        if (PyTuple_GET_SIZE(spec) == 7) {
+            /* -M prepared: the statement, for C's prepares under -C */
+            PyObject *sql = PyTuple_GET_ITEM(spec, 6);
+
+            if (!PyBytes_Check(sql))
+                goto bad;
+            if (PyBytes_GET_SIZE(sql) > 0)
+                op->sql = PyBytes_AS_STRING(sql);
         }
         op->prepname = PyTuple_GET_ITEM(spec, 1);
         op->text = PyBytes_AS_STRING(op->prepname);

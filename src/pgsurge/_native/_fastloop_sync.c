@@ -413,6 +413,15 @@ fl_shared_store(FastLoop *fl)
         return -1;
     if (fl->latency_limit && set_i64(fl->wstate, s_latency_late, fl->latency_late) < 0)
         return -1;
+    if (fl->conn_us) {
+        /* -C: the time C's clients spent opening and closing connections */
+        int64_t total;
+
+        if (fl_get_i64(fl->wstate, s_conn_total_us, &total) < 0 ||
+            set_i64(fl->wstate, s_conn_total_us, total + fl->conn_us) < 0)
+            return -1;
+        fl->conn_us = 0;
+    }
     if (hists_flush(fl) < 0)
         return -1;
     if (fl->txlog != NULL &&
@@ -512,6 +521,60 @@ fl_refresh_fd(FastLoop *fl, int index)
     return 0;
 }
 
+/* -C: a connection C opened (or is opening) waits for events on fd: the
+ * socket into the epoll set (a socket libpq closed since, for the next
+ * address, out of it), or out of the set and unmapped (events 0), as
+ * EventLoop.wait_connect does; Client.fd follows. */
+int
+fl_conn_watch(FastLoop *fl, int index, int fd, uint32_t events)
+{
+    fl_client *c = &fl->clients[index];
+    struct epoll_event ev;
+
+    if (c->fd >= 0 && (c->fd != fd || events == 0)) {
+        /* a descriptor closed since is out of the set already */
+        if (epoll_ctl(fl->epfd, EPOLL_CTL_DEL, c->fd, NULL) < 0 && errno != ENOENT &&
+            errno != EBADF) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        if (c->fd < fl->by_fd_len && fl->by_fd[c->fd] == index + 1)
+            fl->by_fd[c->fd] = 0;
+        c->fd = -1;
+    }
+    c->unwatched = 0;
+    c->conn_events = events;
+    if (fd >= 0 && events) {
+        memset(&ev, 0, sizeof ev);
+        ev.events = events;
+        ev.data.fd = fd;
+        if (epoll_ctl(fl->epfd, c->fd == fd ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) < 0 &&
+            (errno != EEXIST || epoll_ctl(fl->epfd, EPOLL_CTL_MOD, fd, &ev) < 0)) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        if (map_fd(fl, fd, index) < 0)
+            return -1;
+        c->fd = fd;
+    }
+    return set_i64(c->st, s_fd, c->fd);
+}
+
+/* -C: the socket of a connection about to be closed out of the client's
+ * map (closing it takes it out of the epoll set: no epoll_ctl) */
+int
+fl_conn_forget(FastLoop *fl, int index)
+{
+    fl_client *c = &fl->clients[index];
+
+    if (c->fd >= 0 && c->fd < fl->by_fd_len && fl->by_fd[c->fd] == index + 1)
+        fl->by_fd[c->fd] = 0;
+    c->fd = -1;
+    c->conn_events = 0;
+    c->unwatched = 0;
+    return set_i64(c->st, s_fd, -1);
+}
+
 /* Put a client's socket back into the epoll set, which pgsurge.engine.loop's
  * absorb took it out of (Client.unwatched), now that the client waits on
  * it: EventLoop.watch, for the clients that wait without Python's settle
@@ -547,7 +610,7 @@ fl_watch(FastLoop *fl, int index)
  * SLEEP, into C's copy: 1 loaded; 0 not a state C runs (a retry, a failed
  * \gset, a \gset's lookahead result, a command C does not run); -1 error. */
 static int
-load_mid_tx(FastLoop *fl, fl_client *c, int state)
+load_mid_tx(FastLoop *fl, fl_client *c, int state, int in_pipeline)
 {
     PyObject *st = c->st, *v;
     int64_t command, qrynum, estatus, tries;
@@ -564,7 +627,9 @@ load_mid_tx(FastLoop *fl, fl_client *c, int state)
     if (command < 0 || command >= sc->nops - 1 || qrynum < 0 || qrynum > INT_MAX)
         return 0;
     kind = sc->ops[command].kind;
-    if (state == WAIT_RESULT ? kind != OP_SQL : kind != OP_SLEEP_CONST && kind != OP_SLEEP_VAR)
+    /* a command's results, \endpipeline's (a pipeline's), a \sleep */
+    if (state == WAIT_RESULT ? (in_pipeline ? kind != OP_PEND : kind != OP_SQL && kind != OP_PEND)
+                             : kind != OP_SLEEP_CONST && kind != OP_SLEEP_VAR)
         return 0;
     if ((r = attr_is_true(st, s_meta_failed)) != 0)
         return r < 0 ? -1 : 0;
@@ -610,24 +675,41 @@ fl_take_over(FastLoop *fl, int index, int state)
     fl_client *c = &fl->clients[index];
     PyObject *st = c->st, *v, *vars, *prepared;
     int64_t ptr, script;
-    int i, k, r, mid_tx = state == WAIT_RESULT || state == SLEEP;
+    int i, k, r, in_pipeline, mid_tx = state == WAIT_RESULT || state == SLEEP;
+    int64_t num_syncs = 0;
 
     if (fl_get_i64(st, s_ptr, &ptr) < 0)
         return -1;
-    if (ptr == 0)
-        return 0; /* psycopg's calls drive this connection */
-    /* data still to flush, or a pipeline: Python's slower paths */
-    if ((r = attr_is_true(st, s_flush_pending)) != 0 ||
-        (r = attr_is_true(st, s_in_pipeline)) != 0)
+    if (ptr == 0) {
+        /* psycopg's calls drive this connection; or, under -C, there is
+         * none: C opens the next one */
+        if (!fl->connect_each || mid_tx)
+            return 0;
+        if ((r = attr_is_none(st, s_conn)) != 1)
+            return r;
+    }
+    /* data still to flush: Python's slower path */
+    if ((r = attr_is_true(st, s_flush_pending)) != 0)
         return r < 0 ? -1 : 0;
+    /* in a pipeline: only at the wait for \endpipeline's results (a
+     * script of pipelines has no other wait, and Python's advance goes
+     * from one transaction into the next) */
+    if ((in_pipeline = attr_is_true(st, s_in_pipeline)) != 0) {
+        if (in_pipeline < 0)
+            return -1;
+        if (state != WAIT_RESULT)
+            return 0;
+    }
     if ((r = attr_is_none(st, s_drain_state)) != 1)
         return r;
     if (mid_tx) {
         if (fl_get_i64(st, s_script, &script) < 0)
             return -1;
         c->script = (int)script;
-        if ((r = load_mid_tx(fl, c, state)) <= 0)
+        if ((r = load_mid_tx(fl, c, state, in_pipeline)) <= 0)
             return r;
+        if (in_pipeline && fl_get_i64(st, s_num_syncs, &num_syncs) < 0)
+            return -1;
     }
     vars = PyObject_GetAttr(st, s_variables);
     if (vars == NULL)
@@ -686,7 +768,7 @@ fl_take_over(FastLoop *fl, int index, int state)
     Py_DECREF(vars);
     if (fl->nprep)
         memset(c->prepared, 0, (size_t)fl->nprep);
-    if (fl->mode == MODE_PREPARED) {
+    if (fl->mode == MODE_PREPARED && ptr != 0) {
         prepared = PyObject_GetAttr(st, s_prepared);
         if (prepared == NULL)
             return -1;
@@ -725,6 +807,9 @@ fl_take_over(FastLoop *fl, int index, int state)
     c->assigned = 0;
     c->meta_failed = 0;
     c->pending = NULL;
+    c->preparing = 0;
+    c->in_pipeline = in_pipeline;
+    c->num_syncs = (int)num_syncs;
     c->state = state;
     if (!mid_tx) {
         c->eval_elif = 0;
@@ -747,13 +832,48 @@ hand_back(FastLoop *fl, int index, int state)
     c->owner = OWN_PY;
     c->retake_at = c->cnt + 1;
     fl->handbacks++;
+    c->preparing = 0;
+    if (c->pgobj != NULL) {
+        /* -C: the connection C opened becomes the Client's (Python's
+         * loop registers its socket anew) */
+        PyObject *ok;
+
+        if (fl_conn_watch(fl, index, -1, 0) < 0)
+            return -1;
+        ok = PyObject_CallFunctionObjArgs(fl->conn_adopt, st, c->pgobj, NULL);
+        Py_CLEAR(c->pgobj);
+        if (ok == NULL)
+            return -1;
+        Py_DECREF(ok);
+    }
+    if (fl->connect_each && fl->mode == MODE_PREPARED && c->conn != NULL) {
+        /* the statements C prepared on the connection */
+        PyObject *prepared = PyObject_GetAttr(st, s_prepared);
+        int k;
+
+        if (prepared == NULL)
+            return -1;
+        for (k = 0; k < fl->nscripts; k++)
+            for (i = 0; i < fl->scripts[k].nops; i++) {
+                fl_op *op = &fl->scripts[k].ops[i];
+
+                if (op->kind == OP_SQL && c->prepared[op->prep_bit] &&
+                    PySet_Add(prepared, op->prepname) < 0) {
+                    Py_DECREF(prepared);
+                    return -1;
+                }
+            }
+        Py_DECREF(prepared);
+    }
     if (c->pending != NULL) {
         /* Python's reading of an error drops the lookahead too */
         pq->clear(c->pending);
         c->pending = NULL;
     }
     if (PyObject_SetAttr(st, s_eval_elif, c->eval_elif ? Py_True : Py_False) < 0 ||
-        PyObject_SetAttr(st, s_meta_failed, c->meta_failed ? Py_True : Py_False) < 0)
+        PyObject_SetAttr(st, s_meta_failed, c->meta_failed ? Py_True : Py_False) < 0 ||
+        PyObject_SetAttr(st, s_in_pipeline, c->in_pipeline ? Py_True : Py_False) < 0 ||
+        set_i64(st, s_num_syncs, c->num_syncs) < 0)
         return -1;
     if (set_i64(st, s_state, state) < 0 || set_i64(st, s_script, c->script) < 0 ||
         PyObject_SetAttr(st, s_ops, PyTuple_GET_ITEM(fl->script_ops, c->script)) < 0 ||

@@ -77,6 +77,16 @@ static char *(*f_fname)(const PGresult *, int);
 static char *(*f_getvalue)(const PGresult *, int, int);
 static int (*f_getlength)(const PGresult *, int, int);
 static int (*f_getisnull)(const PGresult *, int, int);
+static int (*f_enterPipelineMode)(PGconn *);
+static int (*f_exitPipelineMode)(PGconn *);
+static int (*f_pipelineSync)(PGconn *);
+static PGconn *(*f_connectStart)(const char *);
+static int (*f_connectPoll)(PGconn *);
+static int (*f_status)(const PGconn *);
+static int (*f_setnonblocking)(PGconn *, int);
+static void (*f_finish)(PGconn *);
+static char *(*f_errorMessage)(const PGconn *);
+static int (*f_sendPrepare)(PGconn *, const char *, const char *, int, const void *);
 
 /* the same functions, published for pgsurge._fastloop (see _fastpq_api.h) */
 static pgsurge_fastpq_api c_api = {PGSURGE_FASTPQ_TABLE_VERSION, 0};
@@ -149,6 +159,16 @@ bind_symbols(void *handle)
     BIND(f_getvalue, "PQgetvalue");
     BIND(f_getlength, "PQgetlength");
     BIND(f_getisnull, "PQgetisnull");
+    BIND(f_enterPipelineMode, "PQenterPipelineMode");
+    BIND(f_exitPipelineMode, "PQexitPipelineMode");
+    BIND(f_pipelineSync, "PQpipelineSync");
+    BIND(f_connectStart, "PQconnectStart");
+    BIND(f_connectPoll, "PQconnectPoll");
+    BIND(f_status, "PQstatus");
+    BIND(f_setnonblocking, "PQsetnonblocking");
+    BIND(f_finish, "PQfinish");
+    BIND(f_errorMessage, "PQerrorMessage");
+    BIND(f_sendPrepare, "PQsendPrepare");
     return 1;
 }
 
@@ -174,6 +194,17 @@ publish_api(void)
     c_api.getvalue = f_getvalue;
     c_api.getlength = f_getlength;
     c_api.getisnull = f_getisnull;
+    c_api.enterPipelineMode = f_enterPipelineMode;
+    c_api.exitPipelineMode = f_exitPipelineMode;
+    c_api.pipelineSync = f_pipelineSync;
+    c_api.connectStart = f_connectStart;
+    c_api.connectPoll = f_connectPoll;
+    c_api.status = f_status;
+    c_api.socket = f_socket;
+    c_api.setnonblocking = f_setnonblocking;
+    c_api.finish = f_finish;
+    c_api.errorMessage = f_errorMessage;
+    c_api.sendPrepare = f_sendPrepare;
     c_api.bound = 1;
 }
 #endif

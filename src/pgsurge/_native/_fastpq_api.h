@@ -13,7 +13,7 @@
 
 #define PGSURGE_FASTPQ_CAPSULE "pgsurge._fastpq._C_API"
 /* bumped whenever the table below changes */
-#define PGSURGE_FASTPQ_TABLE_VERSION 2
+#define PGSURGE_FASTPQ_TABLE_VERSION 3
 
 typedef struct pg_conn PGconn;
 typedef struct pg_result PGresult;
@@ -42,6 +42,20 @@ typedef struct {
     char *(*getvalue)(const PGresult *, int, int);
     int (*getlength)(const PGresult *, int, int);
     int (*getisnull)(const PGresult *, int, int);
+    /* pipelines (\startpipeline, \syncpipeline, \endpipeline) */
+    int (*enterPipelineMode)(PGconn *);
+    int (*exitPipelineMode)(PGconn *);
+    int (*pipelineSync)(PGconn *);
+    /* -C: a connection per transaction, opened without blocking, and the
+     * statements prepared on it */
+    PGconn *(*connectStart)(const char *);
+    int (*connectPoll)(PGconn *);
+    int (*status)(const PGconn *);
+    int (*socket)(const PGconn *);
+    int (*setnonblocking)(PGconn *, int);
+    void (*finish)(PGconn *);
+    char *(*errorMessage)(const PGconn *);
+    int (*sendPrepare)(PGconn *, const char *, const char *, int, const void *);
 } pgsurge_fastpq_api;
 
 #endif

@@ -41,6 +41,9 @@ __all__ = [
     "OP_END",
     "OP_ENDIF",
     "OP_IF",
+    "OP_PEND",
+    "OP_PSTART",
+    "OP_PSYNC",
     "OP_SET_CONST",
     "OP_SET_EXPR",
     "OP_SET_RANDOM",
@@ -48,8 +51,11 @@ __all__ = [
     "OP_SLEEP_VAR",
     "OP_SQL",
     "OUT_TICK",
+    "RESUME_CONNECT_FAILED",
     "RESUME_FLUSH",
+    "RESUME_PREPARE_FAILED",
     "RESUME_SEND_FAILED",
+    "RESUME_SYNC_FAILED",
     "R_ABORT",
     "R_DONE",
     "R_ERROR",
@@ -60,6 +66,7 @@ __all__ = [
     "End",
     "Endif",
     "If",
+    "Pipeline",
     "PlanOp",
     "RunFlags",
     "SetConst",
@@ -102,6 +109,13 @@ TX_BUDGET = 4
 #: the send left data to flush; the send (or its flush) failed
 RESUME_FLUSH = -1
 RESUME_SEND_FAILED = -2
+#: \\endpipeline's sync could not be flushed
+RESUME_SYNC_FAILED = -3
+#: -C: ``(RESUME_CONNECT_FAILED, pgconn)``, a connection C could not open
+RESUME_CONNECT_FAILED = -4
+#: -C: ``(RESUME_PREPARE_FAILED, message)``, a pipeline's statement C could
+#: not prepare at ``\\startpipeline``
+RESUME_PREPARE_FAILED = -5
 
 # -- the plan's ops ------------------------------------------------------------
 
@@ -122,6 +136,9 @@ OP_SET_EXPR = 6
 OP_IF = 7
 OP_ELSE = 8
 OP_ENDIF = 9
+OP_PSTART = 10
+OP_PSYNC = 11
+OP_PEND = 12
 
 
 class End(NamedTuple):
@@ -160,7 +177,9 @@ class Sql(NamedTuple):
     (extended, and simple without variables) or b"" (simple with
     variables: ``lits`` are the literal parts around the variables);
     ``params`` the variable slots in $n order (simple: in text order);
-    ``gset`` state.GSET_NONE/ONE/ALL and the variables' ``prefix``."""
+    ``gset`` state.GSET_NONE/ONE/ALL and the variables' ``prefix``;
+    under -M prepared, the statement's ``sql`` (C prepares it on the
+    connections it opens under -C)."""
 
     kind: int
     text: bytes
@@ -168,6 +187,7 @@ class Sql(NamedTuple):
     lits: tuple[bytes, ...] | None
     gset: int = 0
     prefix: str = ""
+    sql: bytes = b""
 
     @classmethod
     def of(
@@ -177,8 +197,9 @@ class Sql(NamedTuple):
         lits: tuple[bytes, ...] | None,
         gset: int = 0,
         prefix: str = "",
+        sql: bytes = b"",
     ) -> Sql:
-        return cls(OP_SQL, text, params, lits, gset, prefix)
+        return cls(OP_SQL, text, params, lits, gset, prefix, sql)
 
 
 class SetExpr(NamedTuple):
@@ -234,6 +255,14 @@ class Endif(NamedTuple):
     kind: int = OP_ENDIF
 
 
+class Pipeline(NamedTuple):
+    """``\\startpipeline`` (OP_PSTART), ``\\syncpipeline`` (OP_PSYNC) or
+    ``\\endpipeline`` (OP_PEND): C enters libpq's pipeline mode, queues the
+    commands, sends syncs and reads the results at the end."""
+
+    kind: int
+
+
 class SleepConst(NamedTuple):
     """``\\sleep`` of a constant, in µs (already wrapped as C's int)."""
 
@@ -268,6 +297,7 @@ PlanOp = (
     | If
     | Else
     | Endif
+    | Pipeline
 )
 
 # -- the run's flags -----------------------------------------------------------
@@ -338,6 +368,7 @@ MIRRORED: dict[str, int] = {
     "END_TX": C.END_TX,
     "ABORTED": C.ABORTED,
     "FINISHED": C.FINISHED,
+    "CONNECTING": C.CONNECTING,
     # query modes
     "MODE_SIMPLE": C.MODE_SIMPLE,
     "MODE_EXTENDED": C.MODE_EXTENDED,
@@ -353,6 +384,9 @@ MIRRORED: dict[str, int] = {
     "OP_IF": OP_IF,
     "OP_ELSE": OP_ELSE,
     "OP_ENDIF": OP_ENDIF,
+    "OP_PSTART": OP_PSTART,
+    "OP_PSYNC": OP_PSYNC,
+    "OP_PEND": OP_PEND,
     # \gset kinds
     "GSET_NONE": C.GSET_NONE,
     "GSET_ONE": C.GSET_ONE,
@@ -367,8 +401,11 @@ MIRRORED: dict[str, int] = {
     "OUT_STOPPED": int(LoopOutcome.STOPPED),
     "OUT_TICK": OUT_TICK,
     # what resume() is told besides a drain() result
+    "RESUME_CONNECT_FAILED": RESUME_CONNECT_FAILED,
+    "RESUME_PREPARE_FAILED": RESUME_PREPARE_FAILED,
     "RESUME_FLUSH": RESUME_FLUSH,
     "RESUME_SEND_FAILED": RESUME_SEND_FAILED,
+    "RESUME_SYNC_FAILED": RESUME_SYNC_FAILED,
     # pgsurge._fastpq's drain() codes (low two bits)
     "DRAIN_BUSY": fastpq.DRAIN_BUSY,
     "DRAIN_DONE": fastpq.DRAIN_DONE,

@@ -10,7 +10,8 @@ eligible, which is exactly:
 * the extension is built and current, ``pgsurge._fastpq`` is bound (its
   libpq functions are the C loop's), epoll is there, and neither
   ``PGSURGE_PURE`` nor ``PGSURGE_NO_FASTLOOP`` is set;
-* the run has none of -C, --debug; -R (the
+* the run has no --debug; -C (a connection per transaction, opened
+  without blocking by C: :func:`_connect_spec`), -R (the
   worker's Poisson schedule, from its throttle stream), -L (skipped
   slots, late transactions), -r (each command's latency, timed as
   client.py does), -T/-t, -P, the latency histograms and interval series
@@ -21,7 +22,11 @@ eligible, which is exactly:
   formats lines into a buffer it hands to the TxLogWriter, or records
   into the writer's current interval) are all supported;
 * every command of every script is one of: an SQL command (with or
-  without ``\\gset``/``\\aset``; no pipeline), a ``\\sleep``, a
+  without ``\\gset``/``\\aset``), ``\\startpipeline``/``\\syncpipeline``/
+  ``\\endpipeline`` (libpq's pipeline mode; an error inside a pipeline,
+  ``-M simple``'s refusal, a ``\\gset`` in a pipeline and the first
+  prepares of a pipeline's statements -- but under -C, where C prepares
+  them on each connection it opens -- go to Python), a ``\\sleep``, a
   ``\\set`` whose expression :func:`pgsurge.engine.fastexpr.compile_expr`
   accepts (the whole language but ``debug()``: NULL, booleans, ints and
   doubles, every operator and function), or an
@@ -36,7 +41,7 @@ eligible, which is exactly:
   expression error (overflow, division by zero, a coercion pgbench
   refuses, ...), which Python evaluates again and reports.
 
-Anything else (pipelines, shell commands, ``debug()``, -C, --debug)
+Anything else (shell commands, ``debug()``, --debug)
 runs on the Python loop unchanged; :func:`decide` says why, and under
 ``PGSURGE_FASTLOOP=require`` the worker fails with that reason. -P is
 supported: the C loop returns at each tick and :class:`FastEventLoop`
@@ -54,7 +59,7 @@ from functools import partial
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from pgsurge import _native
+from pgsurge import _native, pgconn
 from pgsurge.cnum import INT64_MAX, INT64_MIN, wrap_int32
 from pgsurge.engine import abi, fastpq
 from pgsurge.engine.abi import (
@@ -64,6 +69,7 @@ from pgsurge.engine.abi import (
     End,
     Endif,
     If,
+    Pipeline,
     PlanOp,
     RunFlags,
     SetConst,
@@ -75,6 +81,7 @@ from pgsurge.engine.abi import (
 )
 from pgsurge.engine.fastexpr import Unsupported, compile_expr
 from pgsurge.engine.loop import EventLoop, absorb
+from pgsurge.engine.state import PREPARING
 from pgsurge.script.ast import (
     Call,
     Const,
@@ -84,6 +91,7 @@ from pgsurge.script.ast import (
     GsetKind,
     IfCommand,
     PipelineCommand,
+    PipelineOp,
     SetCommand,
     ShellCommand,
     SleepCommand,
@@ -97,7 +105,7 @@ from pgsurge.script.sqlvars import valid_variable_name
 if TYPE_CHECKING:
     from pgsurge.config import RunConfig
     from pgsurge.engine.client import Engine
-    from pgsurge.engine.state import Op, WorkerState
+    from pgsurge.engine.state import Client, Op, Settings, WorkerState
     from pgsurge.script.ast import ParsedScript
     from pgsurge.stats.txlog import TxLogWriter
 
@@ -160,8 +168,6 @@ FastPlan = tuple[tuple[str, ...], int, tuple[int, ...], tuple[tuple[PlanOp, ...]
 
 def run_excluded(cfg: RunConfig) -> str | None:
     """Why this run's options keep it on the Python loop, or None."""
-    if cfg.connect_each_tx:
-        return "-C"
     if cfg.debug:
         return "--debug"
     if any(s.python for s in cfg.scripts):
@@ -281,7 +287,8 @@ def decide(
             elif isinstance(cmd, SqlCommand):
                 any_gset = any_gset or cmd.gset is not GsetKind.NONE
             elif not isinstance(
-                cmd, SleepCommand | IfCommand | ElseCommand | EndifCommand
+                cmd,
+                SleepCommand | IfCommand | ElseCommand | EndifCommand | PipelineCommand,
             ):
                 return f"{_where(k, script, i)}: {_kind(cmd)}"
     set_names = sorted(assigned)
@@ -328,6 +335,8 @@ def decide(
                     out.append(Else.of(op.end_next))
                 elif isinstance(cmd, EndifCommand):
                     out.append(Endif())
+                elif isinstance(cmd, PipelineCommand):
+                    out.append(Pipeline(_PIPELINE_OPS[cmd.op]))
                 elif isinstance(cmd, SleepCommand):
                     if type(op.amount) is int:
                         # meta.sleep_usec of a constant, done once
@@ -350,11 +359,16 @@ def decide(
     return names_all, len(set_names), weights, tuple(scripts)
 
 
+_PIPELINE_OPS = {
+    PipelineOp.START: abi.OP_PSTART,
+    PipelineOp.SYNC: abi.OP_PSYNC,
+    PipelineOp.END: abi.OP_PEND,
+}
+
+
 def _kind(cmd: object) -> str:
     if isinstance(cmd, ShellCommand):
         return "\\shell and \\setshell are not supported by the C loop"
-    if isinstance(cmd, PipelineCommand):
-        return "pipelines are not supported by the C loop"
     return "a command the C loop does not run"
 
 
@@ -407,7 +421,8 @@ def _sql_plan(
                 lits = tuple(p.encode("utf-8", "surrogateescape") for p in literal)
     else:
         text = op.prepname if mode == "PREPARED" else op.sql
-    return Sql.of(text, tuple(refs), lits, op.gset, op.prefix)
+    sql = op.sql if mode == "PREPARED" else b""
+    return Sql.of(text, tuple(refs), lits, op.gset, op.prefix, sql)
 
 
 class FastEventLoop(EventLoop):
@@ -423,9 +438,11 @@ class FastEventLoop(EventLoop):
         w: WorkerState,
         script_ops: tuple[tuple[Op, ...], ...],
         flags: RunFlags,
+        connect: Settings | None = None,
     ) -> None:
         """Build the C loop over this loop's clients and epoll instance (the
-        -l writer comes later: :meth:`set_txlog`)."""
+        -l writer comes later: :meth:`set_txlog`); with ``connect`` (-C),
+        C opens a connection per transaction with these settings."""
         assert _module is not None
         hooks: tuple[Callable[..., object], ...] = (
             engine.advance,
@@ -446,6 +463,8 @@ class FastEventLoop(EventLoop):
             flags,
             None if rec is None else rec.targets(),
         )
+        if connect is not None:
+            self._fast.set_connect(_connect_spec(self, connect))
 
     def set_txlog(self, txlog: TxLogWriter) -> None:
         """The worker's -l writer, opened once the run starts (aggregated
@@ -572,6 +591,39 @@ def _log_spec(txlog: TxLogWriter) -> tuple[Any, ...]:
         int(o.max_tries != 1),
         txlog.interval_us,
     )
+
+
+def _connect_spec(loop: EventLoop, s: Settings) -> tuple[Any, ...]:
+    """-C on the C loop (``FastLoop.set_connect``): C opens every
+    transaction's connection with ``PQconnectStart`` and drives
+    ``PQconnectPoll`` on the loop (pgbench blocks its thread in
+    ``PQconnectdb``), and closes it at the transaction's end; Python's side
+    is the conninfo, the psycopg object (:func:`pgsurge.pgconn.start_raw`),
+    a connection C opened made the client's when C hands the client back
+    (``adopt``: what tx.connect sets up), and the closing of a connection
+    Python opened (``release``: tx.disconnect)."""
+    info = pgconn.conninfo(s.conninfo, s.password).encode("utf-8", "surrogateescape")
+
+    def adopt(st: Client, raw: Any) -> None:
+        conn = pgconn.adopt(raw)
+        st.conn = conn
+        st.raw = raw
+        st.ptr = fastpq.usable_with(conn)
+        st.prepared = set()
+        st.in_pipeline = False
+        st.num_syncs = 0
+        loop.attach(st)
+
+    def release(st: Client) -> None:
+        conn = st.conn
+        if conn is not None:
+            loop.detach(st)
+            conn.finish()
+            st.conn = None
+            st.raw = None
+            st.ptr = 0
+
+    return (info, pgconn.start_raw, adopt, release, PREPARING)
 
 
 def _where(number: int, script: ParsedScript, index: int) -> str:

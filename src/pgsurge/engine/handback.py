@@ -19,16 +19,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from pgsurge import pgconn
 from pgsurge.engine.abi import (
     NEXT_STATE,
     R_WAIT,
+    RESUME_CONNECT_FAILED,
     RESUME_FLUSH,
+    RESUME_PREPARE_FAILED,
     RESUME_SEND_FAILED,
+    RESUME_SYNC_FAILED,
 )
 from pgsurge.engine.sql import SqlSteps
 from pgsurge.engine.state import (
     ABORTED,
     E_META,
+    START_COMMAND,
     WAIT_RESULT,
     Client,
     IoHooks,
@@ -65,12 +70,35 @@ def make_handback(
         elif event == RESUME_SEND_FAILED:
             command_failed(st, "SQL", "SQL command send failed")
             st.state = ABORTED
+        elif event == RESUME_SYNC_FAILED:
+            # meta.run_meta's \\endpipeline whose flush failed
+            command_failed(st, "endpipeline", "failed to send a pipeline sync")
+            st.estatus = E_META
+            st.state = ABORTED
         elif type(event) is str:
             # a \\gset/\\aset failed (its message given, or ``event``)
             if event:
                 error(event)
             st.estatus = E_META
             st.state = ABORTED
+        elif type(event) is tuple and len(event) == 2:
+            code, payload = event
+            if code == RESUME_CONNECT_FAILED:
+                # -C: the C loop could not open the transaction's connection
+                # (tx.connect's messages)
+                failed = pgconn.Connecting(payload)
+                why = failed.error_message()
+                failed.finish()
+                error(pgconn.strip_newline(why))
+                error(f"client {st.id} aborted while establishing connection")
+                st.state = ABORTED
+            else:
+                # -C: a pipeline's statement C prepared at \\startpipeline
+                # failed (sql.prepare's message; it counts as prepared):
+                # \\startpipeline prepares the others and starts it
+                assert code == RESUME_PREPARE_FAILED
+                error(pgconn.strip_newline(payload))
+                st.state = START_COMMAND
         else:
             # what C's drain found (a count and a code, or a failed result):
             # what advance's WAIT_RESULT does with it

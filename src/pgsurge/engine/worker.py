@@ -529,7 +529,8 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
     if plan is not None:
         assert isinstance(loop, fastloop.FastEventLoop)
         flags = run_flags(settings, len(scripts), cfg.exit_on_abort)
-        loop.use_c(plan, engine, wstate, scripts, flags)
+        connect = settings if cfg.connect_each_tx else None
+        loop.use_c(plan, engine, wstate, scripts, flags, connect)
 
     if cfg.connect_each_tx:
         return True

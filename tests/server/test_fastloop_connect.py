@@ -1,0 +1,434 @@
+"""-C on the C loop (issue 22): C against the Python engine and pgbench 18.6.
+
+Under -C the C loop opens every transaction's connection itself, with
+``PQconnectStart``/``PQconnectPoll`` on its event loop, prepares the
+statements anew on it under ``-M prepared``, and closes it at the
+transaction's end; the connection time goes to pgbench's report lines
+(``average connection time``, ``tps = … (including reconnection times)``).
+Every C run is under ``PGSURGE_FASTLOOP=require`` (``loop="c"``) and is
+compared with the Python loop's and with pgbench's: -t counts, the report
+with numbers masked, the rows written, messages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from pgsurge.engine import fastloop
+from tests.fix_db import run_worker, take_rows
+from tests.fix_run import Outcome, pump, run_pgbench, run_pgsurge, stop_listening
+
+pytestmark = [
+    pytest.mark.server,
+    pytest.mark.skipif(not fastloop.available, reason="pgsurge._fastloop not usable"),
+]
+
+
+def _three(
+    pgbench_bin: Path, args: list[str], dsn: str, cwd: Path
+) -> list[tuple[Outcome, list[tuple[int, int, int, int]], list[str]]]:
+    """pgbench, pgsurge's C loop, its Python loop: each outcome with the
+    rows it left in ``t`` and its -l lines."""
+    out = []
+    for tool in ("pgbench", "c", "python"):
+        if tool == "pgbench":
+            got = run_pgbench(pgbench_bin, args, dsn, cwd=cwd)
+        else:
+            got = run_pgsurge(args, dsn, cwd=cwd, loop=tool)  # type: ignore[arg-type]
+        logs = []
+        for path in cwd.glob("pgbench_log.*"):
+            logs += path.read_text().splitlines()
+            path.unlink()
+        out.append((got, take_rows(dsn), logs))
+    return out
+
+
+@pytest.mark.parametrize("mode", ["simple", "extended", "prepared"])
+def test_select_only_connect_each(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path, mode: str
+) -> None:
+    args = ["-S", "-C", "-M", mode, "-c", "3", "-j", "2", "-t", "40", "-r"]
+    outs = []
+    for tool in ("pgbench", "c", "python"):
+        if tool == "pgbench":
+            got = run_pgbench(pgbench_bin, args, bench_db, cwd=tmp_path)
+        else:
+            got = run_pgsurge(args, bench_db, cwd=tmp_path, loop=tool)  # type: ignore[arg-type]
+        assert got.status == 0, got.stderr
+        assert got.number("number of transactions actually processed:") == "120/120"
+        # pgbench's -C lines: the connection time of every transaction
+        assert float(got.number("average connection time =").split()[0]) > 0
+        assert got.line("tps = ").endswith("(including reconnection times)")
+        assert "initial connection time" not in got.stdout
+        outs.append(got)
+    assert outs[1].report == outs[0].report, outs[1].stdout
+    assert outs[2].report == outs[0].report
+
+
+@pytest.mark.parametrize("mode", ["extended", "prepared"])
+def test_connect_each_same_rows(
+    draws_db: str, pgbench_bin: Path, tmp_path: Path, mode: str
+) -> None:
+    # one client per worker and a seed: the same rows from the three,
+    # every transaction on a new connection (the backend pids all differ)
+    (tmp_path / "w.sql").write_text(
+        "\\set a random(1, 1000000)\n"
+        "\\set b random(1, 10)\n"
+        "INSERT INTO t (cid, s, a, b) VALUES (:client_id, pg_backend_pid(), :a, :b);\n"
+        "SELECT CAST(:a AS bigint) * :b;\n"
+    )
+    args = ["-n", "-f", "w.sql", "-C", "-M", mode, "-c", "2", "-j", "2", "-t", "30"]
+    args += ["--random-seed", "21", "-l"]
+    runs = _three(pgbench_bin, args, draws_db, tmp_path)
+    ref = runs[0][0]
+    assert ref.status == 0, ref.stderr
+    for got, rows, logs in runs:
+        assert got.status == 0, got.stderr
+        assert got.report == ref.report
+        assert [(c, a, b) for c, _s, a, b in rows] == [
+            (c, a, b) for c, _s, a, b in runs[0][1]
+        ]
+        assert len({s for _c, s, _a, _b in rows}) == 60
+        # -l: a line per transaction, client and number as pgbench's
+        assert sorted(x.split()[:2] for x in logs) == sorted(
+            x.split()[:2] for x in runs[0][2]
+        )
+        assert len(logs) == 60
+
+
+def test_prepare_failure_on_new_connections(
+    draws_db: str, pgbench_bin: Path, tmp_path: Path
+) -> None:
+    # -M prepared under -C: C prepares on each new connection; a prepare
+    # that fails goes to Python, which reports it and sends the query, as
+    # pgbench does (its error aborts the client)
+    (tmp_path / "f.sql").write_text("SELECT 1;\nSELECT * FROM no_such_table;\n")
+    args = ["-n", "-f", "f.sql", "-C", "-M", "prepared", "-c", "2", "-t", "3"]
+    ref = run_pgbench(pgbench_bin, args, draws_db, cwd=tmp_path)
+    assert ref.status == 2, ref.stderr
+    assert "no_such_table" in ref.stderr
+    for loop in ("c", "python"):
+        got = run_pgsurge(args, draws_db, cwd=tmp_path, loop=loop)  # type: ignore[arg-type]
+        assert got.status == ref.status, got.stderr
+        assert got.messages == ref.messages, (ref.stderr, got.stderr)
+        assert got.report == ref.report
+
+
+def test_connection_refused_mid_run(
+    draws_db: str, pgbench_bin: Path, tmp_path: Path
+) -> None:
+    # the client's first transaction takes its role's right to log in: the
+    # next transaction's connection fails (C's PQconnectPoll), and the
+    # client aborts with libpq's message and pgbench's line
+    role = "r_" + psycopg.conninfo.conninfo_to_dict(draws_db)["dbname"]
+    with psycopg.connect(draws_db, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        conn.execute(
+            sql.SQL(
+                "CREATE FUNCTION lock_out() RETURNS void LANGUAGE plpgsql "
+                "SECURITY DEFINER AS $$ BEGIN "
+                "EXECUTE format('ALTER ROLE %I NOLOGIN', {}); END $$"
+            ).format(sql.Literal(role))
+        )
+        conn.execute(sql.SQL("GRANT ALL ON t TO {}").format(sql.Identifier(role)))
+        conn.execute(
+            sql.SQL("GRANT USAGE ON SEQUENCE t_id_seq TO {}").format(
+                sql.Identifier(role)
+            )
+        )
+    (tmp_path / "x.sql").write_text(
+        "INSERT INTO t (cid, s, a, b) VALUES (:client_id, 0, 0, 0);\n"
+        "SELECT lock_out();\n"
+    )
+    dsn = psycopg.conninfo.make_conninfo(draws_db, user=role)
+    args = ["-n", "-f", "x.sql", "-C", "-c", "1", "-t", "5"]
+    try:
+        outs = []
+        for tool in ("pgbench", "c", "python"):
+            if tool == "pgbench":
+                got = run_pgbench(pgbench_bin, args, dsn, cwd=tmp_path)
+            else:
+                got = run_pgsurge(args, dsn, cwd=tmp_path, loop=tool)  # type: ignore[arg-type]
+            with psycopg.connect(draws_db, autocommit=True) as conn:
+                conn.execute(
+                    sql.SQL("ALTER ROLE {} LOGIN").format(sql.Identifier(role))
+                )
+            assert len(take_rows(draws_db)) == 1
+            outs.append(got)
+        ref = outs[0]
+        assert ref.status == 2, ref.stderr
+        assert "aborted while establishing connection" in ref.stderr
+        for got in outs[1:]:
+            assert got.status == ref.status, got.stderr
+            assert got.messages == ref.messages, (ref.stderr, got.stderr)
+            assert got.report == ref.report
+    finally:
+        with psycopg.connect(draws_db, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_connect_each_throttled(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path
+) -> None:
+    # -C under -R and -L: a connection per slot, late slots skipped; the
+    # same report lines as pgbench's, every slot accounted for
+    args = ["-S", "-C", "-R", "400", "-L", "100", "-c", "2", "-j", "1", "-t", "30"]
+    outs = []
+    for tool in ("pgbench", "c", "python"):
+        if tool == "pgbench":
+            got = run_pgbench(pgbench_bin, args, bench_db, cwd=tmp_path)
+        else:
+            got = run_pgsurge(args, bench_db, cwd=tmp_path, loop=tool)  # type: ignore[arg-type]
+        assert got.status == 0, got.stderr
+        done = int(got.number("number of transactions actually processed:")[:-3])
+        skipped = 0
+        if "number of transactions skipped:" in got.stdout:
+            skipped = int(got.number("number of transactions skipped:").split()[0])
+        assert done + skipped == 60
+        assert got.line("tps = ").endswith("(including reconnection times)")
+        outs.append(
+            [x for x in got.report if not x.startswith("number of transactions skip")]
+        )
+    assert outs[1] == outs[0]
+    assert outs[2] == outs[0]
+
+
+@pytest.mark.parametrize("pipeline", [False, True], ids=["plain", "pipeline"])
+def test_connect_each_runs_in_c(
+    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pipeline: bool
+) -> None:
+    # in-process: under -C C opens, prepares on and closes every
+    # transaction's connection itself (a pipeline's statements too): one
+    # hand-back per client (its end), whatever -t; the connection time
+    # goes to the worker's total
+    start, end = ("\\startpipeline\n", "\\endpipeline\n") if pipeline else ("", "")
+    (tmp_path / "w.sql").write_text(
+        "\\set a random(1, 1000)\n"
+        + start
+        + "INSERT INTO t (cid, s, a, b) VALUES (:client_id, pg_backend_pid(), :a, 0);\n"
+        + "SELECT 1;\n"
+        + end
+    )
+    loops: list[Any] = []
+    use_c = fastloop.FastEventLoop.use_c
+
+    def spy(self: fastloop.FastEventLoop, *a: Any) -> None:
+        loops.append(self)
+        use_c(self, *a)
+
+    monkeypatch.setattr(fastloop.FastEventLoop, "use_c", spy)
+    monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    args = ["-n", "-f", str(tmp_path / "w.sql"), "-C", "-M", "prepared", "-c", "3"]
+    w, result = run_worker([*args, "-t", "100"], draws_db)
+    assert result.total.cnt == 300
+    rows = take_rows(draws_db)
+    assert len({s for _c, s, _a, _b in rows}) == 300
+    assert w.conn_total_us > 0
+    assert loops
+    assert loops[0]._fast.handbacks <= 3
+    assert loops[0]._fast.py_calls <= 3 * 2
+
+
+class _GateRelay:
+    """A Unix socket forwarding to the test server that holds one connection
+    of a run back: the first one opened after ``t`` has a row, until
+    ``rows`` more rows are in (or ``timeout`` seconds passed). Whether the
+    rows came while it waited tells whether the run's other clients went
+    on while one of them was connecting."""
+
+    def __init__(self, dsn: str, directory: Path, rows: int, timeout: float) -> None:
+        params = conninfo_to_dict(dsn)
+        host = str(params.get("host") or "/tmp").split(",")[0]
+        port = int(str(params.get("port") or 5432).split(",")[0])
+        assert host.startswith("/"), "the test server listens on a Unix socket"
+        self.target = f"{host}/.s.PGSQL.{port}"
+        self.admin = dsn
+        self.rows, self.timeout = rows, timeout
+        self.held: list[bool] = []  # per held connection: released by the rows
+        self.socks: list[socket.socket] = []
+        self.lock = threading.Lock()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(directory / ".s.PGSQL.5432"))
+        self.listener.listen(64)
+        params.update(host=str(directory), port="5432")
+        self.dsn = make_conninfo(**params)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _count(self) -> int:
+        with psycopg.connect(self.admin, autocommit=True) as conn:
+            row = conn.execute("SELECT count(*) FROM t").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            self.socks.append(client)
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        with self.lock:
+            hold = not self.held and self._count() > 0
+            if hold:
+                self.held.append(False)
+        if hold:
+            start, deadline = self._count(), time.monotonic() + self.timeout
+            while time.monotonic() < deadline:
+                if self._count() >= start + self.rows:
+                    self.held[0] = True
+                    break
+                time.sleep(0.01)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.socks.append(server)
+        server.connect(self.target)
+        for a, b in ((client, server), (server, client)):
+            threading.Thread(target=pump, args=(a, b), daemon=True).start()
+
+    def close(self) -> None:
+        stop_listening(self.listener)
+        for sock in self.socks:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
+@pytest.mark.slow
+def test_a_connecting_client_does_not_stall_the_others(
+    draws_db: str, pgbench_bin: Path, tmp_path: Path
+) -> None:
+    # one worker, two clients, a connection per transaction; one of the
+    # connections is held back until the other client inserted 5 more rows:
+    # on the C loop it goes on meanwhile (PQconnectPoll on the event loop),
+    # where pgbench's thread waits in PQconnectdb (the relay gives up after
+    # its timeout, generous for 5 local transactions)
+    (tmp_path / "i.sql").write_text(
+        "INSERT INTO t (cid, s, a, b) VALUES (:client_id, 0, 0, 0);\n"
+    )
+    args = ["-n", "-f", str(tmp_path / "i.sql"), "-C", "-c", "2", "-j", "1"]
+    args += ["-t", "30"]
+    released = {}
+    for tool in ("c", "pgbench"):
+        relay = _GateRelay(draws_db, tmp_path, rows=5, timeout=8.0)
+        try:
+            if tool == "pgbench":
+                got = run_pgbench(pgbench_bin, args, relay.dsn, cwd=tmp_path)
+            else:
+                got = run_pgsurge(args, relay.dsn, cwd=tmp_path, loop="c")
+        finally:
+            relay.close()
+            (tmp_path / ".s.PGSQL.5432").unlink()
+        assert got.status == 0, got.stderr
+        assert len(take_rows(draws_db)) == 60
+        assert len(relay.held) == 1
+        released[tool] = relay.held[0]
+    assert released == {"c": True, "pgbench": False}
+
+
+@pytest.mark.parametrize("bad", [False, True], ids=["plain", "prepare-fails"])
+def test_connect_each_pipelines_prepared(
+    draws_db: str, pgbench_bin: Path, tmp_path: Path, bad: bool
+) -> None:
+    # -C -M prepared with a pipeline: its statements are prepared on each
+    # new connection before it starts (by C, one after the other, without
+    # blocking); one that fails is reported as pgbench's blocking PQprepare
+    # does, and its query then fails in the pipeline
+    (tmp_path / "p.sql").write_text(
+        "\\set a random(1, 1000000)\n"
+        "\\startpipeline\n"
+        "INSERT INTO t (cid, s, a, b) VALUES (:client_id, 1, :a, 0);\n"
+        + ("SELECT * FROM no_such_table;\n" if bad else "SELECT CAST(:a AS int);\n")
+        + "INSERT INTO t (cid, s, a, b) VALUES (:client_id, 2, :a, 1);\n"
+        "\\endpipeline\n"
+    )
+    args = ["-n", "-f", "p.sql", "-C", "-M", "prepared", "-c", "2", "-j", "2"]
+    args += ["-t", "20", "--random-seed", "9"]
+    runs = _three(pgbench_bin, args, draws_db, tmp_path)
+    ref = runs[0][0]
+    assert ref.status == (2 if bad else 0), ref.stderr
+    for got, rows, _logs in runs:
+        assert got.status == ref.status, got.stderr
+        assert got.report == ref.report
+        assert got.messages == ref.messages, (ref.stderr, got.stderr)
+        assert rows == runs[0][1]
+    assert len(runs[0][1]) == (0 if bad else 2 * 2 * 20)
+
+
+@pytest.mark.parametrize("mode", ["extended", "prepared"])
+def test_connect_each_pipelines_with_values_of_every_type(
+    draws_db: str, pgbench_bin: Path, tmp_path: Path, mode: str
+) -> None:
+    # -C, a pipeline, doubles from skewed draws, a -D text and -r, all on
+    # the C loop at once: the same rows as pgbench's and the Python loop's
+    (tmp_path / "m.sql").write_text(
+        "\\set a random_gaussian(1, 1000000, 2.5)\n"
+        "\\set d :a * 1.5 + random_exponential(1, 10, 2.0)\n"
+        "\\set b int(:d) % 1000 + :tag\n"
+        "\\startpipeline\n"
+        "INSERT INTO t (cid, s, a, b) VALUES (:client_id, :tag, :a, :b);\n"
+        "SELECT :d, :tag;\n"
+        "\\syncpipeline\n"
+        "INSERT INTO t (cid, s, a, b) VALUES (:client_id, 2, :b, :a);\n"
+        "\\endpipeline\n"
+    )
+    args = ["-n", "-f", "m.sql", "-C", "-M", mode, "-c", "2", "-j", "2", "-t", "25"]
+    args += ["--random-seed", "5", "-D", "tag=7", "-r"]
+    runs = _three(pgbench_bin, args, draws_db, tmp_path)
+    ref = runs[0][0]
+    assert ref.status == 0, ref.stderr
+    for got, rows, _logs in runs:
+        assert got.status == 0, got.stderr
+        assert got.report == ref.report
+        assert rows == runs[0][1]
+    assert len(runs[0][1]) == 2 * 2 * 25
+    # -r: a line per command, \endpipeline's included
+    assert "\\endpipeline" in runs[1][0].stdout
+
+
+def test_connect_each_pipelines_with_doubles_run_in_c(
+    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # in-process: -C, a prepared pipeline, doubles and a text variable
+    # typed when read: still one hand-back per client (its end)
+    (tmp_path / "w.sql").write_text(
+        "\\set d random_zipfian(1, 1000, 1.07) * 0.5 + :tag\n"
+        "\\set a int(:d * 2)\n"
+        "\\startpipeline\n"
+        "INSERT INTO t (cid, s, a, b) VALUES (:client_id, pg_backend_pid(), :a, 0);\n"
+        "SELECT :d;\n"
+        "\\endpipeline\n"
+    )
+    loops: list[Any] = []
+    use_c = fastloop.FastEventLoop.use_c
+
+    def spy(self: fastloop.FastEventLoop, *a: Any) -> None:
+        loops.append(self)
+        use_c(self, *a)
+
+    monkeypatch.setattr(fastloop.FastEventLoop, "use_c", spy)
+    monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    args = ["-n", "-f", str(tmp_path / "w.sql"), "-C", "-M", "prepared", "-c", "3"]
+    w, result = run_worker(
+        [*args, "-t", "60"], draws_db, (("scale", 1), ("tag", "2.5"))
+    )
+    assert result.total.cnt == 180
+    rows = take_rows(draws_db)
+    assert len({s for _c, s, _a, _b in rows}) == 180
+    assert all(a >= 6 for _c, _s, a, _b in rows)
+    assert w.conn_total_us > 0
+    assert loops
+    assert loops[0]._fast.handbacks <= 3
+    assert loops[0]._fast.py_calls <= 3 * 2
