@@ -39,7 +39,8 @@ import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -443,14 +444,36 @@ class Experiment:
         self.out.write(run_line(label, summary) + suffix + "\n")
         self.out.flush()
 
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        """The plan's runs under the signal handlers, with the experiment's
+        state kept as they go: finished, interrupted (Ctrl-C/SIGTERM) or
+        failed (a run went wrong, or an unexpected exception); the pending
+        output and the manifest are written whatever happened."""
+        restore = self._install()
+        try:
+            yield
+            self.state = "finished"
+        except Interrupted:
+            self.state = "interrupted"
+            raise
+        except PgsurgeError:
+            self.state = "failed"
+            raise
+        finally:
+            restore()
+            self._flush_pending()
+            if self.state == "running":  # an unexpected exception
+                self.state = "failed"
+            self.write_manifest()
+
     def run(self) -> None:
         """Execute the plan. Returns normally when every run finished; raises
         ``Interrupted`` after Ctrl-C/SIGTERM, ``RunAborted`` or
         ``PgsurgeError`` when a run went wrong (the manifest says which)."""
         p = self.plan
-        restore = self._install()
         seq = 0
-        try:
+        with self.running():
             for arm in p.arms:
                 for w in range(p.warmup):
                     seq += 1
@@ -465,19 +488,6 @@ class Experiment:
                 base = f"run-{k:0{width}d}-{arm.name}"
                 record = RunRecord(seq, arm.name, False, f"{base}.json", f"{base}.log")
                 self._step(arm, record, f"run {k:>{width}}/{len(order)}  {arm.name}")
-            self.state = "finished"
-        except Interrupted:
-            self.state = "interrupted"
-            raise
-        except PgsurgeError:
-            self.state = "failed"
-            raise
-        finally:
-            restore()
-            self._flush_pending()
-            if self.state == "running":  # an unexpected exception
-                self.state = "failed"
-            self.write_manifest()
 
     def finished(self, arm: str) -> list[RunSummary]:
         """The counted runs of ``arm`` that finished, in run order."""

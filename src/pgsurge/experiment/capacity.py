@@ -240,8 +240,7 @@ class Search(Experiment):
         rep.capacity = passed
 
     def run(self) -> None:
-        restore = self._install()
-        try:
+        with self.running():
             ceiling = self.max_rate
             if ceiling is None:
                 self.closed_tps, _ = self._run(None)
@@ -267,19 +266,6 @@ class Search(Experiment):
                         self._search(rep, start, ceiling, 2.0)
                 else:
                     self._search(rep, start, ceiling, 2.0)
-            self.state = "finished"
-        except Interrupted:
-            self.state = "interrupted"
-            raise
-        except PgsurgeError:
-            self.state = "failed"
-            raise
-        finally:
-            restore()
-            self._flush_pending()
-            if self.state == "running":
-                self.state = "failed"
-            self.write_manifest()
 
     def result(self, confidence: float) -> dict[str, Any]:
         caps = [r.capacity for r in self.reps if r.capacity]

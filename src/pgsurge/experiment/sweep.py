@@ -262,7 +262,6 @@ class Sweep(Experiment):
     def run(self) -> None:
         """Execute the missing runs of the plan (see ``Experiment.run``)."""
         p = self.sweep
-        restore = self._install()
         order = rounds(self.grid, len(p.arms), p.runs)
         done = self._counted()
         todo = [x for x in order if (x[0], x[1], p.arms[x[2]].name) not in done]
@@ -272,7 +271,7 @@ class Sweep(Experiment):
         inited: set[tuple[tuple[str, str], ...]] = set()
         total = len(order)
         k = len(order) - len(todo)
-        try:
+        with self.running():
             for rnd, ci, ai in todo:
                 cell, base = self.grid[ci], p.arms[ai]
                 arm = cell_arm(base, cell)
@@ -313,19 +312,6 @@ class Sweep(Experiment):
                 )
                 self._step(arm, rec, f"run {k}/{total}  {key}  {arm.name}")
                 self.ran += 1
-            self.state = "finished"
-        except Interrupted:
-            self.state = "interrupted"
-            raise
-        except PgsurgeError:
-            self.state = "failed"
-            raise
-        finally:
-            restore()
-            self._flush_pending()
-            if self.state == "running":
-                self.state = "failed"
-            self.write_manifest()
 
     def cell_runs(self, cell: int, arm: str) -> list[RunSummary]:
         """The finished counted runs of ``cell`` and ``arm``, in run order."""
