@@ -85,6 +85,28 @@ class _Parser(argparse.ArgumentParser):
         raise _Exit(status)
 
 
+def check_own_arguments(
+    command: str, arms: Sequence[Arm], common: Sequence[str]
+) -> None:
+    """``command`` (ab, sweep) writes each run's ``--json`` and labels it
+    ``arm=``/``COMMAND=`` itself: the same in the common arguments or an
+    arm's is one error naming where (every run of it failed on "the key is
+    given twice")."""
+    for where, args in [("the common arguments", list(common))] + [
+        (f"--{arm.name.lower()}", list(arm.args)) for arm in arms
+    ]:
+        if any(a == "--json" or a.startswith("--json=") for a in args):
+            raise UsageError(
+                f"{command} writes each run's --json itself: drop it from {where}"
+            )
+        taken = _own_label_keys(args, ("arm", command))
+        if taken:
+            raise UsageError(
+                f'{command} labels each run with "{taken}" itself: drop --label '
+                f"{taken}=… from {where}"
+            )
+
+
 def _percent(text: str) -> float:
     """A percentage given as ``2``, ``2.5`` or ``2%``, as a fraction."""
     try:
@@ -525,20 +547,7 @@ def _plan(
         arms.append(
             Arm("B", ns.b or "", _words(ns.b or "", "--b"), _env(ns.b_env, "--b-env"))
         )
-    for where, args in [("the common arguments", common)] + [
-        (f"--{arm.name.lower()}", list(arm.args)) for arm in arms
-    ]:
-        if any(a == "--json" or a.startswith("--json=") for a in args):
-            raise UsageError(
-                f"ab writes each run's --json itself: drop it from {where}"
-            )
-        taken = _own_label_keys(args, ("arm", "ab"))
-        if taken:
-            # every run of it failed on "the key is given twice"
-            raise UsageError(
-                f'ab labels each run with "{taken}" itself: drop --label '
-                f"{taken}=… from {where}"
-            )
+    check_own_arguments("ab", arms, common)
     if check is not None:
         arms = _validate(arms, common, check)
     return Plan(

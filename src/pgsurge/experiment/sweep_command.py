@@ -24,7 +24,6 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -39,11 +38,11 @@ from pgsurge.experiment.command import (
     _env,
     _funnel,
     _out_dir,
-    _own_label_keys,
     _Parser,
     _percent,
     _split_ab_argv,
     _words,
+    check_own_arguments,
 )
 from pgsurge.experiment.grid import Vary, parse_vary
 from pgsurge.experiment.knee import DEFAULT_GAIN
@@ -173,22 +172,6 @@ def _arms(ns: argparse.Namespace) -> list[Arm]:
     return arms
 
 
-def _check_json(arms: Sequence[Arm], common: Sequence[str]) -> None:
-    for where, args in [("the common arguments", list(common))] + [
-        (f"--{arm.name.lower()}", list(arm.args)) for arm in arms
-    ]:
-        if any(a == "--json" or a.startswith("--json=") for a in args):
-            raise UsageError(
-                f"sweep writes each run's --json itself: drop it from {where}"
-            )
-        taken = _own_label_keys(args, ("arm", "sweep"))
-        if taken:
-            raise UsageError(
-                f'sweep labels each run with "{taken}" itself: drop --label '
-                f"{taken}=… from {where}"
-            )
-
-
 def _validate(plan: SweepPlan, check: RunArgsCheck) -> SweepPlan:
     """Every (cell, arm) read as its runs will read it; the arms get where
     they connect (for --checkpoint and a varied scale)."""
@@ -273,7 +256,7 @@ def _plan(
         arms = _arms(ns)
         runs, warmup, checkpoint = ns.runs, ns.warmup, ns.checkpoint
         out = Path()
-    _check_json(arms, common)
+    check_own_arguments("sweep", arms, common)
     plan = SweepPlan(
         specs=tuple(specs),
         arms=tuple(arms),

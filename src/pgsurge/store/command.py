@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any, NoReturn, TextIO
 
 from pgsurge.errors import PROG, PgsurgeError, UsageError
+from pgsurge.experiment.command import _percent
 from pgsurge.experiment.compare import METRIC_KEYS
 from pgsurge.store.backend import open_store
 from pgsurge.store.history import (
@@ -87,16 +88,6 @@ def _label(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(
             f'invalid label "{text}" (expecting KEY=VALUE)'
         ) from None
-
-
-def _percent(text: str) -> float:
-    try:
-        value = float(text.strip().removesuffix("%"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f'invalid percentage: "{text}"') from None
-    if not 0 <= value < 100:
-        raise argparse.ArgumentTypeError(f'percentage out of range: "{text}"')
-    return value / 100.0
 
 
 def _funnel(err: TextIO, func: Any, *args: Any) -> int:
