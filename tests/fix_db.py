@@ -34,7 +34,7 @@ from psycopg import sql
 
 from pgsurge.cli.options import parse_command_line
 from pgsurge.config import RunConfig
-from pgsurge.engine import protocol, worker
+from pgsurge.engine import fastloop, protocol, worker
 from pgsurge.engine.state import WorkerState
 from pgsurge.prng import derive_streams
 from pgsurge.runner import parse_scripts
@@ -201,3 +201,21 @@ def run_worker(
         thread.join(30)
     assert got and isinstance(got[0], protocol.Done), got
     return states[0], got[0].result
+
+
+@pytest.fixture
+def c_loops(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The C event loops that :func:`run_worker` runs in-process, under
+    ``PGSURGE_FASTLOOP=require`` (a run the C loop does not take fails):
+    a test reads their counters (``_fast.py_calls``, ``_fast.handbacks``)
+    to prove that C ran the commands."""
+    loops: list[Any] = []
+    use_c = fastloop.FastEventLoop.use_c
+
+    def spy(self: fastloop.FastEventLoop, *a: Any) -> None:
+        loops.append(self)
+        use_c(self, *a)
+
+    monkeypatch.setattr(fastloop.FastEventLoop, "use_c", spy)
+    monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    return loops

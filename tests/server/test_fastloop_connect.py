@@ -206,7 +206,11 @@ def test_connect_each_throttled(
 
 @pytest.mark.parametrize("pipeline", [False, True], ids=["plain", "pipeline"])
 def test_connect_each_runs_in_c(
-    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pipeline: bool
+    c_loops: list[Any],
+    draws_db: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    pipeline: bool,
 ) -> None:
     # in-process: under -C C opens, prepares on and closes every
     # transaction's connection itself (a pipeline's statements too): one
@@ -220,15 +224,7 @@ def test_connect_each_runs_in_c(
         + "SELECT 1;\n"
         + end
     )
-    loops: list[Any] = []
-    use_c = fastloop.FastEventLoop.use_c
-
-    def spy(self: fastloop.FastEventLoop, *a: Any) -> None:
-        loops.append(self)
-        use_c(self, *a)
-
-    monkeypatch.setattr(fastloop.FastEventLoop, "use_c", spy)
-    monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    loops = c_loops
     args = ["-n", "-f", str(tmp_path / "w.sql"), "-C", "-M", "prepared", "-c", "3"]
     w, result = run_worker([*args, "-t", "100"], draws_db)
     assert result.total.cnt == 300
@@ -399,7 +395,7 @@ def test_connect_each_pipelines_with_values_of_every_type(
 
 
 def test_connect_each_pipelines_with_doubles_run_in_c(
-    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    c_loops: list[Any], draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # in-process: -C, a prepared pipeline, doubles and a text variable
     # typed when read: still one hand-back per client (its end)
@@ -411,15 +407,7 @@ def test_connect_each_pipelines_with_doubles_run_in_c(
         "SELECT :d;\n"
         "\\endpipeline\n"
     )
-    loops: list[Any] = []
-    use_c = fastloop.FastEventLoop.use_c
-
-    def spy(self: fastloop.FastEventLoop, *a: Any) -> None:
-        loops.append(self)
-        use_c(self, *a)
-
-    monkeypatch.setattr(fastloop.FastEventLoop, "use_c", spy)
-    monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    loops = c_loops
     args = ["-n", "-f", str(tmp_path / "w.sql"), "-C", "-M", "prepared", "-c", "3"]
     w, result = run_worker(
         [*args, "-t", "60"], draws_db, (("scale", 1), ("tag", "2.5"))

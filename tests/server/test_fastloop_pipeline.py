@@ -182,21 +182,13 @@ def test_gset_in_pipeline_refused_as_pgbench(
 
 
 def test_pipelines_run_in_c(
-    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    c_loops: list[Any], draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # in-process: after each client's first transaction (its prepares,
     # made by Python before its pipeline starts), C runs every pipeline:
     # a hand-back for those prepares and one at the end, per client
     (tmp_path / "p.sql").write_text(PIPELINE)
-    loops: list[Any] = []
-    use_c = fastloop.FastEventLoop.use_c
-
-    def spy(self: fastloop.FastEventLoop, *a: Any) -> None:
-        loops.append(self)
-        use_c(self, *a)
-
-    monkeypatch.setattr(fastloop.FastEventLoop, "use_c", spy)
-    monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    loops = c_loops
     args = ["-n", "-f", str(tmp_path / "p.sql"), "-M", "prepared", "-c", "3"]
     _w, result = run_worker([*args, "-t", "300"], draws_db)
     assert result.total.cnt == 900

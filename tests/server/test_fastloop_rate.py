@@ -269,7 +269,7 @@ def test_per_command_counts_same(
 
 
 def test_logic_script_runs_in_c(
-    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    c_loops: list[Any], draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # the logic script of bench/ (\set of expressions, \if/\else, \gset):
     # after the first transactions (first prepares) C runs them all
@@ -281,15 +281,7 @@ def test_logic_script_runs_in_c(
         "\\set x :bal + :d\n"
         "INSERT INTO t (cid, s, a, b) VALUES (:client_id, :d, :a2, :x);\n"
     )
-    loops: list[Any] = []
-    use_c = fastloop.FastEventLoop.use_c
-
-    def spy(self: fastloop.FastEventLoop, *a: Any) -> None:
-        loops.append(self)
-        use_c(self, *a)
-
-    monkeypatch.setattr(fastloop.FastEventLoop, "use_c", spy)
-    monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    loops = c_loops
     args = [str(tmp_path / "logic.sql"), "-M", "prepared", "-c", "2", "-t", "300"]
     _w, _result = _run_worker(["-f", *args, "-n"], draws_db)
     rows = take_rows(draws_db)
@@ -305,7 +297,11 @@ def test_logic_script_runs_in_c(
 
 @pytest.mark.parametrize("sleep", [False, True])
 def test_prepared_transactions_come_back_to_c(
-    draws_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sleep: bool
+    c_loops: list[Any],
+    draws_db: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    sleep: bool,
 ) -> None:
     # Python's advance() prepares each statement at its first use and then
     # goes from one transaction straight into the next, never stopping in
@@ -320,15 +316,7 @@ def test_prepared_transactions_come_back_to_c(
         + "UPDATE t SET b = b + 1 WHERE cid = :client_id AND a = :a;\n"
         "END;\n"
     )
-    loops: list[Any] = []
-    use_c = fastloop.FastEventLoop.use_c
-
-    def spy(self: fastloop.FastEventLoop, *a: Any) -> None:
-        loops.append(self)
-        use_c(self, *a)
-
-    monkeypatch.setattr(fastloop.FastEventLoop, "use_c", spy)
-    monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    loops = c_loops
     args = ["-f", str(tmp_path / "tx.sql"), "-M", "prepared", "-c", "3", "-t", "400"]
     _w, result = _run_worker([*args, "-n"], draws_db)
     assert result.total.cnt == 1200

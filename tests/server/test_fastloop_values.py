@@ -93,6 +93,7 @@ def _rows(dsn: str) -> list[tuple[int, int, str]]:
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 @pytest.mark.parametrize("mode", ["prepared", "extended"])
 def test_values_same_in_c_python_and_pgbench(
+    c_loops: list[Any],
     name: str,
     mode: str,
     fresh_db: str,
@@ -109,15 +110,7 @@ def test_values_same_in_c_python_and_pgbench(
     for var, value in DEFINES.get(name, ()):
         args += ["-D", f"{var}={value}"]
 
-    loops: list[Any] = []
-    use_c = fastloop.FastEventLoop.use_c
-
-    def spy(self: fastloop.FastEventLoop, *a: Any) -> None:
-        loops.append(self)
-        use_c(self, *a)
-
-    monkeypatch.setattr(fastloop.FastEventLoop, "use_c", spy)
-    monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    loops = c_loops
     _w, result = run_worker(args, fresh_db, variables=DEFINES.get(name, ()))
     monkeypatch.delenv("PGSURGE_FASTLOOP")
     assert result.total.cnt == 300
@@ -141,7 +134,11 @@ def test_values_same_in_c_python_and_pgbench(
 
 
 def test_script_of_200_commands_runs_in_c(
-    fresh_db: str, tmp_path: Path, pgbench_bin: Path, monkeypatch: pytest.MonkeyPatch
+    c_loops: list[Any],
+    fresh_db: str,
+    tmp_path: Path,
+    pgbench_bin: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # 200 variables and 200 SQL commands (no 64 limit), as bench/long200.sql
     with psycopg.connect(fresh_db, autocommit=True) as conn:
@@ -154,15 +151,7 @@ def test_script_of_200_commands_runs_in_c(
     script.write_text(text)
     args = ["-f", str(script), "-M", "prepared", "-c", "1", "-t", "5"]
     args += ["--random-seed", "9", "-n"]
-    loops: list[Any] = []
-    use_c = fastloop.FastEventLoop.use_c
-
-    def spy(self: fastloop.FastEventLoop, *a: Any) -> None:
-        loops.append(self)
-        use_c(self, *a)
-
-    monkeypatch.setattr(fastloop.FastEventLoop, "use_c", spy)
-    monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    loops = c_loops
     run_worker(args, fresh_db, variables=())
     c_rows = _rows(fresh_db)
     assert len(c_rows) == 1000
