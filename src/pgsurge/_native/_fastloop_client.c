@@ -86,6 +86,28 @@ bytes_or_none(const char *s)
     return PyBytes_FromString(s);
 }
 
+/* The error result ``res`` of query ``q`` to Python (resume() classifies
+ * it as read_results would): the client is handed back in WAIT_RESULT with
+ * (q, status, sqlstate, message); ``res`` is cleared. The rare path, out
+ * of the result loops. */
+static int
+hand_error(FastLoop *fl, int index, int q, int status, PGresult *res)
+{
+    PyObject *got = Py_BuildValue(
+        "(iiNN)", q, status,
+        bytes_or_none(pq->resultErrorField(res, PG_DIAG_SQLSTATE)),
+        bytes_or_none(pq->resultErrorMessage(res)));
+    int r;
+
+    pq->clear(res);
+    if (got == NULL)
+        return -1;
+    fl->clients[index].qrynum = q;
+    r = fl_to_python(fl, index, WAIT_RESULT, got);
+    Py_DECREF(got);
+    return r;
+}
+
 /* pgbench's getPoissonRand (pgsurge.engine.throttle.poisson_delay): the next
  * delay of the worker's schedule, from its throttle stream. The product
  * goes through a volatile so that no compiler fuses it with the addition
@@ -255,23 +277,9 @@ wait_pipeline(FastLoop *fl, int index)
             q++;
             continue;
         }
-        {
-            /* an error: note_error classifies it (in a pipeline the ERROR
-             * state discards up to a new sync) */
-            PyObject *got = Py_BuildValue(
-                "(iiNN)", q, status,
-                bytes_or_none(pq->resultErrorField(res, PG_DIAG_SQLSTATE)),
-                bytes_or_none(pq->resultErrorMessage(res)));
-            int r;
-
-            pq->clear(res);
-            if (got == NULL)
-                return -1;
-            c->qrynum = q;
-            r = fl_to_python(fl, index, WAIT_RESULT, got);
-            Py_DECREF(got);
-            return r;
-        }
+        /* an error: note_error classifies it (in a pipeline the ERROR
+         * state discards up to a new sync) */
+        return hand_error(fl, index, q, status, res);
     }
 }
 
@@ -749,21 +757,7 @@ fl_advance(FastLoop *fl, int index)
                     q++;
                     continue;
                 }
-                {
-                    PyObject *got = Py_BuildValue(
-                        "(iiNN)", q, status,
-                        bytes_or_none(pq->resultErrorField(res, PG_DIAG_SQLSTATE)),
-                        bytes_or_none(pq->resultErrorMessage(res)));
-                    int r;
-
-                    pq->clear(res);
-                    if (got == NULL)
-                        return -1;
-                    c->qrynum = q;
-                    r = fl_to_python(fl, index, WAIT_RESULT, got);
-                    Py_DECREF(got);
-                    return r;
-                }
+                return hand_error(fl, index, q, status, res);
             }
             c->qrynum = q;
             if (!q)
