@@ -593,7 +593,10 @@ def _drive(
         run_id = uuid.uuid4().hex[:16]
         coord = _Coordinator(client, address, facts, err, run_id, on_interval)
         client.subscribe_topic(coord.names["topic"], coord.on_event)
-        coord.beat = Beat(Variable(coord.names["beat"], client=client))
+        coord.beat = Beat(
+            Variable(coord.names["beat"], client=client),
+            partial(client.log_event, coord.names["beats"]),
+        )
         coord.beat.start()
         clocks = _clock_server(client, address)
         try:

@@ -53,6 +53,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from typing import Any
@@ -103,6 +104,7 @@ def names(run_id: str) -> dict[str, str]:
         "go": f"{base}-go",
         "stop": f"{base}-stop",
         "beat": f"{base}-beat",
+        "beats": f"{base}-beats",
     }
 
 
@@ -467,7 +469,7 @@ def host_task(
     clock_at: tuple[str, int] | None = None,
 ) -> HostOutcome:
     """The task of one host; see the module docstring."""
-    from distributed import Event, Variable, get_worker
+    from distributed import Event, Variable, get_client, get_worker
 
     worker = get_worker()
     n = names(run_id)
@@ -494,7 +496,11 @@ def host_task(
     ]
     _allow_children()
     resume = _pause_profiler(worker)
-    watch = Watch(Variable(n["beat"]))
+    client = get_client()
+    watch = Watch(
+        Variable(n["beat"]),
+        subscribe=lambda handler: client.subscribe_topic(n["beats"], handler),
+    )
     watch.start()
     try:
         return _host(host, specs, emit, watch, start_ev, go_ev, n["start_at"], clock_at)
@@ -502,6 +508,8 @@ def host_task(
         return HostOutcome("aborted", text=f"{PROG}: error: {type(e).__name__}\n")
     finally:
         watch.close()
+        with suppress(Exception):
+            client.unsubscribe_topic(n["beats"])
         resume()
 
 
