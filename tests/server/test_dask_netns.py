@@ -41,6 +41,10 @@ def _args(cluster: NetnsCluster, seconds: int, *more: str) -> list[str]:
     ]
 
 
+#: two scripts and -r: the report has per-script and per-command figures
+TWO_SCRIPTS = ("-b", "select-only@3", "-b", "simple-update", "-r")
+
+
 def _lost_line(cluster: NetnsCluster) -> re.Pattern[str]:
     return re.compile(
         rf"error: host \d \(load1, {re.escape(cluster.ns_address)}\) lost: "
@@ -59,7 +63,9 @@ def test_a_host_cut_off_stops_its_own_load(
     its whole link stalls, PostgreSQL's connections too."""
     cluster = netns_cluster
     out_json = tmp_path / "run.json"
-    run = start_run(_args(cluster, 60, "--json", str(out_json)), tmp_path)
+    args = _args(cluster, 60, "--json", str(out_json), *TWO_SCRIPTS)
+    args.remove("-S")
+    run = start_run(args, tmp_path)
     try:
         run.wait_for("progress: 2.0 s")
         assert count_clients(bench_db) == 4
@@ -80,7 +86,19 @@ def test_a_host_cut_off_stops_its_own_load(
     doc = json.loads(out_json.read_text())
     assert_kept(run.stdout, run.stderr, doc)
     assert doc["degraded"]["lost_hosts"], doc["degraded"]
-    assert [h["name"] for h in doc["hosts"] if h["lost"]] == ["load1"]
+    assert [h["name"] for h in doc["hosts"] if h["lost"]] == ["load1"], run.stderr
+    # the lost host's last snapshot counts per script and per command too
+    total = processed(run.stdout)
+    per_script = [int(n) for n in re.findall(r" - (\d+) transactions \(", run.stdout)]
+    assert len(per_script) == 2 and sum(per_script) == total, run.stdout
+    assert sum(s["processed"] for s in doc["scripts"]) == total
+    assert len(re.findall(r"statement latencies in milliseconds", run.stdout)) == 2
+    # the series: the intervals both hosts delivered, then the survivor's,
+    # marked
+    marks = [p.get("hosts") for p in doc["intervals"]]
+    lost_at = marks.index({"counted": 1, "of": 2})
+    assert lost_at >= 1 and all(m is None for m in marks[:lost_at]), marks
+    assert all(m == {"counted": 1, "of": 2} for m in marks[lost_at:]), marks
     # the host, cut off: its workers stop on their own within the grace
     deadline = cut + COORDINATOR_GRACE_S + SLACK_S
     while cluster.namespace_load():
