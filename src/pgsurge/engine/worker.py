@@ -53,6 +53,7 @@ from pgsurge.engine.program import (
 from pgsurge.engine.protocol import (
     Connected,
     Crash,
+    Detail,
     Done,
     ExitOnAbort,
     Fatal,
@@ -511,7 +512,10 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
         progress_us=(cfg.progress_s or spec.snapshot_s) * 1000000,
         progress_start_us=start_us,
         on_progress=_progress_sender(
-            pipe, total, rec if spec.stream_intervals else None
+            pipe,
+            total,
+            rec if spec.stream_intervals else None,
+            _detail_of(run) if spec.stream_intervals else None,
         ),
         control_fd=pipe.fileno(),
         recorder=rec,
@@ -559,23 +563,53 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
 
 
 def _progress_sender(
-    pipe: Connection, total: StatsData, rec: WorkerRecorder | None
+    pipe: Connection,
+    total: StatsData,
+    rec: WorkerRecorder | None,
+    detail: Callable[[], Detail] | None = None,
 ) -> Callable[[int, int], None]:
     """The loop's ``on_progress``: the cumulative stats, and with ``rec``
     the intervals it closed since the previous tick (the loop closes the
     recorder's intervals before it ticks, and both count from the same
-    start with the same length, so tick k carries interval k)."""
-    if rec is None:
+    start with the same length, so tick k carries interval k); with
+    ``detail``, the per-script and per-command figures at the tick."""
+    if rec is None and detail is None:
         return lambda tick, now: pipe.send(Progress(tick, now, total.copy()))
     sent = 0
 
     def send(tick: int, now: int) -> None:
         nonlocal sent
-        closed = rec.intervals
-        pipe.send(Progress(tick, now, total.copy(), tuple(closed[sent:])))
+        closed = rec.intervals if rec is not None else []
+        pipe.send(
+            Progress(
+                tick,
+                now,
+                total.copy(),
+                tuple(closed[sent:]),
+                None if detail is None else detail(),
+            )
+        )
         sent = len(closed)
 
     return send
+
+
+def _detail_of(run: _Run) -> Callable[[], Detail]:
+    """A copy of the worker's per-script and (-r) per-command figures as
+    they stand (the C loop writes them back before each tick)."""
+    wstate, scripts = run.wstate, run.scripts
+    per_command = run.spec.config.report_per_command
+
+    def detail() -> Detail:
+        per_script = [s.copy() for s in wstate.per_script or ()]
+        commands = (
+            [[op.stats.copy() for op in reported_ops(ops)] for ops in scripts]
+            if per_command
+            else []
+        )
+        return per_script, commands
+
+    return detail
 
 
 def _finish_connections(run: _Run) -> None:

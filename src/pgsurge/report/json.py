@@ -250,6 +250,8 @@ def build_document(result: RunResult, config: RunConfig) -> dict[str, Any]:
         point.update(_counters(iv.stats, length_s))
         point["latency_ms"] = _summary(iv.stats.latency, lat, ps)
         point["lag_ms"] = _summary(iv.stats.lag, lag, ps) if facts.throttled else None
+        if iv.hosts is not None:  # (a multi-host run that lost a host)
+            point["hosts"] = {"counted": iv.hosts[0], "of": iv.hosts[1]}
         point.update(
             (k, v) for k, v in extras.get(iv.start_us, {}).items() if k != "start_us"
         )
