@@ -186,7 +186,7 @@ def _start(
     connected = _barrier(workers, Connected, err)
     if monitor is not None:  # the run's backends, from libpq at connect
         pids = [pid for m in connected if isinstance(m, Connected) for pid in m.pids]
-        monitor.go(pids, start_us, writer(err))
+        monitor.go(pids, start_us, writer(err), window_us)
     workers.send_all(Go())
     if stopper is not None:
         stopper.start_run()
