@@ -324,6 +324,7 @@ class _Display:
                 nworkers=len(workers.pipes),
                 # untimed transactions are recorded with a latency of 0
                 timed=facts.measure_latency or wants_histograms(cfg),
+                warmup_s=cfg.warmup,
             )
             panel.start()
         return cls(err, workers, reporter, panel, monitor)
@@ -337,7 +338,7 @@ class _Display:
             self._err.flush()
         elif self._panel is not None:
             cpu = [live.proc_cpu_seconds(p.pid) for p in self._workers.procs]
-            self._panel.update(merged, now, cpu)
+            self._panel.update(merged, now, cpu, tick)
 
     def close(self) -> None:
         if self._panel is not None:
