@@ -143,3 +143,23 @@ def test_warmup_ended_in_the_warm_up_counts_nothing(
     assert run.status == 2, run.stderr
     assert "number of transactions actually processed: 0\n" in run.stdout
     assert "division by zero" in run.stderr
+
+
+def test_server_stats_and_waits_start_at_the_window(
+    bench_db: str, tmp_path: Path
+) -> None:
+    # --server-stats' start snapshot and --waits' samples are the window's:
+    # their span is the run's measured duration, not the warm-up's 3 s more
+    out = tmp_path / "r.json"
+    args = ["-S", "-c", "2", "-j", "2", "--warmup", "3", "-T", "2"]
+    run = run_pgsurge(
+        [*args, "--server-stats", "--waits", "--json", str(out)], bench_db
+    )
+    assert run.status == 0, run.stderr
+    doc = json.loads(out.read_text())
+    window = doc["duration_s"]
+    stats = doc["server_stats"]
+    assert stats["transactions"] == doc["totals"]["transactions"]
+    assert 0 < stats["elapsed_s"] < window + 1.5
+    waits = doc["waits"]
+    assert 0 < waits["ticks"] * waits["period_ms"] / 1000 < window + 1.5
