@@ -9,6 +9,7 @@ import dataclasses
 
 from pgsurge.cli.options import parse_command_line
 from pgsurge.config import RunConfig
+from pgsurge.report.html import RunDoc, render_html
 from pgsurge.report.steady import steady_check
 from pgsurge.report.text import render_text
 from pgsurge.stats.counters import StatsData
@@ -16,7 +17,7 @@ from pgsurge.stats.progress import ProgressReporter
 from pgsurge.stats.results import RunResult
 from pgsurge.stats.series import IntervalStats
 from tests.fix_cli import run_cli
-from tests.fix_data import SECOND, make_result
+from tests.fix_data import SECOND, make_result, result_doc
 
 
 def test_the_option() -> None:
@@ -122,3 +123,15 @@ def test_steady_check_leaves_the_warm_up_out() -> None:
         "z": warm["z"],
     }
     assert abs(warm["tps_change"]) < 0.05
+
+
+def test_html_page_names_the_warm_up() -> None:
+    doc = result_doc()
+    plain = render_html([RunDoc("run.json", doc)])
+    assert "warm-up" not in plain and "--warmup" not in plain
+    doc["warmup_s"] = 5
+    doc["config"]["warmup_s"] = 5
+    page = render_html([RunDoc("run.json", doc)])
+    assert "<th>warm-up (not counted)</th><td>5 s before the start</td>" in page
+    assert "--warmup 5" in page
+    assert "<h3>warmup_s</h3>" not in page  # a known key, not an unknown one
