@@ -132,17 +132,20 @@ def test_warmup_resets_every_figure_in_the_worker(
 def test_warmup_ended_in_the_warm_up_counts_nothing(
     bench_db: str, tmp_path: Path
 ) -> None:
-    # every client aborts in the warm-up (an error): the window never
-    # opened, so nothing was measured, whatever ran before
-    (tmp_path / "e.sql").write_text("SELECT 1;\nSELECT 1/0;\n")
-    run = run_pgsurge(
-        ["-c", "1", "--warmup", "30", "-T", "1", "-f", str(tmp_path / "e.sql")],
-        bench_db,
-        timeout=60,
+    # every client aborts in the warm-up (an error after 50 transactions):
+    # the window never opened, so nothing was measured, nor logged
+    (tmp_path / "e.sql").write_text(
+        "\\set n :n + 1\nSELECT 1 / (CASE WHEN :n > 50 THEN 0 ELSE 1 END);\n"
     )
+    args = ["-c", "1", "-D", "n=0", "--warmup", "30", "-T", "1"]
+    args += ["-f", str(tmp_path / "e.sql")]
+    prefix = str(tmp_path / "log")
+    run = run_pgsurge([*args, "-l", "--log-prefix", prefix], bench_db, timeout=60)
     assert run.status == 2, run.stderr
     assert "number of transactions actually processed: 0\n" in run.stdout
     assert "division by zero" in run.stderr
+    (log,) = tmp_path.glob("log.*")
+    assert log.read_text() == ""
 
 
 def test_server_stats_and_waits_start_at_the_window(

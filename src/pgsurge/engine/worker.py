@@ -668,6 +668,10 @@ def _bench(run: _Run) -> int:
         cancel_in_flight(run.clients)
         outcome = LoopOutcome.DONE
 
+    if run.window_us and not run.window_open:
+        # ended in the warm-up (every client aborted, a Ctrl-C): nothing
+        # was measured, and the -l file keeps none of it either
+        _open_window(run)
     if run.txlog is not None:
         # as pgbench: complete intervals at the end; none on --exit-on-abort
         run.txlog.close(_clock() if outcome == LoopOutcome.DONE else None)
@@ -709,9 +713,6 @@ def _result(run: _Run) -> WorkerResult:
         run.loop,
     )
     assert loop is not None
-    if run.window_us and not run.window_open:
-        # stopped in the warm-up: nothing was measured
-        _open_window(run)
     end = _clock()
     usage1 = resource.getrusage(resource.RUSAGE_SELF)
     usage0 = run.usage0
