@@ -85,16 +85,20 @@ class Ready(_Message):
 
 class Steady(_Message):
     """The run's start and end on the shared monotonic clock (µs; end 0
-    when the run is counted in transactions)."""
+    when the run is counted in transactions), and under --warmup the start
+    of the measured window (0: none), where every worker resets its
+    figures."""
 
-    __slots__ = __match_args__ = ("start_us", "end_us")
+    __slots__ = __match_args__ = ("start_us", "end_us", "window_us")
 
     start_us: int
     end_us: int
+    window_us: int
 
-    def __init__(self, start_us: int, end_us: int) -> None:
+    def __init__(self, start_us: int, end_us: int, window_us: int = 0) -> None:
         self.start_us = start_us
         self.end_us = end_us
+        self.window_us = window_us
 
 
 class Connected(_Message):

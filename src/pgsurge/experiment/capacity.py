@@ -527,6 +527,7 @@ def _capacity(
             as_sweep(doc),
             title=f"pgsurge capacity: {target.label} ≤ {target.ms:g} ms",
             latency=target.label,
+            target_ms=target.ms,
         )
         write_html(page, ns.html)
     return EXIT_INTERRUPTED if interrupted else 0

@@ -24,6 +24,7 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -222,8 +223,33 @@ def _from_manifest(doc: dict[str, Any]) -> tuple[list[Vary], list[Arm], list[str
     return specs, arms, common
 
 
+#: an option's spelling -> the option it means (its short letter or long
+#: name), as the run's command line reads it; the spelling itself when
+#: the command line does not know it (the run's check then says so)
+OptionKey = Callable[[str], str]
+
+
+def _same_options(specs: Sequence[Vary], option_key: OptionKey) -> None:
+    """Two ``--vary`` specs of one option under two spellings (``-c`` and
+    ``--client``, or an abbreviation) would each set it, the last one
+    winning in every run: refused, naming both."""
+    seen: dict[str, str] = {}
+    for spec in specs:
+        if spec.kind not in ("option", "scale"):
+            continue
+        key = option_key(spec.name)
+        if key in seen and seen[key] != spec.name:
+            raise UsageError(
+                f'--vary: "{seen[key]}" and "{spec.name}" are the same option'
+            )
+        seen[key] = spec.name
+
+
 def _plan(
-    ns: argparse.Namespace, common: list[str], check: RunArgsCheck | None
+    ns: argparse.Namespace,
+    common: list[str],
+    check: RunArgsCheck | None,
+    option_key: OptionKey | None = None,
 ) -> tuple[SweepPlan, dict[str, Any] | None]:
     if ns.runs < 1:
         raise UsageError("--runs must be at least 1")
@@ -257,6 +283,8 @@ def _plan(
         runs, warmup, checkpoint = ns.runs, ns.warmup, ns.checkpoint
         out = Path()
     check_own_arguments("sweep", arms, common)
+    if option_key is not None:
+        _same_options(specs, option_key)
     plan = SweepPlan(
         specs=tuple(specs),
         arms=tuple(arms),
@@ -282,19 +310,26 @@ def sweep_main(
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
     check_args: RunArgsCheck | None = None,
+    option_key: OptionKey | None = None,
 ) -> int:
-    """``pgsurge sweep …``; ``argv[0]`` is ``"sweep"``."""
+    """``pgsurge sweep …``; ``argv[0]`` is ``"sweep"``. ``option_key``
+    names the option a spelling means (``-c``, ``--client``, ``--cli``:
+    the same), from the command line's own table."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    return _funnel(err, _sweep, argv, out, err, check_args)
+    return _funnel(err, _sweep, argv, out, err, check_args, option_key)
 
 
 def _sweep(
-    argv: list[str], out: TextIO, err: TextIO, check: RunArgsCheck | None
+    argv: list[str],
+    out: TextIO,
+    err: TextIO,
+    check: RunArgsCheck | None,
+    option_key: OptionKey | None = None,
 ) -> int:
     own, common = _split_ab_argv(argv[1:], _VALUE_OPTIONS)
     ns = _parser().parse_args(own)
-    plan, manifest = _plan(ns, common, check)
+    plan, manifest = _plan(ns, common, check, option_key)
     resumed = resumed_records(plan.out_dir, manifest) if manifest else []
     progress = err if ns.json == "-" else out
     sweep = Sweep(

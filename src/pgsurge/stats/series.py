@@ -332,6 +332,24 @@ class WorkerRecorder:
         self._cur_latency.reset()
         self._cur_lag.reset()
 
+    def restart(self, at_us: int) -> None:
+        """--warmup's window start: forget what was recorded (histograms in
+        place: the C loop adds to them) and start the series at ``at_us``,
+        after the worker's totals were cleared."""
+        hists = self._hists
+        for h in (hists.latency, hists.lag, self._cur_latency, self._cur_lag):
+            h.reset()
+        for h in hists.per_script:
+            h.reset()
+        for script in hists.per_command:
+            for h in script:
+                h.reset()
+        self.intervals.clear()
+        self._prev = self._totals.copy()
+        self._start_us = at_us
+        if self._interval_us > 0:
+            self.next_us = at_us + self._interval_us
+
     def finish(self, end_us: int) -> tuple[LatencyHistograms, list[IntervalStats]]:
         """Close the series at ``end_us`` (the last interval may be partial)."""
         if self._interval_us > 0:

@@ -403,6 +403,26 @@ class TxLogWriter:
         self._buf.append(text)
         self.flush()
 
+    def restart(self, at_us: int) -> None:
+        """--warmup's window start (monotonic ``at_us``): what was logged
+        so far is dropped, the file emptied, and aggregate intervals count
+        from the window (as from the benchmark's start without a warm-up;
+        the C loop rebinds to :meth:`current` when it reloads)."""
+        self._buf.clear()
+        if self._interval_us:
+            start = (at_us + self._shift) // 1000000 * 1000000
+            self._agg = StatsData(start_us=start)
+        f = self._file
+        if f is None:
+            return
+        try:
+            f.seek(0)
+            f.truncate(0)
+        except OSError as exc:
+            self._give_up(exc)
+            return
+        self._good = 0
+
     # -- end -----------------------------------------------------------------
 
     def flush(self) -> None:
