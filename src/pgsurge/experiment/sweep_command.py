@@ -214,6 +214,7 @@ def _from_manifest(doc: dict[str, Any]) -> tuple[list[Vary], list[Arm], list[str
         raise PgsurgeError(f"--resume: the manifest lacks {exc}") from None
     words = [*common, *(w for a in arms for w in a.args)]
     words += [v for a in arms for v in a.env.values()]
+    words += [x for s in specs for x in s.values]
     if any(MASK in w for w in words):
         raise UsageError(
             "--resume: the manifest masked a password: give the sweep's arguments "
