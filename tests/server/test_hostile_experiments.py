@@ -6,13 +6,21 @@ ab) and their artefacts, on a real server.
   progress lines and the table and written in clear to the manifest, the
   sweep's JSON and HTML and every run's JSON (``experiment.cell``), though
   the same password given by ``--a-env`` was masked everywhere.
+* SIGHUP (the ssh session or terminal gone) killed ``sweep``/``ab``/
+  ``capacity`` alone: its current run, in a process group of its own, went
+  on loading the server for its whole ``-T`` and wrote its result after the
+  experiment had died, the manifest left saying "running". It now stops
+  the run at once as SIGTERM does; under nohup it is still ignored.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -97,3 +105,65 @@ def test_sweep_masks_a_varied_password(
     assert again.returncode == 1
     assert "masked a password" in again.stderr
     assert SECRET not in again.stderr
+
+
+def _processes_naming(word: str) -> list[int]:
+    """The live processes whose command line holds ``word``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if word.encode() in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ignored", [False, True], ids=["hup", "nohup"])
+def test_sighup_stops_a_sweep_and_its_run(
+    fresh_db: str, tmp_path: Path, ignored: bool
+) -> None:
+    (tmp_path / "one.sql").write_text("select 1;\n")
+    out = tmp_path / "out"
+    # a run long enough that only a stop can end it within the test
+    duration = "3" if ignored else "600"
+    args = ["sweep", "--vary", "-c 1,2", "--runs", "1", "--warmup", "0"]
+    common = ["--", "-n", "-f", "one.sql", "-T", duration, fresh_db]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgsurge", *args, "--out", str(out), *common],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=tool_env(),
+        # nohup: SIGHUP ignored from the start
+        preexec_fn=(lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+        if ignored
+        else None,
+    )
+    deadline = time.monotonic() + TIMEOUT
+    while not _processes_naming(str(out / "c1-A-r1.json")):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    time.sleep(1)  # the run is under way
+    proc.send_signal(signal.SIGHUP)
+    _, stderr = proc.communicate(timeout=TIMEOUT)
+    time.sleep(1)  # a run the sweep stopped has had time to go
+    left = _processes_naming(str(out / "c1-A-r1.json"))
+    for pid in left:  # no run left behind (killed here not to load the box)
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
+    manifest = json.loads((out / "manifest.json").read_text())
+    if ignored:
+        assert proc.returncode == 0, stderr
+        assert manifest["state"] == "finished"
+        assert [r["status"] for r in manifest["runs"]] == ["ok", "ok"]
+        return
+    assert proc.returncode == 130, stderr
+    assert manifest["state"] == "interrupted"
+    assert [r["status"] for r in manifest["runs"]] == ["discarded"]
+    assert not (out / "c1-A-r1.json").exists()

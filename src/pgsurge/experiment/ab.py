@@ -24,7 +24,7 @@ through ``pgsurge.redact`` (no password form survives), the directory is
 the logs may still name users, hosts and databases.
 
 Ctrl-C (SIGINT) stops the experiment after the current run; a second one
-(or SIGTERM) stops the current run at once and discards it. What finished
+(or SIGTERM, or SIGHUP) stops the current run at once and discards it. What finished
 is then compared. A run that aborts (pgsurge's exit status 2) ends the
 experiment with status 2; one that fails otherwise, with status 1.
 """
@@ -249,12 +249,26 @@ class Experiment:
             self._err_fd = self.err.fileno()
         except (OSError, ValueError, AttributeError):  # a StringIO, a closed stream
             self._err_fd = None
-        old_int = signal.signal(signal.SIGINT, self._on_signal)
-        old_term = signal.signal(signal.SIGTERM, self._on_signal)
+        # SIGHUP (the terminal or ssh session went away) stops the run now,
+        # as SIGTERM does: left to its default, it killed the experiment
+        # alone and its run, in a process group of its own, went on loading
+        # the server with the manifest still saying "running". A signal
+        # ignored when pgsurge started (nohup) stays ignored, in its runs
+        # too. SIGINT is always caught, even where a script's ``cmd &`` had
+        # it ignored: the handler is what stops a run at once, and a run
+        # started with SIGINT ignored would never hear it.
+        old = {
+            sig: signal.getsignal(sig)
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        }
+        for sig, handler in old.items():
+            if sig != signal.SIGHUP or handler != signal.SIG_IGN:
+                signal.signal(sig, self._on_signal)
 
         def restore() -> None:
-            signal.signal(signal.SIGINT, old_int)
-            signal.signal(signal.SIGTERM, old_term)
+            for sig, handler in old.items():
+                if handler is not None:
+                    signal.signal(sig, handler)
 
         return restore
 
