@@ -257,11 +257,8 @@ class TxLogWriter:
                 # never through a symbolic link: pgbench's fopen follows
                 # one, so root's -l in /tmp wrote wherever another user's
                 # link planted at pgbench_log.<pid> pointed
-                fd = os.open(
-                    path,
-                    os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                    0o666,
-                )
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+                fd = os.open(path, flags | os.O_NOFOLLOW, 0o666)
                 self._file = io.FileIO(fd, "w")
             except OSError as exc:
                 raise PgsurgeError(
