@@ -11,6 +11,9 @@ ab) and their artefacts, on a real server.
   on loading the server for its whole ``-T`` and wrote its result after the
   experiment had died, the manifest left saying "running". It now stops
   the run at once as SIGTERM does; under nohup it is still ignored.
+* A full disk under ``--out`` gave a three-part Python traceback (the
+  manifest's write failed, then again in the clean-up); it is now one
+  error line and exit status 1.
 """
 
 from __future__ import annotations
@@ -167,3 +170,41 @@ def test_sighup_stops_a_sweep_and_its_run(
     assert manifest["state"] == "interrupted"
     assert [r["status"] for r in manifest["runs"]] == ["discarded"]
     assert not (out / "c1-A-r1.json").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+@pytest.mark.parametrize("command", ["ab", "sweep"])
+def test_a_full_disk_under_out_is_one_error_line(
+    fresh_db: str, tmp_path: Path, command: str
+) -> None:
+    (tmp_path / "one.sql").write_text("select 1;\n")
+    full = tmp_path / "full"
+    full.mkdir(mode=0o700)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(full)],
+        check=True,
+    )
+    try:
+        # fill it but for a few blocks: the directory is made, a file is not
+        with open(full / "fill", "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 4096)
+            except OSError:
+                pass
+            f.truncate(f.tell() - 8192)
+        own = ["--runs", "1", "--warmup", "0", "--out", str(full / "out")]
+        if command == "sweep":
+            own = ["--vary", "-c 1,2", *own]
+        r = _pgsurge(
+            [command, *own, "--", "-n", "-f", "one.sql", "-t", "5", fresh_db],
+            tmp_path,
+        )
+    finally:
+        subprocess.run(["umount", str(full)], check=True)
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith(f'pgsurge: error: could not write "{full}/out/')
+    assert lines[0].endswith(": No space left on device")

@@ -48,7 +48,7 @@ from typing import Any, TextIO
 
 from pgsurge import __version__
 from pgsurge.config import ConnParams
-from pgsurge.errors import ExitStatus, PgsurgeError
+from pgsurge.errors import PROG, ExitStatus, PgsurgeError
 from pgsurge.experiment.render import run_line
 from pgsurge.experiment.results import RunSummary, load_result
 from pgsurge.redact import redact_env, redact_text, redact_words
@@ -77,10 +77,18 @@ _CHECKPOINT_CODE = (
 def write_private(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` as a file only its owner may read (0600
     whatever the umask; a symlink planted there is refused, not followed)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
-    with open(fd, "w", encoding="utf-8") as f:
-        os.fchmod(fd, FILE_MODE)
-        f.write(text)
+    try:
+        fd = os.open(
+            path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE
+        )
+        with open(fd, "w", encoding="utf-8") as f:
+            os.fchmod(fd, FILE_MODE)
+            f.write(text)
+    except OSError as exc:
+        # a full disk, a read-only file system: one line, never a traceback
+        raise PgsurgeError(
+            f'could not write "{path}": {os.strerror(exc.errno or 0)}'
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,21 +473,34 @@ class Experiment:
         failed (a run went wrong, or an unexpected exception); the pending
         output and the manifest are written whatever happened."""
         restore = self._install()
+        finished = False
+        stopped_by = ""
         try:
             yield
+            finished = True
             self.state = "finished"
         except Interrupted:
             self.state = "interrupted"
             raise
-        except PgsurgeError:
+        except PgsurgeError as e:
             self.state = "failed"
+            stopped_by = e.message
             raise
         finally:
             restore()
             self._flush_pending()
             if self.state == "running":  # an unexpected exception
                 self.state = "failed"
-            self.write_manifest()
+            try:
+                self.write_manifest()
+            except PgsurgeError as e:
+                if finished:
+                    raise
+                # the error that stopped the experiment comes first; this
+                # one only says the manifest is behind (once)
+                if e.message != stopped_by:
+                    self.err.write(f"{PROG}: warning: {e.message}\n")
+                    self.err.flush()
 
     def run(self) -> None:
         """Execute the plan. Returns normally when every run finished; raises
