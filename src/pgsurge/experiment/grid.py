@@ -114,11 +114,20 @@ def parse_vary(spec: str) -> Vary:
     values = tuple(v.strip() for v in rest.split(","))
     if any(not v for v in values):
         raise UsageError(f'--vary: an empty value in "{spec}"')
-    if len(set(values)) != len(values):
+    if len(set(values)) != len(values) or len(set(_numbers(values))) != len(values):
         raise UsageError(f'--vary: a value given twice in "{spec}"')
     if kind == "scale" and not all(v.isdigit() and int(v) > 0 for v in values):
         raise UsageError(f'--vary: scales must be positive integers in "{spec}"')
     return Vary(kind, head, values)
+
+
+def _numbers(values: Sequence[str]) -> Sequence[object]:
+    """The values as numbers when all are (``-c 1,01`` is one client count
+    twice: two cells of the same runs, and a knee found between them)."""
+    try:
+        return [float(v) for v in values]
+    except ValueError:
+        return values
 
 
 @dataclass(frozen=True, slots=True)
