@@ -11,6 +11,11 @@ ab) and their artefacts, on a real server.
   on loading the server for its whole ``-T`` and wrote its result after the
   experiment had died, the manifest left saying "running". It now stops
   the run at once as SIGTERM does; under nohup it is still ignored.
+* ``sweep --resume DIR`` removed the file of every run its manifest did
+  not list as finished, at the path the manifest gave: an edited manifest
+  (``"file": "/etc/…"``) had root remove any file, and ``--resume`` took
+  any directory, another user's included. The directory is now held to
+  ``--out``'s rules and a run file must be a plain name.
 * A full disk under ``--out`` gave a three-part Python traceback (the
   manifest's write failed, then again in the clean-up); it is now one
   error line and exit status 1.
@@ -208,3 +213,44 @@ def test_a_full_disk_under_out_is_one_error_line(
     assert len(lines) == 1, r.stderr
     assert lines[0].startswith(f'pgsurge: error: could not write "{full}/out/')
     assert lines[0].endswith(": No space left on device")
+
+
+def _finished_sweep(db: str, tmp_path: Path) -> Path:
+    (tmp_path / "one.sql").write_text("select 1;\n")
+    out = tmp_path / "out"
+    args = ["sweep", "--vary", "-c 1,2", "--runs", "1", "--warmup", "0"]
+    r = _pgsurge(
+        [*args, "--out", str(out), "--", "-n", "-f", "one.sql", "-t", "5", db], tmp_path
+    )
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def test_resume_removes_no_file_an_edited_manifest_names(
+    fresh_db: str, tmp_path: Path
+) -> None:
+    out = _finished_sweep(fresh_db, tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    path = out / "manifest.json"
+    doc = json.loads(path.read_text())
+    doc["runs"].append(dict(doc["runs"][0], file=str(victim), status="failed", seq=9))
+    doc["state"] = "interrupted"
+    path.write_text(json.dumps(doc))
+    r = _pgsurge(["sweep", "--resume", str(out)], tmp_path)
+    assert victim.read_text() == "keep\n"
+    assert r.returncode == 1
+    assert r.stderr == (
+        f'pgsurge: error: --resume: the manifest names a run file "{victim}"\n'
+    )
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a directory away")
+def test_resume_refuses_another_users_directory(fresh_db: str, tmp_path: Path) -> None:
+    out = _finished_sweep(fresh_db, tmp_path)
+    os.chown(out, 65534, 65534)
+    r = _pgsurge(["sweep", "--resume", str(out)], tmp_path)
+    assert r.returncode == 1
+    assert r.stderr == (
+        f'pgsurge: error: --resume: refusing to use {out}: it is owned by "nobody"\n'
+    )

@@ -368,7 +368,12 @@ def resumed_records(out_dir: Path, doc: Mapping[str, Any]) -> list[SweepRecord]:
     for run in doc.get("runs") or []:
         if not isinstance(run, dict):
             continue
-        path = out_dir / str(run.get("file"))
+        name = str(run.get("file"))
+        if name in ("", ".", "..") or "/" in name or "\0" in name:
+            # a name of the sweep's own making, never a path: an edited
+            # manifest would otherwise have a resume remove any file
+            raise PgsurgeError(f'--resume: the manifest names a run file "{name}"')
+        path = out_dir / name
         ok = run.get("status") == "ok" and not run.get("warmup") and path.is_file()
         summary = None
         if ok:

@@ -33,6 +33,7 @@ from pgsurge.experiment.ab import Arm, Interrupted, write_private
 from pgsurge.experiment.command import (
     EXIT_INTERRUPTED,
     RunArgsCheck,
+    _checked_out_dir,
     _confidence,
     _emit,
     _env,
@@ -234,7 +235,7 @@ def _plan(
     if ns.resume is not None:
         if ns.out is not None:
             raise UsageError("--resume DIR writes to DIR: drop --out")
-        out = Path(ns.resume)
+        out = _checked_out_dir(Path(ns.resume), ns.resume, resume=True)
         manifest = load_manifest(out)
         if ns.vary or common:
             specs = [parse_vary(v) for v in ns.vary]
