@@ -34,6 +34,7 @@ from pgsurge.experiment.ab import Arm, Interrupted, write_private
 from pgsurge.experiment.command import (
     EXIT_INTERRUPTED,
     RunArgsCheck,
+    _checked_out_dir,
     _confidence,
     _emit,
     _env,
@@ -215,6 +216,7 @@ def _from_manifest(doc: dict[str, Any]) -> tuple[list[Vary], list[Arm], list[str
         raise PgsurgeError(f"--resume: the manifest lacks {exc}") from None
     words = [*common, *(w for a in arms for w in a.args)]
     words += [v for a in arms for v in a.env.values()]
+    words += [x for s in specs for x in s.values]
     if any(MASK in w for w in words):
         raise UsageError(
             "--resume: the manifest masked a password: give the sweep's arguments "
@@ -259,7 +261,7 @@ def _plan(
     if ns.resume is not None:
         if ns.out is not None:
             raise UsageError("--resume DIR writes to DIR: drop --out")
-        out = Path(ns.resume)
+        out = _checked_out_dir(Path(ns.resume), ns.resume, resume=True)
         manifest = load_manifest(out)
         if ns.vary or common:
             specs = [parse_vary(v) for v in ns.vary]

@@ -254,7 +254,12 @@ class TxLogWriter:
             try:
                 # unbuffered: lines are buffered here, and a failed write
                 # must leave nothing pending that a later close could append
-                self._file = io.FileIO(path, "w")
+                # never through a symbolic link: pgbench's fopen follows
+                # one, so root's -l in /tmp wrote wherever another user's
+                # link planted at pgbench_log.<pid> pointed
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+                fd = os.open(path, flags | os.O_NOFOLLOW, 0o666)
+                self._file = io.FileIO(fd, "w")
             except OSError as exc:
                 raise PgsurgeError(
                     f'could not open logfile "{path}": {os.strerror(exc.errno or 0)}'
