@@ -93,7 +93,10 @@ def parse_target(text: str) -> Target:
     stat = m.group(1).removeprefix("p")
     if stat != "avg" and float(stat) >= 100:
         raise UsageError(f'--latency: percentile out of range in "{text}"')
-    return Target(stat, float(m.group(2)) * _UNIT_MS[m.group(3)])
+    bound = float(m.group(2)) * _UNIT_MS[m.group(3)]
+    if bound <= 0:
+        raise UsageError(f'--latency: the bound must be above zero in "{text}"')
+    return Target(stat, bound)
 
 
 @dataclass(slots=True)
@@ -447,6 +450,20 @@ def _parser() -> _Parser:
     return p
 
 
+def _refuse_repeats(parser: _Parser, own: list[str]) -> None:
+    """One search, one target: an option of capacity's own given twice is
+    refused (argparse would silently keep the last one)."""
+    seen: set[str] = set()
+    for arg in own:
+        if arg == "--":
+            break
+        name = arg.split("=", 1)[0]
+        if name in parser._option_string_actions and name not in ("-h", "--help"):
+            if name in seen:
+                raise UsageError(f"{name} given twice")
+            seen.add(name)
+
+
 def capacity_main(
     argv: list[str],
     *,
@@ -464,7 +481,9 @@ def _capacity(
     argv: list[str], out: TextIO, err: TextIO, check: RunArgsCheck | None
 ) -> int:
     own, common = _split_ab_argv(argv[1:], ())
-    ns = _parser().parse_args(own)
+    parser = _parser()
+    _refuse_repeats(parser, own)
+    ns = parser.parse_args(own)
     target = parse_target(ns.latency)
     if any(a in _RATE_OPTIONS or a.startswith(("--rate=", "-R")) for a in common):
         raise UsageError("capacity chooses -R itself: drop it from the arguments")

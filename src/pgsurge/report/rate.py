@@ -7,16 +7,23 @@ falls behind more and more: the lag grows without bound (by the excess
 rate's share of every second), and with ``-L`` ever more transactions are
 skipped. The run then measures the backlog, not the server at that rate.
 
-``rate_check`` says the rate was **not sustained** when either holds:
+``rate_check`` says the rate was **not sustained** when one of these holds:
 
 * more than ``MAX_SKIPPED`` (5 %) of the scheduled transactions were
   skipped (``-L``);
+* the offered rate is more than the clients can finish (below);
 * the schedule lag at the end — the average lag of the last interval
   that is at least half as long as the others (the whole run without
   ``-P``/intervals) — is over ``LAG_FLOOR_MS`` (50 ms) and over
   ``LAG_SERVICE_FACTOR`` (3) times the average time transactions took
   once started (latency minus lag): a queue that long at the end is a
   backlog, not a wait for a free client.
+
+The clients' ceiling: each of the ``-c`` clients runs one transaction at
+a time, so they finish at most clients / (the average time a transaction
+took once started) per second, and a schedule beyond it is a queue that
+grows however short the run (a 2 s run of 0.5 s transactions shows no lag
+over the floor, yet cannot be kept up).
 
 The runner prints the warning for runs of 1 s or more, as the
 client-limited one (a shorter run's lag says little, and pgbench's own
@@ -70,6 +77,13 @@ def rate_check(result: RunResult) -> dict[str, Any] | None:
         reason = (
             f"{skipped * 100:.1f}% of the scheduled transactions were skipped "
             f"(over {MAX_SKIPPED * 100:g}%)"
+        )
+    elif service and facts.rate * service / 1000.0 > facts.clients:
+        ceiling = facts.clients * 1000.0 / service
+        reason = (
+            f"{facts.clients} client{'' if facts.clients == 1 else 's'} of "
+            f"{service:.1f} ms transactions can "
+            f"finish at most {ceiling:.1f} tps"
         )
     elif (
         end_lag is not None
