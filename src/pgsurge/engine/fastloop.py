@@ -466,6 +466,12 @@ class FastEventLoop(EventLoop):
         if connect is not None:
             self._fast.set_connect(_connect_spec(self, connect))
 
+    def set_python(self, spec: tuple[Any, ...]) -> None:
+        """A run of Python transactions: C steps their generators
+        (``engine.fastgen.spec``)."""
+        assert self._fast is not None
+        self._fast.set_python(spec)
+
     def set_txlog(self, txlog: TxLogWriter) -> None:
         """The worker's -l writer, opened once the run starts (aggregated
         logs count their intervals from there): C writes its lines, or
