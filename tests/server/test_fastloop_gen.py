@@ -120,7 +120,9 @@ def test_c_and_python_leave_the_same_tables(
     init(fresh_db, "-b", workload)
     dbs = {"python": copy_db(), "c": copy_db()}
     args = ["-n", "-b", workload, "-c", "1", "-j", "1", "-t", str(count)]
-    args += ["-M", mode, "--random-seed=11", "--max-tries=5"]
+    # -r: per-statement latencies and their histograms (--percentiles), as C
+    # records them per op
+    args += ["-M", mode, "--random-seed=11", "--max-tries=5", "-r", "--percentiles"]
     for loop, db in dbs.items():
         r = run(args, db, loop)
         assert r.returncode == 0, r.stderr

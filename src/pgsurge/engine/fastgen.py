@@ -44,11 +44,8 @@ def is_python(compiled: Sequence[Sequence[Op]]) -> bool:
     return bool(compiled) and all(ops[0].kind == C.K_PY for ops in compiled)
 
 
-def decide(
-    cfg: RunConfig, compiled: Sequence[Sequence[Op]], histograms: bool = False
-) -> fastloop.FastPlan | str:
-    """The C loop's plan for a run of Python transactions, or why not
-    (``histograms``: the run records latency histograms)."""
+def decide(cfg: RunConfig, compiled: Sequence[Sequence[Op]]) -> fastloop.FastPlan | str:
+    """The C loop's plan for a run of Python transactions, or why not."""
     if fastloop._module is None:
         return fastloop._unusable
     if fastloop.disabled():
@@ -60,12 +57,6 @@ def decide(
     if cfg.query_mode is QueryMode.SIMPLE:
         # statements there are text with literals spliced in (TODO)
         return "a Python workload under -M simple is not supported by the C loop"
-    if cfg.report_per_command and histograms:
-        # -r's histograms are per reported statement, C's per op (TODO)
-        return (
-            "-r with latency histograms for a Python workload is not supported "
-            "by the C loop"
-        )
     if not EventLoop.uses_epoll():
         return "epoll is not available"
     prepared = cfg.query_mode is QueryMode.PREPARED

@@ -490,7 +490,7 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
         "--reconnect runs on the Python engine"
         if cfg.reconnect
         # Python transactions: their generators stepped by C (fastgen.py)
-        else fastgen.decide(cfg, scripts, rec is not None)
+        else fastgen.decide(cfg, scripts)
         if len(parsed) != len(spec.scripts)
         else fastloop.decide(cfg, parsed, scripts, spec.variables, spec.set_client_id)
     )
