@@ -51,6 +51,12 @@ typedef struct fl_gen {
      * the generator has not had yet */
     PyObject **args;
     PGresult **res;
+    /* per client: its PyClient and Context (read once: a client keeps
+     * them), and, while own[i], its generator (NULL: none) as C's copy of
+     * PyClient.gen, written back at a hand-back (attribute reads and
+     * writes per step cost more than the rest of a step) */
+    PyObject **py, **ctx, **gen;
+    unsigned char *own;
     int nclients;
     int64_t steps;
 } fl_gen;
@@ -245,9 +251,16 @@ fl_gen_free(FastLoop *fl)
         Py_XDECREF(g->args[i]);
         if (g->res[i] != NULL)
             pq->clear(g->res[i]);
+        Py_XDECREF(g->py[i]);
+        Py_XDECREF(g->ctx[i]);
+        Py_XDECREF(g->gen[i]);
     }
     PyMem_Free(g->args);
     PyMem_Free(g->res);
+    PyMem_Free(g->py);
+    PyMem_Free(g->ctx);
+    PyMem_Free(g->gen);
+    PyMem_Free(g->own);
     Py_XDECREF(g->caught);
     Py_XDECREF(g->raised);
     Py_XDECREF(g->bind);
@@ -289,8 +302,13 @@ fl_gen_set(FastLoop *fl, PyObject *spec)
     g->nclients = fl->nclients;
     g->args = PyMem_Calloc((size_t)fl->nclients + 1, sizeof *g->args);
     g->res = PyMem_Calloc((size_t)fl->nclients + 1, sizeof *g->res);
+    g->py = PyMem_Calloc((size_t)fl->nclients + 1, sizeof *g->py);
+    g->ctx = PyMem_Calloc((size_t)fl->nclients + 1, sizeof *g->ctx);
+    g->gen = PyMem_Calloc((size_t)fl->nclients + 1, sizeof *g->gen);
+    g->own = PyMem_Calloc((size_t)fl->nclients + 1, 1);
     g->scripts = PyMem_Calloc((size_t)fl->nscripts, sizeof *g->scripts);
-    if (g->args == NULL || g->res == NULL || g->scripts == NULL) {
+    if (g->args == NULL || g->res == NULL || g->scripts == NULL || g->py == NULL ||
+        g->ctx == NULL || g->gen == NULL || g->own == NULL) {
         fl_gen_free(fl);
         return PyErr_NoMemory();
     }
@@ -435,32 +453,50 @@ fl_gen_step(FastLoop *fl, int index, int *state)
     fl_gen *g = fl->gen;
     fl_client *c = &fl->clients[index];
     fl_gen_script *gs = &g->scripts[c->script];
-    PyObject *py, *gen = NULL, *value = NULL, *item = NULL, *v;
+    PyObject *py = g->py[index], *gen, *value = NULL, *item = NULL, *v;
     PySendResult sent;
     int r = -1;
 
-    py = PyObject_GetAttr(c->st, s_py);
-    if (py == NULL)
-        return -1;
-    if (py == Py_None)
-        goto python;
-    v = PyObject_GetAttr(py, s_batch);
-    if (v == NULL)
-        goto done;
-    Py_DECREF(v);
-    if (v != Py_None)
-        /* inside a batch, or after a caught error: Python's */
-        goto python;
-    gen = PyObject_GetAttr(py, s_gen);
-    if (gen == NULL)
-        goto done;
+    if (py == NULL) {
+        /* the client's PyClient (Python's first transaction made it) */
+        py = PyObject_GetAttr(c->st, s_py);
+        if (py == NULL)
+            return -1;
+        if (py == Py_None) {
+            Py_DECREF(py);
+            return fl_to_python(fl, index, START_COMMAND, NULL);
+        }
+        g->ctx[index] = PyObject_GetAttr(py, s_ctx);
+        if (g->ctx[index] == NULL) {
+            Py_DECREF(py);
+            return -1;
+        }
+        g->py[index] = py;
+    }
+    Py_INCREF(py);
+    if (!g->own[index]) {
+        /* Python had the client: its generator, unless it is inside a
+         * batch or after a caught error (Python's to go on with) */
+        v = PyObject_GetAttr(py, s_batch);
+        if (v == NULL)
+            goto done;
+        Py_DECREF(v);
+        if (v != Py_None)
+            goto python;
+        v = PyObject_GetAttr(py, s_gen);
+        if (v == NULL)
+            goto done;
+        if (v == Py_None)
+            Py_DECREF(v);
+        else
+            Py_XSETREF(g->gen[index], v);
+        g->own[index] = 1;
+    }
+    gen = g->gen[index];
     if (c->command == 0) {
-        PyObject *ctx;
-
-        if (gen != Py_None)
+        if (gen != NULL)
             /* the last try's generator is still open: Python closes it */
             goto python;
-        Py_CLEAR(gen);
         if (fl->save_rng) {
             /* the transaction's start, for a retry (the generator draws
              * from Client.rng itself) */
@@ -474,18 +510,12 @@ fl_gen_step(FastLoop *fl, int index, int *state)
                 goto done;
             r = -1;
         }
-        ctx = PyObject_GetAttr(py, s_ctx);
-        if (ctx == NULL)
-            goto done;
-        gen = PyObject_CallOneArg(gs->fn, ctx);
-        Py_DECREF(ctx);
+        gen = g->gen[index] = PyObject_CallOneArg(gs->fn, g->ctx[index]);
         if (gen == NULL)
             goto raised;
-        if (PyObject_SetAttr(py, s_gen, gen) < 0)
-            goto done;
         value = Py_NewRef(Py_None);
     } else {
-        if (gen == Py_None)
+        if (gen == NULL)
             goto python;
         if (g->res[index] != NULL) {
             PyObject *res = result_object(g->res[index]);
@@ -505,8 +535,7 @@ fl_gen_step(FastLoop *fl, int index, int *state)
     Py_CLEAR(value);
     if (sent == PYGEN_RETURN) {
         Py_CLEAR(item);
-        if (PyObject_SetAttr(py, s_gen, Py_None) < 0)
-            goto done;
+        Py_CLEAR(g->gen[index]);
         *state = END_TX;
         r = 1;
         goto done;
@@ -591,7 +620,6 @@ python:
 done:
     Py_XDECREF(item);
     Py_XDECREF(value);
-    Py_XDECREF(gen);
     Py_DECREF(py);
     return r;
 }
@@ -743,6 +771,15 @@ fl_gen_hand_back(FastLoop *fl, int index)
         if (r == NULL)
             return -1;
         Py_DECREF(r);
+    }
+    if (g->own[index]) {
+        /* C's copy of PyClient.gen, Python's again */
+        g->own[index] = 0;
+        ok = PyObject_SetAttr(g->py[index], s_gen,
+                              g->gen[index] != NULL ? g->gen[index] : Py_None);
+        Py_CLEAR(g->gen[index]);
+        if (ok < 0)
+            return -1;
     }
     rng = PyObject_GetAttr(c->st, s_rng);
     if (rng == NULL)
