@@ -95,6 +95,7 @@ def server_bench(args: argparse.Namespace) -> None:
         runs: dict[str, list[tuple[float, float, float]]] = {v: [] for v in VARIANTS}
         ratios_tps: list[float] = []
         ratios_cpu: list[float] = []
+        ratios_own: list[float] = []
         aa_tps: list[float] = []
         aa_cpu: list[float] = []
         for r in range(args.rounds):
@@ -119,6 +120,10 @@ def server_bench(args: argparse.Namespace) -> None:
                 statistics.fmean(c for _, c, _ in b)
                 / statistics.fmean(c for _, c, _ in a)
             )
+            ratios_own.append(
+                statistics.fmean(o for _, _, o in b)
+                / statistics.fmean(c for _, c, _ in a)
+            )
             aa_tps.append(a[1][0] / a[0][0])
             aa_cpu.append(a[1][1] / a[0][1])
     print()
@@ -135,7 +140,10 @@ def server_bench(args: argparse.Namespace) -> None:
         )
     print(
         "  py-tpcb workers only (--client-cpu): median "
-        f"{statistics.median(o for _, _, o in runs['py-tpcb']):7.1f} us/tx"
+        f"{statistics.median(o for _, _, o in runs['py-tpcb']):7.1f} us/tx; "
+        "its workers / pgbench's process: "
+        f"{statistics.median(ratios_own):.3f}x (pgsurge's start-up left out, as "
+        "pgbench's few ms are)"
     )
     print(
         "A/A (pgbench's two runs of a round): "

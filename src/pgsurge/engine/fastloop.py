@@ -173,7 +173,8 @@ def run_excluded(cfg: RunConfig) -> str | None:
     if cfg.debug:
         return "--debug"
     if any(s.python for s in cfg.scripts):
-        # a generator is advanced by the Python state machine only
+        # scripts only here: a run of Python transactions alone takes the C
+        # loop through engine.fastgen, one mixed with scripts does not
         return "Python workload"
     return None
 
