@@ -28,6 +28,10 @@ go through the Python parameter path (no ``_fastpq`` connection).
     .venv/bin/python bench/pyworkload_bench.py --dsn "host=/tmp dbname=postgres"
     .venv/bin/python bench/pyworkload_bench.py -T 10 --rounds 4 -c 8 -j 2 -s 10
     .venv/bin/python bench/pyworkload_bench.py --engine-only -M prepared
+    .venv/bin/python bench/pyworkload_bench.py --tpcc -T 10 --rounds 3 -c 4 -s 1
+
+``--tpcc`` runs tpcc-like on the C loop and reports its workers' client
+CPU per transaction and per New-Order transaction.
 """
 
 from __future__ import annotations
@@ -50,6 +54,10 @@ from pgsurge.stats.cpu import IMPL_C_LOOP
 _TPS = re.compile(r"^tps = ([\d.]+)", re.MULTILINE)
 _COUNT = re.compile(r"actually processed: (\d+)")
 _CPU = re.compile(r"^client CPU: .* ([\d.]+) us per transaction", re.MULTILINE)
+#: the New-Orders processed (the per-script lines of the report)
+_NEW_ORDERS = re.compile(
+    r"new_order.*\n.*\n.*\n - number of transactions actually processed: (\d+)"
+)
 #: a worker's --client-cpu line ends with what ran its transactions
 _ENGINE = re.compile(r"^client CPU worker \d+: .*\), (.+)$", re.MULTILINE)
 
@@ -154,6 +162,55 @@ def server_bench(args: argparse.Namespace) -> None:
         f"py-tpcb / tpcb-like: client CPU per tx {statistics.median(ratios_cpu):.3f}x "
         f"(target <= 1.3), tps {statistics.median(ratios_tps):.3f}x "
         f"(rounds: {', '.join(f'{x:.3f}' for x in ratios_tps)})"
+    )
+
+
+def tpcc_bench(args: argparse.Namespace) -> None:
+    """tpcc-like on the C loop: client CPU per transaction and per
+    New-Order (what a TPC-C user divides by), ``--rounds`` runs."""
+    with SuiteServer(args.dsn) as server:
+        dsn = server.recreate_db("pgsurge_pyworkload_tpcc")
+        init = run_measured(
+            [
+                *pgsurge_argv(),
+                "-i",
+                "-q",
+                "-b",
+                "tpcc-like",
+                "-s",
+                str(args.scale),
+                dsn,
+            ],
+            timeout=1800,
+        )
+        if init.returncode != 0:
+            sys.exit(init.stderr)
+        per_tx: list[float] = []
+        per_no: list[float] = []
+        for r in range(args.rounds):
+            server.checkpoint()
+            argv = [*pgsurge_argv(), "-n", "-b", "tpcc-like", "-c", str(args.clients)]
+            argv += ["-j", str(args.jobs), "-T", str(args.duration), "-M", args.mode]
+            argv += ["--max-tries=10", "--client-cpu", dsn]
+            env = dict(os.environ, PGSURGE_FASTLOOP="require")
+            m = run_measured(argv, env, timeout=args.duration * 4 + 60)
+            cpu, count = _CPU.search(m.stdout), _COUNT.search(m.stdout)
+            new_orders = _NEW_ORDERS.search(m.stdout)
+            if m.returncode or cpu is None or count is None or new_orders is None:
+                sys.exit(f"tpcc-like failed ({m.returncode}):\n{m.stdout}\n{m.stderr}")
+            tx, no = int(count.group(1)), int(new_orders.group(1))
+            per_tx.append(float(cpu.group(1)))
+            per_no.append(float(cpu.group(1)) * tx / no)
+            print(
+                f"round {r + 1}: {tx} transactions, {no} New-Orders; workers' "
+                f"client CPU {per_tx[-1]:7.1f} us/tx, {per_no[-1]:7.1f} us/New-Order",
+                flush=True,
+            )
+    print(
+        f"tpcc-like on the C loop, -c {args.clients} -j {args.jobs} -T "
+        f"{args.duration} -M {args.mode}, {args.scale} warehouse(s): median client "
+        f"CPU {statistics.median(per_tx):.1f} us per transaction, "
+        f"{statistics.median(per_no):.1f} us per New-Order"
     )
 
 
@@ -325,8 +382,15 @@ def main() -> None:
         default=100_000,
         help="transactions per run with --engine-only",
     )
+    p.add_argument(
+        "--tpcc",
+        action="store_true",
+        help="tpcc-like's client CPU per transaction and per New-Order",
+    )
     args = p.parse_args()
-    if args.engine_only:
+    if args.tpcc:
+        tpcc_bench(args)
+    elif args.engine_only:
         engine_bench(args)
     else:
         server_bench(args)

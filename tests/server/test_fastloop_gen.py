@@ -113,7 +113,7 @@ def run(args: list[str], dsn: str, loop: str) -> subprocess.CompletedProcess[str
 @pytest.mark.parametrize(
     ("workload", "count"), [("py-tpcb", 400), ("tpcc-like", 150), ("ycsb-a", 600)]
 )
-@pytest.mark.parametrize("mode", ["prepared", "extended"])
+@pytest.mark.parametrize("mode", ["prepared", "extended", "simple"])
 def test_c_and_python_leave_the_same_tables(
     fresh_db: str, copy_db: Any, workload: str, count: int, mode: str
 ) -> None:
@@ -154,7 +154,7 @@ def test_c_steps_the_generators(fresh_db: str, c_loops: list[Any]) -> None:
 SLEEPY = """
 from pgsurge.workloads import sql, transaction
 
-ins = sql("INSERT INTO t (v, d, b, f) VALUES ($1, $2, $3, $4)", fetch=False)
+ins = sql("INSERT INTO t (v, d, b, f) VALUES ($1, $2, $3::bytea, $4)", fetch=False)
 one = sql("SELECT $1::int + 1")
 
 @transaction
@@ -163,12 +163,13 @@ def t(ctx):
     got = (yield one(n)).scalar()
     assert got == n + 1
     yield ctx.sleep(0.0001)
-    yield ins(str(n), None if n % 2 else n / 7, b"x%d" % n, n % 3 == 0)
+    yield ins(f"it's {n}", None if n % 2 else n / 7, b"x%d" % n, n % 3 == 0)
 """
 
 
+@pytest.mark.parametrize("mode", ["extended", "simple"])
 def test_values_sleep_and_results_in_c(
-    fresh_db: str, tmp_path: Path, c_loops: list[Any]
+    fresh_db: str, tmp_path: Path, c_loops: list[Any], mode: str
 ) -> None:
     """None, floats (repr), bytes and booleans bound by C; ctx.sleep run by
     C; a fetched result read by the generator: the same rows as Python."""
@@ -179,7 +180,7 @@ def test_values_sleep_and_results_in_c(
         with psycopg.connect(fresh_db, autocommit=True) as conn:
             conn.execute("DROP TABLE IF EXISTS t")
             conn.execute("CREATE TABLE t (v text, d float8, b bytea, f bool)")
-        args = ["-n", "-f", str(wl), "-M", "extended", "-c", "2", "-t", "50"]
+        args = ["-n", "-f", str(wl), "-M", mode, "-c", "2", "-t", "50"]
         args.append("--random-seed=5")
         if loop == "c":
             _, result = run_worker(args, fresh_db)

@@ -35,7 +35,9 @@
 #include "_fastloop.h"
 
 typedef struct {
-    PyObject *fn, *index, *counts, *wrap, *sleep_type;
+    /* parts: per op, None or (-M simple) its text split at its parameters
+     * (bytes at even indexes, the 0-based argument at odd ones) */
+    PyObject *fn, *index, *counts, *wrap, *sleep_type, *parts;
     int sleep_index, resume_index;
     /* per op: its statement's result goes to the generator */
     unsigned char *fetch;
@@ -244,6 +246,7 @@ fl_gen_free(FastLoop *fl)
         Py_XDECREF(gs->counts);
         Py_XDECREF(gs->wrap);
         Py_XDECREF(gs->sleep_type);
+        Py_XDECREF(gs->parts);
         PyMem_Free(gs->fetch);
     }
     PyMem_Free(g->scripts);
@@ -268,7 +271,8 @@ fl_gen_free(FastLoop *fl)
 }
 
 /* set_python((caught, raised, bind, scripts)); each script
- * (fn, index, counts, fetch, wrap, sleep_type, sleep_index, resume_index) */
+ * (fn, index, counts, fetch, wrap, sleep_type, sleep_index, resume_index,
+ * parts) */
 PyObject *
 fl_gen_set(FastLoop *fl, PyObject *spec)
 {
@@ -315,15 +319,17 @@ fl_gen_set(FastLoop *fl, PyObject *spec)
     g->nscripts = fl->nscripts;
     for (k = 0; k < fl->nscripts; k++) {
         fl_gen_script *gs = &g->scripts[k];
-        PyObject *fn, *index, *counts, *fetch, *wrap, *sleep_type;
+        PyObject *fn, *index, *counts, *fetch, *wrap, *sleep_type, *parts;
         int i;
 
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(scripts, k), "OO!O!SOOii", &fn, &PyDict_Type,
-                              &index, &PyTuple_Type, &counts, &fetch, &wrap, &sleep_type,
-                              &gs->sleep_index, &gs->resume_index))
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(scripts, k), "OO!O!SOOiiO!", &fn,
+                              &PyDict_Type, &index, &PyTuple_Type, &counts, &fetch, &wrap,
+                              &sleep_type, &gs->sleep_index, &gs->resume_index, &PyTuple_Type,
+                              &parts))
             goto fail;
         gs->nops = fl->scripts[k].nops;
         if (PyTuple_GET_SIZE(counts) != gs->nops || PyBytes_GET_SIZE(fetch) != gs->nops ||
+            PyTuple_GET_SIZE(parts) != gs->nops ||
             !PyType_Check(sleep_type) || gs->sleep_index <= 0 ||
             gs->sleep_index >= gs->nops || gs->resume_index <= 0 ||
             gs->resume_index >= gs->nops ||
@@ -336,6 +342,20 @@ fl_gen_set(FastLoop *fl, PyObject *spec)
         gs->counts = Py_NewRef(counts);
         gs->wrap = Py_NewRef(wrap);
         gs->sleep_type = Py_NewRef(sleep_type);
+        gs->parts = Py_NewRef(parts);
+        for (i = 0; i < gs->nops; i++) {
+            PyObject *pp = PyTuple_GET_ITEM(parts, i);
+            Py_ssize_t j;
+
+            if (pp == Py_None)
+                continue;
+            if (!PyTuple_Check(pp) || PyTuple_GET_SIZE(pp) % 2 != 1)
+                goto malformed;
+            for (j = 0; j < PyTuple_GET_SIZE(pp); j++)
+                if (j % 2 == 0 ? !PyBytes_Check(PyTuple_GET_ITEM(pp, j))
+                               : !PyLong_Check(PyTuple_GET_ITEM(pp, j)))
+                    goto malformed;
+        }
         gs->fetch = PyMem_Malloc((size_t)gs->nops);
         if (gs->fetch == NULL) {
             PyErr_NoMemory();
@@ -350,6 +370,8 @@ fl_gen_set(FastLoop *fl, PyObject *spec)
             }
     }
     Py_RETURN_NONE;
+malformed:
+    PyErr_SetString(PyExc_ValueError, "set_python: malformed parts");
 fail:
     fl_gen_free(fl);
     return NULL;
@@ -371,7 +393,7 @@ fl_gen_steps(FastLoop *fl, void *closure)
  * every other value is its str() (pyworkload._text's), or NULL (Python
  * sends it: an int beyond int64, text C cannot pass); -1 in *err on error */
 static PyObject *
-bindable(PyObject *args, int *err)
+bindable(PyObject *args, int simple, int *err)
 {
     Py_ssize_t i, n = PyTuple_GET_SIZE(args), len;
     PyObject *out = NULL;
@@ -392,6 +414,15 @@ bindable(PyObject *args, int *err)
         if (PyBytes_CheckExact(v)) {
             if ((Py_ssize_t)strlen(PyBytes_AS_STRING(v)) != PyBytes_GET_SIZE(v))
                 goto python;
+            if (simple) {
+                /* -M simple decodes it strictly: not UTF-8 is Python's error */
+                s = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v), NULL);
+                if (s == NULL) {
+                    PyErr_Clear();
+                    goto python;
+                }
+                Py_DECREF(s);
+            }
             continue;
         }
         if (PyUnicode_CheckExact(v)) {
@@ -560,7 +591,7 @@ fl_gen_step(FastLoop *fl, int index, int *state)
             want = PyTuple_GET_ITEM(gs->counts, i);
             if (PyLong_AsSsize_t(want) == PyTuple_GET_SIZE(args)) {
                 int err = 0;
-                PyObject *bound = bindable(args, &err);
+                PyObject *bound = bindable(args, fl->mode == MODE_SIMPLE, &err);
 
                 if (err)
                     goto done;
@@ -624,6 +655,125 @@ done:
     return r;
 }
 
+/* append n bytes to a growing buffer (-1: MemoryError) */
+static int
+append(char **buf, size_t *len, size_t *cap, const char *p, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t want = (*len + n + 1) * 2;
+        char *bigger = PyMem_Realloc(*buf, want);
+
+        if (bigger == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        *buf = bigger;
+        *cap = want;
+    }
+    memcpy(*buf + *len, p, n);
+    *len += n;
+    return 0;
+}
+
+/* -M simple: pyworkload._literal of an argument (bindable's types) */
+static int
+append_literal(char **buf, size_t *len, size_t *cap, PyObject *v)
+{
+    char num[INT_TEXT];
+
+    if (v == Py_None)
+        return append(buf, len, cap, "NULL", 4);
+    if (PyBool_Check(v))
+        return v == Py_True ? append(buf, len, cap, "true", 4)
+                            : append(buf, len, cap, "false", 5);
+    if (PyLong_CheckExact(v)) {
+        char *end = put_int(num, PyLong_AsLongLong(v));
+
+        return append(buf, len, cap, num, (size_t)(end - num));
+    }
+    if (PyFloat_CheckExact(v)) {
+        char *t = PyOS_double_to_string(PyFloat_AS_DOUBLE(v), 'r', 0, Py_DTSF_ADD_DOT_0,
+                                        NULL);
+        int r;
+
+        if (t == NULL)
+            return -1;
+        r = append(buf, len, cap, t, strlen(t));
+        PyMem_Free(t);
+        return r;
+    } else {
+        /* text (str, or bytes bindable checked as UTF-8): quoted, its
+         * quotes doubled */
+        Py_ssize_t n, i, from = 0;
+        const char *t;
+
+        if (PyBytes_CheckExact(v)) {
+            t = PyBytes_AS_STRING(v);
+            n = PyBytes_GET_SIZE(v);
+        } else
+            t = PyUnicode_AsUTF8AndSize(v, &n);
+
+        if (t == NULL || append(buf, len, cap, "'", 1) < 0)
+            return -1;
+        for (i = 0; i < n; i++)
+            if (t[i] == '\'') {
+                if (append(buf, len, cap, t + from, (size_t)(i + 1 - from)) < 0)
+                    return -1;
+                from = i;
+            }
+        if (append(buf, len, cap, t + from, (size_t)(n - from)) < 0)
+            return -1;
+        return append(buf, len, cap, "'", 1);
+    }
+}
+
+/* -M simple: the statement's text with its arguments written in as
+ * literals (pyworkload's set_params and sql.substitute) */
+static int
+send_simple(FastLoop *fl, int index, const fl_op *op)
+{
+    fl_client *c = &fl->clients[index];
+    PyObject *parts = PyTuple_GET_ITEM(fl->gen->scripts[c->script].parts, c->command);
+    PyObject *args = fl->gen->args[index];
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    Py_ssize_t j;
+    int ok;
+
+    if (parts == Py_None || args == NULL)
+        ok = pq->sendQuery(c->conn, op->text);
+    else {
+        for (j = 0; j < PyTuple_GET_SIZE(parts); j++) {
+            PyObject *p = PyTuple_GET_ITEM(parts, j);
+            int r;
+
+            if (j % 2 == 0)
+                r = append(&buf, &len, &cap, PyBytes_AS_STRING(p),
+                           (size_t)PyBytes_GET_SIZE(p));
+            else {
+                Py_ssize_t k = PyLong_AsSsize_t(p);
+
+                if (k < 0 || k >= PyTuple_GET_SIZE(args)) {
+                    if (!PyErr_Occurred())
+                        PyErr_SetString(PyExc_ValueError, "set_python: a bad part");
+                    r = -1;
+                } else
+                    r = append_literal(&buf, &len, &cap, PyTuple_GET_ITEM(args, k));
+            }
+            if (r < 0) {
+                PyMem_Free(buf);
+                return -3;
+            }
+        }
+        if (buf == NULL && append(&buf, &len, &cap, "", 0) < 0)
+            return -3;
+        buf[len] = '\0';
+        ok = pq->sendQuery(c->conn, buf);
+        PyMem_Free(buf);
+    }
+    return !ok ? -2 : pq->flush(c->conn);
+}
+
 /* send_sql for a statement of a Python transaction: its arguments bound
  * as pyworkload's set_params and sql.params_of would send them */
 int
@@ -637,6 +787,8 @@ fl_gen_send(FastLoop *fl, int index, const fl_op *op)
     char *freed[16], **floats = freed;
     int nfloats = 0, ok;
 
+    if (fl->mode == MODE_SIMPLE)
+        return send_simple(fl, index, op);
     if (n > 16) {
         values = PyMem_Malloc((size_t)n * sizeof *values);
         ints = PyMem_Malloc((size_t)n * sizeof *ints);

@@ -30,7 +30,13 @@ from pgsurge.engine import fastloop
 from pgsurge.engine import state as C
 from pgsurge.engine.abi import End, PlanOp, PyOnly, PyStep, Sql
 from pgsurge.engine.loop import EventLoop
-from pgsurge.engine.pyworkload import CAUGHT, PyProgram, Raised, bind_params
+from pgsurge.engine.pyworkload import (
+    CAUGHT,
+    PyProgram,
+    Raised,
+    bind_params,
+    bind_simple,
+)
 
 if TYPE_CHECKING:
     from pgsurge.config import RunConfig
@@ -54,9 +60,6 @@ def decide(cfg: RunConfig, compiled: Sequence[Sequence[Op]]) -> fastloop.FastPla
         return "--debug is not supported by the C loop"
     if not is_python(compiled):
         return "a Python workload with scripts is not supported by the C loop"
-    if cfg.query_mode is QueryMode.SIMPLE:
-        # statements there are text with literals spliced in (TODO)
-        return "a Python workload under -M simple is not supported by the C loop"
     if not EventLoop.uses_epoll():
         return "epoll is not available"
     prepared = cfg.query_mode is QueryMode.PREPARED
@@ -69,6 +72,8 @@ def decide(cfg: RunConfig, compiled: Sequence[Sequence[Op]]) -> fastloop.FastPla
             if op.kind == C.K_PY:
                 out.append(PyStep())
             elif i in statements:
+                # -M simple: the text of a statement without parameters
+                # (fl_gen_send splices the others' literals in)
                 text = op.prepname if prepared else op.sql
                 out.append(
                     Sql.of(text, (), None, C.GSET_NONE, "", op.sql if prepared else b"")
@@ -82,17 +87,29 @@ def decide(cfg: RunConfig, compiled: Sequence[Sequence[Op]]) -> fastloop.FastPla
     return (), 0, weights, tuple(scripts)
 
 
-def spec(compiled: Sequence[Sequence[Op]]) -> tuple[Any, ...]:
+def spec(compiled: Sequence[Sequence[Op]], simple: bool = False) -> tuple[Any, ...]:
     """``FastLoop.set_python``'s argument: CAUGHT, Raised and
     ``bind_params`` (for what C leaves to Python), and per transaction its
     function, {statement: op index}, each op's parameter count, which ops'
     results the generator receives, the Result wrapper, the type of
-    ``ctx.sleep()``, the sleep's op and a resume op (where a hand-back
-    lets ``py_step`` file what the generator yielded)."""
+    ``ctx.sleep()``, the sleep's op, a resume op (where a hand-back
+    lets ``py_step`` file what the generator yielded) and, under ``-M
+    simple``, each statement's text split at its parameters (literal
+    bytes, then the 0-based argument, ...)."""
     scripts = []
     for ops in compiled:
         prog: PyProgram = ops[0].py
         statements = set(prog.index.values())
+        parts: list[tuple[bytes | int, ...] | None] = [None] * len(ops)
+        if simple:
+            for stmt, i in prog.index.items():
+                if stmt.nparams:
+                    parts[i] = tuple(
+                        p.encode("utf-8", "surrogateescape")
+                        if k % 2 == 0
+                        else int(p) - 1
+                        for k, p in enumerate(stmt.simple_parts)
+                    )
         fetch = bytes(
             int(i in statements and op.gset == C.GSET_PY) for i, op in enumerate(ops)
         )
@@ -106,6 +123,7 @@ def spec(compiled: Sequence[Sequence[Op]]) -> tuple[Any, ...]:
                 prog.sleep_type,
                 prog.sleep_index,
                 prog.sleep_index + 1,
+                tuple(parts),
             )
         )
-    return CAUGHT, Raised, bind_params, tuple(scripts)
+    return CAUGHT, Raised, bind_simple if simple else bind_params, tuple(scripts)

@@ -235,6 +235,14 @@ class Raised:
         self.exc = exc
 
 
+def bind_simple(st: Client, args: tuple[Any, ...]) -> None:
+    """``bind_params`` of ``-M simple``: ints as they are, the other values
+    as SQL literals (``set_params``'s simple mode)."""
+    variables = st.variables
+    for name, v in zip(PARAM_NAMES, args, strict=False):
+        variables[name] = v if type(v) is int else _literal(v)
+
+
 def bind_params(st: Client, args: tuple[Any, ...]) -> None:
     """A statement's parameters into the variables "$1".."$n", as
     ``make_py``'s ``set_params`` does in extended and prepared modes: what

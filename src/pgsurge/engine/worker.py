@@ -533,7 +533,8 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
         connect = settings if cfg.connect_each_tx else None
         loop.use_c(plan, engine, wstate, scripts, flags, connect)
         if fastgen.is_python(scripts):
-            loop.set_python(fastgen.spec(scripts))
+            simple = cfg.query_mode is QueryMode.SIMPLE
+            loop.set_python(fastgen.spec(scripts, simple))
 
     if cfg.connect_each_tx:
         return True
