@@ -1,7 +1,7 @@
 /*
  * pgsurge._fastloop's private header: what its translation units share.
  *
- * The extension is one module built from six files, each with a role
+ * The extension is one module built from seven files, each with a role
  * (the design is described at the top of _fastloop.c):
  *
  *   _fastloop.c         the module: the FastLoop type, its construction
@@ -13,6 +13,7 @@
  *   _fastloop_client.c  a C-owned client's state machine (sends, results,
  *                       \set, \if, \sleep, throttling, accounting, -l lines);
  *   _fastloop_logic.c   expressions (\set, \if) and \gset/\aset;
+ *   _fastloop_gen.c     a Python workload's generators, stepped by C;
  *   _fastloop_loop.c    the loop: waits, ready sockets, timers, the
  *                       runnable queue, run().
  *
