@@ -118,6 +118,7 @@ def _extensions() -> list[Extension]:
                 "src/pgsurge/_native/_fastloop_client.c",
                 "src/pgsurge/_native/_fastloop_loop.c",
                 "src/pgsurge/_native/_fastloop_logic.c",
+                "src/pgsurge/_native/_fastloop_gen.c",
             ],
             depends=[
                 "src/pgsurge/_native/_fastloop.h",

@@ -82,6 +82,15 @@ VARIANTS = (
     Variant("pgsurge-log", "pgsurge", (*SELECT_ONLY, "-l")),
     Variant("pgbench-tp", "pgbench", TPCB_LIKE, (ASYNC_COMMIT,), 300, 900),
     Variant("pgsurge-tp", "pgsurge", TPCB_LIKE, (ASYNC_COMMIT,), 300, 900),
+    # issue 23: the Python workload py-tpcb, its generators stepped by C
+    Variant(
+        "pgsurge-pytp",
+        "pgsurge",
+        ("-b", "py-tpcb", *TPCB_LIKE[2:]),
+        (ASYNC_COMMIT,),
+        300,
+        900,
+    ),
     Variant(
         "pgsurge-tp-json", "pgsurge", (*TPCB_LIKE, *JSON_OUT), (ASYNC_COMMIT,), 300, 900
     ),

@@ -362,3 +362,41 @@ def test_py_tpcb_reports_every_statement() -> None:
     (tx,) = load_file(b.path, name=b.name).transactions
     rows = [c.first_line for c in tx.commands]
     assert len(rows) == 7 and rows[0] == "BEGIN" and rows[-1] == "END"
+
+
+def test_ctx_random_in_c_draws_and_fails_as_python() -> None:
+    """Context.random on a C PgPrng is _speedups.RangeDraw (no Python
+    frame): the same draws and the same errors as the Python method."""
+    from pgsurge.errors import EvalError
+    from pgsurge.prng import PgPrng, PurePgPrng, speedups
+    from pgsurge.workloads.api import Context
+
+    assert speedups is not None  # built: a missing extension fails the test
+    fast, slow = Context(PgPrng(5), {}, 0), Context(PurePgPrng(5), {}, 0)
+    assert type(fast.random).__name__ == "RangeDraw"
+    cases = [(1, 10**6), (5, 5), (-(2**63), -(2**63) + 3), (1, 2**63 - 1), (0, 1)]
+    for lo, hi in cases * 50:
+        assert fast.random(lo, hi) == slow.random(lo, hi)
+    for odd in [(3, 1), (0, 2**63 - 1), (1.5, 2), (1, 2**64), (True, 3)] * 2:
+        got = []
+        for ctx in (fast, slow):
+            try:
+                got.append(ctx.random(*odd))  # type: ignore[arg-type]
+            except (EvalError, TypeError, OverflowError) as e:
+                got.append((type(e), str(e)))
+        assert got[0] == got[1], odd
+
+
+def test_statement_call_in_c_checks_its_arity() -> None:
+    """A statement's call (the C base): (statement, args), and a wrong
+    count names the caller's line."""
+    from pgsurge.workloads.api import WorkloadUsageError, sql
+
+    s = sql("SELECT $1, $2")
+    assert type(s).__mro__[1].__name__ == "StatementCall"
+    assert s(1, "x") == (s, (1, "x"))
+    with pytest.raises(
+        WorkloadUsageError,
+        match=r"test_workloads.py:\d+: statement .* takes 2 parameters, got 1",
+    ):
+        s(1)

@@ -201,6 +201,7 @@ FastLoop_clear(FastLoop *fl)
     Py_CLEAR(fl->conn_adopt);
     Py_CLEAR(fl->conn_release);
     Py_CLEAR(fl->preparing);
+    fl_gen_free(fl);
     if (fl->per_script != NULL)
         for (k = 0; k < fl->nscripts; k++) {
             Py_CLEAR(fl->per_script[k].data);
@@ -731,6 +732,8 @@ static PyGetSetDef FastLoop_getset[] = {
      "how many times a C-owned client was handed to Python", NULL},
     {"py_calls", (getter)FastLoop_get_py_calls, NULL,
      "how many times the loop called Python's advance, resume or absorb", NULL},
+    {"gen_steps", (getter)fl_gen_steps, NULL,
+     "how many times C stepped a Python workload's generator", NULL},
     {"idle_us", (getter)FastLoop_get_idle, NULL, "µs spent blocked in waits", NULL},
     {"now_us", (getter)FastLoop_get_now, NULL, "the clock when run() returned TICK",
      NULL},
@@ -749,6 +752,10 @@ static PyMethodDef FastLoop_methods[] = {
      "gives a psycopg PGconn whose PQconnectPoll C drives; adopt(client, pgconn)\n"
      "makes it the client's before a hand-back; release(client) closes\n"
      "Python's; preparing is state.PREPARING (a prepare of C's handed back)."},
+    {"set_python", (PyCFunction)fl_gen_set, METH_O,
+     "set_python((caught, raised, bind, scripts))\n--\n\n"
+     "A Python workload: C steps its generators (_fastloop_gen.c;\n"
+     "pgsurge.engine.fastloop._py_spec)."},
     {"set_log", (PyCFunction)FastLoop_set_log, METH_O,
      "set_log(spec)\n--\n\nWrite -l as the TxLogWriter of spec does "
      "(pgsurge.engine.fastloop._log_spec)."},
@@ -1128,7 +1135,8 @@ PyInit__fastloop(void)
         PyModule_AddIntConstant(m, "RESUME_PREPARE_FAILED", RESUME_PREPARE_FAILED) < 0 ||
         PyModule_AddIntConstant(m, "CONNECTING", CONNECTING) < 0 ||
         add_int(m, "OP_PSTART", OP_PSTART) < 0 || add_int(m, "OP_PSYNC", OP_PSYNC) < 0 ||
-        add_int(m, "OP_PEND", OP_PEND) < 0 ||
+        add_int(m, "OP_PEND", OP_PEND) < 0 || add_int(m, "OP_PY", OP_PY) < 0 ||
+        add_int(m, "OP_PYONLY", OP_PYONLY) < 0 ||
         PyModule_AddIntConstant(m, "TX_BUDGET", TX_BUDGET) < 0 ||
         add_int(m, "OP_END", OP_END) < 0 || add_int(m, "OP_SET_CONST", OP_SET_CONST) < 0 ||
         add_int(m, "OP_SET_RANDOM", OP_SET_RANDOM) < 0 || add_int(m, "OP_SQL", OP_SQL) < 0 ||

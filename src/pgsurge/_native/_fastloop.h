@@ -1,7 +1,7 @@
 /*
  * pgsurge._fastloop's private header: what its translation units share.
  *
- * The extension is one module built from six files, each with a role
+ * The extension is one module built from seven files, each with a role
  * (the design is described at the top of _fastloop.c):
  *
  *   _fastloop.c         the module: the FastLoop type, its construction
@@ -13,6 +13,7 @@
  *   _fastloop_client.c  a C-owned client's state machine (sends, results,
  *                       \set, \if, \sleep, throttling, accounting, -l lines);
  *   _fastloop_logic.c   expressions (\set, \if) and \gset/\aset;
+ *   _fastloop_gen.c     a Python workload's generators, stepped by C;
  *   _fastloop_loop.c    the loop: waits, ready sockets, timers, the
  *                       runnable queue, run().
  *
@@ -140,7 +141,11 @@ enum {
     /* \startpipeline, \syncpipeline, \endpipeline */
     OP_PSTART = 10,
     OP_PSYNC = 11,
-    OP_PEND = 12
+    OP_PEND = 12,
+    /* a Python workload (_fastloop_gen.c): step the generator; an op C
+     * leaves to Python (a batch's, the target of ctx.sleep) */
+    OP_PY = 13,
+    OP_PYONLY = 14
 };
 
 /* \gset kinds (pgsurge.engine.state) */
@@ -398,6 +403,8 @@ typedef struct {
      * client ids grow with their index, so the index orders as the id */
     fl_timer *timers;
     int ntimers;
+    /* a Python workload's generators, stepped by C (set_python; NULL: scripts) */
+    struct fl_gen *gen;
 } FastLoop;
 
 /* interned attribute names */
@@ -617,6 +624,7 @@ FL_HIDDEN int fl_parse_op(FastLoop *fl, PyObject *spec, fl_op *op, int *nprep);
 
 /* _fastloop_sync.c (all -1 with an exception set on error) */
 FL_HIDDEN int fl_get_i64(PyObject *obj, PyObject *name, int64_t *out);
+FL_HIDDEN int fl_rng_load(PyObject *rng, uint64_t *s0, uint64_t *s1);
 FL_HIDDEN int fl_shared_store(FastLoop *fl);
 FL_HIDDEN int fl_shared_load(FastLoop *fl);
 FL_HIDDEN int fl_read_timer(FastLoop *fl);
@@ -643,6 +651,21 @@ FL_HIDDEN int fl_conn_forget(FastLoop *fl, int index);
 
 /* _fastloop_client.c */
 FL_HIDDEN int fl_advance(FastLoop *fl, int index);
+/* an error result of query q to Python's resume (res is cleared) */
+FL_HIDDEN int fl_hand_error(FastLoop *fl, int index, int q, int status, PGresult *res);
+
+/* _fastloop_gen.c: a Python workload's generators, stepped from the loop.
+ * fl_gen_step: an OP_PY op (1: *state and c->command set; 0: the client
+ * waits or went to Python; -1 error); fl_gen_send: send_sql for its
+ * statements; fl_gen_wait: WAIT_RESULT for them (as fl_wait_gset);
+ * fl_gen_hand_back: before a hand-back, what Python's engine needs */
+FL_HIDDEN PyObject *fl_gen_set(FastLoop *fl, PyObject *spec);
+FL_HIDDEN int fl_gen_step(FastLoop *fl, int index, int *state);
+FL_HIDDEN int fl_gen_send(FastLoop *fl, int index, const fl_op *op);
+FL_HIDDEN int fl_gen_wait(FastLoop *fl, int index);
+FL_HIDDEN int fl_gen_hand_back(FastLoop *fl, int index);
+FL_HIDDEN void fl_gen_free(FastLoop *fl);
+FL_HIDDEN PyObject *fl_gen_steps(FastLoop *fl, void *closure);
 
 /* _fastloop_logic.c: expressions and \gset */
 FL_HIDDEN int fl_parse_code(PyObject *spec, fl_op *op);

@@ -562,6 +562,16 @@ fl_advance(FastLoop *fl, int index)
                 state = END_TX;
                 continue;
             }
+            if (op->kind >= OP_PY) {
+                /* a Python transaction: its generator says what comes next
+                 * (_fastloop_gen.c); a batch's ops are Python's */
+                if (op->kind == OP_PYONLY)
+                    return fl_to_python(fl, index, START_COMMAND, NULL);
+                if ((sent = fl_gen_step(fl, index, &state)) <= 0)
+                    return sent;
+                now = 0;
+                continue;
+            }
             if (fl->per_command && !resend) {
                 /* fresh too, as client.py's START_COMMAND (but for the
                  * query after C's prepare, which keeps its command's clock) */
@@ -692,7 +702,7 @@ fl_advance(FastLoop *fl, int index)
                         /* a value C does not hold: Python sends it */
                         return fl_to_python(fl, index, START_COMMAND, NULL);
             }
-            sent = send_sql(fl, c, op);
+            sent = fl->gen != NULL ? fl_gen_send(fl, index, op) : send_sql(fl, c, op);
             if (sent == -3)
                 return -1;
             c->qrynum = 0;
@@ -717,6 +727,15 @@ fl_advance(FastLoop *fl, int index)
                     return r;
                 resend = 1;
                 state = START_COMMAND;
+                continue;
+            }
+            if (fl->gen != NULL) {
+                int r = fl_gen_wait(fl, index);
+
+                if (r <= 0)
+                    return r;
+                io_done = 1;
+                state = END_COMMAND;
                 continue;
             }
             if (sc->ops[c->command].kind == OP_PEND) {
@@ -914,4 +933,11 @@ fl_advance(FastLoop *fl, int index)
             return -1;
         }
     }
+}
+
+/* hand_error for _fastloop_gen.c */
+int
+fl_hand_error(FastLoop *fl, int index, int q, int status, PGresult *res)
+{
+    return hand_error(fl, index, q, status, res);
 }

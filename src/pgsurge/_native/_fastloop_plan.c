@@ -107,6 +107,8 @@ fl_parse_op(FastLoop *fl, PyObject *spec, fl_op *op, int *nprep)
         op->end_next = (int)PyLong_AsLong(PyTuple_GET_ITEM(spec, 1));
         return PyErr_Occurred() ? -1 : 0;
     case OP_ENDIF:
+    case OP_PY:
+    case OP_PYONLY:
     case OP_PSTART:
     case OP_PSYNC:
     case OP_PEND:

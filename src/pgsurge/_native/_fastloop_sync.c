@@ -829,6 +829,8 @@ hand_back(FastLoop *fl, int index, int state)
     PyObject *st = c->st, *v, *vars;
     int i, r;
 
+    if (fl->gen != NULL && fl_gen_hand_back(fl, index) < 0)
+        return -1;
     c->owner = OWN_PY;
     c->retake_at = c->cnt + 1;
     fl->handbacks++;
@@ -1023,4 +1025,11 @@ fl_to_python_code(FastLoop *fl, int index, int state, long code)
     r = fl_to_python(fl, index, state, event);
     Py_DECREF(event);
     return r;
+}
+
+/* a PgPrng's words (_fastloop_gen.c: the generator draws from Client.rng) */
+int
+fl_rng_load(PyObject *rng, uint64_t *s0, uint64_t *s1)
+{
+    return rng_load(rng, s0, s1);
 }

@@ -87,6 +87,8 @@ static int (*f_setnonblocking)(PGconn *, int);
 static void (*f_finish)(PGconn *);
 static char *(*f_errorMessage)(const PGconn *);
 static int (*f_sendPrepare)(PGconn *, const char *, const char *, int, const void *);
+static unsigned int (*f_ftype)(const PGresult *, int);
+static char *(*f_cmdTuples)(PGresult *);
 
 /* the same functions, published for pgsurge._fastloop (see _fastpq_api.h) */
 static pgsurge_fastpq_api c_api = {PGSURGE_FASTPQ_TABLE_VERSION, 0};
@@ -169,6 +171,8 @@ bind_symbols(void *handle)
     BIND(f_finish, "PQfinish");
     BIND(f_errorMessage, "PQerrorMessage");
     BIND(f_sendPrepare, "PQsendPrepare");
+    BIND(f_ftype, "PQftype");
+    BIND(f_cmdTuples, "PQcmdTuples");
     return 1;
 }
 
@@ -205,6 +209,8 @@ publish_api(void)
     c_api.finish = f_finish;
     c_api.errorMessage = f_errorMessage;
     c_api.sendPrepare = f_sendPrepare;
+    c_api.ftype = f_ftype;
+    c_api.cmdTuples = f_cmdTuples;
     c_api.bound = 1;
 }
 #endif

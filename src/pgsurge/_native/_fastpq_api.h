@@ -13,7 +13,7 @@
 
 #define PGSURGE_FASTPQ_CAPSULE "pgsurge._fastpq._C_API"
 /* bumped whenever the table below changes */
-#define PGSURGE_FASTPQ_TABLE_VERSION 3
+#define PGSURGE_FASTPQ_TABLE_VERSION 4
 
 typedef struct pg_conn PGconn;
 typedef struct pg_result PGresult;
@@ -56,6 +56,9 @@ typedef struct {
     void (*finish)(PGconn *);
     char *(*errorMessage)(const PGconn *);
     int (*sendPrepare)(PGconn *, const char *, const char *, int, const void *);
+    /* a Python workload's result object (_fastloop_gen.c) */
+    unsigned int (*ftype)(const PGresult *, int);
+    char *(*cmdTuples)(PGresult *);
 } pgsurge_fastpq_api;
 
 #endif

@@ -19,9 +19,11 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include <math.h>
 #include <stdint.h>
+#include <stddef.h>
 #include <stdio.h>
 
 #define SPEEDUPS_API 1
@@ -611,6 +613,142 @@ static struct PyModuleDef speedups_module = {
     .m_methods = module_methods,
 };
 
+
+/* ---------------------------------------------------------------------- */
+/* A Python workload's hot calls (pgsurge.workloads.api)                   */
+
+/* RangeDraw(rng, fallback): ``ctx.random(lo, hi)`` without a Python
+ * frame. Two ints with lo <= hi < lo + INT64_MAX draw from the PgPrng
+ * as int64_range does (Context.random's own fast path); anything else is
+ * fallback(*args), Context's Python code, which gives its results and its
+ * errors. */
+typedef struct {
+    PyObject_HEAD
+    PrngObject *rng;
+    PyObject *fallback;
+    vectorcallfunc vectorcall;
+} RangeDrawObject;
+
+static PyObject *
+RangeDraw_vectorcall(RangeDrawObject *self, PyObject *const *args, size_t nargsf,
+                     PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    long long lo, hi;
+    int o1, o2;
+    uint64_t v;
+
+    if (nargs == 2 && kwnames == NULL && PyLong_CheckExact(args[0]) &&
+        PyLong_CheckExact(args[1])) {
+        lo = PyLong_AsLongLongAndOverflow(args[0], &o1);
+        hi = PyLong_AsLongLongAndOverflow(args[1], &o2);
+        if (!o1 && !o2 && !(lo == -1 && PyErr_Occurred()) &&
+            !(hi == -1 && PyErr_Occurred()) && lo <= hi &&
+            (uint64_t)hi - (uint64_t)lo < (uint64_t)INT64_MAX) {
+            if (hi == lo)
+                return PyLong_FromLongLong(lo);
+            v = draw_upto(&self->rng->st, (uint64_t)hi - (uint64_t)lo);
+            return PyLong_FromLongLong((long long)(int64_t)((uint64_t)lo + v));
+        }
+        PyErr_Clear();
+    }
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *
+RangeDraw_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *rng, *fallback;
+    RangeDrawObject *self;
+
+    if (!PyArg_ParseTuple(args, "O!O:RangeDraw", &PrngType, &rng, &fallback))
+        return NULL;
+    self = (RangeDrawObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    Py_INCREF(rng);
+    Py_INCREF(fallback);
+    self->rng = (PrngObject *)rng;
+    self->fallback = fallback;
+    self->vectorcall = (vectorcallfunc)RangeDraw_vectorcall;
+    return (PyObject *)self;
+}
+
+static int
+RangeDraw_traverse(RangeDrawObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->rng);
+    Py_VISIT(self->fallback);
+    return 0;
+}
+
+static int
+RangeDraw_clear(RangeDrawObject *self)
+{
+    Py_CLEAR(self->rng);
+    Py_CLEAR(self->fallback);
+    return 0;
+}
+
+static void
+RangeDraw_dealloc(RangeDrawObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    RangeDraw_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject RangeDrawType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pgsurge._speedups.RangeDraw",
+    .tp_basicsize = sizeof(RangeDrawObject),
+    .tp_dealloc = (destructor)RangeDraw_dealloc,
+    .tp_vectorcall_offset = offsetof(RangeDrawObject, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "RangeDraw(rng, fallback): ctx.random(lo, hi) of a Python workload.",
+    .tp_traverse = (traverseproc)RangeDraw_traverse,
+    .tp_clear = (inquiry)RangeDraw_clear,
+    .tp_new = RangeDraw_new,
+};
+
+/* StatementCall: the base of workloads.api.Statement, whose call makes
+ * the (statement, args) tuple a transaction yields: the call's own
+ * argument tuple, its length checked against nparams (a wrong count:
+ * self._arity_error(count), Python's message) */
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t nparams;
+} StatementCallObject;
+
+static PyObject *
+StatementCall_call(StatementCallObject *self, PyObject *args, PyObject *kwargs)
+{
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0) {
+        PyErr_SetString(PyExc_TypeError, "a statement takes no keyword arguments");
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(args) != self->nparams)
+        return PyObject_CallMethod((PyObject *)self, "_arity_error", "n",
+                                   PyTuple_GET_SIZE(args));
+    return PyTuple_Pack(2, (PyObject *)self, args);
+}
+
+static PyMemberDef StatementCall_members[] = {
+    {"nparams", T_PYSSIZET, offsetof(StatementCallObject, nparams), 0,
+     "the number of $n parameters"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject StatementCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pgsurge._speedups.StatementCall",
+    .tp_basicsize = sizeof(StatementCallObject),
+    .tp_call = (ternaryfunc)StatementCall_call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "The base of a workload's Statement: calling it makes (self, args).",
+    .tp_members = StatementCall_members,
+    .tp_new = PyType_GenericNew,
+};
+
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
@@ -624,6 +762,12 @@ PyInit__speedups(void)
     Py_INCREF(&PrngType);
     if (PyModule_AddObject(m, "PgPrng", (PyObject *)&PrngType) < 0) {
         Py_DECREF(&PrngType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyType_Ready(&RangeDrawType) < 0 || PyType_Ready(&StatementCallType) < 0 ||
+        PyModule_AddObjectRef(m, "RangeDraw", (PyObject *)&RangeDrawType) < 0 ||
+        PyModule_AddObjectRef(m, "StatementCall", (PyObject *)&StatementCallType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -44,6 +44,8 @@ __all__ = [
     "OP_PEND",
     "OP_PSTART",
     "OP_PSYNC",
+    "OP_PY",
+    "OP_PYONLY",
     "OP_SET_CONST",
     "OP_SET_EXPR",
     "OP_SET_RANDOM",
@@ -139,6 +141,10 @@ OP_ENDIF = 9
 OP_PSTART = 10
 OP_PSYNC = 11
 OP_PEND = 12
+#: a Python workload (_fastloop_gen.c): step its generator; an op C leaves
+#: to Python (a batch's, the target of ctx.sleep)
+OP_PY = 13
+OP_PYONLY = 14
 
 
 class End(NamedTuple):
@@ -286,6 +292,20 @@ class SleepVar(NamedTuple):
         return cls(OP_SLEEP_VAR, slot, unit_us)
 
 
+class PyStep(NamedTuple):
+    """A Python transaction's K_PY op: C steps the generator
+    (_fastloop_gen.c)."""
+
+    kind: int = OP_PY
+
+
+class PyOnly(NamedTuple):
+    """An op of a Python transaction C leaves to Python (a batch's, the
+    target of ``ctx.sleep``, whose SLEEP C runs itself)."""
+
+    kind: int = OP_PYONLY
+
+
 PlanOp = (
     End
     | SetConst
@@ -298,6 +318,8 @@ PlanOp = (
     | Else
     | Endif
     | Pipeline
+    | PyStep
+    | PyOnly
 )
 
 # -- the run's flags -----------------------------------------------------------
@@ -387,6 +409,8 @@ MIRRORED: dict[str, int] = {
     "OP_PSTART": OP_PSTART,
     "OP_PSYNC": OP_PSYNC,
     "OP_PEND": OP_PEND,
+    "OP_PY": OP_PY,
+    "OP_PYONLY": OP_PYONLY,
     # \gset kinds
     "GSET_NONE": C.GSET_NONE,
     "GSET_ONE": C.GSET_ONE,

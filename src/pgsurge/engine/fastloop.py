@@ -81,7 +81,8 @@ from pgsurge.engine.abi import (
 )
 from pgsurge.engine.fastexpr import Unsupported, compile_expr
 from pgsurge.engine.loop import EventLoop, absorb
-from pgsurge.engine.state import PREPARING
+from pgsurge.engine.program import reported_ops
+from pgsurge.engine.state import K_PY, PREPARING
 from pgsurge.script.ast import (
     Call,
     Const,
@@ -101,6 +102,7 @@ from pgsurge.script.ast import (
 from pgsurge.script.evaluate import EvalContext, evaluate
 from pgsurge.script.functions import FUNCTIONS, FuncKind
 from pgsurge.script.sqlvars import valid_variable_name
+from pgsurge.stats.histogram import Histogram
 
 if TYPE_CHECKING:
     from pgsurge.config import RunConfig
@@ -171,7 +173,8 @@ def run_excluded(cfg: RunConfig) -> str | None:
     if cfg.debug:
         return "--debug"
     if any(s.python for s in cfg.scripts):
-        # a generator is advanced by the Python state machine only
+        # scripts only here: a run of Python transactions alone takes the C
+        # loop through engine.fastgen, one mixed with scripts does not
         return "Python workload"
     return None
 
@@ -452,6 +455,9 @@ class FastEventLoop(EventLoop):
         )
         control = -1 if self._control_fd is None else self._control_fd
         rec = self.recorder
+        targets = None if rec is None else rec.targets()
+        if targets is not None and script_ops and script_ops[0][0].kind == K_PY:
+            targets = _per_op_targets(targets, script_ops)
         self._fast = _module.FastLoop(
             list(self.clients),
             script_ops,
@@ -461,10 +467,16 @@ class FastEventLoop(EventLoop):
             self.waiter.epoll_fd(),
             control,
             flags,
-            None if rec is None else rec.targets(),
+            targets,
         )
         if connect is not None:
             self._fast.set_connect(_connect_spec(self, connect))
+
+    def set_python(self, spec: tuple[Any, ...]) -> None:
+        """A run of Python transactions: C steps their generators
+        (``engine.fastgen.spec``)."""
+        assert self._fast is not None
+        self._fast.set_python(spec)
 
     def set_txlog(self, txlog: TxLogWriter) -> None:
         """The worker's -l writer, opened once the run starts (aggregated
@@ -564,6 +576,22 @@ def flags_for(
         float(throttle_delay),
         int(per_command),
     )
+
+
+def _per_op_targets(
+    targets: tuple[Any, Any, Any, tuple[tuple[Histogram, ...], ...]],
+    script_ops: tuple[tuple[Op, ...], ...],
+) -> tuple[Any, Any, Any, tuple[tuple[Histogram, ...], ...]]:
+    """-r's histograms of Python transactions as C records them, one per op
+    (a script's commands are its ops): a reported statement's (or sleep's)
+    own, one nobody reads for the others (engine.fastgen)."""
+    lat, lag, per_script, per_command = targets
+    out = []
+    for ops, hists in zip(script_ops, per_command, strict=True):
+        mine = dict(zip((op.index for op in reported_ops(ops)), hists, strict=True))
+        spare = Histogram(hists[0].digits) if hists else Histogram()
+        out.append(tuple(mine.get(i, spare) for i in range(len(ops) - 1)))
+    return lat, lag, per_script, tuple(out)
 
 
 def _log_spec(txlog: TxLogWriter) -> tuple[Any, ...]:

@@ -75,6 +75,7 @@ from pgsurge.engine.state import (
     E_OTHER,
     E_SERIALIZATION,
     END_TX,
+    FINISHED,
     SLEEP,
     START_COMMAND,
     Client,
@@ -222,6 +223,40 @@ class PyClient:
 #: ``PyClient.batch`` after a caught error: the next K_PY op goes to
 #: ``batch_done``, off the hot path, which files ``PyClient.thrown``
 CAUGHT: list[Any] = []
+
+
+class Raised:
+    """What the C loop files as ``PyClient.thrown`` when the generator
+    raised (``_fastloop_gen.c``): py_step reports it as its own."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+def bind_simple(st: Client, args: tuple[Any, ...]) -> None:
+    """``bind_params`` of ``-M simple``: ints as they are, the other values
+    as SQL literals (``set_params``'s simple mode)."""
+    variables = st.variables
+    for name, v in zip(PARAM_NAMES, args, strict=False):
+        variables[name] = v if type(v) is int else _literal(v)
+
+
+def bind_params(st: Client, args: tuple[Any, ...]) -> None:
+    """A statement's parameters into the variables "$1".."$n", as
+    ``make_py``'s ``set_params`` does in extended and prepared modes: what
+    Python's send reads when the C loop hands a client back with a
+    statement it has not sent (its first prepare) or may send again."""
+    variables = st.variables
+    for name, v in zip(PARAM_NAMES, args, strict=False):
+        tv = type(v)
+        if tv is int or tv is str:
+            variables[name] = v
+        elif v is None:
+            variables.pop(name, None)
+        else:
+            variables[name] = _text(v)
 
 
 def compile_py(spec: PyTransactionSpec, mode: QueryMode) -> tuple[Op, ...]:
@@ -382,6 +417,18 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
     strip_nl = pgconn.strip_newline
     monotonic_ns = _monotonic_ns
     next_item = next
+    end_us = s.end_us
+
+    def stop(st: Client, py: PyClient) -> int:
+        """The client's run ends inside a transaction (-T is over)."""
+        gen = py.gen
+        py.gen = py.res = py.thrown = None
+        if gen is not None:
+            try:
+                gen.close()
+            except Exception:
+                pass
+        return FINISHED
 
     def fail(st: Client, prog: PyProgram, message: str) -> int:
         error(
@@ -581,6 +628,9 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
         if item is DONE:
             py.gen = None
             return END_TX
+        if type(item) is Raised:
+            # the generator raised while the C loop stepped it
+            return fail(st, prog, user_traceback(item.exc, prog.spec.user_files))
         if type(item) is prog.sleep_type:
             st.command = prog.sleep_index
             st.sleep_until = monotonic_ns() // 1000 + item.usec  # type: ignore[attr-defined]
@@ -609,6 +659,11 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
             py.discarding = False
             item = py.thrown
             py.thrown = None
+            if end_us and type(item) is not Raised and monotonic_ns() // 1000 >= end_us:
+                # -T is over: a generator that catches its errors must not
+                # run on (a loop of them never ends the transaction); it
+                # stops here, as pgbench stops retrying at -T, uncounted
+                return stop(st, py)
             return file_item(st, prog, py, item)
         state = batch_step(st, prog, py)
         if state >= 0:

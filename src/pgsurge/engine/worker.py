@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from pgsurge import pgconn
 from pgsurge.config import QueryMode, RunConfig
-from pgsurge.engine import fastloop, fastpq
+from pgsurge.engine import fastgen, fastloop, fastpq
 from pgsurge.engine import state as C
 from pgsurge.engine.abi import run_flags
 from pgsurge.engine.client import make_engine
@@ -503,7 +503,8 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
         # --reconnect: the Python engine (engine/reconnect.py)
         "--reconnect runs on the Python engine"
         if cfg.reconnect
-        else "Python workload"
+        # Python transactions: their generators stepped by C (fastgen.py)
+        else fastgen.decide(cfg, scripts)
         if len(parsed) != len(spec.scripts)
         else fastloop.decide(cfg, parsed, scripts, spec.variables, spec.set_client_id)
     )
@@ -550,6 +551,9 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
         flags = run_flags(settings, len(scripts), cfg.exit_on_abort)
         connect = settings if cfg.connect_each_tx else None
         loop.use_c(plan, engine, wstate, scripts, flags, connect)
+        if fastgen.is_python(scripts):
+            simple = cfg.query_mode is QueryMode.SIMPLE
+            loop.set_python(fastgen.spec(scripts, simple))
 
     if cfg.connect_each_tx:
         return True

@@ -33,11 +33,11 @@ import itertools
 import sys
 from collections.abc import Callable, Generator, Iterator
 from decimal import Decimal
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from pgsurge.cnum import INT64_MAX as _INT64_MAX
 from pgsurge.errors import EvalError
-from pgsurge.prng import PgPrng
+from pgsurge.prng import PgPrng, speedups
 from pgsurge.script.functions import (
     hash_fnv1a,
     hash_murmur2,
@@ -167,15 +167,47 @@ def split_params(text: str) -> tuple[tuple[str | int, ...], int]:
     return tuple(parts), nparams
 
 
-class Statement:
-    """An SQL statement with ``$1..$n`` parameters, declared once."""
+#: the C base of Statement when pgsurge._speedups is built: its call (the
+#: (statement, args) tuple, arity checked) runs without a Python frame,
+#: which is a good part of what a transaction costs the client
+_StatementBase: Any = getattr(speedups, "StatementCall", None)
+_RangeDraw: Any = getattr(speedups, "RangeDraw", None)
+
+
+class _PyStatementBase:
+    """The pure-Python base of Statement: the same call."""
+
+    __slots__ = ("nparams",)
+    nparams: int
+
+    def __call__(self, *args: object) -> tuple[Any, tuple[object, ...]]:
+        """The statement with its parameters, to be yielded: a plain tuple
+        (the cheapest object to make; the engine checks its type)."""
+        if len(args) != self.nparams:
+            self._arity_error(len(args))
+        return (self, args)
+
+    def _arity_error(self, count: int) -> Any:
+        raise NotImplementedError
+
+
+if TYPE_CHECKING:
+    _Base = _PyStatementBase
+else:
+    _Base = _StatementBase or _PyStatementBase
+
+
+class Statement(_Base):
+    """An SQL statement with ``$1..$n`` parameters, declared once.
+
+    Calling it makes the ``(statement, args)`` tuple a transaction yields,
+    after checking the number of parameters."""
 
     __slots__ = (
         "fetch",
         "first_line",
         "key",
         "name",
-        "nparams",
         "simple_parts",
         "sql",
         "where",
@@ -192,16 +224,16 @@ class Statement:
         self.first_line = " ".join(text.split())
         self.where = _caller(3)  # who called sql()
 
-    def __call__(self, *args: object) -> tuple[Statement, tuple[object, ...]]:
-        """The statement with its parameters, to be yielded: a plain tuple
-        (the cheapest object to make; the engine checks its type)."""
-        if len(args) != self.nparams:
-            raise WorkloadUsageError(
-                f"{_caller()}: statement {self.name or self.first_line!r} takes "
-                f"{self.nparams} parameter{'s' if self.nparams != 1 else ''}, "
-                f"got {len(args)}"
-            )
-        return (self, args)
+    def _arity_error(self, count: int) -> Any:
+        """A call with ``count`` parameters, not ``nparams``: the error,
+        naming the caller's line (the C base calls this from the user's
+        frame, the Python base from its __call__)."""
+        depth = 2 if _StatementBase is not None else 3
+        raise WorkloadUsageError(
+            f"{_caller(depth)}: statement {self.name or self.first_line!r} takes "
+            f"{self.nparams} parameter{'s' if self.nparams != 1 else ''}, "
+            f"got {count}"
+        )
 
     def __repr__(self) -> str:
         return f"<statement {self.name or self.first_line!r} ({self.where})>"
@@ -295,6 +327,15 @@ class Context:
         self._variables = variables
         #: pgbench's :client_id
         self.client_id = client_id
+        if (
+            _RangeDraw is not None
+            and speedups is not None
+            and type(rng) is speedups.PgPrng
+        ):
+            # random(lo, hi) without a Python frame: the same draws, and
+            # this class's code for anything but its fast path
+            draw = _RangeDraw(rng, self._random)
+            self.random = self.random_uniform = draw  # type: ignore[method-assign]
 
     # Read once, on first use: both are set before the run starts and
     # never change during it, and a transaction reads ctx.scale every time.
@@ -314,6 +355,7 @@ class Context:
         return _checked(random_uniform(self._rng, lo, hi))
 
     random_uniform = random
+    _random = random
 
     def random_exponential(self, lo: int, hi: int, parameter: float) -> int:
         return _checked(random_exponential(self._rng, lo, hi, float(parameter)))
