@@ -7,10 +7,15 @@ what timing on a shared 2-core machine cannot settle, per transaction and
 with start-up cancelled (two ``-t`` runs differenced):
 
 * user-space instructions of every process of the tool (``valgrind
-  --tool=cachegrind``, as ``bench/instr_bench.py``);
+  --tool=cachegrind``, as ``bench/instr_bench.py``), with the interpreter's
+  share apart: pgsurge's Python runs at each interval end (the ``--json``
+  series) and at the end, not per transaction, but a run under valgrind
+  lasts 20-50 times longer than a native one, so that share is inflated;
+  the rest (C loop, libpq, libc) is the per-transaction figure;
 * system calls (``perf stat -e raw_syscalls:sys_enter``, as
   ``bench/syscall_bench.py``) and the task-clock of the process tree
-  (timing: indicative only).
+  (timing: indicative only); start-up, the median task-clock of three
+  ``-t 1`` runs.
 
 ``--suite FILE.json`` (a ``bench/suite.py`` result holding the same cases
 and ``aa-control``) adds the timed columns: the median CPU ratio per
@@ -29,6 +34,7 @@ import argparse
 import json
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _suite_cases import JSON_LOG, PAIRED_CASES
 from _suite_proc import SuiteServer, pg_bindir
+from instr_bench import in_cpython, per_function
 from instr_bench import measure as cachegrind_run
 from syscall_bench import measure as perf_run
 
@@ -84,7 +91,8 @@ def pgsurge_cmd() -> list[str]:
 
 
 def counted(case: Case, tool: str, dsn: str, instructions: bool) -> dict[str, float]:
-    """Per-transaction instructions, syscalls and task-clock µs of one tool."""
+    """Per-transaction instructions, syscalls and task-clock µs of one tool,
+    and its start-up: the median task-clock of three ``-t 1`` runs."""
     env = dict(os.environ)
     env.update(case.env)
     if tool == "pgbench":
@@ -98,12 +106,19 @@ def counted(case: Case, tool: str, dsn: str, instructions: bool) -> dict[str, fl
     t1, c1 = perf_run(argv, env, dsn, hi)
     out["syscalls"] = (c1["all"] - c0["all"]) / (t1 - t0)
     out["task_us"] = (c1["task_ms"] - c0["task_ms"]) * 1000 / (t1 - t0)
-    out["startup_ms"] = c0["task_ms"] - out["task_us"] * t0 / 1000
+    out["startup_ms"] = statistics.median(
+        perf_run(argv, env, dsn, 1)[1]["task_ms"] for _ in range(3)
+    )
     if instructions:
         with tempfile.TemporaryDirectory(prefix="pgsurge-cg-") as tmp:
-            n0, i0, _ = cachegrind_run(argv, env, dsn, case.low, Path(tmp, "lo"))
-            n1, i1, _ = cachegrind_run(argv, env, dsn, case.high, Path(tmp, "hi"))
+            n0, i0, f0 = cachegrind_run(argv, env, dsn, case.low, Path(tmp, "lo"))
+            n1, i1, f1 = cachegrind_run(argv, env, dsn, case.high, Path(tmp, "hi"))
+            # the interpreter's share: pgsurge's Python runs per interval
+            # (the --json series) and at the end, not per transaction, but
+            # a run under valgrind is 20-50 times longer than a native one
+            py = sum(n for n, fn in per_function(f0, f1, Path(tmp)) if in_cpython(fn))
         out["instructions"] = (i1 - i0) / (n1 - n0)
+        out["instructions_py"] = py / (n1 - n0)
     return out
 
 
@@ -117,6 +132,12 @@ def _f(value: Any, digits: int) -> str:
     if value is None or value != value:  # missing or NaN
         return "–"
     return f"{value:,.{digits}f}"
+
+
+def _py(tool: dict[str, float]) -> str:
+    """The interpreter's part of an instruction count, when there is one."""
+    py = tool.get("instructions_py")
+    return f" ({_f(py, 0)} in CPython)" if py else ""
 
 
 def table(rows: dict[str, dict[str, dict[str, float]]], suite: dict[str, Any]) -> str:
@@ -139,7 +160,8 @@ def table(rows: dict[str, dict[str, dict[str, float]]], suite: dict[str, Any]) -
         ps, pb = tools.get("pgsurge", {}), tools.get("pgbench", {})
         lines.append(
             f"| {name} | {_f(cpu, 3)} | {_f(net, 3)} | {_f(tps, 3)} | {band} "
-            f"| {_f(ps.get('instructions'), 0)} | {_f(pb.get('instructions'), 0)} "
+            f"| {_f(ps.get('instructions'), 0)}{_py(ps)} "
+            f"| {_f(pb.get('instructions'), 0)}{_py(pb)} "
             f"| {_f(ps.get('syscalls'), 2)} | {_f(pb.get('syscalls'), 2)} "
             f"| {_f(ps.get('startup_ms'), 0)} | {_f(pb.get('startup_ms'), 0)} |"
         )
