@@ -146,10 +146,13 @@ def table(rows: dict[str, dict[str, dict[str, float]]], suite: dict[str, Any]) -
     band = "–"
     if aa is not None:
         band = f"{_f(aa['cpu']['low'], 3)}–{_f(aa['cpu']['high'], 3)}"
-        band += f" (tps {_f(aa['tps']['low'], 3)}–{_f(aa['tps']['high'], 3)})"
+        net = aa.get("cpu_net", {})
+        if net.get("n"):
+            band += f" (net {_f(net['low'], 3)}–{_f(net['high'], 3)})"
+        band += f"; tps {_f(aa['tps']['low'], 3)}–{_f(aa['tps']['high'], 3)}"
     head = (
         "| case | CPU ratio | CPU ratio, start-up cancelled | tps ratio "
-        "| A/A band CPU (tps) | instructions/tx pgsurge | pgbench "
+        "| A/A band: CPU (start-up cancelled); tps | instructions/tx pgsurge | pgbench "
         "| syscalls/tx pgsurge | pgbench | start-up CPU ms pgsurge | pgbench |"
     )
     lines = [head, "|" + "---|" * 11]
