@@ -196,7 +196,7 @@ def _paired_row(
             # a CPU ratio inside the control's own band is not a difference
             band = aa.cpu if cpu is s.cpu else aa.cpu_net
             if not math.isnan(band.high) and cpu.median <= max(band.high, 1.0):
-                met += " (inside the A/A band)"
+                met += " (CPU inside the A/A band)"
     return Row(
         (
             name,
