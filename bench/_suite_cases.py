@@ -124,14 +124,15 @@ PAIRED_CASES += (
 # Issue 22: every script at C speed. These run without PGSURGE_FASTLOOP=require
 # so that the suite measures what a user gets today, on whichever loop takes
 # the run (the report's loop column says which); pgsurge writes its JSON with
-# percentiles as well, pgbench nothing extra.
+# percentiles and the -l log as well (the acceptance), pgbench nothing extra.
+JSON_LOG = (*JSON_OUT, "-l")
 _SCRIPT_ARGS = ("-M", "prepared", "-c", "8", "-j", "2")
 PAIRED_CASES += tuple(
     PairedCase(
         f"script-{name}",
         ("-f", f"{{bench}}/{name}.sql", *_SCRIPT_ARGS),
         cpu_max=1.05,
-        b_extra=JSON_OUT,
+        b_extra=JSON_LOG,
     )
     for name in ("zipfian", "gaussian", "exponential", "double", "pipeline", "long200")
 )
@@ -147,14 +148,14 @@ PAIRED_CASES += (
         ("-b", "tpcb-like", "-M", "extended", "-c", "8", "-j", "2"),
         env=(ASYNC_COMMIT,),
         cpu_max=1.05,
-        b_extra=JSON_OUT,
+        b_extra=JSON_LOG,
     ),
     PairedCase(
         "tpcb-like-simple",
         ("-b", "tpcb-like", "-M", "simple", "-c", "8", "-j", "2"),
         env=(ASYNC_COMMIT,),
         cpu_max=1.05,
-        b_extra=JSON_OUT,
+        b_extra=JSON_LOG,
     ),
 )
 

@@ -12,7 +12,11 @@ Vocabulary:
   load) favours neither tool;
 * a *ratio* is always ``candidate / reference`` within one pair, and a
   case's figure is the median of its per-pair ratios (not the ratio of the
-  medians: pairing cancels the drift that the two medians would keep).
+  medians: pairing cancels the drift that the two medians would keep);
+* a run may carry a *short run* of the same tool and arguments, measured
+  in the same pair (``suite.py --short``): the two run lengths split the
+  CPU into a per-transaction slope and a per-run constant (start-up,
+  connections, the end of the run), :func:`two_lengths`.
 """
 
 from __future__ import annotations
@@ -90,6 +94,10 @@ class Run:
     #: the tool's standard output and the end of its standard error
     stdout: str = ""
     stderr_tail: str = ""
+    #: CPU seconds and transactions of the same tool's short run in this
+    #: pair (None: no short run, or it failed)
+    short_cpu_s: float | None = None
+    short_transactions: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -103,6 +111,37 @@ class Run:
     def cpu_us_per_tx(self) -> float:
         """Client CPU per processed transaction, start-up and workers included."""
         return cpu_us_per_tx(self.cpu_s, self.transactions)
+
+    @property
+    def net_cpu_us_per_tx(self) -> float:
+        """Client CPU per transaction with the per-run constant cancelled."""
+        return self._two_lengths()[0]
+
+    @property
+    def startup_ms(self) -> float:
+        """The per-run constant: start-up, connections, end of the run (ms)."""
+        return self._two_lengths()[1]
+
+    def _two_lengths(self) -> tuple[float, float]:
+        if not self.ok or self.short_cpu_s is None:
+            return math.nan, math.nan
+        return two_lengths(
+            self.cpu_s, self.transactions, self.short_cpu_s, self.short_transactions
+        )
+
+
+def two_lengths(
+    cpu_s: float, transactions: int | None, short_cpu_s: float, short_tx: int | None
+) -> tuple[float, float]:
+    """(µs per transaction, ms per run) from a long and a short run.
+
+    CPU = constant + slope × transactions; two runs of different lengths
+    give both. NaNs when a count is missing or the two are equal.
+    """
+    if not transactions or short_tx is None or transactions <= short_tx:
+        return math.nan, math.nan
+    slope = (cpu_s - short_cpu_s) / (transactions - short_tx)
+    return 1e6 * slope, 1e3 * (short_cpu_s - slope * short_tx)
 
 
 def cpu_us_per_tx(cpu_s: float, transactions: int | None) -> float:
@@ -181,6 +220,14 @@ def _cpu(run: Run) -> float:
     return run.cpu_us_per_tx
 
 
+def _cpu_net(run: Run) -> float:
+    return run.net_cpu_us_per_tx
+
+
+def _startup(run: Run) -> float:
+    return run.startup_ms
+
+
 def _latency(run: Run) -> float | None:
     return run.latency_ms
 
@@ -206,6 +253,13 @@ class PairedSummary:
     ref_lag_ms: float
     cand_lag_ms: float
     failed_runs: int
+    #: CPU per transaction with the per-run constant cancelled (short runs)
+    cpu_net: RatioStats = RatioStats(math.nan, math.nan, math.nan, 0)
+    ref_cpu_net_us: float = math.nan
+    cand_cpu_net_us: float = math.nan
+    #: the per-run constant of each tool, ms (median over pairs)
+    ref_startup_ms: float = math.nan
+    cand_startup_ms: float = math.nan
 
 
 def summarize_pairs(pairs: Sequence[tuple[Run, Run]]) -> PairedSummary:
@@ -230,6 +284,11 @@ def summarize_pairs(pairs: Sequence[tuple[Run, Run]]) -> PairedSummary:
         ref_lag_ms=med(0, _lag),
         cand_lag_ms=med(1, _lag),
         failed_runs=sum((not r.ok) + (not c.ok) for r, c in pairs),
+        cpu_net=ratio_stats(pairs, _cpu_net),
+        ref_cpu_net_us=med(0, _cpu_net),
+        cand_cpu_net_us=med(1, _cpu_net),
+        ref_startup_ms=med(0, _startup),
+        cand_startup_ms=med(1, _startup),
     )
 
 

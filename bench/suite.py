@@ -117,6 +117,8 @@ class Options:
     pgsurge: str | None
     #: (client CPU, server CPU) of --pin; None: not pinned
     pin: tuple[int, int] | None = None
+    #: -T of the short run beside each paired run (0: none)
+    short: int = 0
 
 
 def parse_options(argv: Sequence[str] | None = None) -> Options:
@@ -132,6 +134,13 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         help="counted pairs per case after the warm-up pair (default 6)",
     )
     ap.add_argument("--duration", type=int, help="-T of run cases (default 10)")
+    ap.add_argument(
+        "--short",
+        type=int,
+        help="-T of a short run of each tool in every pair, which splits CPU "
+        "into a per-transaction figure and a per-run constant (start-up); "
+        "0: none (default 2, or 0 with --quick)",
+    )
     ap.add_argument("--scale", type=int, default=10, help="scale of run cases")
     ap.add_argument("--init-scale", type=int, help="scale of init timing (50)")
     ap.add_argument("--init-rounds", type=int, help="init rounds (default 3)")
@@ -184,10 +193,22 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     def pick(value: int | None, full: int, quick: int) -> int:
         return value if value is not None else (quick if o.quick else full)
 
+    pairs = pick(o.pairs, 6, 2)
+    if pairs % 2:
+        # ABBA needs an even count: with an odd one, the reference runs
+        # first in one pair more than the candidate, and the position
+        # (a warmer cache, a checkpoint's tail) biases every ratio
+        print(f"--pairs {pairs}: rounded up to {pairs + 1} (ABBA)", file=sys.stderr)
+        pairs += 1
+    duration = pick(o.duration, 10, 3)
+    short = pick(o.short, 2, 0)
+    if short >= duration:
+        ap.error(f"--short {short} must be shorter than --duration {duration}")
     return Options(
         cases=names,
-        pairs=pick(o.pairs, 6, 2),
-        duration=pick(o.duration, 10, 3),
+        pairs=pairs,
+        duration=duration,
+        short=short,
         scale=o.scale,
         init_scale=pick(o.init_scale, 50, 10),
         init_rounds=pick(o.init_rounds, 3, 1),
@@ -267,11 +288,12 @@ class Suite:
         tmp = tempfile.mkdtemp(prefix="pgsurge-suite-")
         where = {"tmp": tmp, "bench": str(Path(__file__).resolve().parent)}
 
-        def argv_of(tool: str) -> list[str]:
+        def argv_of(tool: str, duration: int | None = None) -> list[str]:
             extra = case.b_extra if tool == PGSURGE else ()
+            seconds = str(duration or self.opts.duration)
             return [
                 x.format(**where) if "{" in x else x
-                for x in (*case.args, *extra, "-T", str(self.opts.duration))
+                for x in (*case.args, *extra, "-T", seconds)
             ] + [self.run_dsn]
 
         env = dict(os.environ)
@@ -295,13 +317,41 @@ class Suite:
                 )
                 for leftover in Path(tmp).iterdir():  # -l files, the JSON
                     leftover.unlink()
+            if self.opts.short:
+                # the short runs in the reverse order: each tool's short run
+                # sits as far from its long one as the other tool's does
+                for pos, slot in enumerate(reversed(order)):
+                    tool = a if slot == "A" else b
+                    sr = self.measure(
+                        tool,
+                        argv_of(tool, self.opts.short),
+                        pair=i,
+                        position=2 + pos,
+                        env=env,
+                        timeout=timeout,
+                        cwd=tmp,
+                    )
+                    for leftover in Path(tmp).iterdir():
+                        leftover.unlink()
+                    if sr.ok:
+                        runs[slot] = dataclasses.replace(
+                            runs[slot],
+                            short_cpu_s=sr.cpu_s,
+                            short_transactions=sr.transactions,
+                        )
             ra, rb = runs["A"], runs["B"]
             tag = "warm-up" if i < 0 else f"pair {i}"
             print(
                 f"  {name} {tag} ({''.join(order)}): "
                 f"{a} {_run_brief(ra)} | {b} {_run_brief(rb)} | "
                 f"tps ratio {fmt(ratio(rb.tps, ra.tps), 3)} "
-                f"cpu ratio {fmt(ratio(rb.cpu_us_per_tx, ra.cpu_us_per_tx), 3)}",
+                f"cpu ratio {fmt(ratio(rb.cpu_us_per_tx, ra.cpu_us_per_tx), 3)}"
+                + (
+                    f" net {fmt(ratio(rb.net_cpu_us_per_tx, ra.net_cpu_us_per_tx), 3)}"
+                    f" start-up {fmt(ra.startup_ms, 0)}/{fmt(rb.startup_ms, 0)} ms"
+                    if self.opts.short
+                    else ""
+                ),
                 flush=True,
             )
             for r in (ra, rb):
@@ -598,6 +648,8 @@ def _run_brief(r: Run) -> str:
 def _run_dict(r: Run) -> dict[str, Any]:
     d = dataclasses.asdict(r)
     d["cpu_us_per_tx"] = r.cpu_us_per_tx
+    d["net_cpu_us_per_tx"] = r.net_cpu_us_per_tx
+    d["startup_ms"] = r.startup_ms
     return d
 
 

@@ -70,6 +70,7 @@ def _import_psycopg_pq() -> None:
     if "psycopg" in sys.modules or os.environ.get("PGSURGE_PSYCOPG") == "full":
         importlib.import_module("psycopg")
         return
+    _preset_binary_version()
     spec = importlib.util.find_spec("psycopg")
     if spec is None or spec.loader is None or not spec.submodule_search_locations:
         importlib.import_module("psycopg")  # raises as usual when it is missing
@@ -91,6 +92,50 @@ def _import_psycopg_pq() -> None:
         return getattr(package, name)
 
     package.__getattr__ = complete_on_access  # type: ignore[method-assign]
+
+
+def _preset_binary_version() -> None:
+    """Put ``psycopg_binary.version`` in place, read from the distribution's
+    metadata file, before psycopg imports it.
+
+    That module asks ``importlib.metadata`` for the version of the
+    ``psycopg-binary`` distribution; importing ``importlib.metadata``
+    (email, zipfile, csv, ...) costs some 77 million instructions, a tenth
+    of a run's start-up, for a string nothing of a run reads but psycopg's
+    messages. The string is the ``Version:`` line of the ``METADATA`` file
+    in the distribution's ``.dist-info`` directory beside the package,
+    which is what ``importlib.metadata`` reads too. With no such single
+    directory (another layout, an editable build) nothing is done and the
+    module is imported as usual.
+    """
+    if "psycopg_binary" in sys.modules or "psycopg_binary.version" in sys.modules:
+        return
+    try:
+        spec = importlib.util.find_spec("psycopg_binary")
+    except (ImportError, ValueError):
+        return
+    if spec is None or not spec.submodule_search_locations:
+        return
+    site = os.path.dirname(os.path.abspath(spec.submodule_search_locations[0]))
+    try:
+        infos = [
+            n
+            for n in os.listdir(site)
+            if n.startswith("psycopg_binary-") and n.endswith(".dist-info")
+        ]
+        if len(infos) != 1:
+            return
+        with open(os.path.join(site, infos[0], "METADATA"), encoding="utf-8") as f:
+            version = next(
+                (line[8:].strip() for line in f if line.startswith("Version:")), None
+            )
+    except OSError:
+        return
+    if not version:
+        return
+    module = ModuleType("psycopg_binary.version")
+    module.__version__ = version  # type: ignore[attr-defined]
+    sys.modules["psycopg_binary.version"] = module
 
 
 def _complete_psycopg(package: ModuleType) -> None:

@@ -252,3 +252,71 @@ def test_rows_from_a_saved_document() -> None:
     assert by_case["aa-control"][-1] == "–"
     assert other[0].cells[1] == "0.120" and other[0].cells[-1] == "yes"
     assert cases.PAIRED_CASES[0].name == "select-only-prepared"
+
+
+def test_two_lengths_split_slope_and_constant() -> None:
+    # 0.2 s of start-up, then 10 µs a transaction
+    slope, const = stats.two_lengths(
+        0.2 + 50_000 * 1e-5, 50_000, 0.2 + 10_000 * 1e-5, 10_000
+    )
+    assert slope == pytest.approx(10.0)
+    assert const == pytest.approx(200.0)
+    # no usable short run: unknown, not a guess
+    assert all(math.isnan(v) for v in stats.two_lengths(1.0, 100, 0.5, 100))
+    assert all(math.isnan(v) for v in stats.two_lengths(1.0, None, 0.5, 10))
+
+
+def test_net_cpu_ratio_cancels_a_start_up_the_whole_ratio_keeps() -> None:
+    # same per-transaction cost; the candidate starts up 0.3 s longer
+    ref = run(
+        "pgbench",
+        5000,
+        0.01 + 50_000 * 1e-5,
+        50_000,
+        short_cpu_s=0.01 + 10_000 * 1e-5,
+        short_transactions=10_000,
+    )
+    cand = run(
+        "pgsurge",
+        5000,
+        0.31 + 50_000 * 1e-5,
+        50_000,
+        short_cpu_s=0.31 + 10_000 * 1e-5,
+        short_transactions=10_000,
+    )
+    s = stats.summarize_pairs([(ref, cand)])
+    assert s.cpu.median == pytest.approx(0.81 / 0.51)
+    assert s.cpu_net.median == pytest.approx(1.0)
+    assert s.cand_startup_ms == pytest.approx(310.0)
+    assert s.ref_startup_ms == pytest.approx(10.0)
+    # runs without a short run keep the old figures and no net ones
+    plain = stats.summarize_pairs(
+        [(run("pgbench", 1, 1.0, 10), run("pgsurge", 1, 1.0, 10))]
+    )
+    assert plain.cpu.median == pytest.approx(1.0)
+    assert math.isnan(plain.cpu_net.median) and math.isnan(plain.cand_startup_ms)
+
+
+def test_report_judges_cpu_on_the_net_ratio_when_there_is_one() -> None:
+    case = next(c for c in cases.PAIRED_CASES if c.name == "tpcb-like-simple")
+    ref = run(
+        "pgbench",
+        5000,
+        0.01 + 50_000 * 1e-5,
+        50_000,
+        short_cpu_s=0.01 + 10_000 * 1e-5,
+        short_transactions=10_000,
+    )
+    cand = run(
+        "pgsurge",
+        5000,
+        0.31 + 50_000 * 1e-5,
+        50_000,
+        short_cpu_s=0.31 + 10_000 * 1e-5,
+        short_transactions=10_000,
+    )
+    s = stats.summarize_pairs([(ref, cand)])
+    row = report._paired_row(case.name, case, s, None, False)
+    assert row.cells[-1] == "yes"
+    assert row.cells[5] == "1.588" and row.cells[6] == "1.000"
+    assert row.cells[7] == "310 / 10"

@@ -167,6 +167,25 @@ def test_pickle_round_trip_keeps_a_working_record() -> None:
     assert h.copy() == h
 
 
+def test_pickle_carries_only_the_buckets_up_to_the_largest_value() -> None:
+    """A worker's histograms go to the parent pickled: the empty buckets
+    past the largest value stay behind, and the restored histogram grows
+    again as it records, merges and reads like the original."""
+    h = hist_of([120, 900, 4_000])
+    data = pickle.dumps(h)
+    assert len(data) < len(pickle.dumps(h._counts)) / 2  # all its buckets
+    back = pickle.loads(data)
+    assert len(back._counts) == h.index_of(4_000) + 1
+    assert back == h and back.percentiles([50, 99]) == h.percentiles([50, 99])
+    back.record(10**8)  # far past the buckets it came with
+    back.merge(hist_of([10**9, 7]))
+    assert (back.count, back.max, back.min) == (6, 10**9, 7)
+    empty = pickle.loads(pickle.dumps(Histogram()))
+    assert empty == Histogram() and empty.count == 0
+    empty.record(5)
+    assert empty.percentile(50) == 5
+
+
 def test_reset() -> None:
     h = hist_of([10, 20, 10**9])
     h.reset()

@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +38,19 @@ from pgsurge.script.splitter import (
 )
 from pgsurge.script.sqlvars import split_variables, to_params
 from tests.fix_run import run_pgbench
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _runs_on_short_scripts() -> Iterator[None]:
+    """The runs on whatever a script's length (splitter.RUNS_FROM keeps
+    them off below 16 KiB): the texts here are short."""
+    saved = splitter.RUNS_FROM
+    splitter.RUNS_FROM = 0
+    try:
+        yield
+    finally:
+        splitter.RUNS_FROM = saved
+
 
 # ---------------------------------------------------------------------------
 # the splitter: runs and whole statements against the token loop
@@ -543,3 +558,20 @@ def test_long_line_errors_like_pgbench(
     with pytest.raises(ScriptError) as info:
         parse_script(SCRIPT, text)
     assert info.value.format() == expected
+
+
+def test_short_scripts_compile_no_run_regex() -> None:
+    """A builtin-sized script goes token by token, so a run's start-up
+    does not compile sqlruns' regexes (some 80 million instructions); a
+    script of RUNS_FROM characters or more uses them."""
+    code = (
+        "from pgsurge.script import sqlruns, splitter\n"
+        "from pgsurge.script.compile import parse_script\n"
+        "from pgsurge.script.builtins import BUILTIN_SCRIPTS\n"
+        "for b in BUILTIN_SCRIPTS: parse_script(b.description, b.text)\n"
+        "assert sqlruns._RUNS is None, 'compiled for a short script'\n"
+        "big = 'SELECT 1;\\n' * (splitter.RUNS_FROM // 10 + 1)\n"
+        "assert len(parse_script('big', big).commands) > 1000\n"
+        "assert sqlruns._RUNS is not None, 'not used on a long script'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

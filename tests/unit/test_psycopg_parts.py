@@ -128,3 +128,20 @@ def test_psycopg_imported_first_is_left_alone() -> None:
         "print(sys.modules['psycopg'] is package, '__getattr__' in vars(package))\n"
     )
     assert out == "True False\n"
+
+
+def test_binary_version_is_read_without_importlib_metadata() -> None:
+    """pgconn reads psycopg-binary's version from its METADATA file (the
+    version module would import importlib.metadata, a tenth of a run's
+    start-up): the same string, and importlib.metadata not loaded."""
+    out = _run(
+        "from pgsurge import pgconn\n"
+        "import psycopg_binary\n"
+        "loaded = 'importlib.metadata' in sys.modules\n"
+        "from importlib import metadata\n"
+        "print(json.dumps([loaded, psycopg_binary.__version__,"
+        " metadata.version('psycopg-binary')]))"
+    )
+    loaded, preset, real = json.loads(out.splitlines()[-1])
+    assert loaded is False
+    assert preset == real and real.count(".") >= 2

@@ -52,6 +52,18 @@ RE_IS_RIGHT = re.fullmatch("(?:ab?c)*+", "a") is None
 _FORBIDDEN = {sre_constants.POSSESSIVE_REPEAT, sre_constants.ATOMIC_GROUP}
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _runs_on_short_scripts() -> Iterator[None]:
+    """The runs on whatever a script's length (splitter.RUNS_FROM keeps
+    them off below 16 KiB): the texts here are short."""
+    saved = splitter.RUNS_FROM
+    splitter.RUNS_FROM = 0
+    try:
+        yield
+    finally:
+        splitter.RUNS_FROM = saved
+
+
 def _ops(tree: object) -> Iterator[object]:
     """Every opcode of a parsed pattern, nested ones too."""
     for op, av in tree:  # type: ignore[attr-defined]
@@ -70,7 +82,7 @@ def _possessive(pattern: re.Pattern[str]) -> bool:
 
 
 def _module_patterns() -> Iterator[tuple[str, re.Pattern[str]]]:
-    possessive_runs = set(sqlruns._RUNS) if sqlruns.POSSESSIVE else set()
+    possessive_runs = set(sqlruns.runs()) if sqlruns.POSSESSIVE else set()
     for module in (lexer, splitter, sqlruns, sqlvars, script_compile):
         for name, value in vars(module).items():
             if isinstance(value, re.Pattern) and value not in possessive_runs:
@@ -98,6 +110,7 @@ def test_only_the_possessive_dialect_is_possessive() -> None:
 def _runs_of(runs: sqlruns.Runs) -> Iterator[None]:
     """The splitter with ``runs`` in place of this interpreter's own."""
     names = ("_WORD_RUN", "_FIRST_STATEMENT", "_NEXT_STATEMENT")
+    sqlruns.runs()  # compiled (on first use), so that what is saved is real
     saved = [getattr(sqlruns, n) for n in names], splitter._LEADING_MATCH
     for name, regex in zip(names, runs[1:], strict=True):
         setattr(sqlruns, name, regex)

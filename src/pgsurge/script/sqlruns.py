@@ -186,12 +186,36 @@ def build_runs(possessive: bool) -> Runs:
     )
 
 
-_RUNS = build_runs(POSSESSIVE)
-#: what the token loop drops before a statement's first token
-LEADING = _RUNS.leading
-_WORD_RUN = _RUNS.word_run
-_FIRST_STATEMENT = _RUNS.first_statement
-_NEXT_STATEMENT = _RUNS.next_statement
+# Compiled on first use, not at import: compiling these four costs some 80
+# million instructions (about 20 ms, a tenth of a run's start-up), and the
+# splitter only uses them on long scripts (splitter.RUNS_FROM)
+_RUNS: Runs | None = None
+_LEADING: re.Pattern[str] | None = None
+_WORD_RUN: re.Pattern[str] | None = None
+_FIRST_STATEMENT: re.Pattern[str] | None = None
+_NEXT_STATEMENT: re.Pattern[str] | None = None
+
+
+def runs() -> Runs:
+    """The regexes of this interpreter's dialect, compiled once."""
+    global _RUNS, _LEADING, _WORD_RUN, _FIRST_STATEMENT, _NEXT_STATEMENT
+    if _RUNS is None:
+        _RUNS = build_runs(POSSESSIVE)
+    # (one a test put in place is kept)
+    _LEADING = _LEADING or _RUNS.leading
+    _WORD_RUN = _WORD_RUN or _RUNS.word_run
+    _FIRST_STATEMENT = _FIRST_STATEMENT or _RUNS.first_statement
+    _NEXT_STATEMENT = _NEXT_STATEMENT or _RUNS.next_statement
+    return _RUNS
+
+
+def leading_match(src: str, pos: int) -> re.Match[str] | None:
+    """What the token loop drops before a statement's first token (blanks
+    and ``--`` comments), from ``pos``: always a match, maybe empty."""
+    if _LEADING is None:
+        runs()
+    assert _LEADING is not None
+    return _LEADING.match(src, pos)
 
 
 def match_statement(src: str, pos: int, first_word: bool) -> re.Match[str] | None:
@@ -200,12 +224,18 @@ def match_statement(src: str, pos: int, first_word: bool) -> re.Match[str] | Non
     (no quote or comment open, no parenthesis, no BEGIN block): from its
     first word when ``first_word``, else after a first word that was not
     CREATE."""
+    if _FIRST_STATEMENT is None or _NEXT_STATEMENT is None:
+        runs()
+    assert _FIRST_STATEMENT is not None and _NEXT_STATEMENT is not None
     return (_FIRST_STATEMENT if first_word else _NEXT_STATEMENT).match(src, pos)
 
 
 def word_run_end(src: str, pos: int) -> int:
     """End of the run of whole tokens at ``pos`` (``pos`` when there is
     none). The caller knows the statement's first word is not CREATE."""
+    if _WORD_RUN is None:
+        runs()
+    assert _WORD_RUN is not None
     m = _WORD_RUN.match(src, pos)
     if m is None:
         return pos

@@ -308,8 +308,13 @@ class Histogram:
         self.hi = -1
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # the bound ``record`` cannot be pickled; rebuild it on load
-        return (_restore, (self.digits, self._counts, self.total, self.lo, self.hi))
+        # the bound ``record`` cannot be pickled; rebuild it on load. Only
+        # the buckets up to the last non-empty one travel: a worker sends
+        # its histograms (one per command with --json) to the parent at
+        # the end of a run, and the 16,384 buckets of each, mostly empty
+        # past the largest latency, were most of that pickle's work
+        counts = self._counts[: self._span()[1] + 1]
+        return (_restore, (self.digits, counts, self.total, self.lo, self.hi))
 
     def copy(self) -> Histogram:
         new = Histogram(self.digits)

@@ -18,7 +18,6 @@ writes per second and MB/s between two snapshots. Linux only: elsewhere
 from __future__ import annotations
 
 import os
-import platform
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +41,10 @@ def _cpu_model(cpuinfo: str | None) -> str | None:
         # x86 "model name"; arm64 has no model name, only its parts
         if key.strip() in ("model name", "Model", "cpu model"):
             return value.strip() or None
+    # (imported here: every run imports this module, and platform costs
+    # some 9 million instructions of start-up for this fallback alone)
+    import platform
+
     return platform.processor() or None
 
 
