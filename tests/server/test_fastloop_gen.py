@@ -13,6 +13,8 @@ prepares.
 
 from __future__ import annotations
 
+import io
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,10 +25,24 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from pgsurge.cli.options import parse_command_line
+from pgsurge.config import InitConfig
+from pgsurge.init import run_init
 from tests.fix_db import run_worker
-from tests.server.test_workloads import base_env, init
 
 pytestmark = pytest.mark.server
+
+
+def base_env() -> dict[str, str]:
+    """This environment without libpq's variables (the target is given)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+
+
+def init(dsn: str, *args: str) -> None:
+    """``pgsurge -i -q ARGS DSN`` in this process (a workload's @load too)."""
+    cfg = parse_command_line(["-i", "-q", *args, dsn], environ={})
+    assert isinstance(cfg, InitConfig)
+    run_init(cfg, stream=io.StringIO())
 
 
 @pytest.fixture

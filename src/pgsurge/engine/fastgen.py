@@ -30,16 +30,10 @@ from pgsurge.engine import fastloop
 from pgsurge.engine import state as C
 from pgsurge.engine.abi import End, PlanOp, PyOnly, PyStep, Sql
 from pgsurge.engine.loop import EventLoop
-from pgsurge.engine.pyworkload import (
-    CAUGHT,
-    PyProgram,
-    Raised,
-    bind_params,
-    bind_simple,
-)
 
 if TYPE_CHECKING:
     from pgsurge.config import RunConfig
+    from pgsurge.engine.pyworkload import PyProgram
     from pgsurge.engine.state import Op
 
 __all__ = ["decide", "is_python", "spec"]
@@ -96,6 +90,10 @@ def spec(compiled: Sequence[Sequence[Op]], simple: bool = False) -> tuple[Any, .
     lets ``py_step`` file what the generator yielded) and, under ``-M
     simple``, each statement's text split at its parameters (literal
     bytes, then the 0-based argument, ...)."""
+    # only a run of Python transactions imports their engine (a script
+    # run's start-up stays without it: tests/unit/test_startup.py)
+    from pgsurge.engine.pyworkload import CAUGHT, Raised, bind_params, bind_simple
+
     scripts = []
     for ops in compiled:
         prog: PyProgram = ops[0].py
