@@ -495,6 +495,13 @@ def connect_start(items: dict[str, str], password: str | None = None) -> Connect
     )
 
 
+def connect_start_info(info: bytes) -> Connecting:
+    """:func:`connect_start` of an encoded :func:`conninfo` (a worker opens
+    all its clients' connections with the one string)."""
+    pgconn = pq.PGconn.connect_start(info)
+    return Connecting(pgconn)
+
+
 def start_raw(info: bytes) -> Any:
     """``PQconnectStart`` of an encoded :func:`conninfo`: psycopg's
     ``PGconn``, notices written as :func:`connect`'s are. Its polling is
@@ -504,6 +511,21 @@ def start_raw(info: bytes) -> Any:
     pgconn = pq.PGconn.connect_start(info)
     pgconn.notice_handler = _write_notice
     return pgconn
+
+
+def connect_failure_message(message: bytes) -> str:
+    """What :meth:`Connecting.error_message` says, from libpq's text of a
+    connection the C loop opened and freed itself."""
+    return _connect_failure_text(message) or _silent_failure()
+
+
+def raw_probe() -> Any:
+    """A psycopg ``PGconn`` holding a libpq connection that never connects
+    (an unknown option makes ``PQconnectStart`` fail at once, without a
+    socket): the C loop finds in it where psycopg keeps the pointer, to
+    wrap connections it opened itself (``FastLoop.set_connect_raw``). The
+    caller finishes it."""
+    return pq.PGconn.connect_start(b"pgsurge_probe=1")
 
 
 def adopt(pgconn: Any) -> PgConn:

@@ -169,6 +169,7 @@ FastLoop_traverse(FastLoop *fl, visitproc visit, void *arg)
     Py_VISIT(fl->throttle_rng);
     Py_VISIT(fl->conn_start);
     Py_VISIT(fl->conn_adopt);
+    Py_VISIT((PyObject *)fl->raw_type);
     Py_VISIT(fl->conn_release);
     Py_VISIT(fl->advance);
     Py_VISIT(fl->resume);
@@ -195,7 +196,13 @@ FastLoop_clear(FastLoop *fl)
         /* -C: a connection C opened that Python never adopted (psycopg
          * closes it) */
         Py_CLEAR(fl->clients[i].pgobj);
+        if (fl->clients[i].rawconn && pq != NULL) {
+            pq->finish(fl->clients[i].conn);
+            fl->clients[i].rawconn = 0;
+            fl->clients[i].conn = NULL;
+        }
     }
+    Py_CLEAR(fl->raw_type);
     Py_CLEAR(fl->conninfo);
     Py_CLEAR(fl->conn_start);
     Py_CLEAR(fl->conn_adopt);
@@ -360,6 +367,73 @@ FastLoop_set_signal_fd(FastLoop *fl, PyObject *arg)
         fl->signal_fd = (int)fd;
     }
     Py_RETURN_NONE;
+}
+
+/* set_connect_raw(probe): see FastLoop_methods. The PGconn pointer of
+ * psycopg's object is found in its memory: the one pointer-sized field
+ * that holds the probe's pgconn_ptr; a new object of the type must hold
+ * NULL there and read back through pgconn_ptr what C writes. Anything
+ * else (another implementation of psycopg.pq, a layout with no such
+ * field) leaves -C's connections to start(). */
+static PyObject *
+FastLoop_set_connect_raw(FastLoop *fl, PyObject *probe)
+{
+    PyTypeObject *tp = Py_TYPE(probe);
+    PyObject *p, *obj, *args, *back;
+    void *ptr, *got;
+    Py_ssize_t off, found = 0;
+    int n = 0;
+
+    if (!fl->connect_each || pq == NULL || pq->connectStart == NULL)
+        Py_RETURN_FALSE;
+    p = PyObject_GetAttr(probe, s_pgconn_ptr);
+    if (p == NULL)
+        return NULL;
+    ptr = p == Py_None ? NULL : PyLong_AsVoidPtr(p);
+    Py_DECREF(p);
+    if (ptr == NULL) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    if (tp->tp_new == NULL || tp->tp_itemsize != 0)
+        Py_RETURN_FALSE;
+    for (off = (Py_ssize_t)sizeof(PyObject);
+         off + (Py_ssize_t)sizeof(void *) <= tp->tp_basicsize;
+         off += (Py_ssize_t)sizeof(void *))
+        if (*(void **)((char *)probe + off) == ptr) {
+            found = off;
+            n++;
+        }
+    if (n != 1)
+        Py_RETURN_FALSE;
+    args = PyTuple_New(0);
+    if (args == NULL)
+        return NULL;
+    obj = tp->tp_new(tp, args, NULL);
+    Py_DECREF(args);
+    if (obj == NULL) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    if (*(void **)((char *)obj + found) != NULL) {
+        Py_DECREF(obj);
+        Py_RETURN_FALSE;
+    }
+    /* written, read back through psycopg's getter, and cleared again
+     * before the object goes (it would finish the probe's connection) */
+    *(void **)((char *)obj + found) = ptr;
+    back = PyObject_GetAttr(obj, s_pgconn_ptr);
+    *(void **)((char *)obj + found) = NULL;
+    got = back == NULL || back == Py_None ? NULL : PyLong_AsVoidPtr(back);
+    Py_XDECREF(back);
+    Py_DECREF(obj);
+    PyErr_Clear();
+    if (got != ptr)
+        Py_RETURN_FALSE;
+    Py_INCREF(tp);
+    Py_XSETREF(fl->raw_type, tp);
+    fl->raw_offset = found;
+    Py_RETURN_TRUE;
 }
 
 /* set_connect(spec): see FastLoop_methods */
@@ -720,6 +794,13 @@ FastLoop_get_handbacks(FastLoop *fl, void *closure)
 }
 
 static PyObject *
+FastLoop_get_raw_connects(FastLoop *fl, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLongLong(fl->raw_connects);
+}
+
+static PyObject *
 FastLoop_get_py_calls(FastLoop *fl, void *closure)
 {
     (void)closure;
@@ -729,6 +810,8 @@ FastLoop_get_py_calls(FastLoop *fl, void *closure)
 static PyGetSetDef FastLoop_getset[] = {
     {"handbacks", (getter)FastLoop_get_handbacks, NULL,
      "how many times a C-owned client was handed to Python", NULL},
+    {"raw_connects", (getter)FastLoop_get_raw_connects, NULL,
+     "-C: connections C opened from the conninfo without Python", NULL},
     {"py_calls", (getter)FastLoop_get_py_calls, NULL,
      "how many times the loop called Python's advance, resume or absorb", NULL},
     {"idle_us", (getter)FastLoop_get_idle, NULL, "µs spent blocked in waits", NULL},
@@ -743,6 +826,13 @@ static PyMethodDef FastLoop_methods[] = {
      "set_signal_fd(fd)\n--\n\nWatch fd, the read end of signal.set_wakeup_fd's "
      "non-blocking\ndescriptor, in the epoll set (-1: stop): run() then runs "
      "Python's\nsignal handlers only when a signal came, not after every wait."},
+    {"set_connect_raw", (PyCFunction)FastLoop_set_connect_raw, METH_O,
+     "set_connect_raw(probe)\n--\n\n"
+     "-C (after set_connect): open each connection from C with PQconnectStart\n"
+     "of the conninfo, no Python call per connection; probe is a psycopg\n"
+     "PGconn with a connection (any), to find where its type keeps the\n"
+     "pointer, so that a hand-back can wrap a connection C opened. True when\n"
+     "C will do so, False when start() keeps opening them."},
     {"set_connect", (PyCFunction)FastLoop_set_connect, METH_O,
      "set_connect((conninfo, start, adopt, release, preparing))\n--\n\n"
      "-C: open a connection per transaction without blocking: start(conninfo)\n"

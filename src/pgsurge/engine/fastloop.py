@@ -430,6 +430,10 @@ class FastEventLoop(EventLoop):
     gave it the plan; the IoHooks (and the epoll instance) stay Python's."""
 
     _fast: Any = None
+    #: -C: C opens the connections from the conninfo itself (no Python
+    #: call per connection; ``PGSURGE_PY_CONNECT=1`` has Python's
+    #: ``pgconn.start_raw`` open each one instead)
+    raw_connect = False
 
     def use_c(
         self,
@@ -465,6 +469,13 @@ class FastEventLoop(EventLoop):
         )
         if connect is not None:
             self._fast.set_connect(_connect_spec(self, connect))
+            if not os.environ.get("PGSURGE_PY_CONNECT"):
+                # C opens the connections itself: no Python call each
+                probe = pgconn.raw_probe()
+                try:
+                    self.raw_connect = bool(self._fast.set_connect_raw(probe))
+                finally:
+                    probe.finish()
 
     def set_txlog(self, txlog: TxLogWriter) -> None:
         """The worker's -l writer, opened once the run starts (aggregated
