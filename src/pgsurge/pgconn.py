@@ -33,6 +33,7 @@ first use of anything else it has (see there).
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib.util
 import os
 import signal
@@ -422,12 +423,16 @@ def connect(
     return PgConn(pgconn), "", False
 
 
-def _silent_failure() -> str:
+def _silent_failure(at_limit: bool | None = None) -> str:
     """What failed when libpq says nothing: at the open-file limit its
     failed ``socket()`` leaves an empty message (pgbench then prints a bare
-    ``pgbench: error: ``). The limit is the usual cause, so test for it."""
+    ``pgbench: error: ``). The limit is the usual cause, so test for it
+    (unless ``at_limit`` says what a test at the failure found)."""
     try:
-        os.close(os.open(os.devnull, os.O_RDONLY))
+        if at_limit:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        if at_limit is None:
+            os.close(os.open(os.devnull, os.O_RDONLY))
     except OSError as exc:
         import resource  # only on this failure
 
@@ -513,10 +518,14 @@ def start_raw(info: bytes) -> Any:
     return pgconn
 
 
-def connect_failure_message(message: bytes) -> str:
+def connect_failure_message(message: bytes, at_limit: bool | None = None) -> str:
     """What :meth:`Connecting.error_message` says, from libpq's text of a
-    connection the C loop opened and freed itself."""
-    return _connect_failure_text(message) or _silent_failure()
+    connection the C loop opened and freed itself; ``at_limit``: whether
+    the open-file limit was reached when it failed (None: test it now)."""
+    text = _connect_failure_text(message)
+    if text or at_limit is None:
+        return text or _silent_failure()
+    return _silent_failure(at_limit)
 
 
 def raw_probe() -> Any:

@@ -94,7 +94,10 @@
 /* libpq's PostgresPollingStatusType */
 #define PGRES_POLLING_FAILED 0
 #define PGRES_POLLING_READING 1
+#define PGRES_POLLING_WRITING 2
 #define PGRES_POLLING_OK 3
+/* libpq's ConnStatusType: a connection that failed */
+#define CONNECTION_BAD 1
 
 /* pgsurge._fastpq's drain() codes (the low two bits of its result) */
 #define DRAIN_BUSY 0

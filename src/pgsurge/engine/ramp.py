@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from pgsurge import pgconn
 
-__all__ = ["WINDOW", "open_connections"]
+__all__ = ["WINDOW", "open_connections", "timeout_s"]
 
 #: connections in flight at once per worker
 WINDOW = 32
@@ -37,7 +37,7 @@ _POLL_IN = select.POLLIN | select.POLLERR | select.POLLHUP
 _POLL_OUT = select.POLLOUT | select.POLLERR | select.POLLHUP
 
 
-def _timeout_s(items: dict[str, str]) -> float:
+def timeout_s(items: dict[str, str]) -> float:
     """libpq's ``connect_timeout``: 0 (none), else at least 2 s, as libpq
     rounds it."""
     try:
@@ -63,7 +63,7 @@ def open_connections(
     connection opened but not given to ``on_open`` is closed then.
     """
     info = pgconn.conninfo(items, password).encode("utf-8", "surrogateescape")
-    timeout = _timeout_s(items)
+    timeout = timeout_s(items)
     poller = select.poll()
     started: dict[int, tuple[int, pgconn.Connecting, float]] = {}  # fd -> ...
     done: dict[int, pgconn.PgConn] = {}
@@ -75,9 +75,15 @@ def open_connections(
         failed[index] = message if message is not None else conn.error_message()
         conn.finish()
 
-    def step(index: int, conn: pgconn.Connecting, since: float) -> None:
-        """Poll ``conn`` and register its socket for what libpq waits for."""
-        r = conn.poll()
+    def step(
+        index: int, conn: pgconn.Connecting, since: float, first: bool = False
+    ) -> None:
+        """Poll ``conn`` and register its socket for what libpq waits for
+        (first: libpq documents a wait for writing before the first poll)."""
+        if first:
+            r = pgconn.POLL_WRITING if conn.socket >= 0 else pgconn.POLL_FAILED
+        else:
+            r = conn.poll()
         if r == pgconn.POLL_OK:
             done[index] = conn.opened()
             return
@@ -98,13 +104,7 @@ def open_connections(
         if given >= count:
             break
         while next_index < count and len(started) < window and not failed:
-            # libpq's first wait is for writing, which a new socket is at
-            # once: poll now
-            step(
-                next_index,
-                pgconn.connect_start_info(info),
-                time.monotonic(),
-            )
+            step(next_index, pgconn.connect_start_info(info), time.monotonic(), True)
             next_index += 1
         if not started:
             continue

@@ -561,9 +561,17 @@ def _open_all(run: _Run, settings: Settings, loop: EventLoop) -> bool:
         st.ptr = fastpq.usable_with(conn)
         loop.attach(st)
 
-    index, message = ramp.open_connections(
-        settings.conninfo, spec.password, len(clients), on_open
-    )
+    opened = None
+    if isinstance(loop, fastloop.FastEventLoop):
+        opened = loop.open_all(settings.conninfo, spec.password, len(clients))
+    if opened is None:
+        index, message = ramp.open_connections(
+            settings.conninfo, spec.password, len(clients), on_open
+        )
+    else:
+        conns, index, message = opened
+        for i, conn in enumerate(conns):
+            on_open(i, conn)
     if hook_failed:
         _finish_connections(run)
         pipe.send(Fatal(f"{PROG}: error: {hook_failed[0]}\n"))
