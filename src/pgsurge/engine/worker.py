@@ -9,7 +9,8 @@ thread. The worker then:
    prepared statement names, parameter name tuples, ``\\if`` targets) and
    builds its clients, and tells the parent it is ready (READY);
 2. on the parent's STEADY, opens all its clients' connections (not under
-   ``-C``) and reports them connected — a failure is fatal for the run, as
+   ``-C``), in parallel without blocking (the C loop's ``open_all``, or
+   ``engine/ramp.py``), and reports them connected — a failure is fatal for the run, as
    pgbench's ``could not create connection for client N``;
 3. on GO, records its benchmark start and runs its event loop, sending a
    cumulative stats snapshot at each progress interval;
