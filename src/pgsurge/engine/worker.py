@@ -543,6 +543,8 @@ def _open_all(run: _Run, settings: Settings, loop: EventLoop) -> bool:
     a failure, pgbench's messages for the lowest client that failed."""
     spec, pipe, clients = run.spec, run.pipe, run.clients
     hook_failed: list[str] = []
+    # one string per server, not one per client
+    targets: dict[str, str] = {}
 
     def on_open(index: int, conn: pgconn.PgConn) -> None:
         st = clients[index]
@@ -556,7 +558,8 @@ def _open_all(run: _Run, settings: Settings, loop: EventLoop) -> bool:
                 hook_failed.append(failed)
                 return
         conn.set_nonblocking()
-        run.targets.append(conn.target)
+        target = conn.target
+        run.targets.append(targets.setdefault(target, target))
         st.conn = conn
         st.raw = conn._pgconn
         st.ptr = fastpq.usable_with(conn)
