@@ -511,6 +511,11 @@ class Connecting:
     def error_message(self) -> str:
         return _connect_failure_text(self._pgconn.error_message) or _silent_failure()
 
+    def timeout_message(self) -> str:
+        """libpq's text for a connection that outlasted ``connect_timeout``
+        (its blocking connect's words, naming the server it was trying)."""
+        return timeout_text(self._pgconn)
+
     def opened(self) -> PgConn:
         """The connection, once :meth:`poll` returned ``POLL_OK``."""
         self._pgconn.notice_handler = _write_notice
@@ -548,6 +553,40 @@ def start_raw(info: bytes) -> Any:
     pgconn = pq.PGconn.connect_start(info)
     pgconn.notice_handler = _write_notice
     return pgconn
+
+
+def connect_timeout_s(info: bytes) -> float:
+    """libpq's ``connect_timeout`` for the encoded conninfo ``info`` (or
+    ``PGCONNECT_TIMEOUT``), in seconds as its blocking connect applies it:
+    0.0 for none, else at least 2."""
+    value = None
+    try:
+        for opt in pq.Conninfo.parse(info):
+            if opt.keyword == b"connect_timeout" and opt.val is not None:
+                value = opt.val.decode("utf-8", "replace")
+    except Error:
+        return 0.0
+    if value is None:
+        value = os.environ.get("PGCONNECT_TIMEOUT", "")
+    try:
+        seconds = int(value.strip() or "0")
+    except ValueError:
+        return 0.0
+    return 0.0 if seconds <= 0 else float(max(seconds, 2))
+
+
+def timeout_text(pgconn: Any) -> str:
+    """What libpq's blocking connect says when ``connect_timeout`` expires,
+    for psycopg's ``PGconn`` ``pgconn`` (still connecting): the server it
+    was trying, as libpq names it (a socket file, a host and address)."""
+    host, port = _text(pgconn.host), _text(pgconn.port)
+    if not host or host.startswith(("/", "@")):
+        where = f'on socket "{host or "/tmp"}/.s.PGSQL.{port}"'
+    else:
+        addr = _text(pgconn.hostaddr)
+        where = f'at "{host}"' + (f" ({addr})" if addr and addr != host else "")
+        where += f", port {port}"
+    return f"connection to server {where} failed: timeout expired\n"
 
 
 def connect_failure_message(message: bytes, at_limit: bool | None = None) -> str:

@@ -605,9 +605,19 @@ FastLoop_open_all(FastLoop *fl, PyObject *args)
                 }
         }
     }
+    if (failed >= 0 && rc[failed].fd == -2) {
+        /* timed out: psycopg's object, for Python to name the server as
+         * libpq's blocking connect does (pgconn.timeout_text) */
+        PyObject *obj = fl_wrap_raw(fl, rc[failed].conn);
+
+        if (obj != NULL) {
+            rc[failed].conn = NULL;
+            out = Py_BuildValue("(iNi)", failed, obj, 0);
+        }
+        goto done;
+    }
     if (failed >= 0) {
-        const char *msg = rc[failed].fd == -2 ? "timeout expired\n"
-                                               : pq->errorMessage(rc[failed].conn);
+        const char *msg = pq->errorMessage(rc[failed].conn);
 
         out = Py_BuildValue("(iyi)", failed, msg != NULL ? msg : "", rc[failed].at_limit);
         goto done;
@@ -1035,7 +1045,8 @@ static PyMethodDef FastLoop_methods[] = {
      "window in flight, PQconnectPoll on an epoll set, timeout_us (0: none)\n"
      "for each; a list of psycopg PGconn objects in order, or (index,\n"
      "libpq's message, at the open-file limit) of the lowest that failed\n"
-     "(every other one closed)."},
+     "(every other one closed); for a timeout, psycopg's PGconn in place\n"
+     "of the message."},
     {"set_connect_raw", (PyCFunction)FastLoop_set_connect_raw, METH_O,
      "set_connect_raw(probe)\n--\n\n"
      "-C (after set_connect): open each connection from C with PQconnectStart\n"

@@ -490,10 +490,14 @@ class FastEventLoop(EventLoop):
         if self._fast is None or not self.raw_connect:
             return None
         info = pgconn.conninfo(items, password).encode("utf-8", "surrogateescape")
-        timeout_us = int(ramp.timeout_s(items) * 1_000_000)
+        timeout_us = int(pgconn.connect_timeout_s(info) * 1_000_000)
         got = self._fast.open_all(info, count, ramp.WINDOW, timeout_us)
         if type(got) is tuple:
             index, message, at_limit = got
+            if type(message) is not bytes:  # timed out: psycopg's object
+                text = pgconn.timeout_text(message)
+                message.finish()
+                return [], index, text
             return [], index, pgconn.connect_failure_message(message, bool(at_limit))
         return [pgconn.adopt(obj) for obj in got], -1, ""
 

@@ -17,7 +17,8 @@ slower than pgbench's. The connections are returned in client order.
 A failure is reported for the lowest client that failed (pgbench stops at
 its first failing client, which is the lowest of its thread); the others
 are closed. ``connect_timeout`` is enforced as libpq's blocking connect
-enforces it (for each host of the conninfo, here per connection).
+enforces it, with its message (libpq tries the next host of a multi-host
+conninfo then; here the connection fails).
 """
 
 from __future__ import annotations
@@ -28,23 +29,13 @@ from collections.abc import Callable
 
 from pgsurge import pgconn
 
-__all__ = ["WINDOW", "open_connections", "timeout_s"]
+__all__ = ["WINDOW", "open_connections"]
 
 #: connections in flight at once per worker
 WINDOW = 32
 
 _POLL_IN = select.POLLIN | select.POLLERR | select.POLLHUP
 _POLL_OUT = select.POLLOUT | select.POLLERR | select.POLLHUP
-
-
-def timeout_s(items: dict[str, str]) -> float:
-    """libpq's ``connect_timeout``: 0 (none), else at least 2 s, as libpq
-    rounds it."""
-    try:
-        value = int(items.get("connect_timeout", "0") or 0)
-    except ValueError:
-        return 0.0
-    return 0.0 if value <= 0 else float(max(value, 2))
 
 
 def open_connections(
@@ -63,7 +54,7 @@ def open_connections(
     connection opened but not given to ``on_open`` is closed then.
     """
     info = pgconn.conninfo(items, password).encode("utf-8", "surrogateescape")
-    timeout = timeout_s(items)
+    timeout = pgconn.connect_timeout_s(info)
     poller = select.poll()
     started: dict[int, tuple[int, pgconn.Connecting, float]] = {}  # fd -> ...
     done: dict[int, pgconn.PgConn] = {}
@@ -123,7 +114,7 @@ def open_connections(
                 if now - since >= timeout:
                     del started[fd]
                     poller.unregister(fd)
-                    fail(index, conn, "timeout expired\n")
+                    fail(index, conn, conn.timeout_message())
     # a failure: close everything not handed out
     for _index, pending, _since in started.values():
         pending.finish()
