@@ -475,3 +475,20 @@ def test_connect_each_pipelines_with_doubles_run_in_c(
     assert loops
     assert loops[0]._fast.handbacks <= 3
     assert loops[0]._fast.py_calls <= 3 * 2
+
+
+def test_connect_each_notices_as_pgbench(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path
+) -> None:
+    # the connections C opens itself have libpq's own notice processor,
+    # which pgbench keeps too: each NOTICE and WARNING on stderr as sent
+    (tmp_path / "n.sql").write_text(
+        "DO $$ BEGIN RAISE NOTICE 'hello %', 1; RAISE WARNING 'careful'; END $$;\n"
+    )
+    args = ["-n", "-f", "n.sql", "-C", "-c", "2", "-j", "2", "-t", "3"]
+    ref = run_pgbench(pgbench_bin, args, bench_db, cwd=tmp_path)
+    got = run_pgsurge(args, bench_db, cwd=tmp_path, loop="c")
+    assert ref.status == 0, ref.stderr
+    assert got.status == 0, got.stderr
+    assert ref.messages["NOTICE: hello N"] == 6
+    assert got.messages == ref.messages
