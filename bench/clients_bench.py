@@ -259,11 +259,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--direct-clients", type=int, default=1000)
     ap.add_argument("--pooled-clients", type=int, default=10000)
     ap.add_argument("--pairs", type=int, default=2, help="ABBA pairs per case")
-    ap.add_argument("--time", type=int, default=5, help="-T of the direct runs")
+    ap.add_argument("--time", type=int, default=10, help="-T of the direct runs")
     ap.add_argument(
         "--pooled-time",
         type=int,
-        default=10,
+        default=15,
         help="-T of the pooled runs (it counts the connection ramp too)",
     )
     opts = ap.parse_args(argv)
