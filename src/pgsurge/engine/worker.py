@@ -10,8 +10,8 @@ thread. The worker then:
    builds its clients, and tells the parent it is ready (READY);
 2. on the parent's STEADY, opens all its clients' connections (not under
    ``-C``), in parallel without blocking (the C loop's ``open_all``, or
-   ``engine/ramp.py``), and reports them connected — a failure is fatal for the run, as
-   pgbench's ``could not create connection for client N``;
+   ``engine/ramp.py``), and reports them connected — a failure is fatal
+   for the run, as pgbench's ``could not create connection for client N``;
 3. on GO, records its benchmark start and runs its event loop, sending a
    cumulative stats snapshot at each progress interval;
 4. sends its :class:`~pgsurge.stats.results.WorkerResult` and exits.
@@ -539,8 +539,9 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
 
 
 def _open_all(run: _Run, settings: Settings, loop: EventLoop) -> bool:
-    """Every client's connection, opened in parallel (engine/ramp.py); on
-    a failure, pgbench's messages for the lowest client that failed."""
+    """Every client's connection, opened in parallel (by C on the C loop,
+    else engine/ramp.py); on a failure, pgbench's messages for the lowest
+    client that failed."""
     spec, pipe, clients = run.spec, run.pipe, run.clients
     hook_failed: list[str] = []
     # one string per server, not one per client
