@@ -25,6 +25,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from pgsurge.engine import fastloop
 from tests.fix_db import run_worker
 from tests.fix_run import (
     PGSURGE,
@@ -37,6 +38,11 @@ from tests.fix_run import (
 )
 
 pytestmark = pytest.mark.server
+
+#: the in-process tests of the C loop's own ramp (the pure lane has none)
+needs_c = pytest.mark.skipif(
+    not fastloop.available, reason="pgsurge._fastloop not usable"
+)
 
 
 def _limited(
@@ -101,6 +107,7 @@ def test_soft_limit_raised_for_300_clients(
     assert float(got.number("initial connection time =").split()[0]) > 0
 
 
+@needs_c
 def test_300_clients_opened_by_c(c_loops: list[Any], bench_db: str) -> None:
     # in-process: the C loop opens the 300 connections itself, in
     # parallel (FastLoop.open_all), and runs every transaction
@@ -116,6 +123,7 @@ def test_300_clients_opened_by_c(c_loops: list[Any], bench_db: str) -> None:
     assert fast._fast.raw_connects == 300
 
 
+@needs_c
 def test_300_clients_python_opens_without_c(
     c_loops: list[Any], bench_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
