@@ -5,8 +5,11 @@
 databases; ``fix_data``: made-up configs, results and result files;
 ``fix_cli``: pgsurge's command line in-process; ``fix_tap``: the cluster
 of PostgreSQL's pgbench TAP cases; ``fix_pooler``: a real PgBouncer
-before the test server; ``fix_dask``: real Dask clusters; ``fix_pgss``: a
-cluster with pg_stat_statements. tests/README.md tells how to run the suite.
+before the test server; ``fix_dask``: real Dask clusters;
+``fix_netns``: a Dask host in a network namespace behind a relay that
+delays, stalls or cuts its link; ``fix_pgss``: a cluster with
+pg_stat_statements; ``fix_pg15``: Debian's PostgreSQL 15 (version tests).
+tests/README.md tells how to run the suite.
 """
 
 pytest_plugins = (
@@ -18,5 +21,7 @@ pytest_plugins = (
     "tests.fix_tap",
     "tests.fix_pooler",
     "tests.fix_dask",
+    "tests.fix_netns",
     "tests.fix_pgss",
+    "tests.fix_pg15",
 )

@@ -7,12 +7,17 @@ can kill or stop a whole host) and finds the pgsurge worker processes a
 host started (its Dask worker's children); ``cluster`` is a fixture of two
 hosts; ``count_clients`` counts a run's backends (``application_name``
 pgsurge) in ``pg_stat_activity``; ``start_run`` runs pgsurge in the
-background, its stderr in a file, until the hosts have started.
+background, its stderr in a file, until the hosts have started; the
+checks of a failed run (``assert_kept``: what the ``-P`` lines showed is
+in the report and the JSON; ``assert_progress_honest``;
+``wait_no_load``: no backend and no pgsurge worker left).
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -22,19 +27,28 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import psycopg
 import pytest
 
+from pgsurge.report.json import load_schema
+
 __all__ = [
+    "SLACK_S",
     "Cluster",
     "TlsFiles",
+    "assert_kept",
+    "assert_progress_honest",
     "base_env",
     "cluster",
     "count_clients",
     "password_role",
     "pgsurge_cmd",
+    "processed",
+    "progress",
     "run_cli",
     "start_run",
+    "wait_no_load",
 ]
 
 
@@ -313,6 +327,59 @@ class Run:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+#: what a loaded 2-core box may add to any bound below
+SLACK_S = 15.0
+
+_PROGRESS = re.compile(r"^progress: ([^ ,]+) s, ([^ ]+) tps, lat ([^ ]+) ms", re.M)
+
+
+def progress(stderr: str) -> list[tuple[float, float, float]]:
+    """(label, tps, latency) of every -P line."""
+    return [(float(a), float(b), float(c)) for a, b, c in _PROGRESS.findall(stderr)]
+
+
+def processed(stdout: str) -> int:
+    m = re.search(r"number of transactions actually processed: (\d+)", stdout)
+    assert m is not None, stdout
+    return int(m.group(1))
+
+
+def assert_progress_honest(stderr: str) -> list[tuple[float, float, float]]:
+    """Labels 1, 2, 3 ... strictly increasing (-P 1), no NaN or negative."""
+    lines = progress(stderr)
+    labels = [label for label, _, _ in lines]
+    assert labels == [float(k) for k in range(1, len(labels) + 1)], stderr
+    for _, tps, lat in lines:
+        assert math.isfinite(tps) and tps >= 0, stderr
+        assert math.isfinite(lat) and lat >= 0, stderr
+    return lines
+
+
+def assert_kept(stdout: str, stderr: str, doc: dict) -> None:
+    """The report and the JSON hold at least what the -P lines showed
+    (the document valid against the schema)."""
+    jsonschema.Draft202012Validator(load_schema()).validate(doc)
+    lines = assert_progress_honest(stderr)
+    shown = sum(tps for _, tps, _ in lines)  # -P 1: one second each
+    total = processed(stdout)
+    assert total >= shown - len(lines), (total, shown, stderr)
+    assert doc["totals"]["processed"] == total
+    assert total > 0
+    conn = re.search(r"initial connection time = ([0-9.]+) ms", stdout)
+    assert conn is not None and float(conn.group(1)) > 0, stdout
+
+
+def wait_no_load(dsn: str, procs: set[int], since: float, bound_s: float) -> None:
+    """No backend of the run and none of its pgsurge workers, by
+    ``since + bound_s``."""
+    while count_clients(dsn) or alive(procs):
+        assert time.monotonic() < since + bound_s, (
+            count_clients(dsn),
+            alive(procs),
+        )
+        time.sleep(0.2)
 
 
 def start_run(args: list[str], tmp: Path, env: dict[str, str] | None = None) -> Run:

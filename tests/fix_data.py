@@ -59,6 +59,27 @@ def make_result(
     50 a deadlock failure after 3 tries), one client of worker 1 aborted;
     ``throttled``: with schedule lag; ``record``: with histograms and
     ``interval`` µs series; ``empty``: no transaction at all."""
+    facts, workers = make_workers(
+        throttled=throttled,
+        nscripts=nscripts,
+        interval=interval,
+        record=record,
+        empty=empty,
+    )
+    result = RunResult.from_workers(workers, facts)
+    result.epoch_shift_us = SHIFT
+    return result
+
+
+def make_workers(
+    *,
+    throttled: bool = False,
+    nscripts: int = 2,
+    interval: int = SECOND,
+    record: bool = True,
+    empty: bool = False,
+) -> tuple[RunFacts, list[WorkerResult]]:
+    """The facts and the two worker results ``make_result`` merges."""
     scripts = tuple(
         ScriptInfo(f"s{i}.sql", 1, ("select 1", "\\set x 1")) for i in range(nscripts)
     )
@@ -119,9 +140,7 @@ def make_result(
     workers[1].aborted_clients = 1
     workers[1].clients_finished = 1
     workers[1].abort_messages = ["client 3 aborted in command 0 (SQL) of script 0"]
-    result = RunResult.from_workers(workers, facts)
-    result.epoch_shift_us = SHIFT
-    return result
+    return facts, workers
 
 
 RESULT_TEMPLATE = Path(__file__).parent / "data" / "results" / "select-only.json"

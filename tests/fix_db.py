@@ -183,7 +183,11 @@ def run_worker(
 
     def drive() -> None:
         assert isinstance(parent.recv(), protocol.Ready)
-        parent.send(protocol.Steady(time.monotonic_ns() // 1000, 0))
+        # as the parent's drive._start: -T (after --warmup) from the start
+        start = time.monotonic_ns() // 1000
+        window = start + cfg.warmup * 1_000_000 if cfg.warmup else 0
+        end = (window or start) + cfg.duration * 1_000_000 if cfg.duration else 0
+        parent.send(protocol.Steady(start, end, window))
         assert isinstance(parent.recv(), protocol.Connected)
         parent.send(protocol.Go())
         got.append(parent.recv())

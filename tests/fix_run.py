@@ -43,6 +43,19 @@ ENV_FASTLOOP = "PGSURGE_FASTLOOP"
 CLIENT_BOUND = re.compile(
     r"pgsurge: warning: (worker \d+ was busy|\d+ of \d+ workers were busy)"
 )
+#: pgsurge's -R warning (report/rate.py): whether a schedule was kept
+#: depends on how busy the machine is as much as on the run
+RATE_NOT_SUSTAINED = re.compile(r"pgsurge: warning: the rate of .* was not sustained")
+
+
+def load_free(stderr: str) -> list[str]:
+    """stderr's lines but the warnings a loaded machine alone may cause
+    (client-bound, -R not sustained): for comparing two runs' stderr."""
+    return [
+        line
+        for line in stderr.splitlines()
+        if not CLIENT_BOUND.match(line) and not RATE_NOT_SUSTAINED.match(line)
+    ]
 
 
 # -- programs ------------------------------------------------------------------
@@ -73,7 +86,9 @@ class Outcome:
         return Counter(
             mask_numbers(line.replace("pgbench: ", "pgsurge: "))
             for line in text.splitlines()
-            if not line.startswith("progress:") and not CLIENT_BOUND.match(line)
+            if not line.startswith("progress:")
+            and not CLIENT_BOUND.match(line)
+            and not RATE_NOT_SUSTAINED.match(line)
         )
 
     @property

@@ -133,6 +133,8 @@ class RunConfig:
     transactions: int | None = 10
     #: -T seconds, or None
     duration: int | None = None
+    #: --warmup seconds run before the measured -T window (0: none)
+    warmup: int = 0
     query_mode: QueryMode = QueryMode.SIMPLE
     connect_each_tx: bool = False  # -C
     no_vacuum: bool = False  # -n

@@ -12,7 +12,6 @@ what the progress lines showed), and the exit status is a local run's.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import signal
@@ -20,74 +19,24 @@ import subprocess
 import time
 from pathlib import Path
 
-import jsonschema
 import pytest
 
 from pgsurge.distributed.watch import COORDINATOR_GRACE_S
-from pgsurge.report.json import load_schema
 from tests.fix_dask import (
+    SLACK_S,
     Cluster,
     Run,
-    alive,
+    assert_kept,
+    assert_progress_honest,
     base_env,
     count_clients,
     pgsurge_cmd,
+    processed,
     start_run,
+    wait_no_load,
 )
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
-
-#: what a loaded 2-core box may add to any bound below
-SLACK_S = 15.0
-
-_PROGRESS = re.compile(r"^progress: ([^ ,]+) s, ([^ ]+) tps, lat ([^ ]+) ms", re.M)
-
-
-def progress(stderr: str) -> list[tuple[float, float, float]]:
-    """(label, tps, latency) of every -P line."""
-    return [(float(a), float(b), float(c)) for a, b, c in _PROGRESS.findall(stderr)]
-
-
-def processed(stdout: str) -> int:
-    m = re.search(r"number of transactions actually processed: (\d+)", stdout)
-    assert m is not None, stdout
-    return int(m.group(1))
-
-
-def assert_progress_honest(stderr: str) -> list[tuple[float, float, float]]:
-    """Labels 1, 2, 3 ... strictly increasing (-P 1), no NaN or negative."""
-    lines = progress(stderr)
-    labels = [label for label, _, _ in lines]
-    assert labels == [float(k) for k in range(1, len(labels) + 1)], stderr
-    for _, tps, lat in lines:
-        assert math.isfinite(tps) and tps >= 0, stderr
-        assert math.isfinite(lat) and lat >= 0, stderr
-    return lines
-
-
-def assert_kept(stdout: str, stderr: str, doc: dict) -> None:
-    """The report and the JSON hold at least what the -P lines showed
-    (the document valid against the schema)."""
-    jsonschema.Draft202012Validator(load_schema()).validate(doc)
-    lines = assert_progress_honest(stderr)
-    shown = sum(tps for _, tps, _ in lines)  # -P 1: one second each
-    total = processed(stdout)
-    assert total >= shown - len(lines), (total, shown, stderr)
-    assert doc["totals"]["processed"] == total
-    assert total > 0
-    conn = re.search(r"initial connection time = ([0-9.]+) ms", stdout)
-    assert conn is not None and float(conn.group(1)) > 0, stdout
-
-
-def wait_no_load(dsn: str, procs: set[int], since: float, bound_s: float) -> None:
-    """No backend of the run and none of its pgsurge workers, by
-    ``since + bound_s``."""
-    while count_clients(dsn) or alive(procs):
-        assert time.monotonic() < since + bound_s, (
-            count_clients(dsn),
-            alive(procs),
-        )
-        time.sleep(0.2)
 
 
 def _args(cluster: Cluster, dsn: str, *more: str) -> list[str]:

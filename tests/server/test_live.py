@@ -205,3 +205,21 @@ def test_untimed_run_shows_no_latency(bench_db: str) -> None:
     assert status == 0
     assert "pgsurge live" in raw and "tps" in raw
     assert "latency avg" not in raw, raw
+
+
+def test_panel_says_warm_up_then_counts_the_window(bench_db: str) -> None:
+    # --warmup 2 -T 2: the head says "warm-up" in the first seconds, then
+    # no more; the remaining time counts the warm-up too; no rate is
+    # negative when the workers reset their figures at the window
+    args = ["-S", "-c", "2", "-j", "2", "--warmup", "2", "-T", "2", "-n", bench_db]
+    raw, status = _in_pty(args)
+    assert status == 0
+    assert "warm-up" in raw
+    heads = re.findall(r"pgsurge live[^\r\n]*", raw)
+    warm = [h for h in heads if "warm-up" in h]
+    assert warm and len(warm) < len(heads)
+    assert heads.index(warm[-1]) < len(heads) - 1  # the window's heads follow
+    assert re.search(r"remaining +[34]\.\d s", raw)  # 4 s to go at the start
+    assert not re.search(r"tps +-\d", raw)
+    screen = _screen(raw)
+    assert "after a warm-up of 2 s (not counted)" in screen

@@ -76,3 +76,24 @@ def test_a_short_run_has_no_verdict(db: str, tmp_path: Path) -> None:
     script.write_text("SELECT 1;\n")
     doc = _run(["-f", str(script), "-c", "1", "-T", "2", db], tmp_path)
     assert "steady_state" not in doc
+
+
+def test_the_check_sees_the_window_after_a_warm_up(db: str, tmp_path: Path) -> None:
+    # slow for the first 3 s (the warm-up: 20 ms a transaction), then flat
+    # at 2 ms: after --warmup 3 the series is the window's, its first
+    # interval kept, and it holds still
+    script = tmp_path / "warming.sql"
+    script.write_text(
+        "SELECT pg_sleep(CASE WHEN clock_timestamp() - t0 < interval '3 s' "
+        "THEN 0.02 ELSE 0.002 END) FROM t0;\n"
+    )
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("INSERT INTO t0 VALUES (clock_timestamp())")
+    doc = _run(["-f", str(script), "-c", "1", "--warmup", "3", "-T", "6", db], tmp_path)
+    assert doc["warmup_s"] == 3
+    check = doc["steady_state"]
+    assert isinstance(check, dict)
+    assert check["intervals"] in (5, 6), check
+    assert check["steady"] is True, check
+    intervals = doc["intervals"]
+    assert isinstance(intervals, list) and intervals[0]["offset_s"] == 0.0

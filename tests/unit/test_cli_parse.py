@@ -419,7 +419,9 @@ def test_help_is_pgbench_help_plus_our_options(pgbench_bin: Path) -> None:
         "  --show-script": "  --server-stats           report server counters (WAL,"
         " I/O, tables) of the run\n",
         "\nCommon options:": "  --waits[=MS]             sample the run's wait events"
-        " every MS ms (default: 100)\n",
+        " every MS ms (default: 100)\n"
+        "  --warmup=NUM             run NUM seconds before the measured -T"
+        " seconds,\n" + " " * 27 + "not counted\n",
         "  --progress-timestamp": "  --monitor=DSN            connect --waits,"
         " --server-stats and --idle-sessions\n" + " " * 27 + "to DSN (the server"
         " itself, behind a pooler)\n"

@@ -60,7 +60,7 @@ def test_equality_repr_and_slots() -> None:
     assert protocol.Go() != protocol.Ready()
     assert protocol.Fatal() == protocol.Fatal(None)
     assert hash(protocol.Steady(1, 2)) == hash(protocol.Steady(1, 2))
-    assert repr(protocol.Steady(1, 2)) == "Steady(start_us=1, end_us=2)"
+    assert repr(protocol.Steady(1, 2)) == "Steady(start_us=1, end_us=2, window_us=0)"
     assert repr(protocol.Go()) == "Go()"
     assert repr(protocol.Fatal("x")) == "Fatal(text='x')"
     with pytest.raises(AttributeError):

@@ -7,6 +7,7 @@ import pytest
 from pgsurge.errors import UsageError
 from pgsurge.experiment.grid import cells, parse_vary, rounds
 from pgsurge.experiment.knee import KneePoint, arm_interval, find_knee
+from tests.fix_cli import run_cli
 
 
 def test_vary_forms() -> None:
@@ -26,6 +27,27 @@ def test_vary_forms() -> None:
 def test_bad_vary(spec: str) -> None:
     with pytest.raises(UsageError):
         parse_vary(spec)
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("-c 1,2", "--client 3"),
+        ("--client 1,2", "--cli 3"),  # getopt's unique prefix
+        ("-s 1,2", "--scale 3"),
+        ("-M simple", "--protocol prepared"),
+    ],
+)
+def test_one_option_under_two_spellings_is_refused(first: str, second: str) -> None:
+    # each spec would set the option, the last one winning in every run:
+    # one clear line naming both, before any run (hostile finding)
+    r = run_cli(["sweep", "--vary", first, "--vary", second, "--", "-T", "1"])
+    a, b = first.split()[0], second.split()[0]
+    assert (r.status, r.stdout, r.stderr) == (
+        1,
+        "",
+        f'pgsurge: error: --vary: "{a}" and "{b}" are the same option\n',
+    )
 
 
 def test_cells_are_the_product_first_spec_slowest() -> None:

@@ -289,7 +289,11 @@ def _main(argv: Sequence[str]) -> int:
             from pgsurge.experiment.sweep_command import sweep_main
 
             _startup_done()
-            return int(sweep_main(list(argv[1:]), check_args=_check_run_args))
+            return int(
+                sweep_main(
+                    list(argv[1:]), check_args=_check_run_args, option_key=_option_key
+                )
+            )
         if first == "capacity":
             from pgsurge.experiment.capacity import capacity_main
 
@@ -302,6 +306,21 @@ def _main(argv: Sequence[str]) -> int:
     except EarlyExit as e:
         return e.status
     return _dispatch(cfg)
+
+
+def _option_key(word: str) -> str:
+    """For ``pgsurge sweep``: the option a spelling means, as the run's
+    command line reads it (``-c``, ``--client`` and ``--cli`` are all
+    ``c``); the word itself when it is no option of ours."""
+    from pgsurge.cli.getopt import Getopt
+    from pgsurge.cli.options import LONG_OPTIONS, SHORT_OPTIONS
+
+    try:
+        for key, _value in Getopt([word, "1"], SHORT_OPTIONS, LONG_OPTIONS):
+            return key
+    except UsageError:
+        pass
+    return word
 
 
 def _check_run_args(

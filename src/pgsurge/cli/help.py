@@ -103,6 +103,8 @@ Benchmarking options:
                            $PGSURGE_STORE, else one in pgsurge's data directory)
   --verbose-errors         print messages of all errors
   --waits[=MS]             sample the run's wait events every MS ms (default: 100)
+  --warmup=NUM             run NUM seconds before the measured -T seconds,
+                           not counted
 
 Common options:
   --debug                  print debugging output

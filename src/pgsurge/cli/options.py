@@ -140,6 +140,7 @@ LONG_OPTIONS: tuple[LongOption, ...] = (
     LongOption("store", False, "store", extension=True),
     LongOption("label", True, "label", extension=True),
     LongOption("host-stats", False, "host-stats", extension=True),
+    LongOption("warmup", True, "warmup", extension=True),
 )
 
 #: long options with an optional value (getopt_long's optional_argument)
@@ -601,6 +602,9 @@ class _CommandLine:
             case "host-stats":
                 st.benchmarking_option_set = True
                 st.host_stats = True
+            case "warmup":
+                st.benchmarking_option_set = True
+                st.warmup = parse_int_option(arg, "--warmup", 0, INT32_MAX)
             case _:  # pragma: no cover - the table and this switch disagree
                 raise AssertionError(f"unhandled option {key}")
 

@@ -57,6 +57,8 @@ class OptionState:
     jobs: int = 1
     transactions: int = 0
     duration: int = 0
+    #: --warmup seconds (0: none)
+    warmup: int = 0
     scale: int = 1
     scale_given: bool = False
     fillfactor: int = 100
@@ -202,6 +204,8 @@ def run_config(st: OptionState, conn: ConnParams) -> RunConfig:
             " --latency-limit or a duration (-T)"
         )
     # ours, after all of pgbench's checks (which keep their precedence)
+    if st.warmup > 0:
+        _check_warmup(st)
     if st.json_path is not None:
         check_output_path(st.json_path, "--json")
     if st.html_path is not None:
@@ -229,6 +233,7 @@ def run_config(st: OptionState, conn: ConnParams) -> RunConfig:
         jobs=st.jobs,
         transactions=st.transactions if duration <= 0 else None,
         duration=duration if duration > 0 else None,
+        warmup=st.warmup,
         query_mode=st.query_mode,
         connect_each_tx=st.connect_each_tx,
         no_vacuum=st.no_vacuum,
@@ -273,6 +278,19 @@ def run_config(st: OptionState, conn: ConnParams) -> RunConfig:
         # a stored run keeps its host's load: what explains an outlier later
         host_stats=st.host_stats or st.store is not None,
     )
+
+
+def _check_warmup(st: OptionState) -> None:
+    """--warmup runs before a measured window of -T seconds: with -t the
+    window would have no defined end (are the warm-up's transactions part
+    of the count?), and a multi-host run has no common window start."""
+    if st.duration <= 0:
+        raise UsageError(
+            "--warmup is allowed only with a duration (-T)",
+            hint="The warm-up runs before the -T seconds that are measured.",
+        )
+    if st.dask is not None:
+        raise UsageError("--warmup cannot be used with --dask")
 
 
 def _check_collect_logs(st: OptionState) -> None:

@@ -92,7 +92,7 @@ from pgsurge.distributed.watch import COORDINATOR_GRACE_S, Beat
 from pgsurge.engine.pool import RunFailed
 from pgsurge.engine.worker import WorkerSpec
 from pgsurge.errors import PROG, ExitStatus, PgsurgeError
-from pgsurge.stats.counters import StatsData
+from pgsurge.stats.counters import CommandStats, StatsData
 from pgsurge.stats.results import RunFacts, RunResult
 from pgsurge.stats.series import IntervalStats, merge_series
 
@@ -247,6 +247,14 @@ class _Coordinator:
                 host.tick = tick
                 host.now_us = int(msg["now_us"]) - offset
                 host.stats = stats
+                if "per_script" in msg:
+                    host.per_script = [
+                        StatsData.from_dict(s) for s in msg["per_script"]
+                    ]
+                    host.per_command = [
+                        [CommandStats.from_dict(c) for c in s]
+                        for s in msg["per_command"]
+                    ]
             if self.board is not None:
                 self.board.add(index, tick, stats)
         for data in msg.get("intervals", ()):
@@ -593,7 +601,10 @@ def _drive(
         run_id = uuid.uuid4().hex[:16]
         coord = _Coordinator(client, address, facts, err, run_id, on_interval)
         client.subscribe_topic(coord.names["topic"], coord.on_event)
-        coord.beat = Beat(Variable(coord.names["beat"], client=client))
+        coord.beat = Beat(
+            Variable(coord.names["beat"], client=client),
+            partial(client.log_event, coord.names["beats"]),
+        )
         coord.beat.start()
         clocks = _clock_server(client, address)
         try:

@@ -27,9 +27,9 @@ topic (the client subscribes to it); the coordinator's word comes back
 through Dask ``Event``/``Variable`` objects named after the run. A
 ``heartbeat`` event every second tells the coordinator the host is alive;
 the coordinator's own heartbeat and stop requests come through the run's
-``beat`` variable (``watch``). The workers' stderr (their clients' error
-messages, a failed connection's) is relayed as ``text`` events, which the
-coordinator prints with the host's name.
+``beats`` topic and ``beat`` variable (``watch``). The workers' stderr
+(their clients' error messages, a failed connection's) is relayed as
+``text`` events, which the coordinator prints with the host's name.
 
 Stopping, as a local run's parent does (``engine.interrupt``): when the
 coordinator asks (Ctrl-C, another host lost or failed), the workers stop
@@ -53,6 +53,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from typing import Any
@@ -65,6 +66,7 @@ from pgsurge.engine.pool import WorkerPool
 from pgsurge.engine.protocol import (
     Connected,
     Crash,
+    Detail,
     Done,
     ExitOnAbort,
     Fatal,
@@ -77,7 +79,7 @@ from pgsurge.engine.protocol import (
 )
 from pgsurge.engine.worker import WorkerSpec
 from pgsurge.errors import PROG
-from pgsurge.stats.counters import StatsData
+from pgsurge.stats.counters import CommandStats, StatsData
 from pgsurge.stats.results import WorkerResult
 
 __all__ = ["HostOutcome", "Sealed", "host_task", "monotonic_us", "names"]
@@ -103,6 +105,7 @@ def names(run_id: str) -> dict[str, str]:
         "go": f"{base}-go",
         "stop": f"{base}-stop",
         "beat": f"{base}-beat",
+        "beats": f"{base}-beats",
     }
 
 
@@ -178,6 +181,10 @@ class _Relay:
         #: each process's snapshots by tick not yet relayed, its latest
         #: snapshot and its time, and the results of those done
         self.ticks: list[dict[int, StatsData]] = [{} for _ in range(n)]
+        #: each process's per-script and per-command figures by tick, and
+        #: its latest (a done one's final)
+        self.tick_details: list[dict[int, Detail]] = [{} for _ in range(n)]
+        self.details: list[Detail | None] = [None] * n
         self.last = [0] * n
         self.snaps = [StatsData() for _ in range(n)]
         self.nows = [0] * n
@@ -299,6 +306,7 @@ class _Relay:
             self.snaps[index],
             self.go_us,
             max(self.nows[index], self.go_us),
+            self.details[index],
         )
         self.pending.discard(index)
         if self.stop_phase == 0:
@@ -348,14 +356,18 @@ class _Relay:
                     case None:
                         self.died(index)
                         series.finish(index, [])
-                    case Progress(tick, now, stats, intervals):
+                    case Progress(tick, now, stats, intervals, detail):
                         self.ticks[index][tick] = stats
+                        if detail is not None:
+                            self.tick_details[index][tick] = detail
+                            self.details[index] = detail
                         self.last[index] = tick
                         self.nows[index], self.snaps[index] = now, stats
                         series.add(index, intervals)
                     case Done(result):
                         self.done[index] = result
                         self.snaps[index] = result.total
+                        self.details[index] = (result.per_script, result.per_command)
                         self.pending.discard(index)
                         series.finish(index, result.intervals)
                     case other:
@@ -379,18 +391,27 @@ class _Relay:
             merged = StatsData()
             for i, snap in enumerate(self.snaps):
                 merged.merge(self.ticks[i][tick] if i in self.pending else snap)
-            events.append(
-                {
-                    "kind": "progress",
-                    "tick": tick,
-                    "now_us": max(self.nows[i] for i in self.pending),
-                    "stats": merged.to_dict(),
-                }
+            event = {
+                "kind": "progress",
+                "tick": tick,
+                "now_us": max(self.nows[i] for i in self.pending),
+                "stats": merged.to_dict(),
+            }
+            detail = _merge_details(
+                [
+                    self.tick_details[i].get(tick) if i in self.pending else d
+                    for i, d in enumerate(self.details)
+                ]
             )
+            if detail is not None:
+                event["per_script"] = [s.to_dict() for s in detail[0]]
+                event["per_command"] = [[c.to_dict() for c in s] for s in detail[1]]
+            events.append(event)
         if upto > sent:
             for i in self.pending:
                 for tick in [t for t in self.ticks[i] if t <= upto]:
                     del self.ticks[i][tick]
+                    self.tick_details[i].pop(tick, None)
         complete = series.take_complete()
         if complete:
             if not events:
@@ -413,12 +434,39 @@ class _quiet:
         return isinstance(exc, OSError)
 
 
+def _merge_details(details: Sequence[Detail | None]) -> Detail | None:
+    """The workers' per-script and per-command figures added up; None
+    when one of them has none (a tick it did not report them at)."""
+    if not details or any(d is None for d in details):
+        return None
+    first = details[0]
+    assert first is not None
+    per_script = [StatsData() for _ in first[0]]
+    per_command = [[CommandStats() for _ in s] for s in first[1]]
+    for d in details:
+        assert d is not None
+        for acc, s in zip(per_script, d[0], strict=True):
+            acc.merge(s)
+        for accs, cmds in zip(per_command, d[1], strict=True):
+            for acc_c, c in zip(accs, cmds, strict=True):
+                acc_c.merge(c)
+    return per_script, per_command
+
+
 def _dead_result(
-    nclients: int, worker_id: int, last: StatsData, go_us: int, when_us: int
+    nclients: int,
+    worker_id: int,
+    last: StatsData,
+    go_us: int,
+    when_us: int,
+    detail: Detail | None = None,
 ) -> WorkerResult:
     """A dead worker's share: its clients aborted, with the figures of its
-    last snapshot."""
+    last snapshot (its per-script and per-command ones too, when it sent
+    them)."""
     result = WorkerResult(worker_id, nclients, total=last)
+    if detail is not None:
+        result.per_script, result.per_command = detail
     result.aborted_clients = nclients
     result.client_tx_counts = [0] * nclients
     result.conn_start_us = result.bench_start_us = go_us
@@ -467,7 +515,7 @@ def host_task(
     clock_at: tuple[str, int] | None = None,
 ) -> HostOutcome:
     """The task of one host; see the module docstring."""
-    from distributed import Event, Variable, get_worker
+    from distributed import Event, Variable, get_client, get_worker
 
     worker = get_worker()
     n = names(run_id)
@@ -494,7 +542,11 @@ def host_task(
     ]
     _allow_children()
     resume = _pause_profiler(worker)
-    watch = Watch(Variable(n["beat"]))
+    client = get_client()
+    watch = Watch(
+        Variable(n["beat"]),
+        subscribe=lambda handler: client.subscribe_topic(n["beats"], handler),
+    )
     watch.start()
     try:
         return _host(host, specs, emit, watch, start_ev, go_ev, n["start_at"], clock_at)
@@ -502,6 +554,8 @@ def host_task(
         return HostOutcome("aborted", text=f"{PROG}: error: {type(e).__name__}\n")
     finally:
         watch.close()
+        with suppress(Exception):
+            client.unsubscribe_topic(n["beats"])
         resume()
 
 

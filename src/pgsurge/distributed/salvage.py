@@ -21,7 +21,7 @@ from typing import Any
 
 from pgsurge.distributed.host import HostOutcome
 from pgsurge.distributed.plan import HostInfo
-from pgsurge.stats.counters import StatsData
+from pgsurge.stats.counters import CommandStats, StatsData
 from pgsurge.stats.histogram import Histogram
 from pgsurge.stats.results import RunFacts, RunResult, WorkerResult
 from pgsurge.stats.series import IntervalStats, LatencyHistograms, merge_series
@@ -40,6 +40,9 @@ class HostState:
     tick: int = 0
     now_us: int = 0
     stats: StatsData = field(default_factory=StatsData)
+    #: the per-script and (-r) per-command figures of that snapshot
+    per_script: list[StatsData] = field(default_factory=list)
+    per_command: list[list[CommandStats]] = field(default_factory=list)
     #: queued (its task waits for the pgsurge resource), started, ready,
     #: connected
     phase: str = "queued"
@@ -71,12 +74,17 @@ def lost_host_result(
     go_us: int,
     end_us: int,
     shape: LatencyHistograms | None = None,
+    per_script: Sequence[StatsData] = (),
+    per_command: Sequence[Sequence[CommandStats]] = (),
 ) -> WorkerResult:
     """A lost host's share of the run (coordinator clock): its last
-    snapshot, its streamed intervals and their histograms (with
-    ``shape``'s per-script and per-command lists, empty: another host's
-    histograms, to merge with)."""
+    snapshot (with that snapshot's per-script and per-command figures),
+    its streamed intervals and their histograms (with ``shape``'s
+    per-script and per-command lists, empty: another host's histograms,
+    to merge with; the intervals carry no per-script histograms)."""
     result = WorkerResult(worker_id, info.clients, total=last.copy())
+    result.per_script = [s.copy() for s in per_script]
+    result.per_command = [[c.copy() for c in s] for s in per_command]
     result.aborted_clients = info.clients
     result.client_tx_counts = [0] * info.clients
     result.conn_start_us = conn_start_us
@@ -152,6 +160,8 @@ def merge_hosts(
                     go_us=start_at,
                     end_us=host.now_us,
                     shape=shape,
+                    per_script=host.per_script,
+                    per_command=host.per_command,
                 )
             ]
         results.extend(mine)
@@ -166,13 +176,13 @@ def merge_hosts(
     lost = [h for h in hosts if h.info.lost]
     if result.intervals:
         # the series merged interval by interval from the hosts' deltas
-        # (equal to the merge of every worker's series); with a host
-        # lost, only the intervals it had streamed are complete
-        cut = min((max(h.series, default=-1) for h in lost), default=None)
-        result.intervals = [
-            iv
-            for iv in merge_series([list(h.series.values()) for h in hosts])
-            if cut is None or iv.start_us <= cut
-        ]
+        # (equal to the merge of every worker's series); a lost host
+        # streamed its intervals up to a point: those after it are the
+        # surviving hosts' only, and say so (hosts k/n)
+        result.intervals = merge_series([list(h.series.values()) for h in hosts])
+        for iv in result.intervals:
+            missing = sum(1 for h in lost if iv.start_us not in h.series)
+            if missing:
+                iv.hosts = (len(hosts) - missing, len(hosts))
     result.hosts = [h.info.to_dict() for h in hosts]
     return result

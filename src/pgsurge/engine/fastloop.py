@@ -524,29 +524,19 @@ class FastEventLoop(EventLoop):
         progress_us = self._progress_us
         start = self._progress_start_us
         next_report = start + progress_us if progress_us else 0
-        rec = self.recorder
-        # the nearest periodic deadline (progress tick or interval end), 0: none
-        next_tick = next_report
-        if rec is not None and (not next_tick or rec.next_us < next_tick):
-            next_tick = rec.next_us
+        # the nearest periodic deadline (progress tick, interval end, the
+        # window's start), 0: none
+        next_tick = self._next_tick(next_report)
         while True:
             outcome: int = fast.run(next_tick)
             self.idle_us = fast.idle_us
             if outcome != OUT_TICK:
                 return outcome
             # as EventLoop.run: the end of a recorder interval (C wrote its
-            # counts and histograms back before returning), a progress tick
-            now: int = fast.now_us
-            if rec is not None and now >= rec.next_us:
-                rec.advance(now)
-            if next_report and now >= next_report:
-                tick = (now - start) // progress_us
-                if self._on_progress is not None:
-                    self._on_progress(tick, now)
-                next_report = start + (tick + 1) * progress_us
-            next_tick = next_report
-            if rec is not None and (not next_tick or rec.next_us < next_tick):
-                next_tick = rec.next_us
+            # counts and histograms back before returning), a progress
+            # tick, the window's start (C reloads what it reset)
+            next_report = self._at_tick(fast.now_us, next_report)
+            next_tick = self._next_tick(next_report)
 
 
 @contextmanager

@@ -190,8 +190,51 @@ class EventLoop:
             self.waiter.register(control_fd, READ)
         self.advance: Callable[[Client], None] | None = None
         self.recorder = recorder
+        self._window_us = 0
+        self._on_window: Callable[[int], None] | None = None
         #: µs spent blocked in waits during ``run``
         self.idle_us = 0
+
+    def set_window(self, window_us: int, on_window: Callable[[int], None]) -> None:
+        """--warmup: call ``on_window(now_us)`` once, at the first round at
+        or after ``window_us`` (a deadline of the wait, like a progress
+        tick, and after the tick of that instant: its line is the
+        warm-up's last), where the worker resets its figures."""
+        self._window_us = window_us
+        self._on_window = on_window
+
+    def _next_tick(self, next_report: int) -> int:
+        """The nearest periodic deadline: a progress tick, the end of a
+        recorder interval, the window's start; 0: none."""
+        next_tick = next_report
+        rec = self.recorder
+        if rec is not None and (not next_tick or rec.next_us < next_tick):
+            next_tick = rec.next_us
+        window = self._window_us
+        if window and (not next_tick or window < next_tick):
+            next_tick = window
+        return next_tick
+
+    def _at_tick(self, now: int, next_report: int) -> int:
+        """What comes due at a tick (``now`` past the nearest deadline): the
+        recorder's intervals, the progress tick, the window's start; the
+        next progress deadline."""
+        rec = self.recorder
+        if rec is not None and now >= rec.next_us:
+            rec.advance(now)
+        progress_us = self._progress_us
+        if next_report and now >= next_report:
+            start = self._progress_start_us
+            tick = (now - start) // progress_us
+            if self._on_progress is not None:
+                self._on_progress(tick, now)
+            next_report = start + (tick + 1) * progress_us
+        window = self._window_us
+        if window and now >= window:
+            self._window_us = 0
+            if self._on_window is not None:
+                self._on_window(now)
+        return next_report
 
     @staticmethod
     def uses_epoll() -> bool:
@@ -264,13 +307,10 @@ class EventLoop:
         control_fd = self._control_fd
         exit_on_abort = self._exit_on_abort
         progress_us = self._progress_us
-        on_progress = self._on_progress
         next_report = self._progress_start_us + progress_us if progress_us else 0
-        rec = self.recorder
-        # the nearest periodic deadline (progress tick or interval end), 0: none
-        next_tick = next_report
-        if rec is not None and (not next_tick or rec.next_us < next_tick):
-            next_tick = rec.next_us
+        # the nearest periodic deadline (progress tick, interval end, the
+        # window's start), 0: none
+        next_tick = self._next_tick(next_report)
         idle = 0
         heappush = heapq.heappush
         heappop = heapq.heappop
@@ -389,16 +429,8 @@ class EventLoop:
             if next_tick:
                 now = clock()
                 if now >= next_tick:
-                    if rec is not None and now >= rec.next_us:
-                        rec.advance(now)
-                    if next_report and now >= next_report:
-                        tick = (now - self._progress_start_us) // progress_us
-                        if on_progress is not None:
-                            on_progress(tick, now)
-                        next_report = self._progress_start_us + (tick + 1) * progress_us
-                    next_tick = next_report
-                    if rec is not None and (not next_tick or rec.next_us < next_tick):
-                        next_tick = rec.next_us
+                    next_report = self._at_tick(now, next_report)
+                    next_tick = self._next_tick(next_report)
         self.idle_us = idle
         return LoopOutcome.DONE
 

@@ -30,13 +30,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pgsurge.stats.counters import StatsData
+from pgsurge.stats.counters import CommandStats, StatsData
 from pgsurge.stats.results import WorkerResult
 from pgsurge.stats.series import IntervalStats
 
 __all__ = [
     "Connected",
     "Crash",
+    "Detail",
     "Done",
     "ExitOnAbort",
     "Fatal",
@@ -84,16 +85,20 @@ class Ready(_Message):
 
 class Steady(_Message):
     """The run's start and end on the shared monotonic clock (µs; end 0
-    when the run is counted in transactions)."""
+    when the run is counted in transactions), and under --warmup the start
+    of the measured window (0: none), where every worker resets its
+    figures."""
 
-    __slots__ = __match_args__ = ("start_us", "end_us")
+    __slots__ = __match_args__ = ("start_us", "end_us", "window_us")
 
     start_us: int
     end_us: int
+    window_us: int
 
-    def __init__(self, start_us: int, end_us: int) -> None:
+    def __init__(self, start_us: int, end_us: int, window_us: int = 0) -> None:
         self.start_us = start_us
         self.end_us = end_us
+        self.window_us = window_us
 
 
 class Connected(_Message):
@@ -116,20 +121,29 @@ class Go(_Message):
     __slots__ = ()
 
 
+#: a worker's per-script figures and its [script][command] figures (-r;
+#: empty without it), as ``WorkerResult`` holds them
+Detail = tuple[list[StatsData], list[list[CommandStats]]]
+
+
 class Progress(_Message):
     """A ``-P`` tick: the worker's cumulative stats at ``now_us``.
 
     ``intervals``: the series intervals closed since the previous tick,
     histograms included, when the spec asks for them (``stream_intervals``:
     a multi-host run's host relays them to the coordinator as they close).
+    ``detail``: with them, the per-script and (-r) per-command figures at
+    the tick, so that a host lost in the middle of the run still has its
+    share of those.
     """
 
-    __slots__ = __match_args__ = ("tick", "now_us", "stats", "intervals")
+    __slots__ = __match_args__ = ("tick", "now_us", "stats", "intervals", "detail")
 
     tick: int
     now_us: int
     stats: StatsData
     intervals: tuple[IntervalStats, ...]
+    detail: Detail | None
 
     def __init__(
         self,
@@ -137,11 +151,13 @@ class Progress(_Message):
         now_us: int,
         stats: StatsData,
         intervals: tuple[IntervalStats, ...] = (),
+        detail: Detail | None = None,
     ) -> None:
         self.tick = tick
         self.now_us = now_us
         self.stats = stats
         self.intervals = intervals
+        self.detail = detail
 
 
 class Done(_Message):

@@ -54,6 +54,7 @@ from pgsurge.engine.program import (
 from pgsurge.engine.protocol import (
     Connected,
     Crash,
+    Detail,
     Done,
     ExitOnAbort,
     Fatal,
@@ -347,6 +348,9 @@ class _Run:
         "spec",
         "targets",
         "txlog",
+        "usage0",
+        "window_open",
+        "window_us",
         "wstate",
     )
 
@@ -361,6 +365,12 @@ class _Run:
     loop: EventLoop | None
     #: the run's end from STEADY (0 under -t)
     end_us: int
+    #: --warmup: the measured window's start from STEADY (0: none), and
+    #: whether it opened
+    window_us: int
+    window_open: bool
+    #: the CPU usage where the measured part starts (GO, or the window)
+    usage0: resource.struct_rusage | None
     conn_start: int
     bench_start: int
     #: each client's server (``host:port``) at connect, not under -C
@@ -394,6 +404,9 @@ class _Run:
         self.end_us = end_us
         self.conn_start = conn_start
         self.bench_start = bench_start
+        self.window_us = 0
+        self.window_open = False
+        self.usage0 = None
 
 
 def _run(spec: WorkerSpec, pipe: Connection, abort_owner: Any = None) -> None:
@@ -419,6 +432,7 @@ def _phases(run: _Run) -> None:
     pipe.send(Ready())
     steady = pipe.recv()
     assert isinstance(steady, Steady), steady
+    run.window_us = steady.window_us
     if not _connect(run, steady.start_us, steady.end_us):
         return
     pipe.send(Connected(tuple(st.conn.backend_pid for st in run.clients if st.conn)))
@@ -426,11 +440,11 @@ def _phases(run: _Run) -> None:
     assert isinstance(go, Go), go
     if not _start(run):
         return
-    outcome, usage0 = _bench(run)
+    outcome = _bench(run)
     if outcome != LoopOutcome.DONE:
         _aborted(run, outcome)
         return
-    pipe.send(Done(_result(run, usage0)))
+    pipe.send(Done(_result(run)))
 
 
 def _setup(spec: WorkerSpec, pipe: Connection, abort_owner: Any) -> _Run | None:
@@ -512,12 +526,17 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
         progress_us=(cfg.progress_s or spec.snapshot_s) * 1000000,
         progress_start_us=start_us,
         on_progress=_progress_sender(
-            pipe, total, rec if spec.stream_intervals else None
+            pipe,
+            total,
+            rec if spec.stream_intervals else None,
+            _detail_of(run) if spec.stream_intervals else None,
         ),
         control_fd=pipe.fileno(),
         recorder=rec,
     )
     run.loop = loop
+    if run.window_us:
+        loop.set_window(run.window_us, lambda now: _open_window(run))
     log: Callable[[str], None] = _stderr
     if run.abort_owner is not None:
         log = _abort_gated_log(run.abort_owner, spec.worker_id)
@@ -594,23 +613,53 @@ def _open_all(run: _Run, settings: Settings, loop: EventLoop) -> bool:
 
 
 def _progress_sender(
-    pipe: Connection, total: StatsData, rec: WorkerRecorder | None
+    pipe: Connection,
+    total: StatsData,
+    rec: WorkerRecorder | None,
+    detail: Callable[[], Detail] | None = None,
 ) -> Callable[[int, int], None]:
     """The loop's ``on_progress``: the cumulative stats, and with ``rec``
     the intervals it closed since the previous tick (the loop closes the
     recorder's intervals before it ticks, and both count from the same
-    start with the same length, so tick k carries interval k)."""
-    if rec is None:
+    start with the same length, so tick k carries interval k); with
+    ``detail``, the per-script and per-command figures at the tick."""
+    if rec is None and detail is None:
         return lambda tick, now: pipe.send(Progress(tick, now, total.copy()))
     sent = 0
 
     def send(tick: int, now: int) -> None:
         nonlocal sent
-        closed = rec.intervals
-        pipe.send(Progress(tick, now, total.copy(), tuple(closed[sent:])))
+        closed = rec.intervals if rec is not None else []
+        pipe.send(
+            Progress(
+                tick,
+                now,
+                total.copy(),
+                tuple(closed[sent:]),
+                None if detail is None else detail(),
+            )
+        )
         sent = len(closed)
 
     return send
+
+
+def _detail_of(run: _Run) -> Callable[[], Detail]:
+    """A copy of the worker's per-script and (-r) per-command figures as
+    they stand (the C loop writes them back before each tick)."""
+    wstate, scripts = run.wstate, run.scripts
+    per_command = run.spec.config.report_per_command
+
+    def detail() -> Detail:
+        per_script = [s.copy() for s in wstate.per_script or ()]
+        commands = (
+            [[op.stats.copy() for op in reported_ops(ops)] for ops in scripts]
+            if per_command
+            else []
+        )
+        return per_script, commands
+
+    return detail
 
 
 def _finish_connections(run: _Run) -> None:
@@ -639,11 +688,35 @@ def _start(run: _Run) -> bool:
     return True
 
 
-def _bench(run: _Run) -> tuple[int, resource.struct_rusage]:
+def _open_window(run: _Run) -> None:
+    """--warmup: the measured window opens (the loop calls this once, at
+    its first round at or after the window's start; the C loop wrote its
+    copies back before and reloads them after). Everything counted so far
+    is the warm-up's and is forgotten, in place: the totals, per script
+    and per command, -L's late count, -C's connection time, histograms
+    and series, the -l file, the CPU used."""
+    wstate = run.wstate
+    wstate.stats.clear()
+    for stats in wstate.per_script or ():
+        stats.clear()
+    wstate.latency_late = 0
+    wstate.conn_total_us = 0
+    for ops in run.scripts:
+        for op in reported_ops(ops):
+            op.stats.clear()
+    if run.recorder is not None:
+        run.recorder.restart(run.window_us)
+    if run.txlog is not None:
+        run.txlog.restart(run.window_us)
+    run.usage0 = resource.getrusage(resource.RUSAGE_SELF)
+    run.window_open = True
+
+
+def _bench(run: _Run) -> int:
     """The measured part: the event loop until every client is done."""
     spec, loop = run.spec, run.loop
     assert loop is not None
-    usage0 = resource.getrusage(resource.RUSAGE_SELF)
+    run.usage0 = resource.getrusage(resource.RUSAGE_SELF)
     # Everything built so far lives until the end: keep the cyclic collector
     # off it, and let it run rarely (the hot path creates no cycles; results,
     # parameter lists and event lists are freed by reference counting).
@@ -664,10 +737,14 @@ def _bench(run: _Run) -> tuple[int, resource.struct_rusage]:
         cancel_in_flight(run.clients)
         outcome = LoopOutcome.DONE
 
+    if run.window_us and not run.window_open:
+        # ended in the warm-up (every client aborted, a Ctrl-C): nothing
+        # was measured, and the -l file keeps none of it either
+        _open_window(run)
     if run.txlog is not None:
         # as pgbench: complete intervals at the end; none on --exit-on-abort
         run.txlog.close(_clock() if outcome == LoopOutcome.DONE else None)
-    return outcome, usage0
+    return outcome
 
 
 def _aborted(run: _Run, outcome: int) -> None:
@@ -695,7 +772,7 @@ def _implementation(loop: EventLoop) -> str:
     return IMPL_FASTPQ if fastpq.available else IMPL_PURE
 
 
-def _result(run: _Run, usage0: resource.struct_rusage) -> WorkerResult:
+def _result(run: _Run) -> WorkerResult:
     """After the loop: the worker's figures, for the parent to merge."""
     spec, cfg, wstate, clients, loop = (
         run.spec,
@@ -707,6 +784,8 @@ def _result(run: _Run, usage0: resource.struct_rusage) -> WorkerResult:
     assert loop is not None
     end = _clock()
     usage1 = resource.getrusage(resource.RUSAGE_SELF)
+    usage0 = run.usage0
+    assert usage0 is not None
     loop.close()
 
     # per-command figures leave out each script's END sentinel
@@ -725,6 +804,7 @@ def _result(run: _Run, usage0: resource.struct_rusage) -> WorkerResult:
     result.conn_total_us = wstate.conn_total_us
     result.conn_start_us = run.conn_start
     result.bench_start_us = run.bench_start
+    result.window_us = run.window_us
     result.end_us = end
     result.aborted_clients = sum(1 for st in clients if st.state != C.FINISHED)
     result.clients_finished = sum(1 for st in clients if st.state == C.FINISHED)

@@ -24,7 +24,7 @@ through ``pgsurge.redact`` (no password form survives), the directory is
 the logs may still name users, hosts and databases.
 
 Ctrl-C (SIGINT) stops the experiment after the current run; a second one
-(or SIGTERM) stops the current run at once and discards it. What finished
+(or SIGTERM, or SIGHUP) stops the current run at once and discards it. What finished
 is then compared. A run that aborts (pgsurge's exit status 2) ends the
 experiment with status 2; one that fails otherwise, with status 1.
 """
@@ -48,7 +48,7 @@ from typing import Any, TextIO
 
 from pgsurge import __version__
 from pgsurge.config import ConnParams
-from pgsurge.errors import ExitStatus, PgsurgeError
+from pgsurge.errors import PROG, ExitStatus, PgsurgeError
 from pgsurge.experiment.render import run_line
 from pgsurge.experiment.results import RunSummary, load_result
 from pgsurge.redact import redact_env, redact_text, redact_words
@@ -77,10 +77,18 @@ _CHECKPOINT_CODE = (
 def write_private(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` as a file only its owner may read (0600
     whatever the umask; a symlink planted there is refused, not followed)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
-    with open(fd, "w", encoding="utf-8") as f:
-        os.fchmod(fd, FILE_MODE)
-        f.write(text)
+    try:
+        fd = os.open(
+            path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE
+        )
+        with open(fd, "w", encoding="utf-8") as f:
+            os.fchmod(fd, FILE_MODE)
+            f.write(text)
+    except OSError as exc:
+        # a full disk, a read-only file system: one line, never a traceback
+        raise PgsurgeError(
+            f'could not write "{path}": {os.strerror(exc.errno or 0)}'
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,12 +257,26 @@ class Experiment:
             self._err_fd = self.err.fileno()
         except (OSError, ValueError, AttributeError):  # a StringIO, a closed stream
             self._err_fd = None
-        old_int = signal.signal(signal.SIGINT, self._on_signal)
-        old_term = signal.signal(signal.SIGTERM, self._on_signal)
+        # SIGHUP (the terminal or ssh session went away) stops the run now,
+        # as SIGTERM does: left to its default, it killed the experiment
+        # alone and its run, in a process group of its own, went on loading
+        # the server with the manifest still saying "running". A signal
+        # ignored when pgsurge started (nohup) stays ignored, in its runs
+        # too. SIGINT is always caught, even where a script's ``cmd &`` had
+        # it ignored: the handler is what stops a run at once, and a run
+        # started with SIGINT ignored would never hear it.
+        old = {
+            sig: signal.getsignal(sig)
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        }
+        for sig, handler in old.items():
+            if sig != signal.SIGHUP or handler != signal.SIG_IGN:
+                signal.signal(sig, self._on_signal)
 
         def restore() -> None:
-            signal.signal(signal.SIGINT, old_int)
-            signal.signal(signal.SIGTERM, old_term)
+            for sig, handler in old.items():
+                if handler is not None:
+                    signal.signal(sig, handler)
 
         return restore
 
@@ -451,21 +473,34 @@ class Experiment:
         failed (a run went wrong, or an unexpected exception); the pending
         output and the manifest are written whatever happened."""
         restore = self._install()
+        finished = False
+        stopped_by = ""
         try:
             yield
+            finished = True
             self.state = "finished"
         except Interrupted:
             self.state = "interrupted"
             raise
-        except PgsurgeError:
+        except PgsurgeError as e:
             self.state = "failed"
+            stopped_by = e.message
             raise
         finally:
             restore()
             self._flush_pending()
             if self.state == "running":  # an unexpected exception
                 self.state = "failed"
-            self.write_manifest()
+            try:
+                self.write_manifest()
+            except PgsurgeError as e:
+                if finished:
+                    raise
+                # the error that stopped the experiment comes first; this
+                # one only says the manifest is behind (once)
+                if e.message != stopped_by:
+                    self.err.write(f"{PROG}: warning: {e.message}\n")
+                    self.err.flush()
 
     def run(self) -> None:
         """Execute the plan. Returns normally when every run finished; raises

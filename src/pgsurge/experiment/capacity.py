@@ -221,7 +221,9 @@ class Search(Experiment):
                 passed = rate
                 if rate >= ceiling:
                     break
-                rate = min(round(rate * factor, 1), ceiling)
+                # rates go in steps of 0.1 tps: a step that rounds back to
+                # the same rate (0.1 × 1.3) would probe it for ever
+                rate = min(max(round(rate * factor, 1), round(rate + 0.1, 1)), ceiling)
             else:
                 failed = rate
                 break
@@ -233,6 +235,11 @@ class Search(Experiment):
             return
         while failed - passed > self.precision * passed:
             mid = round((passed + failed) / 2, 1)
+            if not passed < mid < failed:
+                # no rate of 0.1 tps steps between them: below 2 tps the 5 %
+                # bracket is narrower than a step, and the same rate was
+                # probed again for ever
+                break
             if self.probe(mid, rep):
                 passed = mid
             else:
@@ -248,7 +255,10 @@ class Search(Experiment):
                     raise PgsurgeError("the closed-loop run processed nothing")
                 ceiling = round(1.25 * self.closed_tps, 1)
             start = (
-                self.min_rate if self.min_rate is not None else round(ceiling / 8, 1)
+                self.min_rate
+                if self.min_rate is not None
+                # never -R 0 (an unthrottled run)
+                else max(round(ceiling / 8, 1), min(0.1, ceiling))
             )
             for k in range(self.repeat):
                 rep = Repetition()
@@ -527,6 +537,7 @@ def _capacity(
             as_sweep(doc),
             title=f"pgsurge capacity: {target.label} ≤ {target.ms:g} ms",
             latency=target.label,
+            target_ms=target.ms,
         )
         write_html(page, ns.html)
     return EXIT_INTERRUPTED if interrupted else 0

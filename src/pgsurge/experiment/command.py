@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shlex
+import stat
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -430,7 +431,7 @@ def _out_dir(given: str | None, prefix: str = "pgsurge-ab") -> Path:
     return _checked_out_dir(path, given)
 
 
-def _checked_out_dir(path: Path, given: str | None) -> Path:
+def _checked_out_dir(path: Path, given: str | None, *, resume: bool = False) -> Path:
     """Make or take the output directory as the data location is taken
     (``server.safedir``): ab and sweep may run as root, and a symlink or
     another user's directory planted at ``--out`` would have the results
@@ -438,22 +439,33 @@ def _checked_out_dir(path: Path, given: str | None) -> Path:
     directory above that another user could swap, a symlink at the end, a
     directory of someone else's: refused. The path used afterwards is the
     one with the trusted links resolved, and the directory is ours and
-    0700, so nobody else can plant a file in it."""
+    0700, so nobody else can plant a file in it.
+
+    ``resume``: ``sweep --resume DIR``, an existing directory held to the
+    same rules but not made nor required empty (its manifest names files
+    that a resume removes: another user's directory would let them name
+    any of ours)."""
     from pgsurge.errors import ServerError
     from pgsurge.server.safedir import check_ancestors, make_dirs, user_name
 
     shown = given if given is not None else str(path)
+    option = "--resume" if resume else "--out"
     real = path
     try:
         real = check_ancestors(path)
-        make_dirs(real, DIR_MODE)
+        if not resume:
+            make_dirs(real, DIR_MODE)
         fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except ServerError as exc:
-        raise PgsurgeError(f"--out: {exc.message}") from None
+        raise PgsurgeError(f"{option}: {exc.message}") from None
     except OSError as exc:
         if os.path.islink(real):
             raise PgsurgeError(
-                f"--out: refusing to use {shown}: it is a symbolic link"
+                f"{option}: refusing to use {shown}: it is a symbolic link"
+            ) from None
+        if resume:
+            raise PgsurgeError(
+                f'{option}: could not open "{shown}": {exc.strerror or exc}'
             ) from None
         if exc.errno == errno.ENOTDIR:
             raise UsageError(
@@ -466,9 +478,16 @@ def _checked_out_dir(path: Path, given: str | None) -> Path:
         st = os.fstat(fd)
         if st.st_uid != os.geteuid():
             raise PgsurgeError(
-                f"--out: refusing to use {shown}: it is owned by "
+                f"{option}: refusing to use {shown}: it is owned by "
                 f'"{user_name(st.st_uid)}"'
             )
+        if resume:
+            if stat.S_IMODE(st.st_mode) & 0o022:
+                raise PgsurgeError(
+                    f"{option}: refusing to use {shown}: it is writable by group "
+                    f"or others (mode {stat.S_IMODE(st.st_mode):04o})"
+                )
+            return path if real == path.absolute() else real
         # whatever the umask (or an empty --out made by the user): the
         # results and logs may name users, hosts and databases; closed
         # first, so the emptiness seen next stays true

@@ -334,13 +334,14 @@ class BatchPlan:
 
 
 def _steady(run: RunSummary) -> Sequence[Interval]:
-    """The run's intervals without the first (it holds the start-up) and
+    """The run's intervals without the first (it holds the start-up; not
+    after a --warmup, whose series starts with the measured window) and
     without a last, partial one."""
     ivs = list(run.intervals)
     full = max((i.duration_s for i in ivs), default=0.0)
     if ivs and ivs[-1].duration_s < 0.9 * full:
         ivs.pop()
-    return ivs[1:] if len(ivs) >= 3 else ivs
+    return ivs[1:] if len(ivs) >= 3 and not run.warmup_s else ivs
 
 
 def _batch_plan(runs: Sequence[RunSummary]) -> BatchPlan | None:

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pgsurge.errors import UsageError
+from pgsurge.redact import MASK, is_secret_name, redact_text
 
 __all__ = ["SCALE_OPTIONS", "Cell", "Vary", "cells", "parse_vary", "rounds"]
 
@@ -57,8 +58,25 @@ class Vary:
         """The column heading: the option, ``SET name``, or the variable."""
         return f"SET {self.name}" if self.kind == "setting" else self.name
 
+    @property
+    def shown(self) -> tuple[str, ...]:
+        """The values as printed and written (table, manifest, JSON, HTML):
+        a password masked — every value of a secret variable such as
+        ``PGPASSWORD``, a URI's or conninfo's in ``-d`` — and numbered when
+        masking made two of them alike, so the cells stay apart."""
+        if self.kind == "env" and is_secret_name(self.name):
+            masked = [MASK for _ in self.values]
+        else:
+            masked = [redact_text(v) for v in self.values]
+        if len(set(masked)) == len(masked):
+            return tuple(masked)
+        return tuple(
+            f"{m} #{i}" if m != v else v
+            for i, (m, v) in enumerate(zip(masked, self.values, strict=True), 1)
+        )
+
     def to_dict(self) -> dict[str, object]:
-        return {"kind": self.kind, "name": self.name, "values": list(self.values)}
+        return {"kind": self.kind, "name": self.name, "values": list(self.shown)}
 
     @property
     def numeric(self) -> bool:
@@ -96,11 +114,20 @@ def parse_vary(spec: str) -> Vary:
     values = tuple(v.strip() for v in rest.split(","))
     if any(not v for v in values):
         raise UsageError(f'--vary: an empty value in "{spec}"')
-    if len(set(values)) != len(values):
+    if len(set(values)) != len(values) or len(set(_numbers(values))) != len(values):
         raise UsageError(f'--vary: a value given twice in "{spec}"')
     if kind == "scale" and not all(v.isdigit() and int(v) > 0 for v in values):
         raise UsageError(f'--vary: scales must be positive integers in "{spec}"')
     return Vary(kind, head, values)
+
+
+def _numbers(values: Sequence[str]) -> Sequence[object]:
+    """The values as numbers when all are (``-c 1,01`` is one client count
+    twice: two cells of the same runs, and a knee found between them)."""
+    try:
+        return [float(v) for v in values]
+    except ValueError:
+        return values
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +136,7 @@ class Cell:
     make of a run's arguments and environment."""
 
     index: int
+    #: as shown: a password masked (``Vary.shown``)
     values: tuple[str, ...]
     args: tuple[str, ...]
     env: Mapping[str, str]
@@ -133,7 +161,9 @@ class Cell:
         return env
 
 
-def _cell(index: int, specs: Sequence[Vary], values: Sequence[str]) -> Cell:
+def _cell(
+    index: int, specs: Sequence[Vary], values: Sequence[str], shown: Sequence[str]
+) -> Cell:
     args: list[str] = []
     env: dict[str, str] = {}
     settings: list[str] = []
@@ -157,7 +187,7 @@ def _cell(index: int, specs: Sequence[Vary], values: Sequence[str]) -> Cell:
     if settings:
         own = env.get("PGOPTIONS")
         env["PGOPTIONS"] = " ".join(([own] if own else []) + settings)
-    return Cell(index, tuple(values), tuple(args), env, scale)
+    return Cell(index, tuple(shown), tuple(args), env, scale)
 
 
 def cells(specs: Sequence[Vary]) -> list[Cell]:
@@ -169,8 +199,13 @@ def cells(specs: Sequence[Vary]) -> list[Cell]:
     order = sorted(range(len(specs)), key=lambda i: specs[i].kind != "scale")
     if order != list(range(len(specs))):
         raise UsageError("--vary: give the -s spec first (a scale is the outer loop)")
-    product = itertools.product(*(s.values for s in specs))
-    return [_cell(i, specs, vals) for i, vals in enumerate(product)]
+    # the cells carry the values as shown (a password masked), their
+    # arguments and environment the real ones
+    product = itertools.product(*(zip(s.values, s.shown, strict=True) for s in specs))
+    return [
+        _cell(i, specs, [v for v, _ in pairs], [w for _, w in pairs])
+        for i, pairs in enumerate(product)
+    ]
 
 
 def rounds(grid: Sequence[Cell], n_arms: int, runs: int) -> list[tuple[int, int, int]]:

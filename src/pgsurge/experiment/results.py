@@ -136,6 +136,9 @@ class RunSummary:
     client_limited: bool = False
     #: the run's per-interval tps trended (``steady_state.steady`` false)
     unsteady: bool = False
+    #: the run's --warmup seconds: its series starts with the measured
+    #: window (no start-up in its first interval)
+    warmup_s: int = 0
     #: what tells a run given twice: the file (device, inode) and the
     #: SHA-256 of its bytes (None when not read from a file)
     file_id: tuple[int, int] | None = None
@@ -336,6 +339,9 @@ def parse_result(path: str, data: object) -> RunSummary:
         arm=_arm(data.get("experiment")),
         unsteady=isinstance(data.get("steady_state"), Mapping)
         and data["steady_state"].get("steady") is False,
+        warmup_s=int(data["warmup_s"])
+        if isinstance(data.get("warmup_s"), int) and data["warmup_s"] > 0
+        else 0,
         client_limited=bool(cpu.get("client_limited"))
         if isinstance(cpu, Mapping)
         else False,

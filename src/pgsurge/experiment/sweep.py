@@ -48,7 +48,7 @@ from pgsurge.experiment.ab import (
 )
 from pgsurge.experiment.grid import Cell, Vary, cells, rounds
 from pgsurge.experiment.results import RunSummary, load_result
-from pgsurge.redact import redact_env, redact_text, redact_words
+from pgsurge.redact import MASK, redact_env, redact_text, redact_words
 
 __all__ = ["Sweep", "SweepPlan", "SweepRecord", "load_manifest"]
 
@@ -138,7 +138,7 @@ class Sweep(Experiment):
             "schema": 1,
             "kind": KIND,
             "pgsurge": __version__,
-            "command": redact_words(self.argv),
+            "command": self._command(),
             "vary": [s.to_dict() for s in specs],
             "cells": [
                 {
@@ -166,6 +166,25 @@ class Sweep(Experiment):
             "state": self.state,
             "runs": [r.to_dict() for r in self.records],
         }
+
+    def _command(self) -> list[str]:
+        """The command line, masked, a secret ``--vary`` value too (the
+        word ``PGPASSWORD a,b`` has no ``NAME=`` for ``redact_words``)."""
+        hidden = sorted(
+            (
+                (raw, shown)
+                for s in self.sweep.specs
+                for raw, shown in zip(s.values, s.shown, strict=True)
+                if raw != shown
+            ),
+            key=lambda pair: -len(pair[0]),
+        )
+        words = []
+        for word in self.argv:
+            for raw, shown in hidden:
+                word = word.replace(raw, MASK if " #" in shown else shown)
+            words.append(word)
+        return redact_words(words)
 
     def _tag_result(self, path: Path, arm: Arm) -> None:
         super()._tag_result(path, arm)
@@ -349,7 +368,12 @@ def resumed_records(out_dir: Path, doc: Mapping[str, Any]) -> list[SweepRecord]:
     for run in doc.get("runs") or []:
         if not isinstance(run, dict):
             continue
-        path = out_dir / str(run.get("file"))
+        name = str(run.get("file"))
+        if name in ("", ".", "..") or "/" in name or "\0" in name:
+            # a name of the sweep's own making, never a path: an edited
+            # manifest would otherwise have a resume remove any file
+            raise PgsurgeError(f'--resume: the manifest names a run file "{name}"')
+        path = out_dir / name
         ok = run.get("status") == "ok" and not run.get("warmup") and path.is_file()
         summary = None
         if ok:

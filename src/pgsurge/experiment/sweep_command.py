@@ -24,6 +24,7 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -33,6 +34,7 @@ from pgsurge.experiment.ab import Arm, Interrupted, write_private
 from pgsurge.experiment.command import (
     EXIT_INTERRUPTED,
     RunArgsCheck,
+    _checked_out_dir,
     _confidence,
     _emit,
     _env,
@@ -214,6 +216,7 @@ def _from_manifest(doc: dict[str, Any]) -> tuple[list[Vary], list[Arm], list[str
         raise PgsurgeError(f"--resume: the manifest lacks {exc}") from None
     words = [*common, *(w for a in arms for w in a.args)]
     words += [v for a in arms for v in a.env.values()]
+    words += [x for s in specs for x in s.values]
     if any(MASK in w for w in words):
         raise UsageError(
             "--resume: the manifest masked a password: give the sweep's arguments "
@@ -222,8 +225,33 @@ def _from_manifest(doc: dict[str, Any]) -> tuple[list[Vary], list[Arm], list[str
     return specs, arms, common
 
 
+#: an option's spelling -> the option it means (its short letter or long
+#: name), as the run's command line reads it; the spelling itself when
+#: the command line does not know it (the run's check then says so)
+OptionKey = Callable[[str], str]
+
+
+def _same_options(specs: Sequence[Vary], option_key: OptionKey) -> None:
+    """Two ``--vary`` specs of one option under two spellings (``-c`` and
+    ``--client``, or an abbreviation) would each set it, the last one
+    winning in every run: refused, naming both."""
+    seen: dict[str, str] = {}
+    for spec in specs:
+        if spec.kind not in ("option", "scale"):
+            continue
+        key = option_key(spec.name)
+        if key in seen and seen[key] != spec.name:
+            raise UsageError(
+                f'--vary: "{seen[key]}" and "{spec.name}" are the same option'
+            )
+        seen[key] = spec.name
+
+
 def _plan(
-    ns: argparse.Namespace, common: list[str], check: RunArgsCheck | None
+    ns: argparse.Namespace,
+    common: list[str],
+    check: RunArgsCheck | None,
+    option_key: OptionKey | None = None,
 ) -> tuple[SweepPlan, dict[str, Any] | None]:
     if ns.runs < 1:
         raise UsageError("--runs must be at least 1")
@@ -233,7 +261,7 @@ def _plan(
     if ns.resume is not None:
         if ns.out is not None:
             raise UsageError("--resume DIR writes to DIR: drop --out")
-        out = Path(ns.resume)
+        out = _checked_out_dir(Path(ns.resume), ns.resume, resume=True)
         manifest = load_manifest(out)
         if ns.vary or common:
             specs = [parse_vary(v) for v in ns.vary]
@@ -257,6 +285,8 @@ def _plan(
         runs, warmup, checkpoint = ns.runs, ns.warmup, ns.checkpoint
         out = Path()
     check_own_arguments("sweep", arms, common)
+    if option_key is not None:
+        _same_options(specs, option_key)
     plan = SweepPlan(
         specs=tuple(specs),
         arms=tuple(arms),
@@ -282,19 +312,26 @@ def sweep_main(
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
     check_args: RunArgsCheck | None = None,
+    option_key: OptionKey | None = None,
 ) -> int:
-    """``pgsurge sweep …``; ``argv[0]`` is ``"sweep"``."""
+    """``pgsurge sweep …``; ``argv[0]`` is ``"sweep"``. ``option_key``
+    names the option a spelling means (``-c``, ``--client``, ``--cli``:
+    the same), from the command line's own table."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    return _funnel(err, _sweep, argv, out, err, check_args)
+    return _funnel(err, _sweep, argv, out, err, check_args, option_key)
 
 
 def _sweep(
-    argv: list[str], out: TextIO, err: TextIO, check: RunArgsCheck | None
+    argv: list[str],
+    out: TextIO,
+    err: TextIO,
+    check: RunArgsCheck | None,
+    option_key: OptionKey | None = None,
 ) -> int:
     own, common = _split_ab_argv(argv[1:], _VALUE_OPTIONS)
     ns = _parser().parse_args(own)
-    plan, manifest = _plan(ns, common, check)
+    plan, manifest = _plan(ns, common, check, option_key)
     resumed = resumed_records(plan.out_dir, manifest) if manifest else []
     progress = err if ns.json == "-" else out
     sweep = Sweep(

@@ -143,6 +143,9 @@ class Monitor:
     pool_admin: PoolAdmin | None = None
     admin_points: dict[int, dict[str, float]] = field(default_factory=dict)
     start_us: int = 0
+    #: --warmup: the measured window's start (0: none), where the run's
+    #: server counters and wait samples start again
+    window_us: int = 0
     #: --host-stats: the client host's counters (``hostwatch``)
     host: HostWatch | None = None
     _thread: threading.Thread | None = None
@@ -302,11 +305,15 @@ class Monitor:
 
     # -- 2. the thread ------------------------------------------------------
 
-    def go(self, pids: Sequence[int], start_us: int, warn: Warn) -> None:
-        """Start sampling (``pids``: the run's backends, empty under -C)."""
+    def go(
+        self, pids: Sequence[int], start_us: int, warn: Warn, window_us: int = 0
+    ) -> None:
+        """Start sampling (``pids``: the run's backends, empty under -C;
+        ``window_us``: --warmup's window start)."""
         cfg = self.cfg
         self.pids = tuple(pids)
         self.start_us = start_us
+        self.window_us = window_us
         if self.host is not None:
             self.host.go()
         interval_us = 1_000_000 * (cfg.progress_s or 1)
@@ -317,6 +324,7 @@ class Monitor:
             self.sampler is None
             and not (self._per_interval and cfg.progress_s)
             and self.pool_admin is None
+            and not (window_us and cfg.server_stats)
         ):
             return
         self._thread = threading.Thread(
@@ -415,8 +423,11 @@ class Monitor:
         next_sample = _clock() if self.sampler is not None else None
         admin_us = self._admin_step_us()
         next_admin = self.start_us + admin_us if self.pool_admin is not None else None
+        next_window = self.window_us or None
         while True:
-            dues = [t for t in (next_sample, next_boundary, next_admin) if t]
+            dues = [
+                t for t in (next_sample, next_boundary, next_admin, next_window) if t
+            ]
             if not dues:
                 return
             delay = max(0, min(dues) - _clock()) / 1e6
@@ -434,6 +445,9 @@ class Monitor:
                     self._boundary(next_boundary - step_us)
                     while next_boundary <= now:
                         next_boundary += step_us
+                if next_window is not None and now >= next_window:
+                    self._open_window()
+                    next_window = None
                 if next_admin is not None and now >= next_admin:
                     if not self._admin_read(next_admin - admin_us):
                         next_admin = None
@@ -443,6 +457,16 @@ class Monitor:
             except Exception as exc:  # keep the run going without the monitor
                 self.warnings.append(_warning("monitor", f"stopped: {exc}"))
                 return
+
+    def _open_window(self) -> None:
+        """--warmup: the measured window opens; the run's server counters
+        count from a snapshot here (the -P boundaries' go on), its wait
+        samples start again."""
+        if self.cfg.server_stats and self.conn is not None:
+            self.start_snap = self._snapshot(self.warnings.append)
+        if self.profile is not None:
+            with self._lock:
+                self.profile.restart(self.window_us)
 
     def _sample(self) -> None:
         assert self.sampler is not None and self.profile is not None

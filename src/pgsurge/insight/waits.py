@@ -145,6 +145,15 @@ class WaitProfile:
         """One ``pg_stat_activity`` sample: one tick, one count per row."""
         self.add(now_us, Counter(own), Counter(background), 1.0)
 
+    def restart(self, anchor_us: int) -> None:
+        """--warmup's window start: the samples so far were the warm-up's;
+        the series counts from ``anchor_us``."""
+        self.anchor_us = anchor_us
+        self.total = _Bucket()
+        self.background = Counter()
+        self.intervals = {}
+        self.recent = _Bucket()
+
     def record_query(self, elapsed_us: int) -> None:
         self.query_count += 1
         self.query_sum_us += elapsed_us

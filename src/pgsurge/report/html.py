@@ -104,6 +104,7 @@ _KNOWN_KEYS = frozenset(
         "start",
         "end",
         "duration_s",
+        "warmup_s",
         "initial_connection_time_ms",
         "connection_time_total_ms",
         "config",

@@ -103,6 +103,7 @@ def command_line(doc: Mapping[str, Any]) -> str:
         ("-c", cfg.get("clients")),
         ("-j", cfg.get("jobs")),
         ("-T", cfg.get("duration_s")),
+        ("--warmup", cfg.get("warmup_s")),
         ("-t", cfg.get("transactions")),
         ("-R", cfg.get("rate")),
         ("-L", cfg.get("latency_limit_ms")),
@@ -229,6 +230,10 @@ def header(doc: Mapping[str, Any]) -> str:
         ("start (UTC)", doc.get("start")),
         ("end (UTC)", doc.get("end")),
         ("duration", f"{fmt(doc.get('duration_s'))} s"),
+        (
+            "warm-up (not counted)",
+            f"{doc['warmup_s']} s before the start" if doc.get("warmup_s") else None,
+        ),
         ("scale", dig(doc, "run", "scale")),
         (
             "clients / threads",

@@ -162,6 +162,7 @@ def _config(config: RunConfig) -> dict[str, Any]:
         "jobs": config.jobs,
         "transactions": None if config.duration else config.transactions,
         "duration_s": config.duration,
+        **({"warmup_s": config.warmup} if config.warmup else {}),
         "query_mode": config.query_mode.value,
         "connect_each_tx": config.connect_each_tx,
         "rate": config.rate,
@@ -243,13 +244,16 @@ def build_document(result: RunResult, config: RunConfig) -> dict[str, Any]:
         lat = iv.latency_hist()
         lag = iv.lag_hist()
         point: dict[str, Any] = {
-            "offset_s": (iv.start_us - result.bench_start_us) / 1e6,
+            # from the measured window's start (after --warmup)
+            "offset_s": (iv.start_us - result.measured_start_us) / 1e6,
             "unix_s": (iv.start_us + shift) / 1e6 if shift else None,
             "duration_s": length_s,
         }
         point.update(_counters(iv.stats, length_s))
         point["latency_ms"] = _summary(iv.stats.latency, lat, ps)
         point["lag_ms"] = _summary(iv.stats.lag, lag, ps) if facts.throttled else None
+        if iv.hosts is not None:  # (a multi-host run that lost a host)
+            point["hosts"] = {"counted": iv.hosts[0], "of": iv.hosts[1]}
         point.update(
             (k, v) for k, v in extras.get(iv.start_us, {}).items() if k != "start_us"
         )
@@ -264,9 +268,11 @@ def build_document(result: RunResult, config: RunConfig) -> dict[str, Any]:
             "version": facts.server_version,
             "version_num": facts.server_version_num,
         },
-        "start": _iso(result.bench_start_us + shift) if shift else None,
+        "start": _iso(result.measured_start_us + shift) if shift else None,
         "end": _iso(result.end_us + shift) if shift else None,
         "duration_s": duration_s,
+        # --warmup: the seconds run before "start", not counted
+        **({"warmup_s": facts.warmup_s} if facts.warmup_s else {}),
         "initial_connection_time_ms": result.conn_elapsed_us / 1000.0,
         "connection_time_total_ms": result.conn_total_us / 1000.0,
         # belt and braces past safe_conninfo: a -D PGPASSWORD=… or a

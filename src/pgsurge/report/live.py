@@ -11,7 +11,9 @@ terminal while the panel is up must go through :meth:`LivePanel.print_above`
 (the runner relays the workers' stderr there): a line written behind
 rich's back is erased by the next redraw, which also leaves pieces of the
 panel above it. Latency is shown only when the workers time transactions
-(``timed``): an untimed one is recorded with a latency of 0.
+(``timed``): an untimed one is recorded with a latency of 0. Under
+--warmup the head says ``warm-up`` until the window opens; the workers
+reset their figures there, and the run's figures count from it.
 
 The panel takes plain values only: merged :class:`StatsData` snapshots,
 the monotonic clock and the workers' CPU seconds, which the parent reads
@@ -79,12 +81,15 @@ class _Figures:
         "last",
         "last_span_us",
         "now_us",
+        "run_start_us",
         "start_us",
         "total",
         "transactions",
     )
 
     start_us: int
+    #: where the run's figures count from (the window, after --warmup)
+    run_start_us: int
     duration_s: int | None
     transactions: int | None
     total: StatsData
@@ -100,7 +105,7 @@ class _Figures:
         duration_s: int | None,
         transactions: int | None,
     ) -> None:
-        self.start_us = start_us
+        self.start_us = self.run_start_us = start_us
         self.duration_s = duration_s
         self.transactions = transactions
         self.total = StatsData()
@@ -132,12 +137,18 @@ class LivePanel:
         clients: int,
         nworkers: int,
         timed: bool = False,
+        warmup_s: int = 0,
     ) -> None:
         self._stream = stream
+        #: --warmup: its length, and whether the figures are still its
+        self._warmup_s = warmup_s
+        self._warm = warmup_s > 0
         # whether the workers time each transaction: an untimed one is
         # recorded with a latency of 0, which the panel must not average
         self._timed = timed
-        self._fig = _Figures(start_us, duration_s, transactions)
+        self._fig = _Figures(
+            start_us, duration_s + warmup_s if duration_s else duration_s, transactions
+        )
         self._fig.cpu = [None] * nworkers
         self._fig.cpu_share = [None] * nworkers
         self._clients = clients
@@ -187,11 +198,22 @@ class LivePanel:
     # -- data -----------------------------------------------------------------
 
     def update(
-        self, total: StatsData, now_us: int, worker_cpu: list[float | None]
+        self,
+        total: StatsData,
+        now_us: int,
+        worker_cpu: list[float | None],
+        tick: int | None = None,
     ) -> None:
-        """A merged cumulative snapshot at ``now_us`` and the workers' CPU
-        seconds so far."""
+        """A merged cumulative snapshot at ``now_us`` (of the workers'
+        snapshot ``tick``) and the workers' CPU seconds so far."""
         fig = self._fig
+        if self._warm and tick is not None and tick * SNAPSHOT_S > self._warmup_s:
+            # the window opened: the workers' figures count from there (a
+            # tick at its very start still sends the warm-up's)
+            self._warm = False
+            fig.run_start_us = fig.start_us + 1_000_000 * self._warmup_s
+            self._prev = StatsData()
+            self._prev_us = max(self._prev_us, fig.run_start_us)
         last = total.copy()
         _subtract(last, self._prev)
         fig.last = last
@@ -223,9 +245,11 @@ class LivePanel:
             head = f"elapsed {elapsed:6.1f} s   transactions {done}/{goal}"
         else:
             head = f"elapsed {elapsed:6.1f} s"
+        if self._warm:
+            head += "   warm-up"
         last, total = fig.last, fig.total
         span_s = fig.last_span_us / 1e6
-        run_s = max(1e-6, (fig.now_us - fig.start_us) / 1e6)
+        run_s = max(1e-6, (fig.now_us - fig.run_start_us) / 1e6)
         lines = [f"pgsurge live   {head}"]
         if fig.now_us:
             lines.append(

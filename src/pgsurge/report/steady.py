@@ -14,10 +14,12 @@ calls the run **not steady** when both hold:
 * it matters: the Theil–Sen slope (the median of the pairwise slopes)
   times the window is more than ``MIN_CHANGE`` (10 %) of the mean tps.
 
-The series leaves out the first interval (it holds the start-up) and a
-last one shorter than the others; fewer than ``MIN_INTERVALS`` (5) left
-give no verdict (None). The arithmetic is written out here: a plain run
-does not load scipy.
+The series leaves out the first interval (it holds the start-up; after
+a --warmup the series starts with the measured window, the warm-up's
+intervals are not in it and the first one is kept), any interval before
+the window, and a last one shorter than the others; fewer than
+``MIN_INTERVALS`` (5) left give no verdict (None). The arithmetic is
+written out here: a plain run does not load scipy.
 """
 
 from __future__ import annotations
@@ -39,11 +41,13 @@ def steady_check(result: RunResult) -> dict[str, Any] | None:
     """``{"steady", "intervals", "tps_change", "z"}`` (``tps_change``: the
     fitted change over the window as a fraction of the mean tps), or None
     when the run has too few intervals."""
-    ivs = list(result.intervals)
+    window = result.window_us
+    ivs = [iv for iv in result.intervals if iv.start_us >= window]
     full = max((iv.duration_us for iv in ivs), default=0)
     if ivs and ivs[-1].duration_us < 0.9 * full:
         ivs.pop()
-    ivs = ivs[1:]
+    if not window:
+        ivs = ivs[1:]
     if len(ivs) < MIN_INTERVALS or full <= 0:
         return None
     xs = [(iv.start_us - ivs[0].start_us) / 1e6 for iv in ivs]

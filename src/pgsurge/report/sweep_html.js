@@ -7,7 +7,8 @@
     var n = parseInt(hex.slice(1), 16);
     return "rgba(" + (n >> 16) + "," + ((n >> 8) & 255) + "," + (n & 255) + "," + a + ")";
   }
-  function draw(id, metric, ylabel, logY) {
+  var TARGET = "#c92a2a";
+  function draw(id, metric, ylabel, logY, target) {
     var el = document.getElementById(id);
     var series = [{ label: d.x_label }], cols = [d.x], bands = [];
     d.lines.forEach(function (line) {
@@ -38,6 +39,12 @@
         cols.push(runs.map(function (r) { return k < r.length ? r[k] : null; }));
       }
     });
+    if (target !== null) {
+      // capacity's latency target: a dashed line across the chart
+      series.push({ label: "target", stroke: TARGET, width: 2, dash: [8, 5],
+                    points: { show: false } });
+      cols.push(d.x.map(function () { return target; }));
+    }
     var xScale = { time: false };
     if (d.log2) { xScale.distr = 3; xScale.log = 2; }
     var xAxis = { label: d.x_label, stroke: "#5d6675", grid: { stroke: "#eceef2" } };
@@ -57,20 +64,29 @@
         r.forEach(function (v) { top = Math.max(top, v); if (v > 0) bottom = Math.min(bottom, v); });
       });
     });
+    if (target !== null && target > 0) {
+      top = Math.max(top, target);
+      bottom = Math.min(bottom, target);
+    }
     var yScale = logY
       ? { distr: 3, log: 10, range: function () { return [bottom / 1.5, top * 1.5]; } }
       : { range: function () { return [0, top > 0 ? top * 1.15 : 1]; } };
-    new uPlot({
+    var plot = new uPlot({
       width: Math.max(320, Math.min(el.clientWidth || 900, 1150)), height: 320,
       scales: { x: xScale, y: yScale }, series: series, bands: bands,
       axes: [xAxis, { label: ylabel, stroke: "#5d6675", grid: { stroke: "#eceef2" }, size: 60 }],
       legend: { show: false }
     }, cols, el);
     charts++;
+    plots.push(plot);
   }
-  draw("chart-tps", "tps", "tps", false);
+  var plots = [];
+  draw("chart-tps", "tps", "tps", false, null);
   var latency = JSON.parse(document.getElementById("pgsurge-latency").textContent);
-  draw("chart-p99", "p99", latency + " latency (ms)", true);
+  draw("chart-p99", "p99", latency.label + " latency (ms)", true, latency.target_ms);
+  // for the browser tests: the plots (uPlot objects) and the target
+  window.pgsurgePlots = plots;
+  window.pgsurgeTarget = latency.target_ms;
   window.pgsurgeCharts = charts;
   window.pgsurgeReady = true;
 })();

@@ -11,7 +11,8 @@ request leaves the page, the data embedded once as escaped JSON):
   of medians with its interval band (the cell's ``tps.ci``) and a dot per
   run;
 * one chart of tps and one of p99 (a log axis), and with ``-R`` varied, the
-  same p99 chart reads as latency against offered rate;
+  same p99 chart reads as latency against offered rate (``capacity``'s
+  page, which draws its latency target there as a dashed line);
 * the knees as a table under the charts, and the cells as the text
   table's rows (static HTML: the numbers need no script).
 
@@ -217,11 +218,14 @@ th, td { border-bottom: 1px solid #d9dde4; padding: 3px 12px 3px 0; text-align: 
 
 
 def render_sweep_html(
-    doc: Mapping[str, Any], title: str | None = None, latency: str = "p99"
+    doc: Mapping[str, Any],
+    title: str | None = None,
+    latency: str = "p99",
+    target_ms: float | None = None,
 ) -> str:
     """The page of a sweep's JSON document (``latency``: what its
     ``p99_ms`` figures are, for the headings: ``capacity`` draws its
-    target's percentile there)."""
+    target's percentile there, and ``target_ms``, its target, as a line)."""
     safe = redact(doc)
     common = " ".join(str(w) for w in safe.get("common") or [])
     vary = "; ".join(
@@ -234,6 +238,8 @@ def render_sweep_html(
         f"the {safe.get('confidence', 0.95) * 100:g} % interval of tps (p99: the "
         f"runs' range), dots: each run, rings: the knee; {len(lines)} line(s)"
     )
+    if target_ms is not None:
+        note += f"; dashed red line: the latency target ({target_ms:g} ms)"
     values = {
         "title": _esc(page_title),
         "note": _esc(note),
@@ -244,7 +250,7 @@ def render_sweep_html(
         .read_text("utf-8"),
         "knees": _knees(safe),
         "latency": _esc(latency),
-        "latency_json": embed_json(latency),
+        "latency_json": embed_json({"label": latency, "target_ms": target_ms}),
         "legend": " ".join(
             f'<span style="color:{line["color"]}">&#9632; {_esc(line["name"])}</span>'
             for line in lines

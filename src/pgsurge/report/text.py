@@ -106,6 +106,8 @@ def render_text(result: RunResult, *, banner: bool = True) -> str:
         )
     else:
         lines.append(f"duration: {facts.duration_s} s")
+        if facts.warmup_s:  # --warmup's own line: without it, pgbench's bytes
+            lines.append(f"after a warm-up of {facts.warmup_s} s (not counted)")
         lines.append(f"number of transactions actually processed: {total.cnt}")
 
     # pgbench stops here when nothing ran (every client failed early)

@@ -178,12 +178,15 @@ def _start(
     time, the zero of its progress ticks."""
     _barrier(workers, Ready, err)
     start_us = clock_us()
-    end_us = start_us + cfg.duration * 1000000 if cfg.duration else 0
-    workers.send_all(Steady(start_us, end_us))
+    # --warmup: the measured window opens at one instant for every worker,
+    # and -T counts from there
+    window_us = start_us + cfg.warmup * 1000000 if cfg.warmup else 0
+    end_us = (window_us or start_us) + cfg.duration * 1000000 if cfg.duration else 0
+    workers.send_all(Steady(start_us, end_us, window_us))
     connected = _barrier(workers, Connected, err)
     if monitor is not None:  # the run's backends, from libpq at connect
         pids = [pid for m in connected if isinstance(m, Connected) for pid in m.pids]
-        monitor.go(pids, start_us, writer(err))
+        monitor.go(pids, start_us, writer(err), window_us)
     workers.send_all(Go())
     if stopper is not None:
         stopper.start_run()
@@ -321,20 +324,21 @@ class _Display:
                 nworkers=len(workers.pipes),
                 # untimed transactions are recorded with a latency of 0
                 timed=facts.measure_latency or wants_histograms(cfg),
+                warmup_s=cfg.warmup,
             )
             panel.start()
         return cls(err, workers, reporter, panel, monitor)
 
-    def show(self, merged: StatsData, now: int) -> None:
+    def show(self, merged: StatsData, now: int, tick: int) -> None:
         if self._reporter is not None:
-            line = self._reporter.report(merged, now)
+            line = self._reporter.report(merged, now, tick)
             if self._monitor is not None:
                 line += self._monitor.progress_suffix()
             self._err.write(line + "\n")
             self._err.flush()
         elif self._panel is not None:
             cpu = [live.proc_cpu_seconds(p.pid) for p in self._workers.procs]
-            self._panel.update(merged, now, cpu)
+            self._panel.update(merged, now, cpu, tick)
 
     def close(self) -> None:
         if self._panel is not None:
@@ -365,7 +369,7 @@ def _collect(
         tick = min(got.ticks)
         if got.pending and tick > got.shown:
             got.shown = tick
-            display.show(got.merged(), got.shown_at())
+            display.show(got.merged(), got.shown_at(), tick)
 
 
 def _escalate(

@@ -148,7 +148,7 @@ def _check_ancestor_dir(path: Path, directory: Path, st: os.stat_result) -> None
     # sticky directories (/tmp) let no one rename or remove our entries;
     # a group of our own alone (umask 002 systems) is no other user
     writable = st.st_mode & 0o002 or (
-        st.st_mode & 0o020 and not _own_private_group(st.st_gid)
+        st.st_mode & 0o020 and not own_private_group(st.st_gid)
     )
     if writable and not st.st_mode & stat.S_ISVTX:
         raise _refuse(
@@ -158,7 +158,7 @@ def _check_ancestor_dir(path: Path, directory: Path, st: os.stat_result) -> None
         )
 
 
-def _own_private_group(gid: int) -> bool:
+def own_private_group(gid: int) -> bool:
     """Whether ``gid`` is our primary group with no other listed members
     (a "user private group"; its members by primary gid are not listed,
     so this trusts that such groups have only their user)."""

@@ -149,6 +149,15 @@ class StatsData:
         self.latency.merge(other.latency)
         self.lag.merge(other.lag)
 
+    def clear(self) -> None:
+        """Every counter back to 0, in place (--warmup's window start: the
+        engines, and the C loop, hold this object and its two summaries)."""
+        self.cnt = self.skipped = self.retries = self.retried = 0
+        self.serialization_failures = self.deadlock_failures = 0
+        self.other_failures = self.connection_failures = 0
+        self.latency.clear()
+        self.lag.clear()
+
     def copy(self) -> StatsData:
         return StatsData(
             self.start_us,
@@ -213,6 +222,11 @@ class CommandStats:
         self.latency.merge(other.latency)
         self.failures += other.failures
         self.retries += other.retries
+
+    def clear(self) -> None:
+        """Back to nothing, in place (the C loop holds the summary)."""
+        self.latency.clear()
+        self.failures = self.retries = 0
 
     def copy(self) -> CommandStats:
         return CommandStats(self.latency.copy(), self.failures, self.retries)

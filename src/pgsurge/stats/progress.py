@@ -92,6 +92,10 @@ class ProgressReporter:
     last: StatsData = field(default_factory=StatsData)
     last_report_us: int = 0
     next_report_us: int = 0
+    #: --warmup: the measured window's start (monotonic µs; 0: none). The
+    #: lines of ticks up to it say "(warm-up)"; the workers reset their
+    #: figures there, so the first line after it counts from it
+    window_us: int = 0
 
     def __post_init__(self) -> None:
         if self.last_report_us == 0:
@@ -114,15 +118,32 @@ class ProgressReporter:
             latency_limited=facts.latency_limit_us != 0,
             max_tries=facts.max_tries,
             epoch_shift_us=epoch_shift_us,
+            window_us=test_start_us + 1000000 * facts.warmup_s if facts.warmup_s else 0,
         )
 
     def due(self, now_us: int) -> bool:
         return now_us >= self.next_report_us
 
-    def report(self, cur: StatsData, now_us: int) -> str:
+    def report(self, cur: StatsData, now_us: int, tick: int | None = None) -> str:
         """The line for cumulative stats ``cur`` at ``now_us``; remembers
         them and schedules the next report strictly after ``now_us`` (a
-        late report skips the missed ticks, as pgbench does)."""
+        late report skips the missed ticks, as pgbench does).
+
+        ``tick`` (the workers' tick number) says under --warmup whether the
+        figures are the warm-up's: a worker sends a tick's figures before
+        it opens the window at the same instant."""
+        warm = False
+        if self.window_us:
+            if tick is None:
+                at = now_us
+            else:
+                at = self.test_start_us + 1000000 * self.interval_s * tick
+            warm = at <= self.window_us
+            if not warm:
+                # the first line of the window: counted from its start
+                self.last = StatsData()
+                self.last_report_us = max(self.last_report_us, self.window_us)
+                self.window_us = 0
         line = format_progress(
             self.last,
             cur,
@@ -139,4 +160,7 @@ class ProgressReporter:
         step = 1000000 * self.interval_s
         while step > 0 and now_us >= self.next_report_us:
             self.next_report_us += step
+        if warm:
+            head, sep, rest = line.partition(", ")
+            line = f"{head} (warm-up){sep}{rest}"
         return line

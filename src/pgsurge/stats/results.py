@@ -62,6 +62,9 @@ class WorkerResult:
     conn_total_us: int = 0
     conn_start_us: int = 0
     bench_start_us: int = 0
+    #: --warmup: the start of the measured window (its figures count from
+    #: there; 0: no warm-up, they count from ``bench_start_us``)
+    window_us: int = 0
     end_us: int = 0
     aborted_clients: int = 0
     clients_finished: int = 0
@@ -106,6 +109,7 @@ class WorkerResult:
             "conn_total_us": self.conn_total_us,
             "conn_start_us": self.conn_start_us,
             "bench_start_us": self.bench_start_us,
+            "window_us": self.window_us,
             "end_us": self.end_us,
             "aborted_clients": self.aborted_clients,
             "clients_finished": self.clients_finished,
@@ -135,6 +139,7 @@ class WorkerResult:
             conn_total_us=int(data["conn_total_us"]),
             conn_start_us=int(data["conn_start_us"]),
             bench_start_us=int(data["bench_start_us"]),
+            window_us=int(data.get("window_us", 0)),
             end_us=int(data["end_us"]),
             aborted_clients=int(data["aborted_clients"]),
             clients_finished=int(data["clients_finished"]),
@@ -197,6 +202,8 @@ class RunFacts:
     transactions_per_client: int | None = 10
     #: -T value in seconds (None under -t)
     duration_s: int | None = None
+    #: --warmup seconds run before the measured window (0: none)
+    warmup_s: int = 0
     #: --max-tries; 0 means unlimited
     max_tries: int = 1
     #: -L in µs, truncated like pgbench's ``(int64) (ms * 1000)``; 0 = none
@@ -278,6 +285,7 @@ class RunFacts:
                 None if config.duration else (config.transactions or 10)
             ),
             duration_s=config.duration or None,
+            warmup_s=config.warmup,
             max_tries=config.max_tries,
             latency_limit_us=int(limit * 1000) if limit else 0,
             rate=config.rate,
@@ -304,6 +312,7 @@ class RunFacts:
             "threads": self.threads,
             "transactions_per_client": self.transactions_per_client,
             "duration_s": self.duration_s,
+            "warmup_s": self.warmup_s,
             "max_tries": self.max_tries,
             "latency_limit_us": self.latency_limit_us,
             "rate": self.rate,
@@ -334,6 +343,7 @@ class RunFacts:
             threads=int(data["threads"]),
             transactions_per_client=None if tpc is None else int(tpc),
             duration_s=None if dur is None else int(dur),
+            warmup_s=int(data.get("warmup_s", 0)),
             max_tries=int(data["max_tries"]),
             latency_limit_us=int(data["latency_limit_us"]),
             rate=None if rate is None else float(rate),
@@ -355,7 +365,8 @@ class RunResult:
 
     * ``total_duration_us``: from the earliest worker GO (``bench_start``)
       to the end of the run (all workers finished and disconnected); tps
-      is ``cnt`` over this;
+      is ``cnt`` over this; under --warmup, from the measured window's
+      start (``window_us``) instead: the warm-up is not counted;
     * ``conn_elapsed_us``: "initial connection time", from the start of
       connecting (see ``from_workers``) to the earliest GO;
     * ``conn_total_us``: under -C, all (re)connection and disconnection
@@ -372,6 +383,8 @@ class RunResult:
     conn_total_us: int = 0
     conn_elapsed_us: int = 0
     bench_start_us: int = 0
+    #: --warmup: the start of the measured window (0: no warm-up)
+    window_us: int = 0
     end_us: int = 0
     aborted_clients: int = 0
     clients_finished: int = 0
@@ -407,6 +420,12 @@ class RunResult:
     #: [clients, transactions]; empty when the clients' servers are unknown
     #: (-C) or every client reached the same one
     targets: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def measured_start_us(self) -> int:
+        """Where the measured figures start: the window after --warmup,
+        else the benchmark's start (GO)."""
+        return self.window_us or self.bench_start_us
 
     @property
     def aborted(self) -> bool:
@@ -466,7 +485,7 @@ class RunResult:
                     w.worker_id,
                     w.cpu_user_s,
                     w.cpu_sys_s,
-                    w.end_us - w.bench_start_us,
+                    w.end_us - max(w.bench_start_us, w.window_us),
                     w.idle_us,
                     w.implementation,
                 )
@@ -490,6 +509,11 @@ class RunResult:
         result.bench_start_us = bench_start
         result.end_us = end
         result.total_duration_us = end - bench_start
+        window = max(w.window_us for w in workers)
+        if window:
+            # the warm-up is not measured (nor is a window never reached)
+            result.window_us = window
+            result.total_duration_us = max(0, end - max(window, bench_start))
         result.conn_elapsed_us = bench_start - start
         result.workers = len(workers)
         return result
@@ -505,6 +529,7 @@ class RunResult:
             "conn_total_us": self.conn_total_us,
             "conn_elapsed_us": self.conn_elapsed_us,
             "bench_start_us": self.bench_start_us,
+            "window_us": self.window_us,
             "end_us": self.end_us,
             "aborted_clients": self.aborted_clients,
             "clients_finished": self.clients_finished,
@@ -539,6 +564,7 @@ class RunResult:
             conn_total_us=int(data["conn_total_us"]),
             conn_elapsed_us=int(data["conn_elapsed_us"]),
             bench_start_us=int(data["bench_start_us"]),
+            window_us=int(data.get("window_us", 0)),
             end_us=int(data["end_us"]),
             aborted_clients=int(data["aborted_clients"]),
             clients_finished=int(data["clients_finished"]),

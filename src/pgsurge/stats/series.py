@@ -133,6 +133,9 @@ class IntervalStats:
     stats: StatsData = field(default_factory=StatsData)
     latency: dict[str, Any] = field(default_factory=lambda: Histogram().to_dict())
     lag: dict[str, Any] = field(default_factory=lambda: Histogram().to_dict())
+    #: a multi-host run's interval that a lost host did not deliver:
+    #: (the hosts it counts, all the run's hosts); None when complete
+    hosts: tuple[int, int] | None = None
 
     def latency_hist(self) -> Histogram:
         return Histogram.from_dict(self.latency)
@@ -152,23 +155,28 @@ class IntervalStats:
             setattr(self, name, acc.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "start_us": self.start_us,
             "duration_us": self.duration_us,
             "stats": self.stats.to_dict(),
             "latency": dict(self.latency),
             "lag": dict(self.lag),
         }
+        if self.hosts is not None:
+            out["hosts"] = list(self.hosts)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> IntervalStats:
         # decoding validates the histograms
+        hosts = data.get("hosts")
         return cls(
             int(data["start_us"]),
             int(data["duration_us"]),
             StatsData.from_dict(data["stats"]),
             Histogram.from_dict(data["latency"]).to_dict(),
             Histogram.from_dict(data["lag"]).to_dict(),
+            None if hosts is None else (int(hosts[0]), int(hosts[1])),
         )
 
 
@@ -323,6 +331,24 @@ class WorkerRecorder:
         self._hists.lag.merge(self._cur_lag)
         self._cur_latency.reset()
         self._cur_lag.reset()
+
+    def restart(self, at_us: int) -> None:
+        """--warmup's window start: forget what was recorded (histograms in
+        place: the C loop adds to them) and start the series at ``at_us``,
+        after the worker's totals were cleared."""
+        hists = self._hists
+        for h in (hists.latency, hists.lag, self._cur_latency, self._cur_lag):
+            h.reset()
+        for h in hists.per_script:
+            h.reset()
+        for script in hists.per_command:
+            for h in script:
+                h.reset()
+        self.intervals.clear()
+        self._prev = self._totals.copy()
+        self._start_us = at_us
+        if self._interval_us > 0:
+            self.next_us = at_us + self._interval_us
 
     def finish(self, end_us: int) -> tuple[LatencyHistograms, list[IntervalStats]]:
         """Close the series at ``end_us`` (the last interval may be partial)."""

@@ -66,6 +66,11 @@ class SimpleStats:
     def copy(self) -> SimpleStats:
         return SimpleStats(self.count, self.min, self.max, self.sum, self.sum2)
 
+    def clear(self) -> None:
+        """Back to empty, in place (the C loop holds this object)."""
+        self.count = 0
+        self.min = self.max = self.sum = self.sum2 = 0.0
+
     @property
     def mean(self) -> float:
         """``sum / count``; NaN (C's ``0/0``) when empty."""

@@ -254,7 +254,12 @@ class TxLogWriter:
             try:
                 # unbuffered: lines are buffered here, and a failed write
                 # must leave nothing pending that a later close could append
-                self._file = io.FileIO(path, "w")
+                # never through a symbolic link: pgbench's fopen follows
+                # one, so root's -l in /tmp wrote wherever another user's
+                # link planted at pgbench_log.<pid> pointed
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+                fd = os.open(path, flags | os.O_NOFOLLOW, 0o666)
+                self._file = io.FileIO(fd, "w")
             except OSError as exc:
                 raise PgsurgeError(
                     f'could not open logfile "{path}": {os.strerror(exc.errno or 0)}'
@@ -402,6 +407,26 @@ class TxLogWriter:
         writer's own): buffered after the pending ones and written now."""
         self._buf.append(text)
         self.flush()
+
+    def restart(self, at_us: int) -> None:
+        """--warmup's window start (monotonic ``at_us``): what was logged
+        so far is dropped, the file emptied, and aggregate intervals count
+        from the window (as from the benchmark's start without a warm-up;
+        the C loop rebinds to :meth:`current` when it reloads)."""
+        self._buf.clear()
+        if self._interval_us:
+            start = (at_us + self._shift) // 1000000 * 1000000
+            self._agg = StatsData(start_us=start)
+        f = self._file
+        if f is None:
+            return
+        try:
+            f.seek(0)
+            f.truncate(0)
+        except OSError as exc:
+            self._give_up(exc)
+            return
+        self._good = 0
 
     # -- end -----------------------------------------------------------------
 

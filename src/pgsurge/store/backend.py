@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from pgsurge.store.location import Location, StoreError, prepare_file
+from pgsurge.store.location import Location, StoreError, check_place, prepare_file
 
 __all__ = [
     "BUSY_TIMEOUT_S",
@@ -382,6 +382,7 @@ def _time_text(value: Any) -> str:
 
 
 def _connect_sqlite(location: Location) -> Any:
+    check_place(location.target)
     prepare_file(location.target)
     try:
         conn = sqlite3.connect(
@@ -425,7 +426,14 @@ def _read_sqlite(location: Location) -> Any:
     if not os.path.lexists(path):
         raise StoreError(f"no results store at {location.shown}")
     prepare_file(path)  # exists: a link or not a regular file is refused
-    if os.access(path, os.W_OK) and os.access(os.path.dirname(path) or ".", os.W_OK):
+    # another user's store is only read (root could write anywhere): its
+    # history is theirs to vouch for; our own is held to check_place
+    ours = os.lstat(path).st_uid == os.geteuid()
+    if (
+        ours
+        and os.access(path, os.W_OK)
+        and os.access(os.path.dirname(path) or ".", os.W_OK)
+    ):
         return _connect_sqlite(location)  # WAL readers need the -shm file
     try:
         uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"

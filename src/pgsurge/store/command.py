@@ -230,13 +230,12 @@ def _history(args: list[str], out: TextIO, err: TextIO) -> int:
             out.write(doc)
             out = err  # the table goes to stderr, stdout stays one document
         else:
-            try:
-                with open(ns.json, "w", encoding="utf-8") as f:
-                    f.write(doc)
-            except OSError as exc:
-                raise PgsurgeError(
-                    f'could not write "{ns.json}": {exc.strerror or exc}'
-                ) from None
+            # as every --json: whole or not at all, never through another
+            # user's symlink (it was a plain open: root's history --json in
+            # /tmp wrote wherever a planted link pointed)
+            from pgsurge.report.output import write_output
+
+            write_output(doc, ns.json, "history JSON")
     out.write(text)
     out.flush()
     shown = h.warnings[:5]

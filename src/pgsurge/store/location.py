@@ -99,6 +99,55 @@ def default_path() -> Path:
     return real / STORE_FILE
 
 
+def check_place(path: str) -> None:
+    """Refuse a SQLite store that another user could tamper with.
+
+    SQLite keeps a store's ``-wal`` and ``-shm`` files beside it, under
+    fixed names, and uses the ones it finds: in a directory another user
+    can write to (even a sticky one such as ``/tmp``) they can plant their
+    own, with frames SQLite replays into the store as the runs it holds.
+    So the directory must be ours or root's and closed to others (a group
+    of our own aside), the directories above it and the links on the way
+    held to the data location's rules (``server.safedir.check_ancestors``),
+    and an existing store file must be ours: another user's file would
+    give them what we store and let them write the history we read."""
+    from pgsurge.errors import ServerError
+    from pgsurge.server.safedir import check_ancestors, own_private_group, user_name
+
+    shown = f'results store "{path}"'
+    try:
+        real = check_ancestors(Path(path))
+    except ServerError as exc:
+        why = exc.message.split(": ", 1)[-1]
+        raise StoreError(f"refusing to use {shown}: {why}") from None
+    directory = real.parent
+    try:
+        st = os.stat(directory)
+    except OSError:
+        return  # missing: prepare_file cannot create the store, and says so
+    if st.st_uid not in (0, os.geteuid()):
+        raise StoreError(
+            f'refusing to use {shown}: its directory {directory} is owned by "'
+            f'{user_name(st.st_uid)}"'
+        )
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o002 or (mode & 0o020 and not own_private_group(st.st_gid)):
+        raise StoreError(
+            f"refusing to use {shown}: its directory {directory} is writable by "
+            f"other users (mode {mode:04o}), who could plant its -wal or -shm file"
+        )
+    try:
+        owner = os.lstat(real).st_uid
+    except FileNotFoundError:
+        return
+    except OSError:
+        return  # prepare_file says what is wrong with it
+    if owner != os.geteuid():
+        raise StoreError(
+            f'refusing to use {shown}: it is owned by "{user_name(owner)}", not by you'
+        )
+
+
 def prepare_file(path: str) -> None:
     """A SQLite store file ready to open: created 0600 when missing (never
     through a symbolic link); an existing one must be a regular file."""

@@ -24,6 +24,7 @@ from typing import Any
 
 from pgsurge.experiment.fingerprint import fingerprint_key
 from pgsurge.experiment.results import Workload, parse_result
+from pgsurge.redact import redact_value
 from pgsurge.store.backend import Store
 
 __all__ = ["doc_labels", "now_text", "save_document", "workload_key"]
@@ -57,9 +58,14 @@ def save_document(
     source: str,
     labels: Mapping[str, str] | None = None,
 ) -> tuple[int, bool]:
-    """Store ``doc`` (``name`` for messages); (its id, whether it was new)."""
+    """Store ``doc`` (``name`` for messages); (its id, whether it was new).
+
+    The document and the labels are masked again: ``store import`` takes
+    files pgsurge did not necessarily write (an edited one, another tool's)
+    and ``--label`` values from its own command line."""
+    doc = redact_value(doc)
     summary = parse_result(name, doc)
-    merged = {**doc_labels(doc), **(labels or {})}
+    merged = redact_value({**doc_labels(doc), **(labels or {})})
     return store.add(
         doc,
         workload_key=workload_key(summary.workload),

@@ -1,0 +1,256 @@
+"""Hostile-tester regressions on the experiment commands (sweep, capacity,
+ab) and their artefacts, on a real server.
+
+* A password varied by ``sweep --vary`` (``"PGPASSWORD a,b"``, or a
+  ``-d`` connection string holding ``password=``) was printed in the
+  progress lines and the table and written in clear to the manifest, the
+  sweep's JSON and HTML and every run's JSON (``experiment.cell``), though
+  the same password given by ``--a-env`` was masked everywhere.
+* SIGHUP (the ssh session or terminal gone) killed ``sweep``/``ab``/
+  ``capacity`` alone: its current run, in a process group of its own, went
+  on loading the server for its whole ``-T`` and wrote its result after the
+  experiment had died, the manifest left saying "running". It now stops
+  the run at once as SIGTERM does; under nohup it is still ignored.
+* ``sweep --resume DIR`` removed the file of every run its manifest did
+  not list as finished, at the path the manifest gave: an edited manifest
+  (``"file": "/etc/…"``) had root remove any file, and ``--resume`` took
+  any directory, another user's included. The directory is now held to
+  ``--out``'s rules and a run file must be a plain name.
+* A full disk under ``--out`` gave a three-part Python traceback (the
+  manifest's write failed, then again in the clean-up); it is now one
+  error line and exit status 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fix_run import tool_env
+
+pytestmark = pytest.mark.server
+
+SECRET = "Hostile9Vary"
+TIMEOUT = 300  # a loaded 2-core machine
+
+
+def _pgsurge(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pgsurge", *args],
+        cwd=cwd,
+        env=tool_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+
+
+def _leaks(proc: subprocess.CompletedProcess[str], where: Path) -> list[str]:
+    found = [
+        n for n, t in (("stdout", proc.stdout), ("stderr", proc.stderr)) if SECRET in t
+    ]
+    found += [
+        str(p.relative_to(where))
+        for p in sorted(where.rglob("*"))
+        if p.is_file() and SECRET.encode() in p.read_bytes()
+    ]
+    return found
+
+
+@pytest.mark.parametrize("form", ["env", "dsn"])
+def test_sweep_masks_a_varied_password(
+    fresh_db: str, tmp_path: Path, form: str
+) -> None:
+    (tmp_path / "one.sql").write_text("select 1;\n")
+    if form == "env":
+        # the second value extends the first: masking must not leave "…B"
+        vary = f"PGPASSWORD {SECRET},{SECRET}B"
+        common = ["-n", "-f", "one.sql", "-t", "5", fresh_db]
+    else:
+        vary = f"-d {fresh_db},{fresh_db} password={SECRET}"
+        common = ["-n", "-f", "one.sql", "-t", "5"]
+    out = tmp_path / "out"
+    r = _pgsurge(
+        [
+            "sweep",
+            "--vary",
+            vary,
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--out",
+            str(out),
+            "--json",
+            "sweep.json",
+            "--html",
+            "sweep.html",
+            "--",
+            *common,
+        ],
+        tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    assert _leaks(r, tmp_path) == []
+    doc = json.loads((tmp_path / "sweep.json").read_text())
+    shown = [next(iter(c["values"].values())) for c in doc["cells"]]
+    # both cells were run, and stay apart in the table once masked
+    assert len(shown) == 2 and len(set(shown)) == 2
+    assert all("********" in v for v in shown[int(form == "dsn") :])
+    # each run still got its own value (the table masks, the run does not)
+    runs = sorted(out.glob("c*-A-r1.json"))
+    assert len(runs) == 2
+    # a resume cannot rebuild masked values from the manifest
+    again = _pgsurge(["sweep", "--resume", str(out)], tmp_path)
+    assert again.returncode == 1
+    assert "masked a password" in again.stderr
+    assert SECRET not in again.stderr
+
+
+def _processes_naming(word: str) -> list[int]:
+    """The live processes whose command line holds ``word``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if word.encode() in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ignored", [False, True], ids=["hup", "nohup"])
+def test_sighup_stops_a_sweep_and_its_run(
+    fresh_db: str, tmp_path: Path, ignored: bool
+) -> None:
+    (tmp_path / "one.sql").write_text("select 1;\n")
+    out = tmp_path / "out"
+    # a run long enough that only a stop can end it within the test
+    duration = "3" if ignored else "600"
+    args = ["sweep", "--vary", "-c 1,2", "--runs", "1", "--warmup", "0"]
+    common = ["--", "-n", "-f", "one.sql", "-T", duration, fresh_db]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgsurge", *args, "--out", str(out), *common],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=tool_env(),
+        # nohup: SIGHUP ignored from the start
+        preexec_fn=(lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+        if ignored
+        else None,
+    )
+    deadline = time.monotonic() + TIMEOUT
+    while not _processes_naming(str(out / "c1-A-r1.json")):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    time.sleep(1)  # the run is under way
+    proc.send_signal(signal.SIGHUP)
+    _, stderr = proc.communicate(timeout=TIMEOUT)
+    time.sleep(1)  # a run the sweep stopped has had time to go
+    left = _processes_naming(str(out / "c1-A-r1.json"))
+    for pid in left:  # no run left behind (killed here not to load the box)
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
+    manifest = json.loads((out / "manifest.json").read_text())
+    if ignored:
+        assert proc.returncode == 0, stderr
+        assert manifest["state"] == "finished"
+        assert [r["status"] for r in manifest["runs"]] == ["ok", "ok"]
+        return
+    assert proc.returncode == 130, stderr
+    assert manifest["state"] == "interrupted"
+    assert [r["status"] for r in manifest["runs"]] == ["discarded"]
+    assert not (out / "c1-A-r1.json").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+@pytest.mark.parametrize("command", ["ab", "sweep"])
+def test_a_full_disk_under_out_is_one_error_line(
+    fresh_db: str, tmp_path: Path, command: str
+) -> None:
+    (tmp_path / "one.sql").write_text("select 1;\n")
+    full = tmp_path / "full"
+    full.mkdir(mode=0o700)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(full)],
+        check=True,
+    )
+    try:
+        # fill it but for a few blocks: the directory is made, a file is not
+        with open(full / "fill", "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 4096)
+            except OSError:
+                pass
+            f.truncate(f.tell() - 8192)
+        own = ["--runs", "1", "--warmup", "0", "--out", str(full / "out")]
+        if command == "sweep":
+            own = ["--vary", "-c 1,2", *own]
+        r = _pgsurge(
+            [command, *own, "--", "-n", "-f", "one.sql", "-t", "5", fresh_db],
+            tmp_path,
+        )
+    finally:
+        subprocess.run(["umount", str(full)], check=True)
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith(f'pgsurge: error: could not write "{full}/out/')
+    assert lines[0].endswith(": No space left on device")
+
+
+def _finished_sweep(db: str, tmp_path: Path) -> Path:
+    (tmp_path / "one.sql").write_text("select 1;\n")
+    out = tmp_path / "out"
+    args = ["sweep", "--vary", "-c 1,2", "--runs", "1", "--warmup", "0"]
+    r = _pgsurge(
+        [*args, "--out", str(out), "--", "-n", "-f", "one.sql", "-t", "5", db], tmp_path
+    )
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def test_resume_removes_no_file_an_edited_manifest_names(
+    fresh_db: str, tmp_path: Path
+) -> None:
+    out = _finished_sweep(fresh_db, tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    path = out / "manifest.json"
+    doc = json.loads(path.read_text())
+    doc["runs"].append(dict(doc["runs"][0], file=str(victim), status="failed", seq=9))
+    doc["state"] = "interrupted"
+    path.write_text(json.dumps(doc))
+    r = _pgsurge(["sweep", "--resume", str(out)], tmp_path)
+    assert victim.read_text() == "keep\n"
+    assert r.returncode == 1
+    assert r.stderr == (
+        f'pgsurge: error: --resume: the manifest names a run file "{victim}"\n'
+    )
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a directory away")
+def test_resume_refuses_another_users_directory(fresh_db: str, tmp_path: Path) -> None:
+    out = _finished_sweep(fresh_db, tmp_path)
+    os.chown(out, 65534, 65534)
+    r = _pgsurge(["sweep", "--resume", str(out)], tmp_path)
+    assert r.returncode == 1
+    assert r.stderr == (
+        f'pgsurge: error: --resume: refusing to use {out}: it is owned by "nobody"\n'
+    )

@@ -1,0 +1,59 @@
+"""Hostile-tester regressions on ``capacity``'s search, without a server.
+
+Rates go in steps of 0.1 tps, and the search never ended for a slow
+workload: below 2 tps the bisection's 5 % bracket is narrower than a step,
+so the midpoint of a one-step bracket rounded back to one of its ends and
+that rate was probed again for ever (each probe a whole ``-T`` run); a
+step up from 0.1 by 1.3 rounded back to 0.1 likewise. The probes' outcome
+is given here by a rule (a rate passes up to a limit): the search is pure
+arithmetic over them, and what a probe runs is tested on a server in
+``tests/server/test_capacity.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pgsurge.experiment.capacity import Repetition, Search
+
+#: far more probes than any search of these brackets needs
+ENOUGH = 60
+
+
+class RuledSearch(Search):
+    """A search whose probes pass up to ``limit`` tps."""
+
+    def __init__(self, limit: float, precision: float = 0.05) -> None:
+        # only what _search reads: the probes and the precision
+        self.limit = limit
+        self.precision = precision
+        self.rates: list[float] = []
+
+    def probe(self, rate: float, rep: Repetition) -> bool:
+        self.rates.append(rate)
+        if len(self.rates) > ENOUGH:
+            raise AssertionError(f"the search does not end: {self.rates[:20]}…")
+        return rate <= self.limit
+
+
+@pytest.mark.parametrize(
+    ("limit", "start", "ceiling", "factor", "capacity"),
+    [
+        (1.55, 0.6, 2.4, 2.0, 1.5),  # bisection below 2 tps
+        (0.45, 0.1, 3.0, 1.3, 0.4),  # a step up that rounded back
+        (0.05, 0.1, 3.0, 2.0, None),  # the lowest rate fails
+        (120.0, 10.0, 400.0, 2.0, 115.0),  # a fast one, as before
+    ],
+)
+def test_the_search_ends_with_each_rate_probed_once(
+    limit: float, start: float, ceiling: float, factor: float, capacity: float | None
+) -> None:
+    search = RuledSearch(limit)
+    rep = Repetition()
+    search._search(rep, start, ceiling, factor)
+    assert len(search.rates) == len(set(search.rates)), search.rates
+    if capacity is None:
+        assert rep.bound == "below-min"
+    else:
+        assert rep.capacity is not None
+        assert capacity <= rep.capacity <= limit
