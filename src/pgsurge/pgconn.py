@@ -33,6 +33,7 @@ first use of anything else it has (see there).
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib.util
 import os
 import signal
@@ -220,13 +221,33 @@ def strip_newline(message: str) -> str:
     return message[:-1] if message.endswith("\n") else message
 
 
+#: the libpq calls a PgConn exposes as psycopg's bound methods
+_BOUND = frozenset(
+    {
+        "consume_input",
+        "enter_pipeline_mode",
+        "exit_pipeline_mode",
+        "flush",
+        "get_result",
+        "is_busy",
+        "pipeline_sync",
+        "send_flush_request",
+        "send_prepare",
+        "send_query",
+        "send_query_params",
+        "send_query_prepared",
+    }
+)
+
+
 class PgConn:
     """One libpq connection, in non-blocking mode once :meth:`set_nonblocking`.
 
     The public attributes named after libpq calls are psycopg's bound
     methods of the underlying ``PGconn`` (bytes in, ``None`` or an ``int``
     out, :data:`LibpqError` on failure). They are stored, not wrapped,
-    because the engine calls them several times per transaction.
+    because the engine calls them several times per transaction; each is
+    bound on its first use (:meth:`__getattr__`).
     """
 
     __slots__ = (
@@ -246,21 +267,33 @@ class PgConn:
         "socket",
     )
 
+    send_query: Any
+    send_query_params: Any
+    send_query_prepared: Any
+    send_prepare: Any
+    consume_input: Any
+    is_busy: Any
+    get_result: Any
+    flush: Any
+    pipeline_sync: Any
+    send_flush_request: Any
+    enter_pipeline_mode: Any
+    exit_pipeline_mode: Any
+
     def __init__(self, pgconn: Any) -> None:
         self._pgconn = pgconn
         self.socket: int = pgconn.socket
-        self.send_query = pgconn.send_query
-        self.send_query_params = pgconn.send_query_params
-        self.send_query_prepared = pgconn.send_query_prepared
-        self.send_prepare = pgconn.send_prepare
-        self.consume_input = pgconn.consume_input
-        self.is_busy = pgconn.is_busy
-        self.get_result = pgconn.get_result
-        self.flush = pgconn.flush
-        self.pipeline_sync = pgconn.pipeline_sync
-        self.send_flush_request = pgconn.send_flush_request
-        self.enter_pipeline_mode = pgconn.enter_pipeline_mode
-        self.exit_pipeline_mode = pgconn.exit_pipeline_mode
+
+    def __getattr__(self, name: str) -> Any:
+        """A libpq call's bound method, stored in its slot on first use
+        (later reads find the slot: no call). Bound at once they cost some
+        800 bytes a connection, which a client the C loop runs never uses:
+        at 10,000 clients, 8 MB."""
+        if name not in _BOUND:
+            raise AttributeError(name)
+        method = getattr(self._pgconn, name)
+        object.__setattr__(self, name, method)
+        return method
 
     # -- state ------------------------------------------------------------
 
@@ -467,12 +500,16 @@ def connect(
     return PgConn(pgconn), "", False
 
 
-def _silent_failure() -> str:
+def _silent_failure(at_limit: bool | None = None) -> str:
     """What failed when libpq says nothing: at the open-file limit its
     failed ``socket()`` leaves an empty message (pgbench then prints a bare
-    ``pgbench: error: ``). The limit is the usual cause, so test for it."""
+    ``pgbench: error: ``). The limit is the usual cause, so test for it
+    (unless ``at_limit`` says what a test at the failure found)."""
     try:
-        os.close(os.open(os.devnull, os.O_RDONLY))
+        if at_limit:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        if at_limit is None:
+            os.close(os.open(os.devnull, os.O_RDONLY))
     except OSError as exc:
         import resource  # only on this failure
 
@@ -519,6 +556,11 @@ class Connecting:
     def error_message(self) -> str:
         return _connect_failure_text(self._pgconn.error_message) or _silent_failure()
 
+    def timeout_message(self) -> str:
+        """libpq's text for a connection that outlasted ``connect_timeout``
+        (its blocking connect's words, naming the server it was trying)."""
+        return timeout_text(self._pgconn)
+
     def opened(self) -> PgConn:
         """The connection, once :meth:`poll` returned ``POLL_OK``."""
         self._pgconn.notice_handler = _write_notice
@@ -540,6 +582,13 @@ def connect_start(items: dict[str, str], password: str | None = None) -> Connect
     )
 
 
+def connect_start_info(info: bytes) -> Connecting:
+    """:func:`connect_start` of an encoded :func:`conninfo` (a worker opens
+    all its clients' connections with the one string)."""
+    pgconn = pq.PGconn.connect_start(info)
+    return Connecting(pgconn)
+
+
 def start_raw(info: bytes) -> Any:
     """``PQconnectStart`` of an encoded :func:`conninfo`: psycopg's
     ``PGconn``, notices written as :func:`connect`'s are. Its polling is
@@ -549,6 +598,59 @@ def start_raw(info: bytes) -> Any:
     pgconn = pq.PGconn.connect_start(info)
     pgconn.notice_handler = _write_notice
     return pgconn
+
+
+def connect_timeout_s(info: bytes) -> float:
+    """libpq's ``connect_timeout`` for the encoded conninfo ``info`` (or
+    ``PGCONNECT_TIMEOUT``), in seconds as its blocking connect applies it:
+    0.0 for none, else at least 2."""
+    value = None
+    try:
+        for opt in pq.Conninfo.parse(info):
+            if opt.keyword == b"connect_timeout" and opt.val is not None:
+                value = opt.val.decode("utf-8", "replace")
+    except Error:
+        return 0.0
+    if value is None:
+        value = os.environ.get("PGCONNECT_TIMEOUT", "")
+    try:
+        seconds = int(value.strip() or "0")
+    except ValueError:
+        return 0.0
+    return 0.0 if seconds <= 0 else float(max(seconds, 2))
+
+
+def timeout_text(pgconn: Any) -> str:
+    """What libpq's blocking connect says when ``connect_timeout`` expires,
+    for psycopg's ``PGconn`` ``pgconn`` (still connecting): the server it
+    was trying, as libpq names it (a socket file, a host and address)."""
+    host, port = _text(pgconn.host), _text(pgconn.port)
+    if not host or host.startswith(("/", "@")):
+        where = f'on socket "{host or "/tmp"}/.s.PGSQL.{port}"'
+    else:
+        addr = _text(pgconn.hostaddr)
+        where = f'at "{host}"' + (f" ({addr})" if addr and addr != host else "")
+        where += f", port {port}"
+    return f"connection to server {where} failed: timeout expired\n"
+
+
+def connect_failure_message(message: bytes, at_limit: bool | None = None) -> str:
+    """What :meth:`Connecting.error_message` says, from libpq's text of a
+    connection the C loop opened and freed itself; ``at_limit``: whether
+    the open-file limit was reached when it failed (None: test it now)."""
+    text = _connect_failure_text(message)
+    if text or at_limit is None:
+        return text or _silent_failure()
+    return _silent_failure(at_limit)
+
+
+def raw_probe() -> Any:
+    """A psycopg ``PGconn`` holding a libpq connection that never connects
+    (an unknown option makes ``PQconnectStart`` fail at once, without a
+    socket): the C loop finds in it where psycopg keeps the pointer, to
+    wrap connections it opened itself (``FastLoop.set_connect_raw``). The
+    caller finishes it."""
+    return pq.PGconn.connect_start(b"pgsurge_probe=1")
 
 
 def adopt(pgconn: Any) -> PgConn:

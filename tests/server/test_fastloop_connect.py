@@ -24,6 +24,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from pgsurge import pgconn
 from pgsurge.engine import fastloop
 from tests.fix_db import run_worker, take_rows
 from tests.fix_run import Outcome, pump, run_pgbench, run_pgsurge, stop_listening
@@ -225,6 +226,10 @@ def test_connect_each_runs_in_c(
         + end
     )
     loops = c_loops
+    # C opens the connections from the conninfo itself: Python's opener
+    # (pgconn.start_raw, what C called once per connection before) is
+    # never called (issue 25)
+    py_opened = _count_calls(monkeypatch, pgconn, "start_raw")
     args = ["-n", "-f", str(tmp_path / "w.sql"), "-C", "-M", "prepared", "-c", "3"]
     w, result = run_worker([*args, "-t", "100"], draws_db)
     assert result.total.cnt == 300
@@ -232,8 +237,58 @@ def test_connect_each_runs_in_c(
     assert len({s for _c, s, _a, _b in rows}) == 300
     assert w.conn_total_us > 0
     assert loops
+    assert loops[0].raw_connect
+    assert loops[0]._fast.raw_connects == 300
+    assert py_opened == []
     assert loops[0]._fast.handbacks <= 3
     assert loops[0]._fast.py_calls <= 3 * 2
+
+
+def _count_calls(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[int]:
+    """Wrap ``owner.name`` so that every call appends to the returned list."""
+    calls: list[int] = []
+    real = getattr(owner, name)
+
+    def counted(*a: Any) -> Any:
+        calls.append(1)
+        return real(*a)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("loop", ["c-raw", "c-python-opens"])
+def test_connect_each_py_calls_constant(
+    c_loops: list[Any],
+    draws_db: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    loop: str,
+) -> None:
+    # the calls into Python do not grow with the transactions (connections)
+    # of a -C run: the same count at -t 10 and -t 60; with
+    # PGSURGE_PY_CONNECT=1 Python opens each connection (the reference
+    # for C's own opening), which the counter shows
+    if loop == "c-python-opens":
+        monkeypatch.setenv("PGSURGE_PY_CONNECT", "1")
+    py_opened = _count_calls(monkeypatch, pgconn, "start_raw")
+    (tmp_path / "s.sql").write_text("SELECT 1;\n")
+    args = ["-n", "-f", str(tmp_path / "s.sql"), "-C", "-c", "2", "-j", "1"]
+    calls = []
+    for t in (10, 60):
+        c_loops.clear()
+        py_opened.clear()
+        _w, result = run_worker([*args, "-t", str(t)], draws_db)
+        assert result.total.cnt == 2 * t
+        fast = c_loops[0]._fast
+        calls.append(fast.py_calls)
+        if loop == "c-raw":
+            assert fast.raw_connects == 2 * t
+            assert py_opened == []
+        else:
+            assert fast.raw_connects == 0
+            assert len(py_opened) == 2 * t
+    assert calls[0] == calls[1], calls
 
 
 class _GateRelay:
@@ -420,3 +475,20 @@ def test_connect_each_pipelines_with_doubles_run_in_c(
     assert loops
     assert loops[0]._fast.handbacks <= 3
     assert loops[0]._fast.py_calls <= 3 * 2
+
+
+def test_connect_each_notices_as_pgbench(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path
+) -> None:
+    # the connections C opens itself have libpq's own notice processor,
+    # which pgbench keeps too: each NOTICE and WARNING on stderr as sent
+    (tmp_path / "n.sql").write_text(
+        "DO $$ BEGIN RAISE NOTICE 'hello %', 1; RAISE WARNING 'careful'; END $$;\n"
+    )
+    args = ["-n", "-f", "n.sql", "-C", "-c", "2", "-j", "2", "-t", "3"]
+    ref = run_pgbench(pgbench_bin, args, bench_db, cwd=tmp_path)
+    got = run_pgsurge(args, bench_db, cwd=tmp_path, loop="c")
+    assert ref.status == 0, ref.stderr
+    assert got.status == 0, got.stderr
+    assert ref.messages["NOTICE: hello N"] == 6
+    assert got.messages == ref.messages

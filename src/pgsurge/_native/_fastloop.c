@@ -79,6 +79,8 @@
 
 #include "_fastloop.h"
 
+#include <fcntl.h>
+
 const pgsurge_fastpq_api *pq;
 
 /* interned attribute names */
@@ -169,6 +171,7 @@ FastLoop_traverse(FastLoop *fl, visitproc visit, void *arg)
     Py_VISIT(fl->throttle_rng);
     Py_VISIT(fl->conn_start);
     Py_VISIT(fl->conn_adopt);
+    Py_VISIT((PyObject *)fl->raw_type);
     Py_VISIT(fl->conn_release);
     Py_VISIT(fl->advance);
     Py_VISIT(fl->resume);
@@ -195,7 +198,13 @@ FastLoop_clear(FastLoop *fl)
         /* -C: a connection C opened that Python never adopted (psycopg
          * closes it) */
         Py_CLEAR(fl->clients[i].pgobj);
+        if (fl->clients[i].rawconn && pq != NULL) {
+            pq->finish(fl->clients[i].conn);
+            fl->clients[i].rawconn = 0;
+            fl->clients[i].conn = NULL;
+        }
     }
+    Py_CLEAR(fl->raw_type);
     Py_CLEAR(fl->conninfo);
     Py_CLEAR(fl->conn_start);
     Py_CLEAR(fl->conn_adopt);
@@ -361,6 +370,283 @@ FastLoop_set_signal_fd(FastLoop *fl, PyObject *arg)
         fl->signal_fd = (int)fd;
     }
     Py_RETURN_NONE;
+}
+
+/* set_connect_raw(probe): see FastLoop_methods. The PGconn pointer of
+ * psycopg's object is found in its memory: the one pointer-sized field
+ * that holds the probe's pgconn_ptr; a new object of the type must hold
+ * NULL there and read back through pgconn_ptr what C writes. Anything
+ * else (another implementation of psycopg.pq, a layout with no such
+ * field) leaves -C's connections to start(). */
+static PyObject *
+FastLoop_set_connect_raw(FastLoop *fl, PyObject *probe)
+{
+    PyTypeObject *tp = Py_TYPE(probe);
+    PyObject *p, *obj, *args, *back;
+    void *ptr, *got;
+    Py_ssize_t off, found = 0;
+    int n = 0;
+
+    if (pq == NULL || pq->connectStart == NULL)
+        Py_RETURN_FALSE;
+    p = PyObject_GetAttr(probe, s_pgconn_ptr);
+    if (p == NULL)
+        return NULL;
+    ptr = p == Py_None ? NULL : PyLong_AsVoidPtr(p);
+    Py_DECREF(p);
+    if (ptr == NULL) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    if (tp->tp_new == NULL || tp->tp_itemsize != 0)
+        Py_RETURN_FALSE;
+    for (off = (Py_ssize_t)sizeof(PyObject);
+         off + (Py_ssize_t)sizeof(void *) <= tp->tp_basicsize;
+         off += (Py_ssize_t)sizeof(void *))
+        if (*(void **)((char *)probe + off) == ptr) {
+            found = off;
+            n++;
+        }
+    if (n != 1)
+        Py_RETURN_FALSE;
+    args = PyTuple_New(0);
+    if (args == NULL)
+        return NULL;
+    obj = tp->tp_new(tp, args, NULL);
+    Py_DECREF(args);
+    if (obj == NULL) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    if (*(void **)((char *)obj + found) != NULL) {
+        Py_DECREF(obj);
+        Py_RETURN_FALSE;
+    }
+    /* written, read back through psycopg's getter, and cleared again
+     * before the object goes (it would finish the probe's connection) */
+    *(void **)((char *)obj + found) = ptr;
+    back = PyObject_GetAttr(obj, s_pgconn_ptr);
+    *(void **)((char *)obj + found) = NULL;
+    got = back == NULL || back == Py_None ? NULL : PyLong_AsVoidPtr(back);
+    Py_XDECREF(back);
+    Py_DECREF(obj);
+    PyErr_Clear();
+    if (got != ptr)
+        Py_RETURN_FALSE;
+    Py_INCREF(tp);
+    Py_XSETREF(fl->raw_type, tp);
+    fl->raw_offset = found;
+    Py_RETURN_TRUE;
+}
+
+/* open_all: one connection being opened (what PQconnectPoll asked for) */
+enum { RAMP_IDLE = 0, RAMP_WAIT, RAMP_OK, RAMP_FAILED };
+
+typedef struct {
+    PGconn *conn;
+    int state, fd;
+    /* failed without a message while the open-file limit was reached (a
+     * failed socket() leaves libpq's message empty); tested then, before
+     * the other connections are closed */
+    int at_limit;
+    int64_t begin;
+} ramp_conn;
+
+static void
+ramp_failed(ramp_conn *r)
+{
+    const char *msg = pq->errorMessage(r->conn);
+
+    r->state = RAMP_FAILED;
+    if (msg == NULL || *msg == '\0') {
+        int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+        if (fd >= 0)
+            close(fd);
+        else
+            r->at_limit = errno == EMFILE || errno == ENFILE;
+    }
+}
+
+/* PQconnectPoll one connection (first == 1: not yet, libpq documents a
+ * wait for writing first) and watch its socket for what libpq waits for;
+ * 0, or -1 with an exception */
+static int
+ramp_poll(ramp_conn *r, int ep, int index, int first)
+{
+    struct epoll_event ev;
+    int p = first ? (pq->status(r->conn) == CONNECTION_BAD ? PGRES_POLLING_FAILED
+                                                           : PGRES_POLLING_WRITING)
+                  : pq->connectPoll(r->conn);
+
+    if (p == PGRES_POLLING_OK) {
+        r->state = RAMP_OK;
+        return 0;
+    }
+    r->fd = pq->socket(r->conn);
+    if (p == PGRES_POLLING_FAILED || r->fd < 0) {
+        ramp_failed(r);
+        return 0;
+    }
+    memset(&ev, 0, sizeof ev);
+    ev.events = p == PGRES_POLLING_READING ? EPOLLIN : EPOLLOUT;
+    ev.data.u32 = (uint32_t)index;
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, r->fd, &ev) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    r->state = RAMP_WAIT;
+    return 0;
+}
+
+/* open_all(conninfo, count, window, timeout_us): see FastLoop_methods
+ * (pgsurge.engine.ramp.open_connections is the Python reference) */
+static PyObject *
+FastLoop_open_all(FastLoop *fl, PyObject *args)
+{
+    const char *info;
+    int count, window, i, ep = -1, next = 0, inflight = 0, failed = -1;
+    long long timeout_us;
+    ramp_conn *rc = NULL;
+    struct epoll_event evs[64];
+    PyObject *out = NULL;
+
+    if (!PyArg_ParseTuple(args, "yiiL", &info, &count, &window, &timeout_us))
+        return NULL;
+    if (fl->raw_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "open_all without set_connect_raw");
+        return NULL;
+    }
+    if (count < 0 || window < 1) {
+        PyErr_SetString(PyExc_ValueError, "open_all: bad count or window");
+        return NULL;
+    }
+    rc = PyMem_Calloc((size_t)count + 1, sizeof *rc);
+    ep = epoll_create1(EPOLL_CLOEXEC);
+    if (rc == NULL || ep < 0) {
+        if (rc == NULL)
+            PyErr_NoMemory();
+        else
+            PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    for (;;) {
+        int n, wait_ms = -1;
+
+        /* start more while none failed (the lowest failure is reported;
+         * what is in flight still ends, to be closed) */
+        while (next < count && inflight < window && failed < 0) {
+            ramp_conn *r = &rc[next];
+
+            r->conn = pq->connectStart(info);
+            if (r->conn == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            fl->raw_connects++;
+            r->begin = clock_us();
+            if (ramp_poll(r, ep, next, 1) < 0)
+                goto done;
+            if (r->state == RAMP_WAIT)
+                inflight++;
+            else if (r->state == RAMP_FAILED && failed < 0)
+                failed = next;
+            next++;
+        }
+        if (inflight == 0)
+            break;
+        if (timeout_us > 0) {
+            int64_t oldest = INT64_MAX, now = clock_us();
+
+            for (i = 0; i < next; i++)
+                if (rc[i].state == RAMP_WAIT && rc[i].begin < oldest)
+                    oldest = rc[i].begin;
+            wait_ms = oldest + timeout_us <= now
+                          ? 0
+                          : (int)((oldest + timeout_us - now) / 1000 + 1);
+        }
+        n = epoll_wait(ep, evs, 64, wait_ms);
+        if (n < 0) {
+            if (errno != EINTR) {
+                PyErr_SetFromErrno(PyExc_OSError);
+                goto done;
+            }
+            /* a signal: Python's handler (a stop) runs now */
+            if (PyErr_CheckSignals() < 0)
+                goto done;
+            continue;
+        }
+        for (i = 0; i < n; i++) {
+            int k = (int)evs[i].data.u32;
+            ramp_conn *r = &rc[k];
+
+            /* out of the set before polling: libpq may close this socket
+             * and open another (the next address of a host) */
+            (void)epoll_ctl(ep, EPOLL_CTL_DEL, r->fd, NULL);
+            inflight--;
+            if (ramp_poll(r, ep, k, 0) < 0)
+                goto done;
+            if (r->state == RAMP_WAIT)
+                inflight++;
+            else if (r->state == RAMP_FAILED && (failed < 0 || k < failed))
+                failed = k;
+        }
+        if (timeout_us > 0) {
+            int64_t now = clock_us();
+
+            for (i = 0; i < next; i++)
+                if (rc[i].state == RAMP_WAIT && now - rc[i].begin >= timeout_us) {
+                    (void)epoll_ctl(ep, EPOLL_CTL_DEL, rc[i].fd, NULL);
+                    inflight--;
+                    /* libpq's blocking connect says "timeout expired" */
+                    rc[i].state = RAMP_FAILED;
+                    rc[i].fd = -2;
+                    if (failed < 0 || i < failed)
+                        failed = i;
+                }
+        }
+    }
+    if (failed >= 0 && rc[failed].fd == -2) {
+        /* timed out: psycopg's object, for Python to name the server as
+         * libpq's blocking connect does (pgconn.timeout_text) */
+        PyObject *obj = fl_wrap_raw(fl, rc[failed].conn);
+
+        if (obj != NULL) {
+            rc[failed].conn = NULL;
+            out = Py_BuildValue("(iNi)", failed, obj, 0);
+        }
+        goto done;
+    }
+    if (failed >= 0) {
+        const char *msg = pq->errorMessage(rc[failed].conn);
+
+        out = Py_BuildValue("(iyi)", failed, msg != NULL ? msg : "", rc[failed].at_limit);
+        goto done;
+    }
+    out = PyList_New(count);
+    if (out == NULL)
+        goto done;
+    for (i = 0; i < count; i++) {
+        PyObject *obj = fl_wrap_raw(fl, rc[i].conn);
+
+        if (obj == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        /* the object owns it from here */
+        rc[i].conn = NULL;
+        PyList_SET_ITEM(out, i, obj);
+    }
+done:
+    if (ep >= 0)
+        close(ep);
+    if (rc != NULL) {
+        for (i = 0; i < count; i++)
+            if (rc[i].conn != NULL)
+                pq->finish(rc[i].conn);
+        PyMem_Free(rc);
+    }
+    return out;
 }
 
 /* set_connect(spec): see FastLoop_methods */
@@ -721,6 +1007,13 @@ FastLoop_get_handbacks(FastLoop *fl, void *closure)
 }
 
 static PyObject *
+FastLoop_get_raw_connects(FastLoop *fl, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLongLong(fl->raw_connects);
+}
+
+static PyObject *
 FastLoop_get_py_calls(FastLoop *fl, void *closure)
 {
     (void)closure;
@@ -730,6 +1023,8 @@ FastLoop_get_py_calls(FastLoop *fl, void *closure)
 static PyGetSetDef FastLoop_getset[] = {
     {"handbacks", (getter)FastLoop_get_handbacks, NULL,
      "how many times a C-owned client was handed to Python", NULL},
+    {"raw_connects", (getter)FastLoop_get_raw_connects, NULL,
+     "-C: connections C opened from the conninfo without Python", NULL},
     {"py_calls", (getter)FastLoop_get_py_calls, NULL,
      "how many times the loop called Python's advance, resume or absorb", NULL},
     {"gen_steps", (getter)fl_gen_steps, NULL,
@@ -746,6 +1041,22 @@ static PyMethodDef FastLoop_methods[] = {
      "set_signal_fd(fd)\n--\n\nWatch fd, the read end of signal.set_wakeup_fd's "
      "non-blocking\ndescriptor, in the epoll set (-1: stop): run() then runs "
      "Python's\nsignal handlers only when a signal came, not after every wait."},
+    {"open_all", (PyCFunction)FastLoop_open_all, METH_VARARGS,
+     "open_all(conninfo, count, window, timeout_us)\n--\n\n"
+     "The worker's initial connections (after set_connect_raw): count\n"
+     "connections of conninfo opened in parallel without blocking, at most\n"
+     "window in flight, PQconnectPoll on an epoll set, timeout_us (0: none)\n"
+     "for each; a list of psycopg PGconn objects in order, or (index,\n"
+     "libpq's message, at the open-file limit) of the lowest that failed\n"
+     "(every other one closed); for a timeout, psycopg's PGconn in place\n"
+     "of the message."},
+    {"set_connect_raw", (PyCFunction)FastLoop_set_connect_raw, METH_O,
+     "set_connect_raw(probe)\n--\n\n"
+     "-C (after set_connect): open each connection from C with PQconnectStart\n"
+     "of the conninfo, no Python call per connection; probe is a psycopg\n"
+     "PGconn with a connection (any), to find where its type keeps the\n"
+     "pointer, so that a hand-back can wrap a connection C opened. True when\n"
+     "C will do so, False when start() keeps opening them."},
     {"set_connect", (PyCFunction)FastLoop_set_connect, METH_O,
      "set_connect((conninfo, start, adopt, release, preparing))\n--\n\n"
      "-C: open a connection per transaction without blocking: start(conninfo)\n"

@@ -95,7 +95,10 @@
 /* libpq's PostgresPollingStatusType */
 #define PGRES_POLLING_FAILED 0
 #define PGRES_POLLING_READING 1
+#define PGRES_POLLING_WRITING 2
 #define PGRES_POLLING_OK 3
+/* libpq's ConnStatusType: a connection that failed */
+#define CONNECTION_BAD 1
 
 /* pgsurge._fastpq's drain() codes (the low two bits of its result) */
 #define DRAIN_BUSY 0
@@ -304,6 +307,9 @@ typedef struct {
      * (NULL: none, or Client.conn's); when its opening began; a prepare
      * of C's in flight (WAIT_RESULT) */
     PyObject *pgobj;
+    /* -C: c->conn is a connection C opened itself with PQconnectStart
+     * (set_connect_raw): no psycopg object until a hand-back wraps it */
+    int rawconn;
     int64_t conn_begin;
     int preparing; /* the prepared op's index + 1 (0: none) */
     /* the events its socket is in the epoll set for, as fl_conn_watch
@@ -349,6 +355,13 @@ typedef struct {
     int connect_each;
     PyObject *conninfo, *conn_start, *conn_adopt, *conn_release, *preparing;
     int64_t conn_us;
+    /* -C opened by C from the conninfo, no Python call per connection
+     * (set_connect_raw): psycopg's PGconn type and the offset of its PGconn
+     * pointer, to wrap a connection for Python at a hand-back (raw_type
+     * NULL: start() opens each one); the connections C opened so */
+    PyTypeObject *raw_type;
+    Py_ssize_t raw_offset;
+    int64_t raw_connects;
     fl_stats total;
     fl_stats *per_script; /* NULL with one script */
     /* latency histograms (--percentiles, --json, --html): the recorder's
@@ -648,6 +661,7 @@ FL_HIDDEN int fl_to_python_code(FastLoop *fl, int index, int state, long code);
  * events (0: none, out of the set), the client mapped to it */
 FL_HIDDEN int fl_conn_watch(FastLoop *fl, int index, int fd, uint32_t events);
 FL_HIDDEN int fl_conn_forget(FastLoop *fl, int index);
+FL_HIDDEN PyObject *fl_wrap_raw(FastLoop *fl, PGconn *conn);
 
 /* _fastloop_client.c */
 FL_HIDDEN int fl_advance(FastLoop *fl, int index);

@@ -308,7 +308,8 @@ pipeline_command(FastLoop *fl, fl_client *c, const fl_script *sc, const fl_op *o
                     break;
                 if (o->kind != OP_SQL || c->prepared[o->prep_bit])
                     continue;
-                if (!fl->connect_each || o->sql == NULL || c->pgobj == NULL)
+                if (!fl->connect_each || o->sql == NULL ||
+                    (c->pgobj == NULL && !c->rawconn))
                     return -1;
                 if (!pq->sendPrepare(c->conn, o->text, o->sql, 0, NULL))
                     return -2;
@@ -354,8 +355,14 @@ connect_poll(FastLoop *fl, int index)
 
         if (fl_conn_watch(fl, index, -1, 0) < 0)
             return -1;
-        /* Python reads libpq's message and frees it */
-        event = Py_BuildValue("(iO)", RESUME_CONNECT_FAILED, c->pgobj);
+        if (c->rawconn) {
+            /* libpq's message for Python (bytes); C frees the connection */
+            event = Py_BuildValue("(iy)", RESUME_CONNECT_FAILED, pq->errorMessage(c->conn));
+            pq->finish(c->conn);
+            c->rawconn = 0;
+        } else
+            /* Python reads libpq's message and frees it */
+            event = Py_BuildValue("(iO)", RESUME_CONNECT_FAILED, c->pgobj);
         if (event == NULL)
             return -1;
         Py_CLEAR(c->pgobj);
@@ -377,9 +384,24 @@ static int
 connect_start(FastLoop *fl, int index)
 {
     fl_client *c = &fl->clients[index];
-    PyObject *obj = PyObject_CallOneArg(fl->conn_start, fl->conninfo), *p;
+    PyObject *obj, *p;
     void *ptr;
 
+    if (fl->raw_type != NULL) {
+        /* libpq's PQconnectStart from C: no Python call, no psycopg
+         * object (libpq's own notice processor writes notices to stderr,
+         * as pgconn._write_notice does) */
+        c->conn = pq->connectStart(PyBytes_AS_STRING(fl->conninfo));
+        if (c->conn == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        c->rawconn = 1;
+        fl->raw_connects++;
+        memset(c->prepared, 0, (size_t)fl->nprep);
+        return connect_poll(fl, index);
+    }
+    obj = PyObject_CallOneArg(fl->conn_start, fl->conninfo);
     if (obj == NULL)
         return -1;
     p = PyObject_GetAttr(obj, s_pgconn_ptr);
@@ -406,7 +428,13 @@ connect_release(FastLoop *fl, int index, int64_t *now)
     int64_t start = *now ? *now : clock_us();
     PyObject *r = NULL;
 
-    if (c->pgobj != NULL) {
+    if (c->rawconn) {
+        if (fl_conn_forget(fl, index) < 0)
+            return -1;
+        pq->finish(c->conn);
+        c->rawconn = 0;
+        r = Py_NewRef(Py_None);
+    } else if (c->pgobj != NULL) {
         if (fl_conn_forget(fl, index) < 0)
             return -1;
         r = PyObject_CallMethodNoArgs(c->pgobj, s_finish);

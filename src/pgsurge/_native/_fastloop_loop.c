@@ -66,7 +66,7 @@ socket_ready(FastLoop *fl, int index)
     if (c->owner == OWN_C) {
         if (c->state == WAIT_RESULT || c->state == CONNECTING)
             return fl_advance(fl, index);
-        if (c->pgobj != NULL) {
+        if (c->pgobj != NULL || c->rawconn) {
             /* -C: a connection C opened, which Python's absorb does not
              * know: out of the set, as absorb does (fl_watch puts it back) */
             if (epoll_ctl(fl->epfd, EPOLL_CTL_DEL, c->fd, NULL) < 0 && errno != ENOENT &&

@@ -820,6 +820,25 @@ fl_take_over(FastLoop *fl, int index, int state)
     return 1;
 }
 
+/* -C: psycopg's PGconn object for a connection C opened (set_connect_raw
+ * found where the type keeps its pointer): a new object of the type, its
+ * pointer field set; it finishes the connection when it is freed. */
+PyObject *
+fl_wrap_raw(FastLoop *fl, PGconn *conn)
+{
+    PyTypeObject *tp = fl->raw_type;
+    PyObject *args = PyTuple_New(0), *obj;
+
+    if (args == NULL)
+        return NULL;
+    obj = tp->tp_new(tp, args, NULL);
+    Py_DECREF(args);
+    if (obj == NULL)
+        return NULL;
+    *(PGconn **)((char *)obj + fl->raw_offset) = conn;
+    return obj;
+}
+
 /* Write a C-owned client back into its Client, in ``state``; it is then
  * Python's. */
 static int
@@ -835,6 +854,14 @@ hand_back(FastLoop *fl, int index, int state)
     c->retake_at = c->cnt + 1;
     fl->handbacks++;
     c->preparing = 0;
+    if (c->rawconn) {
+        /* -C: a connection C opened itself: wrapped into psycopg's object
+         * now (which owns it from here), then adopted as below */
+        c->pgobj = fl_wrap_raw(fl, c->conn);
+        if (c->pgobj == NULL)
+            return -1;
+        c->rawconn = 0;
+    }
     if (c->pgobj != NULL) {
         /* -C: the connection C opened becomes the Client's (Python's
          * loop registers its socket anew) */

@@ -36,6 +36,7 @@ number parsing with C semantics is ``values``' and ``pgsurge.cnum``'s.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -149,6 +150,9 @@ ALL_INIT_STEPS = "dtgGvpf"
 #: --reconnect without a value: attempts per lost connection
 DEFAULT_RECONNECT_ATTEMPTS = 10
 MAX_SCRIPTS = 128
+#: descriptors of pgsurge's own beyond pgbench's clients + 3 (see
+#: check_open_files)
+_OWN_FILES = 64
 _HINT = f'Try "{PROG} --help" for more information.'
 
 
@@ -322,6 +326,17 @@ class _CommandLine:
                     f"limit: {reason}",
                     hint=hint,
                 ) from None
+        # pgbench's clients + 3 is one process's count; pgsurge's workers
+        # also hold pipes to the parent, an epoll instance, a wake-up pipe
+        # and -l files, and the parent the monitor's connections: room for
+        # those too where the hard limit allows (best effort, no message)
+        roomy = self.st.clients + _OWN_FILES
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard != resource.RLIM_INFINITY:
+            roomy = min(roomy, hard)
+        if soft != resource.RLIM_INFINITY and soft < roomy:
+            with contextlib.suppress(OSError, ValueError):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (roomy, hard))
 
     # -- the option loop --------------------------------------------------
 

@@ -113,7 +113,8 @@ RESUME_FLUSH = -1
 RESUME_SEND_FAILED = -2
 #: \\endpipeline's sync could not be flushed
 RESUME_SYNC_FAILED = -3
-#: -C: ``(RESUME_CONNECT_FAILED, pgconn)``, a connection C could not open
+#: -C: ``(RESUME_CONNECT_FAILED, message)``, a connection C could not open
+#: (libpq's message as bytes; psycopg's object under PGSURGE_PY_CONNECT=1)
 RESUME_CONNECT_FAILED = -4
 #: -C: ``(RESUME_PREPARE_FAILED, message)``, a pipeline's statement C could
 #: not prepare at ``\\startpipeline``

@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgsurge import _native, pgconn
 from pgsurge.cnum import INT64_MAX, INT64_MIN, wrap_int32
-from pgsurge.engine import abi, fastpq
+from pgsurge.engine import abi, fastpq, ramp
 from pgsurge.engine.abi import (
     MAX_PARAMS,
     OUT_TICK,
@@ -433,6 +433,11 @@ class FastEventLoop(EventLoop):
     gave it the plan; the IoHooks (and the epoll instance) stay Python's."""
 
     _fast: Any = None
+    #: C opens the connections from the conninfo itself, the initial ones
+    #: (:meth:`open_all`) and -C's (no Python call per connection;
+    #: ``PGSURGE_PY_CONNECT=1`` has Python open each one instead:
+    #: engine/ramp.py, ``pgconn.start_raw`` under -C)
+    raw_connect = False
 
     def use_c(
         self,
@@ -471,6 +476,36 @@ class FastEventLoop(EventLoop):
         )
         if connect is not None:
             self._fast.set_connect(_connect_spec(self, connect))
+        if not os.environ.get("PGSURGE_PY_CONNECT"):
+            # C opens the connections itself (the initial ones, -C's): no
+            # Python call each
+            probe = pgconn.raw_probe()
+            try:
+                self.raw_connect = bool(self._fast.set_connect_raw(probe))
+            finally:
+                probe.finish()
+
+    def open_all(
+        self, items: dict[str, str], password: str | None, count: int
+    ) -> tuple[list[pgconn.PgConn], int, str] | None:
+        """The worker's initial connections opened by C (``FastLoop.
+        open_all``, the C mirror of :func:`pgsurge.engine.ramp.
+        open_connections`): ``(conns, -1, "")``, or ``([], index,
+        message)`` for the lowest client that failed; None when C does not
+        open connections (the Python loop, ``PGSURGE_PY_CONNECT``)."""
+        if self._fast is None or not self.raw_connect:
+            return None
+        info = pgconn.conninfo(items, password).encode("utf-8", "surrogateescape")
+        timeout_us = int(pgconn.connect_timeout_s(info) * 1_000_000)
+        got = self._fast.open_all(info, count, ramp.WINDOW, timeout_us)
+        if type(got) is tuple:
+            index, message, at_limit = got
+            if type(message) is not bytes:  # timed out: psycopg's object
+                text = pgconn.timeout_text(message)
+                message.finish()
+                return [], index, text
+            return [], index, pgconn.connect_failure_message(message, bool(at_limit))
+        return [pgconn.adopt(obj) for obj in got], -1, ""
 
     def set_python(self, spec: tuple[Any, ...]) -> None:
         """A run of Python transactions: C steps their generators

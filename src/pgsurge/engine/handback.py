@@ -85,10 +85,14 @@ def make_handback(
             code, payload = event
             if code == RESUME_CONNECT_FAILED:
                 # -C: the C loop could not open the transaction's connection
-                # (tx.connect's messages)
-                failed = pgconn.Connecting(payload)
-                why = failed.error_message()
-                failed.finish()
+                # (tx.connect's messages): libpq's text when C opened it
+                # itself, else the psycopg object C polled
+                if type(payload) is bytes:
+                    why = pgconn.connect_failure_message(payload)
+                else:
+                    failed = pgconn.Connecting(payload)
+                    why = failed.error_message()
+                    failed.finish()
                 error(pgconn.strip_newline(why))
                 error(f"client {st.id} aborted while establishing connection")
                 st.state = ABORTED

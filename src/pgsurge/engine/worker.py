@@ -9,8 +9,9 @@ thread. The worker then:
    prepared statement names, parameter name tuples, ``\\if`` targets) and
    builds its clients, and tells the parent it is ready (READY);
 2. on the parent's STEADY, opens all its clients' connections (not under
-   ``-C``) and reports them connected — a failure is fatal for the run, as
-   pgbench's ``could not create connection for client N``;
+   ``-C``), in parallel without blocking (the C loop's ``open_all``, or
+   ``engine/ramp.py``), and reports them connected — a failure is fatal
+   for the run, as pgbench's ``could not create connection for client N``;
 3. on GO, records its benchmark start and runs its event loop, sending a
    cumulative stats snapshot at each progress interval;
 4. sends its :class:`~pgsurge.stats.results.WorkerResult` and exits.
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from pgsurge import pgconn
 from pgsurge.config import QueryMode, RunConfig
-from pgsurge.engine import fastgen, fastloop, fastpq
+from pgsurge.engine import fastgen, fastloop, fastpq, ramp
 from pgsurge.engine import state as C
 from pgsurge.engine.abi import run_flags
 from pgsurge.engine.client import make_engine
@@ -557,27 +558,61 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
 
     if cfg.connect_each_tx:
         return True
-    for st in run.clients:
-        conn, message, _needs = pgconn.connect(settings.conninfo, spec.password)
-        if conn is None:
-            _stderr(f"{PROG}: error: {pgconn.strip_newline(message)}\n")
-            _stderr(f"{PROG}: error: could not create connection for client {st.id}\n")
-            _finish_connections(run)
-            pipe.send(Fatal())
-            return False
+    return _open_all(run, settings, loop)
+
+
+def _open_all(run: _Run, settings: Settings, loop: EventLoop) -> bool:
+    """Every client's connection, opened in parallel (by C on the C loop,
+    else engine/ramp.py); on a failure, pgbench's messages for the lowest
+    client that failed."""
+    spec, pipe, clients = run.spec, run.pipe, run.clients
+    hook_failed: list[str] = []
+    # one string per server, not one per client
+    targets: dict[str, str] = {}
+
+    def on_open(index: int, conn: pgconn.PgConn) -> None:
+        st = clients[index]
+        if hook_failed:
+            conn.finish()
+            return
         if settings.on_connect is not None:
             failed = settings.on_connect(conn)
             if failed:
                 conn.finish()
-                _finish_connections(run)
-                pipe.send(Fatal(f"{PROG}: error: {failed}\n"))
-                return False
+                hook_failed.append(failed)
+                return
         conn.set_nonblocking()
-        run.targets.append(conn.target)
+        target = conn.target
+        run.targets.append(targets.setdefault(target, target))
         st.conn = conn
         st.raw = conn._pgconn
         st.ptr = fastpq.usable_with(conn)
         loop.attach(st)
+
+    opened = None
+    if isinstance(loop, fastloop.FastEventLoop):
+        opened = loop.open_all(settings.conninfo, spec.password, len(clients))
+    if opened is None:
+        index, message = ramp.open_connections(
+            settings.conninfo, spec.password, len(clients), on_open
+        )
+    else:
+        conns, index, message = opened
+        for i, conn in enumerate(conns):
+            on_open(i, conn)
+    if hook_failed:
+        _finish_connections(run)
+        pipe.send(Fatal(f"{PROG}: error: {hook_failed[0]}\n"))
+        return False
+    if index >= 0:
+        _stderr(f"{PROG}: error: {pgconn.strip_newline(message)}\n")
+        _stderr(
+            f"{PROG}: error: could not create connection for client "
+            f"{clients[index].id}\n"
+        )
+        _finish_connections(run)
+        pipe.send(Fatal())
+        return False
     return True
 
 

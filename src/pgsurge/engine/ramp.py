@@ -1,0 +1,126 @@
+"""A worker's initial connections, opened in parallel without blocking.
+
+pgbench opens a thread's connections one after the other with the
+blocking ``PQconnectdb``: each costs a round trip to the server, which
+forks a backend (or a pooler that checks the client in) before it answers,
+while the thread waits. A worker here starts its clients' connections with
+``PQconnectStart`` and drives them all with ``PQconnectPoll`` as their
+sockets become ready (one ``poll`` for all of them), so the worker's
+connection ramp is bounded by the server, not by round trips in series.
+
+At most :data:`WINDOW` connections are in flight at once: a burst of
+thousands of simultaneous connects overflows the listen backlog of a
+server or a pooler (PgBouncer's default is 128), and a refused TCP
+handshake is retried only a second later, which would make the ramp
+slower than pgbench's. The connections are returned in client order.
+
+A failure is reported for the lowest client that failed (pgbench stops at
+its first failing client, which is the lowest of its thread); the others
+are closed. ``connect_timeout`` is enforced as libpq's blocking connect
+enforces it, with its message (libpq tries the next host of a multi-host
+conninfo then; here the connection fails).
+"""
+
+from __future__ import annotations
+
+import select
+import time
+from collections.abc import Callable
+
+from pgsurge import pgconn
+
+__all__ = ["WINDOW", "open_connections"]
+
+#: connections in flight at once per worker
+WINDOW = 32
+
+_POLL_IN = select.POLLIN | select.POLLERR | select.POLLHUP
+_POLL_OUT = select.POLLOUT | select.POLLERR | select.POLLHUP
+
+
+def open_connections(
+    items: dict[str, str],
+    password: str | None,
+    count: int,
+    on_open: Callable[[int, pgconn.PgConn], None],
+    window: int = WINDOW,
+) -> tuple[int, str]:
+    """Open ``count`` connections, calling ``on_open(index, conn)`` for
+    each in index order (connections are released in that order, so that a
+    failure of a later one never hides an earlier one).
+
+    Returns ``(-1, "")`` when all opened, else ``(index, message)`` for the
+    lowest index that failed (libpq's text with its newline); every
+    connection opened but not given to ``on_open`` is closed then.
+    """
+    info = pgconn.conninfo(items, password).encode("utf-8", "surrogateescape")
+    timeout = pgconn.connect_timeout_s(info)
+    poller = select.poll()
+    started: dict[int, tuple[int, pgconn.Connecting, float]] = {}  # fd -> ...
+    done: dict[int, pgconn.PgConn] = {}
+    failed: dict[int, str] = {}
+    next_index = 0
+    given = 0
+
+    def fail(index: int, conn: pgconn.Connecting, message: str | None = None) -> None:
+        failed[index] = message if message is not None else conn.error_message()
+        conn.finish()
+
+    def step(
+        index: int, conn: pgconn.Connecting, since: float, first: bool = False
+    ) -> None:
+        """Poll ``conn`` and register its socket for what libpq waits for
+        (first: libpq documents a wait for writing before the first poll)."""
+        if first:
+            r = pgconn.POLL_WRITING if conn.socket >= 0 else pgconn.POLL_FAILED
+        else:
+            r = conn.poll()
+        if r == pgconn.POLL_OK:
+            done[index] = conn.opened()
+            return
+        fd = conn.socket
+        if r == pgconn.POLL_FAILED or fd < 0:
+            fail(index, conn)
+            return
+        started[fd] = (index, conn, since)
+        poller.register(fd, _POLL_IN if r == pgconn.POLL_READING else _POLL_OUT)
+
+    while True:
+        # release what opened, in order; stop early on a failure below
+        while given in done:
+            on_open(given, done.pop(given))
+            given += 1
+        if failed and min(failed) <= given:
+            break
+        if given >= count:
+            break
+        while next_index < count and len(started) < window and not failed:
+            step(next_index, pgconn.connect_start_info(info), time.monotonic(), True)
+            next_index += 1
+        if not started:
+            continue
+        wait_ms = -1
+        if timeout:
+            oldest = min(since for _i, _c, since in started.values())
+            wait_ms = max(0, int((oldest + timeout - time.monotonic()) * 1000) + 1)
+        ready = poller.poll(wait_ms)
+        for fd, _events in ready:
+            index, conn, since = started.pop(fd)
+            poller.unregister(fd)
+            step(index, conn, since)
+        if timeout:
+            now = time.monotonic()
+            for fd, (index, conn, since) in list(started.items()):
+                if now - since >= timeout:
+                    del started[fd]
+                    poller.unregister(fd)
+                    fail(index, conn, conn.timeout_message())
+    # a failure: close everything not handed out
+    for _index, pending, _since in started.values():
+        pending.finish()
+    for opened in done.values():
+        opened.finish()
+    if not failed:
+        return -1, ""
+    first = min(failed)
+    return first, failed[first]
