@@ -348,6 +348,7 @@ class _Run:
         "targets",
         "txlog",
         "usage0",
+        "warmup_only",
         "window_open",
         "window_us",
         "wstate",
@@ -368,6 +369,8 @@ class _Run:
     #: whether it opened
     window_us: int
     window_open: bool
+    #: --warmup: the run ended before its window opened (nothing measured)
+    warmup_only: bool
     #: the CPU usage where the measured part starts (GO, or the window)
     usage0: resource.struct_rusage | None
     conn_start: int
@@ -405,6 +408,7 @@ class _Run:
         self.bench_start = bench_start
         self.window_us = 0
         self.window_open = False
+        self.warmup_only = False
         self.usage0 = None
 
 
@@ -535,7 +539,7 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
     )
     run.loop = loop
     if run.window_us:
-        loop.set_window(run.window_us, lambda now: _open_window(run))
+        loop.set_window(run.window_us, lambda now: _window_starts(run))
     log: Callable[[str], None] = _stderr
     if run.abort_owner is not None:
         log = _abort_gated_log(run.abort_owner, spec.worker_id)
@@ -653,6 +657,16 @@ def _start(run: _Run) -> bool:
     return True
 
 
+def _window_starts(run: _Run) -> None:
+    """--warmup: the window's start has come. A run stopped in the warm-up
+    (a Ctrl-C, SIGTERM: the flag is set, and -T's end is later) opens no
+    window: what finishes in the grace belongs to the warm-up, forgotten
+    at the end (:func:`_bench`), so the report does not count after the
+    interruption what it says it covers until then."""
+    if not run.wstate.timer_exceeded:
+        _open_window(run)
+
+
 def _open_window(run: _Run) -> None:
     """--warmup: the measured window opens (the loop calls this once, at
     its first round at or after the window's start; the C loop wrote its
@@ -706,10 +720,19 @@ def _bench(run: _Run) -> int:
         # ended in the warm-up (every client aborted, a Ctrl-C): nothing
         # was measured, and the -l file keeps none of it either
         _open_window(run)
+        run.warmup_only = True
     if run.txlog is not None:
         # as pgbench: complete intervals at the end; none on --exit-on-abort
-        run.txlog.close(_clock() if outcome == LoopOutcome.DONE else None)
+        run.txlog.close(_measured_end(run) if outcome == LoopOutcome.DONE else None)
     return outcome
+
+
+def _measured_end(run: _Run) -> int:
+    """Now, or for a run that ended in its warm-up the window's start: a
+    stop's grace may end past it, and that time was not measured (no
+    duration, no empty intervals)."""
+    now = _clock()
+    return min(now, run.window_us) if run.warmup_only else now
 
 
 def _aborted(run: _Run, outcome: int) -> None:
@@ -747,7 +770,7 @@ def _result(run: _Run) -> WorkerResult:
         run.loop,
     )
     assert loop is not None
-    end = _clock()
+    end = _measured_end(run)
     usage1 = resource.getrusage(resource.RUSAGE_SELF)
     usage0 = run.usage0
     assert usage0 is not None
