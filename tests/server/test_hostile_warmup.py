@@ -19,6 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from pgsurge.report.json import load_schema
 from tests.fix_run import plain_env
 
 pytestmark = pytest.mark.server
@@ -137,3 +138,31 @@ def test_per_server_figures_count_only_the_window(
     assert sum(t["tps"] for t in targets) == pytest.approx(
         processed / doc["duration_s"], rel=1e-6
     )
+
+
+def test_server_counters_say_they_count_from_the_window(
+    bench_db: str, tmp_path: Path
+) -> None:
+    # --server-stats under --warmup takes its start snapshot at the window
+    # (docs/running.md); its text block said "from before the clients
+    # connected", which is what it says without a warm-up
+    args = ["-n", "-S", "-c", "2", "-j", "2", "--warmup", "1", "-T", "1"]
+    proc = _start(
+        [*args, "--server-stats", "--json", "r.json", bench_db], tmp_path, "c"
+    )
+    out, err = _finish(proc)
+    assert proc.returncode == 0, err
+    text = out + err
+    assert "server counters (over " in text, text
+    assert "from the window's start (--warmup) to after" in text, text
+    assert "from before the clients connected" not in text
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["server_stats"]["from_window"] is True
+    assert doc["server_stats"]["note"].startswith("deltas from the window's start")
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(doc, load_schema())
+    # without --warmup: as before
+    plain = _start([*args[:6], "-T", "1", "--server-stats", bench_db], tmp_path, "c")
+    out, err = _finish(plain)
+    assert plain.returncode == 0, err
+    assert "from before the clients connected to after" in out + err
