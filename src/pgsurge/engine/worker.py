@@ -662,8 +662,10 @@ def _window_starts(run: _Run) -> None:
     (a Ctrl-C, SIGTERM: the flag is set, and -T's end is later) opens no
     window: what finishes in the grace belongs to the warm-up, forgotten
     at the end (:func:`_bench`), so the report does not count after the
-    interruption what it says it covers until then."""
-    if not run.wstate.timer_exceeded:
+    interruption what it says it covers until then. (A loop round late
+    past -T's end too, a blocking call, sees the alarm's flag: it opens.)"""
+    stopped = run.wstate.timer_exceeded and _clock() < run.end_us
+    if not stopped:
         _open_window(run)
 
 
