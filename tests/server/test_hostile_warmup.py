@@ -103,12 +103,6 @@ def test_ctrl_c_in_warmup_counts_nothing_that_ends_after_it(
     assert logs and all(p.read_text() == "" for p in logs)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="per-server transactions count the warm-up: the clients' own "
-    "counts (Client.cnt, kept in C by the C loop until the end) are not "
-    "reset at the window (hostile2's report)",
-)
 @pytest.mark.parametrize("loop", ["c", "python"])
 def test_per_server_figures_count_only_the_window(
     bench_db: str, tmp_path: Path, loop: str

@@ -349,6 +349,7 @@ class _Run:
         "txlog",
         "usage0",
         "warmup_only",
+        "window_cnts",
         "window_open",
         "window_us",
         "wstate",
@@ -371,6 +372,8 @@ class _Run:
     window_open: bool
     #: --warmup: the run ended before its window opened (nothing measured)
     warmup_only: bool
+    #: --warmup: each client's transaction count at the window's start
+    window_cnts: list[int]
     #: the CPU usage where the measured part starts (GO, or the window)
     usage0: resource.struct_rusage | None
     conn_start: int
@@ -409,6 +412,7 @@ class _Run:
         self.window_us = 0
         self.window_open = False
         self.warmup_only = False
+        self.window_cnts = []
         self.usage0 = None
 
 
@@ -689,6 +693,9 @@ def _open_window(run: _Run) -> None:
         run.recorder.restart(run.window_us)
     if run.txlog is not None:
         run.txlog.restart(run.window_us)
+    # the clients' own counts go on (C wrote its clients' back at the
+    # tick): the per-server figures subtract these
+    run.window_cnts = [st.cnt for st in run.clients]
     run.usage0 = resource.getrusage(resource.RUSAGE_SELF)
     run.window_open = True
 
@@ -800,7 +807,8 @@ def _result(run: _Run) -> WorkerResult:
     result.clients_finished = sum(1 for st in clients if st.state == C.FINISHED)
     result.cpu_user_s = usage1.ru_utime - usage0.ru_utime
     result.cpu_sys_s = usage1.ru_stime - usage0.ru_stime
-    result.client_tx_counts = [st.cnt for st in clients]
+    base = run.window_cnts or [0] * len(clients)
+    result.client_tx_counts = [st.cnt - b for st, b in zip(clients, base, strict=True)]
     result.client_targets = list(run.targets)
     # waiting in blocking calls (-C connections, shell commands) is idle too
     result.idle_us = loop.idle_us + wstate.blocked_us
