@@ -202,12 +202,33 @@ signalled(FastLoop *fl)
     return check_signals(fl);
 }
 
-/* write everything back before leaving run() */
+/* write everything back before leaving run(); at a tick also each
+ * C-owned client's transaction count (--warmup's window start takes them
+ * as its base: the per-server figures count the window's only) */
 static PyObject *
 leave(FastLoop *fl, int outcome)
 {
+    int i;
+
     if (fl_shared_store(fl) < 0)
         return NULL;
+    if (outcome == OUT_TICK) {
+        for (i = 0; i < fl->nclients; i++) {
+            fl_client *c = &fl->clients[i];
+            PyObject *v;
+            int r;
+
+            if (c->owner != OWN_C)
+                continue;
+            v = PyLong_FromLongLong(c->cnt);
+            if (v == NULL)
+                return NULL;
+            r = PyObject_SetAttr(c->st, s_cnt, v);
+            Py_DECREF(v);
+            if (r < 0)
+                return NULL;
+        }
+    }
     return PyLong_FromLong(outcome);
 }
 

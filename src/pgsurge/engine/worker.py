@@ -349,6 +349,8 @@ class _Run:
         "targets",
         "txlog",
         "usage0",
+        "warmup_only",
+        "window_cnts",
         "window_open",
         "window_us",
         "wstate",
@@ -369,6 +371,10 @@ class _Run:
     #: whether it opened
     window_us: int
     window_open: bool
+    #: --warmup: the run ended before its window opened (nothing measured)
+    warmup_only: bool
+    #: --warmup: each client's transaction count at the window's start
+    window_cnts: list[int]
     #: the CPU usage where the measured part starts (GO, or the window)
     usage0: resource.struct_rusage | None
     conn_start: int
@@ -406,6 +412,8 @@ class _Run:
         self.bench_start = bench_start
         self.window_us = 0
         self.window_open = False
+        self.warmup_only = False
+        self.window_cnts = []
         self.usage0 = None
 
 
@@ -537,7 +545,7 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
     )
     run.loop = loop
     if run.window_us:
-        loop.set_window(run.window_us, lambda now: _open_window(run))
+        loop.set_window(run.window_us, lambda now: _window_starts(run))
     log: Callable[[str], None] = _stderr
     if run.abort_owner is not None:
         log = _abort_gated_log(run.abort_owner, spec.worker_id)
@@ -692,6 +700,18 @@ def _start(run: _Run) -> bool:
     return True
 
 
+def _window_starts(run: _Run) -> None:
+    """--warmup: the window's start has come. A run stopped in the warm-up
+    (a Ctrl-C, SIGTERM: the flag is set, and -T's end is later) opens no
+    window: what finishes in the grace belongs to the warm-up, forgotten
+    at the end (:func:`_bench`), so the report does not count after the
+    interruption what it says it covers until then. (A loop round late
+    past -T's end too, a blocking call, sees the alarm's flag: it opens.)"""
+    stopped = run.wstate.timer_exceeded and _clock() < run.end_us
+    if not stopped:
+        _open_window(run)
+
+
 def _open_window(run: _Run) -> None:
     """--warmup: the measured window opens (the loop calls this once, at
     its first round at or after the window's start; the C loop wrote its
@@ -712,6 +732,9 @@ def _open_window(run: _Run) -> None:
         run.recorder.restart(run.window_us)
     if run.txlog is not None:
         run.txlog.restart(run.window_us)
+    # the clients' own counts go on (C wrote its clients' back at the
+    # tick): the per-server figures subtract these
+    run.window_cnts = [st.cnt for st in run.clients]
     run.usage0 = resource.getrusage(resource.RUSAGE_SELF)
     run.window_open = True
 
@@ -745,10 +768,19 @@ def _bench(run: _Run) -> int:
         # ended in the warm-up (every client aborted, a Ctrl-C): nothing
         # was measured, and the -l file keeps none of it either
         _open_window(run)
+        run.warmup_only = True
     if run.txlog is not None:
         # as pgbench: complete intervals at the end; none on --exit-on-abort
-        run.txlog.close(_clock() if outcome == LoopOutcome.DONE else None)
+        run.txlog.close(_measured_end(run) if outcome == LoopOutcome.DONE else None)
     return outcome
+
+
+def _measured_end(run: _Run) -> int:
+    """Now, or for a run that ended in its warm-up the window's start: a
+    stop's grace may end past it, and that time was not measured (no
+    duration, no empty intervals)."""
+    now = _clock()
+    return min(now, run.window_us) if run.warmup_only else now
 
 
 def _aborted(run: _Run, outcome: int) -> None:
@@ -786,7 +818,7 @@ def _result(run: _Run) -> WorkerResult:
         run.loop,
     )
     assert loop is not None
-    end = _clock()
+    end = _measured_end(run)
     usage1 = resource.getrusage(resource.RUSAGE_SELF)
     usage0 = run.usage0
     assert usage0 is not None
@@ -814,7 +846,8 @@ def _result(run: _Run) -> WorkerResult:
     result.clients_finished = sum(1 for st in clients if st.state == C.FINISHED)
     result.cpu_user_s = usage1.ru_utime - usage0.ru_utime
     result.cpu_sys_s = usage1.ru_stime - usage0.ru_stime
-    result.client_tx_counts = [st.cnt for st in clients]
+    base = run.window_cnts or [0] * len(clients)
+    result.client_tx_counts = [st.cnt - b for st, b in zip(clients, base, strict=True)]
     result.client_targets = list(run.targets)
     # waiting in blocking calls (-C connections, shell commands) is idle too
     result.idle_us = loop.idle_us + wstate.blocked_us

@@ -675,8 +675,15 @@ class Monitor:
                 if self.pooler_mode is not None
                 else {}
             ),
+            # --warmup: the start snapshot is the window's (not counted before)
+            **({"from_window": True} if self.window_us else {}),
             "note": (
-                "deltas from before the clients connected to after their "
+                (
+                    "deltas from the window's start (--warmup)"
+                    if self.window_us
+                    else "deltas from before the clients connected"
+                )
+                + " to after their "
                 "backends exited (counters are flushed at exit); they include "
                 "the monitor's own queries; -P interval figures may each be "
                 "off by up to 1 s of work (flushes at most once a second)"

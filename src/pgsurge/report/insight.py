@@ -96,9 +96,14 @@ def render_server_stats(s: Mapping[str, Any]) -> str:
     db = _first(deltas, "database")
     wal = _first(deltas, "wal")
     per = s.get("per_transaction") or {}
+    since = (
+        "the window's start (--warmup)"
+        if s.get("from_window")
+        else "before the clients connected"
+    )
     lines = [
-        f"server counters (over {_num(s.get('elapsed_s'), 1)} s, from before "
-        "the clients connected to after their sessions exited):"
+        f"server counters (over {_num(s.get('elapsed_s'), 1)} s, from {since} "
+        "to after their sessions exited):"
     ]
     if db:
         lines.append(
