@@ -277,6 +277,35 @@ def test_log_files_of_two_hosts_are_written_and_collected(
     assert all(0 < lat < 10_000_000 for _, _, lat, *_ in lines)
 
 
+def test_collecting_logs_follows_no_planted_link(
+    bench_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A link planted in --dask-collect-logs' directory under a log's name
+    is not written through (hostile finding: root overwrote what it named)."""
+    run_dir, out_dir = tmp_path / "run", tmp_path / "collected"
+    run_dir.mkdir()
+    out_dir.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    planted = out_dir / f"pgbench_log.{os.getpid()}"
+    planted.symlink_to(victim)
+    monkeypatch.chdir(run_dir)
+    _, res, _, err = run_inprocess(
+        [
+            *("--dask", "local:2", "-n", "-S", "-c", "2", "-j", "2"),
+            *("-t", "20", "-l", "--dask-collect-logs", str(out_dir)),
+        ],
+        bench_db,
+    )
+    assert res.total.cnt == 40, err
+    assert victim.read_text() == "precious\n"
+    assert planted.is_symlink()
+    assert f'could not collect "pgbench_log.{os.getpid()}"' in err, err
+    # the other host's file is collected as usual
+    other = f"pgbench_log.{os.getpid()}.1"
+    assert (out_dir / other).read_bytes() == (run_dir / other).read_bytes()
+
+
 def test_a_rescheduled_host_task_starts_no_load() -> None:
     """A host task that Dask would run again after the run started (its
     worker lost mid-run) returns at once, without starting processes."""

@@ -103,7 +103,14 @@ def _copy(client: Any, address: str, source: str, target: Path) -> int:
         )
 
     copied = 0
-    with open(target, "wb") as out:
+    # never through a link planted in the collecting directory (another
+    # user's, when it is shared): root would overwrite what it names
+    fd = os.open(
+        target,
+        os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o666,
+    )
+    with os.fdopen(fd, "wb") as out:
         future = submit(0)
         try:
             while True:
@@ -160,7 +167,7 @@ def collect_logs(
 
 def _same_file(target: Path, where: FileId) -> bool:
     try:
-        st = target.stat()
+        st = target.lstat()
     except FileNotFoundError:
         return False
     return (st.st_dev, st.st_ino) == (where.device, where.inode)
