@@ -250,22 +250,8 @@ class PgConn:
     bound on its first use (:meth:`__getattr__`).
     """
 
-    __slots__ = (
-        "_pgconn",
-        "consume_input",
-        "enter_pipeline_mode",
-        "exit_pipeline_mode",
-        "flush",
-        "get_result",
-        "is_busy",
-        "pipeline_sync",
-        "send_flush_request",
-        "send_prepare",
-        "send_query",
-        "send_query_params",
-        "send_query_prepared",
-        "socket",
-    )
+    # a slot per bound libpq call, filled on first use (one list of them)
+    __slots__ = ("_pgconn", "socket", *sorted(_BOUND))
 
     send_query: Any
     send_query_params: Any
