@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fix_browser import offline_page
 from tests.fix_db import create_database, db_dsn, drop_database
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -110,69 +111,37 @@ def test_capacity_of_a_fixed_server_time(db: str, tmp_path: Path) -> None:
     _target_line_is_drawn(tmp_path / "capacity.html", float(TARGET_MS))
 
 
-CHROMIUM = "/usr/bin/chromium"
-
-
 def _target_line_is_drawn(page_path: Path, target_ms: float) -> None:
     """The --html page in headless Chromium (Debian's, as the other browser
     tests): both charts drawn, no console error, no request beyond the
     page, and on the latency chart the target as a dashed red line at its
     height: the line's pixels are there, across the plot."""
-    from playwright.sync_api import Route, sync_playwright
-
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium", pytrace=False)
-    console: list[tuple[str, str]] = []
-    errors: list[str] = []
-    blocked: list[str] = []
-
-    def route(r: Route) -> None:
-        if r.request.url.startswith("file:"):
-            r.continue_()
-        else:
-            blocked.append(r.request.url)
-            r.abort()
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--headless", "--no-sandbox", "--disable-gpu"],
+    with offline_page(page_path) as seen:
+        page = seen.page
+        assert page.evaluate("window.pgsurgeCharts") == 2
+        assert page.evaluate("window.pgsurgeTarget") == target_ms
+        line: dict[str, float] = page.evaluate(
+            """() => {
+                const u = window.pgsurgePlots[1];
+                const i = u.series.findIndex(s => s.label === "target");
+                const y = Math.round(u.valToPos(window.pgsurgeTarget, "y", true));
+                const x0 = Math.round(u.bbox.left), w = Math.round(u.bbox.width);
+                const d = u.ctx.getImageData(x0, y - 2, w, 5).data;
+                const red = new Set();
+                for (let p = 0; p < d.length; p += 4)
+                    if (d[p] > 150 && d[p + 1] < 90 && d[p + 2] < 90 && d[p + 3])
+                        red.add((p / 4) % w);
+                const at = u.data[i].filter(v => v === window.pgsurgeTarget);
+                return {index: i, values: at.length,
+                        points: u.data[0].length, columns: red.size, width: w,
+                        top: u.bbox.top, height: u.bbox.height, y: y};
+            }"""
         )
-        try:
-            page = browser.new_page(viewport={"width": 1100, "height": 1300})
-            page.on("console", lambda m: console.append((m.type, m.text)))
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.route("**/*", route)
-            page.goto(page_path.as_uri())
-            page.wait_for_function("window.pgsurgeReady === true", timeout=15_000)
-            assert page.evaluate("window.pgsurgeCharts") == 2
-            assert page.evaluate("window.pgsurgeTarget") == target_ms
-            line: dict[str, float] = page.evaluate(
-                """() => {
-                    const u = window.pgsurgePlots[1];
-                    const i = u.series.findIndex(s => s.label === "target");
-                    const y = Math.round(u.valToPos(window.pgsurgeTarget, "y", true));
-                    const x0 = Math.round(u.bbox.left), w = Math.round(u.bbox.width);
-                    const d = u.ctx.getImageData(x0, y - 2, w, 5).data;
-                    const red = new Set();
-                    for (let p = 0; p < d.length; p += 4)
-                        if (d[p] > 150 && d[p + 1] < 90 && d[p + 2] < 90 && d[p + 3])
-                            red.add((p / 4) % w);
-                    const at = u.data[i].filter(v => v === window.pgsurgeTarget);
-                    return {index: i, values: at.length,
-                            points: u.data[0].length, columns: red.size, width: w,
-                            top: u.bbox.top, height: u.bbox.height, y: y};
-                }"""
-            )
-            assert line["index"] > 0 and line["values"] == line["points"]
-            assert line["top"] <= line["y"] <= line["top"] + line["height"]
-            # dashed: red on a good part of the plot's width, not all of it
-            assert 0.3 * line["width"] < line["columns"] < line["width"]
-            page.screenshot(path=str(page_path.with_suffix(".png")), full_page=True)
-        finally:
-            browser.close()
-    assert errors == [] and blocked == []
-    assert [m for m in console if m[0] in ("error", "warning")] == []
+        assert line["index"] > 0 and line["values"] == line["points"]
+        assert line["top"] <= line["y"] <= line["top"] + line["height"]
+        # dashed: red on a good part of the plot's width, not all of it
+        assert 0.3 * line["width"] < line["columns"] < line["width"]
+        page.screenshot(path=str(page_path.with_suffix(".png")), full_page=True)
 
 
 def test_rate_not_sustained_is_said(db: str, tmp_path: Path) -> None:

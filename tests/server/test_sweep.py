@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests.fix_browser import offline_page
 from tests.fix_db import create_database, db_dsn, drop_database
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -294,65 +295,33 @@ def test_bad_vary_is_one_line_and_status_1(
     assert not list(tmp_path.glob("pgsurge-sweep-*"))
 
 
-CHROMIUM = "/usr/bin/chromium"
-
-
 def test_sweep_html_draws_its_charts_offline(ab_sweep: dict[str, Any]) -> None:
     """The --html page in headless Chromium (Debian's, as the run report's
     browser test): two charts drawn, not blank, no console error, no
     request beyond the page."""
-    from playwright.sync_api import Route, sync_playwright
-
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium", pytrace=False)
     page_path = ab_sweep["work"] / "sweep.html"
     text = page_path.read_text()
     assert str(ab_sweep["work"]) not in text
-    console: list[tuple[str, str]] = []
-    errors: list[str] = []
-    blocked: list[str] = []
-
-    def route(r: Route) -> None:
-        if r.request.url.startswith("file:"):
-            r.continue_()
-        else:
-            blocked.append(r.request.url)
-            r.abort()
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--headless", "--no-sandbox", "--disable-gpu"],
+    with offline_page(page_path) as seen:
+        page = seen.page
+        assert page.evaluate("window.pgsurgeCharts") == 2
+        assert page.locator(".uplot").count() == 2
+        drawn: list[int] = page.evaluate(
+            """() => [...document.querySelectorAll('.uplot canvas')].map(c => {
+                const g = c.getContext('2d');
+                const d = g.getImageData(0, 0, c.width, c.height).data;
+                let n = 0;
+                for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++;
+                return n;
+            })"""
         )
-        try:
-            page = browser.new_page(viewport={"width": 1100, "height": 1300})
-            page.on("console", lambda m: console.append((m.type, m.text)))
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.route("**/*", route)
-            page.goto(page_path.as_uri())
-            page.wait_for_function("window.pgsurgeReady === true", timeout=15_000)
-            assert page.evaluate("window.pgsurgeCharts") == 2
-            assert page.locator(".uplot").count() == 2
-            drawn: list[int] = page.evaluate(
-                """() => [...document.querySelectorAll('.uplot canvas')].map(c => {
-                    const g = c.getContext('2d');
-                    const d = g.getImageData(0, 0, c.width, c.height).data;
-                    let n = 0;
-                    for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++;
-                    return n;
-                })"""
-            )
-            assert len(drawn) == 2 and all(n > 1000 for n in drawn)
-            # the grid table is static HTML: one row per cell
-            assert page.locator("table tbody tr").count() == 3
-            page.screenshot(path=str(ab_sweep["work"] / "sweep.png"), full_page=True)
-            target = os.environ.get("PGSURGE_SWEEP_SCREENSHOT")
-            if target:
-                page.screenshot(path=target, full_page=True)
-        finally:
-            browser.close()
-    assert errors == [] and blocked == []
-    assert [m for m in console if m[0] in ("error", "warning")] == []
+        assert len(drawn) == 2 and all(n > 1000 for n in drawn)
+        # the grid table is static HTML: one row per cell
+        assert page.locator("table tbody tr").count() == 3
+        page.screenshot(path=str(ab_sweep["work"] / "sweep.png"), full_page=True)
+        target = os.environ.get("PGSURGE_SWEEP_SCREENSHOT")
+        if target:
+            page.screenshot(path=target, full_page=True)
 
 
 def test_scale_sweep_initializes_once_per_scale(
