@@ -70,6 +70,10 @@ PSYCOPG_PACKAGE_ONLY = (
 #: Python's OpenSSL (each process of a run would hold them)
 DEFERRED = ("asyncio.base_events", "asyncio.events", "_ssl", "_hashlib")
 
+#: standard modules only some values need (--percentiles, tiny or
+#: hexadecimal doubles in scripts), imported where they are used
+STDLIB_ONLY_SOME_RUNS = ("decimal", "_decimal", "fractions")
+
 # a range in a character class whose upper end is written as a \u/\U escape
 # or as a literal character above U+00FF
 _WIDE_RANGE = re.compile(r"-(?:\\U[0-9a-fA-F]{8}|\\u[0-9a-fA-F]{4}|[^\x00-\xff])")
@@ -115,6 +119,7 @@ def test_run_of_scripts_imports_only_what_it_needs() -> None:
     assert "psycopg.pq" in loaded
     assert sorted(loaded.intersection(PSYCOPG_PACKAGE_ONLY)) == []
     assert sorted(loaded.intersection(DEFERRED)) == []
+    assert sorted(loaded.intersection(STDLIB_ONLY_SOME_RUNS)) == []
 
 
 def test_deferred_modules_complete_on_first_use() -> None:
