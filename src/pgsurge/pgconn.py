@@ -43,6 +43,8 @@ from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any
 
+from pgsurge.deferred import defer_run_imports
+
 #: the parts of psycopg pgsurge's runs use
 PSYCOPG_PARTS = ("psycopg.pq", "psycopg.errors", "psycopg.conninfo")
 
@@ -72,6 +74,8 @@ def _import_psycopg_pq() -> None:
         importlib.import_module("psycopg")
         return
     _preset_binary_version()
+    # asyncio and ssl: imported by psycopg's parts for (next to) nothing
+    defer_run_imports()
     spec = importlib.util.find_spec("psycopg")
     if spec is None or spec.loader is None or not spec.submodule_search_locations:
         importlib.import_module("psycopg")  # raises as usual when it is missing

@@ -65,6 +65,15 @@ PSYCOPG_PACKAGE_ONLY = (
     "psycopg.types",
 )
 
+#: what psycopg's parts import for (next to) nothing, deferred by
+#: ``pgsurge.deferred`` until first used: asyncio's event loops and
+#: Python's OpenSSL (each process of a run would hold them)
+DEFERRED = ("asyncio.base_events", "asyncio.events", "_ssl", "_hashlib")
+
+#: standard modules only some values need (--percentiles, tiny or
+#: hexadecimal doubles in scripts), imported where they are used
+STDLIB_ONLY_SOME_RUNS = ("decimal", "_decimal", "fractions")
+
 # a range in a character class whose upper end is written as a \u/\U escape
 # or as a literal character above U+00FF
 _WIDE_RANGE = re.compile(r"-(?:\\U[0-9a-fA-F]{8}|\\u[0-9a-fA-F]{4}|[^\x00-\xff])")
@@ -109,6 +118,32 @@ def test_run_of_scripts_imports_only_what_it_needs() -> None:
     assert sorted(loaded.intersection(ONLY_SOME_RUNS)) == []
     assert "psycopg.pq" in loaded
     assert sorted(loaded.intersection(PSYCOPG_PACKAGE_ONLY)) == []
+    assert sorted(loaded.intersection(DEFERRED)) == []
+    assert sorted(loaded.intersection(STDLIB_ONLY_SOME_RUNS)) == []
+
+
+def test_deferred_modules_complete_on_first_use() -> None:
+    # imported by name only until a name of theirs is used: then they are
+    # the modules a plain import gives, with one CancelledError class
+    code = (
+        "import sys\n"
+        "import pgsurge.pgconn\n"
+        "import psycopg.errors\n"
+        f"assert not set(sys.modules).intersection({DEFERRED!r})\n"
+        "import asyncio, ssl\n"
+        "async def f():\n"
+        "    await asyncio.sleep(0)\n"
+        "    return 7\n"
+        "assert asyncio.run(f()) == 7\n"
+        "from asyncio.exceptions import CancelledError\n"
+        "assert asyncio.CancelledError is CancelledError\n"
+        "assert CancelledError in psycopg.errors._NO_TRACEBACK\n"
+        "assert ssl.create_default_context().check_hostname\n"
+        "import psycopg\n"
+        "assert psycopg.connect\n"
+        "print('ok')\n"
+    )
+    assert python_c(code) == "ok\n"
 
 
 def test_init_imports_psycopg_whole() -> None:

@@ -20,7 +20,6 @@ import errno
 import os
 import re
 import time
-from decimal import Decimal
 
 # C's number semantics live in pgsurge.cnum; re-exported here for the
 # option parser, which reads most of its values with them
@@ -208,6 +207,10 @@ def parse_percentiles(value: str | None) -> tuple[float, ...]:
     """
     if value is None:
         return DEFAULT_PERCENTILES
+    # here, not at the top: decimal (with its C module) is otherwise no
+    # part of a run, whose every process would hold it
+    from decimal import Decimal
+
     found: set[Decimal] = set()
     for raw in value.split(","):
         item = raw.strip(C_SPACE)

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import Decimal
-from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from pgsurge.cnum import INT64_MAX, INT64_MIN
 from pgsurge.errors import EvalError
 from pgsurge.script.ast import Value
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 __all__ = [
     "INT64_MAX",
@@ -157,6 +159,8 @@ _NAN_RE = re.compile(r"[+-]?nan(?:\([0-9A-Za-z_]*\))?", re.A | re.I)
 
 def _hex_exact(core: str) -> Fraction:
     """The exact value of a C hexadecimal floating constant."""
+    from fractions import Fraction  # see _exact_decimal
+
     s = core.lower()
     neg = s.startswith("-")
     s = s.lstrip("+-")[2:]
@@ -178,7 +182,7 @@ def _strtod(s: str) -> float | None:
         if d in (_INF, -_INF):
             return None
         if -_DBL_MIN < d < _DBL_MIN:
-            exact = Fraction(Decimal(core))
+            exact = _exact_decimal(core)
     elif _HEX_RE.fullmatch(core):
         try:
             d = float.fromhex(core)
@@ -193,9 +197,19 @@ def _strtod(s: str) -> float | None:
         return _NAN
     else:
         return None
-    if exact is not None and exact != Fraction(d):
+    if exact is not None and exact != exact.from_float(d):
         return None  # glibc reports ERANGE for an inexact tiny result
     return d
+
+
+def _exact_decimal(core: str) -> Fraction:
+    """The exact value of a decimal constant. (decimal and fractions are
+    imported here, for the rare tiny value: at the top they would be part
+    of every run, in the memory of each of its processes.)"""
+    from decimal import Decimal
+    from fractions import Fraction
+
+    return Fraction(Decimal(core))
 
 
 def _ascii_lower(s: str) -> str | None:

@@ -44,7 +44,6 @@ import sys
 import zlib
 from array import array
 from collections.abc import Callable, Iterator
-from fractions import Fraction
 from operator import add
 from types import MethodType
 from typing import Any
@@ -113,6 +112,10 @@ def nearest_rank(p: float, count: int) -> int:
     """
     if not 0 <= p <= 100:
         raise ValueError("percentile must be between 0 and 100")
+    # here, not at the top: fractions imports decimal, no part of a run
+    # without percentiles (each of a run's processes would hold them)
+    from fractions import Fraction
+
     rank = math.ceil(Fraction(repr(float(p))) * count / 100)
     return max(1, min(rank, count))
 
