@@ -542,6 +542,13 @@ class Connecting:
     def error_message(self) -> str:
         return _connect_failure_text(self._pgconn.error_message) or _silent_failure()
 
+    def failure_message(self) -> str:
+        """Why it did not open: :meth:`error_message` when it failed, else
+        (given up while still connecting) :meth:`timeout_message`."""
+        if self._pgconn.status == pq.ConnStatus.BAD:
+            return self.error_message()
+        return self.timeout_message()
+
     def timeout_message(self) -> str:
         """libpq's text for a connection that outlasted ``connect_timeout``
         (its blocking connect's words, naming the server it was trying)."""

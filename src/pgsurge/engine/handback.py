@@ -86,12 +86,13 @@ def make_handback(
             if code == RESUME_CONNECT_FAILED:
                 # -C: the C loop could not open the transaction's connection
                 # (tx.connect's messages): libpq's text when C opened it
-                # itself, else the psycopg object C polled
+                # itself, else the psycopg object C polled (or gave up on
+                # at connect_timeout, still connecting)
                 if type(payload) is bytes:
                     why = pgconn.connect_failure_message(payload)
                 else:
                     failed = pgconn.Connecting(payload)
-                    why = failed.error_message()
+                    why = failed.failure_message()
                     failed.finish()
                 error(pgconn.strip_newline(why))
                 error(f"client {st.id} aborted while establishing connection")

@@ -1,0 +1,115 @@
+"""Hostile cases of -C and of the connection ramp against pgbench 18.6.
+
+Each test is a finding of the hostile pass over the connections the C loop
+opens itself (``FastLoop.open_all``, -C's ``connect_start``) and the Python
+engine's: a server that stops answering in the middle of a -C run with
+``connect_timeout`` set (the C loop waited forever where pgbench's
+blocking connect gives up), a connection that failed counted as the
+client being busy (a false "client may be the bottleneck" warning).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from tests.fix_run import Outcome, pump, run_pgbench, run_pgsurge, stop_listening
+
+pytestmark = pytest.mark.server
+
+
+class _GoesSilent:
+    """A Unix socket in ``directory`` forwarding its first ``forward``
+    connections to the test server and leaving every later one
+    unanswered: a server that accepts and never answers."""
+
+    def __init__(self, dsn: str, directory: Path, forward: int) -> None:
+        params = conninfo_to_dict(dsn)
+        host = str(params.get("host") or "/tmp")
+        port = int(str(params.get("port") or 5432))
+        assert host.startswith("/"), "the test server listens on a Unix socket"
+        self.target = f"{host}/.s.PGSQL.{port}"
+        self.forward = forward
+        self.path = directory / ".s.PGSQL.5432"
+        self.socks: list[socket.socket] = []
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(self.path))
+        self.listener.listen(64)
+        params.update(host=str(directory), port="5432", connect_timeout="2")
+        self.dsn = make_conninfo(**params)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            self.socks.append(client)
+            if self.forward <= 0:
+                continue
+            self.forward -= 1
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.socks.append(server)
+            server.connect(self.target)
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=pump, args=(a, b), daemon=True).start()
+
+    def close(self) -> None:
+        stop_listening(self.listener)
+        for sock in self.socks:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        self.path.unlink()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["c", "c-python-opens", "python"])
+def test_connect_each_timeout_when_the_server_goes_silent(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path, loop: str
+) -> None:
+    # -C with connect_timeout=2: the set-up connection and the first
+    # transaction's are answered, the second transaction's never is.
+    # pgbench's blocking connect gives up after 2 s and the client aborts;
+    # the C loop (which opens -C's connections without blocking) waited
+    # forever (hostile finding); the Python engine printed a false "worker
+    # busy" warning (the failed connect's wait counted as busy)
+    args = ["-n", "-S", "-C", "-c", "1", "-j", "1", "-t", "5"]
+    outs: list[Outcome] = []
+    for tool in ("pgbench", loop):
+        relay = _GoesSilent(bench_db, tmp_path, 2)
+        try:
+            if tool == "pgbench":
+                outs.append(run_pgbench(pgbench_bin, args, relay.dsn, timeout=60))
+            else:
+                env = {"PGSURGE_PY_CONNECT": "1"} if tool == "c-python-opens" else None
+                outs.append(
+                    run_pgsurge(
+                        args,
+                        relay.dsn,
+                        env=env,
+                        loop="python" if tool == "python" else "c",
+                        timeout=60,
+                    )
+                )
+        finally:
+            relay.close()
+    ref, got = outs
+    assert ref.status == 2, ref.stderr
+    socket_path = tmp_path / ".s.PGSQL.5432"
+    assert ref.stderr == (
+        f'pgbench: error: connection to server on socket "{socket_path}" '
+        "failed: timeout expired\n"
+        "pgbench: error: client 0 aborted while establishing connection\n"
+        "pgbench: error: Run was aborted; the above results are incomplete.\n"
+    )
+    assert ref.number("number of transactions actually processed:") == "1/5"
+    assert got.status == ref.status, got.stderr
+    assert got.stderr == ref.stderr.replace("pgbench:", "pgsurge:")
+    assert got.report == ref.report
