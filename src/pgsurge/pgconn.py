@@ -268,7 +268,12 @@ class PgConn:
 
     def __init__(self, pgconn: Any) -> None:
         self._pgconn = pgconn
-        self.socket: int = pgconn.socket
+        try:
+            self.socket: int = pgconn.socket
+        except OperationalError:
+            # lost already: a -C connection the C loop opened, adopted at
+            # a hand-back after the server closed it (a shutdown)
+            self.socket = -1
 
     def __getattr__(self, name: str) -> Any:
         """A libpq call's bound method, stored in its slot on first use

@@ -113,3 +113,110 @@ def test_connect_each_timeout_when_the_server_goes_silent(
     assert got.status == ref.status, got.stderr
     assert got.stderr == ref.stderr.replace("pgbench:", "pgsurge:")
     assert got.report == ref.report
+
+
+class _CutsQueries:
+    """A Unix socket in ``directory`` forwarding every connection to the
+    test server; after the first ``keep``, each is cut (both ways closed,
+    nothing answered) when the client sends its first query or Parse: a
+    backend that died while processing, seen by libpq as the end of the
+    stream (it closes the socket at once)."""
+
+    def __init__(self, dsn: str, directory: Path, keep: int) -> None:
+        params = conninfo_to_dict(dsn)
+        host = str(params.get("host") or "/tmp")
+        port = int(str(params.get("port") or 5432))
+        assert host.startswith("/"), "the test server listens on a Unix socket"
+        self.target = f"{host}/.s.PGSQL.{port}"
+        self.keep = keep
+        self.path = directory / ".s.PGSQL.5432"
+        self.socks: list[socket.socket] = []
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(self.path))
+        self.listener.listen(64)
+        params.update(host=str(directory), port="5432")
+        self.dsn = make_conninfo(**params)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.socks += [client, server]
+            server.connect(self.target)
+            cut = self.keep <= 0
+            self.keep -= 1
+            threading.Thread(
+                target=self._upstream, args=(client, server, cut), daemon=True
+            ).start()
+            threading.Thread(target=pump, args=(server, client), daemon=True).start()
+
+    @staticmethod
+    def _upstream(client: socket.socket, server: socket.socket, cut: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                if cut and data[:1] in (b"Q", b"P"):
+                    for sock in (client, server):
+                        sock.shutdown(socket.SHUT_RDWR)
+                    return
+                server.sendall(data)
+        with contextlib.suppress(OSError):
+            server.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        stop_listening(self.listener)
+        for sock in self.socks:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        self.path.unlink()
+
+
+@pytest.mark.parametrize(
+    ("loop", "mode"),
+    [
+        ("c", "simple"),
+        ("c", "prepared"),
+        ("c-python-opens", "simple"),
+        ("c-python-opens", "prepared"),
+        ("python", "simple"),
+        ("python", "prepared"),
+    ],
+)
+def test_connect_each_backend_gone_mid_query(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path, loop: str, mode: str
+) -> None:
+    # -C: the second transaction's connection opens, then its backend goes
+    # away at the first query (a server shut down under the run). The C
+    # loop handed the client to Python with a connection whose socket
+    # libpq had closed, and adopting it raised (a traceback, "worker 0
+    # failed": hostile finding); pgbench aborts the client with its words
+    args = ["-n", "-S", "-C", "-M", mode, "-c", "1", "-j", "1", "-t", "3"]
+    outs: list[Outcome] = []
+    for tool in ("pgbench", loop):
+        relay = _CutsQueries(bench_db, tmp_path, 2)
+        try:
+            if tool == "pgbench":
+                outs.append(run_pgbench(pgbench_bin, args, relay.dsn))
+            else:
+                env = {"PGSURGE_PY_CONNECT": "1"} if tool == "c-python-opens" else None
+                outs.append(
+                    run_pgsurge(
+                        args,
+                        relay.dsn,
+                        env=env,
+                        loop="python" if tool == "python" else "c",
+                    )
+                )
+        finally:
+            relay.close()
+    ref, got = outs
+    assert ref.status == 2, ref.stderr
+    assert "client 0 aborted in command 1 (SQL) of script 0" in ref.stderr
+    assert ref.number("number of transactions actually processed:") == "1/3"
+    assert got.status == ref.status, got.stderr
+    assert got.stderr == ref.stderr.replace("pgbench:", "pgsurge:")
+    assert got.report == ref.report

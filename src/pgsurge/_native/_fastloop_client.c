@@ -571,7 +571,9 @@ wait_prepare(FastLoop *fl, int index, const fl_op *op)
         }
     }
     if (!pq->consumeInput(c->conn))
-        return prepare_to_python(fl, index, 0, 0);
+        /* lost: libpq's words now (Python's read of the dead connection
+         * would add its "connection not open" to them) */
+        return prepare_to_python(fl, index, 1, 0);
     for (;;) {
         if (pq->isBusy(c->conn)) {
             c->state = WAIT_RESULT;
