@@ -378,7 +378,13 @@ def _literal(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value) if type(value) is float else str(value)
-    text = value.decode() if isinstance(value, bytes) else str(value)
+    # bytes as _text sends them: not UTF-8 reaches the server as it is
+    # (which refuses it with its message, not a traceback of the worker)
+    text = (
+        value.decode("utf-8", "surrogateescape")
+        if isinstance(value, bytes)
+        else str(value)
+    )
     return "'" + text.replace("'", "''") + "'"
 
 

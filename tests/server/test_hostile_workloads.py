@@ -1,0 +1,57 @@
+"""Hostile cases of Python workloads, on the C loop and on Python's engine.
+
+Each test is a finding of the hostile pass over the generators the C loop
+steps (``_fastloop_gen.c``, ``engine/fastgen.py``) and Python's reference
+(``engine/pyworkload.py``): a value a generator yields that the engine
+could not bind must abort the client with the server's or the workload's
+words, never kill the worker with a traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.fix_run import run_pgsurge
+
+pytestmark = pytest.mark.server
+
+NOT_UTF8 = """
+from pgsurge.workloads import sql, transaction
+
+p = sql("SELECT $1::text")
+
+@transaction
+def t(ctx):
+    yield p(b"fine")
+    yield p(b"\\xff\\xfe")
+"""
+
+
+@pytest.mark.parametrize("mode", ["simple", "extended", "prepared"])
+@pytest.mark.parametrize("loop", ["c", "python"])
+def test_bytes_not_utf8_are_the_servers_error(
+    fresh_db: str, tmp_path: Path, loop: str, mode: str
+) -> None:
+    # bytes that are not UTF-8 as a parameter: under -M simple (the
+    # default) Python's literal decoded them strictly and the worker died
+    # of a UnicodeDecodeError (on the C loop too, which hands them to
+    # Python); now every mode sends them as they are and the server's
+    # error aborts the client, naming the yield
+    wl = tmp_path / "notutf8.py"
+    wl.write_text(NOT_UTF8)
+    args = ["-n", "-f", wl.name, "-M", mode, "-c", "1", "-t", "2"]
+    got = run_pgsurge(args, fresh_db, cwd=tmp_path, loop=loop)  # type: ignore[arg-type]
+    assert got.status == 2, got.stderr
+    assert "Traceback" not in got.stderr
+    assert "worker 0 failed" not in got.stderr
+    assert got.stderr.startswith(
+        "pgsurge: error: client 0 aborted in script 0 (notutf8.py: t) at "
+        "notutf8.py:9 (statement p): ERROR:  invalid byte sequence for "
+        'encoding "UTF8": 0xff\n'
+    ), got.stderr
+    assert got.stderr.endswith(
+        "pgsurge: error: Run was aborted; the above results are incomplete.\n"
+    )
+    assert got.number("number of transactions actually processed:") == "0/2"
