@@ -11,6 +11,8 @@ client being busy (a false "client may be the bottleneck" warning).
 from __future__ import annotations
 
 import contextlib
+import gc
+import os
 import socket
 import threading
 from pathlib import Path
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from tests.fix_db import run_worker
 from tests.fix_run import Outcome, pump, run_pgbench, run_pgsurge, stop_listening
 
 pytestmark = pytest.mark.server
@@ -220,3 +223,31 @@ def test_connect_each_backend_gone_mid_query(
     assert got.status == ref.status, got.stderr
     assert got.stderr == ref.stderr.replace("pgbench:", "pgsurge:")
     assert got.report == ref.report
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("loop", ["c", "c-python-opens", "python"])
+def test_connect_each_leaves_no_descriptor_open(
+    bench_db: str, monkeypatch: pytest.MonkeyPatch, loop: str
+) -> None:
+    # in-process: a -C run closes every connection it opened (each
+    # transaction's, by C or by Python), whatever -t: the descriptors open
+    # after a run of 20 and of 200 transactions a client are those before
+    if loop == "python":
+        monkeypatch.setenv("PGSURGE_NO_FASTLOOP", "1")
+    else:
+        monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    if loop == "c-python-opens":
+        monkeypatch.setenv("PGSURGE_PY_CONNECT", "1")
+    args = ["-n", "-S", "-C", "-M", "prepared", "-c", "3"]
+    run_worker([*args, "-t", "2"], bench_db, (("scale", 1),))  # a first run's set-up
+    gc.collect()
+    before = _open_fds()
+    for t in (20, 200):
+        _w, result = run_worker([*args, "-t", str(t)], bench_db, (("scale", 1),))
+        assert result.total.cnt == 3 * t
+        gc.collect()
+        assert _open_fds() == before, t
