@@ -547,12 +547,24 @@ class Connecting:
     def error_message(self) -> str:
         return _connect_failure_text(self._pgconn.error_message) or _silent_failure()
 
+    @property
+    def bad(self) -> bool:
+        """It failed (else it is still connecting: given up at a timeout)."""
+        return int(self._pgconn.status) == CONNECTION_BAD
+
     def failure_message(self) -> str:
         """Why it did not open: :meth:`error_message` when it failed, else
         (given up while still connecting) :meth:`timeout_message`."""
-        if self._pgconn.status == pq.ConnStatus.BAD:
-            return self.error_message()
-        return self.timeout_message()
+        return self.error_message() if self.bad else self.timeout_message()
+
+    def several_hosts(self) -> bool:
+        """Whether the conninfo names several hosts (``host=a,b``): libpq's
+        blocking connect goes on to the next one when ``connect_timeout``
+        expires on one, where a connection opened without blocking fails."""
+        for opt in self._pgconn.info:
+            if opt.keyword in (b"host", b"hostaddr") and b"," in (opt.val or b""):
+                return True
+        return False
 
     def timeout_message(self) -> str:
         """libpq's text for a connection that outlasted ``connect_timeout``

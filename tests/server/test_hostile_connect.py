@@ -251,3 +251,36 @@ def test_connect_each_leaves_no_descriptor_open(
         assert result.total.cnt == 3 * t
         gc.collect()
         assert _open_fds() == before, t
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["c", "c-python-opens"])
+def test_connect_each_timeout_goes_on_to_the_next_host(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path, loop: str
+) -> None:
+    # -C, connect_timeout=2 and host=silent,server: pgbench's blocking
+    # connect gives the first host up after 2 s and connects to the second,
+    # every transaction. The C loop opens -C's connections without
+    # blocking: once given up on the first host (where it waited forever
+    # before, then failed), it connects as pgbench does (tx.connect)
+    relay = _GoesSilent(bench_db, tmp_path, 0)
+    params = conninfo_to_dict(bench_db)
+    dsn = make_conninfo(
+        bench_db,
+        host=f"{tmp_path},{params['host']}",
+        port=f"5432,{params.get('port') or 5432}",
+        connect_timeout="2",
+    )
+    args = ["-n", "-S", "-C", "-c", "1", "-j", "1", "-t", "2"]
+    env = {"PGSURGE_PY_CONNECT": "1"} if loop == "c-python-opens" else None
+    try:
+        ref = run_pgbench(pgbench_bin, args, dsn, timeout=60)
+        got = run_pgsurge(args, dsn, env=env, loop="c", timeout=60)
+    finally:
+        relay.close()
+    assert ref.status == 0, ref.stderr
+    assert got.status == 0, got.stderr
+    assert got.number("number of transactions actually processed:") == "2/2"
+    assert got.report == ref.report
+    # each connection waited for the first host's timeout
+    assert float(got.number("average connection time =").split()[0]) >= 1900

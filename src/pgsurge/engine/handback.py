@@ -34,6 +34,7 @@ from pgsurge.engine.state import (
     ABORTED,
     E_META,
     START_COMMAND,
+    START_TX,
     WAIT_RESULT,
     Client,
     IoHooks,
@@ -92,6 +93,15 @@ def make_handback(
                     why = pgconn.connect_failure_message(payload)
                 else:
                     failed = pgconn.Connecting(payload)
+                    if not failed.bad and failed.several_hosts():
+                        # given up at connect_timeout on one of several
+                        # hosts: pgbench's blocking connect goes on to the
+                        # next; tx.connect is that connect (from the first
+                        # host again), with its messages if all fail
+                        failed.finish()
+                        st.state = START_TX
+                        advance(st)
+                        return
                     why = failed.failure_message()
                     failed.finish()
                 error(pgconn.strip_newline(why))
