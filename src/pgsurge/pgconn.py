@@ -610,6 +610,25 @@ def start_raw(info: bytes) -> Any:
     return pgconn
 
 
+def gave_up_on_a_host(
+    items: dict[str, str], password: str | None, message: str
+) -> bool:
+    """Whether a connection opened without blocking failed with ``message``
+    at ``connect_timeout`` while the conninfo (as libpq expands it, a
+    ``dbname`` conninfo included) names several hosts: libpq's blocking
+    connect, pgbench's, goes on to the next host then (the ramp's caller
+    opens the rest that way)."""
+    if not message.endswith(" failed: timeout expired\n"):
+        return False
+    probe = pq.PGconn.connect_start(
+        conninfo(items, password).encode("utf-8", "surrogateescape")
+    )
+    try:
+        return Connecting(probe).several_hosts()
+    finally:
+        probe.finish()
+
+
 def connect_timeout_s(info: bytes) -> float:
     """libpq's ``connect_timeout`` for the encoded conninfo ``info`` (or
     ``PGCONNECT_TIMEOUT``), in seconds as its blocking connect applies it:

@@ -284,3 +284,33 @@ def test_connect_each_timeout_goes_on_to_the_next_host(
     assert got.report == ref.report
     # each connection waited for the first host's timeout
     assert float(got.number("average connection time =").split()[0]) >= 1900
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["c", "python"])
+def test_ramp_timeout_goes_on_to_the_next_host(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path, loop: str
+) -> None:
+    # the initial connections, connect_timeout=2 and host=silent,server:
+    # pgbench connects every client to the second host after 2 s on the
+    # first; the parallel ramp failed the run ("timeout expired", status 1)
+    # where pgbench ran it. Now the clients left connect as pgbench's do
+    relay = _GoesSilent(bench_db, tmp_path, 0)
+    params = conninfo_to_dict(bench_db)
+    dsn = make_conninfo(
+        bench_db,
+        host=f"{tmp_path},{params['host']}",
+        port=f"5432,{params.get('port') or 5432}",
+        connect_timeout="2",
+    )
+    args = ["-n", "-S", "-c", "2", "-j", "1", "-t", "3"]
+    try:
+        ref = run_pgbench(pgbench_bin, args, dsn, timeout=60)
+        got = run_pgsurge(args, dsn, loop=loop, timeout=60)  # type: ignore[arg-type]
+    finally:
+        relay.close()
+    assert ref.status == 0, ref.stderr
+    assert got.status == 0, got.stderr
+    assert got.stderr == ""
+    assert got.number("number of transactions actually processed:") == "6/6"
+    assert got.report == ref.report
