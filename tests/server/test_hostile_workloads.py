@@ -55,3 +55,44 @@ def test_bytes_not_utf8_are_the_servers_error(
         "pgsurge: error: Run was aborted; the above results are incomplete.\n"
     )
     assert got.number("number of transactions actually processed:") == "0/2"
+
+
+STR_RAISES = """
+from pgsurge.workloads import sql, transaction
+
+p = sql("SELECT $1::text")
+
+class Unprintable:
+    def __str__(self):
+        raise ValueError("no text for you")
+
+@transaction
+def t(ctx):
+    yield p("fine")
+    yield p(Unprintable())
+"""
+
+
+@pytest.mark.parametrize("mode", ["simple", "extended"])
+@pytest.mark.parametrize("loop", ["c", "python"])
+def test_a_parameter_whose_str_raises_aborts_the_client(
+    fresh_db: str, tmp_path: Path, loop: str, mode: str
+) -> None:
+    # a parameter of the workload's own class whose __str__ raises: the
+    # worker died with a traceback ("worker 0 failed"; C hands such a value
+    # to Python); now the client aborts with the workload's traceback, as
+    # when the generator itself raises
+    wl = tmp_path / "unprintable.py"
+    wl.write_text(STR_RAISES)
+    args = ["-n", "-f", wl.name, "-M", mode, "-c", "1", "-t", "2"]
+    got = run_pgsurge(args, fresh_db, cwd=tmp_path, loop=loop)  # type: ignore[arg-type]
+    assert got.status == 2, got.stderr
+    assert got.stderr == (
+        "pgsurge: error: client 0 aborted in script 0 (unprintable.py: t):\n"
+        "Traceback (most recent call last):\n"
+        '  File "unprintable.py", line 8, in __str__\n'
+        '    raise ValueError("no text for you")\n'
+        "ValueError: no text for you\n"
+        "pgsurge: error: Run was aborted; the above results are incomplete.\n"
+    )
+    assert got.number("number of transactions actually processed:") == "0/2"

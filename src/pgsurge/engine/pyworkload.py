@@ -744,6 +744,10 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
                         k += 1
             except (TypeError, IndexError):
                 return bad_params(st, prog, gen, item)
+            except Exception as e:
+                # a value whose str() raised (the workload's own class):
+                # the client aborts with it, as with the generator's own
+                return fail(st, prog, user_traceback(e, prog.spec.user_files))
             if k != prog.counts[i]:
                 return bad_params(st, prog, gen, item)
         elif prog.counts[i]:
