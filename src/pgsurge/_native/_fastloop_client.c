@@ -387,6 +387,14 @@ connect_start(FastLoop *fl, int index)
     PyObject *obj, *p;
     void *ptr;
 
+    if (fl->connect_timeout_us > 0) {
+        /* the loop looks for connections past connect_timeout from the
+         * earliest deadline on (fl_connect_timeouts) */
+        int64_t deadline = c->conn_begin + fl->connect_timeout_us;
+
+        if (!fl->connect_deadline || deadline < fl->connect_deadline)
+            fl->connect_deadline = deadline;
+    }
     if (fl->raw_type != NULL) {
         /* libpq's PQconnectStart from C: no Python call, no psycopg
          * object (libpq's own notice processor writes notices to stderr,
@@ -425,7 +433,9 @@ connect_start(FastLoop *fl, int index)
  * object of the connection, still connecting (handback.py words it as
  * libpq's "timeout expired", naming the server), and aborted there. Sets
  * fl->connect_deadline to the earliest deadline of those still opening
- * (0: none) for the loop's wait; -1 with an exception */
+ * (0: none) for the loop's wait (connect_start lowers it for a new one),
+ * so that the loop scans the clients once a deadline passed, not at every
+ * wake-up; -1 with an exception */
 int
 fl_connect_timeouts(FastLoop *fl)
 {

@@ -332,9 +332,9 @@ fl_run(FastLoop *fl, PyObject *arg)
                     return leave(fl, OUT_EXIT_ON_ABORT);
             }
         }
-        if (fl->connect_timeout_us > 0) {
-            /* -C's connect_timeout (after the runs above, which may
-             * have started connections: the deadlines bound the next wait) */
+        if (fl->connect_deadline && clock_us() >= fl->connect_deadline) {
+            /* -C's connect_timeout: a connection may be past it (the
+             * earliest deadline also bounds the wait) */
             if (fl_connect_timeouts(fl) < 0)
                 return NULL;
             if (fl->aborted_exit)
