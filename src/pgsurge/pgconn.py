@@ -272,7 +272,12 @@ class PgConn:
 
     def __init__(self, pgconn: Any) -> None:
         self._pgconn = pgconn
-        self.socket: int = pgconn.socket
+        try:
+            self.socket: int = pgconn.socket
+        except OperationalError:
+            # lost already: a -C connection the C loop opened, adopted at
+            # a hand-back after the server closed it (a shutdown)
+            self.socket = -1
 
     def __getattr__(self, name: str) -> Any:
         """A libpq call's bound method, stored in its slot on first use
@@ -546,6 +551,25 @@ class Connecting:
     def error_message(self) -> str:
         return _connect_failure_text(self._pgconn.error_message) or _silent_failure()
 
+    @property
+    def bad(self) -> bool:
+        """It failed (else it is still connecting: given up at a timeout)."""
+        return int(self._pgconn.status) == CONNECTION_BAD
+
+    def failure_message(self) -> str:
+        """Why it did not open: :meth:`error_message` when it failed, else
+        (given up while still connecting) :meth:`timeout_message`."""
+        return self.error_message() if self.bad else self.timeout_message()
+
+    def several_hosts(self) -> bool:
+        """Whether the conninfo names several hosts (``host=a,b``): libpq's
+        blocking connect goes on to the next one when ``connect_timeout``
+        expires on one, where a connection opened without blocking fails."""
+        for opt in self._pgconn.info:
+            if opt.keyword in (b"host", b"hostaddr") and b"," in (opt.val or b""):
+                return True
+        return False
+
     def timeout_message(self) -> str:
         """libpq's text for a connection that outlasted ``connect_timeout``
         (its blocking connect's words, naming the server it was trying)."""
@@ -588,6 +612,25 @@ def start_raw(info: bytes) -> Any:
     pgconn = pq.PGconn.connect_start(info)
     pgconn.notice_handler = _write_notice
     return pgconn
+
+
+def gave_up_on_a_host(
+    items: dict[str, str], password: str | None, message: str
+) -> bool:
+    """Whether a connection opened without blocking failed with ``message``
+    at ``connect_timeout`` while the conninfo (as libpq expands it, a
+    ``dbname`` conninfo included) names several hosts: libpq's blocking
+    connect, pgbench's, goes on to the next host then (the ramp's caller
+    opens the rest that way)."""
+    if not message.endswith(" failed: timeout expired\n"):
+        return False
+    probe = pq.PGconn.connect_start(
+        conninfo(items, password).encode("utf-8", "surrogateescape")
+    )
+    try:
+        return Connecting(probe).several_hosts()
+    finally:
+        probe.finish()
 
 
 def connect_timeout_s(info: bytes) -> float:

@@ -654,13 +654,16 @@ static PyObject *
 FastLoop_set_connect(FastLoop *fl, PyObject *spec)
 {
     PyObject *info, *start, *adopt, *release, *preparing;
+    long long timeout_us = 0;
 
     if (fl->started) {
         PyErr_SetString(PyExc_RuntimeError, "set_connect after run()");
         return NULL;
     }
-    if (!PyArg_ParseTuple(spec, "SOOOO", &info, &start, &adopt, &release, &preparing))
+    if (!PyArg_ParseTuple(spec, "SOOOO|L", &info, &start, &adopt, &release, &preparing,
+                          &timeout_us))
         return NULL;
+    fl->connect_timeout_us = timeout_us > 0 ? timeout_us : 0;
     Py_INCREF(info);
     Py_INCREF(start);
     Py_INCREF(adopt);
@@ -1058,11 +1061,13 @@ static PyMethodDef FastLoop_methods[] = {
      "pointer, so that a hand-back can wrap a connection C opened. True when\n"
      "C will do so, False when start() keeps opening them."},
     {"set_connect", (PyCFunction)FastLoop_set_connect, METH_O,
-     "set_connect((conninfo, start, adopt, release, preparing))\n--\n\n"
+     "set_connect((conninfo, start, adopt, release, preparing[, timeout_us]))\n--\n\n"
      "-C: open a connection per transaction without blocking: start(conninfo)\n"
      "gives a psycopg PGconn whose PQconnectPoll C drives; adopt(client, pgconn)\n"
      "makes it the client's before a hand-back; release(client) closes\n"
-     "Python's; preparing is state.PREPARING (a prepare of C's handed back)."},
+     "Python's; preparing is state.PREPARING (a prepare of C's handed back);\n"
+     "timeout_us: connect_timeout, after which one still opening is given up\n"
+     "(handed back with its psycopg PGconn, still connecting)."},
     {"set_python", (PyCFunction)fl_gen_set, METH_O,
      "set_python((caught, raised, bind, scripts))\n--\n\n"
      "A Python workload: C steps its generators (_fastloop_gen.c;\n"

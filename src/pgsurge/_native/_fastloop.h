@@ -355,6 +355,10 @@ typedef struct {
     int connect_each;
     PyObject *conninfo, *conn_start, *conn_adopt, *conn_release, *preparing;
     int64_t conn_us;
+    /* -C's connect_timeout (µs; 0: none): a connection still opening then
+     * is given up, as libpq's blocking connect gives it up (pgbench's -C);
+     * the earliest deadline of those opening (0: none), the loop's wait */
+    int64_t connect_timeout_us, connect_deadline;
     /* -C opened by C from the conninfo, no Python call per connection
      * (set_connect_raw): psycopg's PGconn type and the offset of its PGconn
      * pointer, to wrap a connection for Python at a hand-back (raw_type
@@ -665,6 +669,7 @@ FL_HIDDEN PyObject *fl_wrap_raw(FastLoop *fl, PGconn *conn);
 
 /* _fastloop_client.c */
 FL_HIDDEN int fl_advance(FastLoop *fl, int index);
+FL_HIDDEN int fl_connect_timeouts(FastLoop *fl);
 /* an error result of query q to Python's resume (res is cleared) */
 FL_HIDDEN int fl_hand_error(FastLoop *fl, int index, int q, int status, PGresult *res);
 

@@ -387,6 +387,14 @@ connect_start(FastLoop *fl, int index)
     PyObject *obj, *p;
     void *ptr;
 
+    if (fl->connect_timeout_us > 0) {
+        /* the loop looks for connections past connect_timeout from the
+         * earliest deadline on (fl_connect_timeouts) */
+        int64_t deadline = c->conn_begin + fl->connect_timeout_us;
+
+        if (!fl->connect_deadline || deadline < fl->connect_deadline)
+            fl->connect_deadline = deadline;
+    }
     if (fl->raw_type != NULL) {
         /* libpq's PQconnectStart from C: no Python call, no psycopg
          * object (libpq's own notice processor writes notices to stderr,
@@ -417,6 +425,60 @@ connect_start(FastLoop *fl, int index)
     c->conn = (PGconn *)ptr;
     memset(c->prepared, 0, (size_t)fl->nprep);
     return connect_poll(fl, index);
+}
+
+/* -C's connect_timeout (fl->connect_timeout_us > 0): each client whose
+ * connection is still opening past it is given up, as libpq's blocking
+ * connect gives it up in pgbench's -C: handed to Python with psycopg's
+ * object of the connection, still connecting (handback.py words it as
+ * libpq's "timeout expired", naming the server), and aborted there. Sets
+ * fl->connect_deadline to the earliest deadline of those still opening
+ * (0: none) for the loop's wait (connect_start lowers it for a new one),
+ * so that the loop scans the clients once a deadline passed, not at every
+ * wake-up; -1 with an exception */
+int
+fl_connect_timeouts(FastLoop *fl)
+{
+    int64_t now = clock_us(), next = 0;
+    int i;
+
+    for (i = 0; i < fl->nclients; i++) {
+        fl_client *c = &fl->clients[i];
+        PyObject *obj, *event;
+        int64_t deadline;
+        int r;
+
+        if (c->owner != OWN_C || c->state != CONNECTING || c->conn == NULL ||
+            (!c->rawconn && c->pgobj == NULL))
+            continue;
+        deadline = c->conn_begin + fl->connect_timeout_us;
+        if (deadline > now) {
+            if (!next || deadline < next)
+                next = deadline;
+            continue;
+        }
+        if (fl_conn_watch(fl, i, -1, 0) < 0)
+            return -1;
+        if (c->rawconn) {
+            /* the object owns (and finishes) the connection from here */
+            obj = fl_wrap_raw(fl, c->conn);
+            if (obj == NULL)
+                return -1;
+            c->rawconn = 0;
+        } else
+            obj = Py_NewRef(c->pgobj);
+        Py_CLEAR(c->pgobj);
+        c->conn = NULL;
+        event = Py_BuildValue("(iN)", RESUME_CONNECT_FAILED, obj);
+        if (event == NULL)
+            return -1;
+        r = fl_to_python(fl, i, START_TX, event);
+        Py_DECREF(event);
+        if (r < 0)
+            return -1;
+    }
+    fl->connect_deadline = next;
+    return 0;
 }
 
 /* END_TX under -C: close the transaction's connection (tx.disconnect),
@@ -519,7 +581,9 @@ wait_prepare(FastLoop *fl, int index, const fl_op *op)
         }
     }
     if (!pq->consumeInput(c->conn))
-        return prepare_to_python(fl, index, 0, 0);
+        /* lost: libpq's words now (Python's read of the dead connection
+         * would add its "connection not open" to them) */
+        return prepare_to_python(fl, index, 1, 0);
     for (;;) {
         if (pq->isBusy(c->conn)) {
             c->state = WAIT_RESULT;

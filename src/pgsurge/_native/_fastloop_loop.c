@@ -278,6 +278,9 @@ fl_run(FastLoop *fl, PyObject *arg)
 
             if (next_tick && (!deadline || next_tick < deadline))
                 deadline = next_tick;
+            /* -C: a connection given up at connect_timeout */
+            if (fl->connect_deadline && (!deadline || fl->connect_deadline < deadline))
+                deadline = fl->connect_deadline;
             t0 = clock_us();
             n = wait_events(fl, deadline ? (deadline > t0 ? deadline - t0 : 0) : -1);
             fl->idle_us += clock_us() - t0;
@@ -328,6 +331,14 @@ fl_run(FastLoop *fl, PyObject *arg)
                 if (fl->aborted_exit)
                     return leave(fl, OUT_EXIT_ON_ABORT);
             }
+        }
+        if (fl->connect_deadline && clock_us() >= fl->connect_deadline) {
+            /* -C's connect_timeout: a connection may be past it (the
+             * earliest deadline also bounds the wait) */
+            if (fl_connect_timeouts(fl) < 0)
+                return NULL;
+            if (fl->aborted_exit)
+                return leave(fl, OUT_EXIT_ON_ABORT);
         }
         if (next_tick) {
             int64_t now = clock_us();

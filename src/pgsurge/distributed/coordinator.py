@@ -377,9 +377,7 @@ class _Coordinator:
         # second apart miss it while the scheduler is still connected,
         # so a dead scheduler is reported as what it is.
         absent = {
-            h.info.index
-            for h in self.hosts
-            if h.live and h.info.address not in present
+            h.info.index for h in self.hosts if h.live and h.info.address not in present
         }
         confirmed, self.absent = absent & self.absent, absent
         if confirmed and self.check_scheduler():

@@ -510,11 +510,14 @@ def make_engine(
                 if st.conn is None:
                     start = now if now else monotonic_ns() // 1000
                     cpu = thread_time_ns()
-                    if not connect(st):
+                    connected = connect(st)
+                    # waited for the server even when it failed (a
+                    # connect_timeout spent is no busy client)
+                    now = blocked_since(start, cpu)
+                    if not connected:
                         error(f"client {st.id} aborted while establishing connection")
                         state = ABORTED
                         continue
-                    now = blocked_since(start, cpu)
                     w.conn_total_us += now - start
                 if save_rng:
                     st.saved_rng = st.rng.getstate()

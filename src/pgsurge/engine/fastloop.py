@@ -676,7 +676,10 @@ def _connect_spec(loop: EventLoop, s: Settings) -> tuple[Any, ...]:
             st.raw = None
             st.ptr = 0
 
-    return (info, pgconn.start_raw, adopt, release, PREPARING)
+    # connect_timeout as pgbench's blocking PQconnectdb applies it: C gives
+    # up a connection still opening then (the words are handback.py's)
+    timeout_us = int(pgconn.connect_timeout_s(info) * 1_000_000)
+    return (info, pgconn.start_raw, adopt, release, PREPARING, timeout_us)
 
 
 def _where(number: int, script: ParsedScript, index: int) -> str:

@@ -34,6 +34,7 @@ from pgsurge.engine.state import (
     ABORTED,
     E_META,
     START_COMMAND,
+    START_TX,
     WAIT_RESULT,
     Client,
     IoHooks,
@@ -86,12 +87,22 @@ def make_handback(
             if code == RESUME_CONNECT_FAILED:
                 # -C: the C loop could not open the transaction's connection
                 # (tx.connect's messages): libpq's text when C opened it
-                # itself, else the psycopg object C polled
+                # itself, else the psycopg object C polled (or gave up on
+                # at connect_timeout, still connecting)
                 if type(payload) is bytes:
                     why = pgconn.connect_failure_message(payload)
                 else:
                     failed = pgconn.Connecting(payload)
-                    why = failed.error_message()
+                    if not failed.bad and failed.several_hosts():
+                        # given up at connect_timeout on one of several
+                        # hosts: pgbench's blocking connect goes on to the
+                        # next; tx.connect is that connect (from the first
+                        # host again), with its messages if all fail
+                        failed.finish()
+                        st.state = START_TX
+                        advance(st)
+                        return
+                    why = failed.failure_message()
                     failed.finish()
                 error(pgconn.strip_newline(why))
                 error(f"client {st.id} aborted while establishing connection")

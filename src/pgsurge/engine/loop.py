@@ -249,6 +249,10 @@ class EventLoop:
         client.fd = fd
         client.flush_pending = False
         client.unwatched = False
+        if fd < 0:
+            # a connection lost before it was attached (pgconn.PgConn): no
+            # socket to wait on; its client's next step finds it broken
+            return
         self._by_fd[fd] = client
         self.waiter.register(fd, READ)
 

@@ -378,7 +378,13 @@ def _literal(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value) if type(value) is float else str(value)
-    text = value.decode() if isinstance(value, bytes) else str(value)
+    # bytes as _text sends them: not UTF-8 reaches the server as it is
+    # (which refuses it with its message, not a traceback of the worker)
+    text = (
+        value.decode("utf-8", "surrogateescape")
+        if isinstance(value, bytes)
+        else str(value)
+    )
     return "'" + text.replace("'", "''") + "'"
 
 
@@ -738,6 +744,10 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
                         k += 1
             except (TypeError, IndexError):
                 return bad_params(st, prog, gen, item)
+            except Exception as e:
+                # a value whose str() raised (the workload's own class):
+                # the client aborts with it, as with the generator's own
+                return fail(st, prog, user_traceback(e, prog.spec.user_files))
             if k != prog.counts[i]:
                 return bad_params(st, prog, gen, item)
         elif prog.counts[i]:

@@ -18,7 +18,8 @@ A failure is reported for the lowest client that failed (pgbench stops at
 its first failing client, which is the lowest of its thread); the others
 are closed. ``connect_timeout`` is enforced as libpq's blocking connect
 enforces it, with its message (libpq tries the next host of a multi-host
-conninfo then; here the connection fails).
+conninfo then; here the connection fails, and the worker opens the
+clients left with the blocking connect: ``worker._open_blocking``).
 """
 
 from __future__ import annotations

@@ -395,7 +395,8 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
             if conn.bad:
                 # lost (a FATAL, then the close): PQprepare returns with the
                 # message so far; reading on would add libpq's "invalid socket"
-                st.drain_msg = conn.error_message()
+                # (the C loop hands over the words it saw the loss with)
+                st.drain_msg = st.drain_msg or conn.error_message()
                 break
             if raw.is_busy():
                 return 0

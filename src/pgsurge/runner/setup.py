@@ -420,16 +420,34 @@ def _connect(
         return None, str(exc), False
 
 
+def _ask_password(err: TextIO) -> str:
+    """pgbench's ``simple_prompt("Password: ", false)``: on the terminal
+    (``/dev/tty``) without echo; without one, the prompt and a line break
+    on stderr and the password read from stdin (a script piping it in, as
+    pgbench reads it; an empty one at its end)."""
+    try:
+        tty = open("/dev/tty", "r+b", buffering=0)  # noqa: SIM115 - closed below
+    except OSError:
+        err.write("Password: ")
+        err.flush()
+        line = sys.stdin.readline()
+        err.write("\n")
+        err.flush()
+        return line.removesuffix("\n").removesuffix("\r")
+    tty.close()
+    import getpass  # lazily, as the prompt is rare (it pulls in termios)
+
+    return getpass.getpass("Password: ")
+
+
 def _connect_setup(cfg: RunConfig, err: TextIO) -> tuple[pgconn.PgConn, str | None]:
     """pgbench ``doConnect`` for the setup connection (prompts once for a
     password if the server asks for one and stdin is a terminal)."""
     items = cfg.conn.conninfo_items()
     conn, message, needs = _connect(items, None)
     password = None
-    if conn is None and needs and sys.stdin.isatty():
-        import getpass  # lazily, as the prompt is rare (it pulls in termios)
-
-        password = getpass.getpass("Password: ")
+    if conn is None and needs:
+        password = _ask_password(err)
         conn, message, needs = _connect(items, password)
     if conn is None:
         err.write(f"{PROG}: error: {pgconn.strip_newline(message)}\n")

@@ -1,0 +1,316 @@
+"""Hostile cases of -C and of the connection ramp against pgbench 18.6.
+
+Each test is a finding of the hostile pass over the connections the C loop
+opens itself (``FastLoop.open_all``, -C's ``connect_start``) and the Python
+engine's: a server that stops answering in the middle of a -C run with
+``connect_timeout`` set (the C loop waited forever where pgbench's
+blocking connect gives up), a connection that failed counted as the
+client being busy (a false "client may be the bottleneck" warning).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from tests.fix_db import run_worker
+from tests.fix_run import Outcome, pump, run_pgbench, run_pgsurge, stop_listening
+
+pytestmark = pytest.mark.server
+
+
+class _GoesSilent:
+    """A Unix socket in ``directory`` forwarding its first ``forward``
+    connections to the test server and leaving every later one
+    unanswered: a server that accepts and never answers."""
+
+    def __init__(self, dsn: str, directory: Path, forward: int) -> None:
+        params = conninfo_to_dict(dsn)
+        host = str(params.get("host") or "/tmp")
+        port = int(str(params.get("port") or 5432))
+        assert host.startswith("/"), "the test server listens on a Unix socket"
+        self.target = f"{host}/.s.PGSQL.{port}"
+        self.forward = forward
+        self.path = directory / ".s.PGSQL.5432"
+        self.socks: list[socket.socket] = []
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(self.path))
+        self.listener.listen(64)
+        params.update(host=str(directory), port="5432", connect_timeout="2")
+        self.dsn = make_conninfo(**params)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            self.socks.append(client)
+            if self.forward <= 0:
+                continue
+            self.forward -= 1
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.socks.append(server)
+            server.connect(self.target)
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=pump, args=(a, b), daemon=True).start()
+
+    def close(self) -> None:
+        stop_listening(self.listener)
+        for sock in self.socks:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        self.path.unlink()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["c", "c-python-opens", "python"])
+def test_connect_each_timeout_when_the_server_goes_silent(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path, loop: str
+) -> None:
+    # -C with connect_timeout=2: the set-up connection and the first
+    # transaction's are answered, the second transaction's never is.
+    # pgbench's blocking connect gives up after 2 s and the client aborts;
+    # the C loop (which opens -C's connections without blocking) waited
+    # forever (hostile finding); the Python engine printed a false "worker
+    # busy" warning (the failed connect's wait counted as busy)
+    args = ["-n", "-S", "-C", "-c", "1", "-j", "1", "-t", "5"]
+    outs: list[Outcome] = []
+    for tool in ("pgbench", loop):
+        relay = _GoesSilent(bench_db, tmp_path, 2)
+        try:
+            if tool == "pgbench":
+                outs.append(run_pgbench(pgbench_bin, args, relay.dsn, timeout=60))
+            else:
+                env = {"PGSURGE_PY_CONNECT": "1"} if tool == "c-python-opens" else None
+                outs.append(
+                    run_pgsurge(
+                        args,
+                        relay.dsn,
+                        env=env,
+                        loop="python" if tool == "python" else "c",
+                        timeout=60,
+                    )
+                )
+        finally:
+            relay.close()
+    ref, got = outs
+    assert ref.status == 2, ref.stderr
+    socket_path = tmp_path / ".s.PGSQL.5432"
+    assert ref.stderr == (
+        f'pgbench: error: connection to server on socket "{socket_path}" '
+        "failed: timeout expired\n"
+        "pgbench: error: client 0 aborted while establishing connection\n"
+        "pgbench: error: Run was aborted; the above results are incomplete.\n"
+    )
+    assert ref.number("number of transactions actually processed:") == "1/5"
+    assert got.status == ref.status, got.stderr
+    assert got.stderr == ref.stderr.replace("pgbench:", "pgsurge:")
+    assert got.report == ref.report
+
+
+class _CutsQueries:
+    """A Unix socket in ``directory`` forwarding every connection to the
+    test server; after the first ``keep``, each is cut (both ways closed,
+    nothing answered) when the client sends its first query or Parse: a
+    backend that died while processing, seen by libpq as the end of the
+    stream (it closes the socket at once)."""
+
+    def __init__(self, dsn: str, directory: Path, keep: int) -> None:
+        params = conninfo_to_dict(dsn)
+        host = str(params.get("host") or "/tmp")
+        port = int(str(params.get("port") or 5432))
+        assert host.startswith("/"), "the test server listens on a Unix socket"
+        self.target = f"{host}/.s.PGSQL.{port}"
+        self.keep = keep
+        self.path = directory / ".s.PGSQL.5432"
+        self.socks: list[socket.socket] = []
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(self.path))
+        self.listener.listen(64)
+        params.update(host=str(directory), port="5432")
+        self.dsn = make_conninfo(**params)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.socks += [client, server]
+            server.connect(self.target)
+            cut = self.keep <= 0
+            self.keep -= 1
+            threading.Thread(
+                target=self._upstream, args=(client, server, cut), daemon=True
+            ).start()
+            threading.Thread(target=pump, args=(server, client), daemon=True).start()
+
+    @staticmethod
+    def _upstream(client: socket.socket, server: socket.socket, cut: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                if cut and data[:1] in (b"Q", b"P"):
+                    for sock in (client, server):
+                        sock.shutdown(socket.SHUT_RDWR)
+                    return
+                server.sendall(data)
+        with contextlib.suppress(OSError):
+            server.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        stop_listening(self.listener)
+        for sock in self.socks:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        self.path.unlink()
+
+
+@pytest.mark.parametrize(
+    ("loop", "mode"),
+    [
+        ("c", "simple"),
+        ("c", "prepared"),
+        ("c-python-opens", "simple"),
+        ("c-python-opens", "prepared"),
+        ("python", "simple"),
+        ("python", "prepared"),
+    ],
+)
+def test_connect_each_backend_gone_mid_query(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path, loop: str, mode: str
+) -> None:
+    # -C: the second transaction's connection opens, then its backend goes
+    # away at the first query (a server shut down under the run). The C
+    # loop handed the client to Python with a connection whose socket
+    # libpq had closed, and adopting it raised (a traceback, "worker 0
+    # failed": hostile finding); pgbench aborts the client with its words
+    args = ["-n", "-S", "-C", "-M", mode, "-c", "1", "-j", "1", "-t", "3"]
+    outs: list[Outcome] = []
+    for tool in ("pgbench", loop):
+        relay = _CutsQueries(bench_db, tmp_path, 2)
+        try:
+            if tool == "pgbench":
+                outs.append(run_pgbench(pgbench_bin, args, relay.dsn))
+            else:
+                env = {"PGSURGE_PY_CONNECT": "1"} if tool == "c-python-opens" else None
+                outs.append(
+                    run_pgsurge(
+                        args,
+                        relay.dsn,
+                        env=env,
+                        loop="python" if tool == "python" else "c",
+                    )
+                )
+        finally:
+            relay.close()
+    ref, got = outs
+    assert ref.status == 2, ref.stderr
+    assert "client 0 aborted in command 1 (SQL) of script 0" in ref.stderr
+    assert ref.number("number of transactions actually processed:") == "1/3"
+    assert got.status == ref.status, got.stderr
+    assert got.stderr == ref.stderr.replace("pgbench:", "pgsurge:")
+    assert got.report == ref.report
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("loop", ["c", "c-python-opens", "python"])
+def test_connect_each_leaves_no_descriptor_open(
+    bench_db: str, monkeypatch: pytest.MonkeyPatch, loop: str
+) -> None:
+    # in-process: a -C run closes every connection it opened (each
+    # transaction's, by C or by Python), whatever -t: the descriptors open
+    # after a run of 20 and of 200 transactions a client are those before
+    if loop == "python":
+        monkeypatch.setenv("PGSURGE_NO_FASTLOOP", "1")
+    else:
+        monkeypatch.setenv("PGSURGE_FASTLOOP", "require")
+    if loop == "c-python-opens":
+        monkeypatch.setenv("PGSURGE_PY_CONNECT", "1")
+    args = ["-n", "-S", "-C", "-M", "prepared", "-c", "3"]
+    run_worker([*args, "-t", "2"], bench_db, (("scale", 1),))  # a first run's set-up
+    gc.collect()
+    before = _open_fds()
+    for t in (20, 200):
+        _w, result = run_worker([*args, "-t", str(t)], bench_db, (("scale", 1),))
+        assert result.total.cnt == 3 * t
+        gc.collect()
+        assert _open_fds() == before, t
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["c", "c-python-opens"])
+def test_connect_each_timeout_goes_on_to_the_next_host(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path, loop: str
+) -> None:
+    # -C, connect_timeout=2 and host=silent,server: pgbench's blocking
+    # connect gives the first host up after 2 s and connects to the second,
+    # every transaction. The C loop opens -C's connections without
+    # blocking: once given up on the first host (where it waited forever
+    # before, then failed), it connects as pgbench does (tx.connect)
+    relay = _GoesSilent(bench_db, tmp_path, 0)
+    params = conninfo_to_dict(bench_db)
+    dsn = make_conninfo(
+        bench_db,
+        host=f"{tmp_path},{params['host']}",
+        port=f"5432,{params.get('port') or 5432}",
+        connect_timeout="2",
+    )
+    args = ["-n", "-S", "-C", "-c", "1", "-j", "1", "-t", "2"]
+    env = {"PGSURGE_PY_CONNECT": "1"} if loop == "c-python-opens" else None
+    try:
+        ref = run_pgbench(pgbench_bin, args, dsn, timeout=60)
+        got = run_pgsurge(args, dsn, env=env, loop="c", timeout=60)
+    finally:
+        relay.close()
+    assert ref.status == 0, ref.stderr
+    assert got.status == 0, got.stderr
+    assert got.number("number of transactions actually processed:") == "2/2"
+    assert got.report == ref.report
+    # each connection waited for the first host's timeout
+    assert float(got.number("average connection time =").split()[0]) >= 1900
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["c", "python"])
+def test_ramp_timeout_goes_on_to_the_next_host(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path, loop: str
+) -> None:
+    # the initial connections, connect_timeout=2 and host=silent,server:
+    # pgbench connects every client to the second host after 2 s on the
+    # first; the parallel ramp failed the run ("timeout expired", status 1)
+    # where pgbench ran it. Now the clients left connect as pgbench's do
+    relay = _GoesSilent(bench_db, tmp_path, 0)
+    params = conninfo_to_dict(bench_db)
+    dsn = make_conninfo(
+        bench_db,
+        host=f"{tmp_path},{params['host']}",
+        port=f"5432,{params.get('port') or 5432}",
+        connect_timeout="2",
+    )
+    args = ["-n", "-S", "-c", "2", "-j", "1", "-t", "3"]
+    try:
+        ref = run_pgbench(pgbench_bin, args, dsn, timeout=60)
+        got = run_pgsurge(args, dsn, loop=loop, timeout=60)  # type: ignore[arg-type]
+    finally:
+        relay.close()
+    assert ref.status == 0, ref.stderr
+    assert got.status == 0, got.stderr
+    assert got.stderr == ""
+    assert got.number("number of transactions actually processed:") == "6/6"
+    assert got.report == ref.report

@@ -1,0 +1,115 @@
+"""The password prompt of a run, as pgbench's (a hostile finding).
+
+pgbench asks for a password when the server wants one and none was given
+(``simple_prompt``): on the terminal, or, without one (a cron job, a
+pipeline, CI), with the prompt on stderr and the password read from
+stdin. pgsurge asked only when stdin was a terminal: without one a run
+that pgbench runs failed ("fe_sendauth: no password supplied"), and its
+stderr lacked pgbench's prompt line. The cluster is the test's own (its
+``pg_hba.conf`` asks a role for a SCRAM password), the programs run in a
+new session (no controlling terminal).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pgsurge.server.embedded import EmbeddedServer
+from tests.fix_run import PGSURGE, Outcome, tool_env
+from tests.fix_tap import make_base
+
+pytestmark = pytest.mark.server
+
+#: the role's password: a space, a quote and a backslash
+PASSWORD = "a b'c\\d"
+
+
+@pytest.fixture(scope="module")
+def scram_dsn(pgbench_bin: Path) -> Iterator[str]:
+    """A conninfo (no password) of a role the test's own cluster asks a
+    SCRAM password of, with the pgbench tables at scale 1."""
+    base = make_base()
+    server = EmbeddedServer(base / "srv", port=54337)
+    try:
+        params = server.ensure_running()
+        admin = psycopg.conninfo.make_conninfo(
+            host=str(params.host),
+            port=str(params.port),
+            user=server.superuser,
+            dbname="postgres",
+        )
+        subprocess.run(
+            [str(pgbench_bin), "-i", "-s", "1", "-q", admin],
+            check=True,
+            capture_output=True,
+            env=tool_env(None),
+        )
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(
+                psycopg.sql.SQL("CREATE ROLE pw LOGIN PASSWORD {}").format(
+                    psycopg.sql.Literal(PASSWORD)
+                )
+            )
+            conn.execute("GRANT SELECT ON ALL TABLES IN SCHEMA public TO pw")
+            row = conn.execute("SHOW hba_file").fetchone()
+            assert row is not None
+            hba = Path(row[0])
+            hba.write_text("local all pw scram-sha-256\n" + hba.read_text())
+            conn.execute("SELECT pg_reload_conf()")
+        yield psycopg.conninfo.make_conninfo(admin, user="pw")
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _no_terminal(
+    argv: Sequence[str], stdin: bytes, executable: Path | None = None
+) -> Outcome:
+    """``argv`` in a new session (no controlling terminal), fed ``stdin``."""
+    proc = subprocess.run(
+        list(argv),
+        executable=executable,
+        input=stdin,
+        capture_output=True,
+        env=tool_env(None),
+        timeout=120,
+        check=False,
+        start_new_session=True,
+    )
+    return Outcome(
+        proc.returncode,
+        proc.stdout.decode(errors="surrogateescape"),
+        proc.stderr.decode(errors="surrogateescape"),
+    )
+
+
+@pytest.mark.parametrize("stdin", ["password", "nothing"])
+@pytest.mark.parametrize("connect_each", [False, True], ids=["plain", "C"])
+def test_password_read_from_stdin_without_a_terminal(
+    scram_dsn: str, pgbench_bin: Path, stdin: str, connect_each: bool
+) -> None:
+    args = ["-n", "-S", "-c", "2", "-j", "2", "-t", "5", scram_dsn]
+    if connect_each:
+        args.insert(0, "-C")
+    data = (PASSWORD + "\n").encode() if stdin == "password" else b""
+    ref = _no_terminal(["pgbench", *args], data, pgbench_bin)
+    got = _no_terminal([*PGSURGE, *args], data)
+    if stdin == "password":
+        # the workers' connections (each transaction's under -C) use it
+        assert ref.status == 0, ref.stderr
+        assert ref.stderr == "Password: \n"
+        assert got.number("number of transactions actually processed:") == "10/10"
+    else:
+        assert ref.status == 1, ref.stderr
+        assert "no password supplied" in ref.stderr
+    assert got.status == ref.status, got.stderr
+    assert got.stderr == ref.stderr.replace("pgbench:", "pgsurge:")
+    assert got.stdout.count("\n") == ref.stdout.count("\n")
+    if ref.status == 0:
+        assert got.report == ref.report

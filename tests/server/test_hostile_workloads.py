@@ -1,0 +1,98 @@
+"""Hostile cases of Python workloads, on the C loop and on Python's engine.
+
+Each test is a finding of the hostile pass over the generators the C loop
+steps (``_fastloop_gen.c``, ``engine/fastgen.py``) and Python's reference
+(``engine/pyworkload.py``): a value a generator yields that the engine
+could not bind must abort the client with the server's or the workload's
+words, never kill the worker with a traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.fix_run import run_pgsurge
+
+pytestmark = pytest.mark.server
+
+NOT_UTF8 = """
+from pgsurge.workloads import sql, transaction
+
+p = sql("SELECT $1::text")
+
+@transaction
+def t(ctx):
+    yield p(b"fine")
+    yield p(b"\\xff\\xfe")
+"""
+
+
+@pytest.mark.parametrize("mode", ["simple", "extended", "prepared"])
+@pytest.mark.parametrize("loop", ["c", "python"])
+def test_bytes_not_utf8_are_the_servers_error(
+    fresh_db: str, tmp_path: Path, loop: str, mode: str
+) -> None:
+    # bytes that are not UTF-8 as a parameter: under -M simple (the
+    # default) Python's literal decoded them strictly and the worker died
+    # of a UnicodeDecodeError (on the C loop too, which hands them to
+    # Python); now every mode sends them as they are and the server's
+    # error aborts the client, naming the yield
+    wl = tmp_path / "notutf8.py"
+    wl.write_text(NOT_UTF8)
+    args = ["-n", "-f", wl.name, "-M", mode, "-c", "1", "-t", "2"]
+    got = run_pgsurge(args, fresh_db, cwd=tmp_path, loop=loop)  # type: ignore[arg-type]
+    assert got.status == 2, got.stderr
+    assert "Traceback" not in got.stderr
+    assert "worker 0 failed" not in got.stderr
+    assert got.stderr.startswith(
+        "pgsurge: error: client 0 aborted in script 0 (notutf8.py: t) at "
+        "notutf8.py:9 (statement p): ERROR:  invalid byte sequence for "
+        'encoding "UTF8": 0xff\n'
+    ), got.stderr
+    assert got.stderr.endswith(
+        "pgsurge: error: Run was aborted; the above results are incomplete.\n"
+    )
+    assert got.number("number of transactions actually processed:") == "0/2"
+
+
+STR_RAISES = """
+from pgsurge.workloads import sql, transaction
+
+p = sql("SELECT $1::text")
+
+class Unprintable:
+    def __str__(self):
+        raise ValueError("no text for you")
+
+@transaction
+def t(ctx):
+    yield p("fine")
+    yield p(Unprintable())
+"""
+
+
+@pytest.mark.parametrize("mode", ["simple", "extended"])
+@pytest.mark.parametrize("loop", ["c", "python"])
+def test_a_parameter_whose_str_raises_aborts_the_client(
+    fresh_db: str, tmp_path: Path, loop: str, mode: str
+) -> None:
+    # a parameter of the workload's own class whose __str__ raises: the
+    # worker died with a traceback ("worker 0 failed"; C hands such a value
+    # to Python); now the client aborts with the workload's traceback, as
+    # when the generator itself raises
+    wl = tmp_path / "unprintable.py"
+    wl.write_text(STR_RAISES)
+    args = ["-n", "-f", wl.name, "-M", mode, "-c", "1", "-t", "2"]
+    got = run_pgsurge(args, fresh_db, cwd=tmp_path, loop=loop)  # type: ignore[arg-type]
+    assert got.status == 2, got.stderr
+    assert got.stderr == (
+        "pgsurge: error: client 0 aborted in script 0 (unprintable.py: t):\n"
+        "Traceback (most recent call last):\n"
+        '  File "unprintable.py", line 8, in __str__\n'
+        '    raise ValueError("no text for you")\n'
+        "ValueError: no text for you\n"
+        "pgsurge: error: Run was aborted; the above results are incomplete.\n"
+    )
+    assert got.number("number of transactions actually processed:") == "0/2"
