@@ -41,7 +41,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, TextIO
 
 from pgsurge.deferred import defer_run_imports
 
@@ -470,6 +470,26 @@ def _connect_failure_text(message: bytes | None) -> str:
     from pgsurge.redact import redact_text  # lazily: only on a failure
 
     return redact_text(_text(message))
+
+
+def ask_password(err: TextIO) -> str:
+    """pgbench's ``simple_prompt("Password: ", false)``: on the terminal
+    (``/dev/tty``) without echo; without one, the prompt and a line break
+    on stderr and the password read from stdin (a script piping it in, as
+    pgbench reads it; an empty one at its end)."""
+    try:
+        tty = open("/dev/tty", "r+b", buffering=0)  # noqa: SIM115 - closed below
+    except OSError:
+        err.write("Password: ")
+        err.flush()
+        line = sys.stdin.readline()
+        err.write("\n")
+        err.flush()
+        return line.removesuffix("\n").removesuffix("\r")
+    tty.close()
+    import getpass  # lazily, as the prompt is rare (it pulls in termios)
+
+    return getpass.getpass("Password: ")
 
 
 def connect(

@@ -1,4 +1,4 @@
-"""The password prompt of a run, as pgbench's (a hostile finding).
+"""The password prompt of a run and of -i, as pgbench's (a hostile finding).
 
 pgbench asks for a password when the server wants one and none was given
 (``simple_prompt``): on the terminal, or, without one (a cron job, a
@@ -20,7 +20,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgsurge.server.embedded import EmbeddedServer
+from pgsurge.server.embedded import SUPERUSER, EmbeddedServer
 from tests.fix_run import PGSURGE, Outcome, tool_env
 from tests.fix_tap import make_base
 
@@ -113,3 +113,40 @@ def test_password_read_from_stdin_without_a_terminal(
     assert got.stdout.count("\n") == ref.stdout.count("\n")
     if ref.status == 0:
         assert got.report == ref.report
+
+
+@pytest.mark.parametrize("stdin", ["password", "nothing"])
+def test_init_reads_the_password_from_stdin_without_a_terminal(
+    scram_dsn: str, pgbench_bin: Path, stdin: str
+) -> None:
+    """``-i`` asks as a run does (it asked only on a terminal)."""
+    owner = psycopg.conninfo.conninfo_to_dict(scram_dsn)
+    admin = psycopg.conninfo.make_conninfo(scram_dsn, user=SUPERUSER)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        for db in ("pw_ref", "pw_got"):
+            conn.execute(f"DROP DATABASE IF EXISTS {db}")
+            conn.execute(f"CREATE DATABASE {db} OWNER pw")
+    data = (PASSWORD + "\n").encode() if stdin == "password" else b""
+    outcomes = []
+    for argv, exe, db in (
+        (["pgbench"], pgbench_bin, "pw_ref"),
+        (list(PGSURGE), None, "pw_got"),
+    ):
+        target = psycopg.conninfo.make_conninfo(scram_dsn, dbname=db)
+        outcomes.append(_no_terminal([*argv, "-i", "-s", "1", "-q", target], data, exe))
+    ref, got = outcomes
+    assert owner["user"] == "pw"
+    assert got.status == ref.status, (ref.stderr, got.stderr)
+    if stdin == "password":
+        assert ref.status == 0, ref.stderr
+        assert ref.stderr.startswith("Password: \n")
+        assert got.stderr.startswith("Password: \n"), got.stderr
+        with psycopg.connect(
+            psycopg.conninfo.make_conninfo(admin, dbname="pw_got")
+        ) as conn:
+            row = conn.execute("SELECT count(*) FROM pgbench_accounts").fetchone()
+        assert row == (100000,)
+    else:
+        assert ref.status == 1, ref.stderr
+        assert "no password supplied" in ref.stderr
+        assert got.stderr == ref.stderr.replace("pgbench:", "pgsurge:")

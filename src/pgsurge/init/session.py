@@ -17,7 +17,6 @@ top of high-level psycopg:
 from __future__ import annotations
 
 import contextlib
-import getpass
 import os
 import signal
 import sys
@@ -225,8 +224,8 @@ class Session:
                 if isinstance(first, UnicodeEncodeError)
                 else str(first)
             )
-        elif needs and password is None and sys.stdin.isatty():
-            return cls.open(params, out, getpass.getpass("Password: "))
+        elif needs and password is None:
+            return cls.open(params, out, pgconn.ask_password(sys.stderr))
         raise InitConnectError(pgconn.strip_newline(message))
 
     def reopen(self, params: ConnParams) -> Session:

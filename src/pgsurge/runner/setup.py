@@ -20,7 +20,6 @@ threads (steps 1 to 3 of :mod:`pgsurge.runner`):
 from __future__ import annotations
 
 import os
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
@@ -420,26 +419,6 @@ def _connect(
         return None, str(exc), False
 
 
-def _ask_password(err: TextIO) -> str:
-    """pgbench's ``simple_prompt("Password: ", false)``: on the terminal
-    (``/dev/tty``) without echo; without one, the prompt and a line break
-    on stderr and the password read from stdin (a script piping it in, as
-    pgbench reads it; an empty one at its end)."""
-    try:
-        tty = open("/dev/tty", "r+b", buffering=0)  # noqa: SIM115 - closed below
-    except OSError:
-        err.write("Password: ")
-        err.flush()
-        line = sys.stdin.readline()
-        err.write("\n")
-        err.flush()
-        return line.removesuffix("\n").removesuffix("\r")
-    tty.close()
-    import getpass  # lazily, as the prompt is rare (it pulls in termios)
-
-    return getpass.getpass("Password: ")
-
-
 def _connect_setup(cfg: RunConfig, err: TextIO) -> tuple[pgconn.PgConn, str | None]:
     """pgbench ``doConnect`` for the setup connection (prompts once for a
     password if the server asks for one and stdin is a terminal)."""
@@ -447,7 +426,7 @@ def _connect_setup(cfg: RunConfig, err: TextIO) -> tuple[pgconn.PgConn, str | No
     conn, message, needs = _connect(items, None)
     password = None
     if conn is None and needs:
-        password = _ask_password(err)
+        password = pgconn.ask_password(err)
         conn, message, needs = _connect(items, password)
     if conn is None:
         err.write(f"{PROG}: error: {pgconn.strip_newline(message)}\n")
