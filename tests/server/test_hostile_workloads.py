@@ -96,3 +96,37 @@ def test_a_parameter_whose_str_raises_aborts_the_client(
         "pgsurge: error: Run was aborted; the above results are incomplete.\n"
     )
     assert got.number("number of transactions actually processed:") == "0/2"
+
+
+NUL_PARAM = """
+from pgsurge.workloads import sql, transaction
+
+p = sql("SELECT length($1::text)")
+
+@transaction
+def t(ctx):
+    yield p("fine")
+    yield p(KIND)
+"""
+
+
+@pytest.mark.parametrize("kind", [r'"a\x00b"', r'b"a\x00b"'], ids=["str", "bytes"])
+@pytest.mark.parametrize("mode", ["simple", "extended", "prepared"])
+@pytest.mark.parametrize("loop", ["c", "python"])
+def test_a_nul_in_a_text_parameter_aborts_the_client(
+    fresh_db: str, tmp_path: Path, loop: str, mode: str, kind: str
+) -> None:
+    # libpq sends values as C strings: "a\\x00b" reached the server as "a"
+    # (extended, prepared) or cut the query (simple) without a word
+    wl = tmp_path / "nul.py"
+    wl.write_text(NUL_PARAM.replace("KIND", kind))
+    args = ["-n", "-f", wl.name, "-M", mode, "-c", "1", "-t", "2"]
+    got = run_pgsurge(args, fresh_db, cwd=tmp_path, loop=loop)  # type: ignore[arg-type]
+    assert got.status == 2, got.stderr
+    assert got.stderr == (
+        "pgsurge: error: client 0 aborted in script 0 (nul.py: t):\n"
+        "ValueError: a text parameter contains a NUL character (0x00), "
+        "which PostgreSQL's text values cannot hold\n"
+        "pgsurge: error: Run was aborted; the above results are incomplete.\n"
+    )
+    assert got.number("number of transactions actually processed:") == "0/2"

@@ -251,8 +251,10 @@ def bind_params(st: Client, args: tuple[Any, ...]) -> None:
     variables = st.variables
     for name, v in zip(PARAM_NAMES, args, strict=False):
         tv = type(v)
-        if tv is int or tv is str:
+        if tv is int:
             variables[name] = v
+        elif tv is str:
+            variables[name] = _no_nul(v)
         elif v is None:
             variables.pop(name, None)
         else:
@@ -385,7 +387,7 @@ def _literal(value: object) -> str:
         if isinstance(value, bytes)
         else str(value)
     )
-    return "'" + text.replace("'", "''") + "'"
+    return "'" + _no_nul(text).replace("'", "''") + "'"
 
 
 def _text(value: object) -> str | int:
@@ -395,8 +397,20 @@ def _text(value: object) -> str | int:
     if type(value) is float:
         return repr(value)
     if isinstance(value, bytes):
-        return value.decode("utf-8", "surrogateescape")
-    return str(value)
+        return _no_nul(value.decode("utf-8", "surrogateescape"))
+    return _no_nul(str(value))
+
+
+def _no_nul(text: str) -> str:
+    """``text``, refused when it holds a NUL: libpq sends parameters and
+    queries as C strings, so the value would silently end there (the
+    client aborts with this instead, as psycopg refuses one)."""
+    if "\x00" in text:
+        raise ValueError(
+            "a text parameter contains a NUL character (0x00), "
+            "which PostgreSQL's text values cannot hold"
+        )
+    return text
 
 
 def user_traceback(exc: BaseException, files: frozenset[str]) -> str:
@@ -735,8 +749,10 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
                 else:
                     for v in args:
                         tv = type(v)
-                        if tv is int or tv is str:
+                        if tv is int:
                             variables[names[k]] = v
+                        elif tv is str:
+                            variables[names[k]] = _no_nul(v)
                         elif v is None:
                             variables.pop(names[k], None)
                         else:
