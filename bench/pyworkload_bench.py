@@ -27,8 +27,14 @@ go through the Python parameter path (no ``_fastpq`` connection).
     .venv/bin/python bench/pyworkload_bench.py                # embedded server
     .venv/bin/python bench/pyworkload_bench.py --dsn "host=/tmp dbname=postgres"
     .venv/bin/python bench/pyworkload_bench.py -T 10 --rounds 4 -c 8 -j 2 -s 10
+    .venv/bin/python bench/pyworkload_bench.py -T 10 --rounds 4 -c 8 -j 2 -s 10 --pin
     .venv/bin/python bench/pyworkload_bench.py --engine-only -M prepared
     .venv/bin/python bench/pyworkload_bench.py --tpcc -T 10 --rounds 3 -c 4 -s 1
+
+``--pin`` (``--pin CLIENT,SERVER``, default 0,1) puts the server's
+processes on one CPU and the tools on another: the clients' CPU no longer
+competes with the server's, so what tps difference is left comes from
+their latency alone.
 
 ``--tpcc`` runs tpcc-like on the C loop and reports its workers' client
 CPU per transaction and per New-Order transaction.
@@ -47,7 +53,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _suite_proc import SuiteServer, pg_bindir, pgsurge_argv, run_measured
+from _suite_proc import (
+    SuiteServer,
+    parse_pin,
+    pg_bindir,
+    pgsurge_argv,
+    pin_tree,
+    postmaster_of,
+    run_measured,
+)
 
 from pgsurge.stats.cpu import IMPL_C_LOOP
 
@@ -92,6 +106,24 @@ def one_run(
     return float(tps.group(1)), per_tx, own
 
 
+def pin(server: SuiteServer, spec: str) -> None:
+    """--pin CLIENT,SERVER: the server's processes (and every backend it
+    forks later) on one CPU, this process and the tools it starts on the
+    other, so that a client's CPU cannot take the server's: a tps
+    difference left then is the clients' latency, not their CPU."""
+    try:
+        client, cpu = parse_pin(spec, os.cpu_count())
+        pinned = pin_tree(postmaster_of(server.backend_pid()), {cpu})
+    except (ValueError, OSError) as exc:
+        sys.exit(f"--pin: {exc}")
+    os.sched_setaffinity(0, {client})
+    print(
+        f"pinned: tools on CPU {client}, the server ({len(pinned)} processes "
+        f"and its new backends) on CPU {cpu}",
+        flush=True,
+    )
+
+
 def server_bench(args: argparse.Namespace) -> None:
     with SuiteServer(args.dsn) as server:
         dsn = server.recreate_db("pgsurge_pyworkload_bench")
@@ -100,6 +132,8 @@ def server_bench(args: argparse.Namespace) -> None:
         )
         if init.returncode != 0:
             sys.exit(init.stderr)
+        if args.pin is not None:
+            pin(server, args.pin)
         runs: dict[str, list[tuple[float, float, float]]] = {v: [] for v in VARIANTS}
         ratios_tps: list[float] = []
         ratios_cpu: list[float] = []
@@ -371,6 +405,13 @@ def main() -> None:
     p.add_argument("-j", "--jobs", type=int, default=1)
     p.add_argument("-M", "--mode", default="prepared")
     p.add_argument("-s", "--scale", type=int, default=1)
+    p.add_argument(
+        "--pin",
+        nargs="?",
+        const="0,1",
+        metavar="CLIENT,SERVER",
+        help="the tools on one CPU, the server on another (default 0,1)",
+    )
     p.add_argument(
         "--engine-only",
         action="store_true",

@@ -51,7 +51,7 @@ __all__ = [
 
 #: the interface version of pgsurge._speedups this code expects; a build of
 #: another version (a stale .so) is ignored
-SPEEDUPS_API = 1
+SPEEDUPS_API = 2
 
 
 def _load_speedups() -> ModuleType | None:

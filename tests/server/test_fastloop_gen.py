@@ -213,6 +213,60 @@ def test_values_sleep_and_results_in_c(
     assert rows["c"] == rows["python"]
 
 
+BRANCHY = """
+from pgsurge.workloads import sql, transaction
+
+a = sql("INSERT INTO t (v, d, b, f) VALUES ($1, NULL, NULL, true)", fetch=False)
+b = sql("INSERT INTO t (v, d, b, f) VALUES ($1, $2, NULL, false)", fetch=False)
+
+@transaction
+def t(ctx):
+    n = ctx.random(1, 1000)
+    for k in range(3):
+        if (n + k) % 3:
+            yield a(f"a {n} {k}")
+        else:
+            yield b(f"b {n} {k}", n / 3)
+"""
+
+
+def test_a_step_yielding_another_statement_than_last_time(
+    fresh_db: str, tmp_path: Path, c_loops: list[Any]
+) -> None:
+    """C remembers, per step of a transaction, the statement yielded there
+    last time (no lookup when it comes again): a transaction yielding
+    either of two statements at the same step, and each statement at
+    several steps, sends what it yielded, as Python's engine does."""
+    wl = tmp_path / "branchy.py"
+    wl.write_text(BRANCHY)
+    rows = {}
+    for loop in ("python", "c"):
+        with psycopg.connect(fresh_db, autocommit=True) as conn:
+            conn.execute("DROP TABLE IF EXISTS t")
+            conn.execute("CREATE TABLE t (v text, d float8, b bytea, f bool)")
+        args = ["-n", "-f", str(wl), "-M", "prepared", "-c", "2", "-t", "60"]
+        args.append("--random-seed=9")
+        if loop == "c":
+            _, result = run_worker(args, fresh_db)
+            assert result.total.cnt == 120
+            # 4 steps a transaction, nearly all C's (a client's first
+            # prepares are Python's)
+            fast = c_loops[-1]._fast
+            assert fast.gen_steps >= 4 * (120 - 4), (fast.gen_steps, fast.handbacks)
+            assert fast.handbacks <= 2 * 2
+        else:
+            r = run(args, fresh_db, "python")
+            assert r.returncode == 0, r.stderr
+        with psycopg.connect(fresh_db) as conn:
+            rows[loop] = conn.execute("SELECT * FROM t ORDER BY 1, 2").fetchall()
+    assert len(rows["c"]) == 360
+    # both statements at every step: the memory missed and was refilled
+    for k in range(3):
+        kinds = {r[0][0] for r in rows["c"] if r[0].endswith(f" {k}")}
+        assert kinds == {"a", "b"}, k
+    assert rows["c"] == rows["python"]
+
+
 ENDLESS = """
 from pgsurge.workloads import SqlError, sql, transaction
 

@@ -375,17 +375,23 @@ needs_speedups = pytest.mark.skipif(
 
 @needs_speedups
 def test_ctx_random_in_c_draws_and_fails_as_python() -> None:
-    """Context.random on a C PgPrng is _speedups.RangeDraw (no Python
-    frame): the same draws and the same errors as the Python method."""
+    """Context.random is a C method of its base, _speedups.ContextBase (a
+    method of the class, no Python frame), drawing in C from a C PgPrng
+    and with Context._random from any other: the same draws and the same
+    errors as the Python method, keywords and random_uniform included."""
     from pgsurge.errors import EvalError
     from pgsurge.prng import PgPrng, PurePgPrng
     from pgsurge.workloads.api import Context
 
     fast, slow = Context(PgPrng(5), {}, 0), Context(PurePgPrng(5), {}, 0)
-    assert type(fast.random).__name__ == "RangeDraw"
+    assert Context.random.__qualname__ == "ContextBase.random"
+    assert "random" not in vars(fast)  # looked up on the class
     cases = [(1, 10**6), (5, 5), (-(2**63), -(2**63) + 3), (1, 2**63 - 1), (0, 1)]
     for lo, hi in cases * 50:
         assert fast.random(lo, hi) == slow.random(lo, hi)
+        assert fast.random_uniform(lo, hi) == slow.random_uniform(lo, hi)
+    assert fast.random(lo=3, hi=9) == slow.random(lo=3, hi=9)
+    assert (fast._rng.s0, fast._rng.s1) == (slow._rng.s0, slow._rng.s1)
     for odd in [(3, 1), (0, 2**63 - 1), (1.5, 2), (1, 2**64), (True, 3)] * 2:
         got = []
         for ctx in (fast, slow):

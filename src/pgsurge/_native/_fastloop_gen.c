@@ -41,6 +41,14 @@ typedef struct {
     int sleep_index, resume_index;
     /* per op: its statement's result goes to the generator */
     unsigned char *fetch;
+    /* per op: its statement's parameter count (counts, read once) */
+    int *nparams;
+    /* per K_PY op: the statement the generator yielded last time it was
+     * stepped from there (borrowed: index keeps it) and that statement's
+     * op. A transaction yields the same statements in the same order
+     * nearly every time, so this spares the dict lookup of each yield */
+    PyObject **seen;
+    int *seen_at;
     int nops;
 } fl_gen_script;
 
@@ -248,6 +256,9 @@ fl_gen_free(FastLoop *fl)
         Py_XDECREF(gs->sleep_type);
         Py_XDECREF(gs->parts);
         PyMem_Free(gs->fetch);
+        PyMem_Free(gs->nparams);
+        PyMem_Free(gs->seen);
+        PyMem_Free(gs->seen_at);
     }
     PyMem_Free(g->scripts);
     for (i = 0; i < g->nclients; i++) {
@@ -362,6 +373,23 @@ fl_gen_set(FastLoop *fl, PyObject *spec)
             goto fail;
         }
         memcpy(gs->fetch, PyBytes_AS_STRING(fetch), (size_t)gs->nops);
+        gs->nparams = PyMem_Calloc((size_t)gs->nops, sizeof *gs->nparams);
+        gs->seen = PyMem_Calloc((size_t)gs->nops, sizeof *gs->seen);
+        gs->seen_at = PyMem_Calloc((size_t)gs->nops, sizeof *gs->seen_at);
+        if (gs->nparams == NULL || gs->seen == NULL || gs->seen_at == NULL) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+        for (i = 0; i < gs->nops; i++) {
+            Py_ssize_t n = PyLong_AsSsize_t(PyTuple_GET_ITEM(counts, i));
+
+            if (n < 0 || n > INT_MAX) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_ValueError, "set_python: a bad parameter count");
+                goto fail;
+            }
+            gs->nparams[i] = (int)n;
+        }
         /* every statement the generator may name is an OP_SQL of the plan */
         for (i = 0; i < gs->nops; i++)
             if (gs->fetch[i] && fl->scripts[k].ops[i].kind != OP_SQL) {
@@ -574,36 +602,45 @@ fl_gen_step(FastLoop *fl, int index, int *state)
     if (sent == PYGEN_ERROR)
         goto raised;
     if (PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 2) {
-        PyObject *at = PyDict_GetItemWithError(gs->index, PyTuple_GET_ITEM(item, 0));
-        PyObject *args = PyTuple_GET_ITEM(item, 1);
+        PyObject *stmt = PyTuple_GET_ITEM(item, 0), *args = PyTuple_GET_ITEM(item, 1);
+        int from = c->command, i = -1;
 
-        if (at == NULL)
-            PyErr_Clear(); /* not a statement, unhashable: Python's message */
-        else if (PyTuple_CheckExact(args)) {
-            long i = PyLong_AsLong(at);
-            PyObject *want;
+        if (stmt == gs->seen[from])
+            i = gs->seen_at[from];
+        else {
+            PyObject *at = PyDict_GetItemWithError(gs->index, stmt);
 
-            if (i <= 0 || i >= gs->nops || fl->scripts[c->script].ops[i].kind != OP_SQL) {
-                if (!PyErr_Occurred())
-                    PyErr_SetString(PyExc_ValueError, "set_python: a bad statement index");
-                goto done;
-            }
-            want = PyTuple_GET_ITEM(gs->counts, i);
-            if (PyLong_AsSsize_t(want) == PyTuple_GET_SIZE(args)) {
-                int err = 0;
-                PyObject *bound = bindable(args, fl->mode == MODE_SIMPLE, &err);
+            if (at == NULL)
+                PyErr_Clear(); /* not a statement, unhashable: Python's message */
+            else {
+                long k = PyLong_AsLong(at);
 
-                if (err)
-                    goto done;
-                if (bound != NULL) {
-                    Py_XSETREF(g->args[index], bound);
-                    c->command = (int)i;
-                    *state = START_COMMAND;
-                    r = 1;
+                if (k <= 0 || k >= gs->nops ||
+                    fl->scripts[c->script].ops[k].kind != OP_SQL) {
+                    if (!PyErr_Occurred())
+                        PyErr_SetString(PyExc_ValueError,
+                                        "set_python: a bad statement index");
                     goto done;
                 }
-            } else if (PyErr_Occurred())
+                i = (int)k;
+                /* borrowed: the key of index, which lives as long */
+                gs->seen[from] = stmt;
+                gs->seen_at[from] = i;
+            }
+        }
+        if (i > 0 && PyTuple_CheckExact(args) && gs->nparams[i] == PyTuple_GET_SIZE(args)) {
+            int err = 0;
+            PyObject *bound = bindable(args, fl->mode == MODE_SIMPLE, &err);
+
+            if (err)
                 goto done;
+            if (bound != NULL) {
+                Py_XSETREF(g->args[index], bound);
+                c->command = i;
+                *state = START_COMMAND;
+                r = 1;
+                goto done;
+            }
         }
     } else if ((PyObject *)Py_TYPE(item) == gs->sleep_type) {
         int64_t usec;

@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define SPEEDUPS_API 1
+#define SPEEDUPS_API 2
 
 /* splitmix64 constants (seeding) */
 #define GOLDEN UINT64_C(0x9E3779B97F4A7C15)
@@ -617,28 +617,32 @@ static struct PyModuleDef speedups_module = {
 /* ---------------------------------------------------------------------- */
 /* A Python workload's hot calls (pgsurge.workloads.api)                   */
 
-/* RangeDraw(rng, fallback): ``ctx.random(lo, hi)`` without a Python
- * frame. Two ints with lo <= hi < lo + INT64_MAX draw from the PgPrng
- * as int64_range does (Context.random's own fast path); anything else is
- * fallback(*args), Context's Python code, which gives its results and its
- * errors. */
+/* ContextBase: the base of workloads.api.Context when built. Its
+ * random(lo, hi) and random_uniform(lo, hi) are C methods of the class,
+ * not attributes of each instance: ``ctx.random(...)`` is then a method
+ * call the interpreter specialises (no lookup in the instance's dict, no
+ * Python frame). Two ints with lo <= hi < lo + INT64_MAX draw from the
+ * PgPrng given to _fast_rng() as int64_range does (Context._random's own
+ * fast path); anything else, or without such a PgPrng, is
+ * self._random(*args, **kwargs), Context's Python code, which gives its
+ * results and its errors. */
 typedef struct {
     PyObject_HEAD
-    PrngObject *rng;
-    PyObject *fallback;
-    vectorcallfunc vectorcall;
-} RangeDrawObject;
+    PrngObject *rng; /* NULL: every call is self._random's */
+} ContextBaseObject;
+
+static PyObject *s_random_fallback;
 
 static PyObject *
-RangeDraw_vectorcall(RangeDrawObject *self, PyObject *const *args, size_t nargsf,
-                     PyObject *kwnames)
+ContextBase_random(ContextBaseObject *self, PyObject *const *args, Py_ssize_t nargs,
+                   PyObject *kwnames)
 {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     long long lo, hi;
     int o1, o2;
     uint64_t v;
+    PyObject *fallback, *out;
 
-    if (nargs == 2 && kwnames == NULL && PyLong_CheckExact(args[0]) &&
+    if (self->rng != NULL && nargs == 2 && kwnames == NULL && PyLong_CheckExact(args[0]) &&
         PyLong_CheckExact(args[1])) {
         lo = PyLong_AsLongLongAndOverflow(args[0], &o1);
         hi = PyLong_AsLongLongAndOverflow(args[1], &o2);
@@ -652,63 +656,67 @@ RangeDraw_vectorcall(RangeDrawObject *self, PyObject *const *args, size_t nargsf
         }
         PyErr_Clear();
     }
-    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    fallback = PyObject_GetAttr((PyObject *)self, s_random_fallback);
+    if (fallback == NULL)
+        return NULL;
+    out = PyObject_Vectorcall(fallback, args, (size_t)nargs, kwnames);
+    Py_DECREF(fallback);
+    return out;
 }
 
+/* _fast_rng(rng): draw from rng in C when it is this module's PgPrng */
 static PyObject *
-RangeDraw_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+ContextBase_fast_rng(ContextBaseObject *self, PyObject *rng)
 {
-    PyObject *rng, *fallback;
-    RangeDrawObject *self;
-
-    if (!PyArg_ParseTuple(args, "O!O:RangeDraw", &PrngType, &rng, &fallback))
-        return NULL;
-    self = (RangeDrawObject *)type->tp_alloc(type, 0);
-    if (self == NULL)
-        return NULL;
-    Py_INCREF(rng);
-    Py_INCREF(fallback);
-    self->rng = (PrngObject *)rng;
-    self->fallback = fallback;
-    self->vectorcall = (vectorcallfunc)RangeDraw_vectorcall;
-    return (PyObject *)self;
+    if (Py_IS_TYPE(rng, &PrngType))
+        Py_XSETREF(self->rng, (PrngObject *)Py_NewRef(rng));
+    else
+        Py_CLEAR(self->rng);
+    Py_RETURN_NONE;
 }
 
 static int
-RangeDraw_traverse(RangeDrawObject *self, visitproc visit, void *arg)
+ContextBase_traverse(ContextBaseObject *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->rng);
-    Py_VISIT(self->fallback);
     return 0;
 }
 
 static int
-RangeDraw_clear(RangeDrawObject *self)
+ContextBase_clear(ContextBaseObject *self)
 {
     Py_CLEAR(self->rng);
-    Py_CLEAR(self->fallback);
     return 0;
 }
 
 static void
-RangeDraw_dealloc(RangeDrawObject *self)
+ContextBase_dealloc(ContextBaseObject *self)
 {
     PyObject_GC_UnTrack(self);
-    RangeDraw_clear(self);
+    ContextBase_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyTypeObject RangeDrawType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pgsurge._speedups.RangeDraw",
-    .tp_basicsize = sizeof(RangeDrawObject),
-    .tp_dealloc = (destructor)RangeDraw_dealloc,
-    .tp_vectorcall_offset = offsetof(RangeDrawObject, vectorcall),
-    .tp_call = PyVectorcall_Call,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "RangeDraw(rng, fallback): ctx.random(lo, hi) of a Python workload.",
-    .tp_traverse = (traverseproc)RangeDraw_traverse,
-    .tp_clear = (inquiry)RangeDraw_clear,
-    .tp_new = RangeDraw_new,
+static PyMethodDef ContextBase_methods[] = {
+    {"random", (PyCFunction)(void (*)(void))ContextBase_random, METH_FASTCALL | METH_KEYWORDS,
+     "random(lo, hi): uniform in [lo, hi]."},
+    {"random_uniform", (PyCFunction)(void (*)(void))ContextBase_random,
+     METH_FASTCALL | METH_KEYWORDS, "random_uniform(lo, hi): random(lo, hi)."},
+    {"_fast_rng", (PyCFunction)ContextBase_fast_rng, METH_O,
+     "Draw from this PgPrng in C (another PRNG: Context._random)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ContextBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pgsurge._speedups.ContextBase",
+    .tp_basicsize = sizeof(ContextBaseObject),
+    .tp_dealloc = (destructor)ContextBase_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The base of a workload's Context: random(lo, hi) in C.",
+    .tp_traverse = (traverseproc)ContextBase_traverse,
+    .tp_clear = (inquiry)ContextBase_clear,
+    .tp_methods = ContextBase_methods,
+    .tp_new = PyType_GenericNew,
 };
 
 /* StatementCall: the base of workloads.api.Statement, whose call makes
@@ -765,8 +773,10 @@ PyInit__speedups(void)
         Py_DECREF(m);
         return NULL;
     }
-    if (PyType_Ready(&RangeDrawType) < 0 || PyType_Ready(&StatementCallType) < 0 ||
-        PyModule_AddObjectRef(m, "RangeDraw", (PyObject *)&RangeDrawType) < 0 ||
+    s_random_fallback = PyUnicode_InternFromString("_random");
+    if (s_random_fallback == NULL || PyType_Ready(&ContextBaseType) < 0 ||
+        PyType_Ready(&StatementCallType) < 0 ||
+        PyModule_AddObjectRef(m, "ContextBase", (PyObject *)&ContextBaseType) < 0 ||
         PyModule_AddObjectRef(m, "StatementCall", (PyObject *)&StatementCallType) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -171,7 +171,24 @@ def split_params(text: str) -> tuple[tuple[str | int, ...], int]:
 #: (statement, args) tuple, arity checked) runs without a Python frame,
 #: which is a good part of what a transaction costs the client
 _StatementBase: Any = getattr(speedups, "StatementCall", None)
-_RangeDraw: Any = getattr(speedups, "RangeDraw", None)
+#: the C base of Context when pgsurge._speedups is built: ctx.random(lo,
+#: hi) as a C method of the class (see Context)
+_ContextBase: Any = getattr(speedups, "ContextBase", None)
+
+
+class _PyContextBase:
+    """The pure-Python base of Context: random is Context._random."""
+
+    __slots__ = ()
+
+    def _fast_rng(self, rng: PgPrng) -> None:
+        pass
+
+
+if TYPE_CHECKING:
+    _CtxBase = _PyContextBase
+else:
+    _CtxBase = _ContextBase or _PyContextBase
 
 
 class _PyStatementBase:
@@ -314,7 +331,7 @@ def load(fn: Callable[[Any], None]) -> Any:
     return _Hook("load", fn)
 
 
-class Context:
+class Context(_CtxBase):
     """A client's view in its transactions (``ctx``): pgbench's random
     functions on the client's stream, its id, the scale, think time.
 
@@ -327,15 +344,9 @@ class Context:
         self._variables = variables
         #: pgbench's :client_id
         self.client_id = client_id
-        if (
-            _RangeDraw is not None
-            and speedups is not None
-            and type(rng) is speedups.PgPrng
-        ):
-            # random(lo, hi) without a Python frame: the same draws, and
-            # this class's code for anything but its fast path
-            draw = _RangeDraw(rng, self._random)
-            self.random = self.random_uniform = draw  # type: ignore[method-assign]
+        # the C base draws random(lo, hi) from rng itself (the same draws),
+        # and calls _random for anything but its fast path
+        self._fast_rng(rng)
 
     # Read once, on first use: both are set before the run starts and
     # never change during it, and a transaction reads ctx.scale every time.
@@ -355,6 +366,7 @@ class Context:
         return _checked(random_uniform(self._rng, lo, hi))
 
     random_uniform = random
+    #: the Python code of random: the C base's fallback
     _random = random
 
     def random_exponential(self, lo: int, hi: int, parameter: float) -> int:
@@ -390,6 +402,14 @@ class Context:
     def sleep(seconds: float) -> Sleep:
         """``yield ctx.sleep(s)``: pause this client (others go on)."""
         return Sleep(max(0, int(seconds * 1_000_000)))
+
+
+if _ContextBase is not None:
+    # random and random_uniform are the C base's methods: a method of the
+    # class, which the interpreter's attribute cache serves, where an
+    # instance attribute (a bound C draw) was looked up in the instance's
+    # dict on every call (about 230 instructions a call)
+    del Context.random, Context.random_uniform
 
 
 def _checked(value: object) -> int:
