@@ -976,6 +976,7 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         fl->clients[i].st = PyList_GET_ITEM(clients, i);
         Py_INCREF(fl->clients[i].st);
         fl->clients[i].fd = -1;
+        fl->clients[i].fd_py = -1;
         fl->clients[i].owner = OWN_PY;
         if (fl_get_i64(fl->clients[i].st, s_id, &fl->clients[i].id) < 0)
             goto fail;

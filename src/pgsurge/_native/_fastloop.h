@@ -285,6 +285,11 @@ typedef struct {
     int64_t id;   /* Client.id */
     PGconn *conn;
     int fd;
+    /* the Client.fd Python holds: under -C the socket changes with every
+     * connection, and C writes it only when Python may look
+     * (fl_fd_publish), not at each change (an attribute write per
+     * connection costs more than the rest of the bookkeeping) */
+    int fd_py;
     int owner;
     /* Client.unwatched, while owner == OWN_C (Python's absorb took the
      * socket out of the epoll set; its next wait for a result puts it back) */
@@ -665,6 +670,7 @@ FL_HIDDEN int fl_to_python_code(FastLoop *fl, int index, int state, long code);
  * events (0: none, out of the set), the client mapped to it */
 FL_HIDDEN int fl_conn_watch(FastLoop *fl, int index, int fd, uint32_t events);
 FL_HIDDEN int fl_conn_forget(FastLoop *fl, int index);
+FL_HIDDEN int fl_fd_publish(FastLoop *fl, int index);
 FL_HIDDEN PyObject *fl_wrap_raw(FastLoop *fl, PGconn *conn);
 
 /* _fastloop_client.c */

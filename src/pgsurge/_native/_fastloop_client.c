@@ -503,6 +503,8 @@ connect_release(FastLoop *fl, int index, int64_t *now)
         Py_CLEAR(c->pgobj);
     } else if (c->conn != NULL) {
         /* Python's (the client's first, or one it had when C took it) */
+        if (fl_fd_publish(fl, index) < 0)
+            return -1;
         r = PyObject_CallOneArg(fl->conn_release, c->st);
         if (r != NULL && fl_refresh_fd(fl, index) < 0)
             Py_CLEAR(r);

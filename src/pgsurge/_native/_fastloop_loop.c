@@ -212,6 +212,9 @@ leave(FastLoop *fl, int outcome)
 
     if (fl_shared_store(fl) < 0)
         return NULL;
+    for (i = 0; i < fl->nclients; i++)
+        if (fl_fd_publish(fl, i) < 0)
+            return NULL;
     if (outcome == OUT_TICK) {
         for (i = 0; i < fl->nclients; i++) {
             fl_client *c = &fl->clients[i];

@@ -511,6 +511,7 @@ fl_refresh_fd(FastLoop *fl, int index)
 
     if (fl_get_i64(c->st, s_fd, &fd) < 0)
         return -1;
+    c->fd_py = (int)fd;
     if (fd != c->fd) {
         if (c->fd >= 0 && c->fd < fl->by_fd_len && fl->by_fd[c->fd] == index + 1)
             fl->by_fd[c->fd] = 0;
@@ -557,7 +558,7 @@ fl_conn_watch(FastLoop *fl, int index, int fd, uint32_t events)
             return -1;
         c->fd = fd;
     }
-    return set_i64(c->st, s_fd, c->fd);
+    return 0;
 }
 
 /* -C: the socket of a connection about to be closed out of the client's
@@ -572,7 +573,23 @@ fl_conn_forget(FastLoop *fl, int index)
     c->fd = -1;
     c->conn_events = 0;
     c->unwatched = 0;
-    return set_i64(c->st, s_fd, -1);
+    return 0;
+}
+
+/* Client.fd = C's descriptor of the client, if Python's copy is not it:
+ * before Python runs for the client, at a hand-back, and before run()
+ * returns (fl_conn_watch and fl_conn_forget leave Client.fd behind) */
+int
+fl_fd_publish(FastLoop *fl, int index)
+{
+    fl_client *c = &fl->clients[index];
+
+    if (c->fd == c->fd_py)
+        return 0;
+    if (set_i64(c->st, s_fd, c->fd) < 0)
+        return -1;
+    c->fd_py = c->fd;
+    return 0;
 }
 
 /* Put a client's socket back into the epoll set, which pgsurge.engine.loop's
@@ -867,7 +884,7 @@ hand_back(FastLoop *fl, int index, int state)
          * loop registers its socket anew) */
         PyObject *ok;
 
-        if (fl_conn_watch(fl, index, -1, 0) < 0)
+        if (fl_conn_watch(fl, index, -1, 0) < 0 || fl_fd_publish(fl, index) < 0)
             return -1;
         ok = PyObject_CallFunctionObjArgs(fl->conn_adopt, st, c->pgobj, NULL);
         Py_CLEAR(c->pgobj);
@@ -1017,7 +1034,7 @@ fl_call_python(FastLoop *fl, PyObject *fn, int index, PyObject *arg)
     PyObject *r;
 
     fl->py_calls++;
-    if (fl_shared_store(fl) < 0)
+    if (fl_fd_publish(fl, index) < 0 || fl_shared_store(fl) < 0)
         return -1;
     if (arg == NULL)
         r = PyObject_CallOneArg(fn, fl->clients[index].st);
