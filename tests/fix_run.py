@@ -23,6 +23,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from types import ModuleType
 from typing import Literal
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 Loop = Literal["auto", "c", "python"]
 
@@ -310,3 +312,50 @@ def stop_listening(sock: socket.socket) -> None:
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
     sock.close()
+
+
+class HangingRelay:
+    """A Unix socket in ``directory`` (port 5432 there) forwarding its
+    first ``forward`` connections to the test server and leaving every
+    later one unanswered: a server that accepts and never answers. Its
+    ``dsn`` is the test server's with ``connect_timeout=2``."""
+
+    def __init__(self, dsn: str, directory: Path, forward: int) -> None:
+        params = conninfo_to_dict(dsn)
+        host = str(params.get("host") or "/tmp")
+        port = int(str(params.get("port") or 5432))
+        assert host.startswith("/"), "the test server listens on a Unix socket"
+        self.target = f"{host}/.s.PGSQL.{port}"
+        self.forward = forward
+        self.path = directory / ".s.PGSQL.5432"
+        self.socks: list[socket.socket] = []
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(self.path))
+        self.listener.listen(64)
+        params.update(host=str(directory), port="5432", connect_timeout="2")
+        self.dsn = make_conninfo(**params)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            self.socks.append(client)
+            if self.forward <= 0:
+                continue
+            self.forward -= 1
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.socks.append(server)
+            server.connect(self.target)
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=pump, args=(a, b), daemon=True).start()
+
+    def close(self) -> None:
+        stop_listening(self.listener)
+        for sock in self.socks:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        self.path.unlink()

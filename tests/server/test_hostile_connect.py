@@ -21,55 +21,16 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tests.fix_db import run_worker
-from tests.fix_run import Outcome, pump, run_pgbench, run_pgsurge, stop_listening
+from tests.fix_run import (
+    HangingRelay,
+    Outcome,
+    pump,
+    run_pgbench,
+    run_pgsurge,
+    stop_listening,
+)
 
 pytestmark = pytest.mark.server
-
-
-class _GoesSilent:
-    """A Unix socket in ``directory`` forwarding its first ``forward``
-    connections to the test server and leaving every later one
-    unanswered: a server that accepts and never answers."""
-
-    def __init__(self, dsn: str, directory: Path, forward: int) -> None:
-        params = conninfo_to_dict(dsn)
-        host = str(params.get("host") or "/tmp")
-        port = int(str(params.get("port") or 5432))
-        assert host.startswith("/"), "the test server listens on a Unix socket"
-        self.target = f"{host}/.s.PGSQL.{port}"
-        self.forward = forward
-        self.path = directory / ".s.PGSQL.5432"
-        self.socks: list[socket.socket] = []
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(str(self.path))
-        self.listener.listen(64)
-        params.update(host=str(directory), port="5432", connect_timeout="2")
-        self.dsn = make_conninfo(**params)
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:  # closed: the test is over
-                return
-            self.socks.append(client)
-            if self.forward <= 0:
-                continue
-            self.forward -= 1
-            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.socks.append(server)
-            server.connect(self.target)
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=pump, args=(a, b), daemon=True).start()
-
-    def close(self) -> None:
-        stop_listening(self.listener)
-        for sock in self.socks:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-        self.path.unlink()
 
 
 @pytest.mark.slow
@@ -86,7 +47,7 @@ def test_connect_each_timeout_when_the_server_goes_silent(
     args = ["-n", "-S", "-C", "-c", "1", "-j", "1", "-t", "5"]
     outs: list[Outcome] = []
     for tool in ("pgbench", loop):
-        relay = _GoesSilent(bench_db, tmp_path, 2)
+        relay = HangingRelay(bench_db, tmp_path, 2)
         try:
             if tool == "pgbench":
                 outs.append(run_pgbench(pgbench_bin, args, relay.dsn, timeout=60))
@@ -263,7 +224,7 @@ def test_connect_each_timeout_goes_on_to_the_next_host(
     # every transaction. The C loop opens -C's connections without
     # blocking: once given up on the first host (where it waited forever
     # before, then failed), it connects as pgbench does (tx.connect)
-    relay = _GoesSilent(bench_db, tmp_path, 0)
+    relay = HangingRelay(bench_db, tmp_path, 0)
     params = conninfo_to_dict(bench_db)
     dsn = make_conninfo(
         bench_db,
@@ -295,7 +256,7 @@ def test_ramp_timeout_goes_on_to_the_next_host(
     # pgbench connects every client to the second host after 2 s on the
     # first; the parallel ramp failed the run ("timeout expired", status 1)
     # where pgbench ran it. Now the clients left connect as pgbench's do
-    relay = _GoesSilent(bench_db, tmp_path, 0)
+    relay = HangingRelay(bench_db, tmp_path, 0)
     params = conninfo_to_dict(bench_db)
     dsn = make_conninfo(
         bench_db,

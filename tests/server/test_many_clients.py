@@ -10,12 +10,9 @@ hard limit is too low.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import resource
-import socket
 import subprocess
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,17 +20,15 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgsurge.engine import fastloop
 from tests.fix_db import run_worker
 from tests.fix_run import (
     PGSURGE,
+    HangingRelay,
     Outcome,
-    pump,
     run_pgbench,
     run_pgsurge,
-    stop_listening,
     tool_env,
 )
 
@@ -182,49 +177,6 @@ def test_a_client_refused_during_the_ramp(
     assert got.stdout.count("\n") == ref.stdout.count("\n"), got.stdout
 
 
-class _HangingRelay:
-    """A Unix socket forwarding its first ``forward`` connections to the
-    test server and leaving every later one unanswered (a server that
-    accepted and hangs)."""
-
-    def __init__(self, dsn: str, directory: Path, forward: int) -> None:
-        params = conninfo_to_dict(dsn)
-        host = str(params.get("host") or "/tmp")
-        port = int(str(params.get("port") or 5432))
-        self.target = f"{host}/.s.PGSQL.{port}"
-        self.forward = forward
-        self.socks: list[socket.socket] = []
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(str(directory / ".s.PGSQL.5432"))
-        self.listener.listen(64)
-        params.update(host=str(directory), port="5432", connect_timeout="2")
-        self.dsn = make_conninfo(**params)
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:  # closed: the test is over
-                return
-            self.socks.append(client)
-            if self.forward <= 0:
-                continue
-            self.forward -= 1
-            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.socks.append(server)
-            server.connect(self.target)
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=pump, args=(a, b), daemon=True).start()
-
-    def close(self) -> None:
-        stop_listening(self.listener)
-        for sock in self.socks:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-
 @pytest.mark.parametrize("loop", ["c", "python"])
 def test_connect_timeout_during_the_ramp(
     bench_db: str, pgbench_bin: Path, tmp_path: Path, loop: str
@@ -234,7 +186,7 @@ def test_connect_timeout_during_the_ramp(
     args = ["-n", "-S", "-c", "3", "-j", "1", "-t", "5"]
     outs = []
     for tool in ("pgbench", "pgsurge"):
-        relay = _HangingRelay(bench_db, tmp_path, 1)
+        relay = HangingRelay(bench_db, tmp_path, 1)
         try:
             if tool == "pgbench":
                 outs.append(run_pgbench(pgbench_bin, args, relay.dsn))
@@ -242,7 +194,6 @@ def test_connect_timeout_during_the_ramp(
                 outs.append(run_pgsurge(args, relay.dsn, loop=loop))  # type: ignore[arg-type]
         finally:
             relay.close()
-            (tmp_path / ".s.PGSQL.5432").unlink()
     ref, got = outs
     assert ref.status == 1, ref.stderr
     socket_path = tmp_path / ".s.PGSQL.5432"
