@@ -314,25 +314,30 @@ def stop_listening(sock: socket.socket) -> None:
     sock.close()
 
 
-class HangingRelay:
-    """A Unix socket in ``directory`` (port 5432 there) forwarding its
-    first ``forward`` connections to the test server and leaving every
-    later one unanswered: a server that accepts and never answers. Its
-    ``dsn`` is the test server's with ``connect_timeout=2``."""
+class UnixRelay:
+    """A Unix socket in ``directory`` (port 5432 there) in front of the test
+    server, whose ``dsn`` is the test server's pointed at it (with ``extra``
+    conninfo parameters). Each connection it accepts goes to :meth:`serve`
+    in a thread of its own, which forwards it both ways; a test makes the
+    server slow, silent or cut by overriding it (connecting made slow or
+    broken without the kernel's netem)."""
 
-    def __init__(self, dsn: str, directory: Path, forward: int) -> None:
+    def __init__(self, dsn: str, directory: Path, **extra: str) -> None:
         params = conninfo_to_dict(dsn)
-        host = str(params.get("host") or "/tmp")
-        port = int(str(params.get("port") or 5432))
-        assert host.startswith("/"), "the test server listens on a Unix socket"
-        self.target = f"{host}/.s.PGSQL.{port}"
-        self.forward = forward
+        host = str(params.get("host") or "/tmp").split(",")[0]
+        port = int(str(params.get("port") or 5432).split(",")[0])
+        self.target: tuple[int, str | tuple[str, int]] = (
+            (socket.AF_UNIX, f"{host}/.s.PGSQL.{port}")
+            if host.startswith("/")
+            else (socket.AF_INET, (host, port))
+        )
         self.path = directory / ".s.PGSQL.5432"
         self.socks: list[socket.socket] = []
+        self.lock = threading.Lock()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(str(self.path))
         self.listener.listen(64)
-        params.update(host=str(directory), port="5432", connect_timeout="2")
+        params.update(host=str(directory), port="5432", **extra)
         self.dsn = make_conninfo(**params)
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -343,14 +348,21 @@ class HangingRelay:
             except OSError:  # closed: the test is over
                 return
             self.socks.append(client)
-            if self.forward <= 0:
-                continue
-            self.forward -= 1
-            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.socks.append(server)
-            server.connect(self.target)
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=pump, args=(a, b), daemon=True).start()
+            threading.Thread(target=self.serve, args=(client,), daemon=True).start()
+
+    def serve(self, client: socket.socket) -> None:
+        """Forward ``client`` to the server and back."""
+        server = self.connect()
+        threading.Thread(target=pump, args=(server, client), daemon=True).start()
+        pump(client, server)
+
+    def connect(self) -> socket.socket:
+        """A new connection to the test server."""
+        family, address = self.target
+        server = socket.socket(family, socket.SOCK_STREAM)
+        self.socks.append(server)
+        server.connect(address)
+        return server
 
     def close(self) -> None:
         stop_listening(self.listener)
@@ -358,4 +370,21 @@ class HangingRelay:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
-        self.path.unlink()
+        self.path.unlink(missing_ok=True)
+
+
+class HangingRelay(UnixRelay):
+    """A relay forwarding its first ``forward`` connections and leaving
+    every later one unanswered: a server that accepts and never answers.
+    Its ``dsn`` has ``connect_timeout=2``."""
+
+    def __init__(self, dsn: str, directory: Path, forward: int) -> None:
+        self.forward = forward
+        super().__init__(dsn, directory, connect_timeout="2")
+
+    def serve(self, client: socket.socket) -> None:
+        with self.lock:
+            self.forward -= 1
+            answer = self.forward >= 0
+        if answer:
+            super().serve(client)

@@ -12,9 +12,7 @@ with numbers masked, the rows written, messages.
 
 from __future__ import annotations
 
-import contextlib
 import socket
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,12 +20,16 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgsurge import pgconn
 from pgsurge.engine import fastloop
 from tests.fix_db import run_worker, take_rows
-from tests.fix_run import Outcome, pump, run_pgbench, run_pgsurge, stop_listening
+from tests.fix_run import (
+    Outcome,
+    UnixRelay,
+    run_pgbench,
+    run_pgsurge,
+)
 
 pytestmark = [
     pytest.mark.server,
@@ -291,7 +293,7 @@ def test_connect_each_py_calls_constant(
     assert calls[0] == calls[1], calls
 
 
-class _GateRelay:
+class _GateRelay(UnixRelay):
     """A Unix socket forwarding to the test server that holds one connection
     of a run back: the first one opened after ``t`` has a row, until
     ``rows`` more rows are in (or ``timeout`` seconds passed). Whether the
@@ -299,22 +301,10 @@ class _GateRelay:
     on while one of them was connecting."""
 
     def __init__(self, dsn: str, directory: Path, rows: int, timeout: float) -> None:
-        params = conninfo_to_dict(dsn)
-        host = str(params.get("host") or "/tmp").split(",")[0]
-        port = int(str(params.get("port") or 5432).split(",")[0])
-        assert host.startswith("/"), "the test server listens on a Unix socket"
-        self.target = f"{host}/.s.PGSQL.{port}"
         self.admin = dsn
         self.rows, self.timeout = rows, timeout
         self.held: list[bool] = []  # per held connection: released by the rows
-        self.socks: list[socket.socket] = []
-        self.lock = threading.Lock()
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(str(directory / ".s.PGSQL.5432"))
-        self.listener.listen(64)
-        params.update(host=str(directory), port="5432")
-        self.dsn = make_conninfo(**params)
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(dsn, directory)
 
     def _count(self) -> int:
         with psycopg.connect(self.admin, autocommit=True) as conn:
@@ -322,16 +312,7 @@ class _GateRelay:
         assert row is not None
         return int(row[0])
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:  # closed: the test is over
-                return
-            self.socks.append(client)
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
-
-    def _serve(self, client: socket.socket) -> None:
+    def serve(self, client: socket.socket) -> None:
         with self.lock:
             hold = not self.held and self._count() > 0
             if hold:
@@ -343,18 +324,7 @@ class _GateRelay:
                     self.held[0] = True
                     break
                 time.sleep(0.01)
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.socks.append(server)
-        server.connect(self.target)
-        for a, b in ((client, server), (server, client)):
-            threading.Thread(target=pump, args=(a, b), daemon=True).start()
-
-    def close(self) -> None:
-        stop_listening(self.listener)
-        for sock in self.socks:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
+        super().serve(client)
 
 
 @pytest.mark.slow
@@ -381,7 +351,6 @@ def test_a_connecting_client_does_not_stall_the_others(
                 got = run_pgsurge(args, relay.dsn, cwd=tmp_path, loop="c")
         finally:
             relay.close()
-            (tmp_path / ".s.PGSQL.5432").unlink()
         assert got.status == 0, got.stderr
         assert len(take_rows(draws_db)) == 60
         assert len(relay.held) == 1

@@ -10,21 +10,18 @@ connecting outlasts ``-T``.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import resource
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tests.fix_run import plain_env, pump, stop_listening, tool_env
+from tests.fix_run import UnixRelay, plain_env, tool_env
 
 pytestmark = pytest.mark.server
 
@@ -281,52 +278,17 @@ def test_jobs_within_the_cap_unchanged(bench_db: str) -> None:
     assert b"number of threads: 4\n" in proc.stdout
 
 
-class _SlowRelay:
-    """A Unix socket that forwards to the test server, each connection after
-    ``delay`` seconds: connecting made slow without the kernel's netem."""
+class _SlowRelay(UnixRelay):
+    """A relay forwarding each connection to the test server after
+    ``delay`` seconds."""
 
     def __init__(self, dsn: str, directory: Path, delay: float) -> None:
-        params = conninfo_to_dict(dsn)
-        host = str(params.get("host") or "/tmp").split(",")[0]
-        port = int(str(params.get("port") or 5432).split(",")[0])
-        self.target: tuple[int, object] = (
-            (socket.AF_UNIX, f"{host}/.s.PGSQL.{port}")
-            if host.startswith("/")
-            else (socket.AF_INET, (host, port))
-        )
         self.delay = delay
-        self.socks: list[socket.socket] = []
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(str(directory / ".s.PGSQL.5432"))
-        self.listener.listen(64)
-        params.update(host=str(directory), port="5432")
-        self.dsn = make_conninfo(**params)
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(dsn, directory)
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:  # closed: the test is over
-                return
-            self.socks.append(client)
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
-
-    def _serve(self, client: socket.socket) -> None:
+    def serve(self, client: socket.socket) -> None:
         time.sleep(self.delay)
-        family, address = self.target
-        server = socket.socket(family, socket.SOCK_STREAM)
-        self.socks.append(server)
-        server.connect(address)
-        for a, b in ((client, server), (server, client)):
-            threading.Thread(target=pump, args=(a, b), daemon=True).start()
-
-    def close(self) -> None:
-        stop_listening(self.listener)
-        for sock in self.socks:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
+        super().serve(client)
 
 
 def test_connecting_outlasting_the_run_is_said(bench_db: str, tmp_path: Path) -> None:

@@ -24,10 +24,10 @@ from tests.fix_db import run_worker
 from tests.fix_run import (
     HangingRelay,
     Outcome,
+    UnixRelay,
     pump,
     run_pgbench,
     run_pgsurge,
-    stop_listening,
 )
 
 pytestmark = pytest.mark.server
@@ -79,47 +79,23 @@ def test_connect_each_timeout_when_the_server_goes_silent(
     assert got.report == ref.report
 
 
-class _CutsQueries:
-    """A Unix socket in ``directory`` forwarding every connection to the
-    test server; after the first ``keep``, each is cut (both ways closed,
-    nothing answered) when the client sends its first query or Parse: a
-    backend that died while processing, seen by libpq as the end of the
-    stream (it closes the socket at once)."""
+class _CutsQueries(UnixRelay):
+    """A relay forwarding every connection to the test server; after the
+    first ``keep``, each is cut (both ways closed, nothing answered) when
+    the client sends its first query or Parse: a backend that died while
+    processing, seen by libpq as the end of the stream (it closes the
+    socket at once)."""
 
     def __init__(self, dsn: str, directory: Path, keep: int) -> None:
-        params = conninfo_to_dict(dsn)
-        host = str(params.get("host") or "/tmp")
-        port = int(str(params.get("port") or 5432))
-        assert host.startswith("/"), "the test server listens on a Unix socket"
-        self.target = f"{host}/.s.PGSQL.{port}"
         self.keep = keep
-        self.path = directory / ".s.PGSQL.5432"
-        self.socks: list[socket.socket] = []
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(str(self.path))
-        self.listener.listen(64)
-        params.update(host=str(directory), port="5432")
-        self.dsn = make_conninfo(**params)
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(dsn, directory)
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:  # closed: the test is over
-                return
-            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.socks += [client, server]
-            server.connect(self.target)
-            cut = self.keep <= 0
+    def serve(self, client: socket.socket) -> None:
+        with self.lock:
             self.keep -= 1
-            threading.Thread(
-                target=self._upstream, args=(client, server, cut), daemon=True
-            ).start()
-            threading.Thread(target=pump, args=(server, client), daemon=True).start()
-
-    @staticmethod
-    def _upstream(client: socket.socket, server: socket.socket, cut: bool) -> None:
+            cut = self.keep < 0
+        server = self.connect()
+        threading.Thread(target=pump, args=(server, client), daemon=True).start()
         with contextlib.suppress(OSError):
             while data := client.recv(65536):
                 if cut and data[:1] in (b"Q", b"P"):
@@ -129,14 +105,6 @@ class _CutsQueries:
                 server.sendall(data)
         with contextlib.suppress(OSError):
             server.shutdown(socket.SHUT_WR)
-
-    def close(self) -> None:
-        stop_listening(self.listener)
-        for sock in self.socks:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-        self.path.unlink()
 
 
 @pytest.mark.parametrize(
