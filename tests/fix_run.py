@@ -388,3 +388,14 @@ class HangingRelay(UnixRelay):
             answer = self.forward >= 0
         if answer:
             super().serve(client)
+
+    def then_server(self, dsn: str) -> str:
+        """``dsn`` with two hosts: this relay first, then the test server
+        itself (``connect_timeout=2``), as libpq tries them in turn."""
+        params = conninfo_to_dict(dsn)
+        return make_conninfo(
+            dsn,
+            host=f"{self.path.parent},{params['host']}",
+            port=f"5432,{params.get('port') or 5432}",
+            connect_timeout="2",
+        )

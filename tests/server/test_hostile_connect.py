@@ -18,7 +18,6 @@ import threading
 from pathlib import Path
 
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tests.fix_db import run_worker
 from tests.fix_run import (
@@ -193,13 +192,7 @@ def test_connect_each_timeout_goes_on_to_the_next_host(
     # blocking: once given up on the first host (where it waited forever
     # before, then failed), it connects as pgbench does (tx.connect)
     relay = HangingRelay(bench_db, tmp_path, 0)
-    params = conninfo_to_dict(bench_db)
-    dsn = make_conninfo(
-        bench_db,
-        host=f"{tmp_path},{params['host']}",
-        port=f"5432,{params.get('port') or 5432}",
-        connect_timeout="2",
-    )
+    dsn = relay.then_server(bench_db)
     args = ["-n", "-S", "-C", "-c", "1", "-j", "1", "-t", "2"]
     env = {"PGSURGE_PY_CONNECT": "1"} if loop == "c-python-opens" else None
     try:
@@ -225,13 +218,7 @@ def test_ramp_timeout_goes_on_to_the_next_host(
     # first; the parallel ramp failed the run ("timeout expired", status 1)
     # where pgbench ran it. Now the clients left connect as pgbench's do
     relay = HangingRelay(bench_db, tmp_path, 0)
-    params = conninfo_to_dict(bench_db)
-    dsn = make_conninfo(
-        bench_db,
-        host=f"{tmp_path},{params['host']}",
-        port=f"5432,{params.get('port') or 5432}",
-        connect_timeout="2",
-    )
+    dsn = relay.then_server(bench_db)
     args = ["-n", "-S", "-c", "2", "-j", "1", "-t", "3"]
     try:
         ref = run_pgbench(pgbench_bin, args, dsn, timeout=60)
