@@ -13,9 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.fix_run import run_pgsurge
+from tests.fix_run import Outcome, run_pgsurge
 
 pytestmark = pytest.mark.server
+
+
+
+def _run(db: str, workload: Path, text: str, loop: str, mode: str) -> Outcome:
+    """The workload ``text``, written to ``workload``, run with two
+    transactions of one client on ``loop`` in query mode ``mode``."""
+    workload.write_text(text)
+    args = ["-n", "-f", workload.name, "-M", mode, "-c", "1", "-t", "2"]
+    return run_pgsurge(args, db, cwd=workload.parent, loop=loop)  # type: ignore[arg-type]
 
 NOT_UTF8 = """
 from pgsurge.workloads import sql, transaction
@@ -39,10 +48,7 @@ def test_bytes_not_utf8_are_the_servers_error(
     # of a UnicodeDecodeError (on the C loop too, which hands them to
     # Python); now every mode sends them as they are and the server's
     # error aborts the client, naming the yield
-    wl = tmp_path / "notutf8.py"
-    wl.write_text(NOT_UTF8)
-    args = ["-n", "-f", wl.name, "-M", mode, "-c", "1", "-t", "2"]
-    got = run_pgsurge(args, fresh_db, cwd=tmp_path, loop=loop)  # type: ignore[arg-type]
+    got = _run(fresh_db, tmp_path / "notutf8.py", NOT_UTF8, loop, mode)
     assert got.status == 2, got.stderr
     assert "Traceback" not in got.stderr
     assert "worker 0 failed" not in got.stderr
@@ -82,10 +88,7 @@ def test_a_parameter_whose_str_raises_aborts_the_client(
     # worker died with a traceback ("worker 0 failed"; C hands such a value
     # to Python); now the client aborts with the workload's traceback, as
     # when the generator itself raises
-    wl = tmp_path / "unprintable.py"
-    wl.write_text(STR_RAISES)
-    args = ["-n", "-f", wl.name, "-M", mode, "-c", "1", "-t", "2"]
-    got = run_pgsurge(args, fresh_db, cwd=tmp_path, loop=loop)  # type: ignore[arg-type]
+    got = _run(fresh_db, tmp_path / "unprintable.py", STR_RAISES, loop, mode)
     assert got.status == 2, got.stderr
     assert got.stderr == (
         "pgsurge: error: client 0 aborted in script 0 (unprintable.py: t):\n"
@@ -118,10 +121,8 @@ def test_a_nul_in_a_text_parameter_aborts_the_client(
 ) -> None:
     # libpq sends values as C strings: "a\\x00b" reached the server as "a"
     # (extended, prepared) or cut the query (simple) without a word
-    wl = tmp_path / "nul.py"
-    wl.write_text(NUL_PARAM.replace("KIND", kind))
-    args = ["-n", "-f", wl.name, "-M", mode, "-c", "1", "-t", "2"]
-    got = run_pgsurge(args, fresh_db, cwd=tmp_path, loop=loop)  # type: ignore[arg-type]
+    text = NUL_PARAM.replace("KIND", kind)
+    got = _run(fresh_db, tmp_path / "nul.py", text, loop, mode)
     assert got.status == 2, got.stderr
     assert got.stderr == (
         "pgsurge: error: client 0 aborted in script 0 (nul.py: t):\n"
