@@ -18,13 +18,13 @@ from tests.fix_run import Outcome, run_pgsurge
 pytestmark = pytest.mark.server
 
 
-
 def _run(db: str, workload: Path, text: str, loop: str, mode: str) -> Outcome:
     """The workload ``text``, written to ``workload``, run with two
     transactions of one client on ``loop`` in query mode ``mode``."""
     workload.write_text(text)
     args = ["-n", "-f", workload.name, "-M", mode, "-c", "1", "-t", "2"]
     return run_pgsurge(args, db, cwd=workload.parent, loop=loop)  # type: ignore[arg-type]
+
 
 NOT_UTF8 = """
 from pgsurge.workloads import sql, transaction
