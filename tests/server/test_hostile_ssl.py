@@ -157,14 +157,15 @@ def test_the_monitor_connection_over_tls(
     assert "server counters (over" in out.stdout
 
 
-#: Python's ssl and asyncio completed in the workers after libpq's TLS
-#: connections exist: a TLS handshake and a message through memory BIOs
-#: (the test's CA and certificate) per session and per transaction
+#: Python's ssl and asyncio executed in the workers after libpq's TLS
+#: connections exist (neither is loaded before), ssl by four threads at
+#: once, asyncio by a submodule: a TLS handshake and a message through
+#: memory BIOs (the test's CA and certificate) per session and per
+#: transaction
 _WORKLOAD = """
-import asyncio
 import os
-import ssl
-from asyncio.subprocess import PIPE  # a submodule imported first
+import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from pgsurge.workloads import setup, sql, transaction
 
@@ -173,6 +174,8 @@ on_tls = sql("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
 
 
 def python_tls_round_trip():
+    import ssl
+
     server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server_ctx.load_cert_chain(f"{TLS}/node.pem", f"{TLS}/node.key")
     client_ctx = ssl.create_default_context(cafile=f"{TLS}/ca.pem")
@@ -196,20 +199,46 @@ def python_tls_round_trip():
     assert server.read() == b"ping"
 
 
-async def later(value):
-    await asyncio.sleep(0)
-    return value
+first = []
+
+
+def make_context(_):
+    import ssl
+
+    return ssl.create_default_context()
+
+
+def first_use():
+    # Python's OpenSSL is not loaded before this process's first TLS
+    # connection (the session's, or under -C the transaction's) is open
+    if not first:
+        first.append("_ssl" in sys.modules)
+        assert first == [False]
 
 
 @setup
 def session(conn):
+    first_use()
+    # four threads reaching for ssl at once (its import in this process)
+    with ThreadPoolExecutor(4) as pool:
+        made = list(pool.map(make_context, range(8)))
+    assert {type(c).__name__ for c in made} == {"SSLContext"}
     python_tls_round_trip()
+    # asyncio's first import in this process: a submodule first
+    from asyncio.subprocess import PIPE
+    import asyncio
+
+    async def later(value):
+        await asyncio.sleep(0)
+        return value
+
     assert asyncio.run(later(PIPE)) == PIPE
 
 
 @transaction
 def check(ctx):
     assert (yield on_tls()).scalar() is True
+    first_use()
     python_tls_round_trip()
 """
 
