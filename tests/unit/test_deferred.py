@@ -104,3 +104,26 @@ def test_a_thread_reading_ssl_while_another_imports_it() -> None:
         "print(got['main'] is got['a'] is ssl.SSLContext)\n"
     )
     assert python_c(code) == "True\n"
+
+
+def test_their_objects_pickled_across_a_fork() -> None:
+    # a forked child imports them and sends their exceptions; the parent,
+    # which has not imported them, unpickles the same classes
+    code = _PROLOGUE + (
+        "import multiprocessing\n"
+        "def child(conn):\n"
+        "    import asyncio, ssl\n"
+        "    conn.send([asyncio.CancelledError('x'), ssl.SSLError(1, 'y')])\n"
+        "ctx = multiprocessing.get_context('fork')\n"
+        "mine, theirs = ctx.Pipe()\n"
+        "p = ctx.Process(target=child, args=(theirs,))\n"
+        "p.start()\n"
+        "got = mine.recv()\n"
+        "p.join()\n"
+        "import asyncio, ssl\n"
+        "assert type(got[0]) is asyncio.CancelledError\n"
+        "assert type(got[0]) is psycopg.errors.CancelledError\n"
+        "assert type(got[1]) is ssl.SSLError\n"
+        "print(p.exitcode)\n"
+    )
+    assert python_c(code) == "0\n"
