@@ -1,4 +1,4 @@
-"""Standard-library modules a run imports only by name: executed on first use.
+"""Standard-library modules psycopg's parts import only by name: not executed.
 
 Every module a run imports is copied into each of its processes' memory
 (the parent and the forked workers share the pages until one of them
@@ -8,85 +8,139 @@ through psycopg, for next to nothing:
 * ``psycopg.errors`` does ``from asyncio import CancelledError``, and
   asyncio's ``__init__`` brings its event loops, streams, subprocesses and
   TLS transports (some 40 modules, about 2.3 MiB of objects);
+  ``psycopg._conninfo_attempts_async`` does ``import asyncio`` for its
+  async connection attempts, which a run never makes;
 * ``psycopg_binary.pq`` does ``import ssl`` so that Python's OpenSSL is set
   up before libpq's, and uses nothing of it. The wheel's libpq links its
   own copy of OpenSSL, not the one Python's ``_ssl`` loads, so for libpq
   the import changes nothing, while loading and initialising the system's
   ``libcrypto`` and ``libssl`` dirties some 3 MiB of the parent's memory.
 
-:func:`defer_run_imports` creates such a module from its spec without
-executing it and installs a module ``__getattr__`` (PEP 562) that executes
-it into that same module object on the first access to a name it does not
-have yet (``asyncio.run``, ``ssl.SSLContext``, ``from asyncio import
-Queue``): from then on it is the module a plain import gives. For asyncio,
-``asyncio.exceptions`` (which imports nothing) is imported into the
-package first and its ``CancelledError`` put in place; the package's
-``__init__`` later finds that submodule imported, so ``CancelledError`` is
-the same class everywhere. ``pgconn`` calls it before importing psycopg's
-parts; with ``PGSURGE_PSYCOPG=full`` (psycopg imported whole) it is not
-called, nor when the module is already imported.
+:func:`deferred_run_imports` is a context manager: while its block runs
+(``pgconn`` imports psycopg's parts in it) ``asyncio`` and ``ssl`` are
+stand-ins, modules created from their specs but not executed, holding
+only ``asyncio.CancelledError`` (from ``asyncio.exceptions``, which
+imports nothing). When the block ends the stand-ins leave ``sys.modules``:
+a later ``import asyncio``, ``import asyncio.subprocess``, ``import ssl``
+is Python's own import from the start, with its module locks (two
+threads importing at once), its submodule order and ``reload``. The
+stand-ins the psycopg modules keep hand any name asked of them over from
+the real module (imported then). ``asyncio.exceptions`` is set aside and
+handed back when the real package imports it, so ``CancelledError`` is
+one class everywhere.
+
+Why not complete the stand-in in place on first use (a PEP 562 module
+``__getattr__``)? Because the import system takes a package found in
+``sys.modules`` for imported: ``import asyncio.subprocess`` (or
+``import asyncio; import asyncio.events``, as fsspec does) then executes
+the submodule before the package, whose circular imports fail
+("partially initialized module"); and a second thread reading a name
+while the first executes the module found neither the name nor the hook.
+``PGSURGE_PSYCOPG=full`` (psycopg imported whole) uses none of this, nor
+does a process that imported the module already.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import sys
 import threading
+from collections.abc import Iterator
+from importlib.machinery import ModuleSpec
 from types import ModuleType
+from typing import TYPE_CHECKING, cast
 
-__all__ = ["defer_run_imports"]
+if TYPE_CHECKING:
+    from importlib.abc import Loader
 
-# two threads touching a module at once execute its code once
-_lock = threading.RLock()
+__all__ = ["deferred_run_imports"]
+
+#: guards sys.modules' stand-in entries and _kept (no import runs under it)
+_lock = threading.Lock()
+#: submodules of a released stand-in, handed back to the real package
+_kept: dict[str, ModuleType] = {}
 
 
-def defer_run_imports() -> None:
-    """Defer ``asyncio`` (all but ``CancelledError``) and ``ssl`` (see the
+@contextlib.contextmanager
+def deferred_run_imports() -> Iterator[None]:
+    """``asyncio`` and ``ssl`` as stand-ins while the block runs (see the
     module's docstring)."""
-    asyncio = _defer("asyncio")
-    if asyncio is not None:
-        try:
-            exceptions = importlib.import_module("asyncio.exceptions")
-            asyncio.CancelledError = exceptions.CancelledError  # type: ignore[attr-defined]
-        except Exception:
-            # another layout of the package: import it whole, as usual
-            _complete(asyncio)
-    _defer("ssl")
+    stand_ins = [m for m in (_stand_in("asyncio"), _stand_in("ssl")) if m is not None]
+    for module in stand_ins:
+        if module.__name__ == "asyncio":
+            try:
+                exceptions = importlib.import_module("asyncio.exceptions")
+                module.CancelledError = exceptions.CancelledError  # type: ignore[attr-defined]
+            except Exception:
+                # another layout of the package: no stand-in, the usual import
+                _release(module)
+    try:
+        yield
+    finally:
+        for module in stand_ins:
+            _release(module)
 
 
-def _defer(name: str) -> ModuleType | None:
-    """Module ``name``, created and registered but not executed (None when
-    it is imported already or cannot be found)."""
+def _stand_in(name: str) -> ModuleType | None:
+    """Module ``name``, created from its spec and registered but not
+    executed (None when it is imported already or cannot be found)."""
     if name in sys.modules:
         return None
     spec = importlib.util.find_spec(name)
     if spec is None or spec.loader is None:
         return None
     module = importlib.util.module_from_spec(spec)
+
+    def from_real_module(attr: str) -> object:
+        # (also inside the block: the stand-in gives way to the module)
+        _release(module)
+        return getattr(importlib.import_module(name), attr)
+
+    module.__getattr__ = from_real_module  # type: ignore[method-assign]
     sys.modules[name] = module
-
-    def complete_on_access(attr: str) -> object:
-        _complete(module)
-        return getattr(module, attr)
-
-    module.__getattr__ = complete_on_access  # type: ignore[method-assign]
     return module
 
 
-def _complete(module: ModuleType) -> None:
-    """Execute the module's code into it (once)."""
+def _release(module: ModuleType) -> None:
+    """Take the stand-in ``module`` and its submodules out of
+    ``sys.modules`` (the submodules kept for the real package)."""
+    name = module.__name__
     with _lock:
-        if "__getattr__" not in vars(module) and "_deferred_done" in vars(module):
-            return  # completed by another thread meanwhile
-        vars(module).pop("__getattr__", None)
-        module._deferred_done = True  # type: ignore[attr-defined]
-        spec = module.__spec__
-        assert spec is not None and spec.loader is not None
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            # what a failed import leaves: no module under that name
-            if sys.modules.get(spec.name) is module:
-                del sys.modules[spec.name]
-            raise
+        if sys.modules.get(name) is not module:
+            return  # released already
+        del sys.modules[name]
+        prefix = name + "."
+        for sub in [n for n in list(sys.modules) if n.startswith(prefix)]:
+            _kept[sub] = sys.modules.pop(sub)
+        if _kept and _HandBack not in sys.meta_path:
+            # before the path finder, which would execute them anew
+            sys.meta_path.insert(0, _HandBack)
+
+
+class _HandBack:
+    """Meta path finder and loader: the real package's import of a kept
+    submodule gets that module object, not executed again."""
+
+    def __init__(self, module: ModuleType, spec: ModuleSpec) -> None:
+        self.module = module
+        self.spec = spec
+
+    @staticmethod
+    def find_spec(
+        fullname: str, path: object = None, target: object = None
+    ) -> ModuleSpec | None:
+        with _lock:
+            module = _kept.pop(fullname, None)
+        if module is None or module.__spec__ is None:
+            return None
+        loader = _HandBack(module, module.__spec__)
+        return ModuleSpec(fullname, cast("Loader", loader))
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType:
+        return self.module
+
+    def exec_module(self, module: ModuleType) -> None:
+        # the import set __spec__ to the finder's spec: its own again
+        module.__spec__ = self.spec

@@ -43,7 +43,7 @@ from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any, TextIO
 
-from pgsurge.deferred import defer_run_imports
+from pgsurge.deferred import deferred_run_imports
 
 #: the parts of psycopg pgsurge's runs use
 PSYCOPG_PARTS = ("psycopg.pq", "psycopg.errors", "psycopg.conninfo")
@@ -75,20 +75,15 @@ def _import_psycopg_pq() -> None:
         return
     _preset_binary_version()
     # asyncio and ssl: imported by psycopg's parts for (next to) nothing
-    defer_run_imports()
-    spec = importlib.util.find_spec("psycopg")
-    if spec is None or spec.loader is None or not spec.submodule_search_locations:
-        importlib.import_module("psycopg")  # raises as usual when it is missing
-        return
-    package = importlib.util.module_from_spec(spec)
-    sys.modules["psycopg"] = package
-    try:
-        for name in PSYCOPG_PARTS:
-            importlib.import_module(name)
-    except Exception:
-        # a part that needs the package: complete it now (a part that
-        # failed was removed from sys.modules and is imported again by the
-        # package's own imports; an error there is raised as usual)
+    with deferred_run_imports():
+        package, complete = _import_parts()
+    if package is None:
+        return  # imported whole
+    if complete:
+        # a part that needs the package: complete it now, with the real
+        # asyncio and ssl (a part that failed was removed from sys.modules
+        # and is imported again by the package's own imports; an error
+        # there is raised as usual)
         _complete_psycopg(package)
         return
 
@@ -97,6 +92,24 @@ def _import_psycopg_pq() -> None:
         return getattr(package, name)
 
     package.__getattr__ = complete_on_access  # type: ignore[method-assign]
+
+
+def _import_parts() -> tuple[ModuleType | None, bool]:
+    """psycopg's package module, not executed, with :data:`PSYCOPG_PARTS`
+    imported into it, and True when they need the package executed (None
+    when the package was imported whole)."""
+    spec = importlib.util.find_spec("psycopg")
+    if spec is None or spec.loader is None or not spec.submodule_search_locations:
+        importlib.import_module("psycopg")  # raises as usual when it is missing
+        return None, False
+    package = importlib.util.module_from_spec(spec)
+    sys.modules["psycopg"] = package
+    try:
+        for name in PSYCOPG_PARTS:
+            importlib.import_module(name)
+    except Exception:
+        return package, True
+    return package, False
 
 
 def _preset_binary_version() -> None:

@@ -1,0 +1,129 @@
+"""asyncio and ssl after pgconn's import: Python's own modules (hostile findings).
+
+``pgconn`` imports psycopg's parts with ``asyncio`` and ``ssl`` as
+unexecuted stand-ins (``pgsurge.deferred``). They used to stay in
+``sys.modules`` and complete themselves on first use; the import system
+then took the package for imported, so a submodule imported first
+(``from asyncio.subprocess import PIPE`` in a Python workload, ``import
+asyncio; import asyncio.events`` as fsspec does) ran before its package
+and failed ("partially initialized module"), and a thread reading
+``ssl.SSLContext`` while another executed ssl got an AttributeError. Each
+case runs in a fresh interpreter (a module import is per process).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fix_run import python_c
+
+_PROLOGUE = """
+import sys
+import pgsurge.pgconn
+import psycopg.errors
+# a run's state: neither module executed
+assert not {"asyncio.base_events", "asyncio.events", "_ssl"} & set(sys.modules)
+"""
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import asyncio.subprocess\nprint(asyncio.subprocess.PIPE == -1)",
+        "import asyncio\nimport asyncio.events\n"
+        "print(asyncio.run(asyncio.sleep(0, True)))",
+        "from asyncio.events import get_event_loop_policy\n"
+        "print(get_event_loop_policy() is not None)",
+        "import asyncio.base_events as b\nimport asyncio\n"
+        "print(asyncio.BaseEventLoop is b.BaseEventLoop)",
+        "import _asyncio\nimport asyncio\nprint(asyncio.Future is _asyncio.Future)",
+        "from asyncio import events\nprint(callable(events.new_event_loop))",
+        "from asyncio import *\nprint(callable(run))",
+    ],
+    ids=[
+        *("subprocess", "then-events", "from-events", "base-events"),
+        *("c-accel", "from", "star"),
+    ],
+)
+def test_an_asyncio_submodule_imported_first(code: str) -> None:
+    assert python_c(_PROLOGUE + code) == "True\n"
+
+
+def test_one_cancelled_error_and_reload() -> None:
+    code = _PROLOGUE + (
+        "import asyncio, importlib, ssl\n"
+        "from asyncio import exceptions\n"
+        "assert asyncio.CancelledError is exceptions.CancelledError\n"
+        "assert psycopg.errors.CancelledError is asyncio.CancelledError\n"
+        "assert asyncio.exceptions is sys.modules['asyncio.exceptions']\n"
+        "assert exceptions.__spec__.name == 'asyncio.exceptions'\n"
+        "assert exceptions.__spec__.origin.endswith('exceptions.py')\n"
+        "ssl = importlib.reload(ssl)\n"
+        "ctx = ssl.create_default_context()\n"
+        "assert isinstance(ctx, ssl.SSLContext)\n"
+        # the modules psycopg keeps hand over the real ones' names
+        "import psycopg_binary.pq, psycopg._conninfo_attempts_async as a\n"
+        "assert psycopg_binary.pq.ssl.SSLContext is ssl.SSLContext\n"
+        "assert a.asyncio.get_running_loop is asyncio.get_running_loop\n"
+        "import psycopg\n"
+        "assert psycopg.AsyncConnection\n"
+        "print('ok')\n"
+    )
+    assert python_c(code) == "ok\n"
+
+
+def test_a_thread_reading_ssl_while_another_imports_it() -> None:
+    # thread A imports ssl and is held inside (at ssl's own `import _ssl`)
+    # until the main thread has read ssl.SSLContext: the read must wait
+    # for A's import, as with any module. (A is let go after 3 s when the
+    # read waits, as it must; the read never fails for being slow.)
+    code = _PROLOGUE + (
+        "import threading\n"
+        "inside, read = threading.Event(), threading.Event()\n"
+        "class Gate:\n"
+        "    @staticmethod\n"
+        "    def find_spec(name, path=None, target=None):\n"
+        "        if name == '_ssl' and threading.current_thread().name == 'A':\n"
+        "            inside.set()\n"
+        "            read.wait(3)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Gate)\n"
+        "got = {}\n"
+        "def a():\n"
+        "    import ssl\n"
+        "    got['a'] = ssl.SSLContext\n"
+        "t = threading.Thread(target=a, name='A')\n"
+        "t.start()\n"
+        "assert inside.wait(60)\n"
+        "import ssl\n"
+        "try:\n"
+        "    got['main'] = ssl.SSLContext\n"
+        "finally:\n"
+        "    read.set()\n"
+        "    t.join()\n"
+        "print(got['main'] is got['a'] is ssl.SSLContext)\n"
+    )
+    assert python_c(code) == "True\n"
+
+
+def test_their_objects_pickled_across_a_fork() -> None:
+    # a forked child imports them and sends their exceptions; the parent,
+    # which has not imported them, unpickles the same classes
+    code = _PROLOGUE + (
+        "import multiprocessing\n"
+        "def child(conn):\n"
+        "    import asyncio, ssl\n"
+        "    conn.send([asyncio.CancelledError('x'), ssl.SSLError(1, 'y')])\n"
+        "ctx = multiprocessing.get_context('fork')\n"
+        "mine, theirs = ctx.Pipe()\n"
+        "p = ctx.Process(target=child, args=(theirs,))\n"
+        "p.start()\n"
+        "got = mine.recv()\n"
+        "p.join()\n"
+        "import asyncio, ssl\n"
+        "assert type(got[0]) is asyncio.CancelledError\n"
+        "assert type(got[0]) is psycopg.errors.CancelledError\n"
+        "assert type(got[1]) is ssl.SSLError\n"
+        "print(p.exitcode)\n"
+    )
+    assert python_c(code) == "0\n"
