@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from tests.fix_run import Outcome, run_pgsurge
@@ -131,3 +132,46 @@ def test_a_nul_in_a_text_parameter_aborts_the_client(
         "pgsurge: error: Run was aborted; the above results are incomplete.\n"
     )
     assert got.number("number of transactions actually processed:") == "0/2"
+
+
+SETUP_EACH = """
+from pgsurge.workloads import setup, sql, transaction
+
+seen = sql("INSERT INTO setup_seen SELECT current_setting('application_name')")
+
+@setup
+def session(conn):
+    conn.execute("SET application_name = 'set_up'")
+
+@transaction
+def t(ctx):
+    yield seen()
+"""
+
+
+@pytest.mark.parametrize("loop", ["auto", "python"])
+def test_setup_runs_on_every_connection_of_connect_each(
+    fresh_db: str, tmp_path: Path, loop: str
+) -> None:
+    # -C: the C loop opened each transaction's connection itself and ran
+    # the workload's @setup on none of them (only the first transaction's
+    # connection, opened by Python, had it): such a run goes to the Python
+    # engine, which runs @setup on each
+    with psycopg.connect(fresh_db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE setup_seen (app text)")
+    wl = tmp_path / "each.py"
+    wl.write_text(SETUP_EACH)
+    args = ["-n", "-f", wl.name, "-C", "-c", "2", "-j", "2", "-t", "4"]
+    got = run_pgsurge(args, fresh_db, cwd=tmp_path, loop=loop)  # type: ignore[arg-type]
+    assert got.status == 0, got.stderr
+    with psycopg.connect(fresh_db) as conn:
+        rows = conn.execute(
+            "SELECT app, count(*) FROM setup_seen GROUP BY 1"
+        ).fetchall()
+    assert rows == [("set_up", 8)]
+    refused = run_pgsurge(args, fresh_db, cwd=tmp_path, loop="c")
+    assert refused.status != 0
+    assert refused.stderr.endswith(
+        "the C loop is not taken: -C with a workload's @setup is not "
+        "supported by the C loop\n"
+    ), refused.stderr

@@ -56,6 +56,12 @@ def decide(cfg: RunConfig, compiled: Sequence[Sequence[Op]]) -> fastloop.FastPla
         return "a Python workload with scripts is not supported by the C loop"
     if not EventLoop.uses_epoll():
         return "epoll is not available"
+    if cfg.connect_each_tx and any(
+        getattr(ops[0].py.spec, "setup_connection", None) is not None
+        for ops in compiled
+    ):
+        # C opens -C's connections itself, without the hook
+        return "-C with a workload's @setup is not supported by the C loop"
     prepared = cfg.query_mode is QueryMode.PREPARED
     scripts: list[tuple[PlanOp, ...]] = []
     for ops in compiled:
