@@ -258,7 +258,9 @@ def test_python_openssl_after_libpq_tls_in_one_process(
             dsn,
             cwd=tmp_path,
             env=env,
-            loop=loop,
+            # -C with the workload's @setup goes to the Python engine
+            # (the C loop would skip @setup on its own connections)
+            loop="auto" if extra else loop,
         )
         assert out.status == 0, out.stderr
         assert "Traceback" not in out.stderr
