@@ -163,8 +163,6 @@ class _Coordinator:
         #: may take to stop
         self.stop_deadline = 0.0
         self.next_member_check = 0.0
-        #: hosts missing from the scheduler's list at the last check
-        self.absent: set[int] = set()
         self.scheduler_lost = False
         self.beat: Beat | None = None
         self.signals = Signals()
@@ -369,21 +367,19 @@ class _Coordinator:
             return
         self.next_member_check = now + 1.0
         try:
-            present = set(self.client.scheduler_info(n_workers=-1)["workers"])
+            # asked of the scheduler itself: Client.scheduler_info() hands
+            # back its cached identity when the scheduler does not answer,
+            # and the client's own periodic refresh caches one without the
+            # workers, so a dead scheduler looked like every host gone
+            info = self.client.sync(
+                self.client.scheduler.identity, n_workers=-1, callback_timeout=2
+            )
+            present = set(info["workers"])
         except Exception:
             return  # the silence grace still applies
-        # A client whose scheduler just died can still hand back a list
-        # without workers: a host counts as gone only when two checks a
-        # second apart miss it while the scheduler is still connected,
-        # so a dead scheduler is reported as what it is.
-        absent = {
-            h.info.index for h in self.hosts if h.live and h.info.address not in present
-        }
-        confirmed, self.absent = absent & self.absent, absent
-        if confirmed and self.check_scheduler():
-            for host in self.hosts:
-                if host.live and host.info.index in confirmed:
-                    self.lose(host, "its Dask worker left the cluster")
+        for host in self.hosts:
+            if host.live and host.info.address not in present:
+                self.lose(host, "its Dask worker left the cluster")
         self.check_queued(present)
 
     def check_scheduler(self) -> bool:
