@@ -391,12 +391,17 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
         raw = st.raw
         conn = st.conn
         assert conn is not None
+        handed = st.drain_msg
         while True:
             if conn.bad:
                 # lost (a FATAL, then the close): PQprepare returns with the
                 # message so far; reading on would add libpq's "invalid socket"
-                # (the C loop hands over the words it saw the loss with)
-                st.drain_msg = st.drain_msg or conn.error_message()
+                msg = conn.error_message()
+                if handed and msg == handed + "connection not open\n":
+                    # the C loop handed over libpq's words when it saw the
+                    # loss; a read since added libpq's "connection not open"
+                    msg = handed
+                st.drain_msg = msg
                 break
             if raw.is_busy():
                 return 0
