@@ -22,7 +22,8 @@ import pwd
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -38,9 +39,18 @@ def _as_owner(argv: list[str], owner: str | None) -> list[str]:
     return ["runuser", "-u", owner, "--", *argv] if owner else argv
 
 
-@pytest.fixture(scope="session")
-def pg15_dsn(pgbench_bin: Path) -> Iterator[str]:
-    """A running PostgreSQL 15 with pgbench's tables; its conninfo."""
+@contextmanager
+def cluster(
+    prefix: str,
+    port: int,
+    settings: str,
+    prepare: Callable[[Path, str | None], None] | None = None,
+) -> Iterator[tuple[Path, str]]:
+    """A PostgreSQL 15 cluster of its own in a new temporary directory
+    (``prefix``), run by the ``postgres`` account when the tests run as
+    root, its socket in that directory, started with ``-p port`` and the
+    server ``settings``; ``prepare(data, owner)`` runs between initdb and
+    the start. Yields (socket directory, user); stopped and removed after."""
     if not (BINDIR / "postgres").exists():
         pytest.fail(
             f"PostgreSQL 15 is not installed ({BINDIR}; apt-get install "
@@ -48,7 +58,7 @@ def pg15_dsn(pgbench_bin: Path) -> Iterator[str]:
             pytrace=False,
         )
     owner = "postgres" if os.geteuid() == 0 else None
-    top = Path(tempfile.mkdtemp(prefix="pgsurge-pg15-"))
+    top = Path(tempfile.mkdtemp(prefix=prefix))
     if owner:
         pw = pwd.getpwnam(owner)
         os.chown(top, pw.pw_uid, pw.pw_gid)
@@ -62,13 +72,11 @@ def pg15_dsn(pgbench_bin: Path) -> Iterator[str]:
         check=True,
         capture_output=True,
     )
-    options = (
-        f"-k {top} -p {PORT} -c listen_addresses='' "
-        "-c shared_preload_libraries=pg_stat_statements -c fsync=off"
-    )
+    if prepare is not None:
+        prepare(data, owner)
     ctl = [str(BINDIR / "pg_ctl"), "-D", str(data), "-l", str(top / "log")]
     started = subprocess.run(
-        _as_owner([*ctl, "-o", options, "-w", "start"], owner),
+        _as_owner([*ctl, "-o", f"-k {top} -p {port} {settings}", "-w", "start"], owner),
         capture_output=True,
         text=True,
         check=False,
@@ -77,11 +85,8 @@ def pg15_dsn(pgbench_bin: Path) -> Iterator[str]:
         log = (top / "log").read_text() if (top / "log").exists() else ""
         shutil.rmtree(top, ignore_errors=True)
         pytest.fail(f"PostgreSQL 15 did not start: {started.stderr}\n{log}")
-    dsn = f"host={top} port={PORT} user={user} dbname=postgres"
     try:
-        init = run_pgbench(pgbench_bin, ["-i", "-s", "1", "-q"], dsn)
-        assert init.status == 0, init.stderr
-        yield dsn
+        yield top, user
     finally:
         subprocess.run(
             _as_owner([*ctl, "-m", "immediate", "stop"], owner),
@@ -89,3 +94,17 @@ def pg15_dsn(pgbench_bin: Path) -> Iterator[str]:
             check=False,
         )
         shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg15_dsn(pgbench_bin: Path) -> Iterator[str]:
+    """A running PostgreSQL 15 with pgbench's tables; its conninfo."""
+    settings = (
+        "-c listen_addresses='' "
+        "-c shared_preload_libraries=pg_stat_statements -c fsync=off"
+    )
+    with cluster("pgsurge-pg15-", PORT, settings) as (top, user):
+        dsn = f"host={top} port={PORT} user={user} dbname=postgres"
+        init = run_pgbench(pgbench_bin, ["-i", "-s", "1", "-q"], dsn)
+        assert init.status == 0, init.stderr
+        yield dsn

@@ -23,8 +23,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,7 +30,7 @@ import psycopg
 import pytest
 
 from tests.fix_dask import TlsFiles
-from tests.fix_pg15 import BINDIR
+from tests.fix_pg15 import cluster as pg15_cluster
 from tests.fix_run import Loop, run_pgbench, run_pgsurge
 
 pytestmark = pytest.mark.server
@@ -40,66 +38,36 @@ pytestmark = pytest.mark.server
 PORT = 5893
 
 
-def _as_owner(argv: list[str], owner: str | None) -> list[str]:
-    return ["runuser", "-u", owner, "--", *argv] if owner else argv
-
-
 @pytest.fixture(scope="module")
 def tls_server(pgbench_bin: Path) -> Iterator[tuple[str, str, TlsFiles]]:
     """A PostgreSQL 15 taking TCP connections over TLS only, with pgbench's
     tables: (TCP conninfo without sslmode, Unix-socket conninfo, files)."""
-    if not (BINDIR / "postgres").exists():
-        pytest.fail(f"PostgreSQL 15 is not installed ({BINDIR})", pytrace=False)
-    owner = "postgres" if os.geteuid() == 0 else None
-    top = Path(tempfile.mkdtemp(prefix="pgsurge-tls-"))
-    tls_dir = top / "tls"
-    tls_dir.mkdir()
-    tls = TlsFiles(tls_dir)
-    data = top / "data"
-    user = owner or pwd.getpwuid(os.geteuid()).pw_name
-    if owner:
-        pw = pwd.getpwnam(owner)
-        os.chown(top, pw.pw_uid, pw.pw_gid)
-    subprocess.run(
-        _as_owner([str(BINDIR / "initdb"), "-D", str(data), "-A", "trust"], owner),
-        check=True,
-        capture_output=True,
-    )
-    for src, name in ((tls.cert, "server.crt"), (tls.key, "server.key")):
-        shutil.copyfile(src, data / name)
-        os.chmod(data / name, 0o600)
-        if owner:
-            os.chown(data / name, pw.pw_uid, pw.pw_gid)
-    (data / "pg_hba.conf").write_text(
-        "local all all trust\n"
-        "hostssl all all 127.0.0.1/32 trust\n"
-        "hostnossl all all 127.0.0.1/32 reject\n"
-    )
-    options = f"-k {top} -p {PORT} -c listen_addresses=127.0.0.1 -c ssl=on -c fsync=off"
-    ctl = [str(BINDIR / "pg_ctl"), "-D", str(data), "-l", str(top / "log")]
-    started = subprocess.run(
-        _as_owner([*ctl, "-o", options, "-w", "start"], owner),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if started.returncode != 0:
-        log = (top / "log").read_text() if (top / "log").exists() else ""
-        shutil.rmtree(top, ignore_errors=True)
-        pytest.fail(f"PostgreSQL 15 did not start: {started.stderr}\n{log}")
-    local = f"host={top} port={PORT} user={user} dbname=postgres"
-    tcp = f"host=127.0.0.1 port={PORT} user={user} dbname=postgres"
-    try:
+    made: list[TlsFiles] = []
+
+    def prepare(data: Path, owner: str | None) -> None:
+        tls_dir = data.parent / "tls"
+        tls_dir.mkdir()
+        tls = TlsFiles(tls_dir)
+        made.append(tls)
+        for src, name in ((tls.cert, "server.crt"), (tls.key, "server.key")):
+            shutil.copyfile(src, data / name)
+            os.chmod(data / name, 0o600)
+            if owner:
+                pw = pwd.getpwnam(owner)
+                os.chown(data / name, pw.pw_uid, pw.pw_gid)
+        (data / "pg_hba.conf").write_text(
+            "local all all trust\n"
+            "hostssl all all 127.0.0.1/32 trust\n"
+            "hostnossl all all 127.0.0.1/32 reject\n"
+        )
+
+    settings = "-c listen_addresses=127.0.0.1 -c ssl=on -c fsync=off"
+    with pg15_cluster("pgsurge-tls-", PORT, settings, prepare) as (top, user):
+        local = f"host={top} port={PORT} user={user} dbname=postgres"
+        tcp = f"host=127.0.0.1 port={PORT} user={user} dbname=postgres"
         init = run_pgbench(pgbench_bin, ["-i", "-s", "1", "-q"], local)
         assert init.status == 0, init.stderr
-        yield tcp, local, tls
-    finally:
-        subprocess.run(
-            _as_owner([*ctl, "-m", "immediate", "stop"], owner),
-            capture_output=True,
-            check=False,
-        )
-        shutil.rmtree(top, ignore_errors=True)
+        yield tcp, local, made[0]
 
 
 def test_the_server_takes_tls_connections_only(
