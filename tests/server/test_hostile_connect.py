@@ -182,7 +182,7 @@ def test_connect_each_leaves_no_descriptor_open(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("loop", ["c", "c-python-opens"])
+@pytest.mark.parametrize("loop", ["c", "c-python-opens", "python"])
 def test_connect_each_timeout_goes_on_to_the_next_host(
     bench_db: str, pgbench_bin: Path, tmp_path: Path, loop: str
 ) -> None:
@@ -197,7 +197,9 @@ def test_connect_each_timeout_goes_on_to_the_next_host(
     env = {"PGSURGE_PY_CONNECT": "1"} if loop == "c-python-opens" else None
     try:
         ref = run_pgbench(pgbench_bin, args, dsn, timeout=60)
-        got = run_pgsurge(args, dsn, env=env, loop="c", timeout=60)
+        got = run_pgsurge(
+            args, dsn, env=env, loop="python" if loop == "python" else "c", timeout=60
+        )
     finally:
         relay.close()
     assert ref.status == 0, ref.stderr

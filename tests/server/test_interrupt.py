@@ -422,7 +422,7 @@ class _SilentServer:
             except OSError:
                 return
             self._held.append(conn)
-            if self._target is not None and len(self._held) <= self._forward:
+            if self._target is not None and self.accepted < self._forward:
                 family, address = self._target
                 upstream = socket.socket(family)  # type: ignore[call-overload]
                 upstream.connect(address)
@@ -518,6 +518,36 @@ def test_ctrl_c_while_workers_connect(fresh_db: str, tmp_path: Path) -> None:
     assert proc.returncode == -signal.SIGINT, err
     assert elapsed < 1.0, f"{elapsed:.2f} s after the signal"
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("fastloop", ["", "1"], ids=["c", "python"])
+def test_ctrl_c_while_a_connect_each_transaction_hangs_keeps_what_ran(
+    bench_db: str, tmp_path: Path, fastloop: str
+) -> None:
+    """-C with no connect_timeout: the setup connection and five
+    transactions' get through, the sixth's is never answered. Ctrl-C keeps
+    the five: the Python engine's connect watches the worker's pipe, so the
+    parent's Stop ends it (libpq's blocking connect retried its poll, the
+    worker was killed after the grace and the report said 0 transactions,
+    hostile finding); the C loop opens -C's connections without blocking."""
+    server = _SilentServer(_upstream(bench_db), forward=6)
+    target = psycopg.conninfo.make_conninfo(
+        bench_db, host="127.0.0.1", port=str(server.port)
+    )
+    args = ["-n", "-S", "-C", "-c", "1", "-j", "1", "-T", "60", target]
+    try:
+        proc = _start(args, tmp_path, PGSURGE_NO_FASTLOOP=fastloop)
+        with _killed_on_failure(proc):
+            server.wait_accepted(7)
+        time.sleep(0.3)  # into the wait for the answer
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = _communicate(proc, 30)
+    finally:
+        server.close()
+    assert proc.returncode == -signal.SIGINT, err
+    assert "died" not in err and "Traceback" not in err, err
+    assert "pgsurge: run interrupted by SIGINT after " in err, err
+    assert "number of transactions actually processed: 5\n" in out, out
 
 
 def test_interrupted_run_with_store_says_it_was_not_stored(

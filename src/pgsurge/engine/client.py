@@ -514,6 +514,11 @@ def make_engine(
                     # waited for the server even when it failed (a
                     # connect_timeout spent is no busy client)
                     now = blocked_since(start, cpu)
+                    if connected is None:
+                        # the parent's Stop came while the server had not
+                        # answered: no transaction began, none is lost
+                        state = FINISHED
+                        continue
                     if not connected:
                         error(f"client {st.id} aborted while establishing connection")
                         state = ABORTED

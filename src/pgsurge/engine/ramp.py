@@ -20,6 +20,9 @@ are closed. ``connect_timeout`` is enforced as libpq's blocking connect
 enforces it, with its message (libpq tries the next host of a multi-host
 conninfo then; here the connection fails, and the worker opens the
 clients left with the blocking connect: ``worker._open_blocking``).
+
+:func:`open_one` is the Python engine's ``-C`` connect, opened the same
+way so that the parent's Stop can end it (see its docstring).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from collections.abc import Callable
 
 from pgsurge import pgconn
 
-__all__ = ["WINDOW", "open_connections"]
+__all__ = ["WINDOW", "open_connections", "open_one"]
 
 #: connections in flight at once per worker
 WINDOW = 32
@@ -125,3 +128,60 @@ def open_connections(
         return -1, ""
     first = min(failed)
     return first, failed[first]
+
+
+def open_one(
+    items: dict[str, str], password: str | None, stop_fd: int
+) -> tuple[pgconn.PgConn | None, str | None]:
+    """One connection, as the blocking ``pgconn.connect`` opens it (libpq's
+    ``connect_timeout`` and messages), but given up when ``stop_fd`` becomes
+    readable: ``(conn, None)`` opened, ``(None, message)`` failed (libpq's
+    text with its newline), ``(None, None)`` stopped.
+
+    The Python engine's ``-C`` opens each transaction's connection in its
+    worker's thread, as pgbench's ``doConnect`` does. libpq's blocking
+    connect retries its ``poll`` when a signal interrupts it, so a worker
+    waiting for a server that accepted and never answers (no
+    ``connect_timeout``) heard neither Ctrl-C nor the parent's Stop, was
+    killed after the grace, and its transactions were lost from the report
+    (hostile finding). Here the wait also watches the worker's pipe (its
+    event loop's control descriptor): the parent's Stop, or the parent gone,
+    ends the attempt; the message is left on the pipe for the loop.
+
+    When ``connect_timeout`` expires on one host of several, libpq's
+    blocking connect goes on to the next: so does this, with it.
+    """
+    info = pgconn.conninfo(items, password).encode("utf-8", "surrogateescape")
+    timeout = pgconn.connect_timeout_s(info)
+    conn = pgconn.connect_start_info(info)
+    since = time.monotonic()
+    poller = select.poll()
+    poller.register(stop_fd, _POLL_IN)
+    # libpq: after PQconnectStart, act as if PQconnectPoll said WRITING
+    r = pgconn.POLL_WRITING
+    while True:
+        fd = conn.socket
+        if r == pgconn.POLL_OK:
+            return conn.opened(), None
+        if r == pgconn.POLL_FAILED or fd < 0:
+            message = conn.error_message()
+            conn.finish()
+            return None, message
+        poller.register(fd, _POLL_IN if r == pgconn.POLL_READING else _POLL_OUT)
+        wait_ms = -1
+        if timeout:
+            wait_ms = max(0, int((since + timeout - time.monotonic()) * 1000) + 1)
+        ready = poller.poll(wait_ms)
+        poller.unregister(fd)
+        if any(ready_fd == stop_fd for ready_fd, _ in ready):
+            conn.finish()
+            return None, None
+        if not ready:  # connect_timeout expired
+            if conn.several_hosts():
+                conn.finish()
+                opened, message, _needs = pgconn.connect(items, password)
+                return opened, (None if opened is not None else message)
+            message = conn.timeout_message()
+            conn.finish()
+            return None, message
+        r = conn.poll()

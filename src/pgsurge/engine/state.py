@@ -304,6 +304,9 @@ class WorkerState:
     recorder: WorkerRecorder | None = None
     #: why each aborted client aborted (its last error message)
     abort_messages: list[str] = field(default_factory=list)
+    #: the worker's pipe from the parent (its loop's control descriptor),
+    #: which a blocking connect under -C also watches; None outside a worker
+    control_fd: int | None = None
 
 
 class IoHooks(Protocol):

@@ -11,7 +11,8 @@ errors and retries.
   ``-l`` log (C: ``process_xact`` and its inline first-try case in
   ``fl_advance``'s END_TX);
 * ``connect``/``disconnect`` of a client's connection (every transaction
-  under ``-C``), registered with the event loop;
+  under ``-C``), registered with the event loop; ``connect`` gives None
+  when the parent's Stop ended the attempt (``ramp.open_one``);
 * the error states: ``on_error`` (leave an aborted pipeline, roll back an
   open transaction block) and ``on_rollback_result`` (wait for that), both
   ending in ``RETRY``, ``FAILURE``, ``FINISHED`` or ``ABORTED`` — or in
@@ -29,6 +30,7 @@ from collections.abc import Callable
 
 from pgsurge import pgconn
 from pgsurge.engine.fastpq import usable_with
+from pgsurge.engine.ramp import open_one
 from pgsurge.engine.sql import SqlSteps
 from pgsurge.engine.state import (
     ABORTED,
@@ -75,8 +77,9 @@ class TxSteps:
     choose_script: Callable[[], int]
     #: (client, clock or 0, skipped) -> the clock, read if it was needed
     process_xact: Callable[[Client, int, bool], int]
-    #: open the client's connection; False when it failed (message given)
-    connect: Callable[[Client], bool]
+    #: open the client's connection; False when it failed (message given),
+    #: None when the parent's Stop ended the attempt
+    connect: Callable[[Client], bool | None]
     disconnect: Callable[[Client], None]
     #: the transaction status is neither idle nor in a block (messages given)
     tx_status_error: Callable[[Client], None]
@@ -90,7 +93,7 @@ class TxSteps:
         self,
         choose_script: Callable[[], int],
         process_xact: Callable[[Client, int, bool], int],
-        connect: Callable[[Client], bool],
+        connect: Callable[[Client], bool | None],
         disconnect: Callable[[Client], None],
         tx_status_error: Callable[[Client], None],
         on_error: Callable[[Client, int], int],
@@ -205,8 +208,16 @@ def make_tx(
             )
         return now
 
-    def connect(st: Client) -> bool:
-        conn, message, _needs = pgconn.connect(s.conninfo, s.password)
+    def connect(st: Client) -> bool | None:
+        stop_fd = w.control_fd
+        if stop_fd is None:
+            conn, message, _needs = pgconn.connect(s.conninfo, s.password)
+        else:
+            # a worker's: the parent's Stop ends the attempt (ramp.open_one)
+            conn, stopped_or_message = open_one(s.conninfo, s.password, stop_fd)
+            if stopped_or_message is None and conn is None:
+                return None
+            message = stopped_or_message or ""
         if conn is None:
             error(strip_nl(message))
             return False

@@ -544,6 +544,7 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
         recorder=rec,
     )
     run.loop = loop
+    wstate.control_fd = pipe.fileno()
     if run.window_us:
         loop.set_window(run.window_us, lambda now: _window_starts(run))
     log: Callable[[str], None] = _stderr
