@@ -175,3 +175,96 @@ def test_setup_runs_on_every_connection_of_connect_each(
         "the C loop is not taken: -C with a workload's @setup is not "
         "supported by the C loop\n"
     ), refused.stderr
+
+
+BASE_EXCEPTION = """
+import asyncio
+import sys
+
+from pgsurge.workloads import sql, transaction
+
+p = sql("SELECT 1")
+
+@transaction
+def t(ctx):
+    yield p()
+    if ctx.client_id == 0:
+        raise RAISED
+"""
+
+
+@pytest.mark.parametrize(
+    "raised", ["asyncio.CancelledError()", "SystemExit(3)", "GeneratorExit()"]
+)
+@pytest.mark.parametrize("loop", ["c", "python"])
+def test_a_base_exception_of_a_transaction_aborts_the_client(
+    fresh_db: str, tmp_path: Path, loop: str, raised: str
+) -> None:
+    # an exception that is not an Exception (asyncio's CancelledError,
+    # SystemExit) raised by a transaction ended its worker ("worker 0
+    # failed", both loops caught Exception only; hostile finding): it
+    # aborts its client, with the workload's traceback, as any other
+    got = _run(
+        fresh_db,
+        tmp_path / "base.py",
+        BASE_EXCEPTION.replace("RAISED", raised),
+        loop,
+        "prepared",
+    )
+    name = raised.split("(")[0].rsplit(".", 1)[-1]
+    assert got.status == 2, got.stderr
+    assert got.stderr.startswith(
+        "pgsurge: error: client 0 aborted in script 0 (base.py: t):\n"
+        "Traceback (most recent call last):\n"
+        '  File "base.py", line 13, in t\n'
+        f"    raise {raised}\n"
+    ), got.stderr
+    module = "asyncio.exceptions." if name == "CancelledError" else ""
+    assert f"\n{module}{name}" in got.stderr
+    assert got.stderr.endswith(
+        "pgsurge: error: Run was aborted; the above results are incomplete.\n"
+    )
+    assert "worker" not in got.stderr
+    assert got.number("number of transactions actually processed:") == "0/2"
+
+
+SETUP_RAISES = """
+import asyncio
+
+from pgsurge.workloads import setup, sql, transaction
+
+p = sql("SELECT 1")
+
+@setup
+def session(conn):
+    raise RAISED
+
+@transaction
+def t(ctx):
+    yield p()
+"""
+
+
+@pytest.mark.parametrize("raised", ["ValueError('no')", "asyncio.CancelledError()"])
+@pytest.mark.parametrize("loop", ["c", "python"])
+def test_a_failing_setup_ends_the_run_with_its_traceback(
+    fresh_db: str, tmp_path: Path, loop: str, raised: str
+) -> None:
+    # @setup raising, an Exception or not (CancelledError passed its
+    # `except (Exception, SystemExit)` and ended the worker): the run stops
+    # at the connections, as a failed connection stops pgbench's (status 1)
+    got = _run(
+        fresh_db,
+        tmp_path / "setupfail.py",
+        SETUP_RAISES.replace("RAISED", raised),
+        loop,
+        "prepared",
+    )
+    assert got.status == 1, got.stderr
+    assert got.stderr.startswith(
+        "pgsurge: error: setupfail.py: t: @setup failed:\n"
+        "Traceback (most recent call last):\n"
+        '  File "setupfail.py", line 10, in session\n'
+        f"    raise {raised}\n"
+    ), got.stderr
+    assert "worker" not in got.stderr

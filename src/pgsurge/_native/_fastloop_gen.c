@@ -663,9 +663,10 @@ fl_gen_step(FastLoop *fl, int index, int *state)
     goto done;
 raised:
     /* the generator's exception: Python's py_step reports it (the user's
-     * traceback) and aborts the client; KeyboardInterrupt and the like
-     * stop the loop */
-    if (!PyErr_ExceptionMatches(PyExc_Exception))
+     * traceback) and aborts the client, a BaseException too (a workload's
+     * asyncio.CancelledError, SystemExit: they ended the worker); only
+     * KeyboardInterrupt stops the loop */
+    if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt))
         goto done;
     {
         PyObject *type, *exc, *tb;

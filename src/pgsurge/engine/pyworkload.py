@@ -446,7 +446,9 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
         if gen is not None:
             try:
                 gen.close()
-            except Exception:
+            except KeyboardInterrupt:
+                raise
+            except BaseException:
                 pass
         return FINISHED
 
@@ -489,14 +491,18 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
         elif py.gen is not None:
             try:
                 py.gen.close()
-            except Exception:
+            except KeyboardInterrupt:
+                raise
+            except BaseException:
                 pass
         py.res = None
         py.batch = py.results = py.batch_items = py.thrown = None
         py.discarding = False
         try:
             py.gen = prog.fn(py.ctx)  # type: ignore[misc]
-        except Exception as e:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:
             fail(st, prog, user_traceback(e, prog.spec.user_files))
             return None
         return py
@@ -624,7 +630,9 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
         except StopIteration:
             py.gen = None
             return END_TX
-        except Exception as e:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:
             return fail(st, prog, user_traceback(e, prog.spec.user_files))
         return file_item(st, prog, py, item)
 
@@ -725,7 +733,9 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
         except StopIteration:
             py.gen = None
             return END_TX
-        except Exception as e:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:
             return fail(st, prog, user_traceback(e, prog.spec.user_files))
         if type(item) is not tuple:
             if item is DONE:
@@ -760,7 +770,9 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
                         k += 1
             except (TypeError, IndexError):
                 return bad_params(st, prog, gen, item)
-            except Exception as e:
+            except KeyboardInterrupt:
+                raise
+            except BaseException as e:
                 # a value whose str() raised (the workload's own class):
                 # the client aborts with it, as with the generator's own
                 return fail(st, prog, user_traceback(e, prog.spec.user_files))
@@ -823,7 +835,9 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
         except spec.error_type:
             py.gen = None
             return uncaught(st, prog, sqlstate, text, stmt, where)
-        except Exception as e:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:
             py.gen = None
             fail(st, prog, user_traceback(e, spec.user_files))
             return 3

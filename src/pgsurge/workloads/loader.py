@@ -102,7 +102,9 @@ class LoadedTransaction:
         assert self.setup is not None
         try:
             self.setup(SetupConnection(conn))
-        except (Exception, SystemExit) as e:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # SystemExit, asyncio.CancelledError too
             files = set(self.user_files) | {self.setup.__code__.co_filename}
             return import_error(e, files, self.source, "@setup failed").message
         return None
