@@ -5,14 +5,26 @@
   spellings of one number is now refused like one given twice.
 * The values shown of a varied password are masked, and numbered when
   masking made them alike (the runs still get the real ones).
+* ``--resume DIR`` with arguments compared only the grid and the common
+  arguments: an arm B given otherwise (``synchronous_commit=off`` resumed
+  as ``work_mem=1MB``) ran the missing runs under the new B, kept the old
+  B's runs in the same cells and wrote the new B into the manifest, and
+  the verdict compared runs of two experiments. ``--b-env`` alone with
+  ``--resume`` was ignored without a word.
 """
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
+
 import pytest
 
 from pgsurge.errors import UsageError
+from pgsurge.experiment.ab import Arm
 from pgsurge.experiment.grid import cells, parse_vary
+from pgsurge.experiment.sweep import Sweep, SweepPlan
+from pgsurge.experiment.sweep_command import sweep_main
 
 
 @pytest.mark.parametrize("spec", ["-c 1,01,2", "-R 100,1e2", "--rate 5,5.0"])
@@ -38,3 +50,69 @@ def test_varied_passwords_are_shown_masked_and_run_as_given() -> None:
     assert grid[1].env == {"PGPASSWORD": "s3cret"}
     assert grid[1].args == ("-d", "host=h password=pw dbname=db2")
     assert env.to_dict()["values"] == ["******** #1", "******** #2"]
+
+
+def _sweep_dir(tmp_path: Path) -> Path:
+    """The directory of an interrupted A/B sweep: its manifest as the
+    sweep writes it (no run recorded: a resume would run them all)."""
+    out = tmp_path / "sw"
+    out.mkdir(mode=0o700)
+    plan = SweepPlan(
+        specs=(parse_vary("-c 1,2"),),
+        arms=(
+            Arm("A", "", (), {}),
+            Arm("B", "", (), {"PGOPTIONS": "-c synchronous_commit=off"}),
+        ),
+        common=("-T", "1"),
+        runs=2,
+        warmup=0,
+        checkpoint=False,
+        out_dir=out,
+    )
+    sweep = Sweep(plan, argv=["pgsurge", "sweep"])
+    sweep.state = "interrupted"
+    sweep.write_manifest()
+    return out
+
+
+@pytest.mark.parametrize(
+    ("args", "what"),
+    [
+        (["--b-env", "PGOPTIONS=-c work_mem=1MB"], "the arms"),
+        (
+            ["--b", "-M prepared", "--b-env", "PGOPTIONS=-c synchronous_commit=off"],
+            "the arms",
+        ),
+        ([], "the arms"),  # B dropped
+        (
+            ["--b-env", "PGOPTIONS=-c synchronous_commit=off", "--vary", "-c 1,4"],
+            "--vary",
+        ),
+    ],
+)
+def test_resume_with_other_arms_is_refused(
+    tmp_path: Path, args: list[str], what: str
+) -> None:
+    out = _sweep_dir(tmp_path)
+    vary = [] if "--vary" in args else ["--vary", "-c 1,2"]
+    err = io.StringIO()
+    status = sweep_main(
+        ["sweep", "--resume", str(out), *vary, *args, "--", "-T", "1"],
+        stdout=io.StringIO(),
+        stderr=err,
+    )
+    assert status == 1, err.getvalue()
+    assert err.getvalue().startswith(f"pgsurge: error: --resume: {what} differ")
+    assert err.getvalue().count("\n") == 1
+
+
+def test_resume_with_an_arm_alone_is_refused(tmp_path: Path) -> None:
+    out = _sweep_dir(tmp_path)
+    err = io.StringIO()
+    status = sweep_main(
+        ["sweep", "--resume", str(out), "--b-env", "PGOPTIONS=-c work_mem=1MB"],
+        stdout=io.StringIO(),
+        stderr=err,
+    )
+    assert status == 1, err.getvalue()
+    assert "the common arguments and the arms differ" in err.getvalue()

@@ -61,7 +61,7 @@ from pgsurge.experiment.sweep_report import (
     sweep_json,
     sweep_text,
 )
-from pgsurge.redact import MASK, redact_words
+from pgsurge.redact import MASK, redact_env, redact_words
 
 __all__ = ["sweep_main"]
 
@@ -225,6 +225,40 @@ def _from_manifest(doc: dict[str, Any]) -> tuple[list[Vary], list[Arm], list[str
     return specs, arms, common
 
 
+def _same_as_manifest(
+    specs: Sequence[Vary],
+    arms: Sequence[Arm],
+    common: Sequence[str],
+    manifest: dict[str, Any],
+) -> None:
+    """Arguments given with ``--resume`` must be the sweep's own: the runs
+    kept are merged with the new ones cell by cell, so another grid, other
+    common arguments or another arm (a B of ``synchronous_commit=off``
+    resumed as one of ``work_mem=1MB``) would put runs of two experiments
+    in one cell, under the new arm's name, and the verdict would compare
+    what never ran together."""
+    differs = []
+    if [s.to_dict() for s in specs] != manifest.get("vary"):
+        differs.append("--vary")
+    if redact_words(common) != manifest.get("common"):
+        differs.append("the common arguments")
+    theirs = manifest.get("arms")
+    mine = [
+        {"name": a.name, "argv": redact_words(a.args), "env": redact_env(a.env)}
+        for a in arms
+    ]
+    if not isinstance(theirs, list) or mine != [
+        {k: a.get(k) for k in ("name", "argv", "env")} if isinstance(a, dict) else a
+        for a in theirs
+    ]:
+        differs.append("the arms")
+    if differs:
+        raise UsageError(
+            f"--resume: {' and '.join(differs)} differ from the sweep's manifest "
+            "(give the same arguments, or none: --resume DIR alone)"
+        )
+
+
 #: an option's spelling -> the option it means (its short letter or long
 #: name), as the run's command line reads it; the spelling itself when
 #: the command line does not know it (the run's check then says so)
@@ -263,15 +297,11 @@ def _plan(
             raise UsageError("--resume DIR writes to DIR: drop --out")
         out = _checked_out_dir(Path(ns.resume), ns.resume, resume=True)
         manifest = load_manifest(out)
-        if ns.vary or common:
+        given_arms = ns.a is not None or ns.b is not None or ns.a_env or ns.b_env
+        if ns.vary or common or given_arms:
             specs = [parse_vary(v) for v in ns.vary]
             arms = _arms(ns)
-            if [s.to_dict() for s in specs] != manifest.get("vary") or redact_words(
-                common
-            ) != manifest.get("common"):
-                raise UsageError(
-                    "--resume: the arguments differ from the sweep's manifest"
-                )
+            _same_as_manifest(specs, arms, common, manifest)
         else:
             specs, arms, common = _from_manifest(manifest)
         runs = int(manifest.get("runs_per_cell") or ns.runs)
