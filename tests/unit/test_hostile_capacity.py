@@ -8,13 +8,22 @@ step up from 0.1 by 1.3 rounded back to 0.1 likewise. The probes' outcome
 is given here by a rule (a rate passes up to a limit): the search is pure
 arithmetic over them, and what a probe runs is tested on a server in
 ``tests/server/test_capacity.py``.
+
+A search over runs without ``-T`` (pgbench's default of 10 transactions
+per client, or ``-t N``) answered "sustainable rate 1 997 tps" from
+probes of a few milliseconds that achieved 1 129 tps: such a probe lasts
+as long as the rate makes it, its p99 is of ten transactions and no
+interval is left for the schedule check. It is refused before any run.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pgsurge.experiment.capacity import Repetition, Search
+from tests.fix_cli import run_cli
 
 #: far more probes than any search of these brackets needs
 ENOUGH = 60
@@ -57,3 +66,22 @@ def test_the_search_ends_with_each_rate_probed_once(
     else:
         assert rep.capacity is not None
         assert capacity <= rep.capacity <= limit
+
+
+@pytest.mark.parametrize(
+    "common",
+    [["-S"], ["-S", "-t", "500"], ["-nSt500"], ["-S", "--transactions=500"]],
+    ids=["default", "-t", "bundled", "--transactions"],
+)
+def test_a_search_without_a_duration_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, common: list[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    r = run_cli(["capacity", "--latency", "p99=10ms", "--", *common])
+    assert (r.status, r.stdout) == (1, ""), r.stderr
+    assert r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr == (
+        "pgsurge: error: capacity needs a duration: give -T SEC among the "
+        "common arguments\n"
+    )
+    assert list(tmp_path.iterdir()) == []  # nothing ran, no directory made
