@@ -1,0 +1,93 @@
+"""Hostile-tester regressions on ``--dask`` addresses (issue 24).
+
+``--dask tcp://HOST:PORT`` at a port that is not a Dask scheduler's, a
+common slip (the dashboard's 8787 for the scheduler's 8786, the database's
+own port):
+
+* a port that accepts and says nothing (an HTTP server, PostgreSQL, which
+  waits for its startup packet) hung the run for ever: Dask's client waits
+  for the scheduler's handshake with no deadline;
+* a port that says something else (an SSH banner) had Dask read it as a
+  frame length of exabytes: a 40-line MemoryError traceback.
+
+Both are now one error line (and the hint), exit status 1, in a bounded
+time.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fix_dask import base_env, pgsurge_cmd
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+
+class _Listener:
+    """A loopback TCP port that accepts and then sends ``greeting`` (or
+    nothing), keeping each connection open until closed."""
+
+    def __init__(self, greeting: bytes) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.greeting = greeting
+        self.accepted: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted.append(conn)
+            if self.greeting:
+                conn.sendall(self.greeting)
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.accepted:
+            conn.close()
+
+
+@pytest.fixture(params=["silent", "ssh"])
+def listener(request: pytest.FixtureRequest) -> Iterator[_Listener]:
+    greeting = b"" if request.param == "silent" else b"SSH-2.0-OpenSSH_9.2\r\n" * 4
+    lst = _Listener(greeting)
+    try:
+        yield lst
+    finally:
+        lst.close()
+
+
+def test_a_port_that_is_not_a_scheduler_is_one_error_line(
+    listener: _Listener, bench_db: str, tmp_path: Path
+) -> None:
+    address = f"tcp://127.0.0.1:{listener.port}"
+    proc = subprocess.run(
+        pgsurge_cmd("--dask", address, "-n", "-S", "-T", "1", bench_db),
+        capture_output=True,
+        text=True,
+        env=base_env(),
+        cwd=tmp_path,
+        timeout=90,  # it used to wait for ever
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ": error: " in ln]
+    assert errors == [
+        f'pgsurge: error: could not connect to the Dask scheduler "{address}": '
+        + (
+            "it accepted the connection but said nothing in 10 s: not a Dask scheduler"
+            if not listener.greeting
+            else "what answered is not a Dask scheduler"
+        )
+    ], proc.stderr
+    assert "pgsurge: hint: Give the scheduler's own port (8786" in proc.stderr
+    assert listener.accepted  # it was asked
