@@ -12,10 +12,16 @@ own port):
 
 Both are now one error line (and the hint), exit status 1, in a bounded
 time.
+
+``--dask local:N`` while another program held port 8787 (another local
+cluster, a Dask dashboard): the local scheduler's HTTP server, started
+whatever the dashboard setting, printed Dask's four-line "Port 8787 is
+already in use" warning among the run's lines.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import threading
@@ -91,3 +97,32 @@ def test_a_port_that_is_not_a_scheduler_is_one_error_line(
     ], proc.stderr
     assert "pgsurge: hint: Give the scheduler's own port (8786" in proc.stderr
     assert listener.accepted  # it was asked
+
+
+def test_a_local_cluster_says_nothing_of_a_busy_dashboard_port(
+    bench_db: str, tmp_path: Path
+) -> None:
+    with contextlib.ExitStack() as stack:
+        try:
+            held = socket.create_server(("127.0.0.1", 8787))
+            stack.enter_context(held)
+        except OSError:
+            pass  # held already, by someone else: busy all the same
+        with pytest.raises(OSError):
+            socket.create_server(("127.0.0.1", 8787)).close()
+        proc = subprocess.run(
+            pgsurge_cmd(
+                *("--dask", "local:2", "-n", "-S", "-t", "50", "-c", "2", "-j", "2"),
+                bench_db,
+            ),
+            capture_output=True,
+            text=True,
+            env=base_env(),
+            cwd=tmp_path,
+            timeout=120,
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert "processed: 100/100" in proc.stdout
+    assert "8787" not in proc.stderr and "Warning" not in proc.stderr, proc.stderr
+    # one client on each host, said so
+    assert proc.stderr.count("(1 client, clock") == 2, proc.stderr

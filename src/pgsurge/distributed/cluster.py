@@ -79,6 +79,14 @@ def client_of(address: str) -> Iterator[Any]:
                     host="127.0.0.1",
                     dashboard_address=None,
                     worker_dashboard_address=None,
+                    # the scheduler's HTTP server starts whatever the
+                    # dashboard: on 8787 by default, and when another
+                    # cluster holds that, Dask printed its "Port 8787 is
+                    # already in use" warning (4 lines) among the run's
+                    scheduler_kwargs={
+                        "dashboard": False,
+                        "dashboard_address": "127.0.0.1:0",
+                    },
                     resources={"pgsurge": 1},
                 )
             client = Client(cluster)
