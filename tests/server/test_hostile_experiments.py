@@ -19,6 +19,10 @@ ab) and their artefacts, on a real server.
 * A full disk under ``--out`` gave a three-part Python traceback (the
   manifest's write failed, then again in the clean-up); it is now one
   error line and exit status 1.
+* ``sweep --resume DIR`` of a sweep still running (from a second terminal)
+  ran the same missing runs beside it: each measured the server under the
+  other's load, both wrote the same run files and manifest, and the table
+  mixed them. The running sweep holds a lock on DIR; a resume is refused.
 """
 
 from __future__ import annotations
@@ -254,3 +258,49 @@ def test_resume_refuses_another_users_directory(fresh_db: str, tmp_path: Path) -
     assert r.stderr == (
         f'pgsurge: error: --resume: refusing to use {out}: it is owned by "nobody"\n'
     )
+
+
+def test_resume_of_a_sweep_still_running_is_refused(
+    fresh_db: str, tmp_path: Path
+) -> None:
+    (tmp_path / "one.sql").write_text("select 1;\n")
+    out = tmp_path / "out"
+    common = ["--", "-n", "-f", "one.sql", "-T", "2", fresh_db]
+    first = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "pgsurge", "sweep", "--vary", "-c 1,2"),
+            *("--runs", "2", "--warmup", "0", "--out", str(out), *common),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=tool_env(),
+    )
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not (out / "manifest.json").exists():
+            assert time.monotonic() < deadline and first.poll() is None
+            time.sleep(0.1)
+        second = _pgsurge(["sweep", "--resume", str(out)], tmp_path)
+        _, stderr = first.communicate(timeout=TIMEOUT)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert second.returncode == 1, second.stderr
+    assert second.stderr == (
+        f"pgsurge: error: {out} is in use by another pgsurge sweep that is "
+        "still running\n"
+    )
+    assert second.stdout == ""
+    # the first one ran its grid alone, every run once
+    assert first.returncode == 0, stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [r["status"] for r in manifest["runs"]] == ["ok"] * 4
+    assert len({r["file"] for r in manifest["runs"]}) == 4
+    # and once it is done, a resume finds nothing to run
+    again = _pgsurge(["sweep", "--resume", str(out)], tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "(4 already done)" in again.stdout
+    assert "run 1/4" not in again.stdout

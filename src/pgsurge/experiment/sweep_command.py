@@ -20,6 +20,7 @@ same arguments again with ``--resume``).
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import shlex
@@ -362,6 +363,39 @@ def _sweep(
     own, common = _split_ab_argv(argv[1:], _VALUE_OPTIONS)
     ns = _parser().parse_args(own)
     plan, manifest = _plan(ns, common, check, option_key)
+    lock = _hold(plan.out_dir)
+    try:
+        return _sweep_held(plan, manifest, ns, argv, out, err)
+    finally:
+        os.close(lock)
+
+
+def _hold(out_dir: Path) -> int:
+    """An exclusive lock on the sweep's directory for as long as the sweep
+    runs (on the directory itself: no file left behind; its runs do not
+    inherit it). A ``--resume DIR`` of a sweep still running (from another
+    terminal) ran the same missing runs at the same time: each loaded the
+    server under the other's runs, both wrote the same files and the
+    manifest, and the table mixed them; it is refused."""
+    fd = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise PgsurgeError(
+            f"{out_dir} is in use by another pgsurge sweep that is still running"
+        ) from None
+    return fd
+
+
+def _sweep_held(
+    plan: SweepPlan,
+    manifest: dict[str, Any] | None,
+    ns: argparse.Namespace,
+    argv: list[str],
+    out: TextIO,
+    err: TextIO,
+) -> int:
     resumed = resumed_records(plan.out_dir, manifest) if manifest else []
     progress = err if ns.json == "-" else out
     sweep = Sweep(
