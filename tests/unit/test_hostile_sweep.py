@@ -11,6 +11,10 @@
   B's runs in the same cells and wrote the new B into the manifest, and
   the verdict compared runs of two experiments. ``--b-env`` alone with
   ``--resume`` was ignored without a word.
+* A varied option that the common arguments or an arm give too: the
+  cell's value comes last and wins, so ``--a "-c 8"`` ran -c 1, 2, 4
+  under the name "A: -c 8", and a common ``-c 4`` was dropped silently.
+  Refused before any run, naming both.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pgsurge.experiment.ab import Arm
 from pgsurge.experiment.grid import cells, parse_vary
 from pgsurge.experiment.sweep import Sweep, SweepPlan
 from pgsurge.experiment.sweep_command import sweep_main
+from tests.fix_cli import run_cli
 
 
 @pytest.mark.parametrize("spec", ["-c 1,01,2", "-R 100,1e2", "--rate 5,5.0"])
@@ -116,3 +121,53 @@ def test_resume_with_an_arm_alone_is_refused(tmp_path: Path) -> None:
     )
     assert status == 1, err.getvalue()
     assert "the common arguments and the arms differ" in err.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--vary", "-c 2,4", "--", "-c", "4", "-T", "1"],
+            '--vary "-c …": the common arguments give -c too',
+        ),
+        (
+            ["--vary", "-c 2,4", "--", "-nSc4", "-T", "1"],
+            '--vary "-c …": the common arguments give -c too',
+        ),
+        (
+            ["--vary", "--client 2,4", "--a", "-c 8", "--", "-T", "1"],
+            '--vary "--client …": --a gives --client too',
+        ),
+        (
+            ["--vary", "-M simple,prepared", "--b", "--protocol=prepared"],
+            '--vary "-M …": --b gives -M too',
+        ),
+        (
+            ["--vary", "PGAPPNAME a,b", "--a-env", "PGAPPNAME=x", "--", "-T", "1"],
+            '--vary "PGAPPNAME …": --a-env sets PGAPPNAME too',
+        ),
+    ],
+)
+def test_a_varied_option_given_elsewhere_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    r = run_cli(["sweep", *args])
+    assert (r.status, r.stdout) == (1, "")
+    assert r.stderr == (
+        f"pgsurge: error: {message} (each cell's value would win): drop it there\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_value_that_looks_like_the_varied_option_is_no_clash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    # "-c" is -f's value here: the run's check reads it so (no such file)
+    r = run_cli(["sweep", "--vary", "-c 2,4", "--", "-f", "-c", "-T", "1"])
+    assert r.status == 1
+    assert r.stderr == (
+        'pgsurge: error: arm A at -c 2: could not open file "-c": '
+        "No such file or directory\n"
+    )

@@ -291,7 +291,10 @@ def _main(argv: Sequence[str]) -> int:
             _startup_done()
             return int(
                 sweep_main(
-                    list(argv[1:]), check_args=_check_run_args, option_key=_option_key
+                    list(argv[1:]),
+                    check_args=_check_run_args,
+                    option_key=_option_key,
+                    option_keys=_option_keys,
                 )
             )
         if first == "capacity":
@@ -330,7 +333,7 @@ def _option_key(word: str) -> str:
 
 
 def _option_keys(args: Sequence[str]) -> set[str]:
-    """For ``pgsurge capacity``: the options a run's arguments give, as
+    """For ``pgsurge capacity`` and ``sweep``: the options a run's arguments give, as
     the run's command line reads them (``-T``, ``--time=5``, ``-ST5``:
     ``T``); none when they do not parse (the run check says why)."""
     from pgsurge.cli.getopt import Getopt

@@ -282,11 +282,51 @@ def _same_options(specs: Sequence[Vary], option_key: OptionKey) -> None:
         seen[key] = spec.name
 
 
+#: the options a run's arguments give (``-nc4``: ``n`` and ``c``), as the
+#: run's command line reads them
+OptionKeys = Callable[[Sequence[str]], set[str]]
+
+
+def _not_given_elsewhere(
+    specs: Sequence[Vary],
+    arms: Sequence[Arm],
+    common: Sequence[str],
+    option_key: OptionKey,
+    option_keys: OptionKeys,
+) -> None:
+    """A varied option (or environment variable) that the common arguments
+    or an arm give too: the cell's value comes last and wins in every run,
+    so ``--a "-c 8"`` ran -c 1, 2, 4 under the name "A: -c 8" and the
+    common ``-c 4`` was dropped without a word. Refused, naming both."""
+    varied = {
+        option_key(s.name): s.name for s in specs if s.kind in ("option", "scale")
+    }
+    places: list[tuple[str, Sequence[str]]] = [("the common arguments give", common)]
+    places += [(f"--{a.name.lower()} gives", a.args) for a in arms]
+    for where, words in places:
+        clash = sorted(option_keys(words) & varied.keys())
+        if clash:
+            name = varied[clash[0]]
+            raise UsageError(
+                f'--vary "{name} …": {where} {name} too '
+                "(each cell's value would win): drop it there"
+            )
+    names = {s.name for s in specs if s.kind == "env"}
+    for arm in arms:
+        both = sorted(names & arm.env.keys())
+        if both:
+            raise UsageError(
+                f'--vary "{both[0]} …": --{arm.name.lower()}-env sets {both[0]} too '
+                "(each cell's value would win): drop it there"
+            )
+
+
 def _plan(
     ns: argparse.Namespace,
     common: list[str],
     check: RunArgsCheck | None,
     option_key: OptionKey | None = None,
+    option_keys: OptionKeys | None = None,
 ) -> tuple[SweepPlan, dict[str, Any] | None]:
     if ns.runs < 1:
         raise UsageError("--runs must be at least 1")
@@ -318,6 +358,8 @@ def _plan(
     check_own_arguments("sweep", arms, common)
     if option_key is not None:
         _same_options(specs, option_key)
+        if option_keys is not None:
+            _not_given_elsewhere(specs, arms, common, option_key, option_keys)
     plan = SweepPlan(
         specs=tuple(specs),
         arms=tuple(arms),
@@ -344,13 +386,14 @@ def sweep_main(
     stderr: TextIO | None = None,
     check_args: RunArgsCheck | None = None,
     option_key: OptionKey | None = None,
+    option_keys: OptionKeys | None = None,
 ) -> int:
     """``pgsurge sweep …``; ``argv[0]`` is ``"sweep"``. ``option_key``
     names the option a spelling means (``-c``, ``--client``, ``--cli``:
     the same), from the command line's own table."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    return _funnel(err, _sweep, argv, out, err, check_args, option_key)
+    return _funnel(err, _sweep, argv, out, err, check_args, option_key, option_keys)
 
 
 def _sweep(
@@ -359,10 +402,11 @@ def _sweep(
     err: TextIO,
     check: RunArgsCheck | None,
     option_key: OptionKey | None = None,
+    option_keys: OptionKeys | None = None,
 ) -> int:
     own, common = _split_ab_argv(argv[1:], _VALUE_OPTIONS)
     ns = _parser().parse_args(own)
-    plan, manifest = _plan(ns, common, check, option_key)
+    plan, manifest = _plan(ns, common, check, option_key, option_keys)
     lock = _hold(plan.out_dir)
     try:
         return _sweep_held(plan, manifest, ns, argv, out, err)
