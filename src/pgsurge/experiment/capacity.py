@@ -293,7 +293,16 @@ class Search(Experiment):
             and r.capacity is not None
             and p.rate == r.capacity
         ]
-        ci = arm_interval(caps, confidence) if len(caps) >= 2 else None
+        # a repetition that met the target at the ceiling found no limit:
+        # its "capacity" is only a lower bound, and when the median is one,
+        # so is the answer (an interval of ceilings, 100.0–100.0, claimed
+        # a precision the probes never had)
+        ceiling = max(
+            (r.capacity for r in self.reps if r.bound == "above-max" and r.capacity),
+            default=None,
+        )
+        at_least = ceiling is not None and median is not None and median >= ceiling
+        ci = arm_interval(caps, confidence) if len(caps) >= 2 and not at_least else None
         return {
             "schema": 1,
             "kind": "pgsurge-capacity-result",
@@ -301,6 +310,7 @@ class Search(Experiment):
             "confidence": confidence,
             "closed_loop_tps": self.closed_tps,
             "capacity": median,
+            "capacity_is_lower_bound": at_least,
             "interval": list(ci) if ci else None,
             "latency_at_capacity_ms": float(np.median(at)) if at else None,
             "repetitions": [
@@ -327,8 +337,14 @@ def render(doc: dict[str, Any]) -> str:
     ci = doc["interval"]
     pct = f"{doc['confidence'] * 100:g} %"
     interval = f" ({pct} interval {fmt_value(ci[0])}–{fmt_value(ci[1])})" if ci else ""
+    head = f"sustainable rate {fmt_value(cap)} tps{interval}"
+    if doc.get("capacity_is_lower_bound"):
+        head = (
+            f"sustainable rate at least {fmt_value(cap)} tps (the ceiling: the "
+            "target was met at the highest rate tried; raise --max-rate)"
+        )
     lines = [
-        f"sustainable rate {fmt_value(cap)} tps{interval}; {t['stat']} at that rate "
+        f"{head}; {t['stat']} at that rate "
         f"{fmt_value(doc['latency_at_capacity_ms'])} ms (target {t['ms']:g} ms)",
         "repetitions: "
         + ", ".join(
