@@ -23,18 +23,24 @@ ab) and their artefacts, on a real server.
   ran the same missing runs beside it: each measured the server under the
   other's load, both wrote the same run files and manifest, and the table
   mixed them. The running sweep holds a lock on DIR; a resume is refused.
+* A run that failed in the middle of a ``sweep`` or a ``capacity`` search
+  (the server went away) ended it with the error alone: no table, no
+  answer of the repetitions that had finished, ``--json`` unwritten. What
+  finished is now reported as after Ctrl-C, with the run's exit status.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from tests.fix_run import tool_env
@@ -304,3 +310,98 @@ def test_resume_of_a_sweep_still_running_is_refused(
     assert again.returncode == 0, again.stderr
     assert "(4 already done)" in again.stdout
     assert "run 1/4" not in again.stdout
+
+
+def _fails_when_told(dsn: str, where: Path) -> Path:
+    """A script that fails (division by zero, the client aborts) once the
+    test sets ``flag`` to 0: a run broken at a moment the test picks."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE flag (v int)")
+        conn.execute("INSERT INTO flag VALUES (1)")
+    script = where / "flag.sql"
+    script.write_text("SELECT 1 / v FROM flag;\n")
+    return script
+
+
+def _break_when(
+    args: list[str], cwd: Path, line: str, dsn: str
+) -> tuple[int, str, str]:
+    """Run pgsurge, read its stdout until ``line``, set the flag; its exit
+    status, stdout and stderr."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "pgsurge", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env=tool_env(),
+    ) as proc:
+        assert proc.stdout is not None
+        seen = ""
+        for text in proc.stdout:
+            seen += text
+            if text.startswith(line):
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    conn.execute("UPDATE flag SET v = 0")
+                break
+        rest, stderr = proc.communicate(timeout=TIMEOUT)
+    return proc.returncode, seen + rest, stderr
+
+
+@pytest.mark.slow
+def test_a_sweep_whose_run_fails_reports_what_finished(
+    fresh_db: str, tmp_path: Path
+) -> None:
+    script = _fails_when_told(fresh_db, tmp_path)
+    out_json = tmp_path / "sweep.json"
+    status, stdout, stderr = _break_when(
+        [
+            *("sweep", "--vary", "-c 1,2"),
+            *("--runs", "2", "--warmup", "0", "--out", str(tmp_path / "out")),
+            *("--json", str(out_json), "--", "-n", "-f", str(script), "-T", "1"),
+            fresh_db,
+        ],
+        tmp_path,
+        "run 2/4",
+        fresh_db,
+    )
+    assert status == 2, stderr
+    # run 3 (run 4 if the flag came late on a loaded machine)
+    failed = re.findall(r"pgsurge: error: run (\d) \(arm A\) was aborted", stderr)
+    assert len(failed) == 1 and failed[0] in "34", stderr
+    assert "Traceback" not in stderr
+    # the table of the runs that finished
+    doc = json.loads(out_json.read_text())
+    runs = [c["arms"]["A"]["runs"] for c in doc["cells"]]
+    assert min(runs) == 1 and sum(runs) == int(failed[0]) - 1, doc
+    assert "\n1 " in stdout and "\n2 " in stdout, stdout
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["state"] == "failed"
+
+
+@pytest.mark.slow
+def test_a_capacity_search_whose_probe_fails_reports_what_finished(
+    fresh_db: str, tmp_path: Path
+) -> None:
+    script = _fails_when_told(fresh_db, tmp_path)
+    out_json = tmp_path / "cap.json"
+    status, stdout, stderr = _break_when(
+        [
+            *("capacity", "--latency", "p99=2s"),
+            *("--min-rate", "10", "--max-rate", "20", "--repeat", "3"),
+            *("--json", str(out_json), "--", "-n", "-f", str(script), "-T", "1"),
+            fresh_db,
+        ],
+        tmp_path,
+        "repetition 2/3",
+        fresh_db,
+    )
+    assert status == 2, stderr
+    assert stderr.count("pgsurge: error: run ") == 1, stderr
+    assert "was aborted" in stderr and "Traceback" not in stderr
+    doc = json.loads(out_json.read_text())
+    assert doc["state"] == "failed"
+    assert doc["repetitions"][0]["capacity"] == 20.0
+    assert doc["repetitions"][-1]["capacity"] is None
+    assert "sustainable rate at least 20.0 tps" in stdout
+    assert "(failed: from the repetitions that finished)" in stdout

@@ -26,6 +26,7 @@ target and the run kept up with its schedule (the result's ``rate_check``,
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -33,6 +34,7 @@ import re
 import shlex
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -329,6 +331,8 @@ class Search(Experiment):
 def render(doc: dict[str, Any]) -> str:
     t = doc["target"]
     cap = doc["capacity"]
+    if cap is None and doc["state"] != "finished":
+        return f"no repetition finished ({doc['state']}): no answer\n"
     if cap is None:
         return (
             f"no rate met {t['stat']} ≤ {t['ms']:g} ms (even the lowest tried): "
@@ -569,10 +573,38 @@ def _capacity(
         stderr=err,
     )
     interrupted = False
+    failure: PgsurgeError | None = None
     try:
         search.run()
     except Interrupted:
         interrupted = True
+    except PgsurgeError as e:
+        # a probe failed (the server went away): what the repetitions
+        # before it found is still reported, as after Ctrl-C (it was lost,
+        # --json and capacity.json unwritten)
+        failure = e
+        err.write(e.format())
+        err.flush()
+    if failure is not None:
+        if search.reps:
+            with suppress(PgsurgeError):  # the same cause (a full disk): said
+                _capacity_report(search, ns, target, plan, progress, out, err)
+        return int(failure.exit_status)
+    _capacity_report(search, ns, target, plan, progress, out, err)
+    return EXIT_INTERRUPTED if interrupted else 0
+
+
+def _capacity_report(
+    search: Search,
+    ns: argparse.Namespace,
+    target: Target,
+    plan: Plan,
+    progress: TextIO,
+    out: TextIO,
+    err: TextIO,
+) -> None:
+    """The answer of what finished: printed, ``--json``, capacity.json,
+    ``--html``."""
     doc = search.result(ns.confidence)
     text = render(doc)
     progress.write("\n")
@@ -591,4 +623,3 @@ def _capacity(
             target_ms=target.ms,
         )
         write_html(page, ns.html)
-    return EXIT_INTERRUPTED if interrupted else 0

@@ -26,6 +26,7 @@ import os
 import shlex
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -459,10 +460,23 @@ def _sweep_held(
     )
     progress.flush()
     interrupted = False
+    failure: PgsurgeError | None = None
     try:
         sweep.run()
     except Interrupted:
         interrupted = True
+    except PgsurgeError as e:
+        # a run failed (the server went away): the table of what finished
+        # is still printed and written, as after Ctrl-C (--resume reruns
+        # the rest)
+        failure = e
+        err.write(e.format())
+        err.flush()
+    if failure is not None:
+        if any(sweep.cell_runs(c.index, a.name) for c in sweep.grid for a in plan.arms):
+            with suppress(PgsurgeError):  # the same cause (a full disk): said
+                report(sweep, ns, out, err)
+        return int(failure.exit_status)
     status = report(sweep, ns, out, err)
     return EXIT_INTERRUPTED if interrupted else status
 
