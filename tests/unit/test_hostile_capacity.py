@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from pgsurge.experiment.capacity import Repetition, Search
+from pgsurge.experiment.capacity import Repetition, Search, render
 from tests.fix_cli import run_cli
 
 #: far more probes than any search of these brackets needs
@@ -85,3 +85,18 @@ def test_a_search_without_a_duration_is_refused(
         "common arguments\n"
     )
     assert list(tmp_path.iterdir()) == []  # nothing ran, no directory made
+
+
+@pytest.mark.parametrize("state", ["interrupted", "failed"])
+def test_no_repetition_finished_is_no_answer(state: str) -> None:
+    """Ctrl-C (or a failed probe) in the first repetition said "no rate met
+    p99 ≤ 10 ms (even the lowest tried): lower --min-rate", of rates that
+    had met it."""
+    doc = {
+        "target": {"stat": "p99", "ms": 10.0},
+        "capacity": None,
+        "state": state,
+        "repetitions": [{"capacity": None, "bound": "ok", "probes": []}],
+    }
+    assert render(doc) == f"no repetition finished ({state}): no answer\n"
+    assert "lower --min-rate" in render(doc | {"state": "finished"})
