@@ -22,15 +22,26 @@ already in use" warning among the run's lines.
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.fix_dask import base_env, pgsurge_cmd
+from pgsurge.distributed.watch import COORDINATOR_GRACE_S
+from tests.fix_dask import (
+    SLACK_S,
+    Cluster,
+    Run,
+    base_env,
+    count_clients,
+    pgsurge_cmd,
+    start_run,
+)
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -126,3 +137,43 @@ def test_a_local_cluster_says_nothing_of_a_busy_dashboard_port(
     assert "8787" not in proc.stderr and "Warning" not in proc.stderr, proc.stderr
     # one client on each host, said so
     assert proc.stderr.count("(1 client, clock") == 2, proc.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL], ids=lambda s: s.name)
+def test_a_coordinator_that_dies_waiting_for_busy_hosts_leaves_no_load(
+    sig: signal.Signals, bench_db: str, cluster: Cluster, tmp_path: Path
+) -> None:
+    """The second run's host tasks wait in the scheduler for the hosts the
+    first one holds; its coordinator dies while they wait: when the first
+    run ends, they must not start a load nobody watches."""
+    first = start_run(
+        [
+            *("--dask", cluster.address, "-n", "-S", "-T", "8", "-c", "2"),
+            *("-j", "2", "-P", "1", bench_db),
+        ],
+        tmp_path,
+    )
+    second = None
+    try:
+        first.wait_for("progress: 1.0 s")
+        second = Run(
+            [
+                *("--dask", cluster.address, "-n", "-S", "-T", "60", "-c", "6"),
+                *("-j", "2", bench_db),
+            ],
+            tmp_path,
+        )
+        second.wait_for("waiting for 2 load hosts: busy with another run", 30)
+        second.proc.send_signal(sig)
+        second.wait(30)
+        assert first.wait(60) == 0, first.stderr
+        # the first run's 2 clients are gone; the second's 6 must never come
+        deadline = time.monotonic() + COORDINATOR_GRACE_S + SLACK_S
+        while time.monotonic() < deadline:
+            assert count_clients(bench_db) == 0
+            assert cluster.load_processes() == set()
+            time.sleep(0.3)
+    finally:
+        first.kill()
+        if second is not None:
+            second.kill()

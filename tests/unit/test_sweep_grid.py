@@ -139,3 +139,21 @@ def test_knee_range_widens_with_noise() -> None:
     ]
     knee = find_knee(pts)
     assert knee is not None and knee.low == 1 and knee.high == 4
+    # the "knee" is the last point: none was shown (hostile finding)
+    assert knee.open_ended
+
+
+def test_a_curve_still_rising_at_the_end_has_no_knee() -> None:
+    """(hostile finding) tps doubling with every client count up to the
+    last one swept: the knee was put at that last count, "more clients add
+    less than 10 % to the peak", of client counts never run."""
+    pts = [_pt(c, [100.0 * c, 102.0 * c, 98.0 * c]) for c in (1, 2, 4)]
+    knee = find_knee(pts)
+    assert knee is not None and knee.open_ended
+    text = knee.describe()
+    assert text.startswith("no knee up to 4 clients: the last point is more than")
+    assert "knee at" not in text and "add less than" not in text
+    assert knee.to_dict()["clients"] is None and knee.to_dict()["open_ended"]
+    # a knee before the last point is one
+    flat = find_knee([*pts, _pt(8, [400.0, 401.0, 399.0])])
+    assert flat is not None and not flat.open_ended and flat.clients == 4

@@ -90,9 +90,23 @@ class Knee:
     latency_knee: float | None
     #: the knee or a point after it ran with a busy client
     client_limited: bool
+    #: the "knee" is the last client count swept: tps still grew past the
+    #: band there, and nothing beyond it was measured, so no knee was shown
+    #: (it said "more clients add less than 10 %" of clients never run)
+    open_ended: bool = False
 
     def describe(self) -> str:
         """One line for the table's foot."""
+        if self.open_ended:
+            text = (
+                f"no knee up to {_n(self.clients)} clients: the last point is "
+                f"more than {self.gain * 100:g} % above the others "
+                f"({_fmt(self.peak_tps)} tps at {_n(self.peak_clients)}); "
+                "sweep more clients to find it"
+            )
+            if self.client_limited:
+                text += "; warning: the client was busy at the last point"
+            return text
         rng = (
             f"{_n(self.low)}–{_n(self.high)} clients"
             if self.low != self.high
@@ -114,7 +128,8 @@ class Knee:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "clients": self.clients,
+            "clients": None if self.open_ended else self.clients,
+            "open_ended": self.open_ended,
             "range": [self.low, self.high],
             "peak_clients": self.peak_clients,
             "peak_tps": self.peak_tps,
@@ -179,4 +194,5 @@ def find_knee(
         gain=gain,
         latency_knee=latency_knee,
         client_limited=any(p.client_limited for p in pts if p.clients >= knee.clients),
+        open_ended=knee is pts[-1],
     )

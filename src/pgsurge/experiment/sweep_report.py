@@ -210,7 +210,7 @@ def find_knees(
             arm = group[0].arms[k].arm
             items.append((arm, tuple(zip(labels, other, strict=True)), knee))
             for res in group:
-                if float(res.cell.values[axis]) == knee.clients:
+                if not knee.open_ended and float(res.cell.values[axis]) == knee.clients:
                     marks.setdefault(res.cell.index, []).append(arm)
     return Knees(
         tuple(items),
