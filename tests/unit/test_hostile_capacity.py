@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from pgsurge.experiment.capacity import Repetition, Search, render
+from pgsurge.errors import UsageError
+from pgsurge.experiment.capacity import Repetition, Search, parse_target, render
 from tests.fix_cli import run_cli
 
 #: far more probes than any search of these brackets needs
@@ -100,3 +101,19 @@ def test_no_repetition_finished_is_no_answer(state: str) -> None:
     }
     assert render(doc) == f"no repetition finished ({state}): no answer\n"
     assert "lower --min-rate" in render(doc | {"state": "finished"})
+
+
+@pytest.mark.parametrize("text", ["p99.999=1ms", "p50.5=1ms", "p0=1ms"])
+def test_a_percentile_no_run_reports_is_refused(text: str) -> None:
+    """Every probe read the target's percentile from its run's JSON, which
+    has p50, p75, p90, p95, p99, p99.9 and p99.99 only: "p99.999" was
+    never found, every probe "missed the target", and the search answered
+    "no rate met p99.999 ≤ 1 ms (even the lowest tried): lower --min-rate"."""
+    with pytest.raises(UsageError, match="a run reports no percentile"):
+        parse_target(text)
+
+
+def test_a_percentile_spelt_otherwise_is_the_runs_own() -> None:
+    assert parse_target("p99.0=10ms").stat == "99"  # "99.0" was never found
+    assert parse_target("p050=2ms").stat == "50"
+    assert parse_target("p99.9=1ms").stat == "99.9"

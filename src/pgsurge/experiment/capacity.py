@@ -90,12 +90,27 @@ def parse_target(text: str) -> Target:
     m = _TARGET.match(text.strip())
     if not m:
         raise UsageError(
-            f'--latency: expected e.g. "p99=10ms" (p50…p99.99 or avg; us, ms or s), '
+            f'--latency: expected e.g. "p99=10ms" (p50, p75, p90, p95, p99, p99.9, p99.99 or avg; us, ms or s), '
             f'got "{text}"'
         )
     stat = m.group(1).removeprefix("p")
     if stat != "avg" and float(stat) >= 100:
         raise UsageError(f'--latency: percentile out of range in "{text}"')
+    if stat != "avg":
+        # the probes read the percentile from each run's JSON, which has
+        # these only: another one (p99.999, p50.5, p99.0 spelt so) was
+        # never found, every probe "missed the target" and the search
+        # answered "no rate met … lower --min-rate"
+        from pgsurge.report.json import JSON_PERCENTILES
+
+        known = {f"{p:g}": p for p in JSON_PERCENTILES if p < 100}
+        key = f"{float(stat):g}"
+        if key not in known:
+            raise UsageError(
+                f'--latency: a run reports no percentile {stat} in "{text}" '
+                f"(p{', p'.join(known)} or avg)"
+            )
+        stat = key
     bound = float(m.group(2)) * _UNIT_MS[m.group(3)]
     if bound <= 0:
         raise UsageError(f'--latency: the bound must be above zero in "{text}"')
