@@ -90,8 +90,8 @@ def parse_target(text: str) -> Target:
     m = _TARGET.match(text.strip())
     if not m:
         raise UsageError(
-            f'--latency: expected e.g. "p99=10ms" (p50, p75, p90, p95, p99, p99.9, p99.99 or avg; us, ms or s), '
-            f'got "{text}"'
+            '--latency: expected e.g. "p99=10ms" (p50, p75, p90, p95, p99, '
+            f'p99.9, p99.99 or avg; us, ms or s), got "{text}"'
         )
     stat = m.group(1).removeprefix("p")
     if stat != "avg" and float(stat) >= 100:
