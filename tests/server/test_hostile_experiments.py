@@ -27,6 +27,10 @@ ab) and their artefacts, on a real server.
   (the server went away) ended it with the error alone: no table, no
   answer of the repetitions that had finished, ``--json`` unwritten. What
   finished is now reported as after Ctrl-C, with the run's exit status.
+* A sweep over ``-R`` showed the p99 of runs whose rate was not sustained
+  (their latencies measure the backlog) as any other: the run's warning
+  went to its log. Such cells are now marked ``!``, with a foot line and
+  ``rate_not_sustained_runs`` in the JSON.
 """
 
 from __future__ import annotations
@@ -405,3 +409,29 @@ def test_a_capacity_search_whose_probe_fails_reports_what_finished(
     assert doc["repetitions"][-1]["capacity"] is None
     assert "sustainable rate at least 20.0 tps" in stdout
     assert "(failed: from the repetitions that finished)" in stdout
+
+
+@pytest.mark.slow
+def test_a_rate_sweep_marks_the_rates_not_sustained(
+    fresh_db: str, tmp_path: Path
+) -> None:
+    # one client of 10 ms transactions finishes 100 tps at most
+    (tmp_path / "sleep.sql").write_text("SELECT pg_sleep(0.01);\n")
+    r = _pgsurge(
+        [
+            *("sweep", "--vary", "-R 20,400", "--runs", "1", "--warmup", "0"),
+            *("--out", str(tmp_path / "out"), "--json", str(tmp_path / "s.json")),
+            *("--", "-n", "-f", "sleep.sql", "-c", "1", "-T", "2", fresh_db),
+        ],
+        tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "s.json").read_text())
+    marks = [c["arms"]["A"]["rate_not_sustained_runs"] for c in doc["cells"]]
+    assert marks == [0, 1], doc
+    rows = {
+        ln.split()[0]: ln for ln in r.stdout.splitlines() if ln[:3] in ("20 ", "400")
+    }
+    assert rows["400"].split()[1:4].count("!") == 1, r.stdout
+    assert "!" not in rows["20"], r.stdout
+    assert "!: some -R runs did not sustain their rate" in r.stdout
