@@ -112,6 +112,7 @@ def _pt(c: int, tps: list[float], p99: float = 1.0) -> KneePoint:
 def test_knee_of_a_flat_curve_is_the_first_point() -> None:
     knee = find_knee([_pt(c, [100.0, 101.0, 99.0]) for c in (1, 2, 4, 8)])
     assert knee is not None and knee.clients == 1 and knee.low == 1
+    assert knee.describe().startswith("knee at 1 client (range ")
 
 
 def test_knee_where_growth_stops_and_its_range() -> None:

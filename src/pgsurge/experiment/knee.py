@@ -110,15 +110,15 @@ class Knee:
         rng = (
             f"{_n(self.low)}–{_n(self.high)} clients"
             if self.low != self.high
-            else f"{_n(self.low)} clients"
+            else _c(self.low)
         )
         text = (
-            f"knee at {_n(self.clients)} clients (range {rng}): more clients "
+            f"knee at {_c(self.clients)} (range {rng}): more clients "
             f"add less than {self.gain * 100:g} % to the peak "
             f"({_fmt(self.peak_tps)} tps at {_n(self.peak_clients)})"
         )
         if self.latency_knee is not None:
-            text += f"; p99 grows faster than tps from {_n(self.latency_knee)} clients"
+            text += f"; p99 grows faster than tps from {_c(self.latency_knee)}"
         if self.client_limited:
             text += (
                 "; warning: the client was busy at or after the knee: it may be "
@@ -137,6 +137,11 @@ class Knee:
             "latency_knee": self.latency_knee,
             "client_limited": self.client_limited,
         }
+
+
+def _c(x: float) -> str:
+    """A client count with its noun ("1 client", "4 clients")."""
+    return f"{_n(x)} client" + ("" if x == 1 else "s")
 
 
 def _n(x: float) -> str:
