@@ -171,3 +171,26 @@ def test_a_value_that_looks_like_the_varied_option_is_no_clash(
         'pgsurge: error: arm A at -c 2: could not open file "-c": '
         "No such file or directory\n"
     )
+
+
+@pytest.mark.parametrize("command", ["sweep", "capacity"])
+@pytest.mark.parametrize("option", ["--json", "--html"])
+def test_an_output_in_a_missing_directory_is_refused_before_any_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str, option: str
+) -> None:
+    """The table was printed after the last run, then "could not write
+    JSON comparison to …": an hour of runs for a typo (and the sweep's own
+    sweep.json in its directory was not written either)."""
+    monkeypatch.chdir(tmp_path)
+    own = (
+        ["--vary", "-c 1,2"]
+        if command == "sweep"
+        else ["--latency", "p99=10ms", "--max-rate", "20"]
+    )
+    r = run_cli([command, *own, option, "nowhere/x", "--", "-S", "-T", "1"])
+    assert (r.status, r.stdout) == (1, "")
+    assert r.stderr == (
+        f'pgsurge: error: {option}: directory "nowhere" does not exist '
+        '(for "nowhere/x")\n'
+    )
+    assert list(tmp_path.iterdir()) == []

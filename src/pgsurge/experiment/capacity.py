@@ -61,6 +61,7 @@ from pgsurge.experiment.command import (
     _Parser,
     _percent,
     _split_ab_argv,
+    check_output_paths,
 )
 from pgsurge.experiment.knee import arm_interval
 from pgsurge.experiment.render import fmt_value
@@ -563,6 +564,7 @@ def _capacity(
         )
     if ns.repeat < 1:
         raise UsageError("--repeat must be at least 1")
+    check_output_paths(json=ns.json, html=ns.html)
     for name in ("min_rate", "max_rate"):
         v = getattr(ns, name)
         if v is not None and not (v > 0 and math.isfinite(v)):
@@ -647,10 +649,10 @@ def _capacity_report(
     doc = search.result(ns.confidence)
     text = render(doc)
     progress.write("\n")
-    _emit(text, doc, ns.json, out, err)
     write_private(
         Path(plan.out_dir) / "capacity.json", json.dumps(doc, indent=2) + "\n"
     )
+    _emit(text, doc, ns.json, out, err)
     if ns.html and doc["repetitions"]:
         from pgsurge.report.command import write_html
         from pgsurge.report.sweep_html import render_sweep_html

@@ -46,6 +46,7 @@ from pgsurge.experiment.command import (
     _percent,
     _split_ab_argv,
     _words,
+    check_output_paths,
     check_own_arguments,
 )
 from pgsurge.experiment.grid import Vary, parse_vary
@@ -407,6 +408,7 @@ def _sweep(
 ) -> int:
     own, common = _split_ab_argv(argv[1:], _VALUE_OPTIONS)
     ns = _parser().parse_args(own)
+    check_output_paths(json=ns.json, html=ns.html)
     plan, manifest = _plan(ns, common, check, option_key, option_keys)
     lock = _hold(plan.out_dir)
     try:
@@ -506,9 +508,11 @@ def report(sweep: Sweep, ns: argparse.Namespace, out: TextIO, err: TextIO) -> in
         manifest=sweep.manifest(),
     )
     (err if ns.json == "-" else out).write("\n")
-    _emit(text, doc, ns.json, out, err)
+    # the directory's copies first: a --json that cannot be written leaves
+    # them (--resume DIR --json FILE reports again, running nothing)
     write_private(plan.out_dir / "sweep.txt", text)
     write_private(plan.out_dir / "sweep.json", json.dumps(doc, indent=2) + "\n")
+    _emit(text, doc, ns.json, out, err)
     if ns.html:
         from pgsurge.report.command import write_html
         from pgsurge.report.sweep_html import render_sweep_html
