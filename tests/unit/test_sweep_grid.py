@@ -158,3 +158,18 @@ def test_a_curve_still_rising_at_the_end_has_no_knee() -> None:
     # a knee before the last point is one
     flat = find_knee([*pts, _pt(8, [400.0, 401.0, 399.0])])
     assert flat is not None and not flat.open_ended and flat.clients == 4
+
+
+def test_a_peak_at_the_first_point_of_noisy_runs_settles_nothing() -> None:
+    """(hostile finding) Runs of 2.7–372 844 tps intervals, the peak's
+    median at 1 client: the range said "1 client", as if the later points
+    had been shown not to be higher."""
+    pts = [
+        _pt(1, [300.0, 4000.0]),
+        _pt(2, [200.0, 2500.0]),
+        _pt(4, [250.0, 400.0]),
+    ]
+    knee = find_knee(pts)
+    assert knee is not None and knee.clients == 1 and not knee.open_ended
+    assert (knee.low, knee.high) == (1, 4)
+    assert knee.describe().startswith("knee at 1 client (range 1–4 clients)")

@@ -165,6 +165,17 @@ def _within(
     return est.high >= 1.0 - gain, est.low >= 1.0 - gain
 
 
+def _not_above(
+    point: KneePoint, base: KneePoint, gain: float, confidence: float
+) -> bool:
+    """Whether ``point`` is surely no more than the band above ``base``
+    (``base`` within ``gain`` of it)."""
+    est = stats.log_ratio_ci(base.tps, point.tps, confidence)
+    if est is None:
+        return point.median * (1.0 - gain) <= base.median
+    return est.high * (1.0 - gain) <= 1.0
+
+
 def find_knee(
     points: Sequence[KneePoint],
     *,
@@ -184,6 +195,19 @@ def find_knee(
     sure = [p for p in pts if _within(p, peak, gain, confidence)[1]]
     low = min(could[0].clients, knee.clients) if could else knee.clients
     high = max(sure[0].clients, knee.clients) if sure else peak.clients
+    # nor can the knee be later than the first point that no later one
+    # surely outgrows by the band: with the peak at the first point and
+    # intervals of 2.7–372 844 tps, the range said "1 clients", as if the
+    # later points had been shown not to be higher
+    settled = next(
+        (
+            k
+            for i, k in enumerate(pts)
+            if all(_not_above(q, k, gain, confidence) for q in pts[i + 1 :])
+        ),
+        pts[-1],
+    )
+    high = max(high, settled.clients)
     latency_knee = None
     for a, b in itertools.pairwise(pts):
         pa, pb = a.p99_median, b.p99_median
