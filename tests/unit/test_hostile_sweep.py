@@ -146,6 +146,14 @@ def test_resume_with_an_arm_alone_is_refused(tmp_path: Path) -> None:
             ["--vary", "PGAPPNAME a,b", "--a-env", "PGAPPNAME=x", "--", "-T", "1"],
             '--vary "PGAPPNAME …": --a-env sets PGAPPNAME too',
         ),
+        (
+            ["--vary", "SET work_mem 4MB,64MB", "--b-env", "PGOPTIONS=-c work_mem=1MB"],
+            '--vary "SET work_mem …": --b-env PGOPTIONS sets work_mem too',
+        ),
+        (
+            ["--vary", "SET work_mem 4MB,64MB", "--a-env", "PGOPTIONS=--work-mem=1MB"],
+            '--vary "SET work_mem …": --a-env PGOPTIONS sets work_mem too',
+        ),
     ],
 )
 def test_a_varied_option_given_elsewhere_is_refused(

@@ -23,6 +23,7 @@ import argparse
 import fcntl
 import json
 import os
+import re
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -313,6 +314,22 @@ def _not_given_elsewhere(
                 f'--vary "{name} …": {where} {name} too '
                 "(each cell's value would win): drop it there"
             )
+    for spec in specs:
+        if spec.kind != "setting":
+            continue
+        # PGOPTIONS "-c work_mem=1MB" (or "--work-mem=1MB"): the cell's
+        # setting goes after it and wins, under the arm's name
+        said = re.compile(
+            r"(?:-c\s*|--)" + re.escape(spec.name).replace("_", "[-_]") + r"\s*=",
+            re.IGNORECASE,
+        )
+        for arm in arms:
+            if said.search(arm.env.get("PGOPTIONS", "")):
+                raise UsageError(
+                    f'--vary "SET {spec.name} …": --{arm.name.lower()}-env '
+                    f"PGOPTIONS sets {spec.name} too (each cell's value would "
+                    "win): drop it there"
+                )
     names = {s.name for s in specs if s.kind == "env"}
     for arm in arms:
         both = sorted(names & arm.env.keys())
