@@ -189,6 +189,29 @@ def test_a_rate_beyond_what_the_clients_can_finish(db: str, tmp_path: Path) -> N
     assert "not sustained: 1 client of" in run.stderr
 
 
+def test_a_target_met_at_the_ceiling_is_a_lower_bound(db: str, tmp_path: Path) -> None:
+    """(hostile finding) Every probe up to ``--max-rate`` met the target:
+    the answer was "sustainable rate 20.0 tps (95 % interval 20.0–20.0)",
+    a precision the probes never had; it is a lower bound."""
+    (tmp_path / "one.sql").write_text("SELECT 1;\n")
+    out_json = tmp_path / "cap.json"
+    r = pgsurge(
+        [
+            *("capacity", "--latency", "p99=2s", "--min-rate", "10"),
+            *("--max-rate", "20", "--repeat", "2", "--json", str(out_json)),
+            *("--", "-n", "-f", "one.sql", "-T", "1", db),
+        ],
+        tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out_json.read_text())
+    assert [rep["bound"] for rep in doc["repetitions"]] == ["above-max"] * 2
+    assert doc["capacity"] == 20.0 and doc["capacity_is_lower_bound"] is True
+    assert doc["interval"] is None
+    assert "sustainable rate at least 20.0 tps (the ceiling" in r.stdout
+    assert "interval" not in r.stdout.split("sustainable rate")[1]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

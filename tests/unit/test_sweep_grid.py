@@ -112,6 +112,7 @@ def _pt(c: int, tps: list[float], p99: float = 1.0) -> KneePoint:
 def test_knee_of_a_flat_curve_is_the_first_point() -> None:
     knee = find_knee([_pt(c, [100.0, 101.0, 99.0]) for c in (1, 2, 4, 8)])
     assert knee is not None and knee.clients == 1 and knee.low == 1
+    assert knee.describe().startswith("knee at 1 client (range ")
 
 
 def test_knee_where_growth_stops_and_its_range() -> None:
@@ -139,3 +140,36 @@ def test_knee_range_widens_with_noise() -> None:
     ]
     knee = find_knee(pts)
     assert knee is not None and knee.low == 1 and knee.high == 4
+    # the "knee" is the last point: none was shown (hostile finding)
+    assert knee.open_ended
+
+
+def test_a_curve_still_rising_at_the_end_has_no_knee() -> None:
+    """(hostile finding) tps doubling with every client count up to the
+    last one swept: the knee was put at that last count, "more clients add
+    less than 10 % to the peak", of client counts never run."""
+    pts = [_pt(c, [100.0 * c, 102.0 * c, 98.0 * c]) for c in (1, 2, 4)]
+    knee = find_knee(pts)
+    assert knee is not None and knee.open_ended
+    text = knee.describe()
+    assert text.startswith("no knee up to 4 clients: the last point is more than")
+    assert "knee at" not in text and "add less than" not in text
+    assert knee.to_dict()["clients"] is None and knee.to_dict()["open_ended"]
+    # a knee before the last point is one
+    flat = find_knee([*pts, _pt(8, [400.0, 401.0, 399.0])])
+    assert flat is not None and not flat.open_ended and flat.clients == 4
+
+
+def test_a_peak_at_the_first_point_of_noisy_runs_settles_nothing() -> None:
+    """(hostile finding) Runs of 2.7–372 844 tps intervals, the peak's
+    median at 1 client: the range said "1 client", as if the later points
+    had been shown not to be higher."""
+    pts = [
+        _pt(1, [300.0, 4000.0]),
+        _pt(2, [200.0, 2500.0]),
+        _pt(4, [250.0, 400.0]),
+    ]
+    knee = find_knee(pts)
+    assert knee is not None and knee.clients == 1 and not knee.open_ended
+    assert (knee.low, knee.high) == (1, 4)
+    assert knee.describe().startswith("knee at 1 client (range 1–4 clients)")

@@ -291,14 +291,23 @@ def _main(argv: Sequence[str]) -> int:
             _startup_done()
             return int(
                 sweep_main(
-                    list(argv[1:]), check_args=_check_run_args, option_key=_option_key
+                    list(argv[1:]),
+                    check_args=_check_run_args,
+                    option_key=_option_key,
+                    option_keys=_option_keys,
                 )
             )
         if first == "capacity":
             from pgsurge.experiment.capacity import capacity_main
 
             _startup_done()
-            return int(capacity_main(list(argv[1:]), check_args=_check_run_args))
+            return int(
+                capacity_main(
+                    list(argv[1:]),
+                    check_args=_check_run_args,
+                    option_keys=_option_keys,
+                )
+            )
     from pgsurge.cli.options import EarlyExit, parse_command_line
 
     try:
@@ -321,6 +330,19 @@ def _option_key(word: str) -> str:
     except UsageError:
         pass
     return word
+
+
+def _option_keys(args: Sequence[str]) -> set[str]:
+    """For ``pgsurge capacity`` and ``sweep``: the options a run's arguments give, as
+    the run's command line reads them (``-T``, ``--time=5``, ``-ST5``:
+    ``T``); none when they do not parse (the run check says why)."""
+    from pgsurge.cli.getopt import Getopt
+    from pgsurge.cli.options import LONG_OPTIONS, SHORT_OPTIONS
+
+    try:
+        return {key for key, _value in Getopt(list(args), SHORT_OPTIONS, LONG_OPTIONS)}
+    except UsageError:
+        return set()
 
 
 def _check_run_args(

@@ -12,7 +12,9 @@ from __future__ import annotations
 import ipaddress
 import signal
 import socket
+import struct
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, TextIO
@@ -77,6 +79,14 @@ def client_of(address: str) -> Iterator[Any]:
                     host="127.0.0.1",
                     dashboard_address=None,
                     worker_dashboard_address=None,
+                    # the scheduler's HTTP server starts whatever the
+                    # dashboard: on 8787 by default, and when another
+                    # cluster holds that, Dask printed its "Port 8787 is
+                    # already in use" warning (4 lines) among the run's
+                    scheduler_kwargs={
+                        "dashboard": False,
+                        "dashboard_address": "127.0.0.1:0",
+                    },
                     resources={"pgsurge": 1},
                 )
             client = Client(cluster)
@@ -84,13 +94,30 @@ def client_of(address: str) -> Iterator[Any]:
         else:
             if address.startswith("tls://"):
                 _check_tls_settings()
-            client = Client(address, timeout="10s")
+            else:
+                _answers_as_dask(address, CONNECT_TIMEOUT_S)
+            client = Client(address, timeout=f"{CONNECT_TIMEOUT_S:g}s")
     except (OSError, TimeoutError) as e:
         if cluster is not None:
             cluster.close()
         quiet()
         raise PgsurgeError(
             f'could not connect to the Dask scheduler "{address}": {e}'
+        ) from None
+    except PgsurgeError:
+        quiet()
+        raise
+    except Exception as e:
+        # what answered is not a Dask scheduler after all (a reply that
+        # decodes as a frame length of exabytes: a MemoryError, a msgpack
+        # error): one line, as for a scheduler that is not there
+        if cluster is not None:
+            with suppress(Exception):
+                cluster.close()
+        quiet()
+        raise PgsurgeError(
+            f'could not connect to the Dask scheduler "{address}": what answered '
+            f"is not a Dask scheduler ({type(e).__name__})"
         ) from None
     try:
         yield client
@@ -101,6 +128,74 @@ def client_of(address: str) -> Iterator[Any]:
             with suppress(Exception):
                 cluster.close()
         quiet()
+
+
+#: how long the coordinator waits for the scheduler (Dask's connect
+#: timeout, and the wait for its first bytes)
+CONNECT_TIMEOUT_S = 10.0
+
+#: a Dask message's first 8 bytes are the length of what follows: a
+#: handshake is a few hundred bytes; text read as that length is exabytes
+_MAX_FIRST_FRAME = 64 << 20
+
+NOT_DASK_HINT = (
+    "Give the scheduler's own port (8786 by default; 8787 is its dashboard), "
+    "and tls:// for a scheduler that speaks TLS"
+)
+
+
+def _answers_as_dask(address: str, timeout_s: float) -> None:
+    """Whether a ``tcp://`` address speaks Dask, before Dask is let at it.
+    A Dask scheduler sends its handshake as soon as it accepts; Dask's
+    client waits for it with no deadline, so a port that accepts and says
+    nothing (a PostgreSQL server, which waits for its startup packet; the
+    dashboard's HTTP port) hung the run for ever, and one that says
+    something else (an SSH banner) made Dask allocate exabytes and die in
+    a traceback. A refused or unreachable address is left to Dask's own
+    connect, which retries and says so."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, loc = parse_address(address)
+        host, port = parse_host_port(loc)
+    except ValueError:
+        return  # Dask's connect reports it
+    if scheme != "tcp":
+        return
+    deadline = time.monotonic() + timeout_s
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout_s)
+    except OSError:
+        return  # refused, unreachable: Dask's connect retries and says so
+    head = b""
+    with sock:
+        try:
+            while len(head) < 8:
+                sock.settimeout(max(0.05, deadline - time.monotonic()))
+                chunk = sock.recv(8 - len(head))
+                if not chunk:
+                    raise PgsurgeError(
+                        f'could not connect to the Dask scheduler "{address}": it '
+                        "closed the connection without a word: not a Dask scheduler",
+                        hint=NOT_DASK_HINT,
+                    )
+                head += chunk
+        except TimeoutError:
+            raise PgsurgeError(
+                f'could not connect to the Dask scheduler "{address}": it accepted '
+                f"the connection but said nothing in {timeout_s:g} s: not a Dask "
+                "scheduler",
+                hint=NOT_DASK_HINT,
+            ) from None
+        except OSError:
+            return  # reset: Dask's connect says so
+    (length,) = struct.unpack("Q", head)  # as Dask packs it
+    if length > _MAX_FIRST_FRAME:
+        raise PgsurgeError(
+            f'could not connect to the Dask scheduler "{address}": what answered '
+            "is not a Dask scheduler",
+            hint=NOT_DASK_HINT,
+        )
 
 
 TLS_HINT = (

@@ -491,7 +491,8 @@ class _Coordinator:
         self.say(
             f"{PROG}: dask: "
             + ", ".join(
-                f"host {h.info.index} {h.info.address} ({h.info.clients} clients, "
+                f"host {h.info.index} {h.info.address} ({h.info.clients} "
+                f"client{'' if h.info.clients == 1 else 's'}, "
                 f"clock {h.info.clock_offset_us / 1000:+.3f} ms "
                 f"± {h.info.clock_rtt_us / 2000:.3f})"
                 for h in self.hosts

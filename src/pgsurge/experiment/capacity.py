@@ -26,12 +26,15 @@ target and the run kept up with its schedule (the result's ``rate_check``,
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
 import re
 import shlex
 import sys
+from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -58,6 +61,7 @@ from pgsurge.experiment.command import (
     _Parser,
     _percent,
     _split_ab_argv,
+    check_output_paths,
 )
 from pgsurge.experiment.knee import arm_interval
 from pgsurge.experiment.render import fmt_value
@@ -87,12 +91,27 @@ def parse_target(text: str) -> Target:
     m = _TARGET.match(text.strip())
     if not m:
         raise UsageError(
-            f'--latency: expected e.g. "p99=10ms" (p50…p99.99 or avg; us, ms or s), '
-            f'got "{text}"'
+            '--latency: expected e.g. "p99=10ms" (p50, p75, p90, p95, p99, '
+            f'p99.9, p99.99 or avg; us, ms or s), got "{text}"'
         )
     stat = m.group(1).removeprefix("p")
     if stat != "avg" and float(stat) >= 100:
         raise UsageError(f'--latency: percentile out of range in "{text}"')
+    if stat != "avg":
+        # the probes read the percentile from each run's JSON, which has
+        # these only: another one (p99.999, p50.5, p99.0 spelt so) was
+        # never found, every probe "missed the target" and the search
+        # answered "no rate met … lower --min-rate"
+        from pgsurge.report.json import JSON_PERCENTILES
+
+        known = {f"{p:g}": p for p in JSON_PERCENTILES if p < 100}
+        key = f"{float(stat):g}"
+        if key not in known:
+            raise UsageError(
+                f'--latency: a run reports no percentile {stat} in "{text}" '
+                f"(p{', p'.join(known)} or avg)"
+            )
+        stat = key
     bound = float(m.group(2)) * _UNIT_MS[m.group(3)]
     if bound <= 0:
         raise UsageError(f'--latency: the bound must be above zero in "{text}"')
@@ -292,7 +311,25 @@ class Search(Experiment):
             and r.capacity is not None
             and p.rate == r.capacity
         ]
-        ci = arm_interval(caps, confidence) if len(caps) >= 2 else None
+        # a rate passes when one of its two tries does: the runs at the
+        # capacities that missed are said too (the answer quoted the p99 of
+        # the passing one alone, 46.2 ms, beside a miss of 81.9 ms there)
+        missed = [
+            float(p.latency_ms) if p.latency_ms is not None else None
+            for r in self.reps
+            for p in r.probes
+            if not p.passed and r.capacity is not None and p.rate == r.capacity
+        ]
+        # a repetition that met the target at the ceiling found no limit:
+        # its "capacity" is only a lower bound, and when the median is one,
+        # so is the answer (an interval of ceilings, 100.0–100.0, claimed
+        # a precision the probes never had)
+        ceiling = max(
+            (r.capacity for r in self.reps if r.bound == "above-max" and r.capacity),
+            default=None,
+        )
+        at_least = ceiling is not None and median is not None and median >= ceiling
+        ci = arm_interval(caps, confidence) if len(caps) >= 2 and not at_least else None
         return {
             "schema": 1,
             "kind": "pgsurge-capacity-result",
@@ -300,8 +337,11 @@ class Search(Experiment):
             "confidence": confidence,
             "closed_loop_tps": self.closed_tps,
             "capacity": median,
+            "capacity_is_lower_bound": at_least,
             "interval": list(ci) if ci else None,
             "latency_at_capacity_ms": float(np.median(at)) if at else None,
+            "runs_at_capacity": len(at) + len(missed),
+            "missed_at_capacity_ms": missed,
             "repetitions": [
                 {
                     "capacity": r.capacity,
@@ -318,6 +358,8 @@ class Search(Experiment):
 def render(doc: dict[str, Any]) -> str:
     t = doc["target"]
     cap = doc["capacity"]
+    if cap is None and doc["state"] != "finished":
+        return f"no repetition finished ({doc['state']}): no answer\n"
     if cap is None:
         return (
             f"no rate met {t['stat']} ≤ {t['ms']:g} ms (even the lowest tried): "
@@ -326,9 +368,16 @@ def render(doc: dict[str, Any]) -> str:
     ci = doc["interval"]
     pct = f"{doc['confidence'] * 100:g} %"
     interval = f" ({pct} interval {fmt_value(ci[0])}–{fmt_value(ci[1])})" if ci else ""
+    head = f"sustainable rate {fmt_value(cap)} tps{interval}"
+    if doc.get("capacity_is_lower_bound"):
+        head = (
+            f"sustainable rate at least {fmt_value(cap)} tps (the ceiling: the "
+            "target was met at the highest rate tried; raise --max-rate)"
+        )
     lines = [
-        f"sustainable rate {fmt_value(cap)} tps{interval}; {t['stat']} at that rate "
-        f"{fmt_value(doc['latency_at_capacity_ms'])} ms (target {t['ms']:g} ms)",
+        f"{head}; {t['stat']} at that rate "
+        f"{fmt_value(doc['latency_at_capacity_ms'])} ms (target {t['ms']:g} ms)"
+        + _misses(doc),
         "repetitions: "
         + ", ".join(
             fmt_value(r["capacity"])
@@ -341,6 +390,18 @@ def render(doc: dict[str, Any]) -> str:
     if doc["closed_loop_tps"]:
         lines.append(f"closed loop (no -R): {fmt_value(doc['closed_loop_tps'])} tps")
     return "\n".join(lines) + "\n"
+
+
+def _misses(doc: dict[str, Any]) -> str:
+    """The runs at the capacities that missed the target (a rate passes
+    when one of its two tries does)."""
+    missed = doc.get("missed_at_capacity_ms") or []
+    if not missed:
+        return ""
+    worst = max((m for m in missed if m is not None), default=None)
+    return f"; {len(missed)} of {doc['runs_at_capacity']} runs there missed it" + (
+        f" (up to {fmt_value(worst)} ms)" if worst is not None else ""
+    )
 
 
 def as_sweep(doc: dict[str, Any]) -> dict[str, Any]:
@@ -470,15 +531,22 @@ def capacity_main(
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
     check_args: RunArgsCheck | None = None,
+    option_keys: Callable[[Sequence[str]], set[str]] | None = None,
 ) -> int:
-    """``pgsurge capacity …``; ``argv[0]`` is ``"capacity"``."""
+    """``pgsurge capacity …``; ``argv[0]`` is ``"capacity"``.
+    ``option_keys`` names the options a run's arguments give (``T`` for
+    ``-T``), from the command line's own table."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    return _funnel(err, _capacity, argv, out, err, check_args)
+    return _funnel(err, _capacity, argv, out, err, check_args, option_keys)
 
 
 def _capacity(
-    argv: list[str], out: TextIO, err: TextIO, check: RunArgsCheck | None
+    argv: list[str],
+    out: TextIO,
+    err: TextIO,
+    check: RunArgsCheck | None,
+    option_keys: Callable[[Sequence[str]], set[str]] | None = None,
 ) -> int:
     own, common = _split_ab_argv(argv[1:], ())
     parser = _parser()
@@ -496,6 +564,7 @@ def _capacity(
         )
     if ns.repeat < 1:
         raise UsageError("--repeat must be at least 1")
+    check_output_paths(json=ns.json, html=ns.html)
     for name in ("min_rate", "max_rate"):
         v = getattr(ns, name)
         if v is not None and not (v > 0 and math.isfinite(v)):
@@ -509,6 +578,14 @@ def _capacity(
             raise UsageError(
                 f"the arguments: {e.message}", detail=e.detail, hint=e.hint
             ) from None
+    if option_keys is not None and "T" not in option_keys(common):
+        # a probe of -t transactions (pgbench's default: 10 per client) lasts
+        # as long as the rate makes it: at 2 000 tps a few milliseconds, a
+        # p99 of ten transactions, no interval for the schedule check, and
+        # the rate passed whatever the clients achieved
+        raise UsageError(
+            "capacity needs a duration: give -T SEC among the common arguments"
+        )
     plan = Plan(
         arms=(Arm("A", "", (), {}),),
         common=tuple(common),
@@ -537,17 +614,45 @@ def _capacity(
         stderr=err,
     )
     interrupted = False
+    failure: PgsurgeError | None = None
     try:
         search.run()
     except Interrupted:
         interrupted = True
+    except PgsurgeError as e:
+        # a probe failed (the server went away): what the repetitions
+        # before it found is still reported, as after Ctrl-C (it was lost,
+        # --json and capacity.json unwritten)
+        failure = e
+        err.write(e.format())
+        err.flush()
+    if failure is not None:
+        if search.reps:
+            with suppress(PgsurgeError):  # the same cause (a full disk): said
+                _capacity_report(search, ns, target, plan, progress, out, err)
+        return int(failure.exit_status)
+    _capacity_report(search, ns, target, plan, progress, out, err)
+    return EXIT_INTERRUPTED if interrupted else 0
+
+
+def _capacity_report(
+    search: Search,
+    ns: argparse.Namespace,
+    target: Target,
+    plan: Plan,
+    progress: TextIO,
+    out: TextIO,
+    err: TextIO,
+) -> None:
+    """The answer of what finished: printed, ``--json``, capacity.json,
+    ``--html``."""
     doc = search.result(ns.confidence)
     text = render(doc)
     progress.write("\n")
-    _emit(text, doc, ns.json, out, err)
     write_private(
         Path(plan.out_dir) / "capacity.json", json.dumps(doc, indent=2) + "\n"
     )
+    _emit(text, doc, ns.json, out, err)
     if ns.html and doc["repetitions"]:
         from pgsurge.report.command import write_html
         from pgsurge.report.sweep_html import render_sweep_html
@@ -559,4 +664,3 @@ def _capacity(
             target_ms=target.ms,
         )
         write_html(page, ns.html)
-    return EXIT_INTERRUPTED if interrupted else 0

@@ -216,6 +216,20 @@ def _emit(
         write_output(json.dumps(doc, indent=2) + "\n", json_to, "JSON comparison")
 
 
+def check_output_paths(**paths: str | None) -> None:
+    """``--json FILE``/``--html FILE`` of an experiment whose runs take an
+    hour: a directory that is not there is said before the first run, not
+    after the last (the table was printed, then "could not write")."""
+    for option, path in paths.items():
+        if path is None or path == "-":
+            continue
+        parent = os.path.dirname(path) or "."
+        if not os.path.isdir(parent):
+            raise UsageError(
+                f'--{option}: directory "{parent}" does not exist (for "{path}")'
+            )
+
+
 def _funnel(err: TextIO, func: Any, *args: Any) -> int:
     """Run a subcommand body; a ``PgsurgeError`` becomes its message and
     exit status, ``--help`` its status."""

@@ -90,21 +90,35 @@ class Knee:
     latency_knee: float | None
     #: the knee or a point after it ran with a busy client
     client_limited: bool
+    #: the "knee" is the last client count swept: tps still grew past the
+    #: band there, and nothing beyond it was measured, so no knee was shown
+    #: (it said "more clients add less than 10 %" of clients never run)
+    open_ended: bool = False
 
     def describe(self) -> str:
         """One line for the table's foot."""
+        if self.open_ended:
+            text = (
+                f"no knee up to {_n(self.clients)} clients: the last point is "
+                f"more than {self.gain * 100:g} % above the others "
+                f"({_fmt(self.peak_tps)} tps at {_n(self.peak_clients)}); "
+                "sweep more clients to find it"
+            )
+            if self.client_limited:
+                text += "; warning: the client was busy at the last point"
+            return text
         rng = (
             f"{_n(self.low)}–{_n(self.high)} clients"
             if self.low != self.high
-            else f"{_n(self.low)} clients"
+            else _c(self.low)
         )
         text = (
-            f"knee at {_n(self.clients)} clients (range {rng}): more clients "
+            f"knee at {_c(self.clients)} (range {rng}): more clients "
             f"add less than {self.gain * 100:g} % to the peak "
             f"({_fmt(self.peak_tps)} tps at {_n(self.peak_clients)})"
         )
         if self.latency_knee is not None:
-            text += f"; p99 grows faster than tps from {_n(self.latency_knee)} clients"
+            text += f"; p99 grows faster than tps from {_c(self.latency_knee)}"
         if self.client_limited:
             text += (
                 "; warning: the client was busy at or after the knee: it may be "
@@ -114,7 +128,8 @@ class Knee:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "clients": self.clients,
+            "clients": None if self.open_ended else self.clients,
+            "open_ended": self.open_ended,
             "range": [self.low, self.high],
             "peak_clients": self.peak_clients,
             "peak_tps": self.peak_tps,
@@ -122,6 +137,11 @@ class Knee:
             "latency_knee": self.latency_knee,
             "client_limited": self.client_limited,
         }
+
+
+def _c(x: float) -> str:
+    """A client count with its noun ("1 client", "4 clients")."""
+    return f"{_n(x)} client" + ("" if x == 1 else "s")
 
 
 def _n(x: float) -> str:
@@ -145,6 +165,17 @@ def _within(
     return est.high >= 1.0 - gain, est.low >= 1.0 - gain
 
 
+def _not_above(
+    point: KneePoint, base: KneePoint, gain: float, confidence: float
+) -> bool:
+    """Whether ``point`` is surely no more than the band above ``base``
+    (``base`` within ``gain`` of it)."""
+    est = stats.log_ratio_ci(base.tps, point.tps, confidence)
+    if est is None:
+        return point.median * (1.0 - gain) <= base.median
+    return est.high * (1.0 - gain) <= 1.0
+
+
 def find_knee(
     points: Sequence[KneePoint],
     *,
@@ -164,6 +195,19 @@ def find_knee(
     sure = [p for p in pts if _within(p, peak, gain, confidence)[1]]
     low = min(could[0].clients, knee.clients) if could else knee.clients
     high = max(sure[0].clients, knee.clients) if sure else peak.clients
+    # nor can the knee be later than the first point that no later one
+    # surely outgrows by the band: with the peak at the first point and
+    # intervals of 2.7–372 844 tps, the range said "1 clients", as if the
+    # later points had been shown not to be higher
+    settled = next(
+        (
+            k
+            for i, k in enumerate(pts)
+            if all(_not_above(q, k, gain, confidence) for q in pts[i + 1 :])
+        ),
+        pts[-1],
+    )
+    high = max(high, settled.clients)
     latency_knee = None
     for a, b in itertools.pairwise(pts):
         pa, pb = a.p99_median, b.p99_median
@@ -179,4 +223,5 @@ def find_knee(
         gain=gain,
         latency_knee=latency_knee,
         client_limited=any(p.client_limited for p in pts if p.clients >= knee.clients),
+        open_ended=knee is pts[-1],
     )

@@ -136,6 +136,9 @@ class RunSummary:
     client_limited: bool = False
     #: the run's per-interval tps trended (``steady_state.steady`` false)
     unsteady: bool = False
+    #: a ``-R`` run that did not keep up with its schedule
+    #: (``rate_check.sustained`` false): its latencies measure the backlog
+    rate_unsustained: bool = False
     #: the run's --warmup seconds: its series starts with the measured
     #: window (no start-up in its first interval)
     warmup_s: int = 0
@@ -339,6 +342,8 @@ def parse_result(path: str, data: object) -> RunSummary:
         arm=_arm(data.get("experiment")),
         unsteady=isinstance(data.get("steady_state"), Mapping)
         and data["steady_state"].get("steady") is False,
+        rate_unsustained=isinstance(data.get("rate_check"), Mapping)
+        and data["rate_check"].get("sustained") is False,
         warmup_s=int(data["warmup_s"])
         if isinstance(data.get("warmup_s"), int) and data["warmup_s"] > 0
         else 0,

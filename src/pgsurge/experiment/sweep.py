@@ -47,7 +47,7 @@ from pgsurge.experiment.ab import (
     write_private,
 )
 from pgsurge.experiment.grid import Cell, Vary, cells, rounds
-from pgsurge.experiment.results import RunSummary, load_result
+from pgsurge.experiment.results import RunSummary, load_result, workload_differences
 from pgsurge.redact import MASK, redact_env, redact_text, redact_words
 
 __all__ = ["Sweep", "SweepPlan", "SweepRecord", "load_manifest"]
@@ -316,6 +316,7 @@ class Sweep(Experiment):
                             round=-1,
                         )
                         self._step(arm, rec, f"warm-up  {key}  {arm.name}")
+                        self._same_workload(rec, key)
                     warmed.add((ci, arm.name))
                 seq += 1
                 k += 1
@@ -331,6 +332,38 @@ class Sweep(Experiment):
                 )
                 self._step(arm, rec, f"run {k}/{total}  {key}  {arm.name}")
                 self.ran += 1
+                self._same_workload(rec, key)
+
+    def _same_workload(self, rec: SweepRecord, key: str) -> None:
+        """A run whose workload differs from the cell's other runs (a script
+        edited since a ``--resume``d sweep began, another server): its
+        figures would be pooled with runs of something else (a resumed
+        ``SELECT 1`` cell took a ``pg_sleep`` run into its median and
+        interval). The run is set aside and the sweep stops."""
+        if rec.summary is None:
+            return
+        others = [
+            r.summary
+            for r in self.records
+            if isinstance(r, SweepRecord)
+            and r is not rec
+            and r.cell == rec.cell
+            and r.arm == rec.arm
+            and r.summary is not None
+        ]
+        if not others:
+            return
+        diff = workload_differences(others[0].workload, rec.summary.workload)
+        if not diff:
+            return
+        rec.summary = None
+        rec.status = "different workload"
+        self.write_manifest()
+        raise PgsurgeError(
+            f"{rec.file} ({key}, arm {rec.arm}): its workload differs from the "
+            f"cell's earlier runs ({'; '.join(diff)}); the scripts or the server "
+            "changed since: start a new sweep"
+        )
 
     def cell_runs(self, cell: int, arm: str) -> list[RunSummary]:
         """The finished counted runs of ``cell`` and ``arm``, in run order."""

@@ -20,11 +20,14 @@ same arguments again with ``--resume``).
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
+import re
 import shlex
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -44,6 +47,7 @@ from pgsurge.experiment.command import (
     _percent,
     _split_ab_argv,
     _words,
+    check_output_paths,
     check_own_arguments,
 )
 from pgsurge.experiment.grid import Vary, parse_vary
@@ -61,7 +65,7 @@ from pgsurge.experiment.sweep_report import (
     sweep_json,
     sweep_text,
 )
-from pgsurge.redact import MASK, redact_words
+from pgsurge.redact import MASK, redact_env, redact_words
 
 __all__ = ["sweep_main"]
 
@@ -225,6 +229,40 @@ def _from_manifest(doc: dict[str, Any]) -> tuple[list[Vary], list[Arm], list[str
     return specs, arms, common
 
 
+def _same_as_manifest(
+    specs: Sequence[Vary],
+    arms: Sequence[Arm],
+    common: Sequence[str],
+    manifest: dict[str, Any],
+) -> None:
+    """Arguments given with ``--resume`` must be the sweep's own: the runs
+    kept are merged with the new ones cell by cell, so another grid, other
+    common arguments or another arm (a B of ``synchronous_commit=off``
+    resumed as one of ``work_mem=1MB``) would put runs of two experiments
+    in one cell, under the new arm's name, and the verdict would compare
+    what never ran together."""
+    differs = []
+    if [s.to_dict() for s in specs] != manifest.get("vary"):
+        differs.append("--vary")
+    if redact_words(common) != manifest.get("common"):
+        differs.append("the common arguments")
+    theirs = manifest.get("arms")
+    mine = [
+        {"name": a.name, "argv": redact_words(a.args), "env": redact_env(a.env)}
+        for a in arms
+    ]
+    if not isinstance(theirs, list) or mine != [
+        {k: a.get(k) for k in ("name", "argv", "env")} if isinstance(a, dict) else a
+        for a in theirs
+    ]:
+        differs.append("the arms")
+    if differs:
+        raise UsageError(
+            f"--resume: {' and '.join(differs)} differ from the sweep's manifest "
+            "(give the same arguments, or none: --resume DIR alone)"
+        )
+
+
 #: an option's spelling -> the option it means (its short letter or long
 #: name), as the run's command line reads it; the spelling itself when
 #: the command line does not know it (the run's check then says so)
@@ -247,11 +285,67 @@ def _same_options(specs: Sequence[Vary], option_key: OptionKey) -> None:
         seen[key] = spec.name
 
 
+#: the options a run's arguments give (``-nc4``: ``n`` and ``c``), as the
+#: run's command line reads them
+OptionKeys = Callable[[Sequence[str]], set[str]]
+
+
+def _not_given_elsewhere(
+    specs: Sequence[Vary],
+    arms: Sequence[Arm],
+    common: Sequence[str],
+    option_key: OptionKey,
+    option_keys: OptionKeys,
+) -> None:
+    """A varied option (or environment variable) that the common arguments
+    or an arm give too: the cell's value comes last and wins in every run,
+    so ``--a "-c 8"`` ran -c 1, 2, 4 under the name "A: -c 8" and the
+    common ``-c 4`` was dropped without a word. Refused, naming both."""
+    varied = {
+        option_key(s.name): s.name for s in specs if s.kind in ("option", "scale")
+    }
+    places: list[tuple[str, Sequence[str]]] = [("the common arguments give", common)]
+    places += [(f"--{a.name.lower()} gives", a.args) for a in arms]
+    for where, words in places:
+        clash = sorted(option_keys(words) & varied.keys())
+        if clash:
+            name = varied[clash[0]]
+            raise UsageError(
+                f'--vary "{name} …": {where} {name} too '
+                "(each cell's value would win): drop it there"
+            )
+    for spec in specs:
+        if spec.kind != "setting":
+            continue
+        # PGOPTIONS "-c work_mem=1MB" (or "--work-mem=1MB"): the cell's
+        # setting goes after it and wins, under the arm's name
+        said = re.compile(
+            r"(?:-c\s*|--)" + re.escape(spec.name).replace("_", "[-_]") + r"\s*=",
+            re.IGNORECASE,
+        )
+        for arm in arms:
+            if said.search(arm.env.get("PGOPTIONS", "")):
+                raise UsageError(
+                    f'--vary "SET {spec.name} …": --{arm.name.lower()}-env '
+                    f"PGOPTIONS sets {spec.name} too (each cell's value would "
+                    "win): drop it there"
+                )
+    names = {s.name for s in specs if s.kind == "env"}
+    for arm in arms:
+        both = sorted(names & arm.env.keys())
+        if both:
+            raise UsageError(
+                f'--vary "{both[0]} …": --{arm.name.lower()}-env sets {both[0]} too '
+                "(each cell's value would win): drop it there"
+            )
+
+
 def _plan(
     ns: argparse.Namespace,
     common: list[str],
     check: RunArgsCheck | None,
     option_key: OptionKey | None = None,
+    option_keys: OptionKeys | None = None,
 ) -> tuple[SweepPlan, dict[str, Any] | None]:
     if ns.runs < 1:
         raise UsageError("--runs must be at least 1")
@@ -263,15 +357,11 @@ def _plan(
             raise UsageError("--resume DIR writes to DIR: drop --out")
         out = _checked_out_dir(Path(ns.resume), ns.resume, resume=True)
         manifest = load_manifest(out)
-        if ns.vary or common:
+        given_arms = ns.a is not None or ns.b is not None or ns.a_env or ns.b_env
+        if ns.vary or common or given_arms:
             specs = [parse_vary(v) for v in ns.vary]
             arms = _arms(ns)
-            if [s.to_dict() for s in specs] != manifest.get("vary") or redact_words(
-                common
-            ) != manifest.get("common"):
-                raise UsageError(
-                    "--resume: the arguments differ from the sweep's manifest"
-                )
+            _same_as_manifest(specs, arms, common, manifest)
         else:
             specs, arms, common = _from_manifest(manifest)
         runs = int(manifest.get("runs_per_cell") or ns.runs)
@@ -287,6 +377,8 @@ def _plan(
     check_own_arguments("sweep", arms, common)
     if option_key is not None:
         _same_options(specs, option_key)
+        if option_keys is not None:
+            _not_given_elsewhere(specs, arms, common, option_key, option_keys)
     plan = SweepPlan(
         specs=tuple(specs),
         arms=tuple(arms),
@@ -313,13 +405,14 @@ def sweep_main(
     stderr: TextIO | None = None,
     check_args: RunArgsCheck | None = None,
     option_key: OptionKey | None = None,
+    option_keys: OptionKeys | None = None,
 ) -> int:
     """``pgsurge sweep …``; ``argv[0]`` is ``"sweep"``. ``option_key``
     names the option a spelling means (``-c``, ``--client``, ``--cli``:
     the same), from the command line's own table."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    return _funnel(err, _sweep, argv, out, err, check_args, option_key)
+    return _funnel(err, _sweep, argv, out, err, check_args, option_key, option_keys)
 
 
 def _sweep(
@@ -328,10 +421,45 @@ def _sweep(
     err: TextIO,
     check: RunArgsCheck | None,
     option_key: OptionKey | None = None,
+    option_keys: OptionKeys | None = None,
 ) -> int:
     own, common = _split_ab_argv(argv[1:], _VALUE_OPTIONS)
     ns = _parser().parse_args(own)
-    plan, manifest = _plan(ns, common, check, option_key)
+    check_output_paths(json=ns.json, html=ns.html)
+    plan, manifest = _plan(ns, common, check, option_key, option_keys)
+    lock = _hold(plan.out_dir)
+    try:
+        return _sweep_held(plan, manifest, ns, argv, out, err)
+    finally:
+        os.close(lock)
+
+
+def _hold(out_dir: Path) -> int:
+    """An exclusive lock on the sweep's directory for as long as the sweep
+    runs (on the directory itself: no file left behind; its runs do not
+    inherit it). A ``--resume DIR`` of a sweep still running (from another
+    terminal) ran the same missing runs at the same time: each loaded the
+    server under the other's runs, both wrote the same files and the
+    manifest, and the table mixed them; it is refused."""
+    fd = os.open(out_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise PgsurgeError(
+            f"{out_dir} is in use by another pgsurge sweep that is still running"
+        ) from None
+    return fd
+
+
+def _sweep_held(
+    plan: SweepPlan,
+    manifest: dict[str, Any] | None,
+    ns: argparse.Namespace,
+    argv: list[str],
+    out: TextIO,
+    err: TextIO,
+) -> int:
     resumed = resumed_records(plan.out_dir, manifest) if manifest else []
     progress = err if ns.json == "-" else out
     sweep = Sweep(
@@ -351,10 +479,23 @@ def _sweep(
     )
     progress.flush()
     interrupted = False
+    failure: PgsurgeError | None = None
     try:
         sweep.run()
     except Interrupted:
         interrupted = True
+    except PgsurgeError as e:
+        # a run failed (the server went away): the table of what finished
+        # is still printed and written, as after Ctrl-C (--resume reruns
+        # the rest)
+        failure = e
+        err.write(e.format())
+        err.flush()
+    if failure is not None:
+        if any(sweep.cell_runs(c.index, a.name) for c in sweep.grid for a in plan.arms):
+            with suppress(PgsurgeError):  # the same cause (a full disk): said
+                report(sweep, ns, out, err)
+        return int(failure.exit_status)
     status = report(sweep, ns, out, err)
     return EXIT_INTERRUPTED if interrupted else status
 
@@ -384,9 +525,11 @@ def report(sweep: Sweep, ns: argparse.Namespace, out: TextIO, err: TextIO) -> in
         manifest=sweep.manifest(),
     )
     (err if ns.json == "-" else out).write("\n")
-    _emit(text, doc, ns.json, out, err)
+    # the directory's copies first: a --json that cannot be written leaves
+    # them (--resume DIR --json FILE reports again, running nothing)
     write_private(plan.out_dir / "sweep.txt", text)
     write_private(plan.out_dir / "sweep.json", json.dumps(doc, indent=2) + "\n")
+    _emit(text, doc, ns.json, out, err)
     if ns.html:
         from pgsurge.report.command import write_html
         from pgsurge.report.sweep_html import render_sweep_html

@@ -64,6 +64,9 @@ class ArmCell:
     top_wait: tuple[str, float] | None
     client_limited: int
     unsteady: int
+    #: -R runs that did not sustain their rate (a sweep over -R: their p99
+    #: is the backlog's, and the table said nothing of it)
+    unsustained: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,6 +86,7 @@ class ArmCell:
             ),
             "client_limited_runs": self.client_limited,
             "unsteady_runs": self.unsteady,
+            "rate_not_sustained_runs": self.unsustained,
         }
 
 
@@ -117,6 +121,7 @@ def _arm_cell(arm: str, runs: Sequence[Any], confidence: float) -> ArmCell:
         top_wait=top,
         client_limited=sum(bool(r.client_limited) for r in runs),
         unsteady=sum(bool(r.unsteady) for r in runs),
+        unsustained=sum(bool(r.rate_unsustained) for r in runs),
     )
 
 
@@ -210,7 +215,7 @@ def find_knees(
             arm = group[0].arms[k].arm
             items.append((arm, tuple(zip(labels, other, strict=True)), knee))
             for res in group:
-                if float(res.cell.values[axis]) == knee.clients:
+                if not knee.open_ended and float(res.cell.values[axis]) == knee.clients:
                     marks.setdefault(res.cell.index, []).append(arm)
     return Knees(
         tuple(items),
@@ -226,6 +231,8 @@ def _tps_text(a: ArmCell) -> str:
         text += " *"
     if a.unsteady:
         text += " ~"
+    if a.unsustained:
+        text += " !"
     return text
 
 
@@ -285,6 +292,11 @@ def sweep_text(
         lines.append("*: some runs had a busy client (it may be the bottleneck)")
     if any(a.unsteady for r in results for a in r.arms):
         lines.append("~: some runs were not steady (their tps trended over the run)")
+    if any(a.unsustained for r in results for a in r.arms):
+        lines.append(
+            "!: some -R runs did not sustain their rate (their latencies measure "
+            "the backlog; see rate_check in their JSON)"
+        )
     for arm, other, knee in knees.items:
         where = ", ".join(f"{k} {v}" for k, v in other)
         who = f"{arm}" + (f" ({where})" if where else "")

@@ -171,11 +171,17 @@ def _knees(doc: Mapping[str, Any]) -> str:
     for k in doc.get("knees") or []:
         where = ", ".join(f"{a} {b}" for a, b in (k.get("where") or {}).items())
         lo, hi = k["range"]
-        text = (
-            f"{k['arm']}{' (' + where + ')' if where else ''}: knee at "
-            f"{k['clients']:g} clients (range {lo:g}–{hi:g}), peak "
-            f"{_fmt(k['peak_tps'])} tps at {k['peak_clients']:g}"
-        )
+        who = f"{k['arm']}{' (' + where + ')' if where else ''}"
+        if k.get("clients") is None:  # open-ended: tps still grew at the end
+            text = (
+                f"{who}: no knee up to {k['peak_clients']:g} clients (tps still "
+                f"grew at the last point: {_fmt(k['peak_tps'])} tps)"
+            )
+        else:
+            text = (
+                f"{who}: knee at {k['clients']:g} clients (range {lo:g}–{hi:g}), "
+                f"peak {_fmt(k['peak_tps'])} tps at {k['peak_clients']:g}"
+            )
         if k.get("client_limited"):
             text += " — the client was busy at or after it: maybe the client's knee"
         items.append(f"<li>{_esc(text)}</li>")
