@@ -110,6 +110,32 @@ def test_a_port_that_is_not_a_scheduler_is_one_error_line(
     assert listener.accepted  # it was asked
 
 
+def test_a_scheduler_that_is_not_there_is_found_before_the_target_is_touched(
+    bench_db: str, tmp_path: Path
+) -> None:
+    # nothing listens on the port: the run said so only when it sought the
+    # hosts, after its setup connection had vacuumed the target (hostile
+    # finding); now before, with -n or without
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    proc = subprocess.run(
+        pgsurge_cmd("--dask", address, "-S", "-T", "1", bench_db),
+        capture_output=True,
+        text=True,
+        env=base_env(),
+        cwd=tmp_path,
+        timeout=90,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == (
+        f'pgsurge: error: could not connect to the Dask scheduler "{address}": '
+        "Connection refused\n"
+    )
+    assert proc.stdout == ""  # no "starting vacuum...end."
+
+
 def test_a_local_cluster_says_nothing_of_a_busy_dashboard_port(
     bench_db: str, tmp_path: Path
 ) -> None:

@@ -198,6 +198,43 @@ def _answers_as_dask(address: str, timeout_s: float) -> None:
         )
 
 
+def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Before the run touches its target (the setup connection, the pre-run
+    vacuum): whether the scheduler at ``address`` (``tcp://`` or ``tls://``
+    HOST:PORT) accepts a connection, retried for ``timeout_s`` as Dask's
+    own connect retries it (a scheduler still starting); a ``tcp://`` one
+    must also speak Dask (:func:`_answers_as_dask`). A scheduler that is not
+    there was found only when the hosts were sought, after the target had
+    been vacuumed (hostile finding). ``local:N`` has nothing to check."""
+    if address.startswith("local:"):
+        return
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, loc = parse_address(address)
+        host, port = parse_host_port(loc)
+    except ValueError:
+        return  # Dask's connect reports it
+    if scheme not in ("tcp", "tls"):
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection(
+                (host, port), timeout=max(0.05, deadline - time.monotonic())
+            ).close()
+            break
+        except OSError as e:
+            if time.monotonic() >= deadline:
+                raise PgsurgeError(
+                    f'could not connect to the Dask scheduler "{address}": '
+                    f"{e.strerror or e}"
+                ) from None
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+    if scheme == "tcp":
+        _answers_as_dask(address, timeout_s)
+
+
 TLS_HINT = (
     "Give the coordinator Dask's TLS settings, e.g. "
     "DASK_DISTRIBUTED__COMM__TLS__CA_FILE, DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT "

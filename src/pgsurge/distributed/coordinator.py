@@ -65,6 +65,7 @@ from typing import Any, TextIO
 
 from pgsurge.distributed.clock import ClockServer
 from pgsurge.distributed.cluster import (
+    check_reachable,
     clear_text_peers,
     client_of,
     host_of,
@@ -133,6 +134,7 @@ def dask_driver(address: str) -> Driver:
             "--dask needs the Dask distributed package, which is not installed",
             hint=INSTALL_HINT,
         ) from None
+    check_reachable(address)
     return partial(drive, address)
 
 
