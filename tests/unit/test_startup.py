@@ -14,7 +14,8 @@ structural causes of past regressions instead of timing anything:
 * a run (any run connecting through ``pgconn``) must not execute
   psycopg's package (its connections, cursors and type adapters, a fifth
   of the start-up): ``pgconn`` imports only ``psycopg.pq`` and its
-  neighbours (tests/unit/test_psycopg_parts.py has the details);
+  neighbours, not even ``psycopg.conninfo`` (tests/unit/test_psycopg_parts.py
+  has the details);
 * no module-level pattern may spell a character class with a range up to
   a wide code point (``\\x80-\\U0010ffff``): ``re`` folds such a range into
   a bitmap at compile time, milliseconds per pattern at every start-up.
@@ -63,6 +64,16 @@ PSYCOPG_PACKAGE_ONLY = (
     "psycopg.cursor",
     "psycopg.adapt",
     "psycopg.types",
+)
+
+#: psycopg.conninfo and what only it imports (its connection attempts, sync
+#: and async, psycopg.abc): pgconn writes the two functions a run uses
+PSYCOPG_CONNINFO = (
+    "psycopg.conninfo",
+    "psycopg._conninfo_attempts",
+    "psycopg._conninfo_attempts_async",
+    "psycopg._conninfo_utils",
+    "psycopg.abc",
 )
 
 #: what psycopg's parts import for (next to) nothing, deferred by
@@ -118,6 +129,7 @@ def test_run_of_scripts_imports_only_what_it_needs() -> None:
     assert sorted(loaded.intersection(ONLY_SOME_RUNS)) == []
     assert "psycopg.pq" in loaded
     assert sorted(loaded.intersection(PSYCOPG_PACKAGE_ONLY)) == []
+    assert sorted(loaded.intersection(PSYCOPG_CONNINFO)) == []
     assert sorted(loaded.intersection(DEFERRED)) == []
     assert sorted(loaded.intersection(STDLIB_ONLY_SOME_RUNS)) == []
 
