@@ -33,7 +33,6 @@ import signal
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -67,6 +66,7 @@ from pgsurge.engine.state import Client, Op, Settings, WorkerState
 from pgsurge.engine.throttle import worker_delay_us
 from pgsurge.errors import PROG, PgsurgeError
 from pgsurge.prng import PgPrng, ThreadStreams
+from pgsurge.records import record
 from pgsurge.script.ast import (
     ParsedScript,
     Value,
@@ -89,7 +89,7 @@ _MODE = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class WorkerSpec:
     """Everything a worker needs; crosses the process boundary by pickle."""
 
