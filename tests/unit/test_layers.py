@@ -23,7 +23,16 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "pgsurge"
 #: lowest first; a unit is a top-level module or package of pgsurge
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset(
-        {"pgsurge", "config", "errors", "cnum", "redact", "deferred", "records", "_native"}
+        {
+            "pgsurge",
+            "config",
+            "errors",
+            "cnum",
+            "redact",
+            "deferred",
+            "records",
+            "_native",
+        }
     ),
     frozenset({"pgconn", "prng"}),
     frozenset({"script", "stats", "server"}),

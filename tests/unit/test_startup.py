@@ -81,6 +81,25 @@ PSYCOPG_CONNINFO = (
 #: Python's OpenSSL (each process of a run would hold them)
 DEFERRED = ("asyncio.base_events", "asyncio.events", "_ssl", "_hashlib")
 
+#: what ``multiprocessing`` and ``ctypes.util`` import, which a run does
+#: without: the workers are forked by ``engine.forked``, ``ctypes.util`` is
+#: a stand-in while psycopg's parts import it (``pgsurge.deferred``), and
+#: ``subprocess`` is imported by the scripts that run ``\\shell``
+STDLIB_NOT_FORKED = (
+    "multiprocessing",
+    "multiprocessing.connection",
+    "multiprocessing.context",
+    "_multiprocessing",
+    "ctypes.util",
+    "tempfile",
+    "shutil",
+    "random",
+    "bz2",
+    "lzma",
+    "subprocess",
+    "locale",
+)
+
 #: standard modules only some values need (--percentiles, tiny or
 #: hexadecimal doubles in scripts), imported where they are used
 STDLIB_ONLY_SOME_RUNS = ("decimal", "_decimal", "fractions")
@@ -132,6 +151,7 @@ def test_run_of_scripts_imports_only_what_it_needs() -> None:
     assert sorted(loaded.intersection(PSYCOPG_CONNINFO)) == []
     assert sorted(loaded.intersection(DEFERRED)) == []
     assert sorted(loaded.intersection(STDLIB_ONLY_SOME_RUNS)) == []
+    assert sorted(loaded.intersection(STDLIB_NOT_FORKED)) == []
 
 
 def test_deferred_modules_complete_on_first_use() -> None:
