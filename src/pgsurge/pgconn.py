@@ -88,10 +88,36 @@ def _import_psycopg_pq() -> None:
         return
 
     def complete_on_access(name: str) -> object:
+        if _in_submodule_import(name):
+            # ``from . import x`` of a psycopg module imported before the
+            # package is complete (``import psycopg.conninfo`` first): the
+            # submodule alone, as the package's own import order gives it;
+            # the package's __init__ now would meet the half-imported
+            # module in its circular imports
+            return importlib.import_module(f"psycopg.{name}")
         _complete_psycopg(package)
         return getattr(package, name)
 
     package.__getattr__ = complete_on_access  # type: ignore[method-assign]
+
+
+def _in_submodule_import(name: str) -> bool:
+    """Whether a psycopg module is being imported (its spec is marked
+    initializing while it executes) and ``name`` is a submodule of the
+    package not imported yet."""
+    if f"psycopg.{name}" in sys.modules or name.startswith("__"):
+        return False
+    initializing = any(
+        getattr(getattr(module, "__spec__", None), "_initializing", False)
+        for key, module in list(sys.modules.items())
+        if key.startswith("psycopg.")
+    )
+    if not initializing:
+        return False
+    try:
+        return importlib.util.find_spec(f"psycopg.{name}") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _import_parts() -> tuple[ModuleType | None, bool]:

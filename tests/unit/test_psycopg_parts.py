@@ -114,6 +114,30 @@ def test_any_missing_name_completes_the_package() -> None:
     assert out == "True True x\n"
 
 
+@pytest.mark.parametrize(
+    "first",
+    [
+        "from psycopg.conninfo import conninfo_to_dict\n",
+        "import psycopg.conninfo\n",
+        "import psycopg.rows\n",
+    ],
+    ids=["from-conninfo", "conninfo", "rows"],
+)
+def test_a_submodule_imported_first(first: str) -> None:
+    # psycopg.conninfo is not a part: imported first (by a test, a Python
+    # workload), its own "from . import ..." must not complete the package
+    # into its half-imported self; the package completes later, whole, on
+    # the first use of a name of its own
+    before = (
+        "from pgsurge import pgconn\n"
+        + first
+        + "assert 'psycopg.connection' not in sys.modules\n"
+        "import psycopg\n"
+        "assert callable(psycopg.connect)\n"
+    )
+    assert _describe(before) == _describe("import psycopg\n")
+
+
 def test_a_part_that_needs_the_package_falls_back_to_the_whole_import() -> None:
     # a stand-in for a future psycopg whose psycopg.pq reads a name of
     # the package: it fails while the package is not executed
