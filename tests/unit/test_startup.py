@@ -104,6 +104,28 @@ STDLIB_NOT_FORKED = (
 #: hexadecimal doubles in scripts), imported where they are used
 STDLIB_ONLY_SOME_RUNS = ("decimal", "_decimal", "fractions")
 
+#: patterns compiled on first use (``functools.cache`` accessors): a run
+#: of SQL scripts that uses none of them compiles none
+LAZY_PATTERNS = (
+    "pgsurge.cnum._float_re",
+    "pgsurge.script.lexer._expr_token",
+    "pgsurge.script.lexer._word_skip",
+    "pgsurge.script.values._strtod_res",
+)
+
+# the patterns of an accessor (compiled by the call), or with compile=False
+# whether it has compiled them already
+_LAZY_HELPER = (
+    "import importlib\n"
+    "def _lazy(accessor, compile=True):\n"
+    "    module, _, name = accessor.rpartition('.')\n"
+    "    func = getattr(importlib.import_module(module), name)\n"
+    "    if not compile:\n"
+    "        return func.cache_info().currsize > 0\n"
+    "    found = func()\n"
+    "    return found if isinstance(found, tuple) else (found,)\n"
+)
+
 # a range in a character class whose upper end is written as a \u/\U escape
 # or as a literal character above U+00FF
 _WIDE_RANGE = re.compile(r"-(?:\\U[0-9a-fA-F]{8}|\\u[0-9a-fA-F]{4}|[^\x00-\xff])")
@@ -216,13 +238,18 @@ def test_no_module_pattern_has_a_wide_unicode_range() -> None:
         "import json, re, sys\n"
         "from pgsurge.cli import main\n"
         "main(['pgsurge', '-h', '/nonexistent/pgsurge-startup', '-t', '1', 'x'])\n"
-        "import pgsurge.init, pgsurge.server.cli, pgsurge.server.embedded\n"
+        + _LAZY_HELPER
+        + "import pgsurge.init, pgsurge.server.cli, pgsurge.server.embedded\n"
         "print(json.dumps([\n"
         "    (name, attr, value.pattern)\n"
         "    for name, module in sorted(sys.modules.items())\n"
         "    if name.startswith('pgsurge.')\n"
         "    for attr, value in vars(module).items()\n"
         "    if isinstance(value, re.Pattern) and isinstance(value.pattern, str)\n"
+        "] + [\n"
+        "    ('lazy', f'{accessor}[{i}]', pattern.pattern)\n"
+        f"    for accessor in {LAZY_PATTERNS!r}\n"
+        "    for i, pattern in enumerate(_lazy(accessor))\n"
         "]))\n"
     )
     out = python_c(code)
@@ -234,6 +261,18 @@ def test_no_module_pattern_has_a_wide_unicode_range() -> None:
         if _WIDE_RANGE.search(pattern)
     ]
     assert offenders == []
+
+
+def test_a_run_compiles_no_lazy_pattern() -> None:
+    # what only some scripts and options use is compiled by them
+    code = (
+        "from pgsurge.cli import main\n"
+        "main(['pgsurge', '-h', '/nonexistent/pgsurge-startup', '-S', '-t', '1',"
+        " '-c', '2', '-j', '2', 'x'])\n"
+        + _LAZY_HELPER
+        + f"print([a for a in {LAZY_PATTERNS!r} if _lazy(a, compile=False)])\n"
+    )
+    assert python_c(code) == "[]\n"
 
 
 def test_wide_range_detector() -> None:
