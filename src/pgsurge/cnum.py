@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import cache
 
 __all__ = [
     "C_SPACE",
@@ -53,16 +54,23 @@ UINT64_MAX = (1 << 64) - 1
 C_SPACE = " \t\n\v\f\r"
 
 DECIMAL_DIGITS = re.compile(r"[0-9]*")
-_FLOAT = re.compile(
-    r"""[+-]?(?:
+
+
+@cache
+def _float_re() -> re.Pattern[str]:
+    """What ``strtod`` accepts (compiled on first use: a run whose options
+    and scripts hold no double never needs it, and it is the costliest
+    pattern of the start-up)."""
+    return re.compile(
+        r"""[+-]?(?:
         (?P<hex>0[xX](?:[0-9a-fA-F]+(?:\.[0-9a-fA-F]*)?|\.[0-9a-fA-F]+)
             (?:[pP][+-]?[0-9]+)?)
       | (?P<inf>[iI][nN][fF](?:[iI][nN][iI][tT][yY])?)
       | (?P<nan>[nN][aA][nN](?:\([0-9A-Za-z_]*\))?)
       | (?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?
     )""",
-    re.VERBOSE,
-)
+        re.VERBOSE,
+    )
 
 
 def wrap_int32(value: int) -> int:
@@ -116,7 +124,7 @@ def atoi(s: str) -> int:
 def atof(s: str) -> float:
     """``atof``: the longest prefix ``strtod`` accepts, else 0.0."""
     i = skip_c_space(s)
-    m = _FLOAT.match(s, i)
+    m = _float_re().match(s, i)
     if m is None:
         return 0.0
     text = m.group()

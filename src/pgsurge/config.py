@@ -10,8 +10,10 @@ onto other hosts.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from pgsurge.records import record
 
 
 class QueryMode(enum.Enum):
@@ -36,7 +38,7 @@ class PartitionMethod(enum.Enum):
     HASH = "hash"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ConnParams:
     """Where to connect, as the user gave it. libpq does the rest.
 
@@ -67,7 +69,7 @@ class ConnParams:
         return items
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ScriptSource:
     """One ``-f``/``-b``/``-S``/``-N`` script with its weight, before parsing.
 
@@ -91,7 +93,7 @@ class ScriptSource:
     python: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class InitConfig:
     """``-i``: initialization mode."""
 
@@ -117,7 +119,7 @@ class InitConfig:
     workload: Any = None
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class RunConfig:
     """Benchmark mode: everything a run needs, validated.
 

@@ -14,12 +14,18 @@ through psycopg, for next to nothing:
   up before libpq's, and uses nothing of it. The wheel's libpq links its
   own copy of OpenSSL, not the one Python's ``_ssl`` loads, so for libpq
   the import changes nothing, while loading and initialising the system's
-  ``libcrypto`` and ``libssl`` dirties some 3 MiB of the parent's memory.
+  ``libcrypto`` and ``libssl`` dirties some 3 MiB of the parent's memory;
+* ``psycopg.pq.misc`` does ``import ctypes.util`` for the function that
+  finds libpq for psycopg's pure-Python implementation (not the binary
+  one a run uses), and ``ctypes.util`` imports ``subprocess``,
+  ``shutil`` (with ``bz2`` and ``lzma``) and ``tempfile`` (with
+  ``random``): some 25 million instructions of every start-up.
 
 :func:`deferred_run_imports` is a context manager: while its block runs
-(``pgconn`` imports psycopg's parts in it) ``asyncio`` and ``ssl`` are
-stand-ins, modules created from their specs but not executed, holding
-only ``asyncio.CancelledError`` (from ``asyncio.exceptions``, which
+(``pgconn`` imports psycopg's parts in it) ``asyncio``, ``ssl`` and
+``ctypes.util`` (also ``ctypes``' attribute ``util``) are stand-ins,
+modules created from their specs but not executed, holding only
+``asyncio.CancelledError`` (from ``asyncio.exceptions``, which
 imports nothing). When the block ends the stand-ins leave ``sys.modules``:
 a later ``import asyncio``, ``import asyncio.subprocess``, ``import ssl``
 is Python's own import from the start, with its module locks (two
@@ -65,9 +71,11 @@ _kept: dict[str, ModuleType] = {}
 
 @contextlib.contextmanager
 def deferred_run_imports() -> Iterator[None]:
-    """``asyncio`` and ``ssl`` as stand-ins while the block runs (see the
-    module's docstring)."""
-    stand_ins = [m for m in (_stand_in("asyncio"), _stand_in("ssl")) if m is not None]
+    """``asyncio``, ``ssl`` and ``ctypes.util`` as stand-ins while the
+    block runs (see the module's docstring)."""
+    stand_ins = [
+        m for m in map(_stand_in, ("asyncio", "ssl", "ctypes.util")) if m is not None
+    ]
     for module in stand_ins:
         if module.__name__ == "asyncio":
             try:
@@ -100,6 +108,11 @@ def _stand_in(name: str) -> ModuleType | None:
 
     module.__getattr__ = from_real_module  # type: ignore[method-assign]
     sys.modules[name] = module
+    parent, _, child = name.rpartition(".")
+    if parent:
+        # what the import of a submodule sets (``import ctypes.util`` then
+        # reads ``ctypes.util``); the real import sets it again
+        setattr(sys.modules[parent], child, module)
     return module
 
 

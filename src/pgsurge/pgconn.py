@@ -24,7 +24,7 @@ Passwords never appear in anything this module prints or raises.
 Importing psycopg's package costs a run's start-up more than all of
 pgsurge's own modules (connections, cursors, copy, the type adapters, some
 200M instructions), and a run only needs ``psycopg.pq`` (with
-``psycopg.errors`` and ``psycopg.conninfo``). :func:`_import_psycopg_pq`
+``psycopg.errors``). :func:`_import_psycopg_pq`
 imports just those when nothing has imported psycopg yet, and leaves the
 package to complete itself, exactly as ``import psycopg`` would, on the
 first use of anything else it has (see there).
@@ -46,7 +46,7 @@ from typing import Any, TextIO
 from pgsurge.deferred import deferred_run_imports
 
 #: the parts of psycopg pgsurge's runs use
-PSYCOPG_PARTS = ("psycopg.pq", "psycopg.errors", "psycopg.conninfo")
+PSYCOPG_PARTS = ("psycopg.pq", "psycopg.errors")
 
 
 def _import_psycopg_pq() -> None:
@@ -88,10 +88,36 @@ def _import_psycopg_pq() -> None:
         return
 
     def complete_on_access(name: str) -> object:
+        if _in_submodule_import(name):
+            # ``from . import x`` of a psycopg module imported before the
+            # package is complete (``import psycopg.conninfo`` first): the
+            # submodule alone, as the package's own import order gives it;
+            # the package's __init__ now would meet the half-imported
+            # module in its circular imports
+            return importlib.import_module(f"psycopg.{name}")
         _complete_psycopg(package)
         return getattr(package, name)
 
     package.__getattr__ = complete_on_access  # type: ignore[method-assign]
+
+
+def _in_submodule_import(name: str) -> bool:
+    """Whether a psycopg module is being imported (its spec is marked
+    initializing while it executes) and ``name`` is a submodule of the
+    package not imported yet."""
+    if f"psycopg.{name}" in sys.modules or name.startswith("__"):
+        return False
+    initializing = any(
+        getattr(getattr(module, "__spec__", None), "_initializing", False)
+        for key, module in list(sys.modules.items())
+        if key.startswith("psycopg.")
+    )
+    if not initializing:
+        return False
+    try:
+        return importlib.util.find_spec(f"psycopg.{name}") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _import_parts() -> tuple[ModuleType | None, bool]:
@@ -174,8 +200,7 @@ _import_psycopg_pq()
 
 # (after the function above has set up the package's module)
 from psycopg import pq  # noqa: E402
-from psycopg.conninfo import conninfo_to_dict, make_conninfo  # noqa: E402
-from psycopg.errors import Error, OperationalError  # noqa: E402
+from psycopg.errors import Error, OperationalError, ProgrammingError  # noqa: E402
 
 from pgsurge.errors import ConnectError  # noqa: E402
 
@@ -430,7 +455,54 @@ def conninfo(items: dict[str, str], password: str | None = None) -> str:
         # psycopg's builder cannot encode them; libpq takes them as they
         # are, as pgbench passes them
         return " ".join(f"{k}={_quote(v)}" for k, v in params.items())
-    return make_conninfo("", **params)
+    return make_conninfo(params)
+
+
+# psycopg.conninfo's two functions a run uses, written here: importing that
+# module imports its connection attempts (sync and async), the ipaddress
+# module, psycopg.abc and a dataclass, about 3 ms of every start-up for two
+# functions of a few lines; these give the same strings and errors
+
+
+def conninfo_to_dict(text: str) -> dict[str, str]:
+    """``psycopg.conninfo.conninfo_to_dict(text)``: the keywords libpq's
+    ``PQconninfoParse`` finds set in ``text``, with their values."""
+    return {
+        opt.keyword.decode(): opt.val.decode()
+        for opt in _parse_conninfo(text)
+        if opt.val is not None
+    }
+
+
+def make_conninfo(params: dict[str, str]) -> str:
+    """``psycopg.conninfo.make_conninfo("", **params)``: ``key=value``
+    pairs, each value escaped as psycopg escapes it, checked by libpq."""
+    if not params:
+        return ""
+    text = " ".join(f"{k}={_param_escape(v)}" for k, v in params.items())
+    _parse_conninfo(text)
+    return text
+
+
+def _parse_conninfo(text: str) -> list[Any]:
+    """libpq's parse of ``text``; its error raised as psycopg's
+    ``ProgrammingError`` (as psycopg.conninfo does)."""
+    try:
+        return list(pq.Conninfo.parse(text.encode()))
+    except OperationalError as exc:
+        raise ProgrammingError(str(exc)) from None
+
+
+def _param_escape(value: str) -> str:
+    """A value as psycopg's ``make_conninfo`` writes it: ``''`` when empty,
+    backslash and quote escaped, quoted when it holds white space (the
+    characters ``\\s`` matches: ``str.isspace``'s)."""
+    if not value:
+        return "''"
+    value = value.replace("\\", "\\\\").replace("'", "\\'")
+    if any(c.isspace() for c in value):
+        value = "'" + value + "'"
+    return value
 
 
 #: what :func:`resolved_params` leaves out: the password goes apart; the

@@ -31,11 +31,11 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from pgsurge import _native
+from pgsurge.records import record
 
 __all__ = [
     "PgPrng",
@@ -243,7 +243,7 @@ else:
 # Seeding order (pgbench's main)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ThreadStreams:
     """The three states of one pgbench thread (pgsurge worker)."""
 
@@ -252,7 +252,7 @@ class ThreadStreams:
     sample: PgPrng  # --sampling-rate draws
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class SeedPlan:
     """Every state pgbench derives from ``--random-seed``, in its order."""
 

@@ -127,3 +127,24 @@ def test_their_objects_pickled_across_a_fork() -> None:
         "print(p.exitcode)\n"
     )
     assert python_c(code) == "0\n"
+
+
+def test_ctypes_util_after_the_parts() -> None:
+    # psycopg.pq.misc imported ctypes.util as a stand-in: every way of
+    # reaching it afterwards gives the real module
+    code = (
+        "import sys\n"
+        "import pgsurge.pgconn\n"
+        "import psycopg.pq.misc as misc\n"
+        "assert 'ctypes.util' not in sys.modules\n"
+        "assert 'subprocess' not in sys.modules\n"
+        "import ctypes\n"
+        "lib = misc.ctypes.util.find_library('c')\n"  # through the stand-in
+        "import ctypes.util\n"
+        "assert ctypes.util is sys.modules['ctypes.util']\n"
+        "assert callable(ctypes.util.find_library)\n"
+        "from ctypes import util\n"
+        "assert util.find_library('c') == lib and lib\n"
+        "print(type(util).__name__, util is sys.modules['ctypes.util'])\n"
+    )
+    assert python_c(code) == "module True\n"

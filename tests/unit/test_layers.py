@@ -22,7 +22,18 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "pgsurge"
 
 #: lowest first; a unit is a top-level module or package of pgsurge
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"pgsurge", "config", "errors", "cnum", "redact", "deferred", "_native"}),
+    frozenset(
+        {
+            "pgsurge",
+            "config",
+            "errors",
+            "cnum",
+            "redact",
+            "deferred",
+            "records",
+            "_native",
+        }
+    ),
     frozenset({"pgconn", "prng"}),
     frozenset({"script", "stats", "server"}),
     frozenset({"engine", "report", "insight", "workloads"}),

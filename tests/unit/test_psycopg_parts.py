@@ -1,8 +1,9 @@
 """pgconn imports only psycopg's parts a run uses, and the package stays whole.
 
-``pgsurge.pgconn`` imports ``psycopg.pq``, ``psycopg.errors`` and
-``psycopg.conninfo`` without executing psycopg's ``__init__`` (a fifth of
-a run's start-up) and leaves the package to complete itself on first use.
+``pgsurge.pgconn`` imports ``psycopg.pq`` and ``psycopg.errors`` (not
+``psycopg.conninfo``: pgconn has its two functions) without executing
+psycopg's ``__init__`` (a fifth of a run's start-up) and leaves the
+package to complete itself on first use.
 These tests pin both halves, each in a fresh interpreter (the test process
 has psycopg imported already): what a plain import leaves out, and that
 the completed package is the one ``import psycopg`` gives (same names,
@@ -15,6 +16,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import psycopg.conninfo
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.fix_run import python_c
 
@@ -27,6 +36,16 @@ PACKAGE_ONLY = (
     "psycopg.types",
     "psycopg._psycopg",
     "psycopg_binary._psycopg",
+)
+
+#: modules only ``psycopg.conninfo`` imports (pgconn has its own
+#: ``conninfo_to_dict``/``make_conninfo``)
+CONNINFO_ONLY = (
+    "psycopg.conninfo",
+    "psycopg._conninfo_attempts",
+    "psycopg._conninfo_attempts_async",
+    "psycopg._conninfo_utils",
+    "psycopg.abc",
 )
 
 # what a process reports about psycopg once it is (completed and) imported
@@ -65,7 +84,9 @@ def test_pgconn_imports_only_the_parts() -> None:
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('psycopg'))))"
     )
     loaded = set(json.loads(out))
-    assert {"psycopg.pq", "psycopg.errors", "psycopg.conninfo"} <= loaded
+    assert {"psycopg.pq", "psycopg.errors"} <= loaded
+    # nor psycopg.conninfo's connection attempts and what they import
+    assert sorted(loaded.intersection(CONNINFO_ONLY)) == []
     assert "psycopg_binary.pq" in loaded  # the binary implementation's libpq
     assert sorted(loaded.intersection(PACKAGE_ONLY)) == []
 
@@ -93,15 +114,39 @@ def test_any_missing_name_completes_the_package() -> None:
     assert out == "True True x\n"
 
 
+@pytest.mark.parametrize(
+    "first",
+    [
+        "from psycopg.conninfo import conninfo_to_dict\n",
+        "import psycopg.conninfo\n",
+        "import psycopg.rows\n",
+    ],
+    ids=["from-conninfo", "conninfo", "rows"],
+)
+def test_a_submodule_imported_first(first: str) -> None:
+    # psycopg.conninfo is not a part: imported first (by a test, a Python
+    # workload), its own "from . import ..." must not complete the package
+    # into its half-imported self; the package completes later, whole, on
+    # the first use of a name of its own
+    before = (
+        "from pgsurge import pgconn\n"
+        + first
+        + "assert 'psycopg.connection' not in sys.modules\n"
+        "import psycopg\n"
+        "assert callable(psycopg.connect)\n"
+    )
+    assert _describe(before) == _describe("import psycopg\n")
+
+
 def test_a_part_that_needs_the_package_falls_back_to_the_whole_import() -> None:
-    # a stand-in for a future psycopg whose psycopg.conninfo reads a name of
+    # a stand-in for a future psycopg whose psycopg.pq reads a name of
     # the package: it fails while the package is not executed
     before = (
         "import importlib.abc\n"
         "class Finder(importlib.abc.MetaPathFinder):\n"
         "    failed = False\n"
         "    def find_spec(self, name, path, target=None):\n"
-        "        if name == 'psycopg.conninfo' and not self.failed:\n"
+        "        if name == 'psycopg.pq' and not self.failed:\n"
         "            self.failed = True\n"
         "            raise ImportError('needs the package')\n"
         "        return None\n"
@@ -145,3 +190,52 @@ def test_binary_version_is_read_without_importlib_metadata() -> None:
     loaded, preset, real = json.loads(out.splitlines()[-1])
     assert loaded is False
     assert preset == real and real.count(".") >= 2
+
+
+# pgconn's conninfo_to_dict/make_conninfo stand for psycopg.conninfo's (whose
+# imports a run does without): the same strings and errors as psycopg's own
+
+_VALUE_CHARS = "ab =\\'\"\t\n\x1c\x85\u00a0\u2003\u3000é"
+_KEYS = ("host", "port", "user", "dbname", "application_name", "options")
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(_KEYS), st.text(alphabet=_VALUE_CHARS, max_size=6), min_size=0
+    )
+)
+def test_make_conninfo_is_psycopgs(params: dict[str, str]) -> None:
+    from pgsurge import pgconn
+
+    assert _outcome(pgconn.make_conninfo, params) == _outcome(
+        lambda p: psycopg.conninfo.make_conninfo("", **p), params
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "host=x port=5",
+        "postgresql://u:p@h:5/db?sslmode=require",
+        "host='a b' user=\\'x",
+        "host='a b",
+        "postgres://[::1",
+        "dbname=x user=",
+        "nosuchkeyword=1",
+    ],
+)
+def test_conninfo_to_dict_is_psycopgs(text: str) -> None:
+    from pgsurge import pgconn
+
+    assert _outcome(pgconn.conninfo_to_dict, text) == _outcome(
+        psycopg.conninfo.conninfo_to_dict, text
+    )
+
+
+def _outcome(func: Callable[[Any], object], arg: Any) -> object:
+    """What ``func(arg)`` returns, or the class and text of its error."""
+    try:
+        return func(arg)
+    except psycopg.Error as exc:
+        return (type(exc), str(exc))

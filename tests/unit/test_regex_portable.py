@@ -251,12 +251,15 @@ _SPACE_SKIP_OLD = r"(?:[ \t\r\f\v]++|\\\r?\n)*+"
 
 def _former_others() -> list[tuple[re.Pattern[str], re.Pattern[str]]]:
     """(new, former) for the lexer's and the splitter's own regexes."""
-    expr = lexer._EXPR_TOKEN.pattern
+    expr = lexer._expr_token().pattern
     assert expr.startswith(_SPACE_SKIP_NEW)
     vc = f"{_V}+"
     return [
-        (lexer._EXPR_TOKEN, re.compile(_SPACE_SKIP_OLD + expr[len(_SPACE_SKIP_NEW) :])),
-        (lexer._WORD_SKIP, re.compile(_SPACE_SKIP_OLD)),
+        (
+            lexer._expr_token(),
+            re.compile(_SPACE_SKIP_OLD + expr[len(_SPACE_SKIP_NEW) :]),
+        ),
+        (lexer._word_skip(), re.compile(_SPACE_SKIP_OLD)),
         (
             splitter._PLAIN_RUN,
             re.compile(

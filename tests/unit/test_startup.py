@@ -14,7 +14,8 @@ structural causes of past regressions instead of timing anything:
 * a run (any run connecting through ``pgconn``) must not execute
   psycopg's package (its connections, cursors and type adapters, a fifth
   of the start-up): ``pgconn`` imports only ``psycopg.pq`` and its
-  neighbours (tests/unit/test_psycopg_parts.py has the details);
+  neighbours, not even ``psycopg.conninfo`` (tests/unit/test_psycopg_parts.py
+  has the details);
 * no module-level pattern may spell a character class with a range up to
   a wide code point (``\\x80-\\U0010ffff``): ``re`` folds such a range into
   a bitmap at compile time, milliseconds per pattern at every start-up.
@@ -65,14 +66,65 @@ PSYCOPG_PACKAGE_ONLY = (
     "psycopg.types",
 )
 
+#: psycopg.conninfo and what only it imports (its connection attempts, sync
+#: and async, psycopg.abc): pgconn writes the two functions a run uses
+PSYCOPG_CONNINFO = (
+    "psycopg.conninfo",
+    "psycopg._conninfo_attempts",
+    "psycopg._conninfo_attempts_async",
+    "psycopg._conninfo_utils",
+    "psycopg.abc",
+)
+
 #: what psycopg's parts import for (next to) nothing, deferred by
 #: ``pgsurge.deferred`` until first used: asyncio's event loops and
 #: Python's OpenSSL (each process of a run would hold them)
 DEFERRED = ("asyncio.base_events", "asyncio.events", "_ssl", "_hashlib")
 
+#: what ``multiprocessing`` and ``ctypes.util`` import, which a run does
+#: without: the workers are forked by ``engine.forked``, ``ctypes.util`` is
+#: a stand-in while psycopg's parts import it (``pgsurge.deferred``), and
+#: ``subprocess`` is imported by the scripts that run ``\\shell``
+STDLIB_NOT_FORKED = (
+    "multiprocessing",
+    "multiprocessing.connection",
+    "multiprocessing.context",
+    "_multiprocessing",
+    "ctypes.util",
+    "tempfile",
+    "shutil",
+    "random",
+    "bz2",
+    "lzma",
+    "subprocess",
+    "locale",
+)
+
 #: standard modules only some values need (--percentiles, tiny or
 #: hexadecimal doubles in scripts), imported where they are used
 STDLIB_ONLY_SOME_RUNS = ("decimal", "_decimal", "fractions")
+
+#: patterns compiled on first use (``functools.cache`` accessors): a run
+#: of SQL scripts that uses none of them compiles none
+LAZY_PATTERNS = (
+    "pgsurge.cnum._float_re",
+    "pgsurge.script.lexer._expr_token",
+    "pgsurge.script.lexer._word_skip",
+    "pgsurge.script.values._strtod_res",
+)
+
+# the patterns of an accessor (compiled by the call), or with compile=False
+# whether it has compiled them already
+_LAZY_HELPER = (
+    "import importlib\n"
+    "def _lazy(accessor, compile=True):\n"
+    "    module, _, name = accessor.rpartition('.')\n"
+    "    func = getattr(importlib.import_module(module), name)\n"
+    "    if not compile:\n"
+    "        return func.cache_info().currsize > 0\n"
+    "    found = func()\n"
+    "    return found if isinstance(found, tuple) else (found,)\n"
+)
 
 # a range in a character class whose upper end is written as a \u/\U escape
 # or as a literal character above U+00FF
@@ -118,8 +170,10 @@ def test_run_of_scripts_imports_only_what_it_needs() -> None:
     assert sorted(loaded.intersection(ONLY_SOME_RUNS)) == []
     assert "psycopg.pq" in loaded
     assert sorted(loaded.intersection(PSYCOPG_PACKAGE_ONLY)) == []
+    assert sorted(loaded.intersection(PSYCOPG_CONNINFO)) == []
     assert sorted(loaded.intersection(DEFERRED)) == []
     assert sorted(loaded.intersection(STDLIB_ONLY_SOME_RUNS)) == []
+    assert sorted(loaded.intersection(STDLIB_NOT_FORKED)) == []
 
 
 def test_deferred_modules_complete_on_first_use() -> None:
@@ -184,13 +238,18 @@ def test_no_module_pattern_has_a_wide_unicode_range() -> None:
         "import json, re, sys\n"
         "from pgsurge.cli import main\n"
         "main(['pgsurge', '-h', '/nonexistent/pgsurge-startup', '-t', '1', 'x'])\n"
-        "import pgsurge.init, pgsurge.server.cli, pgsurge.server.embedded\n"
+        + _LAZY_HELPER
+        + "import pgsurge.init, pgsurge.server.cli, pgsurge.server.embedded\n"
         "print(json.dumps([\n"
         "    (name, attr, value.pattern)\n"
         "    for name, module in sorted(sys.modules.items())\n"
         "    if name.startswith('pgsurge.')\n"
         "    for attr, value in vars(module).items()\n"
         "    if isinstance(value, re.Pattern) and isinstance(value.pattern, str)\n"
+        "] + [\n"
+        "    ('lazy', f'{accessor}[{i}]', pattern.pattern)\n"
+        f"    for accessor in {LAZY_PATTERNS!r}\n"
+        "    for i, pattern in enumerate(_lazy(accessor))\n"
         "]))\n"
     )
     out = python_c(code)
@@ -202,6 +261,18 @@ def test_no_module_pattern_has_a_wide_unicode_range() -> None:
         if _WIDE_RANGE.search(pattern)
     ]
     assert offenders == []
+
+
+def test_a_run_compiles_no_lazy_pattern() -> None:
+    # what only some scripts and options use is compiled by them
+    code = (
+        "from pgsurge.cli import main\n"
+        "main(['pgsurge', '-h', '/nonexistent/pgsurge-startup', '-S', '-t', '1',"
+        " '-c', '2', '-j', '2', 'x'])\n"
+        + _LAZY_HELPER
+        + f"print([a for a in {LAZY_PATTERNS!r} if _lazy(a, compile=False)])\n"
+    )
+    assert python_c(code) == "[]\n"
 
 
 def test_wide_range_detector() -> None:

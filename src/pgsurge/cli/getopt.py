@@ -23,12 +23,12 @@ option matches it, so every pgbench 18.6 command line keeps its meaning
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 from pgsurge.errors import PROG, UsageError
+from pgsurge.records import record
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class LongOption:
     """One entry of the long option table, in pgbench's table order."""
 

@@ -155,7 +155,8 @@ MAX_PERCENTILES = 20
 #: decimals a percentile may have: its label (``p99.9999``) then shows it
 #: exactly, and finer ranks would be below any histogram's resolution anyway
 PERCENTILE_DECIMALS = 4
-_PLAIN_NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+# (the patterns of --percentiles and --dask are compiled by their options)
+_PLAIN_NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
 _PERCENTILES_OPT = "--percentiles"
 
 
@@ -179,7 +180,7 @@ def parse_dask_address(value: str) -> str:
         return f"local:{int(count)}"
     # checked here, before anything touches the target: Dask itself would
     # only fail on it after the setup (vacuum), with a long traceback
-    match = _DASK_ADDRESS.fullmatch(text)
+    match = re.fullmatch(_DASK_ADDRESS, text)
     port = int(match.group("port")) if match else 0
     if match is None or not 1 <= port <= 65535:
         raise UsageError(
@@ -191,7 +192,7 @@ def parse_dask_address(value: str) -> str:
 
 #: a scheduler address: [tcp:// or tls://]HOST:PORT, HOST a name, an IPv4
 #: address or a bracketed IPv6 address
-_DASK_ADDRESS = re.compile(
+_DASK_ADDRESS = (
     r"(?:(?:tcp|tls)://)?(?:[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):(?P<port>[0-9]{1,5})"
 )
 
@@ -214,7 +215,7 @@ def parse_percentiles(value: str | None) -> tuple[float, ...]:
     found: set[Decimal] = set()
     for raw in value.split(","):
         item = raw.strip(C_SPACE)
-        if not _PLAIN_NUMBER.fullmatch(item):
+        if not re.fullmatch(_PLAIN_NUMBER, item):
             raise UsageError(
                 f'invalid percentile "{item}" for option {_PERCENTILES_OPT}',
                 detail="Expecting a comma-separated list of numbers, such as"

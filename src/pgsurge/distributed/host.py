@@ -320,7 +320,7 @@ class _Relay:
         while waiting:
             self.beat()
             for pipe in wait([pipes[i] for i in waiting], HEARTBEAT_S / 2):
-                index = pipes.index(pipe)  # type: ignore[arg-type]
+                index = pipes.index(pipe)
                 msg = self.recv(index)
                 if msg is None:
                     proc = self.pool.procs[index]
@@ -351,7 +351,7 @@ class _Relay:
             self.beat()
             ready = wait([pipes[i] for i in self.pending], HEARTBEAT_S / 2)
             for pipe in ready:
-                index = pipes.index(pipe)  # type: ignore[arg-type]
+                index = pipes.index(pipe)
                 match self.recv(index):
                     case None:
                         self.died(index)

@@ -51,10 +51,10 @@ import os
 import signal
 import time
 from collections.abc import Callable, Sequence
-from multiprocessing.connection import Connection
 from typing import Any
 
 from pgsurge.engine import state as C
+from pgsurge.engine.forked import PipeEnd
 from pgsurge.engine.protocol import Stop
 from pgsurge.engine.state import Client, WorkerState
 
@@ -120,7 +120,7 @@ class WorkerStop:
         self.wstate.timer_exceeded = True
 
 
-def take_stop(pipe: Connection) -> bool:
+def take_stop(pipe: PipeEnd) -> bool:
     """After the loop returned STOPPED: whether the parent asked for a
     :class:`Stop` (False when it went away or sent anything else)."""
     try:
@@ -166,7 +166,7 @@ class ParentStop:
 
     ``pids()`` gives the live workers' pids. The handler only records the
     signal, tells the workers and wakes the parent's wait through a pipe
-    (:attr:`wake_fd`, to pass to ``multiprocessing.connection.wait``);
+    (:attr:`wake_fd`, to pass to ``forked.wait``);
     the parent's loop calls :meth:`due` to know what to do next.
     Before :meth:`start_run` (the barriers), a signal ends everything at
     once: nothing has been measured yet.

@@ -15,7 +15,6 @@ results are read from there). Error messages follow pgbench's wording.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Callable
 
@@ -136,6 +135,10 @@ def make_meta(s: Settings, w: WorkerState, sup: Support, sql: SqlSteps) -> MetaS
             length += add
             words.append(text)
         command = " ".join(words)
+        # imported here, by the scripts that use it: subprocess (with
+        # locale, selectors) is some 7 million instructions of a start-up
+        import subprocess
+
         if op.var == "":
             rc = subprocess.call(_sh(command), executable=SHELL)
             if rc != 0:

@@ -11,14 +11,13 @@ threads, used to deal clients over workers and workers over hosts.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import sys
 from collections.abc import Sequence
-from multiprocessing.connection import Connection
 from typing import Any
 
+from pgsurge.engine import forked
 from pgsurge.engine.protocol import ParentMessage
 from pgsurge.engine.worker import WorkerSpec, worker_main
 from pgsurge.errors import ExitStatus
@@ -46,7 +45,7 @@ def split_clients(nclients: int, nthreads: int) -> list[tuple[int, int]]:
     return out
 
 
-def mp_context() -> Any:
+def start_method() -> str:
     """How workers start.
 
     ``fork`` where the platform has it: a spawned worker re-imports pgsurge
@@ -56,17 +55,25 @@ def mp_context() -> Any:
     children, so their CPU time would escape ``getrusage(RUSAGE_CHILDREN)``
     of whoever measures pgsurge (bench/suite.py does). Elsewhere
     ``spawn``. ``PGSURGE_START_METHOD`` overrides (for measurements).
+    ``fork`` is :mod:`pgsurge.engine.forked`'s (no ``multiprocessing``
+    import), the others ``multiprocessing``'s (:func:`mp_context`).
     """
-    methods = multiprocessing.get_all_start_methods()
-    method = os.environ.get("PGSURGE_START_METHOD") or (
-        "fork" if "fork" in methods else "spawn"
+    return os.environ.get("PGSURGE_START_METHOD") or (
+        "fork" if hasattr(os, "fork") else "spawn"
     )
-    return multiprocessing.get_context(method)
+
+
+def mp_context() -> Any:
+    """``multiprocessing``'s context for :func:`start_method` (imported
+    here: a forked run does without it)."""
+    import multiprocessing
+
+    return multiprocessing.get_context(start_method())
 
 
 def _worker_entry(
     spec: WorkerSpec,
-    pipe: Connection,
+    pipe: Any,
     parent: int,
     abort_owner: Any,
     relay: StderrRelay | None,
@@ -94,7 +101,7 @@ class StderrRelay:
         os.set_blocking(self._read_fd, False)
 
     def fileno(self) -> int:
-        """The read end (for ``multiprocessing.connection.wait``)."""
+        """The read end (for ``forked.wait``)."""
         return self._read_fd
 
     def become_stderr(self) -> None:
@@ -174,32 +181,44 @@ class WorkerPool:
     def __init__(
         self, specs: Sequence[WorkerSpec], *, relay_stderr: bool = False
     ) -> None:
-        ctx = mp_context()
+        fork = start_method() == "fork"
+        ctx = None if fork else mp_context()
         #: the workers' stderr, when asked for and the workers are forked
         self.relay: StderrRelay | None = None
-        if relay_stderr and ctx.get_start_method() == "fork":
+        if relay_stderr and fork:
             self.relay = StderrRelay()
-        self.pipes: list[Connection] = []
+        #: the parent ends of the pipes (``forked.Connection`` or, for
+        #: another start method, ``multiprocessing``'s: the same methods)
+        self.pipes: list[Any] = []
         self.nclients = [spec.nclients for spec in specs]
         self.procs: list[Any] = []
         # --exit-on-abort: the id of the first worker to report an abort,
         # shared, so that only it reports (pgbench's first aborting thread
         # ends the process before another can print)
-        abort_owner = (
-            ctx.Value("i", -1) if specs and specs[0].config.exit_on_abort else None
-        )
-        if ctx.get_start_method() == "fork":
+        abort_owner = None
+        if specs and specs[0].config.exit_on_abort:
+            abort_owner = (ctx or mp_context()).Value("i", -1)
+        if fork:
             _trim_heap()
         try:
             for spec in specs:
-                parent_end, child_end = ctx.Pipe(duplex=True)
+                args = (os.getpid(), abort_owner, self.relay)
+                name = f"pgsurge-worker-{spec.worker_id}"
+                proc: Any
+                if ctx is None:
+                    parent_end, child_end = forked.pipe()
+                    proc = forked.ForkedProcess(
+                        _worker_entry, (spec, child_end, *args), name
+                    )
+                else:
+                    parent_end, child_end = ctx.Pipe(duplex=True)
+                    proc = ctx.Process(
+                        target=_worker_entry,
+                        args=(spec, child_end, *args),
+                        name=name,
+                        daemon=True,
+                    )
                 self.pipes.append(parent_end)
-                proc = ctx.Process(
-                    target=_worker_entry,
-                    args=(spec, child_end, os.getpid(), abort_owner, self.relay),
-                    name=f"pgsurge-worker-{spec.worker_id}",
-                    daemon=True,
-                )
                 try:
                     proc.start()
                 finally:

@@ -20,12 +20,13 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pgsurge import pgconn
 from pgsurge.errors import PROG
 from pgsurge.prng import PgPrng
+from pgsurge.records import record
 from pgsurge.script.ast import Value
 from pgsurge.script.evaluate import EvalContext
 from pgsurge.script.sqlvars import valid_variable_name
@@ -166,7 +167,7 @@ MISSING: Any = object()
 PREPARING = "<preparing>"
 
 
-@dataclass(slots=True, eq=False)
+@record(slots=True, eq=False)
 class Op:
     """One script command, compiled once per worker for the engine.
 
@@ -220,7 +221,7 @@ class Op:
     py: Any = None
 
 
-@dataclass(slots=True, eq=False)
+@record(slots=True, eq=False)
 class Client:
     """pgbench's ``CState``: one client's connection, variables and progress."""
 
@@ -281,7 +282,7 @@ class Client:
     py: Any = None
 
 
-@dataclass(slots=True, eq=False)
+@record(slots=True, eq=False)
 class WorkerState:
     """pgbench's ``TState``: what a worker's clients share and accumulate."""
 
@@ -327,7 +328,7 @@ class IoHooks(Protocol):
         ``client.flush_pending``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Settings:
     """The run settings the state machine reads (plain values)."""
 

@@ -33,8 +33,6 @@ import signal
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from pgsurge import pgconn
@@ -43,6 +41,7 @@ from pgsurge.engine import fastgen, fastloop, fastpq, ramp
 from pgsurge.engine import state as C
 from pgsurge.engine.abi import run_flags
 from pgsurge.engine.client import make_engine
+from pgsurge.engine.forked import PipeEnd
 from pgsurge.engine.interrupt import WorkerStop, cancel_in_flight, take_stop
 from pgsurge.engine.loop import EventLoop, LoopOutcome
 from pgsurge.engine.program import (
@@ -67,6 +66,7 @@ from pgsurge.engine.state import Client, Op, Settings, WorkerState
 from pgsurge.engine.throttle import worker_delay_us
 from pgsurge.errors import PROG, PgsurgeError
 from pgsurge.prng import PgPrng, ThreadStreams
+from pgsurge.records import record
 from pgsurge.script.ast import (
     ParsedScript,
     Value,
@@ -89,7 +89,7 @@ _MODE = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class WorkerSpec:
     """Everything a worker needs; crosses the process boundary by pickle."""
 
@@ -212,7 +212,7 @@ def _set_alarm(wstate: WorkerState, delay_us: int) -> None:
 
 
 def _open_log(
-    spec: WorkerSpec, start_us: int | None, pipe: Connection
+    spec: WorkerSpec, start_us: int | None, pipe: PipeEnd
 ) -> TxLogWriter | None:
     """The worker's -l file (pgbench opens it before the start barriers).
 
@@ -239,7 +239,7 @@ def _open_log(
         return None
 
 
-def worker_main(spec: WorkerSpec, pipe: Connection, abort_owner: Any = None) -> None:
+def worker_main(spec: WorkerSpec, pipe: PipeEnd, abort_owner: Any = None) -> None:
     """Process entry point (see the module docstring for the protocol).
 
     ``abort_owner`` (under --exit-on-abort): a shared ``multiprocessing``
@@ -283,7 +283,7 @@ def worker_main(spec: WorkerSpec, pipe: Connection, abort_owner: Any = None) -> 
         _crash(pipe)
 
 
-def _crash(pipe: Connection) -> NoReturn:
+def _crash(pipe: PipeEnd) -> NoReturn:
     """The exception being handled, as a traceback for the parent; exits."""
     text = traceback.format_exc()
     try:
@@ -357,7 +357,7 @@ class _Run:
     )
 
     spec: WorkerSpec
-    pipe: Connection
+    pipe: PipeEnd
     abort_owner: Any
     scripts: tuple[tuple[Op, ...], ...]
     clients: list[Client]
@@ -385,7 +385,7 @@ class _Run:
     def __init__(
         self,
         spec: WorkerSpec,
-        pipe: Connection,
+        pipe: PipeEnd,
         abort_owner: Any,
         scripts: tuple[tuple[Op, ...], ...],
         clients: list[Client],
@@ -417,7 +417,7 @@ class _Run:
         self.usage0 = None
 
 
-def _run(spec: WorkerSpec, pipe: Connection, abort_owner: Any = None) -> None:
+def _run(spec: WorkerSpec, pipe: PipeEnd, abort_owner: Any = None) -> None:
     """The worker from start to result, one phase per barrier: READY (set
     up), STEADY (connect), GO (run), then the result. Any phase may end it
     (a fatal error, an abort under --exit-on-abort): it returns None then,
@@ -455,7 +455,7 @@ def _phases(run: _Run) -> None:
     pipe.send(Done(_result(run)))
 
 
-def _setup(spec: WorkerSpec, pipe: Connection, abort_owner: Any) -> _Run | None:
+def _setup(spec: WorkerSpec, pipe: PipeEnd, abort_owner: Any) -> _Run | None:
     """Before READY: compile the scripts, make the clients, open the -l
     file (pgbench opens it before its barriers too)."""
     cfg = spec.config
@@ -656,7 +656,7 @@ def _open_blocking(
 
 
 def _progress_sender(
-    pipe: Connection,
+    pipe: PipeEnd,
     total: StatsData,
     rec: WorkerRecorder | None,
     detail: Callable[[], Detail] | None = None,

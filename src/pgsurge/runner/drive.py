@@ -35,10 +35,10 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TextIO
 
 from pgsurge.config import RunConfig
+from pgsurge.engine.forked import PipeEnd, wait
 from pgsurge.engine.interrupt import ParentStop, describe_exit, inherited_ignore
 from pgsurge.engine.pool import RunFailed, StderrRelay, WorkerPool
 from pgsurge.engine.protocol import (
@@ -364,7 +364,7 @@ def _collect(
         if stopper is not None:
             _escalate(workers, got, stopper, ready)
         for pipe in ready:
-            if isinstance(pipe, Connection):
+            if pipe in workers.pipes:
                 _receive(workers, workers.pipes.index(pipe), got, err, stopper)
         tick = min(got.ticks)
         if got.pending and tick > got.shown:
@@ -485,7 +485,7 @@ def _barrier(
         ready = wait([*(workers.pipes[i] for i in waiting), *err.waitables()])
         err.pump()
         for pipe in ready:
-            if not isinstance(pipe, Connection):
+            if pipe not in workers.pipes:
                 continue
             index = workers.pipes.index(pipe)
             msg = _recv(workers, index, err)
@@ -575,7 +575,7 @@ class _Echo:
             self.relay = None
 
 
-def _send_quietly(pipe: Connection, msg: ParentMessage) -> None:
+def _send_quietly(pipe: PipeEnd, msg: ParentMessage) -> None:
     try:
         pipe.send(msg)
     except OSError:  # it died meanwhile: its pipe says so next

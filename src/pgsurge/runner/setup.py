@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, TextIO
 
 from pgsurge import __version__, pgconn
@@ -31,6 +31,7 @@ from pgsurge.engine.program import ScriptLike
 from pgsurge.engine.worker import WorkerSpec
 from pgsurge.errors import PROG, ConnectError, PgsurgeError
 from pgsurge.prng import SeedPlan, derive_streams
+from pgsurge.records import record
 from pgsurge.report.text import render_banner
 from pgsurge.script.ast import ParsedScript, Value
 from pgsurge.stats.results import RunFacts
@@ -54,7 +55,7 @@ __all__ = [
 _UNDEFINED_TABLE = "42P01"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class TableInfo:
     """What pgbench reads from the database before a builtin script runs."""
 
@@ -63,7 +64,7 @@ class TableInfo:
     partitions: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class PoolerInfo:
     """A connection pooler between pgsurge and the server (PgBouncer,
     pgcat, Odyssey, Supavisor...), seen at set-up (:func:`detect_pooler`).
@@ -105,7 +106,7 @@ class PoolerInfo:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Setup:
     """What the setup connection found, and what every worker starts from."""
 

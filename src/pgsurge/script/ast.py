@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from typing import Any
 
+from pgsurge.records import record
 from pgsurge.script.sqlvars import split_variables, to_params
 
 Value = None | bool | int | float | str
@@ -31,7 +32,7 @@ Value = None | bool | int | float | str
 # its trees with the parser's).
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Const:
     """A literal. Equality is type-strict: ``Const(1) != Const(True)``
     and ``Const(1) != Const(1.0)`` (plain dataclass equality would say
@@ -48,12 +49,12 @@ class Const:
         return hash((type(self.value).__name__, self.value))
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Var:
     name: str
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Call:
     """A function or operator application.
 
@@ -126,7 +127,7 @@ class GsetKind(enum.Enum):
     ASET = 2  # \aset: every row of every result, last wins
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class CommandBase:
     #: 1-based line number in its source: of the backslash for a meta
     #: command, of the first character sent for an SQL command
@@ -139,7 +140,7 @@ class CommandBase:
     first_line: str
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class SqlCommand(CommandBase):
     """One SQL command (possibly a ``\\;`` compound).
 
@@ -245,7 +246,7 @@ def sql_command(lineno: int, first_line: str, text: str, nqueries: int) -> SqlCo
     return cmd
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class SetCommand(CommandBase):
     var: str
     expr: Expr
@@ -269,7 +270,7 @@ def set_command(lineno: int, first_line: str, var: str, expr: Expr) -> SetComman
     return cmd
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class SleepCommand(CommandBase):
     """``\\sleep N [us|ms|s]`` (also ``\\sleep 10ms``; default unit: s).
 
@@ -283,7 +284,7 @@ class SleepCommand(CommandBase):
     unit_us: int
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ShellCommand(CommandBase):
     """``\\shell`` (``var`` is None) or ``\\setshell var``.
 
@@ -297,7 +298,7 @@ class ShellCommand(CommandBase):
     argv: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class IfCommand(CommandBase):
     """``\\if expr`` or ``\\elif expr`` (``is_elif``).
 
@@ -321,7 +322,7 @@ class IfCommand(CommandBase):
     end_jump: int
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ElseCommand(CommandBase):
     """``\\else``: reached by falling out of the previous, true branch, it
     jumps to ``end_jump``, the index of the matching ``\\endif``. (When
@@ -330,7 +331,7 @@ class ElseCommand(CommandBase):
     end_jump: int
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class EndifCommand(CommandBase):
     pass
 
@@ -341,7 +342,7 @@ class PipelineOp(enum.Enum):
     END = "endpipeline"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class PipelineCommand(CommandBase):
     op: PipelineOp
 
@@ -358,7 +359,7 @@ Command = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ParsedScript:
     """A whole script: its commands in order, and where it came from."""
 

@@ -11,12 +11,11 @@ Names are looked up by prefix, as pgbench does: ``-b tpcb`` is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from pgsurge.errors import PROG, UsageError
+from pgsurge.records import record
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class BuiltinScript:
     name: str
     description: str

@@ -24,6 +24,7 @@ from typing import NoReturn, Protocol
 from pgsurge.cnum import atoi
 from pgsurge.config import QueryMode
 from pgsurge.errors import ScriptError
+from pgsurge.records import record
 from pgsurge.script.ast import (
     Command,
     ElseCommand,
@@ -75,7 +76,7 @@ class _Fail(Protocol):
     ) -> NoReturn: ...
 
 
-@dataclasses.dataclass(slots=True)
+@record(slots=True)
 class _Gset:
     """A ``\\gset``/``\\aset`` read from the script, to merge."""
 

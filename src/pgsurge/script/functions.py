@@ -26,12 +26,12 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from pgsurge.cnum import INT64_MAX, double_to_int64
 from pgsurge.errors import EvalError
 from pgsurge.prng import PgPrng, PurePgPrng, speedups
+from pgsurge.records import record
 from pgsurge.script import values as V
 from pgsurge.script.ast import Value
 
@@ -393,7 +393,7 @@ class FuncKind(enum.Enum):
     LAZY = "lazy"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class FuncSpec:
     """One row of the function table.
 

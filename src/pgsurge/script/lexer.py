@@ -24,6 +24,7 @@ import enum
 import math
 import re
 import sys
+from functools import cache
 from typing import NamedTuple, NoReturn
 
 from pgsurge.cnum import INT64_MAX
@@ -126,21 +127,29 @@ IDENT_CHAR = wide_class(ASCII_IDENT_CHARS)
 # Whitespace inside a command; a newline ends it.
 _SPACE = " \t\r\f\v"
 _CONTINUATION_RE = re.compile(r"\\\r?\n")
+
+
 # exprscan.l's rules in the order flex prefers them (two-character
 # operators before one-character ones); "\\" + newline continues the
 # command, a newline ends it. No group matches: an unexpected character,
 # or the end of the text. (Greedy, not possessive, loops: what follows
 # them cannot fail, so nothing goes back over them; splitter.py says why
 # the reader uses no possessive quantifier.)
-_EXPR_TOKEN = re.compile(
-    r"(?:[ \t\r\f\v]+|\\\r?\n)*"
-    r"(?:(?P<op><>|!=|<=|>=|<<|>>|[-+*/%=<>|&#~])"
-    rf"|(?P<word>{IDENT_START}{IDENT_CHAR}*)"
-    r"|(?P<num>[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?)"
-    r"|(?P<lparen>\()|(?P<rparen>\))|(?P<comma>,)"
-    rf"|:(?P<var>{IDENT_CHAR}+)"
-    r"|(?P<eol>\n))?"
-)
+# (Compiled on first use, with _WORD_SKIP: the C parser reads the scripts
+# of most runs, which then never need either.)
+@cache
+def _expr_token() -> re.Pattern[str]:
+    return re.compile(
+        r"(?:[ \t\r\f\v]+|\\\r?\n)*"
+        r"(?:(?P<op><>|!=|<=|>=|<<|>>|[-+*/%=<>|&#~])"
+        rf"|(?P<word>{IDENT_START}{IDENT_CHAR}*)"
+        r"|(?P<num>[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?)"
+        r"|(?P<lparen>\()|(?P<rparen>\))|(?P<comma>,)"
+        rf"|:(?P<var>{IDENT_CHAR}+)"
+        r"|(?P<eol>\n))?"
+    )
+
+
 _SINGLE = {
     "lparen": Tok.LPAREN,
     "rparen": Tok.RPAREN,
@@ -148,8 +157,12 @@ _SINGLE = {
     "eol": Tok.EOL,
 }
 _NONSPACE_RE = re.compile(r"[^ \t\r\f\v\n]+")
-# what separates words: whitespace and continuations (not the newline)
-_WORD_SKIP = re.compile(r"(?:[ \t\r\f\v]+|\\\r?\n)*")
+
+
+@cache
+def _word_skip() -> re.Pattern[str]:
+    """What separates words: whitespace and continuations (not the newline)."""
+    return re.compile(r"(?:[ \t\r\f\v]+|\\\r?\n)*")
 
 
 def byte_len(text: str) -> int:
@@ -260,7 +273,7 @@ class MetaLexer:
         the end of the command (the newline is consumed)."""
         src = self.src
         self.last_was_newline = False
-        skip = _WORD_SKIP.match(src, self.pos)
+        skip = _word_skip().match(src, self.pos)
         assert skip is not None  # the pattern matches the empty string
         pos = skip.end()
         m = _NONSPACE_RE.match(src, pos)
@@ -294,7 +307,7 @@ class MetaLexer:
         self.last_was_newline = False
         # one match: the whitespace and continuations before the token,
         # then the token, its kind named by the group that matched
-        m = _EXPR_TOKEN.match(src, self.pos)
+        m = _expr_token().match(src, self.pos)
         assert m is not None  # the pattern matches the empty string
         kind = m.lastgroup
         end = m.end()

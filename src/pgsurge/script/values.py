@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import cache
 from typing import TYPE_CHECKING
 
 from pgsurge.cnum import INT64_MAX, INT64_MIN
@@ -147,14 +148,23 @@ def debug_text(v: Value) -> str:
 
 # C's isspace() in the "C" locale
 _SPACES = " \t\n\v\f\r"
-# What glibc's strtod accepts after leading white space, in full.
-_DEC_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.A)
-_HEX_RE = re.compile(
-    r"[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?",
-    re.A,
-)
-_INF_RE = re.compile(r"([+-]?)(?:inf|infinity)", re.A | re.I)
-_NAN_RE = re.compile(r"[+-]?nan(?:\([0-9A-Za-z_]*\))?", re.A | re.I)
+
+
+@cache
+def _strtod_res() -> tuple[re.Pattern[str], ...]:
+    """What glibc's strtod accepts after leading white space, in full:
+    decimal, hexadecimal, infinity, NaN (compiled on first use: only a
+    string that a number is asked of needs them)."""
+    return (
+        re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.A),
+        re.compile(
+            r"[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)"
+            r"(?:[pP][+-]?[0-9]+)?",
+            re.A,
+        ),
+        re.compile(r"([+-]?)(?:inf|infinity)", re.A | re.I),
+        re.compile(r"[+-]?nan(?:\([0-9A-Za-z_]*\))?", re.A | re.I),
+    )
 
 
 def _hex_exact(core: str) -> Fraction:
@@ -176,14 +186,15 @@ def _strtod(s: str) -> float | None:
     ``strtodouble`` fails: trailing garbage, or ERANGE (overflow, and
     underflow to zero or to an inexact subnormal)."""
     core = s.lstrip(_SPACES)
-    if _DEC_RE.fullmatch(core):
+    dec_re, hex_re, inf_re, nan_re = _strtod_res()
+    if dec_re.fullmatch(core):
         d = float(core)
         exact: Fraction | None = None
         if d in (_INF, -_INF):
             return None
         if -_DBL_MIN < d < _DBL_MIN:
             exact = _exact_decimal(core)
-    elif _HEX_RE.fullmatch(core):
+    elif hex_re.fullmatch(core):
         try:
             d = float.fromhex(core)
         except OverflowError:
@@ -191,9 +202,9 @@ def _strtod(s: str) -> float | None:
         if not -_DBL_MIN < d < _DBL_MIN:
             return d
         exact = _hex_exact(core)
-    elif m := _INF_RE.fullmatch(core):
+    elif m := inf_re.fullmatch(core):
         return -_INF if m.group(1) == "-" else _INF
-    elif _NAN_RE.fullmatch(core):
+    elif nan_re.fullmatch(core):
         return _NAN
     else:
         return None

@@ -28,9 +28,10 @@ All of these identities survive ``merge``.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from pgsurge.records import record
 from pgsurge.stats.simple import SimpleStats
 
 __all__ = ["CommandStats", "FailureKind", "StatsData"]
@@ -52,7 +53,7 @@ _DEADLOCK = FailureKind.DEADLOCK
 _CONNECTION = FailureKind.CONNECTION
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class StatsData:
     """Transaction counters for a worker, a script, or a time interval.
 
@@ -205,7 +206,7 @@ class StatsData:
         )
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class CommandStats:
     """Per script command, for -r (pgbench keeps these in each Command).
 

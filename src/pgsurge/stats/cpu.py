@@ -19,8 +19,9 @@ stays right when the machine is oversubscribed and CPU time lags wall time.
 from __future__ import annotations
 
 import resource
-from dataclasses import dataclass
 from typing import Any
+
+from pgsurge.records import record
 
 __all__ = [
     "BUSY_THRESHOLD",
@@ -46,7 +47,7 @@ BUSY_THRESHOLD = 0.90
 _WHO = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class CpuTimes:
     """User and system CPU seconds."""
 
@@ -83,7 +84,7 @@ class CpuMeter:
         return thread_cpu() - self._start
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class WorkerCpu:
     """One worker's CPU over its benchmark time."""
 

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from pgsurge.records import record
 
 __all__ = ["HostSnapshot", "host_facts", "host_figures"]
 
@@ -107,7 +109,7 @@ def _is_whole_disk(name: str) -> bool:
     return os.path.exists(f"/sys/block/{name}")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class HostSnapshot:
     """Cumulative counters of the host at one moment."""
 

@@ -13,10 +13,11 @@ The counters and their accounting identities are in ``counters``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from pgsurge.config import RunConfig
+from pgsurge.records import record
 from pgsurge.stats.counters import CommandStats, StatsData
 from pgsurge.stats.cpu import WorkerCpu
 from pgsurge.stats.series import IntervalStats, LatencyHistograms
@@ -34,7 +35,7 @@ def _merge_command_tables(
             acc_cmd.merge(other_cmd)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class WorkerResult:
     """What one worker process reports when it is done (picklable).
 
@@ -154,7 +155,7 @@ class WorkerResult:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ScriptInfo:
     """A script as the report shows it."""
 
@@ -176,7 +177,7 @@ class ScriptInfo:
         return cls(str(data["desc"]), int(data["weight"]), tuple(data["commands"]))
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class RunFacts:
     """The run's settings and environment, as the reports need them.
 
@@ -357,7 +358,7 @@ class RunFacts:
         )
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class RunResult:
     """A finished run: its facts and the measurements merged over workers.
 

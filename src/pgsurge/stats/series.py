@@ -26,9 +26,10 @@ anchor so that the parent can merge intervals by start time.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from pgsurge.records import record
 from pgsurge.stats.counters import StatsData
 from pgsurge.stats.histogram import DEFAULT_DIGITS, Histogram
 from pgsurge.stats.simple import SimpleStats
@@ -46,7 +47,7 @@ def _hist_list(data: list[dict[str, Any]]) -> list[Histogram]:
     return [Histogram.from_dict(d) for d in data]
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class LatencyHistograms:
     """A worker's (or the run's) latency distributions, in µs.
 
@@ -115,7 +116,7 @@ class LatencyHistograms:
         )
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class IntervalStats:
     """What happened in one time interval (a point of the JSON series).
 

@@ -17,13 +17,13 @@ Invariants (for any two stats ``a`` and ``b`` of the same quantity):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from pgsurge.cnum import NAN, c_sqrt
+from pgsurge.records import record
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class SimpleStats:
     """Running summary of float values (pgbench's units: microseconds)."""
 
