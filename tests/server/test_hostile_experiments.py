@@ -389,6 +389,34 @@ def test_a_sweep_whose_run_fails_reports_what_finished(
 
 
 @pytest.mark.slow
+def test_an_ab_whose_run_fails_reports_what_finished(
+    fresh_db: str, tmp_path: Path
+) -> None:
+    # as a sweep's: the run's error, then the comparison of the runs that
+    # finished (ab ended with the error alone)
+    script = _fails_when_told(fresh_db, tmp_path)
+    status, _stdout, stderr = _break_when(
+        [
+            *("ab", "--runs", "3", "--warmup", "0", "--b-env", "PGAPPNAME=b"),
+            *("--out", str(tmp_path / "out"), "--json", str(tmp_path / "ab.json")),
+            *("--", "-n", "-f", str(script), "-T", "1", fresh_db),
+        ],
+        tmp_path,
+        "run 4/6",
+        fresh_db,
+    )
+    assert status == 2, stderr
+    failed = re.findall(r"pgsurge: error: run (\d) \(arm [AB]\) was aborted", stderr)
+    assert len(failed) == 1 and failed[0] in "56", stderr
+    assert "Traceback" not in stderr
+    doc = json.loads((tmp_path / "ab.json").read_text())
+    finished = int(failed[0]) - 1
+    assert len(doc["base"]) + len(doc["new"]) == finished, doc
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["state"] == "failed"
+
+
+@pytest.mark.slow
 def test_a_capacity_search_whose_probe_fails_reports_what_finished(
     fresh_db: str, tmp_path: Path
 ) -> None:

@@ -27,6 +27,7 @@ import shlex
 import stat
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
@@ -630,6 +631,16 @@ def _ab(argv: list[str], out: TextIO, err: TextIO, check: RunArgsCheck | None) -
         exp.run()
     except Interrupted:
         interrupted = True
+    except PgsurgeError as e:
+        # a run failed (the server went away): its error, then the summary
+        # of the runs that finished, as after Ctrl-C (they ended with the
+        # error alone; hostile finding), and the failed run's exit status
+        err.write(e.format())
+        err.flush()
+        if any(exp.finished(a.name) for a in plan.arms):
+            with suppress(PgsurgeError):  # the same cause (a full disk): said
+                _ab_report(exp, ns, out, err)
+        return int(e.exit_status)
     status = _ab_report(exp, ns, out, err)
     return EXIT_INTERRUPTED if interrupted else status
 
