@@ -741,7 +741,9 @@ def gave_up_on_a_host(
 def connect_timeout_s(info: bytes) -> float:
     """libpq's ``connect_timeout`` for the encoded conninfo ``info`` (or
     ``PGCONNECT_TIMEOUT``), in seconds as its blocking connect applies it:
-    0.0 for none, else at least 2."""
+    0.0 for none; libpq before 17 waited at least 2 s, 17 and later wait
+    the seconds given (1 s for 1: pgbench 18 gives up on a silent server
+    after 1 s, and -C's connect waited 2 s here, hostile finding)."""
     value = None
     try:
         for opt in pq.Conninfo.parse(info):
@@ -755,7 +757,9 @@ def connect_timeout_s(info: bytes) -> float:
         seconds = int(value.strip() or "0")
     except ValueError:
         return 0.0
-    return 0.0 if seconds <= 0 else float(max(seconds, 2))
+    if seconds <= 0:
+        return 0.0
+    return float(seconds if pq.version() >= 170000 else max(seconds, 2))
 
 
 def timeout_text(pgconn: Any) -> str:

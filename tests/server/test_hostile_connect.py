@@ -11,7 +11,9 @@ client being busy (a false "client may be the bottleneck" warning).
 from __future__ import annotations
 
 import contextlib
+import datetime
 import gc
+import json
 import os
 import socket
 import threading
@@ -232,3 +234,32 @@ def test_ramp_timeout_goes_on_to_the_next_host(
     assert got.stderr == ""
     assert got.number("number of transactions actually processed:") == "6/6"
     assert got.report == ref.report
+
+
+@pytest.mark.parametrize("loop", ["c", "python"])
+def test_connect_timeout_of_one_second_waits_one_second(
+    bench_db: str, tmp_path: Path, loop: str
+) -> None:
+    # connect_timeout=1: libpq 17 and later give a silent server up after
+    # 1 s (libpq 16 waited at least 2 s); pgsurge enforced the old minimum,
+    # so -C's connect (both loops enforce it themselves) waited 2 s where
+    # pgbench 18 waits 1 s (hostile finding). The run's own clock (its JSON
+    # start and end: the first transaction, then the silent connect) shows
+    # it, without the start-up
+    relay = HangingRelay(bench_db, tmp_path, 2)
+    dsn = relay.dsn.replace("connect_timeout=2", "connect_timeout=1")
+    assert dsn != relay.dsn
+    args = ["-n", "-S", "-C", "-c", "1", "-j", "1", "-T", "60", "--json", "r.json"]
+    try:
+        got = run_pgsurge(args, dsn, cwd=tmp_path, loop=loop, timeout=60)  # type: ignore[arg-type]
+    finally:
+        relay.close()
+    assert got.status == 2, got.stderr
+    assert "failed: timeout expired\n" in got.stderr
+    assert got.number("number of transactions actually processed:") == "1"
+    doc = json.loads((tmp_path / "r.json").read_text())
+    start, end = (
+        datetime.datetime.fromisoformat(doc[k].replace("Z", "+00:00"))
+        for k in ("start", "end")
+    )
+    assert 0.9 <= (end - start).total_seconds() < 1.7, (start, end)

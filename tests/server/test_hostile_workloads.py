@@ -194,7 +194,17 @@ def t(ctx):
 
 
 @pytest.mark.parametrize(
-    "raised", ["asyncio.CancelledError()", "SystemExit(3)", "GeneratorExit()"]
+    "raised",
+    [
+        "asyncio.CancelledError()",
+        "SystemExit(3)",
+        "GeneratorExit()",
+        # the workload's own KeyboardInterrupt (a worker's Ctrl-C raises
+        # none: it sets a flag): it ended the worker silently, 'worker 0
+        # died: exited with status 1', with no traceback and what the
+        # worker had measured lost (hostile finding)
+        "KeyboardInterrupt()",
+    ],
 )
 @pytest.mark.parametrize("loop", ["c", "python"])
 def test_a_base_exception_of_a_transaction_aborts_the_client(
@@ -245,7 +255,9 @@ def t(ctx):
 """
 
 
-@pytest.mark.parametrize("raised", ["ValueError('no')", "asyncio.CancelledError()"])
+@pytest.mark.parametrize(
+    "raised", ["ValueError('no')", "asyncio.CancelledError()", "KeyboardInterrupt()"]
+)
 @pytest.mark.parametrize("loop", ["c", "python"])
 def test_a_failing_setup_ends_the_run_with_its_traceback(
     fresh_db: str, tmp_path: Path, loop: str, raised: str
@@ -268,3 +280,21 @@ def test_a_failing_setup_ends_the_run_with_its_traceback(
         f"    raise {raised}\n"
     ), got.stderr
     assert "worker" not in got.stderr
+
+
+@pytest.mark.parametrize("loop", ["c", "python"])
+def test_a_workloads_keyboard_interrupt_keeps_the_other_clients_transactions(
+    fresh_db: str, tmp_path: Path, loop: str
+) -> None:
+    # client 0 raises KeyboardInterrupt, client 1 of the same worker runs
+    # its two transactions: they are reported (the worker died and the
+    # report said 0/4, hostile finding)
+    workload = tmp_path / "kbd.py"
+    workload.write_text(BASE_EXCEPTION.replace("RAISED", "KeyboardInterrupt()"))
+    args = ["-n", "-f", workload.name, "-c", "2", "-j", "1", "-t", "2"]
+    got = run_pgsurge(args, fresh_db, cwd=tmp_path, loop=loop)  # type: ignore[arg-type]
+    assert got.status == 2, got.stderr
+    assert "pgsurge: error: client 0 aborted in script 0 (kbd.py: t):\n" in got.stderr
+    assert "\nKeyboardInterrupt\n" in got.stderr
+    assert "worker" not in got.stderr
+    assert got.number("number of transactions actually processed:") == "2/4"

@@ -664,10 +664,9 @@ fl_gen_step(FastLoop *fl, int index, int *state)
 raised:
     /* the generator's exception: Python's py_step reports it (the user's
      * traceback) and aborts the client, a BaseException too (a workload's
-     * asyncio.CancelledError, SystemExit: they ended the worker); only
-     * KeyboardInterrupt stops the loop */
-    if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt))
-        goto done;
+     * asyncio.CancelledError, SystemExit, KeyboardInterrupt: a worker's
+     * Ctrl-C only sets timer_exceeded, so one raised here is the
+     * workload's own; they ended the worker with what it had measured) */
     {
         PyObject *type, *exc, *tb;
 

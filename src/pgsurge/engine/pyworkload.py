@@ -446,8 +446,6 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
         if gen is not None:
             try:
                 gen.close()
-            except KeyboardInterrupt:
-                raise
             except BaseException:
                 pass
         return FINISHED
@@ -491,8 +489,6 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
         elif py.gen is not None:
             try:
                 py.gen.close()
-            except KeyboardInterrupt:
-                raise
             except BaseException:
                 pass
         py.res = None
@@ -500,8 +496,6 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
         py.discarding = False
         try:
             py.gen = prog.fn(py.ctx)  # type: ignore[misc]
-        except KeyboardInterrupt:
-            raise
         except BaseException as e:
             fail(st, prog, user_traceback(e, prog.spec.user_files))
             return None
@@ -630,8 +624,6 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
         except StopIteration:
             py.gen = None
             return END_TX
-        except KeyboardInterrupt:
-            raise
         except BaseException as e:
             return fail(st, prog, user_traceback(e, prog.spec.user_files))
         return file_item(st, prog, py, item)
@@ -733,8 +725,6 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
         except StopIteration:
             py.gen = None
             return END_TX
-        except KeyboardInterrupt:
-            raise
         except BaseException as e:
             return fail(st, prog, user_traceback(e, prog.spec.user_files))
         if type(item) is not tuple:
@@ -770,8 +760,6 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
                         k += 1
             except (TypeError, IndexError):
                 return bad_params(st, prog, gen, item)
-            except KeyboardInterrupt:
-                raise
             except BaseException as e:
                 # a value whose str() raised (the workload's own class):
                 # the client aborts with it, as with the generator's own
@@ -835,8 +823,6 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
         except spec.error_type:
             py.gen = None
             return uncaught(st, prog, sqlstate, text, stmt, where)
-        except KeyboardInterrupt:
-            raise
         except BaseException as e:
             py.gen = None
             fail(st, prog, user_traceback(e, spec.user_files))

@@ -102,9 +102,9 @@ class LoadedTransaction:
         assert self.setup is not None
         try:
             self.setup(SetupConnection(conn))
-        except KeyboardInterrupt:
-            raise
         except BaseException as e:  # SystemExit, asyncio.CancelledError too
+            # (KeyboardInterrupt too: a worker's Ctrl-C sets a flag, raises
+            # nothing, so this one is the workload's own)
             files = set(self.user_files) | {self.setup.__code__.co_filename}
             return import_error(e, files, self.source, "@setup failed").message
         return None
