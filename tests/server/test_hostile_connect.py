@@ -262,4 +262,6 @@ def test_connect_timeout_of_one_second_waits_one_second(
         datetime.datetime.fromisoformat(doc[k].replace("Z", "+00:00"))
         for k in ("start", "end")
     )
-    assert 0.9 <= (end - start).total_seconds() < 1.7, (start, end)
+    # the old minimum made it 2 s at least: the bound leaves a busy machine
+    # almost a second for the first transaction and the abort
+    assert 0.9 <= (end - start).total_seconds() < 1.95, (start, end)
