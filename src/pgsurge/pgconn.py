@@ -675,6 +675,44 @@ class Connecting:
                 return True
         return False
 
+    def rest_of_hosts(self) -> bytes | None:
+        """The conninfo of the hosts after the one being tried, as libpq
+        expanded it (``host=a,b,c`` while trying ``a``: ``b,c``, with their
+        ports and addresses): where libpq's blocking connect goes on when
+        ``connect_timeout`` expires on one. None when there is no host after
+        it, or when which one is being tried cannot be told for sure
+        (``load_balance_hosts=random`` shuffles them; a host named twice):
+        the caller then opens the connection as libpq's blocking connect
+        does, from the first host."""
+        values: dict[str, str] = {}
+        for opt in self._pgconn.info:
+            if opt.val is not None:
+                value = opt.val.decode("utf-8", "surrogateescape")
+                values[opt.keyword.decode()] = value
+        if values.get("load_balance_hosts", "disable") != "disable":
+            return None
+        lists = {
+            k: values[k].split(",") for k in ("host", "hostaddr", "port") if k in values
+        }
+        count = max((len(v) for v in lists.values()), default=0)
+        if count < 2:
+            return None
+        hosts = lists.get("host") or [""] * count
+        addrs = lists.get("hostaddr") or [""] * count
+        if len(hosts) != count or len(addrs) != count:
+            return None
+        names = [hosts[i] or addrs[i] for i in range(count)]
+        current = _text(self._pgconn.host)
+        if names.count(current) != 1:
+            return None
+        index = names.index(current)
+        if index + 1 >= count:
+            return None
+        for key, items in lists.items():
+            if len(items) == count:
+                values[key] = ",".join(items[index + 1 :])
+        return make_conninfo(values).encode("utf-8", "surrogateescape")
+
     def timeout_message(self) -> str:
         """libpq's text for a connection that outlasted ``connect_timeout``
         (its blocking connect's words, naming the server it was trying)."""

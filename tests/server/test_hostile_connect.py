@@ -208,8 +208,12 @@ def test_connect_each_timeout_goes_on_to_the_next_host(
     assert got.status == 0, got.stderr
     assert got.number("number of transactions actually processed:") == "2/2"
     assert got.report == ref.report
-    # each connection waited for the first host's timeout
-    assert float(got.number("average connection time =").split()[0]) >= 1900
+    # each connection waited for the first host's timeout, once: the
+    # connect goes on from the second host as libpq's blocking one does
+    # (it started again from the first: about twice pgbench's 2 s, hostile
+    # finding)
+    average = float(got.number("average connection time =").split()[0])
+    assert 1900 <= average < 3500, got.stdout
 
 
 @pytest.mark.slow

@@ -469,7 +469,10 @@ fl_connect_timeouts(FastLoop *fl)
             obj = Py_NewRef(c->pgobj);
         Py_CLEAR(c->pgobj);
         c->conn = NULL;
-        event = Py_BuildValue("(iN)", RESUME_CONNECT_FAILED, obj);
+        /* with when the attempt began: Python goes on to the next host
+         * of several and counts the whole wait as connection time, as
+         * pgbench's blocking connect does */
+        event = Py_BuildValue("(iNL)", RESUME_CONNECT_FAILED, obj, (long long)c->conn_begin);
         if (event == NULL)
             return -1;
         r = fl_to_python(fl, i, START_TX, event);

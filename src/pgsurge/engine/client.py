@@ -510,6 +510,9 @@ def make_engine(
                 if st.conn is None:
                     start = now if now else monotonic_ns() // 1000
                     cpu = thread_time_ns()
+                    # the C loop's attempt on an earlier host (handback.py)
+                    # is connection time too, as in pgbench's blocking connect
+                    began = st.connect_rest[2] if st.connect_rest is not None else 0
                     connected = connect(st)
                     # waited for the server even when it failed (a
                     # connect_timeout spent is no busy client)
@@ -523,7 +526,7 @@ def make_engine(
                         error(f"client {st.id} aborted while establishing connection")
                         state = ABORTED
                         continue
-                    w.conn_total_us += now - start
+                    w.conn_total_us += now - (began or start)
                 if save_rng:
                     st.saved_rng = st.rng.getstate()
                 st.txn_begin = now

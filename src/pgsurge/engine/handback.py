@@ -82,8 +82,8 @@ def make_handback(
                 error(event)
             st.estatus = E_META
             st.state = ABORTED
-        elif type(event) is tuple and len(event) == 2:
-            code, payload = event
+        elif type(event) is tuple and 2 <= len(event) <= 3:
+            code, payload = event[0], event[1]
             if code == RESUME_CONNECT_FAILED:
                 # -C: the C loop could not open the transaction's connection
                 # (tx.connect's messages): libpq's text when C opened it
@@ -96,8 +96,13 @@ def make_handback(
                     if not failed.bad and failed.several_hosts():
                         # given up at connect_timeout on one of several
                         # hosts: pgbench's blocking connect goes on to the
-                        # next; tx.connect is that connect (from the first
-                        # host again), with its messages if all fail
+                        # next; tx.connect is that connect, from the host
+                        # after this one (from the first when which one
+                        # cannot be told), with its messages if all fail
+                        rest = failed.rest_of_hosts()
+                        if rest is not None:
+                            began = event[2] if len(event) == 3 else 0
+                            st.connect_rest = (rest, failed.timeout_message(), began)
                         failed.finish()
                         st.state = START_TX
                         advance(st)

@@ -131,7 +131,10 @@ def open_connections(
 
 
 def open_one(
-    items: dict[str, str], password: str | None, stop_fd: int
+    items: dict[str, str],
+    password: str | None,
+    stop_fd: int,
+    rest: tuple[bytes, str] | None = None,
 ) -> tuple[pgconn.PgConn | None, str | None]:
     """One connection, as the blocking ``pgconn.connect`` opens it (libpq's
     ``connect_timeout`` and messages), but given up when ``stop_fd`` becomes
@@ -149,10 +152,18 @@ def open_one(
     ends the attempt; the message is left on the pipe for the loop.
 
     When ``connect_timeout`` expires on one host of several, libpq's
-    blocking connect goes on to the next: so does this, with it.
+    blocking connect goes on to the next, and so does this
+    (``Connecting.rest_of_hosts``), its message starting with the timed-out
+    host's line as libpq's does; when the host being tried cannot be told,
+    libpq's blocking connect is called, from the first host. ``rest`` goes
+    on from where the C loop gave up (``rest_of_hosts`` and that host's
+    message).
     """
     info = pgconn.conninfo(items, password).encode("utf-8", "surrogateescape")
     timeout = pgconn.connect_timeout_s(info)
+    before = ""  # the lines of the hosts given up on
+    if rest is not None:
+        info, before = rest
     conn = pgconn.connect_start_info(info)
     since = time.monotonic()
     poller = select.poll()
@@ -166,7 +177,7 @@ def open_one(
         if r == pgconn.POLL_FAILED or fd < 0:
             message = conn.error_message()
             conn.finish()
-            return None, message
+            return None, before + message
         poller.register(fd, _POLL_IN if r == pgconn.POLL_READING else _POLL_OUT)
         wait_ms = -1
         if timeout:
@@ -176,12 +187,21 @@ def open_one(
         if any(ready_fd == stop_fd for ready_fd, _ in ready):
             conn.finish()
             return None, None
-        if not ready:  # connect_timeout expired
-            if conn.several_hosts():
-                conn.finish()
-                opened, message, _needs = pgconn.connect(items, password)
-                return opened, (None if opened is not None else message)
+        if ready:
+            r = conn.poll()
+            continue
+        # connect_timeout expired
+        if not conn.several_hosts():
             message = conn.timeout_message()
             conn.finish()
-            return None, message
-        r = conn.poll()
+            return None, before + message
+        after = conn.rest_of_hosts()
+        if after is None:
+            conn.finish()
+            opened, message, _needs = pgconn.connect(items, password)
+            return opened, (None if opened is not None else message)
+        before += conn.timeout_message()
+        conn.finish()
+        conn = pgconn.connect_start_info(after)
+        since = time.monotonic()
+        r = pgconn.POLL_WRITING

@@ -280,6 +280,11 @@ class Client:
     #: a Python transaction's generator, context and last result
     #: (``engine.pyworkload.PyClient``), None until one runs
     py: Any = None
+    #: -C: where the next connect goes on (the conninfo of the hosts after
+    #: one that outlasted connect_timeout, that host's message, and the
+    #: clock when the attempt began, 0: unknown), set when the C loop hands
+    #: such a client back
+    connect_rest: tuple[bytes, str, int] | None = None
 
 
 @record(slots=True, eq=False)

@@ -214,7 +214,11 @@ def make_tx(
             conn, message, _needs = pgconn.connect(s.conninfo, s.password)
         else:
             # a worker's: the parent's Stop ends the attempt (ramp.open_one)
-            conn, stopped_or_message = open_one(s.conninfo, s.password, stop_fd)
+            rest = st.connect_rest
+            st.connect_rest = None
+            conn, stopped_or_message = open_one(
+                s.conninfo, s.password, stop_fd, None if rest is None else rest[:2]
+            )
             if stopped_or_message is None and conn is None:
                 return None
             message = stopped_or_message or ""
