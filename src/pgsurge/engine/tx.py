@@ -210,12 +210,12 @@ def make_tx(
 
     def connect(st: Client) -> bool | None:
         stop_fd = w.control_fd
+        rest = st.connect_rest
+        st.connect_rest = None
         if stop_fd is None:
             conn, message, _needs = pgconn.connect(s.conninfo, s.password)
         else:
             # a worker's: the parent's Stop ends the attempt (ramp.open_one)
-            rest = st.connect_rest
-            st.connect_rest = None
             conn, stopped_or_message = open_one(
                 s.conninfo, s.password, stop_fd, None if rest is None else rest[:2]
             )
