@@ -609,18 +609,6 @@ def _open_all(run: _Run, settings: Settings, loop: EventLoop) -> bool:
         conns, index, message = opened
         for i, conn in enumerate(conns):
             on_open(i, conn)
-    if (
-        index >= 0
-        and not hook_failed
-        and pgconn.gave_up_on_a_host(settings.conninfo, spec.password, message)
-    ):
-        # connect_timeout on one of several hosts: pgbench's blocking
-        # connect goes on to the next; so do the clients left, that way
-        # (C's open_all handed none over, Python's ramp those before)
-        first = index if opened is None else 0
-        index, message = _open_blocking(
-            settings, spec.password, first, clients, on_open
-        )
     if hook_failed:
         _finish_connections(run)
         pipe.send(Fatal(f"{PROG}: error: {hook_failed[0]}\n"))
@@ -635,24 +623,6 @@ def _open_all(run: _Run, settings: Settings, loop: EventLoop) -> bool:
         pipe.send(Fatal())
         return False
     return True
-
-
-def _open_blocking(
-    settings: Settings,
-    password: str | None,
-    first: int,
-    clients: list[Client],
-    on_open: Callable[[int, pgconn.PgConn], None],
-) -> tuple[int, str]:
-    """Clients ``first``.. connected one after the other with libpq's
-    blocking connect, as pgbench connects them: ``(-1, "")``, or the
-    client that failed and libpq's message."""
-    for index in range(first, len(clients)):
-        conn, message, _needs = pgconn.connect(settings.conninfo, password)
-        if conn is None:
-            return index, message
-        on_open(index, conn)
-    return -1, ""
 
 
 def _progress_sender(
