@@ -44,7 +44,7 @@ from typing import Any
 
 from pgsurge import pgconn
 from pgsurge.config import RunConfig
-from pgsurge.errors import PROG
+from pgsurge.errors import PROG, ConnectError
 from pgsurge.insight import counters, pooled
 from pgsurge.insight.companions import Companions, open_companions
 from pgsurge.insight.counters import SOURCES, Snapshot, StatSource
@@ -60,7 +60,7 @@ from pgsurge.insight.sampling import (
 )
 from pgsurge.insight.waits import WaitProfile, label_text
 
-__all__ = ["Monitor"]
+__all__ = ["IDENTITY_SQL", "Monitor"]
 
 Warn = Callable[[str], None]
 
@@ -80,6 +80,13 @@ _CHECKPOINTING_SQL = (
     f"{TAG} SELECT count(*) FROM pg_catalog.pg_stat_activity"
     " WHERE backend_type = 'checkpointer'"
     " AND coalesce(wait_event_type, '') <> 'Activity'"
+)
+#: the database and the server (its start time): --monitor's must be the run's
+#: (in UTC and in a fixed form: the two sessions' settings may differ)
+IDENTITY_SQL = (
+    "SELECT pg_catalog.current_database(), pg_catalog.to_char("
+    "pg_catalog.pg_postmaster_start_time() AT TIME ZONE 'UTC',"
+    " 'YYYY-MM-DD HH24:MI:SS.US UTC')"
 )
 _ALIVE_SQL = f"""{TAG} SELECT count(*) FROM pg_catalog.pg_stat_activity
 WHERE pid = ANY($1::int[])
@@ -165,10 +172,13 @@ class Monitor:
         pooler_mode: str | None = None,
         app_name: str | None = None,
         database: str | None = None,
+        target: tuple[str, str] | None = None,
     ) -> Monitor:
         """Open the sessions and the monitor connection (see the module
         doc); raises :class:`ConnectError` when one cannot connect.
-        ``pooler_mode``/``app_name``: the pooler found at set-up."""
+        ``pooler_mode``/``app_name``: the pooler found at set-up;
+        ``target``: the run's database and server (``IDENTITY_SQL``) when
+        --monitor is given, which must reach them."""
         mon = cls(cfg, pooler_mode=pooler_mode)
         mon.app_name = app_name or ""
         items = cfg.conn.conninfo_items()
@@ -176,37 +186,77 @@ class Monitor:
             items = {"dbname": cfg.monitor_dsn, "fallback_application_name": PROG}
         mon.via_pooler = pooler_mode is not None and cfg.monitor_dsn is None
         try:
-            if cfg.pooler_admin_dsn is not None:
-                if database is None:
-                    warn(
-                        _warning(
-                            "--pooler-admin",
-                            "no connection pooler was found between "
-                            f"{PROG} and the server: its console is not read",
-                        )
-                    )
-                else:
-                    mon.pool_admin = PoolAdmin.connect(
-                        cfg.pooler_admin_dsn, database, password
-                    )
-            if cfg.idle_sessions:
-                mon.companions = open_companions(
-                    items, password, cfg.idle_sessions, cfg.idle_mode
-                )
-                if mon.via_pooler and pooler_mode == "transaction":
-                    warn(pooled.idle_sessions_warning(cfg.idle_mode.value))
-            if cfg.waits_ms is not None or cfg.server_stats:
-                mon._connect(items, password, warn)
-                if cfg.server_stats:
-                    if pooler_mode is not None:
-                        warn(pooled.SERVER_STATS_WARNING)
-                    mon._setup_counters(scripts, warn)
-            if cfg.host_stats:
-                mon.host = HostWatch(disks=server_is_local(cfg.conn))
+            mon._open(items, password, scripts, warn, database, target)
+        except ConnectError as exc:
+            mon.close()
+            if cfg.monitor_dsn is not None and not str(exc).startswith("--"):
+                # which connection failed: the run's target was reached
+                raise ConnectError(f"--monitor: {exc}") from None
+            raise
         except BaseException:
             mon.close()
             raise
         return mon
+
+    def _open(
+        self,
+        items: dict[str, str],
+        password: str | None,
+        scripts: Sequence[str],
+        warn: Warn,
+        database: str | None,
+        target: tuple[str, str] | None,
+    ) -> None:
+        """The sessions of :meth:`start`, in its order."""
+        mon, cfg, pooler_mode = self, self.cfg, self.pooler_mode
+        if cfg.pooler_admin_dsn is not None:
+            if database is None:
+                warn(
+                    _warning(
+                        "--pooler-admin",
+                        "no connection pooler was found between "
+                        f"{PROG} and the server: its console is not read",
+                    )
+                )
+            else:
+                mon.pool_admin = PoolAdmin.connect(
+                    cfg.pooler_admin_dsn, database, password
+                )
+        if cfg.idle_sessions:
+            mon.companions = open_companions(
+                items, password, cfg.idle_sessions, cfg.idle_mode
+            )
+            if mon.via_pooler and pooler_mode == "transaction":
+                warn(pooled.idle_sessions_warning(cfg.idle_mode.value))
+        if cfg.waits_ms is not None or cfg.server_stats:
+            mon._connect(items, password, warn)
+            if target is not None:
+                mon._check_target(target)
+            if cfg.server_stats:
+                if pooler_mode is not None:
+                    warn(pooled.SERVER_STATS_WARNING)
+                mon._setup_counters(scripts, warn)
+        if cfg.host_stats:
+            mon.host = HostWatch(disks=server_is_local(cfg.conn))
+
+    def _check_target(self, target: tuple[str, str]) -> None:
+        """--monitor must reach the run's database on the run's server
+        (``target``: its name and the server's start time, read by the
+        set-up): elsewhere its samples and counters would be another's,
+        with nothing to tell."""
+        assert self.conn is not None
+        status, res = self.conn.exec_status(IDENTITY_SQL)
+        if status != pgconn.TUPLES_OK or res.ntuples == 0:
+            return
+        mine = (pgconn.value_text(res, 0, 0), pgconn.value_text(res, 0, 1))
+        if mine == target:
+            return
+        raise ConnectError(
+            f'--monitor: it reaches database "{mine[0]}" of the server started '
+            f'at {mine[1]}, the run\'s database "{target[0]}" of the server '
+            f"started at {target[1]}: its wait samples and counters would not "
+            "be the run's (give --monitor the run's server and database)"
+        )
 
     def _connect(self, items: dict[str, str], password: str | None, warn: Warn) -> None:
         # it records what it sends: its statements are left out of the top
@@ -495,8 +545,8 @@ class Monitor:
             self.admin_points[interval_start_us] = admin.read()
         except PoolAdminError as exc:
             self.warnings.append(_warning("--pooler-admin", f"stopped: {exc}"))
-            admin.close()
-            self.pool_admin = None
+            # what the console said until now stays in the report
+            admin.stop(str(exc).splitlines()[0] if str(exc) else "failed")
             return False
         return True
 
@@ -550,10 +600,11 @@ class Monitor:
             for start, shares in self.profile.interval_points():
                 intervals.setdefault(start, {"start_us": start})["waits"] = shares
         if self.cfg.server_stats and self.start_snap is not None and self.conn:
+            flush_warning = ""
             if self.pooler_mode is not None:
-                self.flush_wait_s, warning = pooled.wait_for_flush(self.conn)
-                if warning:
-                    self.warnings.append(warning)
+                self.flush_wait_s, flush_warning = pooled.wait_for_flush(self.conn)
+                if flush_warning:
+                    self.warnings.append(flush_warning)
             else:
                 self._wait_for_exit()
             end = self._snapshot(self.warnings.append)
@@ -568,7 +619,9 @@ class Monitor:
                     self.last_snap, end, self.sources
                 )
             out["server_stats"] = self._server_stats(end, transactions)
-            if self.pooler_mode is not None:
+            # (not when the counters were reset, or the wait said why)
+            reset = "database" in out["server_stats"]["stats_reset_during_run"]
+            if self.pooler_mode is not None and not reset and not flush_warning:
                 warning = pooled.commits_warning(out["server_stats"], transactions)
                 if warning:
                     self.warnings.append(warning)
@@ -576,7 +629,7 @@ class Monitor:
                 intervals.setdefault(start, {"start_us": start})["server_stats"] = (
                     figures
                 )
-        if self.pool_admin is not None:
+        if self.pool_admin is not None and not self.pool_admin.stopped:
             # the tail: from the last read to the end
             step = self._admin_step_us()
             last = max(self.admin_points, default=None)
@@ -628,11 +681,14 @@ class Monitor:
             pg_array(exclude),
         ]
         deadline = time.monotonic() + EXIT_WAIT_S
-        while time.monotonic() < deadline:
-            status, res = conn.exec_params(_ALIVE_SQL, params)
-            if status != pgconn.TUPLES_OK or pgconn.value_text(res, 0, 0) == "0":
-                return
-            time.sleep(0.01)
+        try:
+            while time.monotonic() < deadline:
+                status, res = conn.exec_params(_ALIVE_SQL, params)
+                if status != pgconn.TUPLES_OK or pgconn.value_text(res, 0, 0) == "0":
+                    return
+                time.sleep(0.01)
+        except KeyboardInterrupt:  # the run is over: the report still comes
+            pass
         self.warnings.append(
             _warning(
                 "--server-stats",

@@ -99,6 +99,19 @@ def wait_for_flush(conn: pgconn.PgConn) -> tuple[float, str]:
     :data:`FLUSH_AFTER_S`, at most :data:`FLUSH_WAIT_S`: the seconds waited
     and a warning (empty when they were)."""
     t0 = time.monotonic()
+    try:
+        return _wait(conn, t0)
+    except KeyboardInterrupt:
+        # the run is over: Ctrl-C cuts the wait short, not the report
+        return time.monotonic() - t0, _warning(
+            "--server-stats",
+            f"the wait for the pooler's server sessions' counters was "
+            f"interrupted after {time.monotonic() - t0:.1f} s: the totals "
+            "may miss some of their work",
+        )
+
+
+def _wait(conn: pgconn.PgConn, t0: float) -> tuple[float, str]:
     deadline = t0 + FLUSH_WAIT_S
     while True:
         age, busy = _idle_age(conn)

@@ -164,7 +164,9 @@ def render_pooler_admin(p: Mapping[str, Any]) -> str:
         f"{p.get('max_cl_waiting')} clients waiting for a server connection "
         f"(longest wait {_num(p.get('max_wait_ms'), 1)} ms, "
         f"{_num(p.get('wait_ms_per_xact'), 3)} ms per transaction), up to "
-        f"{p.get('max_sv_active')} server connections active\n"
+        f"{p.get('max_sv_active')} server connections active"
+        + (f" (until the console failed: {p['stopped']})" if p.get("stopped") else "")
+        + "\n"
     )
 
 

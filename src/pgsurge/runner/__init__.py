@@ -409,6 +409,7 @@ def _start_monitor(
             pooler_mode=pooler.mode if pooler else None,
             app_name=pooler.application_name if pooler else None,
             database=pooler.database if pooler else None,
+            target=setup.target,
         )
     except ConnectError as exc:
         err.write(f"{PROG}: error: {exc}\n")

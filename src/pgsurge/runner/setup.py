@@ -123,6 +123,9 @@ class Setup:
     set_client_id: bool
     #: a connection pooler between pgsurge and the server, None: direct
     pooler: PoolerInfo | None = None
+    #: --monitor: the run's database and its server's start time, which
+    #: the monitor's must be (``insight.monitor.IDENTITY_SQL``)
+    target: tuple[str, str] | None = None
     #: the server's settings that differ from the defaults (name → value as
     #: SHOW gives it) and the database's size: the run's environment
     server_settings: dict[str, str] = field(default_factory=dict)
@@ -194,6 +197,7 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
         if pooler is not None:
             err.write(pooler.notice())
             err.flush()
+        target = _target_identity(conn) if cfg.monitor_dsn is not None else None
         settings, data_bytes = _server_facts(conn)
         info = TableInfo(cfg.scale or 1)
         if any(s.builtin for s in cfg.scripts):
@@ -229,6 +233,7 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
         set_client_id=set_client_id,
         counter_before=counter_before,
         pooler=pooler,
+        target=target,
         server_settings=settings,
         data_bytes=data_bytes,
         resolved=resolved,
@@ -240,6 +245,16 @@ def _one(conn: pgconn.PgConn, sql: str) -> str | None:
     if status != pgconn.TUPLES_OK or res.ntuples == 0:
         return None
     return pgconn.value_text(res, 0, 0)
+
+
+def _target_identity(conn: pgconn.PgConn) -> tuple[str, str] | None:
+    """The run's database and server, as --monitor's is checked."""
+    from pgsurge.insight.monitor import IDENTITY_SQL  # only with --monitor
+
+    status, res = conn.exec_status(IDENTITY_SQL)
+    if status != pgconn.TUPLES_OK or res.ntuples == 0:
+        return None
+    return pgconn.value_text(res, 0, 0), pgconn.value_text(res, 0, 1)
 
 
 def detect_pooler(
