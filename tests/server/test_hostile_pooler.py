@@ -218,3 +218,35 @@ def test_table_counters_reset_during_run(bench_db: str, tmp_path: Path) -> None:
     assert "tables" in stats["stats_reset_during_run"], stats
     warned = [ln for ln in out.stderr.splitlines() if "reset during the run" in ln]
     assert len(warned) == 1 and "tables" in warned[0], out.stderr
+
+
+# -- --waits by name: a pool's sessions left from an earlier run ----------------------
+
+
+def test_waits_leave_out_pooled_sessions_of_earlier_runs(
+    pgbouncer_transaction: Pooler, bench_db: str, tmp_path: Path
+) -> None:
+    """A transaction pooler keeps the server sessions of an earlier run,
+    named as this run's and idle: they were sampled as this run's,
+    "waiting for the client" (and the client called the bottleneck)."""
+    dsn = pgbouncer_transaction.pooled(bench_db)
+    f = _script(tmp_path, "select pg_sleep(0.05);\n")
+    earlier = run_pgsurge(["-n", "-f", f, "-c", "12", "-t", "3"], dsn, cwd=tmp_path)
+    assert earlier.status == 0, earlier.stderr
+    with psycopg.connect(bench_db, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name ="
+            " 'pgsurge' AND datname = current_database() AND state = 'idle'"
+        ).fetchone()
+    assert row is not None and row[0] >= 8, row  # the pool kept them
+    result = tmp_path / "r.json"
+    f = _script(tmp_path, "select pg_sleep(0.02);\n")
+    args = ["-n", "-f", f, "-c", "2", "-T", "2", "--waits=50", f"--json={result}"]
+    out = run_pgsurge(args, dsn, cwd=tmp_path)
+    assert out.status == 0, out.stderr
+    waits = _load(result)["waits"]
+    # the two clients' sessions (a transaction pooler may hand them others)
+    assert 1 <= waits["server_backends_seen"] <= 5, waits
+    top = waits["events"][0]
+    assert (top["type"], top["event"]) == ("Timeout", "PgSleep"), waits["events"]
+    assert "the client may be the bottleneck" not in out.stdout, out.stdout
