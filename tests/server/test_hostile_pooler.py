@@ -250,3 +250,28 @@ def test_waits_leave_out_pooled_sessions_of_earlier_runs(
     top = waits["events"][0]
     assert (top["type"], top["event"]) == ("Timeout", "PgSleep"), waits["events"]
     assert "the client may be the bottleneck" not in out.stdout, out.stdout
+
+
+# -- --server-stats right after another client ----------------------------------------
+
+
+def test_server_stats_wait_for_earlier_clients_counters(
+    pgbouncer_transaction: Pooler, bench_db: str, tmp_path: Path
+) -> None:
+    """The pooler's server sessions hold an earlier run's last counters
+    for up to 10 s: a run right after it counted them as its own (a few
+    thousand commits more than its transactions, no word)."""
+    dsn = pgbouncer_transaction.pooled(bench_db)
+    earlier = run_pgsurge(["-n", "-S", "-c", "4", "-T", "2"], dsn, cwd=tmp_path)
+    assert earlier.status == 0, earlier.stderr
+    result = tmp_path / "r.json"
+    args = ["-n", "-S", "-c", "2", "-t", "100", "--server-stats"]
+    out = run_pgsurge([*args, f"--json={result}"], dsn, cwd=tmp_path)
+    assert out.status == 0, out.stderr
+    stats = _load(result)["server_stats"]
+    commits = stats["deltas"]["database"]["xact_commit"]
+    # the run's 200, the set-up's and the monitor's few dozen
+    assert 200 <= commits <= 200 + 60, (commits, out.stderr)
+    notices = [ln for ln in out.stderr.splitlines() if "just before this run" in ln]
+    assert len(notices) == 1, out.stderr
+    assert stats["pooler_start_wait_s"] > 0

@@ -146,6 +146,10 @@ class Monitor:
     via_pooler: bool = False
     #: behind a pooler: how long --server-stats waited for the counters
     flush_wait_s: float = 0.0
+    #: ... and before the start snapshot, for an earlier client's
+    start_wait_s: float = 0.0
+    #: the server's clock when the set-up found the pooler (epoch seconds)
+    pooler_found_at: float = 0.0
     #: --pooler-admin: the console, and its figures by interval start
     pool_admin: PoolAdmin | None = None
     admin_points: dict[int, dict[str, float]] = field(default_factory=dict)
@@ -173,13 +177,14 @@ class Monitor:
         app_name: str | None = None,
         database: str | None = None,
         target: tuple[str, str] | None = None,
+        pooler_found_at: float = 0.0,
     ) -> Monitor:
         """Open the sessions and the monitor connection (see the module
         doc); raises :class:`ConnectError` when one cannot connect.
         ``pooler_mode``/``app_name``: the pooler found at set-up;
         ``target``: the run's database and server (``IDENTITY_SQL``) when
         --monitor is given, which must reach them."""
-        mon = cls(cfg, pooler_mode=pooler_mode)
+        mon = cls(cfg, pooler_mode=pooler_mode, pooler_found_at=pooler_found_at)
         mon.app_name = app_name or ""
         items = cfg.conn.conninfo_items()
         if cfg.monitor_dsn is not None:
@@ -321,6 +326,12 @@ class Monitor:
                     f"{', '.join(missing)} not available on this server "
                     f"(PostgreSQL {version}): left out",
                 )
+            )
+        if self.pooler_mode is not None and self.pooler_found_at:
+            # counters an earlier client's pooled sessions still hold would
+            # reach the server during the run and count as the run's
+            self.start_wait_s = pooled.wait_before_start(
+                conn, self.pooler_found_at, warn
             )
         self.start_snap = self._snapshot(warn)
         self.last_snap = self.start_snap
@@ -727,7 +738,10 @@ class Monitor:
                 else {}
             ),
             **(
-                {"pooler_flush_wait_s": round(self.flush_wait_s, 3)}
+                {
+                    "pooler_flush_wait_s": round(self.flush_wait_s, 3),
+                    "pooler_start_wait_s": round(self.start_wait_s, 3),
+                }
                 if self.pooler_mode is not None
                 else {}
             ),

@@ -84,6 +84,9 @@ class PoolerInfo:
     application_name: str
     #: the database as the pooler names it (its console's pools)
     database: str = ""
+    #: the server's clock when the set-up found it (seconds since the
+    #: epoch): sessions idle since before then are not the set-up's
+    found_at: float = 0.0
 
     def notice(self) -> str:
         """The one stderr line that says so."""
@@ -270,10 +273,17 @@ def detect_pooler(
     that very server session to the second client; a session pooler
     cannot. Costs one query on a direct connection.
     """
-    value = _one(conn, "SELECT pg_catalog.pg_backend_pid()")
-    if value is None or not value.isdigit() or int(value) == conn.backend_pid:
+    status, res = conn.exec_status(
+        "SELECT pg_catalog.pg_backend_pid(),"
+        " extract(epoch FROM pg_catalog.clock_timestamp())::float8"
+    )
+    if status != pgconn.TUPLES_OK or res.ntuples == 0:
+        return None
+    value = pgconn.value_text(res, 0, 0)
+    if not value.isdigit() or int(value) == conn.backend_pid:
         return None
     server_pid = int(value)
+    found_at = float(pgconn.value_text(res, 0, 1) or 0)
     app = _one(conn, "SHOW application_name") or ""
     # the server session that ran the last query, just released (or not)
     last = _one(conn, "SELECT pg_catalog.pg_backend_pid()")
@@ -285,7 +295,7 @@ def detect_pooler(
                 mode = "transaction"
         finally:
             other.finish()
-    return PoolerInfo(conn.backend_pid, server_pid, mode, app, conn.dbname)
+    return PoolerInfo(conn.backend_pid, server_pid, mode, app, conn.dbname, found_at)
 
 
 _SETTINGS_SQL = (
