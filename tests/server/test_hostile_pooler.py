@@ -275,3 +275,26 @@ def test_server_stats_wait_for_earlier_clients_counters(
     notices = [ln for ln in out.stderr.splitlines() if "just before this run" in ln]
     assert len(notices) == 1, out.stderr
     assert stats["pooler_start_wait_s"] > 0
+
+
+def test_pooler_admin_of_another_pooler_is_called_out(
+    pgbouncer_transaction: Pooler,
+    pgbouncer_session: Pooler,
+    bench_db: str,
+    tmp_path: Path,
+) -> None:
+    """--pooler-admin naming another PgBouncer's console (which also has
+    the database): "0 transactions passed on" for a run of thousands,
+    with no word."""
+    args = ["-n", "-S", "-c", "2", "-t", "200", "-P", "1"]
+    dsn = pgbouncer_transaction.pooled(bench_db)
+    wrong = f"--pooler-admin={pgbouncer_session.admin_dsn}"
+    out = run_pgsurge([*args, wrong], dsn, cwd=tmp_path)
+    assert out.status == 0, out.stderr
+    said = [ln for ln in out.stderr.splitlines() if "it is not the console" in ln]
+    assert len(said) == 1 and "the run made 400" in said[0], out.stderr
+    right = f"--pooler-admin={pgbouncer_transaction.admin_dsn}"
+    ok = run_pgsurge([*args, right], dsn, cwd=tmp_path)
+    assert ok.status == 0, ok.stderr
+    assert "it is not the console" not in ok.stderr, ok.stderr
+    assert "pooler console (database" in ok.stdout

@@ -647,6 +647,18 @@ class Monitor:
             self._admin_read(self.start_us if last is None else last + step)
         if self.pool_admin is not None:
             out["pooler_admin"] = self.pool_admin.summary()
+            passed = out["pooler_admin"]["xacts"]
+            if passed < transactions and not self.pool_admin.stopped:
+                # every transaction of the run went through the run's pooler
+                self.warnings.append(
+                    _warning(
+                        "--pooler-admin",
+                        f"the console counted {passed} transactions passed on "
+                        f'for database "{self.pool_admin.database}", the run '
+                        f"made {transactions}: it is not the console of the "
+                        "pooler the run went through, or not all of it",
+                    )
+                )
             for start, point in self.admin_points.items():
                 intervals.setdefault(start, {"start_us": start})["pooler"] = point
         if self.companions is not None:
