@@ -252,7 +252,7 @@ def test_waits_leave_out_pooled_sessions_of_earlier_runs(
     assert "the client may be the bottleneck" not in out.stdout, out.stdout
 
 
-# -- --server-stats right after another client ----------------------------------------
+# -- --server-stats right after another client ---------------------------------------
 
 
 def test_server_stats_wait_for_earlier_clients_counters(
@@ -298,3 +298,42 @@ def test_pooler_admin_of_another_pooler_is_called_out(
     assert ok.status == 0, ok.stderr
     assert "it is not the console" not in ok.stderr, ok.stderr
     assert "pooler console (database" in ok.stdout
+
+
+# -- sessions the sampler cannot find by name ----------------------------------------
+
+
+def test_waits_behind_application_name_add_host(
+    server_dsn: str, bench_db: str, tmp_path: Path
+) -> None:
+    """PgBouncer's application_name_add_host names each server session
+    "pgsurge - host:port": --waits found none of them and printed an empty
+    profile, exit 0, no word."""
+    pooler = start_pooler(server_dsn, "transaction", "application_name_add_host = 1\n")
+    try:
+        f = _script(tmp_path, "select pg_sleep(0.02);\n")
+        result = tmp_path / "r.json"
+        args = ["-n", "-f", f, "-c", "2", "-T", "2", "--waits=50"]
+        out = run_pgsurge([*args, f"--json={result}"], pooler.pooled(bench_db))
+    finally:
+        pooler.stop()
+        shutil.rmtree(pooler.directory, ignore_errors=True)
+    assert out.status == 0, out.stderr
+    waits = _load(result)["waits"]
+    assert waits["server_backends_seen"] >= 1 and waits["samples"] > 0, waits
+    top = waits["events"][0]
+    assert (top["type"], top["event"]) == ("Timeout", "PgSleep"), waits["events"]
+    assert '"pgsurge"' in out.stderr and "was seen" not in out.stderr, out.stderr
+
+
+def test_waits_say_when_no_session_was_found(
+    pgbouncer_transaction: Pooler, bench_db: str, tmp_path: Path
+) -> None:
+    """A script that renames its sessions: nothing to sample by name. The
+    empty profile now comes with one warning."""
+    f = _script(tmp_path, "set application_name = 'renamed';\nselect pg_sleep(0.01);\n")
+    args = ["-n", "-f", f, "-c", "2", "-T", "1", "--waits=50"]
+    out = run_pgsurge(args, pgbouncer_transaction.pooled(bench_db), cwd=tmp_path)
+    assert out.status == 0, out.stderr
+    said = [ln for ln in out.stderr.splitlines() if "was seen in the database" in ln]
+    assert len(said) == 1 and 'named "pgsurge"' in said[0], out.stderr

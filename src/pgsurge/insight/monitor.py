@@ -90,7 +90,9 @@ IDENTITY_SQL = (
 )
 _ALIVE_SQL = f"""{TAG} SELECT count(*) FROM pg_catalog.pg_stat_activity
 WHERE pid = ANY($1::int[])
-   OR ($2::text IS NOT NULL AND application_name = $2
+   OR ($2::text IS NOT NULL
+       AND (application_name = $2
+            OR pg_catalog.starts_with(application_name, $2 || ' - '))
        AND backend_type = 'client backend'
        AND datname = pg_catalog.current_database()
        AND pid <> pg_catalog.pg_backend_pid() AND pid <> ALL($3::int[]))"""
@@ -607,6 +609,18 @@ class Monitor:
             }
             if isinstance(self.sampler, ActivitySampler) and self.sampler.app_name:
                 waits["server_backends_seen"] = len(self.sampler.seen)
+                if not self.sampler.seen and transactions:
+                    # the run's sessions were never found: say so, no
+                    # empty profile passed off as a quiet server
+                    self.warnings.append(
+                        _warning(
+                            "--waits",
+                            "no server session named "
+                            f'"{self.sampler.app_name}" was seen in the '
+                            "database during the run: no wait events of its "
+                            "sessions (does a pooler rename them?)",
+                        )
+                    )
             out["waits"] = waits
             for start, shares in self.profile.interval_points():
                 intervals.setdefault(start, {"start_us": start})["waits"] = shares

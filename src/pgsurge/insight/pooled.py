@@ -54,7 +54,8 @@ _IDLE_AGE_SQL = f"""{TAG} SELECT
 FROM pg_catalog.pg_stat_activity
 WHERE backend_type = 'client backend' AND datname = pg_catalog.current_database()
   AND pid <> pg_catalog.pg_backend_pid()
-  AND application_name NOT IN ('{MONITOR_APP}', '{IDLE_APP}')"""
+  AND NOT pg_catalog.starts_with(application_name, '{MONITOR_APP}')
+  AND NOT pg_catalog.starts_with(application_name, '{IDLE_APP}')"""
 
 
 def _warning(what: str, text: str) -> str:
@@ -96,7 +97,8 @@ WHERE backend_type = 'client backend' AND datname = pg_catalog.current_database(
   AND pid <> pg_catalog.pg_backend_pid() AND state = 'idle'
   AND state_change < pg_catalog.to_timestamp($1::float8)
   AND state_change > pg_catalog.to_timestamp($1::float8) - interval '{FLUSH_AFTER_S} s'
-  AND application_name NOT IN ('{MONITOR_APP}', '{IDLE_APP}')"""
+  AND NOT pg_catalog.starts_with(application_name, '{MONITOR_APP}')
+  AND NOT pg_catalog.starts_with(application_name, '{IDLE_APP}')"""
 
 
 def wait_before_start(

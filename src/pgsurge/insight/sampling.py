@@ -46,7 +46,9 @@ SELECT pid, coalesce(state, ''), coalesce(wait_event_type, ''),
        coalesce(wait_event, ''), coalesce(backend_type, '')
 FROM pg_catalog.pg_stat_activity
 WHERE pid = ANY($1::int[])
-   OR ($2::text IS NOT NULL AND application_name = $2
+   OR ($2::text IS NOT NULL
+       AND (application_name = $2
+            OR pg_catalog.starts_with(application_name, $2 || ' - '))
        AND backend_type = 'client backend'
        AND datname = pg_catalog.current_database()
        AND pid <> pg_catalog.pg_backend_pid() AND pid <> ALL($3::int[])

@@ -20,6 +20,7 @@ threads (steps 1 to 3 of :mod:`pgsurge.runner`):
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import field, replace
 from typing import Any, TextIO
@@ -260,6 +261,10 @@ def _target_identity(conn: pgconn.PgConn) -> tuple[str, str] | None:
     return pgconn.value_text(res, 0, 0), pgconn.value_text(res, 0, 1)
 
 
+#: what PgBouncer's ``application_name_add_host`` appends to the name
+_ADDED_HOST = re.compile(r" - \S+:\d+$")
+
+
 def detect_pooler(
     conn: pgconn.PgConn, items: dict[str, str], password: str | None
 ) -> PoolerInfo | None:
@@ -284,7 +289,9 @@ def detect_pooler(
         return None
     server_pid = int(value)
     found_at = float(pgconn.value_text(res, 0, 1) or 0)
-    app = _one(conn, "SHOW application_name") or ""
+    # PgBouncer's application_name_add_host appends " - host:port" (each
+    # client its own): the sessions are found by the name before it
+    app = _ADDED_HOST.sub("", _one(conn, "SHOW application_name") or "")
     # the server session that ran the last query, just released (or not)
     last = _one(conn, "SELECT pg_catalog.pg_backend_pid()")
     mode = "session"
