@@ -218,6 +218,9 @@ def test_table_counters_reset_during_run(bench_db: str, tmp_path: Path) -> None:
     assert "tables" in stats["stats_reset_during_run"], stats
     warned = [ln for ln in out.stderr.splitlines() if "reset during the run" in ln]
     assert len(warned) == 1 and "tables" in warned[0], out.stderr
+    # the text shows no negative work
+    assert "  tables: reset during the run: no figures" in out.stdout, out.stdout
+    assert "public.pgbench_accounts:" not in out.stdout
 
 
 # -- --waits by name: a pool's sessions left from an earlier run ----------------------
