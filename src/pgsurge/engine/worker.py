@@ -735,7 +735,7 @@ def _open_window(run: _Run) -> None:
         run.txlog.restart(run.window_us)
     # the clients' own counts go on (C wrote its clients' back at the
     # tick): the per-server figures subtract these
-    run.window_cnts = [st.cnt for st in run.clients]
+    run.window_cnts = [_processed(st) for st in run.clients]
     run.usage0 = resource.getrusage(resource.RUSAGE_SELF)
     run.window_open = True
 
@@ -848,7 +848,9 @@ def _result(run: _Run) -> WorkerResult:
     result.cpu_user_s = usage1.ru_utime - usage0.ru_utime
     result.cpu_sys_s = usage1.ru_stime - usage0.ru_stime
     base = run.window_cnts or [0] * len(clients)
-    result.client_tx_counts = [st.cnt - b for st, b in zip(clients, base, strict=True)]
+    result.client_tx_counts = [
+        _processed(st) - b for st, b in zip(clients, base, strict=True)
+    ]
     result.client_targets = list(run.targets)
     # waiting in blocking calls (-C connections, shell commands) is idle too
     result.idle_us = loop.idle_us + wstate.blocked_us
@@ -857,3 +859,9 @@ def _result(run: _Run) -> WorkerResult:
     if run.recorder is not None:
         result.histograms, result.intervals = run.recorder.finish(end)
     return result
+
+
+def _processed(st: Client) -> int:
+    """The transactions of a client that the report counts as processed
+    (its per-server figures sum to the total): not failed, not skipped."""
+    return st.cnt - st.failed - st.skipped
