@@ -104,6 +104,14 @@ STDLIB_NOT_FORKED = (
 #: hexadecimal doubles in scripts), imported where they are used
 STDLIB_ONLY_SOME_RUNS = ("decimal", "_decimal", "fractions")
 
+#: standard modules only some paths use, imported there (issue 25: every
+#: module is memory in each process of a run): ``socket`` (with
+#: ``selectors``) to probe for a default server when none is given (the
+#: workers' pipes are ``_socket``'s socket pairs), ``selectors`` for the
+#: event loop off Linux, ``base64``/``zlib`` to encode a histogram for the
+#: JSON and HTML reports
+STDLIB_ONLY_SOME_PATHS = ("socket", "selectors", "base64", "binascii", "zlib")
+
 #: patterns compiled on first use (``functools.cache`` accessors): a run
 #: of SQL scripts that uses none of them compiles none
 LAZY_PATTERNS = (
@@ -174,6 +182,7 @@ def test_run_of_scripts_imports_only_what_it_needs() -> None:
     assert sorted(loaded.intersection(DEFERRED)) == []
     assert sorted(loaded.intersection(STDLIB_ONLY_SOME_RUNS)) == []
     assert sorted(loaded.intersection(STDLIB_NOT_FORKED)) == []
+    assert sorted(loaded.intersection(STDLIB_ONLY_SOME_PATHS)) == []
 
 
 def test_deferred_modules_complete_on_first_use() -> None:

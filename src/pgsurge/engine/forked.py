@@ -34,7 +34,6 @@ import os
 import pickle
 import select
 import signal
-import socket
 import struct
 import sys
 import threading
@@ -122,7 +121,12 @@ class Connection:
 
 def pipe() -> tuple[Connection, Connection]:
     """Two connected ends (``multiprocessing.Pipe(duplex=True)``)."""
-    a, b = socket.socketpair()
+    # _socket's own socketpair (AF_UNIX, SOCK_STREAM), as socket.socketpair
+    # calls it: only the descriptors are kept, and the socket module (with
+    # selectors and its enums) would be memory in each process of a run
+    import _socket
+
+    a, b = _socket.socketpair()
     return Connection(a.detach()), Connection(b.detach())
 
 
