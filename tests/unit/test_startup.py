@@ -109,8 +109,16 @@ STDLIB_ONLY_SOME_RUNS = ("decimal", "_decimal", "fractions")
 #: ``selectors``) to probe for a default server when none is given (the
 #: workers' pipes are ``_socket``'s socket pairs), ``selectors`` for the
 #: event loop off Linux, ``base64``/``zlib`` to encode a histogram for the
-#: JSON and HTML reports
-STDLIB_ONLY_SOME_PATHS = ("socket", "selectors", "base64", "binascii", "zlib")
+#: JSON and HTML reports; ``pickle``, whose functions are ``_pickle``'s
+#: (``engine.forked`` calls those)
+STDLIB_ONLY_SOME_PATHS = (
+    "socket",
+    "selectors",
+    "base64",
+    "binascii",
+    "zlib",
+    "pickle",
+)
 
 #: patterns compiled on first use (``functools.cache`` accessors): a run
 #: of SQL scripts that uses none of them compiles none

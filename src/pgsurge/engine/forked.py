@@ -31,12 +31,17 @@ from __future__ import annotations
 
 import atexit
 import os
-import pickle
 import select
 import signal
 import struct
 import sys
 import threading
+
+# pickle's C implementation, which ``pickle.dumps``/``loads`` are: the
+# ``pickle`` module around it (its Python pickler, unpickler and their
+# tables, some 250 KiB in each process of a run) is not imported
+from _pickle import dumps as _dumps
+from _pickle import loads as _loads
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -80,7 +85,7 @@ class Connection:
             os.close(fd)
 
     def send(self, obj: object) -> None:
-        buf = pickle.dumps(obj)
+        buf = _dumps(obj)
         n = len(buf)
         if n > 0x7FFFFFFF:
             self._write(_HEADER.pack(-1) + _LONG_HEADER.pack(n))
@@ -95,7 +100,7 @@ class Connection:
         (size,) = _HEADER.unpack(self._read(4))
         if size == -1:
             (size,) = _LONG_HEADER.unpack(self._read(8))
-        return pickle.loads(self._read(size))
+        return _loads(self._read(size))
 
     def poll(self, timeout: float | None = 0.0) -> bool:
         return bool(wait([self], timeout))
