@@ -19,16 +19,20 @@ through psycopg, for next to nothing:
   finds libpq for psycopg's pure-Python implementation (not the binary
   one a run uses), and ``ctypes.util`` imports ``subprocess``,
   ``shutil`` (with ``bz2`` and ``lzma``) and ``tempfile`` (with
-  ``random``): some 25 million instructions of every start-up.
+  ``random``): some 25 million instructions of every start-up. The
+  ``ctypes`` package itself (its classes and ``_ctypes``, some 200 KiB in
+  each process of a run) is not needed either: pgsurge's own two calls
+  into libc (``engine.pool``) are in its C extension.
 
 :func:`deferred_run_imports` is a context manager: while its block runs
-(``pgconn`` imports psycopg's parts in it) ``asyncio``, ``ssl`` and
-``ctypes.util`` (also ``ctypes``' attribute ``util``) are stand-ins,
+(``pgconn`` imports psycopg's parts in it) ``asyncio``, ``ssl``,
+``ctypes`` and ``ctypes.util`` (also the stand-in ``ctypes``' attribute
+``util``) are stand-ins,
 modules created from their specs but not executed, holding only
 ``asyncio.CancelledError`` (from ``asyncio.exceptions``, which
 imports nothing). When the block ends the stand-ins leave ``sys.modules``:
-a later ``import asyncio``, ``import asyncio.subprocess``, ``import ssl``
-is Python's own import from the start, with its module locks (two
+a later ``import asyncio``, ``import asyncio.subprocess``, ``import ssl``,
+``import ctypes`` is Python's own import from the start, with its module locks (two
 threads importing at once), its submodule order and ``reload``. The
 stand-ins the psycopg modules keep hand any name asked of them over from
 the real module (imported then). ``asyncio.exceptions`` is set aside and
@@ -67,15 +71,19 @@ __all__ = ["deferred_run_imports"]
 _lock = threading.Lock()
 #: submodules of a released stand-in, handed back to the real package
 _kept: dict[str, ModuleType] = {}
+#: the name marking a stand-in in its ``__dict__`` (read there: reading the
+#: attribute would complete the stand-in through its ``__getattr__``)
+_STAND_IN = "__pgsurge_stand_in__"
 
 
 @contextlib.contextmanager
 def deferred_run_imports() -> Iterator[None]:
-    """``asyncio``, ``ssl`` and ``ctypes.util`` as stand-ins while the
-    block runs (see the module's docstring)."""
-    stand_ins = [
-        m for m in map(_stand_in, ("asyncio", "ssl", "ctypes.util")) if m is not None
-    ]
+    """``asyncio``, ``ssl``, ``ctypes`` and ``ctypes.util`` as stand-ins
+    while the block runs (see the module's docstring)."""
+    # ctypes before ctypes.util, whose spec is then found through the
+    # stand-in package (else finding it would import the real ctypes)
+    names = ("asyncio", "ssl", "ctypes", "ctypes.util")
+    stand_ins = [m for m in map(_stand_in, names) if m is not None]
     for module in stand_ins:
         if module.__name__ == "asyncio":
             try:
@@ -87,7 +95,9 @@ def deferred_run_imports() -> Iterator[None]:
     try:
         yield
     finally:
-        for module in stand_ins:
+        # submodules first: a package's release keeps its submodules for
+        # the real package, and a stand-in must not be kept
+        for module in reversed(stand_ins):
             _release(module)
 
 
@@ -107,6 +117,7 @@ def _stand_in(name: str) -> ModuleType | None:
         return getattr(importlib.import_module(name), attr)
 
     module.__getattr__ = from_real_module  # type: ignore[method-assign]
+    module.__dict__[_STAND_IN] = True
     sys.modules[name] = module
     parent, _, child = name.rpartition(".")
     if parent:
@@ -126,7 +137,11 @@ def _release(module: ModuleType) -> None:
         del sys.modules[name]
         prefix = name + "."
         for sub in [n for n in list(sys.modules) if n.startswith(prefix)]:
-            _kept[sub] = sys.modules.pop(sub)
+            submodule = sys.modules.pop(sub)
+            if not submodule.__dict__.get(_STAND_IN):
+                # (a stand-in submodule is dropped: the real package
+                # imports that one anew, executed)
+                _kept[sub] = submodule
         if _kept and _HandBack not in sys.meta_path:
             # before the path finder, which would execute them anew
             sys.meta_path.insert(0, _HandBack)

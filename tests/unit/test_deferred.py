@@ -148,3 +148,41 @@ def test_ctypes_util_after_the_parts() -> None:
         "print(type(util).__name__, util is sys.modules['ctypes.util'])\n"
     )
     assert python_c(code) == "module True\n"
+
+
+def test_ctypes_after_the_parts() -> None:
+    # psycopg.pq.misc's ctypes is a stand-in too (pgsurge's own libc calls
+    # are in its C extension): ctypes imported afterwards is the real
+    # package, whichever way it is reached first
+    code = (
+        "import sys\n"
+        "import pgsurge.pgconn\n"
+        "import psycopg.pq.misc as misc\n"
+        "assert 'ctypes' not in sys.modules and '_ctypes' not in sys.modules\n"
+        "assert misc.ctypes.sizeof(misc.ctypes.c_int) == 4\n"  # via the stand-in
+        "import ctypes\n"
+        "assert ctypes is sys.modules['ctypes']\n"
+        "assert misc.ctypes.CDLL is ctypes.CDLL\n"
+        "libc = ctypes.CDLL(None)\n"
+        "assert libc.abs(-3) == 3\n"
+        "import ctypes.util\n"
+        "print(bool(ctypes.util.find_library('c')))\n"
+    )
+    assert python_c(code) == "True\n"
+
+
+def test_ctypes_completed_inside_the_block() -> None:
+    # a name of the ctypes stand-in read while the parts import: the real
+    # package then, and the ctypes.util stand-in is not kept for it
+    code = (
+        "import sys\n"
+        "from pgsurge.deferred import deferred_run_imports\n"
+        "with deferred_run_imports():\n"
+        "    import ctypes.util\n"
+        "    assert ctypes.sizeof(ctypes.c_int) == 4\n"
+        "import ctypes.util\n"
+        "mod = sys.modules['ctypes.util']\n"
+        "assert '__pgsurge_stand_in__' not in mod.__dict__\n"
+        "print(bool(ctypes.util.find_library('c')))\n"
+    )
+    assert python_c(code) == "True\n"

@@ -77,9 +77,16 @@ PSYCOPG_CONNINFO = (
 )
 
 #: what psycopg's parts import for (next to) nothing, deferred by
-#: ``pgsurge.deferred`` until first used: asyncio's event loops and
-#: Python's OpenSSL (each process of a run would hold them)
-DEFERRED = ("asyncio.base_events", "asyncio.events", "_ssl", "_hashlib")
+#: ``pgsurge.deferred`` until first used: asyncio's event loops, Python's
+#: OpenSSL and ctypes (each process of a run would hold them)
+DEFERRED = (
+    "asyncio.base_events",
+    "asyncio.events",
+    "_ssl",
+    "_hashlib",
+    "ctypes",
+    "_ctypes",
+)
 
 #: what ``multiprocessing`` and ``ctypes.util`` import, which a run does
 #: without: the workers are forked by ``engine.forked``, ``ctypes.util`` is
