@@ -22,18 +22,30 @@ through psycopg, for next to nothing:
   ``random``): some 25 million instructions of every start-up. The
   ``ctypes`` package itself (its classes and ``_ctypes``, some 200 KiB in
   each process of a run) is not needed either: pgsurge's own two calls
-  into libc (``engine.pool``) are in its C extension.
+  into libc (``engine.pool``) are in its C extension;
+* ``psycopg.pq`` and ``psycopg.pq.misc`` do ``import logging`` and keep
+  ``logging.getLogger(...)``, which only that libpq finder uses (on an
+  error), and ``misc`` does ``from pathlib import Path`` for the same
+  finder: ``logging`` brings ``traceback``, ``string`` and ``textwrap``,
+  ``pathlib`` brings ``urllib.parse``, ``ipaddress``, ``fnmatch`` and
+  ``ntpath`` (together some 1 MiB in each process of a run).
 
 :func:`deferred_run_imports` is a context manager: while its block runs
 (``pgconn`` imports psycopg's parts in it) ``asyncio``, ``ssl``,
-``ctypes`` and ``ctypes.util`` (also the stand-in ``ctypes``' attribute
-``util``) are stand-ins,
-modules created from their specs but not executed, holding only
-``asyncio.CancelledError`` (from ``asyncio.exceptions``, which
-imports nothing). When the block ends the stand-ins leave ``sys.modules``:
-a later ``import asyncio``, ``import asyncio.subprocess``, ``import ssl``,
-``import ctypes`` is Python's own import from the start, with its module locks (two
-threads importing at once), its submodule order and ``reload``. The
+``ctypes``, ``ctypes.util`` (also the stand-in ``ctypes``' attribute
+``util``), ``logging`` and ``pathlib`` are stand-ins, modules created
+from their specs but not executed, holding only
+``asyncio.CancelledError`` (from ``asyncio.exceptions``, which imports
+nothing), ``logging.getLogger`` and ``pathlib.Path``. The last two are
+shims that do their work with the real module on first use (a
+:class:`DeferredLogger` forwards everything to ``logging.getLogger(name)``
+of the real ``logging``; ``Path(...)`` returns the real
+``pathlib.Path(...)``): psycopg's modules keep a shim where they would
+have kept the logger or the class. When the block ends the stand-ins
+leave ``sys.modules``: a later ``import asyncio``, ``import
+asyncio.subprocess``, ``import ssl``, ``import ctypes``, ``import
+logging`` is Python's own import from the start, with its module locks
+(two threads importing at once), its submodule order and ``reload``. The
 stand-ins the psycopg modules keep hand any name asked of them over from
 the real module (imported then). ``asyncio.exceptions`` is set aside and
 handed back when the real package imports it, so ``CancelledError`` is
@@ -60,12 +72,12 @@ import threading
 from collections.abc import Iterator
 from importlib.machinery import ModuleSpec
 from types import ModuleType
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from importlib.abc import Loader
 
-__all__ = ["deferred_run_imports"]
+__all__ = ["DeferredLogger", "deferred_run_imports"]
 
 #: guards sys.modules' stand-in entries and _kept (no import runs under it)
 _lock = threading.Lock()
@@ -78,14 +90,19 @@ _STAND_IN = "__pgsurge_stand_in__"
 
 @contextlib.contextmanager
 def deferred_run_imports() -> Iterator[None]:
-    """``asyncio``, ``ssl``, ``ctypes`` and ``ctypes.util`` as stand-ins
-    while the block runs (see the module's docstring)."""
+    """``asyncio``, ``ssl``, ``ctypes``, ``ctypes.util``, ``logging`` and
+    ``pathlib`` as stand-ins while the block runs (see the module's
+    docstring)."""
     # ctypes before ctypes.util, whose spec is then found through the
     # stand-in package (else finding it would import the real ctypes)
-    names = ("asyncio", "ssl", "ctypes", "ctypes.util")
+    names = ("asyncio", "ssl", "ctypes", "ctypes.util", "logging", "pathlib")
     stand_ins = [m for m in map(_stand_in, names) if m is not None]
     for module in stand_ins:
-        if module.__name__ == "asyncio":
+        if module.__name__ == "logging":
+            module.getLogger = DeferredLogger  # type: ignore[attr-defined]
+        elif module.__name__ == "pathlib":
+            module.Path = _path  # type: ignore[attr-defined]
+        elif module.__name__ == "asyncio":
             try:
                 exceptions = importlib.import_module("asyncio.exceptions")
                 module.CancelledError = exceptions.CancelledError  # type: ignore[attr-defined]
@@ -101,6 +118,38 @@ def deferred_run_imports() -> Iterator[None]:
             _release(module)
 
 
+class DeferredLogger:
+    """``logging.getLogger(name)`` as the stand-in ``logging`` gives it: every
+    attribute is the real logger's, ``logging`` imported on first use."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str | None = None) -> None:
+        self.name = name
+
+    def __getattr__(self, attr: str) -> object:
+        return getattr(_real("logging").getLogger(self.name), attr)
+
+    def __repr__(self) -> str:
+        return f"<DeferredLogger {self.name}>"
+
+
+def _path(*args: Any, **kwargs: Any) -> object:
+    """``pathlib.Path(...)`` for the stand-in ``pathlib``: the real class's
+    instance, ``pathlib`` imported on first use."""
+    path: Any = _real("pathlib").Path
+    return path(*args, **kwargs)
+
+
+def _real(name: str) -> ModuleType:
+    """The real module ``name``, its stand-in released first if it is
+    still registered (a shim used inside the block)."""
+    module = sys.modules.get(name)
+    if module is not None and module.__dict__.get(_STAND_IN):
+        _release(module)
+    return importlib.import_module(name)
+
+
 def _stand_in(name: str) -> ModuleType | None:
     """Module ``name``, created from its spec and registered but not
     executed (None when it is imported already or cannot be found)."""
@@ -111,7 +160,13 @@ def _stand_in(name: str) -> ModuleType | None:
         return None
     module = importlib.util.module_from_spec(spec)
 
+    package = spec.submodule_search_locations is not None
+
     def from_real_module(attr: str) -> object:
+        if attr == "__path__" and not package:
+            # the import system's test for a package (``from pathlib
+            # import Path`` asks it): a module has none, real or not
+            raise AttributeError(attr)
         # (also inside the block: the stand-in gives way to the module)
         _release(module)
         return getattr(importlib.import_module(name), attr)

@@ -186,3 +186,66 @@ def test_ctypes_completed_inside_the_block() -> None:
         "print(bool(ctypes.util.find_library('c')))\n"
     )
     assert python_c(code) == "True\n"
+
+
+def test_logging_and_pathlib_after_the_parts() -> None:
+    # psycopg.pq and psycopg.pq.misc keep a DeferredLogger and a Path shim:
+    # they act as the real logger and class, and logging and pathlib
+    # imported afterwards are the real modules (psycopg completes with them)
+    code = (
+        "import io, sys\n"
+        "import pgsurge.pgconn\n"
+        "import psycopg.pq, psycopg.pq.misc as misc\n"
+        "loaded = set(sys.modules)\n"
+        "assert not loaded & {'logging', 'pathlib', 'traceback', 'urllib.parse',"
+        " 'ipaddress'}, loaded\n"
+        "import logging, pathlib\n"
+        "assert type(misc.Path('/tmp/x')) is type(pathlib.Path('/tmp/x'))\n"
+        "assert misc.Path('/tmp/../tmp').resolve() == pathlib.Path('/tmp').resolve()\n"
+        "stream = io.StringIO()\n"
+        "handler = logging.StreamHandler(stream)\n"
+        "real = logging.getLogger('psycopg.pq')\n"
+        "real.addHandler(handler)\n"
+        "misc.logger.setLevel(logging.DEBUG)\n"  # through the shim
+        "assert real.level == logging.DEBUG\n"
+        "misc.logger.debug('seen %s', 1)\n"
+        "psycopg.pq.logger.warning('also')\n"
+        "assert stream.getvalue() == 'seen 1\\nalso\\n', stream.getvalue()\n"
+        "import psycopg\n"
+        "assert psycopg.connect and psycopg.pq.version_pretty(170000)\n"
+        "print(type(logging.getLogger('psycopg')).__name__)\n"
+    )
+    assert python_c(code) == "Logger\n"
+
+
+def test_a_module_stand_in_is_no_package() -> None:
+    # ``from pathlib import Path`` asks the stand-in for __path__ (the
+    # import system's test for a package): answered without the module
+    code = (
+        "import sys\n"
+        "from pgsurge.deferred import deferred_run_imports\n"
+        "with deferred_run_imports():\n"
+        "    from pathlib import Path\n"
+        "    assert 'fnmatch' not in sys.modules\n"
+        "    p = Path('/')\n"
+        "print(type(p).__name__, 'fnmatch' in sys.modules)\n"
+    )
+    assert python_c(code) == "PosixPath True\n"
+
+
+def test_shims_used_inside_the_block() -> None:
+    # the logger and Path shims used while the stand-ins are registered:
+    # the real modules, not the stand-ins' shims again
+    code = (
+        "import sys\n"
+        "from pgsurge.deferred import deferred_run_imports\n"
+        "with deferred_run_imports():\n"
+        "    import logging\n"
+        "    log = logging.getLogger('x.y')\n"
+        "    assert log.name == 'x.y' and log.getEffectiveLevel() == 30\n"
+        "    from pathlib import Path\n"
+        "    p = Path('/')\n"
+        "import logging\n"
+        "print(type(p).__name__, type(logging.getLogger('x.y')).__name__)\n"
+    )
+    assert python_c(code) == "PosixPath Logger\n"

@@ -78,7 +78,9 @@ PSYCOPG_CONNINFO = (
 
 #: what psycopg's parts import for (next to) nothing, deferred by
 #: ``pgsurge.deferred`` until first used: asyncio's event loops, Python's
-#: OpenSSL and ctypes (each process of a run would hold them)
+#: OpenSSL, ctypes, logging (with traceback) and pathlib (with urllib.parse
+#: and ipaddress, which a run that fails to connect loads to redact its
+#: message): each process of a run would hold them
 DEFERRED = (
     "asyncio.base_events",
     "asyncio.events",
@@ -86,6 +88,10 @@ DEFERRED = (
     "_hashlib",
     "ctypes",
     "_ctypes",
+    "logging",
+    "traceback",
+    "textwrap",
+    "pathlib",
 )
 
 #: what ``multiprocessing`` and ``ctypes.util`` import, which a run does
