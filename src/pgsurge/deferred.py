@@ -64,11 +64,11 @@ does a process that imported the module already.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import importlib
 import importlib.util
 import sys
-import threading
 from collections.abc import Iterator
 from importlib.machinery import ModuleSpec
 from types import ModuleType
@@ -77,10 +77,10 @@ from typing import TYPE_CHECKING, Any, cast
 if TYPE_CHECKING:
     from importlib.abc import Loader
 
-__all__ = ["DeferredLogger", "deferred_run_imports"]
+__all__ = ["DeferredLogger", "deferred_run_imports", "standing_in"]
 
 #: guards sys.modules' stand-in entries and _kept (no import runs under it)
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 #: submodules of a released stand-in, handed back to the real package
 _kept: dict[str, ModuleType] = {}
 #: the name marking a stand-in in its ``__dict__`` (read there: reading the
@@ -115,6 +115,32 @@ def deferred_run_imports() -> Iterator[None]:
         # submodules first: a package's release keeps its submodules for
         # the real package, and a stand-in must not be kept
         for module in reversed(stand_ins):
+            _release(module)
+
+
+@contextlib.contextmanager
+def standing_in(name: str, **names: object) -> Iterator[None]:
+    """Module ``name`` as a stand-in holding ``names`` while the block
+    runs (as :func:`deferred_run_imports` makes its own): an import that
+    only keeps the module, or reads only ``names``, does not execute it.
+
+    For the modules that psycopg's parts and ``dataclasses`` import for
+    next to nothing: ``inspect`` (with ``ast``, ``dis`` and ``tokenize``,
+    some 1 MiB in each process of a run), which ``dataclasses`` uses only
+    to write a docstring for a class that has none (``records.record``
+    writes its own), and ``psycopg._compat``, of which the parts a run
+    imports read only ``Self`` (``typing.Self`` there, on Python 3.11+);
+    it would import ``typing_extensions`` (which imports ``inspect``) and
+    build a dataclass without a docstring.
+    """
+    module = _stand_in(name)
+    if module is not None:
+        for attr, value in names.items():
+            setattr(module, attr, value)
+    try:
+        yield
+    finally:
+        if module is not None:
             _release(module)
 
 

@@ -249,3 +249,45 @@ def test_shims_used_inside_the_block() -> None:
         "print(type(p).__name__, type(logging.getLogger('x.y')).__name__)\n"
     )
     assert python_c(code) == "PosixPath Logger\n"
+
+
+def test_dataclasses_without_inspect() -> None:
+    # pgsurge's package imports dataclasses with inspect a stand-in: a
+    # dataclass without a docstring (the only use) completes it, and
+    # ``import inspect`` is then the real module
+    code = (
+        "import sys\n"
+        "import pgsurge\n"
+        "import dataclasses\n"
+        "assert not {'inspect', 'ast', 'dis', 'tokenize'} & set(sys.modules)\n"
+        "@dataclasses.dataclass\n"
+        "class Point:\n"
+        "    x: int\n"
+        "    y: int = 0\n"
+        "import inspect\n"
+        "assert dataclasses.inspect.signature is inspect.signature\n"
+        "print(Point.__doc__, str(inspect.signature(Point)))\n"
+    )
+    assert python_c(code) == "Point(x: int, y: int = 0) (x: int, y: int = 0) -> None\n"
+
+
+def test_psycopg_compat_after_the_parts() -> None:
+    # the parts read Self from a stand-in psycopg._compat (typing's): the
+    # package, completed later, has the real module (typing_extensions'
+    # TypeVar with its defaults, the Interpolation dataclass)
+    code = (
+        "import sys, typing\n"
+        "import pgsurge.pgconn\n"
+        "import psycopg.pq.abc\n"
+        "assert 'psycopg._compat' not in sys.modules\n"
+        "assert 'typing_extensions' not in sys.modules\n"
+        "assert psycopg.pq.abc.Self is typing.Self\n"
+        "import psycopg\n"
+        "from psycopg import rows\n"
+        "from psycopg._compat import Interpolation, TypeVar\n"
+        "import typing_extensions\n"
+        "assert TypeVar is typing_extensions.TypeVar\n"
+        "assert sys.modules['psycopg._compat'] is psycopg._compat\n"
+        "print(rows.dict_row.__name__, Interpolation.__name__)\n"
+    )
+    assert python_c(code) == "dict_row Interpolation\n"

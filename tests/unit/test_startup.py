@@ -80,7 +80,9 @@ PSYCOPG_CONNINFO = (
 #: ``pgsurge.deferred`` until first used: asyncio's event loops, Python's
 #: OpenSSL, ctypes, logging (with traceback) and pathlib (with urllib.parse
 #: and ipaddress, which a run that fails to connect loads to redact its
-#: message): each process of a run would hold them
+#: message); inspect (with ast, dis, tokenize), which dataclasses imports,
+#: and psycopg._compat (with typing_extensions): each process of a run
+#: would hold them
 DEFERRED = (
     "asyncio.base_events",
     "asyncio.events",
@@ -92,6 +94,12 @@ DEFERRED = (
     "traceback",
     "textwrap",
     "pathlib",
+    "inspect",
+    "ast",
+    "dis",
+    "tokenize",
+    "typing_extensions",
+    "psycopg._compat",
 )
 
 #: what ``multiprocessing`` and ``ctypes.util`` import, which a run does
