@@ -77,7 +77,7 @@ from typing import TYPE_CHECKING, Any, cast
 if TYPE_CHECKING:
     from importlib.abc import Loader
 
-__all__ = ["DeferredLogger", "deferred_run_imports", "standing_in"]
+__all__ = ["DeferredLogger", "deferred_run_imports", "in_main_thread", "standing_in"]
 
 #: guards sys.modules' stand-in entries and _kept (no import runs under it)
 _lock = _thread.allocate_lock()
@@ -116,6 +116,23 @@ def deferred_run_imports() -> Iterator[None]:
         # the real package, and a stand-in must not be kept
         for module in reversed(stand_ins):
             _release(module)
+
+
+def in_main_thread() -> bool:
+    """``threading.current_thread() is threading.main_thread()``, without
+    importing ``threading`` when nothing has: a thread started through it
+    would have imported it, so until then only the main thread runs Python.
+
+    A run does not import ``threading`` (psycopg's parts did, through
+    ``logging``): its module is memory in each process, and the hook it
+    registers for a fork rebuilds its locks and thread table in every
+    forked worker, writing to some 350 KiB of pages the worker would
+    otherwise have kept sharing with the parent.
+    """
+    threading = sys.modules.get("threading")
+    if threading is None:
+        return True
+    return bool(threading.current_thread() is threading.main_thread())
 
 
 @contextlib.contextmanager

@@ -38,12 +38,11 @@ import importlib.util
 import os
 import signal
 import sys
-import threading
 from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any, LiteralString, Self, TextIO
 
-from pgsurge.deferred import deferred_run_imports, standing_in
+from pgsurge.deferred import deferred_run_imports, in_main_thread, standing_in
 
 #: the parts of psycopg pgsurge's runs use
 PSYCOPG_PARTS = ("psycopg.pq", "psycopg.errors")
@@ -856,7 +855,7 @@ def sigint_kills() -> Iterator[None]:
     caller with its own handler (a worker, an interrupted run) keeps it.
     """
     if (
-        threading.current_thread() is not threading.main_thread()
+        not in_main_thread()
         or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
     ):
         yield

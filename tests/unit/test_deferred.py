@@ -291,3 +291,19 @@ def test_psycopg_compat_after_the_parts() -> None:
         "print(rows.dict_row.__name__, Interpolation.__name__)\n"
     )
     assert python_c(code) == "dict_row Interpolation\n"
+
+
+def test_in_main_thread_with_and_without_threading() -> None:
+    # True in the main thread before anything imports threading (a run
+    # does not), and threading's answer once it is imported
+    code = (
+        "import sys\n"
+        "from pgsurge.deferred import in_main_thread\n"
+        "first = in_main_thread(), 'threading' in sys.modules\n"
+        "import threading\n"
+        "seen = []\n"
+        "t = threading.Thread(target=lambda: seen.append(in_main_thread()))\n"
+        "t.start(); t.join()\n"
+        "print(first, in_main_thread(), seen)\n"
+    )
+    assert python_c(code) == "(True, False) True [False]\n"

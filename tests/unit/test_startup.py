@@ -131,7 +131,8 @@ STDLIB_ONLY_SOME_RUNS = ("decimal", "_decimal", "fractions")
 #: workers' pipes are ``_socket``'s socket pairs), ``selectors`` for the
 #: event loop off Linux, ``base64``/``zlib`` to encode a histogram for the
 #: JSON and HTML reports; ``pickle``, whose functions are ``_pickle``'s
-#: (``engine.forked`` calls those)
+#: (``engine.forked`` calls those); ``threading`` (``deferred.in_main_thread``
+#: answers without it; its fork hook writes to each worker's pages)
 STDLIB_ONLY_SOME_PATHS = (
     "socket",
     "selectors",
@@ -139,6 +140,7 @@ STDLIB_ONLY_SOME_PATHS = (
     "binascii",
     "zlib",
     "pickle",
+    "threading",
 )
 
 #: patterns compiled on first use (``functools.cache`` accessors): a run

@@ -35,7 +35,6 @@ import select
 import signal
 import struct
 import sys
-import threading
 
 # pickle's C implementation, which ``pickle.dumps``/``loads`` are: the
 # ``pickle`` module around it (its Python pickler, unpickler and their
@@ -201,6 +200,9 @@ class ForkedProcess:
             sys.stderr.write(f"Process {self.name}:\n")
             traceback.print_exc()
         finally:
+            # (threading only if something imported it: without it no
+            # thread was started through it, so there is none to wait for)
+            threading = sys.modules.get("threading")
             shutdown = getattr(threading, "_shutdown", None)
             if shutdown is not None:
                 shutdown()  # non-daemon threads, as multiprocessing waits
