@@ -19,17 +19,33 @@ through psycopg, for next to nothing:
   finds libpq for psycopg's pure-Python implementation (not the binary
   one a run uses), and ``ctypes.util`` imports ``subprocess``,
   ``shutil`` (with ``bz2`` and ``lzma``) and ``tempfile`` (with
-  ``random``): some 25 million instructions of every start-up.
+  ``random``): some 25 million instructions of every start-up. The
+  ``ctypes`` package itself (its classes and ``_ctypes``, some 200 KiB in
+  each process of a run) is not needed either: pgsurge's own two calls
+  into libc (``engine.pool``) are in its C extension;
+* ``psycopg.pq`` and ``psycopg.pq.misc`` do ``import logging`` and keep
+  ``logging.getLogger(...)``, which only that libpq finder uses (on an
+  error), and ``misc`` does ``from pathlib import Path`` for the same
+  finder: ``logging`` brings ``traceback``, ``string`` and ``textwrap``,
+  ``pathlib`` brings ``urllib.parse``, ``ipaddress``, ``fnmatch`` and
+  ``ntpath`` (together some 1 MiB in each process of a run).
 
 :func:`deferred_run_imports` is a context manager: while its block runs
-(``pgconn`` imports psycopg's parts in it) ``asyncio``, ``ssl`` and
-``ctypes.util`` (also ``ctypes``' attribute ``util``) are stand-ins,
-modules created from their specs but not executed, holding only
-``asyncio.CancelledError`` (from ``asyncio.exceptions``, which
-imports nothing). When the block ends the stand-ins leave ``sys.modules``:
-a later ``import asyncio``, ``import asyncio.subprocess``, ``import ssl``
-is Python's own import from the start, with its module locks (two
-threads importing at once), its submodule order and ``reload``. The
+(``pgconn`` imports psycopg's parts in it) ``asyncio``, ``ssl``,
+``ctypes``, ``ctypes.util`` (also the stand-in ``ctypes``' attribute
+``util``), ``logging`` and ``pathlib`` are stand-ins, modules created
+from their specs but not executed, holding only
+``asyncio.CancelledError`` (from ``asyncio.exceptions``, which imports
+nothing), ``logging.getLogger`` and ``pathlib.Path``. The last two are
+shims that do their work with the real module on first use (a
+:class:`DeferredLogger` forwards everything to ``logging.getLogger(name)``
+of the real ``logging``; ``Path(...)`` returns the real
+``pathlib.Path(...)``): psycopg's modules keep a shim where they would
+have kept the logger or the class. When the block ends the stand-ins
+leave ``sys.modules``: a later ``import asyncio``, ``import
+asyncio.subprocess``, ``import ssl``, ``import ctypes``, ``import
+logging`` is Python's own import from the start, with its module locks
+(two threads importing at once), its submodule order and ``reload``. The
 stand-ins the psycopg modules keep hand any name asked of them over from
 the real module (imported then). ``asyncio.exceptions`` is set aside and
 handed back when the real package imports it, so ``CancelledError`` is
@@ -48,36 +64,45 @@ does a process that imported the module already.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import importlib
 import importlib.util
 import sys
-import threading
 from collections.abc import Iterator
 from importlib.machinery import ModuleSpec
 from types import ModuleType
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from importlib.abc import Loader
 
-__all__ = ["deferred_run_imports"]
+__all__ = ["DeferredLogger", "deferred_run_imports", "in_main_thread", "standing_in"]
 
 #: guards sys.modules' stand-in entries and _kept (no import runs under it)
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 #: submodules of a released stand-in, handed back to the real package
 _kept: dict[str, ModuleType] = {}
+#: the name marking a stand-in in its ``__dict__`` (read there: reading the
+#: attribute would complete the stand-in through its ``__getattr__``)
+_STAND_IN = "__pgsurge_stand_in__"
 
 
 @contextlib.contextmanager
 def deferred_run_imports() -> Iterator[None]:
-    """``asyncio``, ``ssl`` and ``ctypes.util`` as stand-ins while the
-    block runs (see the module's docstring)."""
-    stand_ins = [
-        m for m in map(_stand_in, ("asyncio", "ssl", "ctypes.util")) if m is not None
-    ]
+    """``asyncio``, ``ssl``, ``ctypes``, ``ctypes.util``, ``logging`` and
+    ``pathlib`` as stand-ins while the block runs (see the module's
+    docstring)."""
+    # ctypes before ctypes.util, whose spec is then found through the
+    # stand-in package (else finding it would import the real ctypes)
+    names = ("asyncio", "ssl", "ctypes", "ctypes.util", "logging", "pathlib")
+    stand_ins = [m for m in map(_stand_in, names) if m is not None]
     for module in stand_ins:
-        if module.__name__ == "asyncio":
+        if module.__name__ == "logging":
+            module.getLogger = DeferredLogger  # type: ignore[attr-defined]
+        elif module.__name__ == "pathlib":
+            module.Path = _path  # type: ignore[attr-defined]
+        elif module.__name__ == "asyncio":
             try:
                 exceptions = importlib.import_module("asyncio.exceptions")
                 module.CancelledError = exceptions.CancelledError  # type: ignore[attr-defined]
@@ -87,8 +112,85 @@ def deferred_run_imports() -> Iterator[None]:
     try:
         yield
     finally:
-        for module in stand_ins:
+        # submodules first: a package's release keeps its submodules for
+        # the real package, and a stand-in must not be kept
+        for module in reversed(stand_ins):
             _release(module)
+
+
+def in_main_thread() -> bool:
+    """``threading.current_thread() is threading.main_thread()``, without
+    importing ``threading`` when nothing has: a thread started through it
+    would have imported it, so until then only the main thread runs Python.
+
+    A run does not import ``threading`` (psycopg's parts did, through
+    ``logging``): its module is memory in each process, and the hook it
+    registers for a fork rebuilds its locks and thread table in every
+    forked worker, writing to some 350 KiB of pages the worker would
+    otherwise have kept sharing with the parent.
+    """
+    threading = sys.modules.get("threading")
+    if threading is None:
+        return True
+    return bool(threading.current_thread() is threading.main_thread())
+
+
+@contextlib.contextmanager
+def standing_in(name: str, **names: object) -> Iterator[None]:
+    """Module ``name`` as a stand-in holding ``names`` while the block
+    runs (as :func:`deferred_run_imports` makes its own): an import that
+    only keeps the module, or reads only ``names``, does not execute it.
+
+    For the modules that psycopg's parts and ``dataclasses`` import for
+    next to nothing: ``inspect`` (with ``ast``, ``dis`` and ``tokenize``,
+    some 1 MiB in each process of a run), which ``dataclasses`` uses only
+    to write a docstring for a class that has none (``records.record``
+    writes its own), and ``psycopg._compat``, of which the parts a run
+    imports read only ``Self`` (``typing.Self`` there, on Python 3.11+);
+    it would import ``typing_extensions`` (which imports ``inspect``) and
+    build a dataclass without a docstring.
+    """
+    module = _stand_in(name)
+    if module is not None:
+        for attr, value in names.items():
+            setattr(module, attr, value)
+    try:
+        yield
+    finally:
+        if module is not None:
+            _release(module)
+
+
+class DeferredLogger:
+    """``logging.getLogger(name)`` as the stand-in ``logging`` gives it: every
+    attribute is the real logger's, ``logging`` imported on first use."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str | None = None) -> None:
+        self.name = name
+
+    def __getattr__(self, attr: str) -> object:
+        return getattr(_real("logging").getLogger(self.name), attr)
+
+    def __repr__(self) -> str:
+        return f"<DeferredLogger {self.name}>"
+
+
+def _path(*args: Any, **kwargs: Any) -> object:
+    """``pathlib.Path(...)`` for the stand-in ``pathlib``: the real class's
+    instance, ``pathlib`` imported on first use."""
+    path: Any = _real("pathlib").Path
+    return path(*args, **kwargs)
+
+
+def _real(name: str) -> ModuleType:
+    """The real module ``name``, its stand-in released first if it is
+    still registered (a shim used inside the block)."""
+    module = sys.modules.get(name)
+    if module is not None and module.__dict__.get(_STAND_IN):
+        _release(module)
+    return importlib.import_module(name)
 
 
 def _stand_in(name: str) -> ModuleType | None:
@@ -101,12 +203,19 @@ def _stand_in(name: str) -> ModuleType | None:
         return None
     module = importlib.util.module_from_spec(spec)
 
+    package = spec.submodule_search_locations is not None
+
     def from_real_module(attr: str) -> object:
+        if attr == "__path__" and not package:
+            # the import system's test for a package (``from pathlib
+            # import Path`` asks it): a module has none, real or not
+            raise AttributeError(attr)
         # (also inside the block: the stand-in gives way to the module)
         _release(module)
         return getattr(importlib.import_module(name), attr)
 
     module.__getattr__ = from_real_module  # type: ignore[method-assign]
+    module.__dict__[_STAND_IN] = True
     sys.modules[name] = module
     parent, _, child = name.rpartition(".")
     if parent:
@@ -126,7 +235,11 @@ def _release(module: ModuleType) -> None:
         del sys.modules[name]
         prefix = name + "."
         for sub in [n for n in list(sys.modules) if n.startswith(prefix)]:
-            _kept[sub] = sys.modules.pop(sub)
+            submodule = sys.modules.pop(sub)
+            if not submodule.__dict__.get(_STAND_IN):
+                # (a stand-in submodule is dropped: the real package
+                # imports that one anew, executed)
+                _kept[sub] = submodule
         if _kept and _HandBack not in sys.meta_path:
             # before the path finder, which would execute them anew
             sys.meta_path.insert(0, _HandBack)

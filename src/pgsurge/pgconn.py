@@ -38,12 +38,11 @@ import importlib.util
 import os
 import signal
 import sys
-import threading
 from collections.abc import Iterator, Sequence
 from types import ModuleType
-from typing import Any, TextIO
+from typing import Any, LiteralString, Self, TextIO
 
-from pgsurge.deferred import deferred_run_imports
+from pgsurge.deferred import deferred_run_imports, in_main_thread, standing_in
 
 #: the parts of psycopg pgsurge's runs use
 PSYCOPG_PARTS = ("psycopg.pq", "psycopg.errors")
@@ -130,9 +129,13 @@ def _import_parts() -> tuple[ModuleType | None, bool]:
         return None, False
     package = importlib.util.module_from_spec(spec)
     sys.modules["psycopg"] = package
+    # of psycopg._compat the parts read only Self (typing's on Python 3.11+);
+    # executed, it imports typing_extensions (and with it inspect) and
+    # builds a dataclass (pgsurge.deferred.standing_in)
     try:
-        for name in PSYCOPG_PARTS:
-            importlib.import_module(name)
+        with standing_in("psycopg._compat", Self=Self, LiteralString=LiteralString):
+            for name in PSYCOPG_PARTS:
+                importlib.import_module(name)
     except Exception:
         return package, True
     return package, False
@@ -845,7 +848,7 @@ def sigint_kills() -> Iterator[None]:
     caller with its own handler (a worker, an interrupted run) keeps it.
     """
     if (
-        threading.current_thread() is not threading.main_thread()
+        not in_main_thread()
         or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
     ):
         yield

@@ -51,7 +51,7 @@ __all__ = [
 
 #: the interface version of pgsurge._speedups this code expects; a build of
 #: another version (a stale .so) is ignored
-SPEEDUPS_API = 2
+SPEEDUPS_API = 3
 
 
 def _load_speedups() -> ModuleType | None:

@@ -148,3 +148,162 @@ def test_ctypes_util_after_the_parts() -> None:
         "print(type(util).__name__, util is sys.modules['ctypes.util'])\n"
     )
     assert python_c(code) == "module True\n"
+
+
+def test_ctypes_after_the_parts() -> None:
+    # psycopg.pq.misc's ctypes is a stand-in too (pgsurge's own libc calls
+    # are in its C extension): ctypes imported afterwards is the real
+    # package, whichever way it is reached first
+    code = (
+        "import sys\n"
+        "import pgsurge.pgconn\n"
+        "import psycopg.pq.misc as misc\n"
+        "assert 'ctypes' not in sys.modules and '_ctypes' not in sys.modules\n"
+        "assert misc.ctypes.sizeof(misc.ctypes.c_int) == 4\n"  # via the stand-in
+        "import ctypes\n"
+        "assert ctypes is sys.modules['ctypes']\n"
+        "assert misc.ctypes.CDLL is ctypes.CDLL\n"
+        "libc = ctypes.CDLL(None)\n"
+        "assert libc.abs(-3) == 3\n"
+        "import ctypes.util\n"
+        "print(bool(ctypes.util.find_library('c')))\n"
+    )
+    assert python_c(code) == "True\n"
+
+
+def test_ctypes_completed_inside_the_block() -> None:
+    # a name of the ctypes stand-in read while the parts import: the real
+    # package then, and the ctypes.util stand-in is not kept for it
+    code = (
+        "import sys\n"
+        "from pgsurge.deferred import deferred_run_imports\n"
+        "with deferred_run_imports():\n"
+        "    import ctypes.util\n"
+        "    assert ctypes.sizeof(ctypes.c_int) == 4\n"
+        "import ctypes.util\n"
+        "mod = sys.modules['ctypes.util']\n"
+        "assert '__pgsurge_stand_in__' not in mod.__dict__\n"
+        "print(bool(ctypes.util.find_library('c')))\n"
+    )
+    assert python_c(code) == "True\n"
+
+
+def test_logging_and_pathlib_after_the_parts() -> None:
+    # psycopg.pq and psycopg.pq.misc keep a DeferredLogger and a Path shim:
+    # they act as the real logger and class, and logging and pathlib
+    # imported afterwards are the real modules (psycopg completes with them)
+    code = (
+        "import io, sys\n"
+        "import pgsurge.pgconn\n"
+        "import psycopg.pq, psycopg.pq.misc as misc\n"
+        "loaded = set(sys.modules)\n"
+        "assert not loaded & {'logging', 'pathlib', 'traceback', 'urllib.parse',"
+        " 'ipaddress'}, loaded\n"
+        "import logging, pathlib\n"
+        "assert type(misc.Path('/tmp/x')) is type(pathlib.Path('/tmp/x'))\n"
+        "assert misc.Path('/tmp/../tmp').resolve() == pathlib.Path('/tmp').resolve()\n"
+        "stream = io.StringIO()\n"
+        "handler = logging.StreamHandler(stream)\n"
+        "real = logging.getLogger('psycopg.pq')\n"
+        "real.addHandler(handler)\n"
+        "misc.logger.setLevel(logging.DEBUG)\n"  # through the shim
+        "assert real.level == logging.DEBUG\n"
+        "misc.logger.debug('seen %s', 1)\n"
+        "psycopg.pq.logger.warning('also')\n"
+        "assert stream.getvalue() == 'seen 1\\nalso\\n', stream.getvalue()\n"
+        "import psycopg\n"
+        "assert psycopg.connect and psycopg.pq.version_pretty(170000)\n"
+        "print(type(logging.getLogger('psycopg')).__name__)\n"
+    )
+    assert python_c(code) == "Logger\n"
+
+
+def test_a_module_stand_in_is_no_package() -> None:
+    # ``from pathlib import Path`` asks the stand-in for __path__ (the
+    # import system's test for a package): answered without the module
+    code = (
+        "import sys\n"
+        "from pgsurge.deferred import deferred_run_imports\n"
+        "with deferred_run_imports():\n"
+        "    from pathlib import Path\n"
+        "    assert 'fnmatch' not in sys.modules\n"
+        "    p = Path('/')\n"
+        "print(type(p).__name__, 'fnmatch' in sys.modules)\n"
+    )
+    assert python_c(code) == "PosixPath True\n"
+
+
+def test_shims_used_inside_the_block() -> None:
+    # the logger and Path shims used while the stand-ins are registered:
+    # the real modules, not the stand-ins' shims again
+    code = (
+        "import sys\n"
+        "from pgsurge.deferred import deferred_run_imports\n"
+        "with deferred_run_imports():\n"
+        "    import logging\n"
+        "    log = logging.getLogger('x.y')\n"
+        "    assert log.name == 'x.y' and log.getEffectiveLevel() == 30\n"
+        "    from pathlib import Path\n"
+        "    p = Path('/')\n"
+        "import logging\n"
+        "print(type(p).__name__, type(logging.getLogger('x.y')).__name__)\n"
+    )
+    assert python_c(code) == "PosixPath Logger\n"
+
+
+def test_dataclasses_without_inspect() -> None:
+    # pgsurge's package imports dataclasses with inspect a stand-in: a
+    # dataclass without a docstring (the only use) completes it, and
+    # ``import inspect`` is then the real module
+    code = (
+        "import sys\n"
+        "import pgsurge\n"
+        "import dataclasses\n"
+        "assert not {'inspect', 'ast', 'dis', 'tokenize'} & set(sys.modules)\n"
+        "@dataclasses.dataclass\n"
+        "class Point:\n"
+        "    x: int\n"
+        "    y: int = 0\n"
+        "import inspect\n"
+        "assert dataclasses.inspect.signature is inspect.signature\n"
+        "print(Point.__doc__, str(inspect.signature(Point)))\n"
+    )
+    assert python_c(code) == "Point(x: int, y: int = 0) (x: int, y: int = 0) -> None\n"
+
+
+def test_psycopg_compat_after_the_parts() -> None:
+    # the parts read Self from a stand-in psycopg._compat (typing's): the
+    # package, completed later, has the real module (typing_extensions'
+    # TypeVar with its defaults, the Interpolation dataclass)
+    code = (
+        "import sys, typing\n"
+        "import pgsurge.pgconn\n"
+        "import psycopg.pq.abc\n"
+        "assert 'psycopg._compat' not in sys.modules\n"
+        "assert 'typing_extensions' not in sys.modules\n"
+        "assert psycopg.pq.abc.Self is typing.Self\n"
+        "import psycopg\n"
+        "from psycopg import rows\n"
+        "from psycopg._compat import Interpolation, TypeVar\n"
+        "import typing_extensions\n"
+        "assert TypeVar is typing_extensions.TypeVar\n"
+        "assert sys.modules['psycopg._compat'] is psycopg._compat\n"
+        "print(rows.dict_row.__name__, Interpolation.__name__)\n"
+    )
+    assert python_c(code) == "dict_row Interpolation\n"
+
+
+def test_in_main_thread_with_and_without_threading() -> None:
+    # True in the main thread before anything imports threading (a run
+    # does not), and threading's answer once it is imported
+    code = (
+        "import sys\n"
+        "from pgsurge.deferred import in_main_thread\n"
+        "first = in_main_thread(), 'threading' in sys.modules\n"
+        "import threading\n"
+        "seen = []\n"
+        "t = threading.Thread(target=lambda: seen.append(in_main_thread()))\n"
+        "t.start(); t.join()\n"
+        "print(first, in_main_thread(), seen)\n"
+    )
+    assert python_c(code) == "(True, False) True [False]\n"

@@ -77,9 +77,30 @@ PSYCOPG_CONNINFO = (
 )
 
 #: what psycopg's parts import for (next to) nothing, deferred by
-#: ``pgsurge.deferred`` until first used: asyncio's event loops and
-#: Python's OpenSSL (each process of a run would hold them)
-DEFERRED = ("asyncio.base_events", "asyncio.events", "_ssl", "_hashlib")
+#: ``pgsurge.deferred`` until first used: asyncio's event loops, Python's
+#: OpenSSL, ctypes, logging (with traceback) and pathlib (with urllib.parse
+#: and ipaddress, which a run that fails to connect loads to redact its
+#: message); inspect (with ast, dis, tokenize), which dataclasses imports,
+#: and psycopg._compat (with typing_extensions): each process of a run
+#: would hold them
+DEFERRED = (
+    "asyncio.base_events",
+    "asyncio.events",
+    "_ssl",
+    "_hashlib",
+    "ctypes",
+    "_ctypes",
+    "logging",
+    "traceback",
+    "textwrap",
+    "pathlib",
+    "inspect",
+    "ast",
+    "dis",
+    "tokenize",
+    "typing_extensions",
+    "psycopg._compat",
+)
 
 #: what ``multiprocessing`` and ``ctypes.util`` import, which a run does
 #: without: the workers are forked by ``engine.forked``, ``ctypes.util`` is
@@ -103,6 +124,24 @@ STDLIB_NOT_FORKED = (
 #: standard modules only some values need (--percentiles, tiny or
 #: hexadecimal doubles in scripts), imported where they are used
 STDLIB_ONLY_SOME_RUNS = ("decimal", "_decimal", "fractions")
+
+#: standard modules only some paths use, imported there (issue 25: every
+#: module is memory in each process of a run): ``socket`` (with
+#: ``selectors``) to probe for a default server when none is given (the
+#: workers' pipes are ``_socket``'s socket pairs), ``selectors`` for the
+#: event loop off Linux, ``base64``/``zlib`` to encode a histogram for the
+#: JSON and HTML reports; ``pickle``, whose functions are ``_pickle``'s
+#: (``engine.forked`` calls those); ``threading`` (``deferred.in_main_thread``
+#: answers without it; its fork hook writes to each worker's pages)
+STDLIB_ONLY_SOME_PATHS = (
+    "socket",
+    "selectors",
+    "base64",
+    "binascii",
+    "zlib",
+    "pickle",
+    "threading",
+)
 
 #: patterns compiled on first use (``functools.cache`` accessors): a run
 #: of SQL scripts that uses none of them compiles none
@@ -174,6 +213,7 @@ def test_run_of_scripts_imports_only_what_it_needs() -> None:
     assert sorted(loaded.intersection(DEFERRED)) == []
     assert sorted(loaded.intersection(STDLIB_ONLY_SOME_RUNS)) == []
     assert sorted(loaded.intersection(STDLIB_NOT_FORKED)) == []
+    assert sorted(loaded.intersection(STDLIB_ONLY_SOME_PATHS)) == []
 
 
 def test_deferred_modules_complete_on_first_use() -> None:

@@ -25,8 +25,14 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <stdio.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
-#define SPEEDUPS_API 2
+#define SPEEDUPS_API 3
 
 /* splitmix64 constants (seeding) */
 #define GOLDEN UINT64_C(0x9E3779B97F4A7C15)
@@ -593,7 +599,47 @@ permute(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromUnsignedLongLong(v);
 }
 
+/* Two process calls for pgsurge.engine.pool, which otherwise reaches them
+ * through ctypes: the ctypes package (its classes, a CDLL's own function
+ * pointer class) would be memory in every process of a run. */
+
+/* die_with_parent(signum): prctl(PR_SET_PDEATHSIG); False where there is
+ * no such call. */
+static PyObject *
+die_with_parent(PyObject *module, PyObject *arg)
+{
+    long signum = PyLong_AsLong(arg);
+
+    if (signum == -1 && PyErr_Occurred())
+        return NULL;
+#ifdef __linux__
+    if (prctl(PR_SET_PDEATHSIG, (unsigned long)signum, 0, 0, 0) < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    Py_RETURN_TRUE;
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
+/* trim_heap(): glibc's malloc_trim(0); False where malloc is not glibc's. */
+static PyObject *
+trim_heap(PyObject *module, PyObject *unused)
+{
+#ifdef __GLIBC__
+    malloc_trim(0);
+    Py_RETURN_TRUE;
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
 static PyMethodDef module_methods[] = {
+    {"die_with_parent", (PyCFunction)die_with_parent, METH_O,
+     "die_with_parent(signum): the kernel sends signum to this process when "
+     "its parent dies (Linux's PR_SET_PDEATHSIG); False where unsupported."},
+    {"trim_heap", (PyCFunction)trim_heap, METH_NOARGS,
+     "trim_heap(): hand malloc's free memory back to the kernel (glibc's "
+     "malloc_trim); False where malloc is not glibc's."},
     {"hash_fnv1a", (PyCFunction)(void (*)(void))hash_fnv1a, METH_FASTCALL,
      "hash_fnv1a(val, seed): FNV-1a over the 8 bytes of val."},
     {"hash_murmur2", (PyCFunction)(void (*)(void))hash_murmur2, METH_FASTCALL,

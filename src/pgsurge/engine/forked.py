@@ -31,13 +31,16 @@ from __future__ import annotations
 
 import atexit
 import os
-import pickle
 import select
 import signal
-import socket
 import struct
 import sys
-import threading
+
+# pickle's C implementation, which ``pickle.dumps``/``loads`` are: the
+# ``pickle`` module around it (its Python pickler, unpickler and their
+# tables, some 250 KiB in each process of a run) is not imported
+from _pickle import dumps as _dumps
+from _pickle import loads as _loads
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -81,7 +84,7 @@ class Connection:
             os.close(fd)
 
     def send(self, obj: object) -> None:
-        buf = pickle.dumps(obj)
+        buf = _dumps(obj)
         n = len(buf)
         if n > 0x7FFFFFFF:
             self._write(_HEADER.pack(-1) + _LONG_HEADER.pack(n))
@@ -96,7 +99,7 @@ class Connection:
         (size,) = _HEADER.unpack(self._read(4))
         if size == -1:
             (size,) = _LONG_HEADER.unpack(self._read(8))
-        return pickle.loads(self._read(size))
+        return _loads(self._read(size))
 
     def poll(self, timeout: float | None = 0.0) -> bool:
         return bool(wait([self], timeout))
@@ -122,7 +125,12 @@ class Connection:
 
 def pipe() -> tuple[Connection, Connection]:
     """Two connected ends (``multiprocessing.Pipe(duplex=True)``)."""
-    a, b = socket.socketpair()
+    # _socket's own socketpair (AF_UNIX, SOCK_STREAM), as socket.socketpair
+    # calls it: only the descriptors are kept, and the socket module (with
+    # selectors and its enums) would be memory in each process of a run
+    import _socket
+
+    a, b = _socket.socketpair()
     return Connection(a.detach()), Connection(b.detach())
 
 
@@ -204,6 +212,9 @@ class ForkedProcess:
             sys.stderr.write(f"Process {self.name}:\n")
             traceback.print_exc()
         finally:
+            # (threading only if something imported it: without it no
+            # thread was started through it, so there is none to wait for)
+            threading = sys.modules.get("threading")
             shutdown = getattr(threading, "_shutdown", None)
             if shutdown is not None:
                 shutdown()  # non-daemon threads, as multiprocessing waits

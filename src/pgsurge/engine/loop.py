@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import heapq
 import select
-import selectors
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -38,6 +37,8 @@ from pgsurge.engine import state as C
 from pgsurge.engine.state import Client
 
 if TYPE_CHECKING:
+    import selectors
+
     from pgsurge.stats.series import WorkerRecorder
 
 __all__ = ["EventLoop", "LoopOutcome", "Waiter", "absorb"]
@@ -66,6 +67,10 @@ class Waiter:
             self.poll_now = partial(self._ep.poll, 0)
             self.wait_forever = partial(self._ep.poll, -1)
         else:  # pragma: no cover - not Linux
+            # imported only here: every run on Linux would load it (with
+            # ``math``) in each of its processes for nothing
+            import selectors
+
             self._sel = selectors.DefaultSelector()
             self.poll_now = partial(self.wait, 0.0)
             self.wait_forever = partial(self.wait, None)
@@ -93,6 +98,8 @@ class Waiter:
 
     def wait(self, timeout: float | None) -> list[tuple[int, int]]:
         if self._sel is not None:  # pragma: no cover
+            import selectors
+
             events = self._sel.select(timeout)
             return [
                 (
@@ -132,6 +139,8 @@ def _to_epoll(mask: int) -> int:
 
 
 def _to_selectors(mask: int) -> int:  # pragma: no cover - not Linux
+    import selectors
+
     ev = 0
     if mask & READ:
         ev |= selectors.EVENT_READ

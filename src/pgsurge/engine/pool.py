@@ -21,6 +21,7 @@ from pgsurge.engine import forked
 from pgsurge.engine.protocol import ParentMessage
 from pgsurge.engine.worker import WorkerSpec, worker_main
 from pgsurge.errors import ExitStatus
+from pgsurge.prng import speedups
 
 __all__ = ["RunFailed", "StderrRelay", "WorkerPool", "mp_context", "split_clients"]
 
@@ -143,14 +144,22 @@ def _die_with_parent(parent: int) -> None:
     harness's timeout, the OOM killer); the worker would run on, orphaned."""
     if not sys.platform.startswith("linux"):
         return
-    import ctypes  # already loaded with psycopg: no import cost here
+    if speedups is not None:
+        try:
+            speedups.die_with_parent(signal.SIGKILL)
+        except OSError:
+            return  # as without the call: the worker runs on
+    else:
+        # without the C extension (PGSURGE_PURE): through ctypes, which a
+        # run otherwise does not import (pgsurge.deferred)
+        import ctypes
 
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return
-    pr_set_pdeathsig = 1
-    prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+        try:
+            prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            return
+        pr_set_pdeathsig = 1
+        prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:  # it died before the request: too late
         os._exit(1)
 
@@ -166,7 +175,10 @@ def _trim_heap() -> None:
     """
     if not sys.platform.startswith("linux"):
         return
-    import ctypes  # already loaded with psycopg: no import cost here
+    if speedups is not None:
+        speedups.trim_heap()
+        return
+    import ctypes  # without the C extension (see _die_with_parent)
 
     try:
         trim = ctypes.CDLL(None).malloc_trim

@@ -31,7 +31,6 @@ import os
 import resource
 import signal
 import time
-import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -285,6 +284,8 @@ def worker_main(spec: WorkerSpec, pipe: PipeEnd, abort_owner: Any = None) -> Non
 
 def _crash(pipe: PipeEnd) -> NoReturn:
     """The exception being handled, as a traceback for the parent; exits."""
+    import traceback  # only for a crash: a run does not load it
+
     text = traceback.format_exc()
     try:
         pipe.send(Crash(text))

@@ -32,12 +32,12 @@ import errno
 import os
 import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TextIO
 
 from pgsurge.config import RunConfig
+from pgsurge.deferred import in_main_thread
 from pgsurge.engine.forked import PipeEnd, wait
 from pgsurge.engine.interrupt import ParentStop, describe_exit, inherited_ignore
 from pgsurge.engine.pool import RunFailed, StderrRelay, WorkerPool
@@ -601,7 +601,7 @@ def _dead_result(
 def _stop_workers_on_signal(workers: WorkerPool) -> Iterator[None]:
     """While the workers run, a killing signal terminates them, then this
     process dies of it (see the module docstring)."""
-    if threading.current_thread() is not threading.main_thread():
+    if not in_main_thread():
         yield  # (run() called from a thread: only the main one has handlers)
         return
 
@@ -626,7 +626,7 @@ def _stop_workers_on_signal(workers: WorkerPool) -> Iterator[None]:
 def _parent_stop(workers: WorkerPool) -> Iterator[ParentStop | None]:
     """The graceful stop of a running benchmark (main thread only: only it
     has signal handlers)."""
-    if threading.current_thread() is not threading.main_thread():
+    if not in_main_thread():
         yield None
         return
     with ParentStop(workers.pids, workers.stop) as stopper:

@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import socket
 import stat
 import sys
 from collections.abc import Callable, Mapping
@@ -311,6 +310,10 @@ def _probe_param(conninfo: str, attr: str) -> str | None:
 
 
 def _unix_listening(path: str) -> bool:
+    # socket only here: a run given its server never probes, and the
+    # module (with selectors and its enums) is memory in every process
+    import socket
+
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(1.0)
         try:
@@ -324,6 +327,8 @@ def _unix_listening(path: str) -> bool:
 
 
 def _tcp_listening(host: str, port: int) -> bool:
+    import socket  # see _unix_listening
+
     try:
         sock = socket.create_connection((host, port), timeout=1.0)
     except OSError:

@@ -38,10 +38,8 @@ Invariants:
 
 from __future__ import annotations
 
-import base64
 import math
 import sys
-import zlib
 from array import array
 from collections.abc import Callable, Iterator
 from operator import add
@@ -359,6 +357,11 @@ class Histogram:
         zlib-compressed (runs of empty buckets shrink to almost nothing),
         base64. Encoding and decoding run at C speed (tens of µs).
         """
+        # imported here: only the JSON and HTML reports encode (every
+        # module a run imports is memory in each of its processes)
+        import base64
+        import zlib
+
         counts = self._counts
         first, last = self._span()
         arr = array("Q", counts[first : last + 1] if last >= first else [])
@@ -386,6 +389,9 @@ class Histogram:
         """Inverse of ``to_dict``; ``ValueError`` for anything inconsistent."""
         if data.get("encoding") != ENCODING:
             raise ValueError(f"unknown histogram encoding: {data.get('encoding')!r}")
+        import base64  # see to_dict
+        import zlib
+
         hist = cls(int(data["digits"]))
         try:
             raw = zlib.decompress(base64.b64decode(data["counts"], validate=True))
