@@ -648,6 +648,7 @@ FL_HIDDEN int fl_parse_op(FastLoop *fl, PyObject *spec, fl_op *op, int *nprep);
 
 /* _fastloop_sync.c (all -1 with an exception set on error) */
 FL_HIDDEN int fl_get_i64(PyObject *obj, PyObject *name, int64_t *out);
+FL_HIDDEN int fl_set_i64(PyObject *obj, PyObject *name, int64_t value);
 FL_HIDDEN int fl_rng_load(PyObject *rng, uint64_t *s0, uint64_t *s1);
 FL_HIDDEN int fl_shared_store(FastLoop *fl);
 FL_HIDDEN int fl_shared_load(FastLoop *fl);

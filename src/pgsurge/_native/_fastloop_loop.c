@@ -218,24 +218,11 @@ leave(FastLoop *fl, int outcome)
     if (outcome == OUT_TICK) {
         for (i = 0; i < fl->nclients; i++) {
             fl_client *c = &fl->clients[i];
-            PyObject *v;
-            int r;
 
             if (c->owner != OWN_C)
                 continue;
-            v = PyLong_FromLongLong(c->cnt);
-            if (v == NULL)
-                return NULL;
-            r = PyObject_SetAttr(c->st, s_cnt, v);
-            Py_DECREF(v);
-            if (r < 0)
-                return NULL;
-            v = PyLong_FromLongLong(c->skipped);
-            if (v == NULL)
-                return NULL;
-            r = PyObject_SetAttr(c->st, s_skipped, v);
-            Py_DECREF(v);
-            if (r < 0)
+            if (fl_set_i64(c->st, s_cnt, c->cnt) < 0 ||
+                fl_set_i64(c->st, s_skipped, c->skipped) < 0)
                 return NULL;
         }
     }

@@ -23,8 +23,8 @@ fl_get_i64(PyObject *obj, PyObject *name, int64_t *out)
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
-static int
-set_i64(PyObject *obj, PyObject *name, int64_t value)
+int
+fl_set_i64(PyObject *obj, PyObject *name, int64_t value)
 {
     PyObject *v = PyLong_FromLongLong(value);
     int r;
@@ -175,7 +175,7 @@ set_number(PyObject *obj, PyObject *name, double v, int is_int)
 int
 fl_stats_store(fl_simple *s)
 {
-    if (set_i64(s->obj, s_count, s->count) < 0 ||
+    if (fl_set_i64(s->obj, s_count, s->count) < 0 ||
         set_number(s->obj, s_min, s->min, s->min_int) < 0 ||
         set_number(s->obj, s_max, s->max, s->max_int) < 0 ||
         set_number(s->obj, s_sum, s->sum, 0) < 0 ||
@@ -187,10 +187,10 @@ fl_stats_store(fl_simple *s)
 static int
 stats_store(fl_stats *s, int throttled)
 {
-    if (set_i64(s->data, s_cnt, s->cnt) < 0 || fl_stats_store(&s->lat) < 0)
+    if (fl_set_i64(s->data, s_cnt, s->cnt) < 0 || fl_stats_store(&s->lat) < 0)
         return -1;
     if (throttled &&
-        (set_i64(s->data, s_skipped, s->skipped) < 0 || fl_stats_store(&s->lag) < 0))
+        (fl_set_i64(s->data, s_skipped, s->skipped) < 0 || fl_stats_store(&s->lag) < 0))
         return -1;
     return 0;
 }
@@ -409,16 +409,16 @@ fl_shared_store(FastLoop *fl)
             return -1;
     }
     if (fl->throttled && (rng_store(fl->throttle_rng, fl->t0, fl->t1) < 0 ||
-                          set_i64(fl->wstate, s_throttle_trigger, fl->trigger) < 0))
+                          fl_set_i64(fl->wstate, s_throttle_trigger, fl->trigger) < 0))
         return -1;
-    if (fl->latency_limit && set_i64(fl->wstate, s_latency_late, fl->latency_late) < 0)
+    if (fl->latency_limit && fl_set_i64(fl->wstate, s_latency_late, fl->latency_late) < 0)
         return -1;
     if (fl->conn_us) {
         /* -C: the time C's clients spent opening and closing connections */
         int64_t total;
 
         if (fl_get_i64(fl->wstate, s_conn_total_us, &total) < 0 ||
-            set_i64(fl->wstate, s_conn_total_us, total + fl->conn_us) < 0)
+            fl_set_i64(fl->wstate, s_conn_total_us, total + fl->conn_us) < 0)
             return -1;
         fl->conn_us = 0;
     }
@@ -586,7 +586,7 @@ fl_fd_publish(FastLoop *fl, int index)
 
     if (c->fd == c->fd_py)
         return 0;
-    if (set_i64(c->st, s_fd, c->fd) < 0)
+    if (fl_set_i64(c->st, s_fd, c->fd) < 0)
         return -1;
     c->fd_py = c->fd;
     return 0;
@@ -920,17 +920,17 @@ hand_back(FastLoop *fl, int index, int state)
     if (PyObject_SetAttr(st, s_eval_elif, c->eval_elif ? Py_True : Py_False) < 0 ||
         PyObject_SetAttr(st, s_meta_failed, c->meta_failed ? Py_True : Py_False) < 0 ||
         PyObject_SetAttr(st, s_in_pipeline, c->in_pipeline ? Py_True : Py_False) < 0 ||
-        set_i64(st, s_num_syncs, c->num_syncs) < 0)
+        fl_set_i64(st, s_num_syncs, c->num_syncs) < 0)
         return -1;
-    if (set_i64(st, s_state, state) < 0 || set_i64(st, s_script, c->script) < 0 ||
+    if (fl_set_i64(st, s_state, state) < 0 || fl_set_i64(st, s_script, c->script) < 0 ||
         PyObject_SetAttr(st, s_ops, PyTuple_GET_ITEM(fl->script_ops, c->script)) < 0 ||
-        set_i64(st, s_command, c->command) < 0 ||
-        set_i64(st, s_qrynum, c->qrynum) < 0 ||
-        set_i64(st, s_txn_scheduled, c->txn_scheduled) < 0 ||
-        set_i64(st, s_txn_begin, c->txn_begin) < 0 ||
-        set_i64(st, s_estatus, 0) < 0 || set_i64(st, s_tries, 1) < 0 ||
-        set_i64(st, s_cnt, c->cnt) < 0 || set_i64(st, s_skipped, c->skipped) < 0 ||
-        (fl->per_command && set_i64(st, s_stmt_begin, c->stmt_begin) < 0))
+        fl_set_i64(st, s_command, c->command) < 0 ||
+        fl_set_i64(st, s_qrynum, c->qrynum) < 0 ||
+        fl_set_i64(st, s_txn_scheduled, c->txn_scheduled) < 0 ||
+        fl_set_i64(st, s_txn_begin, c->txn_begin) < 0 ||
+        fl_set_i64(st, s_estatus, 0) < 0 || fl_set_i64(st, s_tries, 1) < 0 ||
+        fl_set_i64(st, s_cnt, c->cnt) < 0 || fl_set_i64(st, s_skipped, c->skipped) < 0 ||
+        (fl->per_command && fl_set_i64(st, s_stmt_begin, c->stmt_begin) < 0))
         return -1;
     if (fl->save_rng) {
         v = words(c->saved0, c->saved1);
