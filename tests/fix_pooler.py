@@ -124,9 +124,10 @@ def _server_target(server_dsn: str) -> tuple[str, str, str]:
     return host, port, user
 
 
-def start_pooler(server_dsn: str, mode: str) -> Pooler:
+def start_pooler(server_dsn: str, mode: str, extra: str = "") -> Pooler:
     """Start pgbouncer in ``mode`` (transaction, session) before the test
-    server; wait until it answers."""
+    server, with ``extra`` lines in its ``[pgbouncer]`` section; wait until
+    it answers."""
     binary = pgbouncer_binary()
     host, port, user = _server_target(server_dsn)
     directory = Path(tempfile.mkdtemp(prefix=f"pgsurge-pgbouncer-{mode}-"))
@@ -158,6 +159,7 @@ def start_pooler(server_dsn: str, mode: str) -> Pooler:
         f"pidfile = {directory / 'pgbouncer.pid'}\n"
         "server_reset_query = DISCARD ALL\n"
         "ignore_startup_parameters = extra_float_digits\n"
+        f"{extra}"
     )
     (directory / "users.txt").write_text(f'"{user}" ""\n')
     for path in directory.iterdir():

@@ -760,19 +760,12 @@ def start_raw(info: bytes) -> Any:
     return pgconn
 
 
-def gave_up_on_a_host(
-    items: dict[str, str], password: str | None, message: str
-) -> bool:
-    """Whether a connection opened without blocking failed with ``message``
-    at ``connect_timeout`` while the conninfo (as libpq expands it, a
-    ``dbname`` conninfo included) names several hosts: libpq's blocking
-    connect, pgbench's, goes on to the next host then (the ramp's caller
-    opens the rest that way)."""
-    if not message.endswith(" failed: timeout expired\n"):
-        return False
-    probe = pq.PGconn.connect_start(
-        conninfo(items, password).encode("utf-8", "surrogateescape")
-    )
+def names_several_hosts(info: bytes) -> bool:
+    """Whether the encoded conninfo ``info``, as libpq expands it (a
+    ``dbname`` conninfo included), names several hosts: libpq's blocking
+    connect goes on to the next one when ``connect_timeout`` expires on
+    one, and so must a connection opened without blocking."""
+    probe = pq.PGconn.connect_start(info)
     try:
         return Connecting(probe).several_hosts()
     finally:

@@ -194,7 +194,10 @@ def test_throttle_stream_same_draws(
         total = w.stats
         assert total.cnt + total.skipped == 300
         assert total.lag.count == total.latency.count == total.cnt == len(rows)
-        assert [st for st in result.client_tx_counts] == [100, 100, 100]
+        # each client's processed transactions (its skipped slots are not:
+        # the per-server figures sum to the report's processed count)
+        assert sum(result.client_tx_counts) == total.cnt, result.client_tx_counts
+        assert all(0 < n <= 100 for n in result.client_tx_counts)
         if limit is None:
             assert total.skipped == 0
         else:

@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from tests.fix_db import run_worker
 from tests.fix_run import (
@@ -224,10 +225,14 @@ def test_ramp_timeout_goes_on_to_the_next_host(
     # the initial connections, connect_timeout=2 and host=silent,server:
     # pgbench connects every client to the second host after 2 s on the
     # first; the parallel ramp failed the run ("timeout expired", status 1)
-    # where pgbench ran it. Now the clients left connect as pgbench's do
+    # where pgbench ran it. Then the clients were connected again with the
+    # blocking connect, each trying the silent host a second time (2 s for
+    # the ramp, then 2 s a client: 10 s here, where pgbench's blocking
+    # connects take 8). Now each connection goes on to the second host
+    # when it gives the first up: the four wait 2 s together
     relay = HangingRelay(bench_db, tmp_path, 0)
     dsn = relay.then_server(bench_db)
-    args = ["-n", "-S", "-c", "2", "-j", "1", "-t", "3"]
+    args = ["-n", "-S", "-c", "4", "-j", "1", "-t", "3"]
     try:
         ref = run_pgbench(pgbench_bin, args, dsn, timeout=60)
         got = run_pgsurge(args, dsn, loop=loop, timeout=60)  # type: ignore[arg-type]
@@ -236,8 +241,43 @@ def test_ramp_timeout_goes_on_to_the_next_host(
     assert ref.status == 0, ref.stderr
     assert got.status == 0, got.stderr
     assert got.stderr == ""
-    assert got.number("number of transactions actually processed:") == "6/6"
+    assert got.number("number of transactions actually processed:") == "12/12"
     assert got.report == ref.report
+    # pgbench: 4 clients × 2 s one after the other
+    assert float(ref.number("initial connection time =").split()[0]) >= 7900
+    connecting = float(got.number("initial connection time =").split()[0])
+    assert 1900 <= connecting < 5000, got.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["c", "python"])
+def test_ramp_timeout_on_every_host_names_them_all(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path, loop: str
+) -> None:
+    # host=silent,silent: each connection gives up on the first host and
+    # then on the second, and the error names both, as libpq's blocking
+    # connect does for pgbench
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = HangingRelay(bench_db, tmp_path / "a", 0)
+    second = HangingRelay(bench_db, tmp_path / "b", 0)
+    dsn = make_conninfo(
+        bench_db,
+        host=f"{first.path.parent},{second.path.parent}",
+        port="5432,5432",
+        connect_timeout="2",
+    )
+    args = ["-n", "-S", "-c", "2", "-j", "1", "-t", "3"]
+    try:
+        ref = run_pgbench(pgbench_bin, args, dsn, timeout=60)
+        got = run_pgsurge(args, dsn, loop=loop, timeout=60)  # type: ignore[arg-type]
+    finally:
+        first.close()
+        second.close()
+    assert ref.status == 1, ref.stderr
+    assert ref.stderr.count("failed: timeout expired\n") == 2, ref.stderr
+    assert got.status == ref.status, got.stderr
+    assert got.stderr == ref.stderr.replace("pgbench:", "pgsurge:")
 
 
 @pytest.mark.parametrize("loop", ["c", "python"])

@@ -29,7 +29,7 @@ import pytest
 from psycopg import sql
 
 from pgsurge.report.json import load_schema
-from tests.fix_run import Outcome, run_pgbench, run_pgsurge
+from tests.fix_run import Loop, Outcome, run_pgbench, run_pgsurge
 
 pytestmark = pytest.mark.server
 
@@ -206,3 +206,39 @@ def test_multi_host_figures_per_server(two_servers: str, tmp_path: Path) -> None
     )
     assert single.status == 0, single.stderr
     assert "servers:" not in single.stderr
+
+
+@pytest.mark.parametrize("loop", ["c", "python"])
+@pytest.mark.parametrize(
+    ("case", "args"),
+    [
+        # a division by zero in one transaction of four: failures
+        ("failed", ["--continue-on-error"]),
+        # slots more than 0.05 ms late are skipped: skipped transactions
+        ("skipped", ["-R", "4000", "--latency-limit", "0.05"]),
+    ],
+)
+def test_multi_host_figures_sum_with_failed_and_skipped(
+    two_servers: str, tmp_path: Path, loop: Loop, case: str, args: list[str]
+) -> None:
+    """The per-server counts were the clients' ended transactions (failed
+    and skipped ones too): they summed to more than the run's processed
+    transactions, their tps to more than its tps (hostile finding)."""
+    f = script(tmp_path, "s.sql", "\\set x random(0, 3)\nselect 1 / :x;\n")
+    if case == "skipped":
+        f = script(tmp_path, "s.sql", "select 1;\n")
+    path = tmp_path / "result.json"
+    run = ["-n", "-f", f, "-c", "16", "-j", "2", "-T", "2", *args, f"--json={path}"]
+    out = run_pgsurge(run, two_servers, cwd=tmp_path, loop=loop)
+    assert out.status == 0, out.stderr
+    doc: dict[str, Any] = json.loads(path.read_text())
+    VALIDATOR.validate(doc)
+    totals = doc["totals"]
+    assert totals[case] > 0, totals  # the case happened
+    targets = doc["targets"]  # 16 clients all on one server: odds 2**-15
+    assert len(targets) == 2, targets
+    assert sum(t["transactions"] for t in targets) == totals["processed"], (
+        targets,
+        totals,
+    )
+    assert sum(t["tps"] for t in targets) == pytest.approx(totals["tps"], rel=1e-6)

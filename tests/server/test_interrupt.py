@@ -634,3 +634,43 @@ def test_an_inherited_ignore_keeps_the_run_going(
         out, err = _communicate(proc)
     assert proc.returncode == 0, err
     assert "duration: 4 s" in out and "interrupted" not in err
+
+
+def _sockets(pid: int) -> set[str]:
+    """The sockets ``pid`` holds (``socket:[inode]``)."""
+    held = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:"):
+                held.add(target)
+    return held
+
+
+def test_a_worker_holds_no_end_of_the_parents_pipes(
+    bench_db: str, tmp_path: Path
+) -> None:
+    # each forked worker inherited the parent's end of its own pipe and of
+    # every pipe of the workers forked before it: a worker's pipe stayed
+    # open after the parent died (its peer held by the worker itself and
+    # its siblings), so no worker could see the parent go by its pipe
+    script = tmp_path / "s.sql"
+    script.write_text("\\sleep 50 ms\n")
+    proc = _start(
+        ["-n", "-f", str(script), "-c", "3", "-j", "3", "-T", "60", bench_db], tmp_path
+    )
+    with _killed_on_failure(proc):
+        _wait_running(proc, 3, 0.5)
+        workers = _workers(proc.pid)
+        assert len(workers) == 3
+        parent = _sockets(proc.pid)
+        held = {pid: _sockets(pid) for pid in workers}
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = _communicate(proc)
+    assert "number of transactions actually processed" in out, err
+    # the parent holds one end of each worker's pipe; a worker, the other
+    # end of its own (and its client's connection)
+    assert len(parent) >= 3
+    for pid, sockets in held.items():
+        assert sockets.isdisjoint(parent), (pid, sockets & parent)
+        assert len(sockets) == 2, (pid, sockets)

@@ -124,6 +124,51 @@ def test_resume_with_an_arm_alone_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("args", "what"),
+    [
+        (["--runs", "5"], "--runs 5 (the sweep has 2)"),
+        (["--warmup", "1"], "--warmup 1 (the sweep has 0)"),
+        (["--checkpoint"], "--checkpoint (the sweep has none)"),
+        (
+            ["--runs", "3", "--checkpoint"],
+            "--runs 3 (the sweep has 2) and --checkpoint",
+        ),
+    ],
+)
+def test_resume_with_another_protocol_is_refused(
+    tmp_path: Path, args: list[str], what: str
+) -> None:
+    # the manifest's --runs and --warmup were used and the ones given
+    # ignored without a word; a --checkpoint given on resume switched the
+    # rest of the runs to checkpointing, mixing both kinds in one cell
+    out = _sweep_dir(tmp_path)
+    err = io.StringIO()
+    status = sweep_main(
+        ["sweep", "--resume", str(out), *args], stdout=io.StringIO(), stderr=err
+    )
+    assert status == 1, err.getvalue()
+    assert err.getvalue().startswith(f"pgsurge: error: --resume: {what}")
+    assert err.getvalue().count("\n") == 1
+
+
+def test_resume_with_the_sweeps_own_protocol_is_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the same --runs and --warmup again pass the check (the first run
+    # then fails: no server listens there)
+    monkeypatch.setenv("PGHOST", str(tmp_path))
+    out = _sweep_dir(tmp_path)
+    err = io.StringIO()
+    sweep_main(
+        ["sweep", "--resume", str(out), "--runs", "2", "--warmup", "0"],
+        stdout=io.StringIO(),
+        stderr=err,
+    )
+    assert "--resume:" not in err.getvalue(), err.getvalue()
+    assert "could not connect" in err.getvalue() or "connection" in err.getvalue()
+
+
+@pytest.mark.parametrize(
     ("args", "message"),
     [
         (

@@ -1313,6 +1313,7 @@ static const struct {
     {"Client", "command", &s_command},
     {"Client", "qrynum", &s_qrynum},
     {"Client", "cnt", &s_cnt},
+    {"Client", "skipped", &s_skipped},
     {"Client", "txn_scheduled", &s_txn_scheduled},
     {"Client", "txn_begin", &s_txn_begin},
     {"Client", "estatus", &s_estatus},

@@ -297,6 +297,8 @@ typedef struct {
     /* the rest is meaningful while owner == OWN_C */
     int state, script, command, qrynum;
     int64_t txn_scheduled, txn_begin, sleep_until, stmt_begin, cnt;
+    /* Client.skipped: of cnt, the slots skipped (failures are Python's) */
+    int64_t skipped;
     uint64_t s0, s1, saved0, saved1;
     int assigned;      /* C assigned a variable (vars[].assigned says which) */
     int eval_elif;     /* Client.eval_elif: the next \elif is evaluated */

@@ -209,6 +209,7 @@ process_xact(FastLoop *fl, fl_client *c, int64_t now, int skipped)
     if (fl->latency_limit && latency > fl->latency_limit)
         fl->latency_late++;
     c->cnt++;
+    c->skipped += skipped != 0;
     if (fl->txlog != NULL && log_line(fl, c, latency, lag, skipped) < 0)
         return -1;
     if (fl->per_script != NULL)

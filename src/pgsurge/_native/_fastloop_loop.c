@@ -230,6 +230,13 @@ leave(FastLoop *fl, int outcome)
             Py_DECREF(v);
             if (r < 0)
                 return NULL;
+            v = PyLong_FromLongLong(c->skipped);
+            if (v == NULL)
+                return NULL;
+            r = PyObject_SetAttr(c->st, s_skipped, v);
+            Py_DECREF(v);
+            if (r < 0)
+                return NULL;
         }
     }
     return PyLong_FromLong(outcome);

@@ -807,6 +807,7 @@ fl_take_over(FastLoop *fl, int index, int state)
         Py_DECREF(prepared);
     }
     if (fl_get_i64(st, s_script, &script) < 0 || fl_get_i64(st, s_cnt, &c->cnt) < 0 ||
+        fl_get_i64(st, s_skipped, &c->skipped) < 0 ||
         (state == THROTTLE && fl_get_i64(st, s_txn_scheduled, &c->txn_scheduled) < 0))
         return -1;
     v = PyObject_GetAttr(st, s_rng);
@@ -928,7 +929,7 @@ hand_back(FastLoop *fl, int index, int state)
         set_i64(st, s_txn_scheduled, c->txn_scheduled) < 0 ||
         set_i64(st, s_txn_begin, c->txn_begin) < 0 ||
         set_i64(st, s_estatus, 0) < 0 || set_i64(st, s_tries, 1) < 0 ||
-        set_i64(st, s_cnt, c->cnt) < 0 ||
+        set_i64(st, s_cnt, c->cnt) < 0 || set_i64(st, s_skipped, c->skipped) < 0 ||
         (fl->per_command && set_i64(st, s_stmt_begin, c->stmt_begin) < 0))
         return -1;
     if (fl->save_rng) {

@@ -492,11 +492,15 @@ class FastEventLoop(EventLoop):
         open_all``, the C mirror of :func:`pgsurge.engine.ramp.
         open_connections`): ``(conns, -1, "")``, or ``([], index,
         message)`` for the lowest client that failed; None when C does not
-        open connections (the Python loop, ``PGSURGE_PY_CONNECT``)."""
+        open connections (the Python loop, ``PGSURGE_PY_CONNECT``, and
+        ``connect_timeout`` with several hosts: Python's ramp takes each
+        connection on to the next host when one is given up on)."""
         if self._fast is None or not self.raw_connect:
             return None
         info = pgconn.conninfo(items, password).encode("utf-8", "surrogateescape")
         timeout_us = int(pgconn.connect_timeout_s(info) * 1_000_000)
+        if timeout_us and pgconn.names_several_hosts(info):
+            return None
         got = self._fast.open_all(info, count, ramp.WINDOW, timeout_us)
         if type(got) is tuple:
             index, message, at_limit = got

@@ -153,11 +153,17 @@ class ForkedProcess:
     """A daemonic child running ``target(*args)`` (see the module doc)."""
 
     def __init__(
-        self, target: Callable[..., object], args: tuple[Any, ...], name: str
+        self,
+        target: Callable[..., object],
+        args: tuple[Any, ...],
+        name: str,
+        close_in_child: Iterable[PipeEnd] = (),
     ) -> None:
         self._target = target
         self._args = args
         self.name = name
+        #: the parent's ends of other children's pipes: the child closes them
+        self._close_in_child = tuple(close_in_child)
         self.pid: int | None = None
         self.exitcode: int | None = None
         self._sentinel = -1
@@ -180,8 +186,14 @@ class ForkedProcess:
 
     def _bootstrap(self) -> int:
         """In the child: run the target, return its exit status."""
-        _alive.clear()  # the parent's children are not this one's
+        # the parent's children are not this one's, nor are their pipes: a
+        # child holding another's parent end would keep that pipe open
+        # after the parent died (no EOF for the other child to see)
         try:
+            for proc in list(_alive):
+                proc._close_sentinel()  # (which takes it out of the set)
+            for end in self._close_in_child:
+                end.close()
             _close_stdin()
             self._target(*self._args)
             code = 0

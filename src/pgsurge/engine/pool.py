@@ -219,8 +219,12 @@ class WorkerPool:
                 proc: Any
                 if ctx is None:
                     parent_end, child_end = forked.pipe()
+                    # the child closes the parent's ends, its own included
                     proc = forked.ForkedProcess(
-                        _worker_entry, (spec, child_end, *args), name
+                        _worker_entry,
+                        (spec, child_end, *args),
+                        name,
+                        [*self.pipes, parent_end],
                     )
                 else:
                     parent_end, child_end = ctx.Pipe(duplex=True)

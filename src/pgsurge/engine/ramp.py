@@ -17,9 +17,12 @@ slower than pgbench's. The connections are returned in client order.
 A failure is reported for the lowest client that failed (pgbench stops at
 its first failing client, which is the lowest of its thread); the others
 are closed. ``connect_timeout`` is enforced as libpq's blocking connect
-enforces it, with its message (libpq tries the next host of a multi-host
-conninfo then; here the connection fails, and the worker opens the
-clients left with the blocking connect: ``worker._open_blocking``).
+enforces it, with its message; when it expires on one host of several,
+that connection goes on from the next host, as libpq's blocking connect
+does (``Connecting.rest_of_hosts``), its message starting with the lines
+of the hosts given up on. When which host was being tried cannot be told
+(``load_balance_hosts=random``, a host named twice), that client is
+connected with libpq's blocking connect, from the first host.
 
 :func:`open_one` is the Python engine's ``-C`` connect, opened the same
 way so that the parent's Stop can end it (see its docstring).
@@ -63,12 +66,37 @@ def open_connections(
     started: dict[int, tuple[int, pgconn.Connecting, float]] = {}  # fd -> ...
     done: dict[int, pgconn.PgConn] = {}
     failed: dict[int, str] = {}
+    # the lines of the hosts a connection has given up on at connect_timeout
+    before: dict[int, str] = {}
     next_index = 0
     given = 0
 
     def fail(index: int, conn: pgconn.Connecting, message: str | None = None) -> None:
-        failed[index] = message if message is not None else conn.error_message()
+        text = message if message is not None else conn.error_message()
+        failed[index] = before.pop(index, "") + text
         conn.finish()
+
+    def next_host(index: int, conn: pgconn.Connecting) -> None:
+        """``conn`` outlasted connect_timeout: on to the next host, as
+        libpq's blocking connect goes, or fail with libpq's message."""
+        after = conn.rest_of_hosts() if conn.several_hosts() else None
+        if after is None and conn.several_hosts():
+            # which host it was on cannot be told: libpq's own blocking
+            # connect, from the first (it blocks the ramp, as pgbench's does)
+            conn.finish()
+            opened, message, _needs = pgconn.connect(items, password)
+            if opened is not None:
+                before.pop(index, None)
+                done[index] = opened
+            else:
+                failed[index] = before.pop(index, "") + message
+            return
+        if after is None:
+            fail(index, conn, conn.timeout_message())
+            return
+        before[index] = before.get(index, "") + conn.timeout_message()
+        conn.finish()
+        step(index, pgconn.connect_start_info(after), time.monotonic(), True)
 
     def step(
         index: int, conn: pgconn.Connecting, since: float, first: bool = False
@@ -80,6 +108,7 @@ def open_connections(
         else:
             r = conn.poll()
         if r == pgconn.POLL_OK:
+            before.pop(index, None)
             done[index] = conn.opened()
             return
         fd = conn.socket
@@ -118,7 +147,7 @@ def open_connections(
                 if now - since >= timeout:
                     del started[fd]
                     poller.unregister(fd)
-                    fail(index, conn, conn.timeout_message())
+                    next_host(index, conn)
     # a failure: close everything not handed out
     for _index, pending, _since in started.values():
         pending.finish()

@@ -117,6 +117,7 @@ def with_reconnect(
         if w.per_script is not None:
             w.per_script[st.script].record(0, None, failure=_CONNECTION, tries=st.tries)
         st.cnt += 1
+        st.failed += 1
         if w.txlog is not None:
             w.txlog(now, st.id, st.cnt, st.script, 0, 0, False, _CONNECTION, st.tries)
 

@@ -248,6 +248,10 @@ class Client:
     tries: int = 1
     #: transactions ended (successful, failed or skipped), for -t
     cnt: int = 0
+    #: ... of which failed and skipped (the per-server figures count the
+    #: others, as the report's processed transactions)
+    failed: int = 0
+    skipped: int = 0
     #: PRNG state at the start of the transaction (for retries)
     saved_rng: tuple[int, int] = (0, 0)
     #: statements prepared on the current connection

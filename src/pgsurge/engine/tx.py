@@ -197,6 +197,10 @@ def make_tx(
         if latency_limit and latency > latency_limit:
             w.latency_late += 1
         st.cnt += 1
+        if skipped:
+            st.skipped += 1
+        elif failure is not None:
+            st.failed += 1
         txlog = w.txlog
         if txlog is not None:
             txlog(

@@ -614,18 +614,6 @@ def _open_all(run: _Run, settings: Settings, loop: EventLoop) -> bool:
         conns, index, message = opened
         for i, conn in enumerate(conns):
             on_open(i, conn)
-    if (
-        index >= 0
-        and not hook_failed
-        and pgconn.gave_up_on_a_host(settings.conninfo, spec.password, message)
-    ):
-        # connect_timeout on one of several hosts: pgbench's blocking
-        # connect goes on to the next; so do the clients left, that way
-        # (C's open_all handed none over, Python's ramp those before)
-        first = index if opened is None else 0
-        index, message = _open_blocking(
-            settings, spec.password, first, clients, on_open
-        )
     if hook_failed:
         _finish_connections(run)
         pipe.send(Fatal(f"{PROG}: error: {hook_failed[0]}\n"))
@@ -640,24 +628,6 @@ def _open_all(run: _Run, settings: Settings, loop: EventLoop) -> bool:
         pipe.send(Fatal())
         return False
     return True
-
-
-def _open_blocking(
-    settings: Settings,
-    password: str | None,
-    first: int,
-    clients: list[Client],
-    on_open: Callable[[int, pgconn.PgConn], None],
-) -> tuple[int, str]:
-    """Clients ``first``.. connected one after the other with libpq's
-    blocking connect, as pgbench connects them: ``(-1, "")``, or the
-    client that failed and libpq's message."""
-    for index in range(first, len(clients)):
-        conn, message, _needs = pgconn.connect(settings.conninfo, password)
-        if conn is None:
-            return index, message
-        on_open(index, conn)
-    return -1, ""
 
 
 def _progress_sender(
@@ -770,7 +740,7 @@ def _open_window(run: _Run) -> None:
         run.txlog.restart(run.window_us)
     # the clients' own counts go on (C wrote its clients' back at the
     # tick): the per-server figures subtract these
-    run.window_cnts = [st.cnt for st in run.clients]
+    run.window_cnts = [_processed(st) for st in run.clients]
     run.usage0 = resource.getrusage(resource.RUSAGE_SELF)
     run.window_open = True
 
@@ -883,7 +853,9 @@ def _result(run: _Run) -> WorkerResult:
     result.cpu_user_s = usage1.ru_utime - usage0.ru_utime
     result.cpu_sys_s = usage1.ru_stime - usage0.ru_stime
     base = run.window_cnts or [0] * len(clients)
-    result.client_tx_counts = [st.cnt - b for st, b in zip(clients, base, strict=True)]
+    result.client_tx_counts = [
+        _processed(st) - b for st, b in zip(clients, base, strict=True)
+    ]
     result.client_targets = list(run.targets)
     # waiting in blocking calls (-C connections, shell commands) is idle too
     result.idle_us = loop.idle_us + wstate.blocked_us
@@ -892,3 +864,9 @@ def _result(run: _Run) -> WorkerResult:
     if run.recorder is not None:
         result.histograms, result.intervals = run.recorder.finish(end)
     return result
+
+
+def _processed(st: Client) -> int:
+    """The transactions of a client that the report counts as processed
+    (its per-server figures sum to the total): not failed, not skipped."""
+    return st.cnt - st.failed - st.skipped

@@ -96,14 +96,15 @@ def _parser() -> _Parser:
     p.add_argument(
         "--runs",
         type=int,
-        default=3,
+        # None: not given (a --resume takes the manifest's; a new sweep 3)
+        default=None,
         metavar="N",
         help="runs per cell and arm (default: 3)",
     )
     p.add_argument(
         "--warmup",
         type=int,
-        default=1,
+        default=None,
         metavar="N",
         help="discarded warm-up runs before each cell and arm's first run (default: 1)",
     )
@@ -340,6 +341,32 @@ def _not_given_elsewhere(
             )
 
 
+#: runs per cell and arm, and warm-up runs, when not given
+_RUNS = 3
+_WARMUP = 1
+
+
+def _same_protocol(
+    ns: argparse.Namespace, runs: int, warmup: int, checkpoint: bool
+) -> None:
+    """``--runs``, ``--warmup`` or ``--checkpoint`` given with ``--resume``
+    must be the sweep's own: the manifest's were used and the ones given
+    silently ignored (or, for ``--checkpoint``, cells mixed runs measured
+    after a CHECKPOINT with runs that were not)."""
+    differs = []
+    if ns.runs is not None and ns.runs != runs:
+        differs.append(f"--runs {ns.runs} (the sweep has {runs})")
+    if ns.warmup is not None and ns.warmup != warmup:
+        differs.append(f"--warmup {ns.warmup} (the sweep has {warmup})")
+    if ns.checkpoint and not checkpoint:
+        differs.append("--checkpoint (the sweep has none)")
+    if differs:
+        raise UsageError(
+            f"--resume: {' and '.join(differs)} differ from the sweep's manifest "
+            "(give the same, or none)"
+        )
+
+
 def _plan(
     ns: argparse.Namespace,
     common: list[str],
@@ -347,9 +374,9 @@ def _plan(
     option_key: OptionKey | None = None,
     option_keys: OptionKeys | None = None,
 ) -> tuple[SweepPlan, dict[str, Any] | None]:
-    if ns.runs < 1:
+    if ns.runs is not None and ns.runs < 1:
         raise UsageError("--runs must be at least 1")
-    if ns.warmup < 0:
+    if ns.warmup is not None and ns.warmup < 0:
         raise UsageError("--warmup must be 0 or more")
     manifest = None
     if ns.resume is not None:
@@ -364,15 +391,18 @@ def _plan(
             _same_as_manifest(specs, arms, common, manifest)
         else:
             specs, arms, common = _from_manifest(manifest)
-        runs = int(manifest.get("runs_per_cell") or ns.runs)
-        warmup = int(manifest.get("warmup", ns.warmup) or 0)
-        checkpoint = bool(manifest.get("checkpoint")) or ns.checkpoint
+        runs = int(manifest.get("runs_per_cell") or ns.runs or _RUNS)
+        warmup = int(manifest.get("warmup") or 0)
+        checkpoint = bool(manifest.get("checkpoint"))
+        _same_protocol(ns, runs, warmup, checkpoint)
     else:
         if not ns.vary:
             raise UsageError('no --vary given (e.g. --vary "-c 1,2,4")')
         specs = [parse_vary(v) for v in ns.vary]
         arms = _arms(ns)
-        runs, warmup, checkpoint = ns.runs, ns.warmup, ns.checkpoint
+        runs = _RUNS if ns.runs is None else ns.runs
+        warmup = _WARMUP if ns.warmup is None else ns.warmup
+        checkpoint = ns.checkpoint
         out = Path()
     check_own_arguments("sweep", arms, common)
     if option_key is not None:

@@ -387,12 +387,34 @@ def run_deltas(
     return out
 
 
+def _went_back(src: StatSource, start: Sequence[Row], end: Sequence[Row]) -> bool:
+    """Whether a counter of a row is lower at the end than at the start:
+    reset without a ``stats_reset`` to say so (a table's counters, a crash
+    restart, which discards every counter)."""
+    before = {_key(r, src): r for r in start}
+    for row in end:
+        old = before.get(_key(row, src))
+        if old is None:
+            continue
+        for k, v in row.items():
+            if k in src.key or k in _IDS or k in LEVELS or not _number(v):
+                continue
+            b = old.get(k)
+            if _number(b) and v < b:
+                return True
+    return False
+
+
 def resets(start: Snapshot, end: Snapshot) -> list[str]:
     """The sources whose counters were reset between two snapshots."""
+    by_name = {src.name: src for src in SOURCES}
     out = []
     for name, rows in end.rows.items():
         before = {json.dumps(r.get("stats_reset")) for r in start.rows.get(name, [])}
         after = {json.dumps(r.get("stats_reset")) for r in rows if "stats_reset" in r}
-        if after and before and not after <= before:
+        src = by_name.get(name)
+        if (after and before and not after <= before) or (
+            src is not None and _went_back(src, start.rows.get(name, []), rows)
+        ):
             out.append(name)
     return out

@@ -44,7 +44,7 @@ from typing import Any
 
 from pgsurge import pgconn
 from pgsurge.config import RunConfig
-from pgsurge.errors import PROG
+from pgsurge.errors import PROG, ConnectError
 from pgsurge.insight import counters, pooled
 from pgsurge.insight.companions import Companions, open_companions
 from pgsurge.insight.counters import SOURCES, Snapshot, StatSource
@@ -60,7 +60,7 @@ from pgsurge.insight.sampling import (
 )
 from pgsurge.insight.waits import WaitProfile, label_text
 
-__all__ = ["Monitor"]
+__all__ = ["IDENTITY_SQL", "Monitor"]
 
 Warn = Callable[[str], None]
 
@@ -81,9 +81,18 @@ _CHECKPOINTING_SQL = (
     " WHERE backend_type = 'checkpointer'"
     " AND coalesce(wait_event_type, '') <> 'Activity'"
 )
+#: the database and the server (its start time): --monitor's must be the run's
+#: (in UTC and in a fixed form: the two sessions' settings may differ)
+IDENTITY_SQL = (
+    "SELECT pg_catalog.current_database(), pg_catalog.to_char("
+    "pg_catalog.pg_postmaster_start_time() AT TIME ZONE 'UTC',"
+    " 'YYYY-MM-DD HH24:MI:SS.US UTC')"
+)
 _ALIVE_SQL = f"""{TAG} SELECT count(*) FROM pg_catalog.pg_stat_activity
 WHERE pid = ANY($1::int[])
-   OR ($2::text IS NOT NULL AND application_name = $2
+   OR ($2::text IS NOT NULL
+       AND (application_name = $2
+            OR pg_catalog.starts_with(application_name, $2 || ' - '))
        AND backend_type = 'client backend'
        AND datname = pg_catalog.current_database()
        AND pid <> pg_catalog.pg_backend_pid() AND pid <> ALL($3::int[]))"""
@@ -139,6 +148,10 @@ class Monitor:
     via_pooler: bool = False
     #: behind a pooler: how long --server-stats waited for the counters
     flush_wait_s: float = 0.0
+    #: ... and before the start snapshot, for an earlier client's
+    start_wait_s: float = 0.0
+    #: the server's clock when the set-up found the pooler (epoch seconds)
+    pooler_found_at: float = 0.0
     #: --pooler-admin: the console, and its figures by interval start
     pool_admin: PoolAdmin | None = None
     admin_points: dict[int, dict[str, float]] = field(default_factory=dict)
@@ -165,48 +178,92 @@ class Monitor:
         pooler_mode: str | None = None,
         app_name: str | None = None,
         database: str | None = None,
+        target: tuple[str, str] | None = None,
+        pooler_found_at: float = 0.0,
     ) -> Monitor:
         """Open the sessions and the monitor connection (see the module
         doc); raises :class:`ConnectError` when one cannot connect.
-        ``pooler_mode``/``app_name``: the pooler found at set-up."""
-        mon = cls(cfg, pooler_mode=pooler_mode)
+        ``pooler_mode``/``app_name``: the pooler found at set-up;
+        ``target``: the run's database and server (``IDENTITY_SQL``) when
+        --monitor is given, which must reach them."""
+        mon = cls(cfg, pooler_mode=pooler_mode, pooler_found_at=pooler_found_at)
         mon.app_name = app_name or ""
         items = cfg.conn.conninfo_items()
         if cfg.monitor_dsn is not None:
             items = {"dbname": cfg.monitor_dsn, "fallback_application_name": PROG}
         mon.via_pooler = pooler_mode is not None and cfg.monitor_dsn is None
         try:
-            if cfg.pooler_admin_dsn is not None:
-                if database is None:
-                    warn(
-                        _warning(
-                            "--pooler-admin",
-                            "no connection pooler was found between "
-                            f"{PROG} and the server: its console is not read",
-                        )
-                    )
-                else:
-                    mon.pool_admin = PoolAdmin.connect(
-                        cfg.pooler_admin_dsn, database, password
-                    )
-            if cfg.idle_sessions:
-                mon.companions = open_companions(
-                    items, password, cfg.idle_sessions, cfg.idle_mode
-                )
-                if mon.via_pooler and pooler_mode == "transaction":
-                    warn(pooled.idle_sessions_warning(cfg.idle_mode.value))
-            if cfg.waits_ms is not None or cfg.server_stats:
-                mon._connect(items, password, warn)
-                if cfg.server_stats:
-                    if pooler_mode is not None:
-                        warn(pooled.SERVER_STATS_WARNING)
-                    mon._setup_counters(scripts, warn)
-            if cfg.host_stats:
-                mon.host = HostWatch(disks=server_is_local(cfg.conn))
+            mon._open(items, password, scripts, warn, database, target)
+        except ConnectError as exc:
+            mon.close()
+            if cfg.monitor_dsn is not None and not str(exc).startswith("--"):
+                # which connection failed: the run's target was reached
+                raise ConnectError(f"--monitor: {exc}") from None
+            raise
         except BaseException:
             mon.close()
             raise
         return mon
+
+    def _open(
+        self,
+        items: dict[str, str],
+        password: str | None,
+        scripts: Sequence[str],
+        warn: Warn,
+        database: str | None,
+        target: tuple[str, str] | None,
+    ) -> None:
+        """The sessions of :meth:`start`, in its order."""
+        mon, cfg, pooler_mode = self, self.cfg, self.pooler_mode
+        if cfg.pooler_admin_dsn is not None:
+            if database is None:
+                warn(
+                    _warning(
+                        "--pooler-admin",
+                        "no connection pooler was found between "
+                        f"{PROG} and the server: its console is not read",
+                    )
+                )
+            else:
+                mon.pool_admin = PoolAdmin.connect(
+                    cfg.pooler_admin_dsn, database, password
+                )
+        if cfg.idle_sessions:
+            mon.companions = open_companions(
+                items, password, cfg.idle_sessions, cfg.idle_mode
+            )
+            if mon.via_pooler and pooler_mode == "transaction":
+                warn(pooled.idle_sessions_warning(cfg.idle_mode.value))
+        if cfg.waits_ms is not None or cfg.server_stats:
+            mon._connect(items, password, warn)
+            if target is not None:
+                mon._check_target(target)
+            if cfg.server_stats:
+                if pooler_mode is not None:
+                    warn(pooled.SERVER_STATS_WARNING)
+                mon._setup_counters(scripts, warn)
+        if cfg.host_stats:
+            mon.host = HostWatch(disks=server_is_local(cfg.conn))
+
+    def _check_target(self, target: tuple[str, str]) -> None:
+        """--monitor must reach the run's database on the run's server
+        (``target``: its name and the server's start time, read by the
+        set-up): elsewhere its samples and counters would be another's,
+        with nothing to tell."""
+        assert self.conn is not None
+        status, res = self.conn.exec_status(IDENTITY_SQL)
+        if status != pgconn.TUPLES_OK or res.ntuples == 0:
+            return
+        mine = (pgconn.value_text(res, 0, 0), pgconn.value_text(res, 0, 1))
+        if mine == target:
+            return
+        raise ConnectError(
+            f'--monitor: it reaches database "{mine[0]}" of the server started '
+            f'at {mine[1]}, the run\'s database "{target[0]}" of the server '
+            f"started at {target[1]}: its wait samples and counters would not "
+            "be the run's (give --monitor the run's server and database)"
+        )
 
     def _connect(self, items: dict[str, str], password: str | None, warn: Warn) -> None:
         # it records what it sends: its statements are left out of the top
@@ -271,6 +328,12 @@ class Monitor:
                     f"{', '.join(missing)} not available on this server "
                     f"(PostgreSQL {version}): left out",
                 )
+            )
+        if self.pooler_mode is not None and self.pooler_found_at:
+            # counters an earlier client's pooled sessions still hold would
+            # reach the server during the run and count as the run's
+            self.start_wait_s = pooled.wait_before_start(
+                conn, self.pooler_found_at, warn
             )
         self.start_snap = self._snapshot(warn)
         self.last_snap = self.start_snap
@@ -495,8 +558,8 @@ class Monitor:
             self.admin_points[interval_start_us] = admin.read()
         except PoolAdminError as exc:
             self.warnings.append(_warning("--pooler-admin", f"stopped: {exc}"))
-            admin.close()
-            self.pool_admin = None
+            # what the console said until now stays in the report
+            admin.stop(str(exc).splitlines()[0] if str(exc) else "failed")
             return False
         return True
 
@@ -546,14 +609,27 @@ class Monitor:
             }
             if isinstance(self.sampler, ActivitySampler) and self.sampler.app_name:
                 waits["server_backends_seen"] = len(self.sampler.seen)
+                if not self.sampler.seen and transactions:
+                    # the run's sessions were never found: say so, no
+                    # empty profile passed off as a quiet server
+                    self.warnings.append(
+                        _warning(
+                            "--waits",
+                            "no server session named "
+                            f'"{self.sampler.app_name}" was seen in the '
+                            "database during the run: no wait events of its "
+                            "sessions (does a pooler rename them?)",
+                        )
+                    )
             out["waits"] = waits
             for start, shares in self.profile.interval_points():
                 intervals.setdefault(start, {"start_us": start})["waits"] = shares
         if self.cfg.server_stats and self.start_snap is not None and self.conn:
+            flush_warning = ""
             if self.pooler_mode is not None:
-                self.flush_wait_s, warning = pooled.wait_for_flush(self.conn)
-                if warning:
-                    self.warnings.append(warning)
+                self.flush_wait_s, flush_warning = pooled.wait_for_flush(self.conn)
+                if flush_warning:
+                    self.warnings.append(flush_warning)
             else:
                 self._wait_for_exit()
             end = self._snapshot(self.warnings.append)
@@ -568,7 +644,9 @@ class Monitor:
                     self.last_snap, end, self.sources
                 )
             out["server_stats"] = self._server_stats(end, transactions)
-            if self.pooler_mode is not None:
+            # (not when the counters were reset, or the wait said why)
+            reset = "database" in out["server_stats"]["stats_reset_during_run"]
+            if self.pooler_mode is not None and not reset and not flush_warning:
                 warning = pooled.commits_warning(out["server_stats"], transactions)
                 if warning:
                     self.warnings.append(warning)
@@ -576,13 +654,25 @@ class Monitor:
                 intervals.setdefault(start, {"start_us": start})["server_stats"] = (
                     figures
                 )
-        if self.pool_admin is not None:
+        if self.pool_admin is not None and not self.pool_admin.stopped:
             # the tail: from the last read to the end
             step = self._admin_step_us()
             last = max(self.admin_points, default=None)
             self._admin_read(self.start_us if last is None else last + step)
         if self.pool_admin is not None:
             out["pooler_admin"] = self.pool_admin.summary()
+            passed = out["pooler_admin"]["xacts"]
+            if passed < transactions and not self.pool_admin.stopped:
+                # every transaction of the run went through the run's pooler
+                self.warnings.append(
+                    _warning(
+                        "--pooler-admin",
+                        f"the console counted {passed} transactions passed on "
+                        f'for database "{self.pool_admin.database}", the run '
+                        f"made {transactions}: it is not the console of the "
+                        "pooler the run went through, or not all of it",
+                    )
+                )
             for start, point in self.admin_points.items():
                 intervals.setdefault(start, {"start_us": start})["pooler"] = point
         if self.companions is not None:
@@ -628,11 +718,14 @@ class Monitor:
             pg_array(exclude),
         ]
         deadline = time.monotonic() + EXIT_WAIT_S
-        while time.monotonic() < deadline:
-            status, res = conn.exec_params(_ALIVE_SQL, params)
-            if status != pgconn.TUPLES_OK or pgconn.value_text(res, 0, 0) == "0":
-                return
-            time.sleep(0.01)
+        try:
+            while time.monotonic() < deadline:
+                status, res = conn.exec_params(_ALIVE_SQL, params)
+                if status != pgconn.TUPLES_OK or pgconn.value_text(res, 0, 0) == "0":
+                    return
+                time.sleep(0.01)
+        except KeyboardInterrupt:  # the run is over: the report still comes
+            pass
         self.warnings.append(
             _warning(
                 "--server-stats",
@@ -671,7 +764,10 @@ class Monitor:
                 else {}
             ),
             **(
-                {"pooler_flush_wait_s": round(self.flush_wait_s, 3)}
+                {
+                    "pooler_flush_wait_s": round(self.flush_wait_s, 3),
+                    "pooler_start_wait_s": round(self.start_wait_s, 3),
+                }
                 if self.pooler_mode is not None
                 else {}
             ),

@@ -104,13 +104,19 @@ class PoolAdmin:
     max_sv_active: float = 0.0
     max_wait_ms: float = 0.0
     pool_mode: str = ""
+    #: why the reading stopped before the end of the run (empty: it did
+    #: not); what was read until then is kept
+    stopped: str = ""
 
     @classmethod
     def connect(cls, dsn: str, database: str, password: str | None) -> PoolAdmin:
         """Connect to the console; raises :class:`ConnectError`."""
-        conn = pgconn.connect_or_raise(
-            {"dbname": dsn, "fallback_application_name": "pgsurge"}, password
-        )
+        try:
+            conn = pgconn.connect_or_raise(
+                {"dbname": dsn, "fallback_application_name": "pgsurge"}, password
+            )
+        except ConnectError as exc:  # say which connection failed
+            raise ConnectError(f"--pooler-admin: {exc}") from None
         admin = cls(conn, database)
         try:
             admin.first = admin.last = _totals(admin._rows("SHOW STATS"), database)
@@ -158,7 +164,15 @@ class PoolAdmin:
             "max_cl_waiting": int(self.max_cl_waiting),
             "max_sv_active": int(self.max_sv_active),
             "max_wait_ms": self.max_wait_ms,
+            # the figures cover the run up to the last read only
+            **({"stopped": self.stopped} if self.stopped else {}),
         }
 
-    def close(self) -> None:
+    def stop(self, reason: str) -> None:
+        """The console failed: no more reads, the figures so far kept."""
+        self.stopped = reason
         self.conn.finish()
+
+    def close(self) -> None:
+        if not self.stopped:
+            self.conn.finish()

@@ -19,6 +19,7 @@ or prints them.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pgsurge import pgconn
@@ -33,6 +34,7 @@ __all__ = [
     "SERVER_STATS_WARNING",
     "commits_warning",
     "idle_sessions_warning",
+    "wait_before_start",
     "wait_for_flush",
 ]
 
@@ -52,7 +54,8 @@ _IDLE_AGE_SQL = f"""{TAG} SELECT
 FROM pg_catalog.pg_stat_activity
 WHERE backend_type = 'client backend' AND datname = pg_catalog.current_database()
   AND pid <> pg_catalog.pg_backend_pid()
-  AND application_name NOT IN ('{MONITOR_APP}', '{IDLE_APP}')"""
+  AND NOT pg_catalog.starts_with(application_name, '{MONITOR_APP}')
+  AND NOT pg_catalog.starts_with(application_name, '{IDLE_APP}')"""
 
 
 def _warning(what: str, text: str) -> str:
@@ -83,6 +86,47 @@ def idle_sessions_warning(mode: str) -> str:
     return _warning("--idle-sessions", text)
 
 
+# the seconds until every session of this database that went idle in the
+# FLUSH_AFTER_S before $1 (the set-up's start: not the set-up's sessions)
+# has reported its counters (NULL: none)
+_EARLIER_SQL = f"""{TAG} SELECT max(
+  extract(epoch FROM state_change)
+  + {FLUSH_AFTER_S} - extract(epoch FROM pg_catalog.clock_timestamp()))::float8
+FROM pg_catalog.pg_stat_activity
+WHERE backend_type = 'client backend' AND datname = pg_catalog.current_database()
+  AND pid <> pg_catalog.pg_backend_pid() AND state = 'idle'
+  AND state_change < pg_catalog.to_timestamp($1::float8)
+  AND state_change > pg_catalog.to_timestamp($1::float8) - interval '{FLUSH_AFTER_S} s'
+  AND NOT pg_catalog.starts_with(application_name, '{MONITOR_APP}')
+  AND NOT pg_catalog.starts_with(application_name, '{IDLE_APP}')"""
+
+
+def wait_before_start(
+    conn: pgconn.PgConn, found_at: float, say: Callable[[str], None]
+) -> float:
+    """Before the start snapshot: until the server sessions that served an
+    earlier client less than :data:`FLUSH_AFTER_S` before the set-up
+    (``found_at``, the server's clock) have reported their counters, which
+    would otherwise count as the run's: the seconds waited, after one
+    notice to ``say`` (none when nothing was waited for). Ctrl-C ends the
+    program, as anywhere before the run."""
+    status, res = conn.exec_params(_EARLIER_SQL, [repr(found_at)])
+    if status != pgconn.TUPLES_OK or res.ntuples == 0:
+        return 0.0
+    left = pgconn.value_text(res, 0, 0)
+    if not left or float(left) <= 0:
+        return 0.0
+    wait = min(float(left), FLUSH_WAIT_S)
+    notice = (
+        f"{PROG}: notice: --server-stats: the pooler's server sessions served "
+        "another client just before this run: waiting "
+        f"{wait:.1f} s for their counters, which would count as the run's\n"
+    )
+    say(notice)
+    time.sleep(wait)
+    return wait
+
+
 def _idle_age(conn: pgconn.PgConn) -> tuple[float | None, int]:
     """(seconds since the newest session of the database went idle,
     sessions not idle), ours left out; (None, 0) on a failure."""
@@ -99,6 +143,19 @@ def wait_for_flush(conn: pgconn.PgConn) -> tuple[float, str]:
     :data:`FLUSH_AFTER_S`, at most :data:`FLUSH_WAIT_S`: the seconds waited
     and a warning (empty when they were)."""
     t0 = time.monotonic()
+    try:
+        return _wait(conn, t0)
+    except KeyboardInterrupt:
+        # the run is over: Ctrl-C cuts the wait short, not the report
+        return time.monotonic() - t0, _warning(
+            "--server-stats",
+            f"the wait for the pooler's server sessions' counters was "
+            f"interrupted after {time.monotonic() - t0:.1f} s: the totals "
+            "may miss some of their work",
+        )
+
+
+def _wait(conn: pgconn.PgConn, t0: float) -> tuple[float, str]:
     deadline = t0 + FLUSH_WAIT_S
     while True:
         age, busy = _idle_age(conn)

@@ -16,9 +16,11 @@ Both run on the monitor's own connection, never in a worker.
   (someone reset it) counts from zero again.
 
 Rows are selected by the run's own pids; under ``-C`` (a new backend per
-transaction: no pids to know in advance) by the workers'
-``application_name`` in the same database instead, which counts any other
-client with that name too. Background processes come with their
+transaction: no pids to know in advance) and behind a pooler by the
+workers' ``application_name`` in the same database instead, which counts
+any other client with that name too, but no session idle since before
+sampling started (a pooler's server sessions outlive the run that named
+them). Background processes come with their
 ``backend_type`` when the monitor may see them (``pg_read_all_stats``).
 """
 
@@ -44,11 +46,17 @@ SELECT pid, coalesce(state, ''), coalesce(wait_event_type, ''),
        coalesce(wait_event, ''), coalesce(backend_type, '')
 FROM pg_catalog.pg_stat_activity
 WHERE pid = ANY($1::int[])
-   OR ($2::text IS NOT NULL AND application_name = $2
+   OR ($2::text IS NOT NULL
+       AND (application_name = $2
+            OR pg_catalog.starts_with(application_name, $2 || ' - '))
        AND backend_type = 'client backend'
        AND datname = pg_catalog.current_database()
-       AND pid <> pg_catalog.pg_backend_pid() AND pid <> ALL($3::int[]))
+       AND pid <> pg_catalog.pg_backend_pid() AND pid <> ALL($3::int[])
+       AND (state IS DISTINCT FROM 'idle'
+            OR state_change >= pg_catalog.to_timestamp($5::float8)))
    OR ($4::bool AND backend_type <> 'client backend')"""
+# the server's clock when sampling starts (seconds since the epoch)
+_NOW_SQL = f"{TAG} SELECT extract(epoch FROM pg_catalog.clock_timestamp())::text"
 
 # counts per pid and event, with the process's backend type when it still
 # runs (a gone backend's counts stay in the profile: they are its own)
@@ -103,11 +111,21 @@ class ActivitySampler:
             error = self.conn.prepare(self.name, _ACTIVITY_SQL.encode())
             if error is not None:
                 raise SamplerError(pgconn.strip_newline(error))
+        # by name, a session idle since before sampling started is none of
+        # the run's: a pooler's server session left from an earlier run
+        # (or another client's), which would count as the client's wait
+        since = "0"
+        if self.app_name is not None:
+            status, res = self.conn.exec_status(_NOW_SQL)
+            if status != pgconn.TUPLES_OK or res.ntuples == 0:
+                raise _fail(self.conn)
+            since = pgconn.value_text(res, 0, 0)
         self.params = [
             pg_array(self.pids),
             self.app_name,
             pg_array(self.exclude),
             "true" if self.background else "false",
+            since,
         ]
         self.own_pids = frozenset(self.pids)
 

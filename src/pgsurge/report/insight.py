@@ -93,6 +93,10 @@ def _first(deltas: Mapping[str, Any], name: str) -> Mapping[str, Any]:
 
 def render_server_stats(s: Mapping[str, Any]) -> str:
     deltas = s.get("deltas") or {}
+    # a source reset during the run (pg_stat_reset, a crash restart) has
+    # deltas that are no work done: none are shown (the warning says why)
+    reset = set(s.get("stats_reset_during_run") or ())
+    gone = "reset during the run: no figures"
     db = _first(deltas, "database")
     wal = _first(deltas, "wal")
     per = s.get("per_transaction") or {}
@@ -105,20 +109,24 @@ def render_server_stats(s: Mapping[str, Any]) -> str:
         f"server counters (over {_num(s.get('elapsed_s'), 1)} s, from {since} "
         "to after their sessions exited):"
     ]
-    if db:
+    if "database" in reset:
+        lines.append(f"  database: {gone}")
+    elif db:
         lines.append(
             f"  database: {db.get('xact_commit', 0)} commits, "
             f"{db.get('xact_rollback', 0)} rollbacks, {db.get('blks_read', 0)} "
             f"blocks read, {db.get('blks_hit', 0)} hit, {db.get('temp_files', 0)} "
             f"temp files, {db.get('deadlocks', 0)} deadlocks"
         )
-    if wal:
+    if "wal" in reset:
+        lines.append(f"  WAL: {gone}")
+    elif wal:
         lines.append(
             f"  WAL: {_bytes(float(wal.get('wal_bytes', 0)))} in "
             f"{wal.get('wal_records', 0)} records, {wal.get('wal_fpi', 0)} "
             "full-page images"
         )
-    if s.get("transactions"):
+    if s.get("transactions") and not reset & {"database", "wal"}:
         ratio = per.get("hit_ratio")
         lines.append(
             f"  per transaction: {_num(per.get('wal_bytes'), 1)} WAL bytes, "
@@ -126,15 +134,17 @@ def render_server_stats(s: Mapping[str, Any]) -> str:
             f"buffer reads, {_num(per.get('blks_hit'), 1)} buffer hits"
             + (f" (hit ratio {100 * ratio:.2f}%)" if ratio is not None else "")
         )
-    if s.get("checkpoints") is not None:
+    if s.get("checkpoints") is not None and "checkpointer" not in reset:
         busy = " (one was in progress)" if s.get("checkpoint_in_progress_seen") else ""
         lines.append(f"  checkpoints completed: {s['checkpoints']:g}{busy}")
+    if "tables" in reset:
+        lines.append(f"  tables: {gone}")
     lines.extend(
         f"  {t.get('schemaname')}.{t.get('relname')}: "
         f"{t.get('n_tup_ins', 0)} inserted, {t.get('n_tup_upd', 0)} updated "
         f"({t.get('n_tup_hot_upd', 0)} HOT), {t.get('n_tup_del', 0)} deleted; "
         f"{t.get('n_dead_tup', 0)} dead tuples at the end"
-        for t in deltas.get("tables") or []
+        for t in ([] if "tables" in reset else deltas.get("tables") or [])
     )
     stmts = deltas.get("statements") or []
     hidden = s.get("statements_hidden") or 0
@@ -164,7 +174,9 @@ def render_pooler_admin(p: Mapping[str, Any]) -> str:
         f"{p.get('max_cl_waiting')} clients waiting for a server connection "
         f"(longest wait {_num(p.get('max_wait_ms'), 1)} ms, "
         f"{_num(p.get('wait_ms_per_xact'), 3)} ms per transaction), up to "
-        f"{p.get('max_sv_active')} server connections active\n"
+        f"{p.get('max_sv_active')} server connections active"
+        + (f" (until the console failed: {p['stopped']})" if p.get("stopped") else "")
+        + "\n"
     )
 
 

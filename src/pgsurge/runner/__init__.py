@@ -409,6 +409,8 @@ def _start_monitor(
             pooler_mode=pooler.mode if pooler else None,
             app_name=pooler.application_name if pooler else None,
             database=pooler.database if pooler else None,
+            target=setup.target,
+            pooler_found_at=pooler.found_at if pooler else 0.0,
         )
     except ConnectError as exc:
         err.write(f"{PROG}: error: {exc}\n")

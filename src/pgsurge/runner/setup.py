@@ -20,6 +20,7 @@ threads (steps 1 to 3 of :mod:`pgsurge.runner`):
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import field, replace
 from typing import Any, TextIO
@@ -84,6 +85,9 @@ class PoolerInfo:
     application_name: str
     #: the database as the pooler names it (its console's pools)
     database: str = ""
+    #: the server's clock when the set-up found it (seconds since the
+    #: epoch): sessions idle since before then are not the set-up's
+    found_at: float = 0.0
 
     def notice(self) -> str:
         """The one stderr line that says so."""
@@ -123,6 +127,9 @@ class Setup:
     set_client_id: bool
     #: a connection pooler between pgsurge and the server, None: direct
     pooler: PoolerInfo | None = None
+    #: --monitor: the run's database and its server's start time, which
+    #: the monitor's must be (``insight.monitor.IDENTITY_SQL``)
+    target: tuple[str, str] | None = None
     #: the server's settings that differ from the defaults (name → value as
     #: SHOW gives it) and the database's size: the run's environment
     server_settings: dict[str, str] = field(default_factory=dict)
@@ -194,6 +201,7 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
         if pooler is not None:
             err.write(pooler.notice())
             err.flush()
+        target = _target_identity(conn) if cfg.monitor_dsn is not None else None
         settings, data_bytes = _server_facts(conn)
         info = TableInfo(cfg.scale or 1)
         if any(s.builtin for s in cfg.scripts):
@@ -229,6 +237,7 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
         set_client_id=set_client_id,
         counter_before=counter_before,
         pooler=pooler,
+        target=target,
         server_settings=settings,
         data_bytes=data_bytes,
         resolved=resolved,
@@ -240,6 +249,20 @@ def _one(conn: pgconn.PgConn, sql: str) -> str | None:
     if status != pgconn.TUPLES_OK or res.ntuples == 0:
         return None
     return pgconn.value_text(res, 0, 0)
+
+
+def _target_identity(conn: pgconn.PgConn) -> tuple[str, str] | None:
+    """The run's database and server, as --monitor's is checked."""
+    from pgsurge.insight.monitor import IDENTITY_SQL  # only with --monitor
+
+    status, res = conn.exec_status(IDENTITY_SQL)
+    if status != pgconn.TUPLES_OK or res.ntuples == 0:
+        return None
+    return pgconn.value_text(res, 0, 0), pgconn.value_text(res, 0, 1)
+
+
+#: what PgBouncer's ``application_name_add_host`` appends to the name
+_ADDED_HOST = re.compile(r" - \S+:\d+$")
 
 
 def detect_pooler(
@@ -255,11 +278,20 @@ def detect_pooler(
     that very server session to the second client; a session pooler
     cannot. Costs one query on a direct connection.
     """
-    value = _one(conn, "SELECT pg_catalog.pg_backend_pid()")
-    if value is None or not value.isdigit() or int(value) == conn.backend_pid:
+    status, res = conn.exec_status(
+        "SELECT pg_catalog.pg_backend_pid(),"
+        " extract(epoch FROM pg_catalog.clock_timestamp())::float8"
+    )
+    if status != pgconn.TUPLES_OK or res.ntuples == 0:
+        return None
+    value = pgconn.value_text(res, 0, 0)
+    if not value.isdigit() or int(value) == conn.backend_pid:
         return None
     server_pid = int(value)
-    app = _one(conn, "SHOW application_name") or ""
+    found_at = float(pgconn.value_text(res, 0, 1) or 0)
+    # PgBouncer's application_name_add_host appends " - host:port" (each
+    # client its own): the sessions are found by the name before it
+    app = _ADDED_HOST.sub("", _one(conn, "SHOW application_name") or "")
     # the server session that ran the last query, just released (or not)
     last = _one(conn, "SELECT pg_catalog.pg_backend_pid()")
     mode = "session"
@@ -270,7 +302,7 @@ def detect_pooler(
                 mode = "transaction"
         finally:
             other.finish()
-    return PoolerInfo(conn.backend_pid, server_pid, mode, app, conn.dbname)
+    return PoolerInfo(conn.backend_pid, server_pid, mode, app, conn.dbname, found_at)
 
 
 _SETTINGS_SQL = (
