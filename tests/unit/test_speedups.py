@@ -468,3 +468,24 @@ def _reference_random(
 )
 def test_random_scaled_shortcut_matches_reference(var: object, k: int, lo: int) -> None:
     assert _eval_random(var, k, lo) == _reference_random(var, k, lo)
+
+
+@pytest.mark.skipif(C is None, reason="pgsurge._speedups is not built")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's calls")
+def test_process_calls_of_the_pool() -> None:
+    # engine.pool's two libc calls, made in a child so that its parent-death
+    # signal and heap are its own: the signal is set as asked (read back
+    # with prctl's getter through ctypes, in the test only), the trim runs
+    code = (
+        "import ctypes, signal\n"
+        "from pgsurge import _speedups as C\n"
+        "assert C.die_with_parent(signal.SIGUSR1) is True\n"
+        "got = ctypes.c_int(0)\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "assert libc.prctl(2, ctypes.byref(got), 0, 0, 0) == 0\n"  # PR_GET_PDEATHSIG
+        "print(got.value == signal.SIGUSR1, C.trim_heap())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert out.stdout == "True True\n"

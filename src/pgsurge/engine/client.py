@@ -140,7 +140,7 @@ from pgsurge.engine.state import (
     WorkerState,
 )
 from pgsurge.engine.throttle import is_late, poisson_delay
-from pgsurge.engine.tx import make_tx
+from pgsurge.engine.tx import close_client, make_tx
 from pgsurge.errors import EvalError
 from pgsurge.script.values import truth
 
@@ -156,6 +156,7 @@ __all__ = [
     "Settings",
     "WorkerState",
     "make_engine",
+    "make_engine_lazily",
 ]
 
 _monotonic_ns = time.monotonic_ns
@@ -196,6 +197,58 @@ class Engine:
         self.advance = advance
         self.resume = resume
         self.gset = gset
+
+
+def make_engine_lazily(
+    s: Settings,
+    w: WorkerState,
+    scripts: tuple[tuple[Op, ...], ...],
+    io: IoHooks,
+    log: Callable[[str], None],
+) -> Engine:
+    """An :class:`Engine` that builds the real one (:func:`make_engine`)
+    on the first call that needs it: for the C loop, which calls it only
+    to hand a client back (an error, a command C does not run) and, at
+    the end, with each finished client, which ``advance`` would only
+    disconnect (:func:`pgsurge.engine.tx.close_client`, done here without
+    the engine).
+
+    Building the engine makes some hundred closures, and making one
+    writes to its code object (the reference count): a forked worker
+    that builds it copies that many pages it shared with the parent, some
+    600 KiB of a ``-c 2 -j 2`` run's memory. What the builder reads of
+    ``w`` (its stats, recorder, random states) is set before this and only
+    changed in place after.
+    """
+    built: list[Engine] = []
+
+    def engine() -> Engine:
+        if not built:
+            built.append(make_engine(s, w, scripts, io, log))
+        return built[0]
+
+    def advance(st: Client) -> None:
+        if not built and st.state == FINISHED:
+            close_client(io, st)  # what advance does with a finished client
+            return
+        engine().advance(st)
+
+    def resume(st: Client, event: object) -> None:
+        engine().resume(st, event)
+
+    def gset(
+        st: Client,
+        script: int,
+        command: int,
+        qrynum: int,
+        got: int,
+        context: str,
+        name: str | None,
+        value: str,
+    ) -> bool:
+        return engine().gset(st, script, command, qrynum, got, context, name, value)
+
+    return Engine(advance, resume, gset)
 
 
 def make_engine(

@@ -110,6 +110,18 @@ class TxSteps:
         self.verbose_retry = verbose_retry
 
 
+def close_client(io: IoHooks, st: Client) -> None:
+    """A client's connection closed and forgotten (``disconnect``; also
+    what the C loop's finished clients get before the engine is built,
+    :func:`pgsurge.engine.client.make_engine_lazily`)."""
+    if st.conn is not None:
+        io.detach(st)
+        st.conn.finish()
+        st.conn = None
+        st.raw = None
+        st.ptr = 0
+
+
 def make_tx(
     s: Settings,
     w: WorkerState,
@@ -246,12 +258,7 @@ def make_tx(
         return True
 
     def disconnect(st: Client) -> None:
-        if st.conn is not None:
-            io.detach(st)
-            st.conn.finish()
-            st.conn = None
-            st.raw = None
-            st.ptr = 0
+        close_client(io, st)
 
     def do_retry(st: Client, now: int) -> bool:
         """pgbench ``doRetry``: may this failed transaction run again?"""

@@ -39,7 +39,7 @@ from pgsurge.config import QueryMode, RunConfig
 from pgsurge.engine import fastgen, fastloop, fastpq, ramp
 from pgsurge.engine import state as C
 from pgsurge.engine.abi import run_flags
-from pgsurge.engine.client import make_engine
+from pgsurge.engine.client import make_engine, make_engine_lazily
 from pgsurge.engine.forked import PipeEnd
 from pgsurge.engine.interrupt import WorkerStop, cancel_in_flight, take_stop
 from pgsurge.engine.loop import EventLoop, LoopOutcome
@@ -551,7 +551,11 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
     log: Callable[[str], None] = _stderr
     if run.abort_owner is not None:
         log = _abort_gated_log(run.abort_owner, spec.worker_id)
-    engine = make_engine(settings, wstate, scripts, loop, log)
+    if plan is not None and not cfg.reconnect:
+        # the C loop calls the Python engine only to hand a client back
+        engine = make_engine_lazily(settings, wstate, scripts, loop, log)
+    else:
+        engine = make_engine(settings, wstate, scripts, loop, log)
     if cfg.reconnect:
         from pgsurge.engine.reconnect import with_reconnect  # only --reconnect
 
