@@ -110,11 +110,13 @@ def test_insight_connections_say_which_failed(
 # -- Ctrl-C in the flush wait -------------------------------------------------------
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_in_flush_wait_keeps_report(
-    pgbouncer_transaction: Pooler, bench_db: str, tmp_path: Path
+    pgbouncer_transaction: Pooler, bench_db: str, tmp_path: Path, signum: int
 ) -> None:
     """The run is over, the monitor waits (~10 s) for the pooled sessions'
-    counters: Ctrl-C there lost the whole report (died of SIGINT)."""
+    counters: Ctrl-C (or a SIGTERM) there lost the whole report (died of
+    the signal)."""
     f = _script(tmp_path, UPDATE_SCRIPT)
     result = tmp_path / "r.json"
     args = ["-n", "-f", f, "-c", "2", "-t", "50", "--server-stats"]
@@ -134,7 +136,7 @@ def test_ctrl_c_in_flush_wait_keeps_report(
                 assert proc.poll() is None, proc.communicate()
                 assert time.monotonic() < deadline, "no flush wait seen"
                 time.sleep(0.02)
-        os.kill(proc.pid, signal.SIGINT)
+        os.kill(proc.pid, signum)
         out, err = proc.communicate(timeout=PATIENCE_S)
     finally:
         if proc.poll() is None:
