@@ -242,3 +242,17 @@ def test_multi_host_figures_sum_with_failed_and_skipped(
         totals,
     )
     assert sum(t["tps"] for t in targets) == pytest.approx(totals["tps"], rel=1e-6)
+
+
+def test_monitor_on_one_of_several_hosts(
+    two_servers: str, pgss_server: str, tmp_path: Path
+) -> None:
+    """With host=a,b the run spans both servers: --monitor on either is
+    accepted (the check that it reaches the run's server is for one host)."""
+    ordered = psycopg.conninfo.make_conninfo(two_servers, load_balance_hosts="disable")
+    name = psycopg.conninfo.conninfo_to_dict(two_servers)["dbname"]
+    second = psycopg.conninfo.make_conninfo(pgss_server, dbname=name)
+    args = ["-n", "-S", "-c", "2", "-t", "20", "--waits=50", f"--monitor={second}"]
+    out = run_pgsurge(args, ordered, cwd=tmp_path)
+    assert out.status == 0, out.stderr
+    assert "--monitor: it reaches" not in out.stderr
