@@ -161,6 +161,8 @@ class Monitor:
     window_us: int = 0
     #: --host-stats: the client host's counters (``hostwatch``)
     host: HostWatch | None = None
+    #: the server the monitor connection reached (``PQhost:PQport``)
+    server: str = ""
     _thread: threading.Thread | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -270,6 +272,7 @@ class Monitor:
         # statements by their text (insight/own.py)
         conn = RecordingConn.adopt(pgconn.connect_or_raise(items, password))
         self.conn = conn
+        self.server = conn.target
         self.server_version_num = conn.server_version
         # the workers' name (they connect with the same items; behind a
         # pooler the set-up read it), then ours
@@ -592,8 +595,20 @@ class Monitor:
 
     # -- 4. the end ---------------------------------------------------------
 
-    def finish(self, transactions: int) -> dict[str, Any]:
-        """Stop sampling, read the end snapshot; the JSON-ready sections."""
+    def finish(self, transactions: int, servers: Sequence[str] = ()) -> dict[str, Any]:
+        """Stop sampling, read the end snapshot; the JSON-ready sections.
+        ``servers``: those the clients reached, when several (host=a,b)."""
+        if len(servers) > 1 and self.conn is not None:
+            # the monitor is one connection: it sees one of them
+            self.warnings.append(
+                _warning(
+                    "--waits/--server-stats",
+                    f"the clients reached {len(servers)} servers, the monitor "
+                    f"watches one ({self.server}): its wait events and counters "
+                    "are that server's only (the per-transaction figures "
+                    "divide them by every server's transactions)",
+                )
+            )
         self._stop_thread()
         out: dict[str, Any] = {}
         intervals: dict[int, dict[str, Any]] = {}

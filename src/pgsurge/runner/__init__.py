@@ -175,7 +175,9 @@ def run(
         local = partial(drive_local, show_live=show_live, monitor=monitor)
         result = (drive or local)(specs, facts, err)
         if monitor is not None:
-            result.insight = _finish_monitor(monitor, result.total.cnt, err)
+            result.insight = _finish_monitor(
+                monitor, result.total.cnt, sorted(result.targets), err
+            )
     except RunFailed as e:
         release_held()
         out.flush()
@@ -210,14 +212,16 @@ def run(
         release_held()
 
 
-def _finish_monitor(monitor: Monitor, transactions: int, err: TextIO) -> dict[str, Any]:
+def _finish_monitor(
+    monitor: Monitor, transactions: int, servers: list[str], err: TextIO
+) -> dict[str, Any]:
     """The monitor's figures; none (and a warning) when its connection died
     at the end of the run (the server stopped or restarted): the run's own
     report must not be lost to a traceback of the monitor's."""
     from pgsurge import pgconn
 
     try:
-        return dict(monitor.finish(transactions))
+        return dict(monitor.finish(transactions, servers))
     except pgconn.LibpqError as exc:
         reason = pgconn.strip_newline(str(exc)).splitlines()[0]
         err.write(
