@@ -342,3 +342,21 @@ def test_waits_say_when_no_session_was_found(
     assert out.status == 0, out.stderr
     said = [ln for ln in out.stderr.splitlines() if "was seen in the database" in ln]
     assert len(said) == 1 and 'named "pgsurge"' in said[0], out.stderr
+
+
+def test_pooler_admin_counts_from_the_warmup_window(
+    pgbouncer_transaction: Pooler, bench_db: str, tmp_path: Path
+) -> None:
+    """--warmup: the run's figures count from the window, the console's
+    run figures counted the warm-up too (twice the run's transactions)."""
+    result = tmp_path / "r.json"
+    args = ["-n", "-S", "-c", "2", "-T", "2", "--warmup", "2", "-P", "1"]
+    args += [f"--pooler-admin={pgbouncer_transaction.admin_dsn}", f"--json={result}"]
+    out = run_pgsurge(args, pgbouncer_transaction.pooled(bench_db), cwd=tmp_path)
+    assert out.status == 0, out.stderr
+    doc = _load(result)
+    processed = doc["totals"]["processed"]
+    xacts = doc["pooler_admin"]["xacts"]
+    # the window's transactions (its start read a moment after it opened)
+    assert 0.97 * processed <= xacts <= processed * 1.03 + 50, (xacts, processed)
+    assert "it is not the console" not in out.stderr, out.stderr
