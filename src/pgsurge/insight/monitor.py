@@ -530,6 +530,16 @@ class Monitor:
         samples start again."""
         if self.cfg.server_stats and self.conn is not None:
             self.start_snap = self._snapshot(self.warnings.append)
+            # no session can be made to report its counters now
+            self.warnings.append(
+                _warning(
+                    "--server-stats",
+                    "a busy session reports its counters to the server at "
+                    "most once a second: the totals from the window's start "
+                    "include up to about a second of each session's warm-up "
+                    "work (a longer run makes it a smaller share)",
+                )
+            )
         if self.profile is not None:
             with self._lock:
                 self.profile.restart(self.window_us)
@@ -799,7 +809,9 @@ class Monitor:
             **({"from_window": True} if self.window_us else {}),
             "note": (
                 (
-                    "deltas from the window's start (--warmup)"
+                    "deltas from the window's start (--warmup; with up to "
+                    "about a second of each session's warm-up work, which "
+                    "the sessions had not reported yet)"
                     if self.window_us
                     else "deltas from before the clients connected"
                 )
