@@ -90,6 +90,11 @@ def test_monitor_elsewhere_is_refused(
         ok = run_pgsurge([*args, f"--monitor={bench_db}"], dsn, cwd=tmp_path)
         assert ok.status == 0, ok.stderr
         assert "server counters" in ok.stdout
+    # idle sessions alone, opened elsewhere: they would load another database
+    idle = ["-n", "-S", "-c", "1", "-t", "5", "--idle-sessions=1:xact"]
+    out = run_pgsurge([*idle, f"--monitor={server_dsn}"], bench_db, cwd=tmp_path)
+    assert out.status == 1, out.stderr
+    assert "pgsurge: error: --monitor: it reaches database " in out.stderr
 
 
 def test_insight_connections_say_which_failed(

@@ -113,6 +113,26 @@ def _one(conn: pgconn.PgConn, sql: str) -> str | None:
     return pgconn.value_text(res, 0, 0)
 
 
+def _check_target(conn: pgconn.PgConn, target: tuple[str, str]) -> None:
+    """--monitor must reach the run's database on the run's server
+    (``target``: its name and the server's start time, read by the
+    set-up; ``conn``: one of the monitor's sessions): elsewhere its
+    samples and counters would be another's, with nothing to tell."""
+    status, res = conn.exec_status(IDENTITY_SQL)
+    if status != pgconn.TUPLES_OK or res.ntuples == 0:
+        return
+    mine = (pgconn.value_text(res, 0, 0), pgconn.value_text(res, 0, 1))
+    if mine == target:
+        return
+    raise ConnectError(
+        f'--monitor: it reaches database "{mine[0]}" of the server started '
+        f'at {mine[1]}, the run\'s database "{target[0]}" of the server '
+        f"started at {target[1]}: its wait samples, counters and idle "
+        "sessions would not be the run's (give --monitor the run's server "
+        "and database)"
+    )
+
+
 @dataclass
 class Monitor:
     """See the module doc. Built by :meth:`start`."""
@@ -237,35 +257,19 @@ class Monitor:
             )
             if mon.via_pooler and pooler_mode == "transaction":
                 warn(pooled.idle_sessions_warning(cfg.idle_mode.value))
+            if target is not None and mon.companions.conns:
+                # on another server they would load it, not the run's
+                _check_target(mon.companions.conns[0], target)
         if cfg.waits_ms is not None or cfg.server_stats:
             mon._connect(items, password, warn)
-            if target is not None:
-                mon._check_target(target)
+            if target is not None and mon.conn is not None:
+                _check_target(mon.conn, target)
             if cfg.server_stats:
                 if pooler_mode is not None:
                     warn(pooled.SERVER_STATS_WARNING)
                 mon._setup_counters(scripts, warn)
         if cfg.host_stats:
             mon.host = HostWatch(disks=server_is_local(cfg.conn))
-
-    def _check_target(self, target: tuple[str, str]) -> None:
-        """--monitor must reach the run's database on the run's server
-        (``target``: its name and the server's start time, read by the
-        set-up): elsewhere its samples and counters would be another's,
-        with nothing to tell."""
-        assert self.conn is not None
-        status, res = self.conn.exec_status(IDENTITY_SQL)
-        if status != pgconn.TUPLES_OK or res.ntuples == 0:
-            return
-        mine = (pgconn.value_text(res, 0, 0), pgconn.value_text(res, 0, 1))
-        if mine == target:
-            return
-        raise ConnectError(
-            f'--monitor: it reaches database "{mine[0]}" of the server started '
-            f'at {mine[1]}, the run\'s database "{target[0]}" of the server '
-            f"started at {target[1]}: its wait samples and counters would not "
-            "be the run's (give --monitor the run's server and database)"
-        )
 
     def _connect(self, items: dict[str, str], password: str | None, warn: Warn) -> None:
         # it records what it sends: its statements are left out of the top
