@@ -29,7 +29,7 @@ import pytest
 
 from pgsurge.report.json import load_schema
 from tests.fix_pooler import Pooler, start_pooler
-from tests.fix_run import PGSURGE, run_pgsurge, tool_env
+from tests.fix_run import PGSURGE, Loop, run_pgsurge, tool_env
 
 pytestmark = pytest.mark.server
 
@@ -379,3 +379,36 @@ def test_server_stats_from_the_window_say_what_they_include(
     assert out.status == 0, out.stderr
     said = [ln for ln in out.stderr.splitlines() if "each session's warm-up" in ln]
     assert len(said) == 1, out.stderr
+
+
+# -- -M prepared through a transaction pooler, --continue-on-error -------------------
+
+
+@pytest.mark.parametrize("loop", ["c", "python"])
+def test_prepared_failures_hint_without_abort(
+    server_dsn: str, bench_db: str, tmp_path: Path, loop: Loop
+) -> None:
+    """--continue-on-error: the clients go on, most transactions fail on a
+    prepared statement the pooler's next server session lacks: no abort,
+    so the hint never came (78 % failed, not a word why)."""
+    pooler = start_pooler(server_dsn, "transaction")  # no statement prepared yet
+    try:
+        args = ["-n", "-S", "-M", "prepared", "-c", "4", "-j", "2", "-t", "200"]
+        out = run_pgsurge(
+            [*args, "--continue-on-error"], pooler.pooled(bench_db), loop=loop
+        )
+        extended = run_pgsurge(
+            ["-n", "-S", "-M", "extended", "-c", "4", "-t", "50"],
+            pooler.pooled(bench_db),
+            loop=loop,
+        )
+    finally:
+        pooler.stop()
+        shutil.rmtree(pooler.directory, ignore_errors=True)
+    assert out.status == 0, out.stderr
+    failed = int(out.number("number of failed transactions: ").split()[0])
+    assert failed > 0, out.stdout
+    said = [ln for ln in out.stderr.splitlines() if "transactions failed on a" in ln]
+    assert len(said) == 1 and said[0].split()[2] == str(failed), out.stderr
+    assert len([ln for ln in out.stderr.splitlines() if "max_prepared" in ln]) == 1
+    assert extended.status == 0 and "max_prepared" not in extended.stderr

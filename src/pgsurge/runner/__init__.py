@@ -272,10 +272,20 @@ def _report(
         except (PgsurgeError, OSError) as exc:
             failures.append(exc)
     notice = render_abort_notice(result, PROG)
+    hinted = False
     if notice:
         if pooled and any(_lost_prepared(m) for m in result.abort_messages):
             notice += POOLER_PREPARED_HINT
+            hinted = True
         err.write(notice)
+        err.flush()
+    if pooled and result.lost_prepared and not hinted:
+        # --continue-on-error: the clients went on, failing
+        err.write(
+            f"{PROG}: warning: {result.lost_prepared} transactions failed on a "
+            "prepared statement their server session did not have\n"
+            + POOLER_PREPARED_HINT
+        )
         err.flush()
     if result.interrupted_by is not None:
         err.write(render_interrupt_notice(result, PROG))
