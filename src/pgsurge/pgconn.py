@@ -365,6 +365,13 @@ class PgConn:
     def dbname(self) -> str:
         return _text(self._pgconn.db)
 
+    def several_hosts(self) -> bool:
+        """Whether its conninfo names several hosts (``host=a,b``)."""
+        return any(
+            opt.keyword in (b"host", b"hostaddr") and b"," in (opt.val or b"")
+            for opt in self._pgconn.info
+        )
+
     @property
     def target(self) -> str:
         """``host:port`` of the server this connection reached (``PQhost``,

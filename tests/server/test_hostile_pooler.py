@@ -29,7 +29,7 @@ import pytest
 
 from pgsurge.report.json import load_schema
 from tests.fix_pooler import Pooler, start_pooler
-from tests.fix_run import PGSURGE, run_pgsurge, tool_env
+from tests.fix_run import PGSURGE, Loop, run_pgsurge, tool_env
 
 pytestmark = pytest.mark.server
 
@@ -90,6 +90,11 @@ def test_monitor_elsewhere_is_refused(
         ok = run_pgsurge([*args, f"--monitor={bench_db}"], dsn, cwd=tmp_path)
         assert ok.status == 0, ok.stderr
         assert "server counters" in ok.stdout
+    # idle sessions alone, opened elsewhere: they would load another database
+    idle = ["-n", "-S", "-c", "1", "-t", "5", "--idle-sessions=1:xact"]
+    out = run_pgsurge([*idle, f"--monitor={server_dsn}"], bench_db, cwd=tmp_path)
+    assert out.status == 1, out.stderr
+    assert "pgsurge: error: --monitor: it reaches database " in out.stderr
 
 
 def test_insight_connections_say_which_failed(
@@ -110,11 +115,13 @@ def test_insight_connections_say_which_failed(
 # -- Ctrl-C in the flush wait -------------------------------------------------------
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_in_flush_wait_keeps_report(
-    pgbouncer_transaction: Pooler, bench_db: str, tmp_path: Path
+    pgbouncer_transaction: Pooler, bench_db: str, tmp_path: Path, signum: int
 ) -> None:
     """The run is over, the monitor waits (~10 s) for the pooled sessions'
-    counters: Ctrl-C there lost the whole report (died of SIGINT)."""
+    counters: Ctrl-C (or a SIGTERM) there lost the whole report (died of
+    the signal)."""
     f = _script(tmp_path, UPDATE_SCRIPT)
     result = tmp_path / "r.json"
     args = ["-n", "-f", f, "-c", "2", "-t", "50", "--server-stats"]
@@ -134,7 +141,7 @@ def test_ctrl_c_in_flush_wait_keeps_report(
                 assert proc.poll() is None, proc.communicate()
                 assert time.monotonic() < deadline, "no flush wait seen"
                 time.sleep(0.02)
-        os.kill(proc.pid, signal.SIGINT)
+        os.kill(proc.pid, signum)
         out, err = proc.communicate(timeout=PATIENCE_S)
     finally:
         if proc.poll() is None:
@@ -340,3 +347,68 @@ def test_waits_say_when_no_session_was_found(
     assert out.status == 0, out.stderr
     said = [ln for ln in out.stderr.splitlines() if "was seen in the database" in ln]
     assert len(said) == 1 and 'named "pgsurge"' in said[0], out.stderr
+
+
+def test_pooler_admin_counts_from_the_warmup_window(
+    pgbouncer_transaction: Pooler, bench_db: str, tmp_path: Path
+) -> None:
+    """--warmup: the run's figures count from the window, the console's
+    run figures counted the warm-up too (twice the run's transactions)."""
+    result = tmp_path / "r.json"
+    args = ["-n", "-S", "-c", "2", "-T", "2", "--warmup", "2", "-P", "1"]
+    args += [f"--pooler-admin={pgbouncer_transaction.admin_dsn}", f"--json={result}"]
+    out = run_pgsurge(args, pgbouncer_transaction.pooled(bench_db), cwd=tmp_path)
+    assert out.status == 0, out.stderr
+    doc = _load(result)
+    processed = doc["totals"]["processed"]
+    xacts = doc["pooler_admin"]["xacts"]
+    # the window's transactions (its start read a moment after it opened)
+    assert 0.97 * processed <= xacts <= processed * 1.03 + 50, (xacts, processed)
+    assert "it is not the console" not in out.stderr, out.stderr
+
+
+def test_server_stats_from_the_window_say_what_they_include(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """--warmup: the window's start snapshot cannot have the busy sessions'
+    last second of warm-up counters (they report at most once a second):
+    the window's totals counted ~50 % more commits than its transactions
+    in a 2 s window, with no word."""
+    args = ["-n", "-S", "-c", "2", "-T", "1", "--warmup", "1", "--server-stats"]
+    out = run_pgsurge(args, bench_db, cwd=tmp_path)
+    assert out.status == 0, out.stderr
+    said = [ln for ln in out.stderr.splitlines() if "each session's warm-up" in ln]
+    assert len(said) == 1, out.stderr
+
+
+# -- -M prepared through a transaction pooler, --continue-on-error -------------------
+
+
+@pytest.mark.parametrize("loop", ["c", "python"])
+def test_prepared_failures_hint_without_abort(
+    server_dsn: str, bench_db: str, tmp_path: Path, loop: Loop
+) -> None:
+    """--continue-on-error: the clients go on, most transactions fail on a
+    prepared statement the pooler's next server session lacks: no abort,
+    so the hint never came (78 % failed, not a word why)."""
+    pooler = start_pooler(server_dsn, "transaction")  # no statement prepared yet
+    try:
+        args = ["-n", "-S", "-M", "prepared", "-c", "4", "-j", "2", "-t", "200"]
+        out = run_pgsurge(
+            [*args, "--continue-on-error"], pooler.pooled(bench_db), loop=loop
+        )
+        extended = run_pgsurge(
+            ["-n", "-S", "-M", "extended", "-c", "4", "-t", "50"],
+            pooler.pooled(bench_db),
+            loop=loop,
+        )
+    finally:
+        pooler.stop()
+        shutil.rmtree(pooler.directory, ignore_errors=True)
+    assert out.status == 0, out.stderr
+    failed = int(out.number("number of failed transactions: ").split()[0])
+    assert failed > 0, out.stdout
+    said = [ln for ln in out.stderr.splitlines() if "transactions failed on a" in ln]
+    assert len(said) == 1 and said[0].split()[2] == str(failed), out.stderr
+    assert len([ln for ln in out.stderr.splitlines() if "max_prepared" in ln]) == 1
+    assert extended.status == 0 and "max_prepared" not in extended.stderr

@@ -242,3 +242,31 @@ def test_multi_host_figures_sum_with_failed_and_skipped(
         totals,
     )
     assert sum(t["tps"] for t in targets) == pytest.approx(totals["tps"], rel=1e-6)
+
+
+def test_monitor_on_one_of_several_hosts(
+    two_servers: str, pgss_server: str, tmp_path: Path
+) -> None:
+    """With host=a,b the run spans both servers: --monitor on either is
+    accepted (the check that it reaches the run's server is for one host)."""
+    ordered = psycopg.conninfo.make_conninfo(two_servers, load_balance_hosts="disable")
+    name = psycopg.conninfo.conninfo_to_dict(two_servers)["dbname"]
+    second = psycopg.conninfo.make_conninfo(pgss_server, dbname=name)
+    args = ["-n", "-S", "-c", "2", "-t", "20", "--waits=50", f"--monitor={second}"]
+    out = run_pgsurge(args, ordered, cwd=tmp_path)
+    assert out.status == 0, out.stderr
+    assert "--monitor: it reaches" not in out.stderr
+
+
+def test_monitor_of_a_multi_host_run_says_it_sees_one(
+    two_servers: str, tmp_path: Path
+) -> None:
+    """The clients on two servers, the monitor on one: "wait events of 16
+    backends" and counters divided by every server's transactions, with no
+    word that half the clients were out of its sight."""
+    f = script(tmp_path, "s.sql", "select pg_sleep(0.01);\n")
+    args = ["-n", "-f", f, "-c", "16", "-j", "2", "-T", "1", "--waits=50"]
+    out, doc = json_run([*args, "--server-stats"], two_servers, tmp_path)
+    assert len(doc["targets"]) == 2, doc["targets"]  # odds 2**-15 otherwise
+    said = [ln for ln in out.stderr.splitlines() if "the monitor watches one" in ln]
+    assert len(said) == 1 and "reached 2 servers" in said[0], out.stderr

@@ -611,6 +611,8 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
             )
         st.estatus = estatus
         if retry_ok:
+            if estatus == E_OTHER:
+                sup.failed_on(state or "")
             if verbose_errors:
                 info(
                     f"client {st.id} got an error in command {st.command} (SQL) "

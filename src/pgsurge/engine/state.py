@@ -314,6 +314,9 @@ class WorkerState:
     recorder: WorkerRecorder | None = None
     #: why each aborted client aborted (its last error message)
     abort_messages: list[str] = field(default_factory=list)
+    #: transactions failed (and gone on from) on a prepared statement the
+    #: server session did not have (a transaction pooler's)
+    lost_prepared: int = 0
     #: the worker's pipe from the parent (its loop's control descriptor),
     #: which a blocking connect under -C also watches; None outside a worker
     control_fd: int | None = None
@@ -457,6 +460,12 @@ class Support:
             f"{PROG}: client {st.id} lost its connection in command "
             f"{st.command} of script {st.script}; {message}\n"
         )
+
+    def failed_on(self, sqlstate: str) -> None:
+        """A transaction failed and the client goes on (not an abort): one
+        on a prepared statement its server session lacks is counted."""
+        if sqlstate == "26000":
+            self._w.lost_prepared += 1
 
     def aborted(self, st: Client) -> None:
         """``st`` has just aborted: file the reason."""

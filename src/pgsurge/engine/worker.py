@@ -860,6 +860,7 @@ def _result(run: _Run) -> WorkerResult:
     # waiting in blocking calls (-C connections, shell commands) is idle too
     result.idle_us = loop.idle_us + wstate.blocked_us
     result.abort_messages = wstate.abort_messages
+    result.lost_prepared = wstate.lost_prepared
     result.implementation = _implementation(loop)
     if run.recorder is not None:
         result.histograms, result.intervals = run.recorder.finish(end)

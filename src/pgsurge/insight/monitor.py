@@ -113,6 +113,26 @@ def _one(conn: pgconn.PgConn, sql: str) -> str | None:
     return pgconn.value_text(res, 0, 0)
 
 
+def _check_target(conn: pgconn.PgConn, target: tuple[str, str]) -> None:
+    """--monitor must reach the run's database on the run's server
+    (``target``: its name and the server's start time, read by the
+    set-up; ``conn``: one of the monitor's sessions): elsewhere its
+    samples and counters would be another's, with nothing to tell."""
+    status, res = conn.exec_status(IDENTITY_SQL)
+    if status != pgconn.TUPLES_OK or res.ntuples == 0:
+        return
+    mine = (pgconn.value_text(res, 0, 0), pgconn.value_text(res, 0, 1))
+    if mine == target:
+        return
+    raise ConnectError(
+        f'--monitor: it reaches database "{mine[0]}" of the server started '
+        f'at {mine[1]}, the run\'s database "{target[0]}" of the server '
+        f"started at {target[1]}: its wait samples, counters and idle "
+        "sessions would not be the run's (give --monitor the run's server "
+        "and database)"
+    )
+
+
 @dataclass
 class Monitor:
     """See the module doc. Built by :meth:`start`."""
@@ -161,6 +181,8 @@ class Monitor:
     window_us: int = 0
     #: --host-stats: the client host's counters (``hostwatch``)
     host: HostWatch | None = None
+    #: the server the monitor connection reached (``PQhost:PQport``)
+    server: str = ""
     _thread: threading.Thread | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -235,10 +257,13 @@ class Monitor:
             )
             if mon.via_pooler and pooler_mode == "transaction":
                 warn(pooled.idle_sessions_warning(cfg.idle_mode.value))
+            if target is not None and mon.companions.conns:
+                # on another server they would load it, not the run's
+                _check_target(mon.companions.conns[0], target)
         if cfg.waits_ms is not None or cfg.server_stats:
             mon._connect(items, password, warn)
-            if target is not None:
-                mon._check_target(target)
+            if target is not None and mon.conn is not None:
+                _check_target(mon.conn, target)
             if cfg.server_stats:
                 if pooler_mode is not None:
                     warn(pooled.SERVER_STATS_WARNING)
@@ -246,30 +271,12 @@ class Monitor:
         if cfg.host_stats:
             mon.host = HostWatch(disks=server_is_local(cfg.conn))
 
-    def _check_target(self, target: tuple[str, str]) -> None:
-        """--monitor must reach the run's database on the run's server
-        (``target``: its name and the server's start time, read by the
-        set-up): elsewhere its samples and counters would be another's,
-        with nothing to tell."""
-        assert self.conn is not None
-        status, res = self.conn.exec_status(IDENTITY_SQL)
-        if status != pgconn.TUPLES_OK or res.ntuples == 0:
-            return
-        mine = (pgconn.value_text(res, 0, 0), pgconn.value_text(res, 0, 1))
-        if mine == target:
-            return
-        raise ConnectError(
-            f'--monitor: it reaches database "{mine[0]}" of the server started '
-            f'at {mine[1]}, the run\'s database "{target[0]}" of the server '
-            f"started at {target[1]}: its wait samples and counters would not "
-            "be the run's (give --monitor the run's server and database)"
-        )
-
     def _connect(self, items: dict[str, str], password: str | None, warn: Warn) -> None:
         # it records what it sends: its statements are left out of the top
         # statements by their text (insight/own.py)
         conn = RecordingConn.adopt(pgconn.connect_or_raise(items, password))
         self.conn = conn
+        self.server = conn.target
         self.server_version_num = conn.server_version
         # the workers' name (they connect with the same items; behind a
         # pooler the set-up read it), then ours
@@ -527,9 +534,27 @@ class Monitor:
         samples start again."""
         if self.cfg.server_stats and self.conn is not None:
             self.start_snap = self._snapshot(self.warnings.append)
+            # no session can be made to report its counters now
+            self.warnings.append(
+                _warning(
+                    "--server-stats",
+                    "a busy session reports its counters to the server at "
+                    "most once a second: the totals from the window's start "
+                    "include up to about a second of each session's warm-up "
+                    "work (a longer run makes it a smaller share)",
+                )
+            )
         if self.profile is not None:
             with self._lock:
                 self.profile.restart(self.window_us)
+        admin = self.pool_admin
+        if admin is not None and not admin.stopped:
+            # the console's run figures too (as the run's own)
+            try:
+                admin.restart()
+            except PoolAdminError as exc:
+                self.warnings.append(_warning("--pooler-admin", f"stopped: {exc}"))
+                admin.stop(str(exc).splitlines()[0] if str(exc) else "failed")
 
     def _sample(self) -> None:
         assert self.sampler is not None and self.profile is not None
@@ -592,8 +617,20 @@ class Monitor:
 
     # -- 4. the end ---------------------------------------------------------
 
-    def finish(self, transactions: int) -> dict[str, Any]:
-        """Stop sampling, read the end snapshot; the JSON-ready sections."""
+    def finish(self, transactions: int, servers: Sequence[str] = ()) -> dict[str, Any]:
+        """Stop sampling, read the end snapshot; the JSON-ready sections.
+        ``servers``: those the clients reached, when several (host=a,b)."""
+        if len(servers) > 1 and self.conn is not None:
+            # the monitor is one connection: it sees one of them
+            self.warnings.append(
+                _warning(
+                    "--waits/--server-stats",
+                    f"the clients reached {len(servers)} servers, the monitor "
+                    f"watches one ({self.server}): its wait events and counters "
+                    "are that server's only (the per-transaction figures "
+                    "divide them by every server's transactions)",
+                )
+            )
         self._stop_thread()
         out: dict[str, Any] = {}
         intervals: dict[int, dict[str, Any]] = {}
@@ -662,8 +699,9 @@ class Monitor:
         if self.pool_admin is not None:
             out["pooler_admin"] = self.pool_admin.summary()
             passed = out["pooler_admin"]["xacts"]
-            if passed < transactions and not self.pool_admin.stopped:
+            if passed < 0.99 * transactions and not self.pool_admin.stopped:
                 # every transaction of the run went through the run's pooler
+                # (a --warmup window's start is read a moment late: 1 %)
                 self.warnings.append(
                     _warning(
                         "--pooler-admin",
@@ -775,7 +813,9 @@ class Monitor:
             **({"from_window": True} if self.window_us else {}),
             "note": (
                 (
-                    "deltas from the window's start (--warmup)"
+                    "deltas from the window's start (--warmup; with up to "
+                    "about a second of each session's warm-up work, which "
+                    "the sessions had not reported yet)"
                     if self.window_us
                     else "deltas from before the clients connected"
                 )

@@ -168,6 +168,14 @@ class PoolAdmin:
             **({"stopped": self.stopped} if self.stopped else {}),
         }
 
+    def restart(self) -> None:
+        """--warmup's window opens: the run's figures count from here (the
+        interval points go on from the previous read). Raises
+        :class:`PoolAdminError`."""
+        self.first = _totals(self._rows("SHOW STATS"), self.database)
+        self.points = 0
+        self.max_cl_waiting = self.max_sv_active = self.max_wait_ms = 0.0
+
     def stop(self, reason: str) -> None:
         """The console failed: no more reads, the figures so far kept."""
         self.stopped = reason

@@ -18,6 +18,8 @@ or prints them.
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -143,6 +145,13 @@ def wait_for_flush(conn: pgconn.PgConn) -> tuple[float, str]:
     :data:`FLUSH_AFTER_S`, at most :data:`FLUSH_WAIT_S`: the seconds waited
     and a warning (empty when they were)."""
     t0 = time.monotonic()
+    # SIGTERM, like Ctrl-C (as during the run), cuts the wait, not the report
+    installed = (
+        signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        and threading.current_thread() is threading.main_thread()
+    )
+    if installed:
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         return _wait(conn, t0)
     except KeyboardInterrupt:
@@ -153,6 +162,13 @@ def wait_for_flush(conn: pgconn.PgConn) -> tuple[float, str]:
             f"interrupted after {time.monotonic() - t0:.1f} s: the totals "
             "may miss some of their work",
         )
+    finally:
+        if installed:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _wait(conn: pgconn.PgConn, t0: float) -> tuple[float, str]:

@@ -175,7 +175,9 @@ def run(
         local = partial(drive_local, show_live=show_live, monitor=monitor)
         result = (drive or local)(specs, facts, err)
         if monitor is not None:
-            result.insight = _finish_monitor(monitor, result.total.cnt, err)
+            result.insight = _finish_monitor(
+                monitor, result.total.cnt, sorted(result.targets), err
+            )
     except RunFailed as e:
         release_held()
         out.flush()
@@ -210,14 +212,16 @@ def run(
         release_held()
 
 
-def _finish_monitor(monitor: Monitor, transactions: int, err: TextIO) -> dict[str, Any]:
+def _finish_monitor(
+    monitor: Monitor, transactions: int, servers: list[str], err: TextIO
+) -> dict[str, Any]:
     """The monitor's figures; none (and a warning) when its connection died
     at the end of the run (the server stopped or restarted): the run's own
     report must not be lost to a traceback of the monitor's."""
     from pgsurge import pgconn
 
     try:
-        return dict(monitor.finish(transactions))
+        return dict(monitor.finish(transactions, servers))
     except pgconn.LibpqError as exc:
         reason = pgconn.strip_newline(str(exc)).splitlines()[0]
         err.write(
@@ -268,10 +272,20 @@ def _report(
         except (PgsurgeError, OSError) as exc:
             failures.append(exc)
     notice = render_abort_notice(result, PROG)
+    hinted = False
     if notice:
         if pooled and any(_lost_prepared(m) for m in result.abort_messages):
             notice += POOLER_PREPARED_HINT
+            hinted = True
         err.write(notice)
+        err.flush()
+    if pooled and result.lost_prepared and not hinted:
+        # --continue-on-error: the clients went on, failing
+        err.write(
+            f"{PROG}: warning: {result.lost_prepared} transactions failed on a "
+            "prepared statement their server session did not have\n"
+            + POOLER_PREPARED_HINT
+        )
         err.flush()
     if result.interrupted_by is not None:
         err.write(render_interrupt_notice(result, PROG))

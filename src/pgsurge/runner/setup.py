@@ -201,7 +201,12 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
         if pooler is not None:
             err.write(pooler.notice())
             err.flush()
-        target = _target_identity(conn) if cfg.monitor_dsn is not None else None
+        # (with several hosts the run spans servers the monitor may be one of)
+        target = (
+            _target_identity(conn)
+            if cfg.monitor_dsn is not None and not conn.several_hosts()
+            else None
+        )
         settings, data_bytes = _server_facts(conn)
         info = TableInfo(cfg.scale or 1)
         if any(s.builtin for s in cfg.scripts):

@@ -81,6 +81,9 @@ class WorkerResult:
     intervals: list[IntervalStats] = field(default_factory=list)
     #: why clients aborted, one message per aborted client (JSON result)
     abort_messages: list[str] = field(default_factory=list)
+    #: failed transactions (not aborted) on a prepared statement the
+    #: server session did not have (SQLSTATE 26000: a transaction pooler)
+    lost_prepared: int = 0
     #: µs the loop spent blocked waiting between GO and end; -1: not measured
     idle_us: int = -1
     #: what ran its transactions (stats.cpu.IMPL_*); "" unknown
@@ -123,6 +126,7 @@ class WorkerResult:
             ),
             "intervals": [iv.to_dict() for iv in self.intervals],
             "abort_messages": list(self.abort_messages),
+            "lost_prepared": self.lost_prepared,
             "idle_us": self.idle_us,
         }
 
@@ -151,6 +155,7 @@ class WorkerResult:
             histograms=_histograms_from(data.get("histograms")),
             intervals=_intervals_from(data.get("intervals", [])),
             abort_messages=[str(m) for m in data.get("abort_messages", [])],
+            lost_prepared=int(data.get("lost_prepared", 0)),
             idle_us=int(data.get("idle_us", -1)),
         )
 
@@ -402,6 +407,8 @@ class RunResult:
     #: monotonic timestamps above as dates
     epoch_shift_us: int = 0
     abort_messages: list[str] = field(default_factory=list)
+    #: of the failed transactions, those on a lost prepared statement
+    lost_prepared: int = 0
     #: the signal that interrupted the run ("SIGINT"), None: not interrupted
     interrupted_by: str | None = None
     #: µs from the benchmark's start to the interrupting signal
@@ -492,6 +499,7 @@ class RunResult:
                 )
             )
             result.abort_messages.extend(w.abort_messages)
+            result.lost_prepared += w.lost_prepared
             if len(w.client_targets) == len(w.client_tx_counts):
                 for target, cnt in zip(
                     w.client_targets, w.client_tx_counts, strict=True
@@ -544,6 +552,7 @@ class RunResult:
             "worker_cpu": [c.to_dict() for c in self.worker_cpu],
             "epoch_shift_us": self.epoch_shift_us,
             "abort_messages": list(self.abort_messages),
+            "lost_prepared": self.lost_prepared,
             "interrupted_by": self.interrupted_by,
             "interrupted_after_us": self.interrupted_after_us,
             "insight": self.insight,
@@ -577,6 +586,7 @@ class RunResult:
             worker_cpu=[WorkerCpu.from_dict(c) for c in data.get("worker_cpu", [])],
             epoch_shift_us=int(data.get("epoch_shift_us", 0)),
             abort_messages=[str(m) for m in data.get("abort_messages", [])],
+            lost_prepared=int(data.get("lost_prepared", 0)),
             interrupted_by=data.get("interrupted_by"),
             interrupted_after_us=int(data.get("interrupted_after_us", 0)),
             insight=dict(data.get("insight") or {}),
