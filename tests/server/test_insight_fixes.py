@@ -49,11 +49,11 @@ HINT = "the client may be the bottleneck"
 
 
 def json_run(
-    args: list[str], dsn: str, tmp_path: Path
+    args: list[str], dsn: str, tmp_path: Path, loop: Loop = "auto"
 ) -> tuple[Outcome, dict[str, Any]]:
     path = tmp_path / "result.json"
     path.unlink(missing_ok=True)
-    out = run_pgsurge([*args, f"--json={path}"], dsn, cwd=tmp_path)
+    out = run_pgsurge([*args, f"--json={path}"], dsn, cwd=tmp_path, loop=loop)
     assert out.status == 0, out.stderr
     doc: dict[str, Any] = json.loads(path.read_text())
     VALIDATOR.validate(doc)
@@ -206,6 +206,46 @@ def test_multi_host_figures_per_server(two_servers: str, tmp_path: Path) -> None
     )
     assert single.status == 0, single.stderr
     assert "servers:" not in single.stderr
+
+
+@pytest.mark.parametrize("loop", ["c", "python"])
+def test_multi_host_latency_per_server(
+    two_servers: str, tmp_path: Path, loop: Loop
+) -> None:
+    # one server answers 20 ms late (the script sleeps on the server whose
+    # port is the second host's): its latency average says so, the other's
+    # does not, and together they give the run's
+    ports = two_servers.split("port=")[1].split()[0].strip("'").split(",")
+    script = tmp_path / "slow.sql"
+    script.write_text(
+        "SELECT pg_sleep(CASE WHEN current_setting('port') = "
+        f"'{ports[1]}' THEN 0.02 ELSE 0 END);\n"
+    )
+    out, doc = json_run(
+        ["-n", "-f", str(script), "-c", "16", "-j", "2", "-T", "2"],
+        two_servers,
+        tmp_path,
+        loop=loop,
+    )
+    by_port = {t["target"].rsplit(":", 1)[1]: t for t in doc["targets"]}
+    assert sorted(by_port) == sorted(ports), doc["targets"]
+    slow, fast = by_port[ports[1]]["latency_ms"], by_port[ports[0]]["latency_ms"]
+    assert slow >= 19.5, doc["targets"]
+    assert fast < slow / 2, doc["targets"]
+    # server by server, the clients over their latency add up to the run's
+    # over its measured latency average (Little's law, both ways)
+    clients_per_ms = sum(t["clients"] / t["latency_ms"] for t in doc["targets"])
+    measured = doc["totals"]["latency_ms"]["avg"]
+    assert clients_per_ms == pytest.approx(16 / measured, rel=0.1), doc["targets"]
+    assert f"latency average {slow:.3f} ms" in out.stderr
+    # a -t run has no such figure: early finishers would look slow
+    out, doc = json_run(
+        ["-n", "-S", "-c", "16", "-j", "2", "-t", "20"],
+        two_servers,
+        tmp_path,
+        loop=loop,
+    )
+    assert all(t["latency_ms"] is None for t in doc["targets"]), doc["targets"]
 
 
 @pytest.mark.parametrize("loop", ["c", "python"])

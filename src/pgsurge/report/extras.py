@@ -124,7 +124,8 @@ def target_figures(result: RunResult) -> list[dict[str, Any]]:
     """Per server of a multi-host connection string the clients reached
     (``host:port``, by libpq's ``PQhost``/``PQport`` at connect): its
     clients, transactions and tps over the run's duration (they sum to
-    the run's). Empty unless the clients reached two or more."""
+    the run's), and its latency average (:func:`_server_latency_ms`).
+    Empty unless the clients reached two or more."""
     seconds = result.total_duration_us / 1e6
     return [
         {
@@ -132,9 +133,32 @@ def target_figures(result: RunResult) -> list[dict[str, Any]]:
             "clients": clients,
             "transactions": tx,
             "tps": tx / seconds if seconds > 0 else None,
+            "latency_ms": _server_latency_ms(result, clients, tx, seconds),
         }
         for target, (clients, tx) in sorted(result.targets.items())
     ]
+
+
+def _server_latency_ms(
+    result: RunResult, clients: int, tx: int, seconds: float
+) -> float | None:
+    """A server's latency average as pgbench computes a run's without
+    per-transaction timing: the time its clients were busy over its
+    transactions (``seconds × clients / transactions``). Each client runs
+    one transaction after the other for the whole of a ``-T`` run, so this
+    is their mean latency; not under ``-R`` (a client waits for its slot
+    between transactions), ``-t`` (a client that finished early is idle to
+    the end) or when a client aborted (it stopped early): None then."""
+    facts = result.facts
+    if (
+        facts.duration_s is None
+        or facts.rate is not None
+        or result.aborted_clients
+        or tx <= 0
+        or seconds <= 0
+    ):
+        return None
+    return 1000.0 * seconds * clients / tx
 
 
 def targets_line(result: RunResult, prog: str) -> str:
@@ -144,7 +168,13 @@ def targets_line(result: RunResult, prog: str) -> str:
         return ""
     parts = [
         f"{f['target']} {f['clients']} clients, {f['transactions']} transactions"
-        + (f" ({f['tps']:.1f} tps)" if f["tps"] is not None else "")
+        + (f" ({f['tps']:.1f} tps" if f["tps"] is not None else "")
+        + (
+            f", latency average {f['latency_ms']:.3f} ms"
+            if f["latency_ms"] is not None
+            else ""
+        )
+        + (")" if f["tps"] is not None else "")
         for f in figures
     ]
     return f"{prog}: the clients reached {len(figures)} servers: {'; '.join(parts)}\n"
