@@ -156,6 +156,47 @@ def test_ctrl_c_in_flush_wait_keeps_report(
     assert "server_stats" in doc
 
 
+def test_sigterm_in_the_exit_wait_keeps_report(bench_db: str, tmp_path: Path) -> None:
+    """Straight to the server, --server-stats waits (up to 5 s) for the
+    run's backends to exit before its end snapshot: a SIGTERM there killed
+    the finished run's report, as Ctrl-C did not. Under -C the run's
+    sessions are found by name, so a session of that name left open keeps
+    the wait going."""
+    result = tmp_path / "r.json"
+    args = ["-n", "-S", "-C", "-c", "1", "-t", "20", "--server-stats"]
+    args += [f"--json={result}"]
+    with (
+        psycopg.connect(
+            bench_db, application_name="pgsurge", autocommit=True
+        ) as lingering,
+        psycopg.connect(bench_db, autocommit=True) as watch,
+    ):
+        proc = _spawn(args, bench_db, tmp_path)
+        try:
+            deadline = time.monotonic() + PATIENCE_S
+            while True:  # the wait's query, by the monitor's session
+                row = watch.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid <> "
+                    "pg_backend_pid() AND query LIKE '%starts_with(application_name%'"
+                ).fetchone()
+                if row and row[0]:
+                    break
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "no exit wait seen"
+                time.sleep(0.02)
+            os.kill(proc.pid, signal.SIGTERM)
+            out, err = proc.communicate(timeout=PATIENCE_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert lingering.execute("SELECT 1").fetchone() == (1,)
+    assert proc.returncode == 0, err
+    assert "number of transactions actually processed: 20/20" in out, out
+    assert "had not all exited" in err, err
+    assert _load(result)["totals"]["processed"] == 20
+
+
 # -- the pooler dies -----------------------------------------------------------------
 
 

@@ -757,11 +757,16 @@ class Monitor:
         ]
         deadline = time.monotonic() + EXIT_WAIT_S
         try:
-            while time.monotonic() < deadline:
-                status, res = conn.exec_params(_ALIVE_SQL, params)
-                if status != pgconn.TUPLES_OK or pgconn.value_text(res, 0, 0) == "0":
-                    return
-                time.sleep(0.01)
+            # a SIGTERM too: it killed the finished run's report here
+            with pooled.sigterm_interrupts():
+                while time.monotonic() < deadline:
+                    status, res = conn.exec_params(_ALIVE_SQL, params)
+                    if (
+                        status != pgconn.TUPLES_OK
+                        or pgconn.value_text(res, 0, 0) == "0"
+                    ):
+                        return
+                    time.sleep(0.01)
         except KeyboardInterrupt:  # the run is over: the report still comes
             pass
         self.warnings.append(

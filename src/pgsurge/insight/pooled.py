@@ -21,7 +21,8 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from pgsurge import pgconn
@@ -36,6 +37,7 @@ __all__ = [
     "SERVER_STATS_WARNING",
     "commits_warning",
     "idle_sessions_warning",
+    "sigterm_interrupts",
     "wait_before_start",
     "wait_for_flush",
 ]
@@ -145,15 +147,9 @@ def wait_for_flush(conn: pgconn.PgConn) -> tuple[float, str]:
     :data:`FLUSH_AFTER_S`, at most :data:`FLUSH_WAIT_S`: the seconds waited
     and a warning (empty when they were)."""
     t0 = time.monotonic()
-    # SIGTERM, like Ctrl-C (as during the run), cuts the wait, not the report
-    installed = (
-        signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-        and threading.current_thread() is threading.main_thread()
-    )
-    if installed:
-        signal.signal(signal.SIGTERM, _interrupt)
     try:
-        return _wait(conn, t0)
+        with sigterm_interrupts():
+            return _wait(conn, t0)
     except KeyboardInterrupt:
         # the run is over: Ctrl-C cuts the wait short, not the report
         return time.monotonic() - t0, _warning(
@@ -162,6 +158,23 @@ def wait_for_flush(conn: pgconn.PgConn) -> tuple[float, str]:
             f"interrupted after {time.monotonic() - t0:.1f} s: the totals "
             "may miss some of their work",
         )
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within the block, SIGTERM raises ``KeyboardInterrupt`` as Ctrl-C
+    does: the waits after the run (for the counters of the run's sessions)
+    catch it and cut the wait short, not the report. Only where SIGTERM
+    would otherwise end the program (its default action, in the main
+    thread)."""
+    installed = (
+        signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        and threading.current_thread() is threading.main_thread()
+    )
+    if installed:
+        signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
     finally:
         if installed:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
