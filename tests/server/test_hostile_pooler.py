@@ -197,6 +197,37 @@ def test_sigterm_in_the_exit_wait_keeps_report(bench_db: str, tmp_path: Path) ->
     assert _load(result)["totals"]["processed"] == 20
 
 
+def test_an_interrupted_run_reads_its_counters_at_once(
+    pgbouncer_transaction: Pooler, bench_db: str, tmp_path: Path
+) -> None:
+    """Ctrl-C mid-run behind a pooler: the report came only after the wait
+    for the pooled sessions' counters (up to 13 s, the signals held
+    meanwhile). An interrupted run reads them at once and says so."""
+    f = _script(tmp_path, UPDATE_SCRIPT)
+    result = tmp_path / "r.json"
+    args = ["-n", "-f", f, "-c", "2", "-T", "120", "-P", "1", "--server-stats"]
+    args += [f"--monitor={bench_db}", f"--json={result}"]
+    proc = _spawn(args, pgbouncer_transaction.pooled(bench_db), tmp_path)
+    try:
+        assert proc.stderr is not None
+        while True:  # busy sessions: a progress line
+            line = proc.stderr.readline()
+            assert line, proc.communicate()
+            if line.startswith("progress: "):
+                break
+        os.kill(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=PATIENCE_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == -signal.SIGINT, err
+    assert "number of transactions actually processed" in out, out
+    assert "the run was interrupted: its end counters were read at once" in err, err
+    doc = _load(result)
+    assert doc["server_stats"]["pooler_flush_wait_s"] == 0
+
+
 # -- the pooler dies -----------------------------------------------------------------
 
 

@@ -617,9 +617,18 @@ class Monitor:
 
     # -- 4. the end ---------------------------------------------------------
 
-    def finish(self, transactions: int, servers: Sequence[str] = ()) -> dict[str, Any]:
+    def finish(
+        self,
+        transactions: int,
+        servers: Sequence[str] = (),
+        interrupted: bool = False,
+    ) -> dict[str, Any]:
         """Stop sampling, read the end snapshot; the JSON-ready sections.
-        ``servers``: those the clients reached, when several (host=a,b)."""
+        ``servers``: those the clients reached, when several (host=a,b).
+        ``interrupted``: the run was (Ctrl-C, SIGTERM): behind a pooler the
+        end snapshot is taken at once, without the wait for the counters of
+        the pooled sessions (up to 13 s, while the signals that would end
+        the program are held), and a warning says so."""
         if len(servers) > 1 and self.conn is not None:
             # the monitor is one connection: it sees one of them
             self.warnings.append(
@@ -663,7 +672,17 @@ class Monitor:
                 intervals.setdefault(start, {"start_us": start})["waits"] = shares
         if self.cfg.server_stats and self.start_snap is not None and self.conn:
             flush_warning = ""
-            if self.pooler_mode is not None:
+            if interrupted and self.pooler_mode is not None:
+                # (straight to the server the run's backends exit at once,
+                # and the wait for them is kept)
+                flush_warning = _warning(
+                    "--server-stats",
+                    "the run was interrupted: its end counters were read at "
+                    "once, without waiting for the pooler's server sessions "
+                    "to report their last work (the totals may miss some of it)",
+                )
+                self.warnings.append(flush_warning)
+            elif self.pooler_mode is not None:
                 self.flush_wait_s, flush_warning = pooled.wait_for_flush(self.conn)
                 if flush_warning:
                     self.warnings.append(flush_warning)

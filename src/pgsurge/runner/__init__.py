@@ -176,7 +176,11 @@ def run(
         result = (drive or local)(specs, facts, err)
         if monitor is not None:
             result.insight = _finish_monitor(
-                monitor, result.total.cnt, sorted(result.targets), err
+                monitor,
+                result.total.cnt,
+                sorted(result.targets),
+                err,
+                interrupted=result.interrupted_by is not None,
             )
     except RunFailed as e:
         release_held()
@@ -213,7 +217,12 @@ def run(
 
 
 def _finish_monitor(
-    monitor: Monitor, transactions: int, servers: list[str], err: TextIO
+    monitor: Monitor,
+    transactions: int,
+    servers: list[str],
+    err: TextIO,
+    *,
+    interrupted: bool,
 ) -> dict[str, Any]:
     """The monitor's figures; none (and a warning) when its connection died
     at the end of the run (the server stopped or restarted): the run's own
@@ -221,7 +230,7 @@ def _finish_monitor(
     from pgsurge import pgconn
 
     try:
-        return dict(monitor.finish(transactions, servers))
+        return dict(monitor.finish(transactions, servers, interrupted))
     except pgconn.LibpqError as exc:
         reason = pgconn.strip_newline(str(exc)).splitlines()[0]
         err.write(
