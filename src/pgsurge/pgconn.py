@@ -779,6 +779,29 @@ def names_several_hosts(info: bytes) -> bool:
         probe.finish()
 
 
+def endpoint(items: dict[str, str]) -> tuple[str, str, str]:
+    """The hosts, ports and user a connection of ``items`` would use, as
+    libpq resolves them (the environment, the service file and its
+    compiled-in defaults applied): a password typed for one server is
+    given to another connection only when these are the same (psql's rule
+    for reusing a password at ``\\connect``). The probe is closed before
+    it sends its start-up message."""
+    probe = pq.PGconn.connect_start(conninfo(items).encode("utf-8", "surrogateescape"))
+    try:
+        values = {
+            opt.keyword: (opt.val or b"").decode("utf-8", "surrogateescape")
+            for opt in probe.info
+            if opt.keyword in (b"host", b"hostaddr", b"port", b"user")
+        }
+    finally:
+        probe.finish()
+    return (
+        values.get(b"host") or values.get(b"hostaddr", ""),
+        values.get(b"port", ""),
+        values.get(b"user", ""),
+    )
+
+
 def connect_timeout_s(info: bytes) -> float:
     """libpq's ``connect_timeout`` for the encoded conninfo ``info`` (or
     ``PGCONNECT_TIMEOUT``), in seconds as its blocking connect applies it:

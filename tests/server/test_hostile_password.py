@@ -13,7 +13,10 @@ new session (no controlling terminal).
 from __future__ import annotations
 
 import shutil
+import socket
+import struct
 import subprocess
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -150,3 +153,79 @@ def test_init_reads_the_password_from_stdin_without_a_terminal(
         assert ref.status == 1, ref.stderr
         assert "no password supplied" in ref.stderr
         assert got.stderr == ref.stderr.replace("pgbench:", "pgsurge:")
+
+
+class _PasswordTrap:
+    """A socket that answers like a server asking for a cleartext password
+    and keeps whatever password message it gets (then refuses)."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir()
+        self.directory = directory
+        self.got: list[bytes] = []
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(directory / ".s.PGSQL.5432"))
+        self.listener.listen(8)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            with client:
+                client.settimeout(30)
+                try:
+                    head = client.recv(4)
+                    if len(head) < 4:  # a probe that closed before it spoke
+                        continue
+                    size = struct.unpack("!i", head)[0]
+                    client.recv(size - 4)  # the start-up message
+                    client.sendall(b"R" + struct.pack("!ii", 8, 3))
+                    data = client.recv(4096)
+                    if data:
+                        self.got.append(data)
+                    client.sendall(
+                        b"E" + struct.pack("!i", 4 + 20) + b"SFATAL\0C28P01\0Mno\0\0"
+                    )
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_typed_password_goes_to_no_other_server(
+    scram_dsn: str, tmp_path: Path
+) -> None:
+    # the password typed for the run's server went to the --monitor
+    # connection whatever server that named: one that asks for a
+    # cleartext password got it (--pooler-admin follows the same rule)
+    trap = _PasswordTrap(tmp_path / "trap")
+    other = f"host={trap.directory} port=5432 user=pw dbname=bench"
+    option = "--monitor"
+    args = ["-n", "-S", "-c", "1", "-t", "5", "--server-stats", f"{option}={other}"]
+    args.append(scram_dsn)
+    try:
+        got = _no_terminal([*PGSURGE, *args], (PASSWORD + "\n").encode())
+    finally:
+        trap.close()
+    assert not any(PASSWORD.encode() in data for data in trap.got), trap.got
+    assert got.status == 1, got.stderr
+    assert f"pgsurge: error: {option}: " in got.stderr, got.stderr
+    assert "no password supplied" in got.stderr, got.stderr
+
+
+def test_a_typed_password_goes_to_the_same_server_again(
+    scram_dsn: str, tmp_path: Path
+) -> None:
+    # --monitor naming the run's own server and user (spelt otherwise) is
+    # given the typed password, as psql's \connect reuses it
+    params = psycopg.conninfo.conninfo_to_dict(scram_dsn)
+    monitor = f"port={params['port']} host={params['host']} user=pw dbname=postgres"
+    args = ["-n", "-S", "-c", "1", "-t", "5", "--waits=20", f"--monitor={monitor}"]
+    got = _no_terminal([*PGSURGE, *args, scram_dsn], (PASSWORD + "\n").encode())
+    assert got.status == 0, got.stderr
+    assert got.number("number of transactions actually processed:") == "5/5"

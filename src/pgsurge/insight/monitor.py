@@ -98,6 +98,20 @@ WHERE pid = ANY($1::int[])
        AND pid <> pg_catalog.pg_backend_pid() AND pid <> ALL($3::int[]))"""
 
 
+def _typed_for(
+    password: str | None, run: dict[str, str], other: dict[str, str]
+) -> str | None:
+    """The password typed at the prompt for the run's server, for the
+    connection of ``other`` (--monitor, --pooler-admin): only when it goes
+    to the same hosts and ports as the same user. Another server (a typo
+    in a host name, someone else's) is not sent it; it gets its password
+    from its conninfo, PGPASSWORD or the password file, as any libpq
+    connection does."""
+    if password is None or pgconn.endpoint(run) == pgconn.endpoint(other):
+        return password
+    return None
+
+
 def _clock() -> int:
     return time.monotonic_ns() // 1000
 
@@ -213,6 +227,7 @@ class Monitor:
         items = cfg.conn.conninfo_items()
         if cfg.monitor_dsn is not None:
             items = {"dbname": cfg.monitor_dsn, "fallback_application_name": PROG}
+            password = _typed_for(password, cfg.conn.conninfo_items(), items)
         mon.via_pooler = pooler_mode is not None and cfg.monitor_dsn is None
         try:
             mon._open(items, password, scripts, warn, database, target)
@@ -248,8 +263,11 @@ class Monitor:
                     )
                 )
             else:
+                admin = {"dbname": cfg.pooler_admin_dsn}
                 mon.pool_admin = PoolAdmin.connect(
-                    cfg.pooler_admin_dsn, database, password
+                    cfg.pooler_admin_dsn,
+                    database,
+                    _typed_for(password, cfg.conn.conninfo_items(), admin),
                 )
         if cfg.idle_sessions:
             mon.companions = open_companions(
