@@ -116,6 +116,13 @@ class EvalError(PgsurgeError):
     """
 
 
+class WorkloadUsageError(Exception):
+    """A Python workload misuses the API (a wrong parameter count, no row
+    where one was expected): raised in the user's code, whose line it
+    names. Here, below both, so that ``workloads.api`` raises it and the
+    engine shows it as a message rather than a traceback."""
+
+
 class ConnectError(PgsurgeError):
     """A connection could not be made; ``message`` is libpq's text."""
 

@@ -199,7 +199,22 @@ BAD = {
         "@transaction\n"
         "def t(ctx):\n"
         "    yield two(1)\n",
-        r"bad.py:5: statement 'two' takes 2 parameters, got 1",
+        # pgsurge's own check: the message, the line and a caret under the
+        # call, as a script's error is shown; no traceback
+        r"aborted in script 0 \(.*bad.py: t\):\n"
+        r".*bad.py:5: statement 'two' takes 2 parameters, got 1\n"
+        r"    yield two\(1\)\n          \^\^\^\^\^\^\n",
+    ),
+    "no-row": (
+        "from pgsurge.workloads import sql, transaction\n"
+        "none = sql('SELECT 1 WHERE false')\n"
+        "@transaction\n"
+        "def t(ctx):\n"
+        "    v = (yield none()).one()\n",
+        # the result's check names the workload's line all the same
+        r"aborted in script 0 \(.*bad.py: t\):\n"
+        r".*bad.py:5: expected one row, got 0\n"
+        r"    v = \(yield none\(\)\).one\(\)\n        \^+\n",
     ),
 }
 
@@ -213,6 +228,8 @@ def test_errors_in_a_transaction(fresh_db: str, tmp_path: Path, case: str) -> No
     assert proc.returncode == 2, proc.stderr
     assert re.search(pattern, proc.stderr), proc.stderr
     assert "pgsurge/engine" not in proc.stderr  # the user's frames only
+    if case in ("parameter-count", "no-row"):
+        assert "Traceback" not in proc.stderr
     assert "Run was aborted" in proc.stderr
 
 

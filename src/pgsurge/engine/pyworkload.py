@@ -59,6 +59,7 @@ traceback (frames of the workload's files only).
 
 from __future__ import annotations
 
+import linecache
 import time
 import traceback
 from collections.abc import Callable, Generator, Sequence
@@ -83,6 +84,7 @@ from pgsurge.engine.state import (
     Settings,
     Support,
 )
+from pgsurge.errors import WorkloadUsageError
 from pgsurge.prng import PgPrng
 
 __all__ = [
@@ -414,8 +416,20 @@ def _no_nul(text: str) -> str:
 
 
 def user_traceback(exc: BaseException, files: frozenset[str]) -> str:
-    """The exception with the frames of the workload's files only."""
+    """The exception with the frames of the workload's files only.
+
+    A :class:`WorkloadUsageError` is pgsurge's own check of the API's use,
+    whose message names the workload's line already: the message, that
+    line and a caret under the call, as a script's error is shown (a
+    traceback would show pgsurge's check, not the user's mistake)."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in files]
+    if isinstance(exc, WorkloadUsageError):
+        if not frames:
+            return str(exc)
+        last = frames[-1]
+        # a result's check (one(): no row) does not know the caller's line
+        at = f"{last.filename}:{last.lineno}: "
+        return ("" if str(exc).startswith(at) else at) + str(exc) + _caret(last)
     text = "".join(traceback.format_exception_only(type(exc), exc)).rstrip("\n")
     if not frames:
         return text
@@ -424,6 +438,22 @@ def user_traceback(exc: BaseException, files: frozenset[str]) -> str:
         + "".join(traceback.format_list(frames))
         + text
     )
+
+
+def _caret(frame: traceback.FrameSummary) -> str:
+    """The frame's source line and a caret under its call (3.11's column
+    positions), as lines to append; empty when the source is not there."""
+    # FrameSummary.line is stripped; the columns count from the raw line
+    line = linecache.getline(frame.filename, frame.lineno or 0).rstrip("\n")
+    if not line.strip():
+        return ""
+    indent = len(line) - len(line.lstrip())
+    shown = line.strip()
+    col, end = frame.colno, frame.end_colno
+    if col is None or end is None or frame.end_lineno != frame.lineno or col < indent:
+        return f"\n    {shown}"
+    width = max(1, end - col)
+    return f"\n    {shown}\n    {' ' * (col - indent)}{'^' * width}"
 
 
 def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:

@@ -36,7 +36,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, overload
 
 from pgsurge.cnum import INT64_MAX as _INT64_MAX
-from pgsurge.errors import EvalError
+from pgsurge.errors import EvalError, WorkloadUsageError
 from pgsurge.prng import PgPrng, speedups
 from pgsurge.script.functions import (
     hash_fnv1a,
@@ -79,11 +79,6 @@ _NO_FETCH = frozenset(
         "lock",
     }
 )
-
-
-class WorkloadUsageError(Exception):
-    """A workload misuses the API (a wrong parameter count, no row where
-    one was expected): raised in the user's code, whose line it names."""
 
 
 class SqlError(Exception):
