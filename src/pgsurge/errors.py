@@ -116,11 +116,12 @@ class EvalError(PgsurgeError):
     """
 
 
+# here, below both, so that workloads.api raises it and the engine shows it
+# as a message with the workload's line rather than as a traceback
 class WorkloadUsageError(Exception):
     """A Python workload misuses the API (a wrong parameter count, no row
-    where one was expected): raised in the user's code, whose line it
-    names. Here, below both, so that ``workloads.api`` raises it and the
-    engine shows it as a message rather than a traceback."""
+    where one was expected): raised in the user's code, whose line the
+    client's abort message names."""
 
 
 class ConnectError(PgsurgeError):
