@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -674,3 +675,93 @@ def test_a_worker_holds_no_end_of_the_parents_pipes(
     for pid, sockets in held.items():
         assert sockets.isdisjoint(parent), (pid, sockets & parent)
         assert len(sockets) == 2, (pid, sockets)
+
+
+#: a workload whose code never comes back to the loop once each worker has
+#: run a few transactions: a busy loop, or a blocking call; it leaves a
+#: marker first, so that the test signals it only once it is stuck
+STUCK = """
+import os, time
+from pgsurge.workloads import sql, transaction
+one = sql("SELECT 1")
+done = [0]
+@transaction
+def stuck(ctx):
+    yield one()
+    done[0] += 1
+    if done[0] > 5:
+        open(os.path.join({dir!r}, f"marker.{{os.getpid()}}"), "a").close()
+        {how}
+"""
+
+
+def _stuck_workload(tmp_path: Path, how: str) -> Path:
+    path = tmp_path / "stuck.py"
+    path.write_text(STUCK.format(dir=str(tmp_path), how=how))
+    return path
+
+
+def _check_interrupted_code(out: str, err: str, path: Path) -> int:
+    """Each stuck client was interrupted in the workload's line, said so,
+    and what the workers measured before is in the report."""
+    assert "Traceback" not in err, err
+    stuck = re.findall(
+        r"^pgsurge: client \d+: the Python code of its transaction was still "
+        r"running \(at (.*):(\d+)\) 2 s after the run's end: interrupted, the "
+        r"transaction is not counted$",
+        err,
+        re.MULTILINE,
+    )
+    assert len(stuck) == 2, err  # one client per worker, both stuck
+    assert {f for f, _ in stuck} == {str(path)}
+    processed = int(out.split("actually processed: ")[1].split()[0])
+    assert processed >= 2 * 5, out  # not lost with the stuck clients
+    return processed
+
+
+@pytest.mark.parametrize("fastloop", ["", "1"], ids=["c-loop", "python-engine"])
+@pytest.mark.parametrize("how", ["while True: pass", "time.sleep(3600)"])
+def test_stuck_workload_code_ends_at_T(
+    bench_db: str, tmp_path: Path, how: str, fastloop: str
+) -> None:
+    """A Python workload's code that never yields back (a busy loop, a
+    blocking call) does not keep the run going past -T forever: 2 s after
+    the end it is interrupted, the client ends without counting that
+    transaction, and the report keeps everything measured (exit 0)."""
+    path = _stuck_workload(tmp_path, how)
+    proc = _start(
+        ["-n", "-f", str(path), "-c", "2", "-j", "2", "-T", "2", bench_db],
+        tmp_path,
+        PGSURGE_NO_FASTLOOP=fastloop,
+    )
+    out, err = _communicate(proc, timeout=120)  # it never ended before
+    assert proc.returncode == 0, err
+    _check_interrupted_code(out, err, path)
+    assert "aborted" not in err
+
+
+@pytest.mark.parametrize("fastloop", ["", "1"], ids=["c-loop", "python-engine"])
+def test_stuck_workload_code_sigterm_keeps_report(
+    bench_db: str, tmp_path: Path, fastloop: str
+) -> None:
+    """SIGTERM while both workers are stuck in the workload's code: the
+    report of what ran, then death by the signal; before, the parent's
+    last resort killed the workers and the report said 0 transactions."""
+    path = _stuck_workload(tmp_path, "while True: pass")
+    proc = _start(
+        ["-n", "-f", str(path), "-c", "2", "-j", "2", "-T", "600", bench_db],
+        tmp_path,
+        PGSURGE_NO_FASTLOOP=fastloop,
+    )
+    with _killed_on_failure(proc):
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("marker.*"))) < 2:
+            assert time.monotonic() < deadline, "the workers never got stuck"
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+    out, err = _communicate(proc, timeout=120)
+    assert proc.returncode == -signal.SIGTERM, err
+    _check_interrupted_code(out, err, path)
+    assert "pgsurge: run interrupted by SIGTERM after " in err
+    assert "died" not in err

@@ -63,6 +63,8 @@ __all__ = [
     "INTERRUPTING_SIGNALS",
     "STOP_SIGNAL",
     "ParentStop",
+    "UserCodeStopped",
+    "UserCodeWatch",
     "WorkerStop",
     "cancel_in_flight",
     "describe_exit",
@@ -78,6 +80,9 @@ GRACE_S = 2.0
 STOP_SIGNAL = signal.SIGUSR1
 #: the signals that interrupt a run gracefully the first time
 INTERRUPTING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: after the grace, how often a worker looks whether a Python workload's
+#: code still runs (see :class:`UserCodeWatch`)
+USER_CODE_POLL_S = 0.25
 #: the signal (counting the run's) that ends an interrupted run at once
 _LAST_SIGNAL = 3
 #: the handlers that :func:`release_held` puts back (by signal)
@@ -98,16 +103,70 @@ def _die_of(signum: int) -> None:
     os.kill(os.getpid(), signum)
 
 
+class UserCodeStopped(BaseException):
+    """Raised into a Python workload's own code that still runs
+    :data:`GRACE_S` after the run's end (``-T``, a Ctrl-C): a loop that
+    never yields, a blocking call. The engine ends that client without
+    counting its transaction, as a statement cancelled at the end is not
+    counted. A BaseException: the workload's ``except Exception`` does not
+    swallow it. ``str()`` is the ``file:line`` it interrupted."""
+
+
+class UserCodeWatch:
+    """Interrupts a Python workload's code that outlives the run.
+
+    The worker's loop ends a run by a flag it reads between steps; code of
+    the workload that does not come back to the loop (``while True: pass``,
+    ``time.sleep(3600)``) would keep the worker, and with it the whole run,
+    going forever past ``-T``, and a Ctrl-C's last resort (the parent
+    killing the worker) would lose everything it measured. So once the
+    run's end has come, :meth:`arm` starts an interval timer: after
+    :data:`GRACE_S`, and then every :data:`USER_CODE_POLL_S`, its SIGALRM
+    handler looks at the frames the signal interrupted and, when one is
+    the workload's (``files``), raises :class:`UserCodeStopped` there.
+    Between steps the engine's own frames are interrupted, and nothing
+    happens: no cost while the run goes on, no marker per call. (SIGALRM
+    is free once the run's end has come: ``-T``'s alarm is what set it, or
+    the stop made it moot.)"""
+
+    def __init__(self, files: frozenset[str]) -> None:
+        self.files = files
+        self.armed = False
+
+    def arm(self) -> None:
+        """The run's end has come (called from a signal handler)."""
+        if self.armed or not self.files:
+            return
+        self.armed = True
+        signal.signal(signal.SIGALRM, self._look)
+        signal.setitimer(signal.ITIMER_REAL, GRACE_S, USER_CODE_POLL_S)
+
+    def disarm(self) -> None:
+        """The loop is over: no more alarms."""
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            self.armed = False
+
+    def _look(self, signum: int, frame: Any) -> None:
+        files = self.files
+        while frame is not None:
+            if frame.f_code.co_filename in files:
+                raise UserCodeStopped(f"{frame.f_code.co_filename}:{frame.f_lineno}")
+            frame = frame.f_back
+
+
 class WorkerStop:
     """A worker's handlers: any SIGINT/SIGTERM (Ctrl-C reaches the whole
     process group), or :data:`STOP_SIGNAL` from the parent, sets
-    ``timer_exceeded`` (no new transaction starts). What a repeated Ctrl-C
-    means is the parent's to decide, which counts them: it sends
-    :class:`Stop` at the second and kills the workers at the third (a
-    worker dying of the second would lose its result)."""
+    ``timer_exceeded`` (no new transaction starts) and arms the worker's
+    :class:`UserCodeWatch`. What a repeated Ctrl-C means is the parent's
+    to decide, which counts them: it sends :class:`Stop` at the second and
+    kills the workers at the third (a worker dying of the second would
+    lose its result)."""
 
-    def __init__(self, wstate: WorkerState) -> None:
+    def __init__(self, wstate: WorkerState, watch: UserCodeWatch | None = None) -> None:
         self.wstate = wstate
+        self.watch = watch
         self.requested = False
 
     def install(self) -> None:
@@ -118,6 +177,8 @@ class WorkerStop:
     def _on_signal(self, signum: int, frame: object) -> None:
         self.requested = True
         self.wstate.timer_exceeded = True
+        if self.watch is not None:
+            self.watch.arm()
 
 
 def take_stop(pipe: PipeEnd) -> bool:

@@ -69,6 +69,7 @@ from typing import Any, Protocol
 from pgsurge import pgconn
 from pgsurge.config import QueryMode
 from pgsurge.engine import state as C
+from pgsurge.engine.interrupt import GRACE_S, UserCodeStopped
 from pgsurge.engine.state import (
     ABORTED,
     E_DEADLOCK,
@@ -492,6 +493,23 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
         st.estatus = E_META
         return ABORTED
 
+    def raised(st: Client, prog: PyProgram, e: BaseException) -> int:
+        """The workload's code raised ``e``: the client aborts with it,
+        unless the run's end interrupted that code (``UserCodeStopped``):
+        then the client ends there and its transaction is not counted."""
+        if type(e) is not UserCodeStopped:
+            return raised(st, prog, e)
+        info(
+            f"client {st.id}: the Python code of its transaction was still "
+            f"running (at {e}) {GRACE_S:g} s after the run's end: interrupted, "
+            "the transaction is not counted"
+        )
+        py = st.py
+        if py is not None:
+            py.gen = None
+            py.res = None
+        return FINISHED
+
     def where(gen: Generator[Any, Any, Any]) -> str:
         frame = getattr(gen, "gi_frame", None)
         if frame is None:
@@ -655,7 +673,7 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
             py.gen = None
             return END_TX
         except BaseException as e:
-            return fail(st, prog, user_traceback(e, prog.spec.user_files))
+            return raised(st, prog, e)
         return file_item(st, prog, py, item)
 
     def file_item(st: Client, prog: PyProgram, py: PyClient, item: Any) -> int:
@@ -680,7 +698,7 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
             return END_TX
         if type(item) is Raised:
             # the generator raised while the C loop stepped it
-            return fail(st, prog, user_traceback(item.exc, prog.spec.user_files))
+            return raised(st, prog, item.exc)
         if type(item) is prog.sleep_type:
             st.command = prog.sleep_index
             st.sleep_until = monotonic_ns() // 1000 + item.usec  # type: ignore[attr-defined]
@@ -756,7 +774,7 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
             py.gen = None
             return END_TX
         except BaseException as e:
-            return fail(st, prog, user_traceback(e, prog.spec.user_files))
+            return raised(st, prog, e)
         if type(item) is not tuple:
             if item is DONE:
                 py.gen = None
@@ -793,7 +811,7 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
             except BaseException as e:
                 # a value whose str() raised (the workload's own class):
                 # the client aborts with it, as with the generator's own
-                return fail(st, prog, user_traceback(e, prog.spec.user_files))
+                return raised(st, prog, e)
             if k != prog.counts[i]:
                 return bad_params(st, prog, gen, item)
         elif prog.counts[i]:
@@ -855,7 +873,9 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
             return uncaught(st, prog, sqlstate, text, stmt, where)
         except BaseException as e:
             py.gen = None
-            fail(st, prog, user_traceback(e, spec.user_files))
+            # 3: the client aborts (read_results has no "finished" answer;
+            # a handler still running at the run's end says so all the same)
+            raised(st, prog, e)
             return 3
         if verbose_errors:
             info(

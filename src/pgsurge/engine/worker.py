@@ -41,7 +41,12 @@ from pgsurge.engine import state as C
 from pgsurge.engine.abi import run_flags
 from pgsurge.engine.client import make_engine, make_engine_lazily
 from pgsurge.engine.forked import PipeEnd
-from pgsurge.engine.interrupt import WorkerStop, cancel_in_flight, take_stop
+from pgsurge.engine.interrupt import (
+    UserCodeWatch,
+    WorkerStop,
+    cancel_in_flight,
+    take_stop,
+)
 from pgsurge.engine.loop import EventLoop, LoopOutcome
 from pgsurge.engine.program import (
     ScriptLike,
@@ -196,15 +201,28 @@ def _make_clients(spec: WorkerSpec) -> list[Client]:
     return clients
 
 
-def _set_alarm(wstate: WorkerState, delay_us: int) -> None:
+def _workload_files(scripts: tuple[tuple[Op, ...], ...]) -> frozenset[str]:
+    """The files of the run's Python workloads (none for SQL scripts)."""
+    files: set[str] = set()
+    for ops in scripts:
+        prog = ops[0].py if ops else None
+        if prog is not None:
+            files |= prog.spec.user_files
+    return frozenset(files)
+
+
+def _set_alarm(wstate: WorkerState, delay_us: int, watch: UserCodeWatch) -> None:
     """pgbench's ``setalarm``: flag the end of -T from a SIGALRM handler, so
-    that the clients test a flag instead of reading the clock."""
+    that the clients test a flag instead of reading the clock; the end
+    arms the watch over a Python workload's code."""
 
     def on_alarm(signum: int, frame: object) -> None:
         wstate.timer_exceeded = True
+        watch.arm()
 
     if delay_us <= 0:
         wstate.timer_exceeded = True
+        watch.arm()
         return
     signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, delay_us / 1e6)
@@ -351,6 +369,7 @@ class _Run:
         "txlog",
         "usage0",
         "warmup_only",
+        "watch",
         "window_cnts",
         "window_open",
         "window_us",
@@ -382,6 +401,8 @@ class _Run:
     bench_start: int
     #: each client's server (``host:port``) at connect, not under -C
     targets: list[str]
+    #: interrupts a Python workload's code that outlives the run
+    watch: UserCodeWatch
 
     def __init__(
         self,
@@ -416,6 +437,7 @@ class _Run:
         self.warmup_only = False
         self.window_cnts = []
         self.usage0 = None
+        self.watch = UserCodeWatch(_workload_files(scripts))
 
 
 def _run(spec: WorkerSpec, pipe: PipeEnd, abort_owner: Any = None) -> None:
@@ -474,7 +496,7 @@ def _setup(spec: WorkerSpec, pipe: PipeEnd, abort_owner: Any) -> _Run | None:
     run = _Run(spec, pipe, abort_owner, scripts, clients, wstate)
     # from now on a first Ctrl-C stops the run gracefully (the parent
     # decides what to do before GO)
-    WorkerStop(wstate).install()
+    WorkerStop(wstate, run.watch).install()
     if cfg.log and not cfg.aggregate_interval:
         run.txlog = _open_log(spec, None, pipe)
         if run.txlog is None:
@@ -702,7 +724,7 @@ def _start(run: _Run) -> bool:
         if isinstance(run.loop, fastloop.FastEventLoop):
             run.loop.set_txlog(run.txlog)
     if run.end_us and cfg.duration:
-        _set_alarm(wstate, run.end_us - bench_start)
+        _set_alarm(wstate, run.end_us - bench_start, run.watch)
     return True
 
 
@@ -765,6 +787,7 @@ def _bench(run: _Run) -> int:
         prof.dump_stats(os.path.join(profile_dir, f"worker{spec.worker_id}.prof"))
     else:
         outcome = loop.run()
+    run.watch.disarm()
     if outcome == LoopOutcome.STOPPED and take_stop(run.pipe):
         # interrupted, and the grace is over: what still runs is cancelled
         cancel_in_flight(run.clients)
