@@ -695,6 +695,11 @@ def stuck(ctx):
 """
 
 
+#: the C loop (required: the run fails rather than falling back to Python)
+#: and the Python engine
+ENGINES = [{"PGSURGE_FASTLOOP": "require"}, {"PGSURGE_NO_FASTLOOP": "1"}]
+
+
 def _stuck_workload(tmp_path: Path, how: str) -> Path:
     path = tmp_path / "stuck.py"
     path.write_text(STUCK.format(dir=str(tmp_path), how=how))
@@ -719,10 +724,10 @@ def _check_interrupted_code(out: str, err: str, path: Path) -> int:
     return processed
 
 
-@pytest.mark.parametrize("fastloop", ["", "1"], ids=["c-loop", "python-engine"])
+@pytest.mark.parametrize("engine", ENGINES, ids=["c-loop", "python-engine"])
 @pytest.mark.parametrize("how", ["while True: pass", "time.sleep(3600)"])
 def test_stuck_workload_code_ends_at_T(
-    bench_db: str, tmp_path: Path, how: str, fastloop: str
+    bench_db: str, tmp_path: Path, how: str, engine: dict[str, str]
 ) -> None:
     """A Python workload's code that never yields back (a busy loop, a
     blocking call) does not keep the run going past -T forever: 2 s after
@@ -732,7 +737,7 @@ def test_stuck_workload_code_ends_at_T(
     proc = _start(
         ["-n", "-f", str(path), "-c", "2", "-j", "2", "-T", "2", bench_db],
         tmp_path,
-        PGSURGE_NO_FASTLOOP=fastloop,
+        **engine,
     )
     out, err = _communicate(proc, timeout=120)  # it never ended before
     assert proc.returncode == 0, err
@@ -740,9 +745,9 @@ def test_stuck_workload_code_ends_at_T(
     assert "aborted" not in err
 
 
-@pytest.mark.parametrize("fastloop", ["", "1"], ids=["c-loop", "python-engine"])
+@pytest.mark.parametrize("engine", ENGINES, ids=["c-loop", "python-engine"])
 def test_stuck_workload_code_sigterm_keeps_report(
-    bench_db: str, tmp_path: Path, fastloop: str
+    bench_db: str, tmp_path: Path, engine: dict[str, str]
 ) -> None:
     """SIGTERM while both workers are stuck in the workload's code: the
     report of what ran, then death by the signal; before, the parent's
@@ -751,7 +756,7 @@ def test_stuck_workload_code_sigterm_keeps_report(
     proc = _start(
         ["-n", "-f", str(path), "-c", "2", "-j", "2", "-T", "600", bench_db],
         tmp_path,
-        PGSURGE_NO_FASTLOOP=fastloop,
+        **engine,
     )
     with _killed_on_failure(proc):
         deadline = time.monotonic() + 60
