@@ -1,0 +1,47 @@
+"""pgsurge against pgbench 18.6, where a pgbench user diffing the two found
+them apart: each test runs the same command with both programs against the
+test server and fails on the divergence it names.
+
+Hostile-tester regressions (the compat pass): output, logs and statuses
+that differed from pgbench's with every pgsurge option off.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.fix_run import Outcome, run_pgbench, run_pgsurge
+
+pytestmark = pytest.mark.server
+
+
+def _debug_lines(proc: Outcome) -> list[str]:
+    assert proc.status == 0, proc.stderr
+    return [
+        line.split(": ", 1)[1]
+        for line in proc.stderr.splitlines()
+        if line.startswith(("pgbench: ", "pgsurge: "))
+    ]
+
+
+def test_debug_prepared_shows_no_receiving_between_preparing_and_sending(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path
+) -> None:
+    """``--debug -M prepared``: pgbench prepares with a blocking PQprepare,
+    so ``preparing P_n`` is followed at once by ``sending P_n``; pgsurge's
+    prepare, sent without blocking, printed ``receiving`` lines between
+    (found diffing --debug output)."""
+    (tmp_path / "s.sql").write_text("SELECT 1;\nSELECT 2 AS a \\gset\nSELECT :a;\n")
+    args = ["--debug", "-n", "-M", "prepared", "-f", "s.sql", "-t", "2"]
+    for proc in (
+        run_pgbench(pgbench_bin, args, bench_db, cwd=tmp_path, timeout=60),
+        run_pgsurge(args, bench_db, cwd=tmp_path, loop="python", timeout=60),
+    ):
+        lines = _debug_lines(proc)
+        prepares = [i for i, line in enumerate(lines) if " preparing P_" in line]
+        assert len(prepares) == 3, lines
+        for i in prepares:
+            name = lines[i].rsplit(" ", 1)[1]
+            assert lines[i + 1] == f"client 0 sending {name}", lines[i : i + 3]
