@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from tests.fix_run import Outcome, run_pgbench, run_pgsurge
 
@@ -45,3 +46,52 @@ def test_debug_prepared_shows_no_receiving_between_preparing_and_sending(
         for i in prepares:
             name = lines[i].rsplit(" ", 1)[1]
             assert lines[i + 1] == f"client 0 sending {name}", lines[i : i + 3]
+
+
+#: libpq's environment variable for each conninfo keyword a test DSN may hold
+_ENV_OF = {
+    "host": "PGHOST",
+    "hostaddr": "PGHOSTADDR",
+    "port": "PGPORT",
+    "user": "PGUSER",
+    "password": "PGPASSWORD",
+    "dbname": "PGDATABASE",
+    "sslmode": "PGSSLMODE",
+}
+
+
+def _libpq_env(dsn: str) -> dict[str, str]:
+    """``dsn`` as libpq's PG* environment variables."""
+    return {_ENV_OF[k]: str(v) for k, v in conninfo_to_dict(dsn).items() if v}
+
+
+def test_empty_connection_options_leave_the_environment_in_charge(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path
+) -> None:
+    """``-h "" -p "" -U ""`` (a script's ``-h "$HOST"`` with HOST unset):
+    pgbench hands them to PQconnectdbParams, which skips empty values, so
+    PGHOST, PGPORT and PGUSER apply; pgsurge's conninfo string set them
+    empty: the compiled-in socket directory and the OS user, and the run
+    failed to connect (found with PGHOST set and ``-h ""``)."""
+    env = _libpq_env(bench_db)
+    args = ["-n", "-S", "-t", "1", "-h", "", "-p", "", "-U", ""]
+    for proc in (
+        run_pgbench(pgbench_bin, args, cwd=tmp_path, env=env, timeout=60),
+        run_pgsurge(args, cwd=tmp_path, env=env, timeout=60),
+    ):
+        assert proc.status == 0, proc.stderr
+        assert proc.number("number of transactions actually processed:") == "1/1"
+
+
+def test_empty_port_option_takes_pgport(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path
+) -> None:
+    """``-p ""`` with PGPORT naming a port nothing listens on: pgbench
+    fails to connect there, as libpq takes PGPORT; pgsurge connected to
+    the default port instead."""
+    env = {**_libpq_env(bench_db), "PGPORT": "1"}
+    args = ["-n", "-S", "-t", "1", "-p", ""]
+    ref = run_pgbench(pgbench_bin, args, cwd=tmp_path, env=env, timeout=60)
+    ours = run_pgsurge(args, cwd=tmp_path, env=env, timeout=60)
+    assert ref.status == 1, ref.stderr
+    assert (ours.status, ours.messages) == (ref.status, ref.messages)
