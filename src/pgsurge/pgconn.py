@@ -438,10 +438,13 @@ def conninfo(items: dict[str, str], password: str | None = None) -> str:
     pgbench calls ``PQconnectdbParams`` with ``expand_dbname``: when the
     database name is itself a conninfo string or a URI, its settings
     override the host, port and user given before it (``-h -p -U``).
+    ``PQconnectdbParams`` also skips an empty value (``-h ""``), leaving
+    the keyword to ``PGHOST`` and the other defaults; in a conninfo string
+    an empty value would be set, so it is left out here.
     """
     params: dict[str, str] = {}
     for key in ("host", "port", "user"):
-        if key in items:
+        if items.get(key):
             params[key] = items[key]
     if password is not None:
         params["password"] = password
@@ -455,7 +458,7 @@ def conninfo(items: dict[str, str], password: str | None = None) -> str:
             for key, value in parsed.items():
                 if value is not None:
                     params[key] = str(value)
-        else:
+        elif dbname:
             params["dbname"] = dbname
     for key, value in items.items():
         if key not in ("host", "port", "user", "dbname"):

@@ -47,6 +47,10 @@ def _never() -> bool:
         (ConnParams(user="alice"), {"PGUSER": "alice"}, None),
         # empty variables count as unset; unrelated ones never count
         (NOTHING, {"PGHOST": "", "PGPORT": ""}, None),
+        # ... and so do empty options, left to the variables as by libpq
+        # (pgbench's -h "" connects where no -h would: compat hostile pass)
+        (ConnParams(host="", port="", dbname=""), {}, None),
+        (ConnParams(host=""), {"PGHOST": "/x"}, "PGHOST"),
         (NOTHING, {"PGPASSWORD": "s", "PGSSLMODE": "require"}, None),
     ],
 )

@@ -434,7 +434,9 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
     def wait_result(st: Client, op: Op) -> int:
         """WAIT_RESULT: read what arrived without blocking (C: the
         WAIT_RESULT case of ``fl_advance``, ``fl_wait_gset``)."""
-        if debug:
+        if debug and st.drain_state is not PREPARING:
+            # pgbench's prepare is a blocking PQprepare: its --debug shows
+            # "preparing" then "sending", no look at the socket between
             trace(f"client {st.id} receiving")
         if (
             st.ptr

@@ -57,9 +57,12 @@ Say = Callable[[str], None]
 
 
 def named_target(conn: ConnParams, env: Mapping[str, str]) -> str | None:
-    """What names a connection target (an option or variable), or None."""
+    """What names a connection target (an option or variable), or None.
+    An empty option (``-h ""``) names none: libpq skips it, as pgbench's
+    ``PQconnectdbParams`` does (pgbench then connects where it would
+    without the option)."""
     for option, value in (("-h", conn.host), ("-p", conn.port), ("-d", conn.dbname)):
-        if value is not None:
+        if value:
             return option
     for name in TARGET_ENV_VARS:
         if env.get(name):
