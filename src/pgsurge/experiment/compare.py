@@ -45,6 +45,7 @@ __all__ = [
     "Metric",
     "MetricResult",
     "Side",
+    "check_whole_runs",
     "check_workloads",
     "compare",
     "side_stats",
@@ -322,6 +323,35 @@ def check_workloads(
     return found
 
 
+def _partial(run: RunSummary) -> str | None:
+    """Why ``run``'s figures are not a whole run's, or None."""
+    if run.interrupted:
+        return f"{run.name}: the run was {run.interrupted}"
+    if run.aborted:
+        return f"{run.name}: the run was aborted (some clients failed)"
+    return None
+
+
+def check_whole_runs(runs: Sequence[RunSummary], *, force: bool) -> list[str]:
+    """The runs cut short (a signal) or aborted, refused unless ``force``.
+
+    Their figures cover part of the run, or fewer clients: an interrupted
+    -T 60 run measured its first seconds, and was compared as a whole run
+    of the same workload with no word (hostile finding)."""
+    found = [p for r in runs if (p := _partial(r)) is not None]
+    if found and not force:
+        raise PgsurgeError(
+            f"partial runs: {' | '.join(found)}: "
+            + (
+                "its figures are not a whole run's"
+                if len(found) == 1
+                else "their figures are not whole runs'"
+            )
+            + " (--force compares anyway)"
+        )
+    return found
+
+
 @dataclass(frozen=True, slots=True)
 class BatchPlan:
     """The single-run fallback's batches, common to both runs."""
@@ -490,6 +520,7 @@ def compare(
     if primary not in METRIC_KEYS:
         raise PgsurgeError(f'unknown metric "{primary}"')
     found = check_workloads(base, new, force=force, across_expected=across_expected)
+    partial = check_whole_runs([*base, *new], force=force)
     single = len(base) == 1 and len(new) == 1
     plan = _batch_plan([base[0], new[0]]) if single else None
     results = tuple(
@@ -504,11 +535,7 @@ def compare(
         )
         for m in METRICS
     )
-    notes = [
-        f"{r.name}: the run was aborted (some clients failed); its figures are partial"
-        for r in (*base, *new)
-        if r.aborted
-    ]
+    notes = [f"{p}; its figures are partial (--force)" for p in partial]
     reason = None
     if found:
         # without force, only the arms of an A/B experiment get here
