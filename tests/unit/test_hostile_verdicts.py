@@ -6,8 +6,11 @@ depends on a benchmark's figures."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.fix_cli import run_cli
 from tests.fix_data import write_result
@@ -71,3 +74,82 @@ def test_compare_refuses_an_aborted_run(tmp_path: Path) -> None:
         r.stderr
     )
     assert r.stderr.count("\n") == 1
+
+
+# -- history: change points on noise that is no change ------------------------
+
+
+def _noise(
+    seed: int, n: int, scale: float = 0.02, df: float | None = None
+) -> list[float]:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    z = rng.normal(0, 1, n) if df is None else rng.standard_t(df, n)
+    return [float(v) for v in 1000 * np.exp(scale * z)]
+
+
+def test_heavy_tailed_noise_alone_makes_few_change_points() -> None:
+    # hostile finding: 100-run histories of noise with Student's t (3 df)
+    # tails, no change at all: Student's pooled test lent a 3-run segment
+    # around one bad run the quiet runs' variance and called 28 of 100 a
+    # change (the seeds here: 35 of 100)
+    from pgsurge.store.changes import find_changes
+
+    flagged = [s for s in range(100) if find_changes(_noise(s, 100, df=3))]
+    assert len(flagged) <= 5, flagged
+
+
+def test_noise_that_grows_without_a_shift_is_no_change() -> None:
+    # the machine got noisier for the last 8 runs (log sd 1 % -> 8 %), its
+    # level unchanged: half of such histories were called a change
+    from pgsurge.store.changes import find_changes
+
+    flagged = [
+        s
+        for s in range(100)
+        if find_changes(_noise(s, 22, 0.01) + _noise(1000 + s, 8, 0.08))
+    ]
+    assert len(flagged) <= 5, flagged
+
+
+def test_the_change_test_is_welchs_as_scipy_computes_it() -> None:
+    import numpy as np
+    from scipy import stats
+
+    from pgsurge.store.changes import CONFIDENCE, _welch
+
+    rng = np.random.default_rng(5)
+    for na, nb in ((3, 3), (12, 4), (5, 20)):
+        a = list(rng.normal(7.0, 0.05, na))
+        b = list(rng.normal(7.02, 0.2, nb))
+        p, diff, half = _welch(a, b)
+        ref = stats.ttest_ind(b, a, equal_var=False)
+        ci = ref.confidence_interval(CONFIDENCE)
+        assert p == pytest.approx(ref.pvalue, rel=1e-9)
+        assert diff - half == pytest.approx(ci.low, rel=1e-9)
+        assert diff + half == pytest.approx(ci.high, rel=1e-9)
+
+
+def test_two_constant_stretches_give_the_exact_p_not_a_rounding_error() -> None:
+    # 10 runs at exactly 100 then 10 at exactly 101: the logarithms' variance
+    # in floating point is ~1e-31, not 0, and Student's t said p = 1e-233;
+    # the data's exact permutation p is 2 / comb(20, 10)
+    from pgsurge.store.changes import find_changes
+
+    (change,) = find_changes([100.0] * 10 + [101.0] * 10)
+    assert change.p_value == pytest.approx(2 / math.comb(20, 10))
+    assert change.index == 10
+
+
+def test_an_eightfold_drop_in_ten_runs_of_unequal_spread_is_found() -> None:
+    # p50 (ms) of a real 10-run history, synchronous_commit off from run 6:
+    # the runs after it spread four times as much as those before, so
+    # Welch's p is 0.004 (4.4 degrees of freedom): found at the level for
+    # 5 positions (0.05 / 5), not at a fixed 0.001
+    from pgsurge.store.changes import find_changes
+
+    p50 = [0.280, 0.274, 0.227, 0.204, 0.212, 0.024, 0.025, 0.093, 0.036, 0.088]
+    (change,) = find_changes(p50)
+    assert change.index == 5
+    assert change.high < -0.5
