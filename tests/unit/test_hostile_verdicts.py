@@ -153,3 +153,47 @@ def test_an_eightfold_drop_in_ten_runs_of_unequal_spread_is_found() -> None:
     (change,) = find_changes(p50)
     assert change.index == 5
     assert change.high < -0.5
+
+
+# -- report: the verdict card ---------------------------------------------------
+
+
+def _card(page: str) -> str:
+    start = page.index('<div class="card')
+    return page[start : page.index("</div>", start)]
+
+
+def test_report_refuses_the_same_runs_on_both_sides(tmp_path: Path) -> None:
+    # hostile finding: `report a1 a2 a3 --vs a1 a2 a3` drew a verdict card
+    # of the runs against themselves (+0.00 %, an interval around 1: "no
+    # difference" once the runs are quiet enough); compare refuses it
+    a = _files(tmp_path, "a", BASE, 0)
+    out = tmp_path / "r.html"
+    r = run_cli(["report", *a, "--vs", *a, "-o", str(out)])
+    assert r.status == 1
+    assert r.stderr == (
+        f'pgsurge: error: "{a[0]}" and "{a[0]}" are the same run: give each run once\n'
+    )
+    assert not out.exists()
+    # an edited copy (same start and totals, another title) is the same run
+    copy = _edited(tmp_path, "copy.json", BASE[1], 1, title="copy")
+    r = run_cli(["report", *a[:2], "--vs", copy, a[2], "-o", str(out)])
+    assert r.status == 1 and "copy.json" in r.stderr and "same run" in r.stderr
+    # distinct runs are compared
+    b = _files(tmp_path, "b", BASE, 10)
+    r = run_cli(["report", *a, "--vs", *b, "-o", str(out)])
+    assert r.status == 0, r.stderr
+    assert "no difference" in _card(out.read_text())
+
+
+def test_report_gives_no_verdict_on_a_partial_run(tmp_path: Path) -> None:
+    a = _files(tmp_path, "a", BASE, 0)
+    b = _files(tmp_path, "b", [v * 0.5 for v in BASE[:4]], 10)
+    b.append(_edited(tmp_path, "cut.json", 500.0, 20, interrupted={"signal": "SIGINT"}))
+    out = tmp_path / "r.html"
+    r = run_cli(["report", *a, "--vs", *b, "-o", str(out)])
+    assert r.status == 0, r.stderr
+    card = _card(out.read_text())
+    assert "<strong>no verdict</strong>" in card
+    assert "partial runs (cut.json: interrupted or aborted)" in card
+    assert "slower" not in card

@@ -43,7 +43,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
@@ -303,6 +303,11 @@ def _default_title(runs: Sequence[RunDoc]) -> str:
     )
 
 
+def _partial(doc: Mapping[str, Any]) -> bool:
+    """The run was cut short by a signal or aborted."""
+    return doc.get("interrupted") is not None or bool(doc.get("aborted"))
+
+
 def render_html(
     runs: Sequence[RunDoc],
     *,
@@ -336,6 +341,17 @@ def render_html(
         card = ""
         if tps_a and tps_b:
             verdict = compare_tps(tps_a, tps_b, threshold=threshold)
+            partial = [r.label for r in (*side_a, *side_b) if _partial(r.doc)]
+            if partial:
+                # an interrupted or aborted run's tps covers part of the run
+                # or fewer clients: no verdict on it (hostile finding)
+                verdict = replace(
+                    verdict,
+                    ci=None,
+                    verdict="no verdict",
+                    note=f"partial runs ({', '.join(partial)}: interrupted or "
+                    "aborted): their figures are not whole runs'",
+                )
             card = verdict_card(verdict)
             if within_run is not None:
                 lo, hi = (100 * (x - 1) for x in within_run)
