@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn, TextIO
 
 from pgsurge.errors import PROG, PgsurgeError, UsageError
@@ -89,7 +89,7 @@ def load_result(path: str) -> dict[str, Any]:
     return doc
 
 
-def _identity(path: str, doc: dict[str, Any]) -> tuple[object, ...]:
+def _identity(path: str, doc: Mapping[str, Any]) -> tuple[object, ...]:
     """What tells one run from another: the file, its contents, or (for an
     edited copy) its start time with its totals."""
     try:
@@ -108,7 +108,7 @@ def _identity(path: str, doc: dict[str, Any]) -> tuple[object, ...]:
     return ((st.st_dev, st.st_ino), digest, figures)
 
 
-def _check_distinct(paths: Sequence[str], docs: Sequence[dict[str, Any]]) -> None:
+def _check_distinct(paths: Sequence[str], docs: Sequence[Mapping[str, Any]]) -> None:
     """Refuse a run given twice in a comparison (as ``pgsurge compare``
     does): the same runs on both sides gave the card a verdict on a run
     against itself (hostile finding)."""
