@@ -197,3 +197,76 @@ def test_report_gives_no_verdict_on_a_partial_run(tmp_path: Path) -> None:
     assert "<strong>no verdict</strong>" in card
     assert "partial runs (cut.json: interrupted or aborted)" in card
     assert "slower" not in card
+
+
+# -- compare under -R -----------------------------------------------------------
+
+
+def _rated(
+    tmp_path: Path, prefix: str, values: list[float], first: int, sustained: bool
+) -> list[str]:
+    edit = {"config.rate": 200.0, "rate_check": {"sustained": sustained}}
+    return [
+        write_result(tmp_path / f"{prefix}{i}.json", v, seq=first + i, edit=edit)
+        for i, v in enumerate(values)
+    ]
+
+
+def _verdicts(stdout: str) -> dict[str, str]:
+    """metric -> its verdict, from the table (the text after the CI or the
+    figures)."""
+    out = {}
+    for line in stdout.splitlines():
+        for key in ("tps", "latency avg", "p50", "p90", "p99"):
+            if line.startswith(key + " "):
+                out[key] = line.split("  ")[-1].strip()
+    return out
+
+
+def test_tps_kept_to_the_schedule_gets_no_verdict(tmp_path: Path) -> None:
+    # hostile finding: under -R the runs that kept up ran the rate asked;
+    # their tps is the schedule's, and "no difference" on it said nothing of
+    # the server (B could be twice as slow and still keep up)
+    a = _rated(tmp_path, "a", [200.1, 199.8, 200.3, 199.9, 200.0], 0, True)
+    b = _rated(tmp_path, "b", [199.9, 200.2, 200.0, 200.1, 199.7], 10, True)
+    r = run_cli(["compare", *a, "--vs", *b])
+    assert r.status == 0, r.stderr
+    v = _verdicts(r.stdout)
+    assert v["tps"] == (
+        "no verdict (-R set the rate: tps is the schedule's; compare latencies)"
+    )
+    # latencies keep theirs (write_result scales them with tps: no change)
+    assert v["latency avg"].startswith("no difference")
+
+
+def test_latencies_of_runs_behind_the_schedule_get_no_verdict(tmp_path: Path) -> None:
+    # B fell behind its -R schedule: its latencies count from the scheduled
+    # starts and measure the backlog (they grow with -T), yet compare
+    # called them "slower" by so much
+    a = _rated(tmp_path, "a", [200.1, 199.8, 200.3, 199.9, 200.0], 0, True)
+    b = _rated(tmp_path, "b", [150.0, 152.0, 149.0, 151.0, 150.5], 10, False)
+    r = run_cli(["compare", *a, "--vs", *b, "--metric", "p99", "--fail-on", "slower"])
+    v = _verdicts(r.stdout)
+    for key in ("latency avg", "p50", "p90", "p99"):
+        assert v[key] == (
+            "no verdict (5 of 10 runs fell behind -R: their latencies measure "
+            "the backlog)"
+        ), v
+    assert r.status == 0  # no verdict on the primary metric: no failure
+    # tps says what the data shows: B did not keep up
+    assert v["tps"] == "slower"
+
+
+def test_report_card_gives_no_tps_verdict_to_runs_kept_to_the_schedule(
+    tmp_path: Path,
+) -> None:
+    a = _rated(tmp_path, "a", [200.1, 199.8, 200.3, 199.9, 200.0], 0, True)
+    b = _rated(tmp_path, "b", [199.9, 200.2, 200.0, 200.1, 199.7], 10, True)
+    out = tmp_path / "r.html"
+    assert run_cli(["report", *a, "--vs", *b, "-o", str(out)]).status == 0
+    card = _card(out.read_text())
+    assert "<strong>no verdict</strong>" in card and "schedule" in card
+    # behind the schedule, tps is the server's again
+    c = _rated(tmp_path, "c", [150.0, 152.0, 149.0, 151.0, 150.5], 20, False)
+    assert run_cli(["report", *a, "--vs", *c, "-o", str(out)]).status == 0
+    assert "<strong>slower</strong>" in _card(out.read_text())

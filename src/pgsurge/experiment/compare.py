@@ -424,6 +424,26 @@ def _flat_side(bside: Side, nside: Side) -> str | None:
     return None
 
 
+def _schedule_reason(metric: Metric, runs: Sequence[RunSummary]) -> str | None:
+    """Why ``-R`` leaves ``metric`` without a verdict, or None.
+
+    A run that fell behind its schedule measured the backlog: its latencies
+    (counted from the scheduled start) grow with the run's length, not
+    with the server's speed. Runs that all kept their schedule ran the
+    rate asked, so their tps is the schedule's (a patch twice as slow
+    would show "no difference" as long as it keeps up). Hostile finding:
+    compare and ab gave verdicts on both."""
+    behind = sum(r.rate_unsustained for r in runs)
+    if metric.key in ("latency", "p50", "p90", "p99") and behind:
+        return (
+            f"{behind} of {len(runs)} runs fell behind -R: their latencies "
+            "measure the backlog"
+        )
+    if metric.key == "tps" and not behind and all(r.workload.rate for r in runs):
+        return "-R set the rate: tps is the schedule's; compare latencies"
+    return None
+
+
 def _metric(
     metric: Metric,
     base: Sequence[RunSummary],
@@ -470,6 +490,11 @@ def _metric(
             perm = stats.permutation_p(bside.values, nside.values)
     # a within-run interval is shown, but it decides nothing
     within_run = est is not None and est.method is Method.BATCH_MEANS
+    withheld = _schedule_reason(metric, [*base, *new])
+    if withheld is not None and est is not None:
+        # the noise stays (it is measured); the ratio's interval and the
+        # verdict go
+        est, missing = None, withheld
     return MetricResult(
         metric=metric,
         base=bside,

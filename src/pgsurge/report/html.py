@@ -308,6 +308,22 @@ def _partial(doc: Mapping[str, Any]) -> bool:
     return doc.get("interrupted") is not None or bool(doc.get("aborted"))
 
 
+def _kept_schedule(docs: Sequence[Mapping[str, Any]]) -> bool:
+    """Every run ran under -R and none fell behind: their tps is the
+    schedule's, not the server's (compare gives it no verdict either)."""
+
+    def rated(doc: Mapping[str, Any]) -> bool:
+        config = doc.get("config")
+        check = doc.get("rate_check")
+        return (
+            isinstance(config, Mapping)
+            and bool(config.get("rate"))
+            and not (isinstance(check, Mapping) and check.get("sustained") is False)
+        )
+
+    return all(rated(d) for d in docs)
+
+
 def render_html(
     runs: Sequence[RunDoc],
     *,
@@ -351,6 +367,14 @@ def render_html(
                     verdict="no verdict",
                     note=f"partial runs ({', '.join(partial)}: interrupted or "
                     "aborted): their figures are not whole runs'",
+                )
+            elif _kept_schedule([r.doc for r in (*side_a, *side_b)]):
+                verdict = replace(
+                    verdict,
+                    ci=None,
+                    verdict="no verdict",
+                    note="-R set the rate and every run kept it: tps is the "
+                    "schedule's; compare latencies",
                 )
             card = verdict_card(verdict)
             if within_run is not None:
