@@ -270,3 +270,60 @@ def test_report_card_gives_no_tps_verdict_to_runs_kept_to_the_schedule(
     c = _rated(tmp_path, "c", [150.0, 152.0, 149.0, 151.0, 150.5], 20, False)
     assert run_cli(["report", *a, "--vs", *c, "-o", str(out)]).status == 0
     assert "<strong>slower</strong>" in _card(out.read_text())
+
+
+# -- compare: a side whose every transaction failed ------------------------------
+
+
+def _all_failed(tmp_path: Path, prefix: str, n: int, first: int) -> list[str]:
+    # as a real --continue-on-error run of "SELECT 1/0" writes it
+    edit = {
+        "totals.tps": 0.0,
+        "totals.processed": 0,
+        "totals.failed": 15574,
+        "totals.other_failures": 15574,
+        "totals.transactions": 15574,
+        "totals.latency_ms": None,
+    }
+    return [
+        write_result(tmp_path / f"{prefix}{i}.json", 1000.0, seq=first + i, edit=edit)
+        for i in range(n)
+    ]
+
+
+def test_a_side_that_processed_nothing_is_slower(tmp_path: Path) -> None:
+    # hostile finding: B's every transaction failed (tps 0 in each run):
+    # "no verdict (no spread in the 3 new runs: identical values)", exit 0
+    # under --fail-on slower, and scipy's "catastrophic cancellation"
+    # warning on stderr from the failure rates' test
+    a = _files(tmp_path, "a", BASE[:3], 0)
+    b = _all_failed(tmp_path, "b", 3, 10)
+    r = run_cli(["compare", *a, "--vs", *b, "--fail-on", "slower"])
+    assert r.status == 3
+    assert r.stderr == ""
+    assert _verdicts(r.stdout)["tps"] == "slower (every new run processed nothing)"
+    assert "tps: noise not measured (every new run processed nothing)" in r.stdout
+    # the other way round: faster
+    r = run_cli(["compare", *b, "--vs", *a])
+    assert r.status == 0 and r.stderr == ""
+    assert _verdicts(r.stdout)["tps"] == "faster (every base run processed nothing)"
+    # one run a side decides nothing
+    r = run_cli(["compare", a[0], "--vs", b[0], "--fail-on", "slower"])
+    assert r.status == 0
+    assert not _verdicts(r.stdout)["tps"].startswith("slower")
+
+
+def test_the_failure_rates_test_is_welchs() -> None:
+    import numpy as np
+    from scipy import stats
+
+    from pgsurge.experiment.compare import _welch_p
+
+    rng = np.random.default_rng(2)
+    for nx, ny in ((2, 3), (5, 5), (8, 3)):
+        x = list(rng.uniform(0, 0.2, nx))
+        y = list(rng.uniform(0.05, 0.4, ny))
+        ref = stats.ttest_ind(y, x, equal_var=False).pvalue
+        assert _welch_p(x, y) == pytest.approx(ref, rel=1e-9)
+    # no spread on either side: the exact permutation p, never 0
+    assert _welch_p([0.0, 0.0, 0.0], [1.0, 1.0, 1.0]) == pytest.approx(0.1)
