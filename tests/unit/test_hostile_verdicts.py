@@ -327,3 +327,32 @@ def test_the_failure_rates_test_is_welchs() -> None:
         assert _welch_p(x, y) == pytest.approx(ref, rel=1e-9)
     # no spread on either side: the exact permutation p, never 0
     assert _welch_p([0.0, 0.0, 0.0], [1.0, 1.0, 1.0]) == pytest.approx(0.1)
+
+
+# -- sweep: the latency knee ------------------------------------------------------
+
+
+def test_no_latency_knee_from_two_noisy_runs_a_point() -> None:
+    # the guide's own sweep (arm B, two runs a point): p99 5.64/4.70 ms at 1
+    # client, 9.81/5.50 at 2, tps 2006/1421 then 1522/2484: the medians
+    # said "p99 grows faster than tps from 2 clients"; the runs' p99/tps
+    # ratio between the points has an interval from 0.003 to 604
+    from pgsurge.experiment.knee import KneePoint, find_knee
+
+    pts = [
+        KneePoint(1.0, (2006.0, 1421.0), (5.64, 4.70), False),
+        KneePoint(2.0, (1522.0, 2484.0), (9.81, 5.50), False),
+        KneePoint(4.0, (2215.0, 2108.0), (9.57, 7.46), False),
+    ]
+    knee = find_knee(pts)
+    assert knee is not None and knee.latency_knee is None
+    assert "p99 grows" not in knee.describe()
+    # quiet runs whose p99 doubles at 4 clients while tps stays: found
+    quiet = [
+        KneePoint(1.0, (1000.0, 1010.0, 990.0), (5.0, 5.1, 4.9), False),
+        KneePoint(2.0, (1900.0, 1910.0, 1890.0), (5.2, 5.1, 5.3), False),
+        KneePoint(4.0, (1950.0, 1960.0, 1940.0), (10.1, 9.9, 10.0), False),
+    ]
+    knee = find_knee(quiet)
+    assert knee is not None and knee.latency_knee == 4
+    assert "p99 grows faster than tps from 4 clients" in knee.describe()
