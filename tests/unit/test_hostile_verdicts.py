@@ -356,3 +356,54 @@ def test_no_latency_knee_from_two_noisy_runs_a_point() -> None:
     knee = find_knee(quiet)
     assert knee is not None and knee.latency_knee == 4
     assert "p99 grows faster than tps from 4 clients" in knee.describe()
+
+
+# -- history: interrupted runs ---------------------------------------------------
+
+
+def test_history_leaves_interrupted_runs_out(tmp_path: Path) -> None:
+    # hostile finding: `store import` took a run cut by Ctrl-C (its JSON's
+    # "interrupted") and history put its figures in the series as a whole
+    # run's: three cut runs at 40 % made a "change"
+    import json
+
+    from pgsurge.store.backend import open_store
+    from pgsurge.store.location import resolve
+    from pgsurge.store.records import save_document
+
+    path = tmp_path / "s.sqlite"
+    quiet = [1000.0, 1012.0, 991.0, 1004.0, 997.0, 1008.0, 993.0, 1001.0]
+    files = [
+        write_result(tmp_path / f"r{i}.json", v, seq=i) for i, v in enumerate(quiet)
+    ]
+    cut = [
+        _edited(
+            tmp_path,
+            f"cut{i}.json",
+            400.0 + i,
+            20 + i,
+            interrupted={"signal": "SIGINT", "after_s": 0.9},
+        )
+        for i in range(3)
+    ]
+    # import refuses them, as run --store does, and imports the others
+    r = run_cli(["store", "import", *files, *cut, f"--store={path}"])
+    assert r.status == 1
+    assert r.stderr == "".join(
+        f"pgsurge: error: {c}: not stored: the run was interrupted (its figures "
+        "cover part of the run)\n"
+        for c in cut
+    )
+    assert r.stdout.endswith(f"8 added, 0 already stored, in {path}\n")
+    # a store that holds them anyway (an older pgsurge's import): left out
+    store = open_store(resolve(f"{path}"))
+    try:
+        for c in cut:
+            save_document(store, json.loads(Path(c).read_text()), name=c, source=c)
+    finally:
+        store.close()
+    r = run_cli(["history", f"--store={path}", "--fail-on", "regression"])
+    assert r.status == 0, r.stdout + r.stderr
+    assert "change at" not in r.stdout
+    assert r.stdout.count("interrupted") == 3
+    assert r.stdout.endswith("no change points\n")

@@ -313,6 +313,13 @@ def _store(args: list[str], out: TextIO, err: TextIO) -> int:
         for path in ns.files:
             try:
                 doc = _read(path)
+                if isinstance(doc, dict) and doc.get("interrupted") is not None:
+                    # as run --store: a run cut short is not a run of its
+                    # workload (hostile finding: it entered the history)
+                    raise PgsurgeError(
+                        f"{path}: not stored: the run was interrupted (its "
+                        "figures cover part of the run)"
+                    )
                 run_id, new = save_document(
                     store, doc, name=path, source=path, labels=dict(ns.label)
                 )

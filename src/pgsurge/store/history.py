@@ -109,7 +109,15 @@ def build_history(
         summary = parse_result(f"run {r.id}", r.doc)
         value = m.value(summary)
         excluded = (
-            "aborted" if summary.aborted else f"no {m.label}" if value is None else None
+            "aborted"
+            if summary.aborted
+            # a run cut short by a signal measured its first seconds (one
+            # imported with store import entered the series as a whole run)
+            else "interrupted"
+            if summary.interrupted
+            else f"no {m.label}"
+            if value is None
+            else None
         )
         if excluded is None and value == 0 and m.higher_is_better:
             # a run that processed nothing: no ratio to it means anything
