@@ -407,3 +407,47 @@ def test_history_leaves_interrupted_runs_out(tmp_path: Path) -> None:
     assert "change at" not in r.stdout
     assert r.stdout.count("interrupted") == 3
     assert r.stdout.endswith("no change points\n")
+
+
+# -- history: an experiment's runs ------------------------------------------------
+
+
+def test_history_of_ab_runs_mixes_no_arms_and_no_warm_ups(tmp_path: Path) -> None:
+    # hostile finding: `pgsurge ab ... -- --store` stores both arms (and
+    # their warm-ups) under one workload key when the arms differ in server
+    # settings (PGOPTIONS): history took the ABBA turns of two
+    # configurations for changes of one
+    from pgsurge.experiment.ab import schedule
+
+    path = tmp_path / "s.sqlite"
+    level = {"A": 1000.0, "B": 600.0}
+    wobble = [1.0, 1.01, 0.99, 1.005, 0.995, 1.0, 1.008, 0.992, 1.003, 0.997]
+    files = [
+        _edited(tmp_path, "wA.json", 700.0, 0, labels={"arm": "A", "ab": "warmup"}),
+        _edited(tmp_path, "wB.json", 450.0, 1, labels={"arm": "B", "ab": "warmup"}),
+    ]
+    for k, index in enumerate(schedule(2, 10, "abba")):
+        arm = "AB"[index]
+        files.append(
+            _edited(
+                tmp_path,
+                f"run{k:02d}.json",
+                level[arm] * wobble[k // 2],
+                2 + k,
+                labels={"arm": arm, "ab": "run"},
+            )
+        )
+    assert run_cli(["store", "import", *files, f"--store={path}"]).status == 0
+    r = run_cli(["history", f"--store={path}", "--fail-on", "regression"])
+    assert r.status == 0, r.stdout + r.stderr
+    assert "change at" not in r.stdout
+    assert r.stdout.endswith(
+        "no change points sought: the runs are of 2 arms of an experiment "
+        "(arm=A, arm=B): --label arm=A follows one\n"
+    )
+    assert r.stdout.count("warm-up") == 2
+    # one arm is one series; its warm-up stays out
+    r = run_cli(["history", f"--store={path}", "--label", "arm=B"])
+    assert r.status == 0, r.stderr
+    assert r.stdout.count("warm-up") == 1
+    assert r.stdout.endswith("no change points\n")

@@ -59,6 +59,9 @@ class History:
     #: other workloads among the matching runs: key → run count
     other_workloads: dict[str, int]
     warnings: tuple[str, ...]
+    #: why no change point was sought (the series mixes an experiment's
+    #: arms), or None
+    mixed: str | None = None
 
     def worse(self, change: Change) -> bool:
         up = change.change > 0
@@ -119,13 +122,33 @@ def build_history(
             if value is None
             else None
         )
+        if excluded is None and any(
+            r.labels.get(k) == "warmup" for k in ("ab", "sweep")
+        ):
+            # an experiment's warm-up run: discarded by the experiment itself
+            # (a cold cache, a first connection), and so out of the series
+            excluded = "warm-up"
         if excluded is None and value == 0 and m.higher_is_better:
             # a run that processed nothing: no ratio to it means anything
             # (it counted as half the smallest run once, a made-up -50 %)
             excluded = "nothing processed"
         rows.append(Row(r, value, excluded))
     series = tuple(r for r in rows if r.excluded is None)
-    changes = find_changes([r.value for r in series if r.value is not None])
+    arms = sorted({r.run.labels["arm"] for r in series if "arm" in r.run.labels})
+    mixed = None
+    if len(arms) > 1:
+        # the arms of an experiment alternate (ABBA): two configurations in
+        # one series, whose every turn could be called a change (hostile
+        # finding); their workload key is the same when they differ in the
+        # server's settings or the environment only
+        mixed = (
+            f"the runs are of {len(arms)} arms of an experiment "
+            f"({', '.join(f'arm={a}' for a in arms)}): --label arm={arms[0]} "
+            "follows one"
+        )
+    changes = (
+        [] if mixed else find_changes([r.value for r in series if r.value is not None])
+    )
     return History(
         metric=m,
         workload_key=workload,
@@ -134,6 +157,7 @@ def build_history(
         series_rows=series,
         other_workloads=dict(others or {}),
         warnings=tuple(_fingerprint_warnings(rows)),
+        mixed=mixed,
     )
 
 
@@ -210,6 +234,8 @@ def render_history(h: History) -> str:
         lines.append("  ".join(cells).rstrip())
     if h.changes:
         lines.extend(describe_change(h, c) for c in h.changes)
+    elif h.mixed:
+        lines.append(f"no change points sought: {h.mixed}")
     elif len(h.series_rows) < MIN_RUNS:
         lines.append(
             f"no change points: {len(h.series_rows)} runs are too few to tell "
@@ -263,6 +289,7 @@ def history_json(h: History, threshold: float) -> dict[str, Any]:
             for r in h.rows
         ],
         "changes": [change(c) for c in h.changes],
+        "not_sought": h.mixed,
         "threshold": threshold,
         "regression": None if bad is None else change(bad),
         "environment_warnings": list(h.warnings),
