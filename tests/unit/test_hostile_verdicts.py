@@ -451,3 +451,64 @@ def test_history_of_ab_runs_mixes_no_arms_and_no_warm_ups(tmp_path: Path) -> Non
     assert r.status == 0, r.stderr
     assert r.stdout.count("warm-up") == 1
     assert r.stdout.endswith("no change points\n")
+
+
+# -- capacity: a repetition that met the target at no rate -----------------------
+
+
+def _search(tmp_path: Path, caps: list[float | None]) -> dict[str, Any]:
+    import io
+
+    from pgsurge.experiment.ab import Arm, Plan
+    from pgsurge.experiment.capacity import Probe, Repetition, Search, parse_target
+
+    search = Search(
+        Plan((Arm("A", "", (), {}),), (), 1, 0, "abab", False, tmp_path),
+        parse_target("p99=50ms"),
+        min_rate=10.0,
+        max_rate=300.0,
+        repeat=len(caps),
+        precision=0.05,
+        argv=["pgsurge", "capacity"],
+        stdout=io.StringIO(),
+        stderr=io.StringIO(),
+    )
+    search.state = "finished"
+    for cap in caps:
+        if cap is None:
+            rep = Repetition(bound="below-min")
+            rep.probes += [
+                Probe(10.0, "x.json", 9.8, 80.0, True, None, False),
+                Probe(10.0, "y.json", 9.9, 75.0, True, None, False),
+            ]
+        else:
+            rep = Repetition(capacity=cap)
+            rep.probes.append(Probe(cap, "z.json", cap, 40.0, True, None, True))
+        search.reps.append(rep)
+    return search.result(0.95)
+
+
+def test_a_repetition_below_every_rate_counts_in_the_capacity(tmp_path: Path) -> None:
+    from pgsurge.experiment.capacity import render
+
+    # one of three repetitions met the target at no rate (even 10 tps): it
+    # was dropped, and the answer was the other two's median with an interval
+    doc = _search(tmp_path, [120.0, None, 118.0])
+    assert doc["capacity"] == 118.0  # the lower median of (<10, 118, 120)
+    assert doc["interval"] is None
+    assert doc["repetitions_below_min"] == 1
+    first = render(doc).splitlines()[0]
+    assert first.startswith("sustainable rate 118.0 tps; p99 at that rate")
+    assert "1 of 3 repetitions met it at no rate tried" in first
+    # two of three: no answer
+    doc = _search(tmp_path, [None, 120.0, None])
+    assert doc["capacity"] is None
+    assert render(doc) == (
+        "no rate met p99 ≤ 50 ms (even the lowest tried) in 2 of 3 "
+        "repetitions: lower --min-rate\n"
+    )
+    # one of two: the lower median is the unmeasured one
+    assert _search(tmp_path, [None, 120.0])["capacity"] is None
+    # none below: the median and its interval, as before
+    doc = _search(tmp_path, [120.0, 118.0, 121.0])
+    assert doc["capacity"] == 120.0 and doc["interval"] is not None
