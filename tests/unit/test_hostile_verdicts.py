@@ -512,3 +512,26 @@ def test_a_repetition_below_every_rate_counts_in_the_capacity(tmp_path: Path) ->
     # none below: the median and its interval, as before
     doc = _search(tmp_path, [120.0, 118.0, 121.0])
     assert doc["capacity"] == 120.0 and doc["interval"] is not None
+
+
+def test_compare_names_runs_with_a_busy_client_or_a_trend(tmp_path: Path) -> None:
+    # a sweep marks them (* and ~); compare and ab gave their verdicts on
+    # them without a word
+    a = _files(tmp_path, "a", BASE, 0)
+    b = _files(tmp_path, "b", BASE[:3], 10)
+    b.append(
+        _edited(
+            tmp_path, "busy.json", 1002.0, 20, **{"client_cpu.client_limited": True}
+        )
+    )
+    b.append(_edited(tmp_path, "trend.json", 998.0, 21, steady_state={"steady": False}))
+    r = run_cli(["compare", *a, "--vs", *b])
+    assert r.status == 0, r.stderr
+    assert (
+        "note: 1 run had a busy client: the client may be the bottleneck (busy.json)\n"
+    ) in r.stdout
+    assert (
+        "note: 1 run had a tps that trended over the run: not steady (trend.json)\n"
+    ) in r.stdout
+    quiet = run_cli(["compare", *a, "--vs", *b[:3]])
+    assert "note:" not in quiet.stdout

@@ -606,6 +606,17 @@ def compare(
         for m in METRICS
     )
     notes = [f"{p}; its figures are partial (--force)" for p in partial]
+    # what a sweep marks (* and ~), said here too: a run whose client was
+    # the bottleneck measured the client, one that trended was not steady
+    # (hostile finding: compare and ab said nothing of either)
+    for flag, what in (
+        ("client_limited", "a busy client: the client may be the bottleneck"),
+        ("unsteady", "a tps that trended over the run: not steady"),
+    ):
+        names = [r.name for r in (*base, *new) if getattr(r, flag)]
+        if names:
+            runs = f"{len(names)} run{'s' if len(names) != 1 else ''}"
+            notes.append(f"{runs} had {what} ({', '.join(names)})")
     reason = None
     if found:
         # without force, only the arms of an A/B experiment get here
