@@ -535,3 +535,35 @@ def test_compare_names_runs_with_a_busy_client_or_a_trend(tmp_path: Path) -> Non
     ) in r.stdout
     quiet = run_cli(["compare", *a, "--vs", *b[:3]])
     assert "note:" not in quiet.stdout
+
+
+def test_a_regression_beyond_the_threshold_is_one_its_interval_shows(
+    tmp_path: Path,
+) -> None:
+    # a -2.8 % change whose 95 % interval is -4.1 % to -1.5 %: significant,
+    # but not surely beyond 2 %; --fail-on regression called it a
+    # "regression beyond 2 %" (compare would say "inconclusive")
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    values = 1000 * np.exp(rng.normal(0, 0.025, 30))
+    values[15:] *= 0.97
+    path = tmp_path / "s.sqlite"
+    files = [
+        write_result(tmp_path / f"r{i:02d}.json", float(v), seq=i)
+        for i, v in enumerate(values)
+    ]
+    assert run_cli(["store", "import", *files, f"--store={path}"]).status == 0
+    r = run_cli(["history", f"--store={path}", "--fail-on", "regression"])
+    assert "-2.8 % (95 % interval -4.1 % to -1.5 %" in r.stdout
+    assert r.status == 0, r.stderr
+    assert r.stderr == (
+        "pgsurge: note: the latest change is worse by 2.8 %, but its interval "
+        "reaches within 2 %: not surely a regression beyond it\n"
+    )
+    # beyond 1 %, the whole interval is
+    r = run_cli(
+        ["history", f"--store={path}", "--fail-on", "regression", "--threshold", "1"]
+    )
+    assert r.status == 3
+    assert r.stderr.startswith("pgsurge: regression beyond 1 %: change at run")

@@ -256,6 +256,14 @@ def _history(args: list[str], out: TextIO, err: TextIO) -> int:
             )
             err.flush()
             return EXIT_REGRESSION
+        last = h.changes[-1] if h.changes else None
+        if last is not None and h.worse(last) and abs(last.change) > ns.threshold:
+            err.write(
+                f"{PROG}: note: the latest change is worse by "
+                f"{abs(last.change) * 100:.1f} %, but its interval reaches within "
+                f"{ns.threshold * 100:g} %: not surely a regression beyond it\n"
+            )
+            err.flush()
     return 0
 
 
