@@ -567,3 +567,24 @@ def test_a_regression_beyond_the_threshold_is_one_its_interval_shows(
     )
     assert r.status == 3
     assert r.stderr.startswith("pgsurge: regression beyond 1 %: change at run")
+
+
+def test_history_counts_an_edited_copy_of_a_run_once(tmp_path: Path) -> None:
+    # hostile finding: a stored run's copy with another title (an edited
+    # document is another document) was stored again and counted twice in
+    # the series; compare refuses such a pair as the same run
+    path = tmp_path / "s.sqlite"
+    files = _files(tmp_path, "r", [*BASE, 1002.0, 999.0], 0)
+    copies = [
+        _edited(tmp_path, f"copy{i}.json", BASE[i], i, title="again") for i in (1, 2)
+    ]
+    r = run_cli(["store", "import", *files, *copies, f"--store={path}"])
+    assert r.stdout.endswith(f"9 added, 0 already stored, in {path}\n")
+    r = run_cli(["history", f"--store={path}", "--json", str(tmp_path / "h.json")])
+    assert r.status == 0, r.stderr
+    assert "same run as run 2" in r.stdout and "same run as run 3" in r.stdout
+    import json
+
+    doc = json.loads((tmp_path / "h.json").read_text())
+    kept = [run["id"] for run in doc["runs"] if run["excluded"] is None]
+    assert kept == [1, 2, 3, 4, 5, 6, 7]

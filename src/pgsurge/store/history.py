@@ -114,9 +114,15 @@ def build_history(
     oldest first; ``others`` the other workloads' run counts."""
     m = _metric(metric)
     rows = []
+    seen: dict[tuple[object, ...], int] = {}
     for r in runs:
         summary = parse_result(f"run {r.id}", r.doc)
         value = m.value(summary)
+        # an edited copy of a stored run (another title, labels added by
+        # hand) is stored again, as another document: the same start time
+        # and figures are the same run, counted once (as compare refuses it)
+        same = (summary.start, summary.transactions, summary.tps, summary.workload)
+        twin = seen.setdefault(same, r.id) if summary.start else r.id
         excluded = (
             "aborted"
             if summary.aborted
@@ -128,6 +134,8 @@ def build_history(
             if value is None
             else None
         )
+        if excluded is None and twin != r.id:
+            excluded = f"same run as run {twin}"
         if excluded is None and any(
             r.labels.get(k) == "warmup" for k in ("ab", "sweep")
         ):
