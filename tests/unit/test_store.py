@@ -427,7 +427,7 @@ def test_runs_that_processed_nothing_make_no_change_point(tmp_path):
 
 
 def test_no_spread_gives_the_exact_permutation_p_never_zero():
-    # identical values on each side: Student's t is undefined; the split
+    # identical values on each side: the t-test is undefined; the split
     # seen is the most extreme of comb(8, 5) = 56, so p = 2/56, not 0
     assert find_changes([100.0] * 5 + [90.0] * 3) == []
     (change,) = find_changes([100.0] * 10 + [90.0] * 10)

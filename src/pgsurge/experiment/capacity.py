@@ -302,6 +302,20 @@ class Search(Experiment):
     def result(self, confidence: float) -> dict[str, Any]:
         caps = [r.capacity for r in self.reps if r.capacity]
         median = float(np.median(caps)) if caps else None
+        # a repetition in which even the lowest rate failed found a capacity
+        # below every rate tried: it counts in the median as such, and no
+        # interval can be had (hostile finding: it was dropped, and two
+        # repetitions of three answered "sustainable rate 119 tps (95 %
+        # interval …)" beside one that met the target at no rate at all)
+        below = sum(
+            1 for r in self.reps if r.capacity is None and r.bound == "below-min"
+        )
+        if below and caps:
+            ordered = [-math.inf] * below + sorted(caps)
+            # the lower median: the middle pair's mean would sit between
+            # a capacity and a value never measured
+            low_median = ordered[(len(ordered) - 1) // 2]
+            median = None if low_median == -math.inf else float(low_median)
         at = [
             float(p.latency_ms)
             for r in self.reps
@@ -329,7 +343,11 @@ class Search(Experiment):
             default=None,
         )
         at_least = ceiling is not None and median is not None and median >= ceiling
-        ci = arm_interval(caps, confidence) if len(caps) >= 2 and not at_least else None
+        ci = (
+            arm_interval(caps, confidence)
+            if len(caps) >= 2 and not at_least and not below
+            else None
+        )
         return {
             "schema": 1,
             "kind": "pgsurge-capacity-result",
@@ -338,6 +356,7 @@ class Search(Experiment):
             "closed_loop_tps": self.closed_tps,
             "capacity": median,
             "capacity_is_lower_bound": at_least,
+            "repetitions_below_min": below,
             "interval": list(ci) if ci else None,
             "latency_at_capacity_ms": float(np.median(at)) if at else None,
             "runs_at_capacity": len(at) + len(missed),
@@ -360,10 +379,13 @@ def render(doc: dict[str, Any]) -> str:
     cap = doc["capacity"]
     if cap is None and doc["state"] != "finished":
         return f"no repetition finished ({doc['state']}): no answer\n"
+    below = doc.get("repetitions_below_min") or 0
+    reps = len(doc["repetitions"])
     if cap is None:
+        where = f" in {below} of {reps} repetitions" if 0 < below < reps else ""
         return (
-            f"no rate met {t['stat']} ≤ {t['ms']:g} ms (even the lowest tried): "
-            "lower --min-rate\n"
+            f"no rate met {t['stat']} ≤ {t['ms']:g} ms (even the lowest tried)"
+            f"{where}: lower --min-rate\n"
         )
     ci = doc["interval"]
     pct = f"{doc['confidence'] * 100:g} %"
@@ -377,7 +399,13 @@ def render(doc: dict[str, Any]) -> str:
     lines = [
         f"{head}; {t['stat']} at that rate "
         f"{fmt_value(doc['latency_at_capacity_ms'])} ms (target {t['ms']:g} ms)"
-        + _misses(doc),
+        + _misses(doc)
+        + (
+            f"; {below} of {reps} repetitions met it at no rate tried (the "
+            "median counts them below the lowest; no interval)"
+            if below
+            else ""
+        ),
         "repetitions: "
         + ", ".join(
             fmt_value(r["capacity"])

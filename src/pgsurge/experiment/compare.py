@@ -45,6 +45,7 @@ __all__ = [
     "Metric",
     "MetricResult",
     "Side",
+    "check_whole_runs",
     "check_workloads",
     "compare",
     "side_stats",
@@ -227,6 +228,9 @@ class MetricResult:
     def verdict(self, threshold: float) -> str:
         """The verdict as the table prints it."""
         band = f"±{_pct_number(threshold)} %"
+        if self.estimate is None and self.word is not None:
+            # no ratio to a side that processed nothing, yet a sure change
+            return f"{self.word} ({self.missing})"
         if self.estimate is None or self.direction is None:
             return f"no verdict ({self.missing})" if self.missing else "no verdict"
         if self.word is not None:
@@ -322,6 +326,35 @@ def check_workloads(
     return found
 
 
+def _partial(run: RunSummary) -> str | None:
+    """Why ``run``'s figures are not a whole run's, or None."""
+    if run.interrupted:
+        return f"{run.name}: the run was {run.interrupted}"
+    if run.aborted:
+        return f"{run.name}: the run was aborted (some clients failed)"
+    return None
+
+
+def check_whole_runs(runs: Sequence[RunSummary], *, force: bool) -> list[str]:
+    """The runs cut short (a signal) or aborted, refused unless ``force``.
+
+    Their figures cover part of the run, or fewer clients: an interrupted
+    -T 60 run measured its first seconds, and was compared as a whole run
+    of the same workload with no word (hostile finding)."""
+    found = [p for r in runs if (p := _partial(r)) is not None]
+    if found and not force:
+        raise PgsurgeError(
+            f"partial runs: {' | '.join(found)}: "
+            + (
+                "its figures are not a whole run's"
+                if len(found) == 1
+                else "their figures are not whole runs'"
+            )
+            + " (--force compares anyway)"
+        )
+    return found
+
+
 @dataclass(frozen=True, slots=True)
 class BatchPlan:
     """The single-run fallback's batches, common to both runs."""
@@ -384,6 +417,23 @@ def _batch_estimate(
 SINGLE_RUN_NO_VERDICT = "single run per side: within-run interval only"
 
 
+def _nothing_processed(
+    metric: Metric, bside: Side, nside: Side
+) -> tuple[Direction, str] | None:
+    """For tps: the direction and why, when every run of one side (two or
+    more) processed nothing and every run of the other side did."""
+    if not metric.higher_is_better or min(bside.n, nside.n) < 2:
+        return None
+    for zero, other, direction in (
+        (nside, bside, Direction.DOWN),
+        (bside, nside, Direction.UP),
+    ):
+        if zero.max == 0 and other.min is not None and other.min > 0:
+            name = "new" if zero is nside else "base"
+            return direction, f"every {name} run processed nothing"
+    return None
+
+
 def _flat_side(bside: Side, nside: Side) -> str | None:
     """The side of several runs whose values are all equal (its spread, and
     with one run on the other side the only spread, is not measured); None
@@ -391,6 +441,26 @@ def _flat_side(bside: Side, nside: Side) -> str | None:
     for name, side in (("base", bside), ("new", nside)):
         if side.n >= 2 and side.min == side.max:
             return f"{side.n} {name} runs"
+    return None
+
+
+def _schedule_reason(metric: Metric, runs: Sequence[RunSummary]) -> str | None:
+    """Why ``-R`` leaves ``metric`` without a verdict, or None.
+
+    A run that fell behind its schedule measured the backlog: its latencies
+    (counted from the scheduled start) grow with the run's length, not
+    with the server's speed. Runs that all kept their schedule ran the
+    rate asked, so their tps is the schedule's (a patch twice as slow
+    would show "no difference" as long as it keeps up). Hostile finding:
+    compare and ab gave verdicts on both."""
+    behind = sum(r.rate_unsustained for r in runs)
+    if metric.key in ("latency", "p50", "p90", "p99") and behind:
+        return (
+            f"{behind} of {len(runs)} runs fell behind -R: their latencies "
+            "measure the backlog"
+        )
+    if metric.key == "tps" and not behind and all(r.workload.rate for r in runs):
+        return "-R set the rate: tps is the schedule's; compare latencies"
     return None
 
 
@@ -422,6 +492,15 @@ def _metric(
             )
         else:
             missing = SINGLE_RUN_NO_VERDICT
+    elif nothing := _nothing_processed(metric, bside, nside):
+        # every run of one side processed nothing, every run of the other
+        # something: no log ratio, but no doubt either (hostile finding: a
+        # B whose every transaction failed got "no verdict (no spread in
+        # the 3 new runs: identical values)" and passed --fail-on slower)
+        direction, missing = nothing
+        return MetricResult(
+            metric, bside, nside, None, direction, None, None, None, missing
+        )
     elif flat := _flat_side(bside, nside):
         est = None
         missing = f"no spread in the {flat}: identical values"
@@ -440,6 +519,11 @@ def _metric(
             perm = stats.permutation_p(bside.values, nside.values)
     # a within-run interval is shown, but it decides nothing
     within_run = est is not None and est.method is Method.BATCH_MEANS
+    withheld = _schedule_reason(metric, [*base, *new])
+    if withheld is not None and est is not None:
+        # the noise stays (it is measured); the ratio's interval and the
+        # verdict go
+        est, missing = None, withheld
     return MetricResult(
         metric=metric,
         base=bside,
@@ -465,11 +549,27 @@ def _failures(base: Sequence[RunSummary], new: Sequence[RunSummary]) -> FailureR
     bf, nf = sum(r.failed for r in base), sum(r.failed for r in new)
     p = None
     if (bf or nf) and len(br) >= 2 and len(nr) >= 2 and np.ptp(br + nr) > 0:
-        with np.errstate(all="ignore"):
-            res = sps.ttest_ind(nr, br, equal_var=False)
-        pv = float(res.pvalue)
-        p = pv if math.isfinite(pv) else None
+        p = _welch_p(br, nr)
     return FailureResult(br, nr, bf, nf, p)
+
+
+def _welch_p(x: Sequence[float], y: Sequence[float]) -> float:
+    """Welch's two-sided p for the means of ``x`` and ``y`` (as
+    ``scipy.stats.ttest_ind(equal_var=False)``), with a side of equal
+    values taken as no spread: scipy warned of catastrophic cancellation
+    on the user's terminal for a side whose every transaction failed
+    (rates 1.0, 1.0, 1.0). No spread on either side: the exact
+    permutation p of the split seen, 2 / comb(n, len(x))."""
+
+    def var_of_mean(v: Sequence[float]) -> float:
+        return 0.0 if np.ptp(v) == 0 else float(np.var(v, ddof=1)) / len(v)
+
+    vx, vy = var_of_mean(x), var_of_mean(y)
+    diff = float(np.mean(y) - np.mean(x))
+    if vx + vy == 0:
+        return min(1.0, 2 / math.comb(len(x) + len(y), len(x))) if diff else 1.0
+    df = (vx + vy) ** 2 / (vx**2 / (len(x) - 1) + vy**2 / (len(y) - 1))
+    return float(2 * sps.t.sf(abs(diff) / math.sqrt(vx + vy), df))
 
 
 def compare(
@@ -490,6 +590,7 @@ def compare(
     if primary not in METRIC_KEYS:
         raise PgsurgeError(f'unknown metric "{primary}"')
     found = check_workloads(base, new, force=force, across_expected=across_expected)
+    partial = check_whole_runs([*base, *new], force=force)
     single = len(base) == 1 and len(new) == 1
     plan = _batch_plan([base[0], new[0]]) if single else None
     results = tuple(
@@ -504,11 +605,18 @@ def compare(
         )
         for m in METRICS
     )
-    notes = [
-        f"{r.name}: the run was aborted (some clients failed); its figures are partial"
-        for r in (*base, *new)
-        if r.aborted
-    ]
+    notes = [f"{p}; its figures are partial (--force)" for p in partial]
+    # what a sweep marks (* and ~), said here too: a run whose client was
+    # the bottleneck measured the client, one that trended was not steady
+    # (hostile finding: compare and ab said nothing of either)
+    for flag, what in (
+        ("client_limited", "a busy client: the client may be the bottleneck"),
+        ("unsteady", "a tps that trended over the run: not steady"),
+    ):
+        names = [r.name for r in (*base, *new) if getattr(r, flag)]
+        if names:
+            runs = f"{len(names)} run{'s' if len(names) != 1 else ''}"
+            notes.append(f"{runs} had {what} ({', '.join(names)})")
     reason = None
     if found:
         # without force, only the arms of an A/B experiment get here

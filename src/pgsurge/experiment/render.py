@@ -199,11 +199,13 @@ def _noise_lines(c: Comparison) -> list[str]:
             f"{label}: {p.base.n}+{p.new.n} runs detect a change of ≥ "
             f"{p.mde * 100:.1f} % ({POWER * 100:g} % power); {band} needs {needs}"
         )
-    else:
+    elif min(p.base.n, p.new.n) < 2:
         lines.append(
             f"{label}: noise not measured (one run on a side); {band} needs runs "
             "on both sides"
         )
+    else:
+        lines.append(f"{label}: noise not measured ({p.missing or 'no values'})")
     if p.estimate is not None:
         tests = []
         if p.permutation_p is not None:

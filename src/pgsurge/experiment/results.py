@@ -126,6 +126,9 @@ class RunSummary:
     aborted: bool
     workload: Workload
     intervals: tuple[Interval, ...]
+    #: a run cut short by a signal: e.g. "interrupted by SIGINT after 1.3 s"
+    #: (its figures cover that part alone); None for a whole run
+    interrupted: str | None = None
     #: ``--waits``: each wait event's share of the run's samples
     #: (``Type:Event``, ``CPU``); empty without the option
     waits: Mapping[str, float] = field(default_factory=dict)
@@ -336,6 +339,7 @@ def parse_result(path: str, data: object) -> RunSummary:
         failed=doc.get("totals.failed", int),
         cpu_us_per_tx=float(cpu_tx) if isinstance(cpu_tx, (int, float)) else None,
         aborted=bool(data.get("aborted", False)),
+        interrupted=_interrupted(data.get("interrupted")),
         workload=_workload(doc),
         intervals=_intervals(doc),
         waits=_waits(data.get("waits")),
@@ -352,6 +356,20 @@ def parse_result(path: str, data: object) -> RunSummary:
         else False,
         fingerprint=fingerprint(data),
     )
+
+
+def _interrupted(section: object) -> str | None:
+    """How a run was cut short (its ``interrupted`` section), or None."""
+    if section is None:
+        return None
+    what = "interrupted"
+    if isinstance(section, Mapping):
+        sig, after = section.get("signal"), section.get("after_s")
+        if isinstance(sig, str):
+            what += f" by {sig}"
+        if isinstance(after, (int, float)) and not isinstance(after, bool):
+            what += f" after {after:.3g} s"
+    return what
 
 
 def _arm(section: object) -> Mapping[str, Any] | None:

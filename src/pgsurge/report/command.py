@@ -11,10 +11,11 @@ exit status 1, never a traceback.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn, TextIO
 
 from pgsurge.errors import PROG, PgsurgeError, UsageError
@@ -88,6 +89,40 @@ def load_result(path: str) -> dict[str, Any]:
     return doc
 
 
+def _identity(path: str, doc: Mapping[str, Any]) -> tuple[object, ...]:
+    """What tells one run from another: the file, its contents, or (for an
+    edited copy) its start time with its totals."""
+    try:
+        st = os.stat(path)
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return (None, None, None)
+    start = doc.get("start")
+    totals = doc.get("totals")
+    figures = (
+        (start, json.dumps(totals, sort_keys=True))
+        if isinstance(start, str) and isinstance(totals, dict)
+        else None
+    )
+    return ((st.st_dev, st.st_ino), digest, figures)
+
+
+def _check_distinct(paths: Sequence[str], docs: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse a run given twice in a comparison (as ``pgsurge compare``
+    does): the same runs on both sides gave the card a verdict on a run
+    against itself (hostile finding)."""
+    seen: list[tuple[str, tuple[object, ...]]] = []
+    for path, doc in zip(paths, docs, strict=True):
+        ident = _identity(path, doc)
+        for other, known in seen:
+            if any(a is not None and a == b for a, b in zip(ident, known, strict=True)):
+                raise PgsurgeError(
+                    f'"{other}" and "{path}" are the same run: give each run once'
+                )
+        seen.append((path, ident))
+
+
 def _tool_name(doc: dict[str, Any]) -> Any:
     tool = doc.get("tool")
     return tool.get("name") if isinstance(tool, dict) else None
@@ -126,6 +161,8 @@ def report_main(
             raise UsageError("report: --threshold must be a percentage in [0, 100)")
         runs = [RunDoc(os.path.basename(p), load_result(p), "A") for p in args.results]
         runs += [RunDoc(os.path.basename(p), load_result(p), "B") for p in args.vs]
+        if args.vs:
+            _check_distinct([*args.results, *args.vs], [r.doc for r in runs])
         text = _render(runs, args.title, args.threshold / 100)
         write_html(text, args.output, stdout)
     except PgsurgeError as exc:

@@ -43,7 +43,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
@@ -303,6 +303,27 @@ def _default_title(runs: Sequence[RunDoc]) -> str:
     )
 
 
+def _partial(doc: Mapping[str, Any]) -> bool:
+    """The run was cut short by a signal or aborted."""
+    return doc.get("interrupted") is not None or bool(doc.get("aborted"))
+
+
+def _kept_schedule(docs: Sequence[Mapping[str, Any]]) -> bool:
+    """Every run ran under -R and none fell behind: their tps is the
+    schedule's, not the server's (compare gives it no verdict either)."""
+
+    def rated(doc: Mapping[str, Any]) -> bool:
+        config = doc.get("config")
+        check = doc.get("rate_check")
+        return (
+            isinstance(config, Mapping)
+            and bool(config.get("rate"))
+            and not (isinstance(check, Mapping) and check.get("sustained") is False)
+        )
+
+    return all(rated(d) for d in docs)
+
+
 def render_html(
     runs: Sequence[RunDoc],
     *,
@@ -336,6 +357,25 @@ def render_html(
         card = ""
         if tps_a and tps_b:
             verdict = compare_tps(tps_a, tps_b, threshold=threshold)
+            partial = [r.label for r in (*side_a, *side_b) if _partial(r.doc)]
+            if partial:
+                # an interrupted or aborted run's tps covers part of the run
+                # or fewer clients: no verdict on it (hostile finding)
+                verdict = replace(
+                    verdict,
+                    ci=None,
+                    verdict="no verdict",
+                    note=f"partial runs ({', '.join(partial)}: interrupted or "
+                    "aborted): their figures are not whole runs'",
+                )
+            elif _kept_schedule([r.doc for r in (*side_a, *side_b)]):
+                verdict = replace(
+                    verdict,
+                    ci=None,
+                    verdict="no verdict",
+                    note="-R set the rate and every run kept it: tps is the "
+                    "schedule's; compare latencies",
+                )
             card = verdict_card(verdict)
             if within_run is not None:
                 lo, hi = (100 * (x - 1) for x in within_run)

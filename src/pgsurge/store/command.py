@@ -256,6 +256,14 @@ def _history(args: list[str], out: TextIO, err: TextIO) -> int:
             )
             err.flush()
             return EXIT_REGRESSION
+        last = h.changes[-1] if h.changes else None
+        if last is not None and h.worse(last) and abs(last.change) > ns.threshold:
+            err.write(
+                f"{PROG}: note: the latest change is worse by "
+                f"{abs(last.change) * 100:.1f} %, but its interval reaches within "
+                f"{ns.threshold * 100:g} %: not surely a regression beyond it\n"
+            )
+            err.flush()
     return 0
 
 
@@ -313,6 +321,13 @@ def _store(args: list[str], out: TextIO, err: TextIO) -> int:
         for path in ns.files:
             try:
                 doc = _read(path)
+                if isinstance(doc, dict) and doc.get("interrupted") is not None:
+                    # as run --store: a run cut short is not a run of its
+                    # workload (hostile finding: it entered the history)
+                    raise PgsurgeError(
+                        f"{path}: not stored: the run was interrupted (its "
+                        "figures cover part of the run)"
+                    )
                 run_id, new = save_document(
                     store, doc, name=path, source=path, labels=dict(ns.label)
                 )

@@ -59,17 +59,26 @@ class History:
     #: other workloads among the matching runs: key → run count
     other_workloads: dict[str, int]
     warnings: tuple[str, ...]
+    #: why no change point was sought (the series mixes an experiment's
+    #: arms), or None
+    mixed: str | None = None
 
     def worse(self, change: Change) -> bool:
         up = change.change > 0
         return up != self.metric.higher_is_better and change.change != 0
 
     def regression(self, threshold: float) -> Change | None:
-        """The latest change point, if it is worse beyond ``threshold``."""
+        """The latest change point, if it is surely worse beyond
+        ``threshold``: its whole interval, as compare's "slower" (hostile
+        finding: a change of -2.8 % whose interval reached -1.5 % was a
+        "regression beyond 2 %")."""
         if not self.changes:
             return None
         last = self.changes[-1]
-        if self.worse(last) and abs(last.change) > threshold:
+        if not self.worse(last):
+            return None
+        near = last.high if last.change < 0 else last.low
+        if abs(near) > threshold and (near < 0) == (last.change < 0):
             return last
         return None
 
@@ -105,19 +114,55 @@ def build_history(
     oldest first; ``others`` the other workloads' run counts."""
     m = _metric(metric)
     rows = []
+    seen: dict[tuple[object, ...], int] = {}
     for r in runs:
         summary = parse_result(f"run {r.id}", r.doc)
         value = m.value(summary)
+        # an edited copy of a stored run (another title, labels added by
+        # hand) is stored again, as another document: the same start time
+        # and figures are the same run, counted once (as compare refuses it)
+        same = (summary.start, summary.transactions, summary.tps, summary.workload)
+        twin = seen.setdefault(same, r.id) if summary.start else r.id
         excluded = (
-            "aborted" if summary.aborted else f"no {m.label}" if value is None else None
+            "aborted"
+            if summary.aborted
+            # a run cut short by a signal measured its first seconds (one
+            # imported with store import entered the series as a whole run)
+            else "interrupted"
+            if summary.interrupted
+            else f"no {m.label}"
+            if value is None
+            else None
         )
+        if excluded is None and twin != r.id:
+            excluded = f"same run as run {twin}"
+        if excluded is None and any(
+            r.labels.get(k) == "warmup" for k in ("ab", "sweep")
+        ):
+            # an experiment's warm-up run: discarded by the experiment itself
+            # (a cold cache, a first connection), and so out of the series
+            excluded = "warm-up"
         if excluded is None and value == 0 and m.higher_is_better:
             # a run that processed nothing: no ratio to it means anything
             # (it counted as half the smallest run once, a made-up -50 %)
             excluded = "nothing processed"
         rows.append(Row(r, value, excluded))
     series = tuple(r for r in rows if r.excluded is None)
-    changes = find_changes([r.value for r in series if r.value is not None])
+    arms = sorted({r.run.labels["arm"] for r in series if "arm" in r.run.labels})
+    mixed = None
+    if len(arms) > 1:
+        # the arms of an experiment alternate (ABBA): two configurations in
+        # one series, whose every turn could be called a change (hostile
+        # finding); their workload key is the same when they differ in the
+        # server's settings or the environment only
+        mixed = (
+            f"the runs are of {len(arms)} arms of an experiment "
+            f"({', '.join(f'arm={a}' for a in arms)}): --label arm={arms[0]} "
+            "follows one"
+        )
+    changes = (
+        [] if mixed else find_changes([r.value for r in series if r.value is not None])
+    )
     return History(
         metric=m,
         workload_key=workload,
@@ -126,6 +171,7 @@ def build_history(
         series_rows=series,
         other_workloads=dict(others or {}),
         warnings=tuple(_fingerprint_warnings(rows)),
+        mixed=mixed,
     )
 
 
@@ -202,6 +248,8 @@ def render_history(h: History) -> str:
         lines.append("  ".join(cells).rstrip())
     if h.changes:
         lines.extend(describe_change(h, c) for c in h.changes)
+    elif h.mixed:
+        lines.append(f"no change points sought: {h.mixed}")
     elif len(h.series_rows) < MIN_RUNS:
         lines.append(
             f"no change points: {len(h.series_rows)} runs are too few to tell "
@@ -255,6 +303,7 @@ def history_json(h: History, threshold: float) -> dict[str, Any]:
             for r in h.rows
         ],
         "changes": [change(c) for c in h.changes],
+        "not_sought": h.mixed,
         "threshold": threshold,
         "regression": None if bad is None else change(bad),
         "environment_warnings": list(h.warnings),
