@@ -432,6 +432,73 @@ class PgConn:
         self._pgconn.finish()
 
 
+#: cancel requests :func:`cancel_all` keeps open at once (file descriptors)
+_CANCEL_WINDOW = 64
+
+
+def cancel_all(conns: Sequence[PgConn], timeout_s: float) -> int:
+    """Ask the server to cancel what each connection runs, given up after
+    ``timeout_s``; how many requests the server took.
+
+    ``PQcancel`` blocks until the server closes the cancel connection, with
+    no time limit: a server that hangs (a stopped postmaster, a host gone
+    without a reset) held an interrupted run's worker in it until the
+    parent killed the worker, and what the worker had measured was lost.
+    Here the requests go out without blocking (``PQcancelStart``/
+    ``PQcancelPoll``), :data:`_CANCEL_WINDOW` at a time, and whatever has
+    not been answered at the deadline is dropped (the caller closes the
+    connections next anyway)."""
+    import select
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    todo = list(conns)
+    # cancel connection -> what its last poll asked for
+    pending: dict[Any, int] = {}
+    answered = 0
+    while todo or pending:
+        while todo and len(pending) < _CANCEL_WINDOW:
+            try:
+                cc = todo.pop()._pgconn.cancel_conn()
+                cc.start()
+            except Exception:  # a connection already lost: nothing to cancel
+                continue
+            pending[cc] = POLL_WRITING  # as after PQconnectStart
+        left = deadline - time.monotonic()
+        if left <= 0 or not pending:
+            break
+        poller = select.poll()
+        by_fd: dict[int, Any] = {}
+        for cc, want in pending.items():
+            try:
+                fd = cc.socket
+            except Exception:
+                fd = -1
+            if fd < 0:
+                continue
+            by_fd[fd] = cc
+            poller.register(
+                fd, select.POLLIN if want == POLL_READING else select.POLLOUT
+            )
+        for fd, _ in poller.poll(left * 1000.0) if by_fd else ():
+            cc = by_fd[fd]
+            try:
+                status = int(cc.poll())
+            except Exception:
+                status = POLL_FAILED
+            if status in (POLL_OK, POLL_FAILED):
+                answered += status == POLL_OK
+                cc.finish()
+                del pending[cc]
+            else:
+                pending[cc] = status
+        if not by_fd:
+            break  # no socket to wait on: none will be answered
+    for cc in pending:
+        cc.finish()
+    return answered
+
+
 def conninfo(items: dict[str, str], password: str | None = None) -> str:
     """A conninfo string for ``items`` with pgbench's keyword precedence.
 

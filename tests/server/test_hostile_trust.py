@@ -1,0 +1,111 @@
+"""Hostile-tester regressions on what a run keeps when the world around it
+misbehaves (signals, a server that hangs, files and other users).
+
+* A run interrupted (SIGTERM, Ctrl-C) while its server hung (a stopped
+  postmaster, a host gone without a reset): the worker's cancel request
+  (``PQcancel``, no time limit) blocked until the parent killed the worker
+  after its grace, and everything the worker had measured was lost
+  ("number of transactions actually processed: 0", "worker died: killed
+  by signal 9", the run called aborted). The cancel requests now take at
+  most ``engine.interrupt.CANCEL_S`` together, and the report counts what
+  ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.fix_run import PGSURGE, UnixRelay, tool_env
+
+pytestmark = pytest.mark.server
+
+TIMEOUT = 120  # a loaded 2-core machine
+
+
+class FreezingRelay(UnixRelay):
+    """A relay that forwards until :meth:`freeze`, then forwards nothing more
+    either way and leaves new connections unanswered: a server that hangs
+    (SIGSTOP) while its clients wait for results."""
+
+    def __init__(self, dsn: str, directory: Path) -> None:
+        self.frozen = threading.Event()
+        super().__init__(dsn, directory)
+
+    def freeze(self) -> None:
+        self.frozen.set()
+
+    def serve(self, client: socket.socket) -> None:
+        if self.frozen.is_set():
+            return  # accepted (the kernel's backlog), never answered
+        server = self.connect()
+        threading.Thread(target=self._pump, args=(server, client), daemon=True).start()
+        self._pump(client, server)
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                if self.frozen.is_set():
+                    return  # dropped: the bytes stop here, the socket stays open
+                dst.sendall(data)
+
+
+def _history_rows(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pgbench_history").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["c", "python"])
+def test_an_interrupted_run_on_a_hung_server_keeps_what_it_measured(
+    bench_db: str, tmp_path: Path, loop: str
+) -> None:
+    relay = FreezingRelay(bench_db, tmp_path)
+    out = tmp_path / "run.json"
+    args = ["-n", "-c", "4", "-j", "2", "-T", "600", "--json", str(out)]
+    proc = subprocess.Popen(
+        [*PGSURGE, *args, relay.dsn],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=tool_env(None, loop=loop),  # type: ignore[arg-type]
+    )
+    try:
+        # transactions committed (each TPC-B one inserts a history row),
+        # then the server stops answering in the middle of the next ones
+        deadline = time.monotonic() + TIMEOUT
+        while _history_rows(bench_db) < 20:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no transaction committed"
+            time.sleep(0.2)
+        relay.freeze()
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        relay.close()
+    text = stderr.decode()
+    assert proc.returncode == -signal.SIGTERM, text
+    assert "died" not in text and "aborted" not in text, text
+    assert "run interrupted by SIGTERM" in text
+    processed = next(
+        line
+        for line in stdout.decode().splitlines()
+        if line.startswith("number of transactions actually processed:")
+    )
+    assert int(processed.split(":")[1]) >= 20, stdout.decode()
+    doc = json.loads(out.read_text())
+    assert doc["interrupted"] is not None
+    assert doc["totals"]["processed"] >= 20
