@@ -9,6 +9,13 @@ misbehaves (signals, a server that hangs, files and other users).
   by signal 9", the run called aborted). The cancel requests now take at
   most ``engine.interrupt.CANCEL_S`` together, and the report counts what
   ran.
+* The same with ``--server-stats`` or ``--waits``: the monitor's end
+  snapshot (or its sampling thread, which the end joins) waited in
+  ``PQexec`` for a server that never answered. The report never came,
+  and not even the third SIGTERM, which ends the program at once, did
+  anything (no signal handler runs while C waits). The monitor now
+  waits for an answer at most ``insight.own.ANSWER_WAIT_S``, in steps
+  that let the handlers run.
 """
 
 from __future__ import annotations
@@ -59,6 +66,48 @@ class FreezingRelay(UnixRelay):
                 dst.sendall(data)
 
 
+def _run_until_frozen(
+    dsn: str, tmp_path: Path, loop: str, extra: list[str]
+) -> tuple[int, str, str, Path]:
+    """A run through a :class:`FreezingRelay` frozen once it has committed
+    some transactions, then SIGTERM: (status, stdout, stderr, --json file)."""
+    relay = FreezingRelay(dsn, tmp_path)
+    out = tmp_path / "run.json"
+    args = ["-n", "-c", "4", "-j", "2", "-T", "600", "--json", str(out), *extra]
+    proc = subprocess.Popen(
+        [*PGSURGE, *args, relay.dsn],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=tool_env(None, loop=loop),  # type: ignore[arg-type]
+    )
+    try:
+        # transactions committed (each TPC-B one inserts a history row),
+        # then the server stops answering in the middle of the next ones
+        deadline = time.monotonic() + TIMEOUT
+        while _history_rows(dsn) < 20:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no transaction committed"
+            time.sleep(0.2)
+        relay.freeze()
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        relay.close()
+    return proc.returncode, stdout.decode(), stderr.decode(), out
+
+
+def _processed(stdout: str) -> int:
+    line = next(
+        line
+        for line in stdout.splitlines()
+        if line.startswith("number of transactions actually processed:")
+    )
+    return int(line.split(":")[1])
+
+
 def _history_rows(dsn: str) -> int:
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute("SELECT count(*) FROM pgbench_history").fetchone()
@@ -71,41 +120,29 @@ def _history_rows(dsn: str) -> int:
 def test_an_interrupted_run_on_a_hung_server_keeps_what_it_measured(
     bench_db: str, tmp_path: Path, loop: str
 ) -> None:
-    relay = FreezingRelay(bench_db, tmp_path)
-    out = tmp_path / "run.json"
-    args = ["-n", "-c", "4", "-j", "2", "-T", "600", "--json", str(out)]
-    proc = subprocess.Popen(
-        [*PGSURGE, *args, relay.dsn],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=tool_env(None, loop=loop),  # type: ignore[arg-type]
+    status, stdout, stderr, out = _run_until_frozen(bench_db, tmp_path, loop, [])
+    assert status == -signal.SIGTERM, stderr
+    assert "died" not in stderr and "aborted" not in stderr, stderr
+    assert "run interrupted by SIGTERM" in stderr
+    assert _processed(stdout) >= 20, stdout
+    doc = json.loads(out.read_text())
+    assert doc["interrupted"] is not None
+    assert doc["totals"]["processed"] >= 20
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("option", ["--server-stats", "--waits"])
+def test_the_monitor_of_a_run_on_a_hung_server_gives_up(
+    bench_db: str, tmp_path: Path, option: str
+) -> None:
+    status, stdout, stderr, out = _run_until_frozen(
+        bench_db, tmp_path, "auto", [option]
     )
-    try:
-        # transactions committed (each TPC-B one inserts a history row),
-        # then the server stops answering in the middle of the next ones
-        deadline = time.monotonic() + TIMEOUT
-        while _history_rows(bench_db) < 20:
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "no transaction committed"
-            time.sleep(0.2)
-        relay.freeze()
-        proc.send_signal(signal.SIGTERM)
-        stdout, stderr = proc.communicate(timeout=TIMEOUT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-        relay.close()
-    text = stderr.decode()
-    assert proc.returncode == -signal.SIGTERM, text
-    assert "died" not in text and "aborted" not in text, text
-    assert "run interrupted by SIGTERM" in text
-    processed = next(
-        line
-        for line in stdout.decode().splitlines()
-        if line.startswith("number of transactions actually processed:")
-    )
-    assert int(processed.split(":")[1]) >= 20, stdout.decode()
+    assert status == -signal.SIGTERM, stderr
+    assert "run interrupted by SIGTERM" in stderr
+    assert "the server did not answer within 15 s" in stderr
+    assert "Traceback" not in stderr
+    assert _processed(stdout) >= 20, stdout
     doc = json.loads(out.read_text())
     assert doc["interrupted"] is not None
     assert doc["totals"]["processed"] >= 20
