@@ -1,0 +1,79 @@
+"""Hostile-tester regressions on files written where another user can
+plant things (no server needed; root acts for the other user).
+
+* ``report --history -o PAGE`` writes the runs' pages into
+  ``<PAGE>-runs/``: it took whatever stood there, so root's pages went
+  through a symbolic link another user planted beside the page (into any
+  directory), or into another user's directory. Both are refused now, as
+  a link at the output file itself is.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.fix_cli import run_cli
+from tests.fix_data import write_result
+
+NOBODY = 65534
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="needs root to plant another user's files"
+)
+
+
+def _store(tmp_path: Path) -> Path:
+    tmp_path.chmod(0o700)
+    store = tmp_path / "s.sqlite"
+    result = write_result(tmp_path / "r.json", 1.0)
+    assert run_cli(["store", "import", result, f"--store={store}"]).status == 0
+    return store
+
+
+@needs_root
+def test_history_page_refuses_another_users_runs_link(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chown(shared, NOBODY, NOBODY)  # nobody's directory
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    link = shared / "page-runs"
+    link.symlink_to(victim)
+    os.lchown(link, NOBODY, NOBODY)
+    page = shared / "page.html"
+    r = run_cli(["report", "--history", f"--store={store}", "-o", str(page)])
+    assert r.stderr == (
+        f'pgsurge: error: refusing to write the runs\' reports into "{link}": '
+        'it is a symbolic link owned by "nobody"\n'
+    )
+    assert r.status == 1
+    assert list(victim.iterdir()) == []
+
+
+@needs_root
+def test_history_page_refuses_another_users_runs_directory(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    runs = tmp_path / "page-runs"
+    runs.mkdir()
+    os.chown(runs, NOBODY, NOBODY)
+    page = tmp_path / "page.html"
+    r = run_cli(["report", "--history", f"--store={store}", "-o", str(page)])
+    assert r.stderr == (
+        f'pgsurge: error: refusing to write the runs\' reports into "{runs}": '
+        'it is owned by "nobody"\n'
+    )
+    assert r.status == 1
+    assert list(runs.iterdir()) == []
+
+
+def test_history_page_writes_into_its_own_runs_directory(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    page = tmp_path / "page.html"
+    for _ in range(2):  # made, then taken again
+        r = run_cli(["report", "--history", f"--store={store}", "-o", str(page)])
+        assert r.status == 0, r.stderr
+        assert [p.name for p in (tmp_path / "page-runs").iterdir()] == ["run-1.html"]
+    assert "page-runs/run-1.html" in page.read_text()
