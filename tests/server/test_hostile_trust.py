@@ -16,23 +16,31 @@ misbehaves (signals, a server that hangs, files and other users).
   anything (no signal handler runs while C waits). The monitor now
   waits for an answer at most ``insight.own.ANSWER_WAIT_S``, in steps
   that let the handlers run.
+* ``--server-stats`` lists the server's settings that are not the
+  defaults in the --json file: a standby's ``primary_conninfo`` went
+  there with its replication password in clear (the HTML page and the
+  store masked it). Settings are masked where they are read now.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import signal
 import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from pgsurge.server.embedded import EmbeddedServer
 from tests.fix_run import PGSURGE, UnixRelay, tool_env
+from tests.fix_tap import make_base
 
 pytestmark = pytest.mark.server
 
@@ -146,3 +154,60 @@ def test_the_monitor_of_a_run_on_a_hung_server_gives_up(
     doc = json.loads(out.read_text())
     assert doc["interrupted"] is not None
     assert doc["totals"]["processed"] >= 20
+
+
+@pytest.fixture(scope="module")
+def own_cluster() -> Iterator[str]:
+    """A cluster of the test's own (its settings are changed), as a conninfo
+    of its superuser."""
+    base = make_base()
+    server = EmbeddedServer(base / "srv", port=54343)
+    try:
+        params = server.ensure_running()
+        yield psycopg.conninfo.make_conninfo(
+            host=str(params.host),
+            port=str(params.port),
+            user=server.superuser,
+            dbname="postgres",
+        )
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_server_stats_settings_hold_no_password(
+    own_cluster: str, tmp_path: Path
+) -> None:
+    # a standby's primary_conninfo holds the replication password (as
+    # pg_basebackup -R writes it); a setting named for a secret may hold one
+    secret = "HostileSetting7"
+    with psycopg.connect(own_cluster, autocommit=True) as conn:
+        conn.execute(
+            "ALTER SYSTEM SET primary_conninfo = "
+            f"'host=10.0.0.9 user=repl password={secret}'"
+        )
+        conn.execute(f"ALTER SYSTEM SET ssl_passphrase_command = 'echo {secret}x'")
+        conn.execute("SELECT pg_reload_conf()")
+    (tmp_path / "one.sql").write_text("SELECT 1;\n")
+    args = ["-n", "-f", "one.sql", "-t", "5", "--server-stats", "--json", "r.json"]
+    deadline = time.monotonic() + TIMEOUT
+    while True:  # the reload reaches new sessions at once, but not in order
+        proc = subprocess.run(
+            [*PGSURGE, *args, "--html", "r.html", "--store=s.sqlite", own_cluster],
+            capture_output=True,
+            cwd=tmp_path,
+            env=tool_env(None),
+            timeout=TIMEOUT,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr.decode()
+        doc = json.loads((tmp_path / "r.json").read_text())
+        shown = {s["name"]: s["setting"] for s in doc["server_stats"]["settings"]}
+        if "ssl_passphrase_command" in shown or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert shown["primary_conninfo"] == "host=10.0.0.9 user=repl password=********"
+    assert shown["ssl_passphrase_command"] == "********"
+    assert secret.encode() not in proc.stdout + proc.stderr
+    for path in tmp_path.iterdir():
+        assert secret.encode() not in path.read_bytes(), path
