@@ -12,7 +12,11 @@ which a password can reach pgsurge is masked before it is shown:
 * a conninfo keyword, ``password=PW``, ``password = 'a b'`` (quoted values
   with backslash escapes, as libpq reads them);
 * an environment assignment, ``PGPASSWORD=PW`` (any name with PASS, SECRET
-  or TOKEN in it, but not ``PGPASSFILE``/``passfile``, which name a file).
+  or TOKEN in it, but not ``PGPASSFILE``/``passfile``, which name a file);
+* SQL's string after such a word, ``ALTER ROLE r PASSWORD 'PW'``,
+  ``OPTIONS (password 'PW')``: ``pg_stat_statements`` keeps a utility
+  statement's text with its literals, so another session's password
+  change during a run is among ``--server-stats``' top statements.
 
 Masking errs on the side of hiding: a value that merely looks like a
 password is masked too. ``redact_text`` works on free text,
@@ -51,6 +55,13 @@ _ASSIGN = re.compile(
     r"(?<![\w?&%])([A-Za-z_]\w*)(\s*=\s*)('(?:[^'\\]|\\.)*'?|\"(?:[^\"\\]|\\.)*\"?|\S*)",
     re.S,
 )
+# SQL: a secret word, then a string constant ('…' with '' inside, E'…' with
+# backslash escapes too, $tag$…$tag$), possibly cut short (a truncated text)
+_SQL_STRING = re.compile(
+    r"(\b[A-Za-z_]\w*\s+)"
+    r"([Ee]'(?:[^'\\]|''|\\.)*'?|'(?:[^']|'')*'?|(\$\w*\$)(?:.*?\3|.*))",
+    re.S,
+)
 # one argument word that is NAME=VALUE, possibly as an option's value
 _WORD_ASSIGN = re.compile(r"((?:--?[\w-]+=)?([A-Za-z_]\w*)\s*=).*", re.S)
 
@@ -72,13 +83,20 @@ def _assign(m: re.Match[str]) -> str:
     return m.group(0)
 
 
+def _sql_string(m: re.Match[str]) -> str:
+    if is_secret_name(m.group(1)):
+        return f"{m.group(1)}'{MASK}'"
+    return m.group(0)
+
+
 def redact_text(text: str) -> str:
     """``text`` with every password form masked (see the module doc)."""
     if not _SECRET_NAME.search(text) and "://" not in text:
         return text  # the common case: nothing that could be one
     text = _URI_USERINFO.sub(rf"\1{MASK}", text)
     text = _URI_PARAM.sub(_param, text)
-    return _ASSIGN.sub(_assign, text)
+    text = _ASSIGN.sub(_assign, text)
+    return _SQL_STRING.sub(_sql_string, text)
 
 
 def redact_words(words: Iterable[str]) -> list[str]:

@@ -20,27 +20,28 @@ misbehaves (signals, a server that hangs, files and other users).
   defaults in the --json file: a standby's ``primary_conninfo`` went
   there with its replication password in clear (the HTML page and the
   store masked it). Settings are masked where they are read now.
+* ``--server-stats``' top statements: ``pg_stat_statements`` keeps a
+  utility statement's literals, so ``ALTER ROLE … PASSWORD '…'`` run by
+  any session during the run showed the password in the report, the
+  JSON, the page and the store. SQL's ``PASSWORD '…'`` is masked now
+  (``pgsurge.redact``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import signal
 import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from pgsurge.server.embedded import EmbeddedServer
 from tests.fix_run import PGSURGE, UnixRelay, tool_env
-from tests.fix_tap import make_base
 
 pytestmark = pytest.mark.server
 
@@ -156,32 +157,13 @@ def test_the_monitor_of_a_run_on_a_hung_server_gives_up(
     assert doc["totals"]["processed"] >= 20
 
 
-@pytest.fixture(scope="module")
-def own_cluster() -> Iterator[str]:
-    """A cluster of the test's own (its settings are changed), as a conninfo
-    of its superuser."""
-    base = make_base()
-    server = EmbeddedServer(base / "srv", port=54343)
-    try:
-        params = server.ensure_running()
-        yield psycopg.conninfo.make_conninfo(
-            host=str(params.host),
-            port=str(params.port),
-            user=server.superuser,
-            dbname="postgres",
-        )
-    finally:
-        server.stop()
-        shutil.rmtree(base, ignore_errors=True)
-
-
 def test_server_stats_settings_hold_no_password(
-    own_cluster: str, tmp_path: Path
+    pgss_server: str, tmp_path: Path
 ) -> None:
     # a standby's primary_conninfo holds the replication password (as
     # pg_basebackup -R writes it); a setting named for a secret may hold one
     secret = "HostileSetting7"
-    with psycopg.connect(own_cluster, autocommit=True) as conn:
+    with psycopg.connect(pgss_server, autocommit=True) as conn:
         conn.execute(
             "ALTER SYSTEM SET primary_conninfo = "
             f"'host=10.0.0.9 user=repl password={secret}'"
@@ -193,7 +175,7 @@ def test_server_stats_settings_hold_no_password(
     deadline = time.monotonic() + TIMEOUT
     while True:  # the reload reaches new sessions at once, but not in order
         proc = subprocess.run(
-            [*PGSURGE, *args, "--html", "r.html", "--store=s.sqlite", own_cluster],
+            [*PGSURGE, *args, "--html", "r.html", "--store=s.sqlite", pgss_server],
             capture_output=True,
             cwd=tmp_path,
             env=tool_env(None),
@@ -211,3 +193,38 @@ def test_server_stats_settings_hold_no_password(
     assert secret.encode() not in proc.stdout + proc.stderr
     for path in tmp_path.iterdir():
         assert secret.encode() not in path.read_bytes(), path
+
+
+def test_server_stats_statements_hold_no_password(pgss_db: str, tmp_path: Path) -> None:
+    # pg_stat_statements keeps a utility statement's literals: a password
+    # set during the run (here by the run itself; by any session of the
+    # database as well) was among the top statements, in the report, the
+    # JSON, the page and the store
+    secret = "HostileStmt9"
+    role = "hostile_stmt_role"
+    with psycopg.connect(pgss_db, autocommit=True) as conn:
+        conn.execute(f"DROP ROLE IF EXISTS {role}")
+        conn.execute(f"CREATE ROLE {role}")
+    (tmp_path / "pw.sql").write_text(f"ALTER ROLE {role} PASSWORD '{secret}';\n")
+    args = ["-n", "-f", "pw.sql", "-t", "3", "--server-stats", "--json", "r.json"]
+    try:
+        proc = subprocess.run(
+            [*PGSURGE, *args, "--html", "r.html", "--store=s.sqlite", pgss_db],
+            capture_output=True,
+            cwd=tmp_path,
+            env=tool_env(None),
+            timeout=TIMEOUT,
+            check=False,
+        )
+    finally:
+        with psycopg.connect(pgss_db, autocommit=True) as conn:
+            conn.execute(f"DROP ROLE IF EXISTS {role}")
+    assert proc.returncode == 0, proc.stderr.decode()
+    doc = json.loads((tmp_path / "r.json").read_text())
+    queries = [s["query"] for s in doc["server_stats"]["deltas"]["statements"]]
+    assert f"ALTER ROLE {role} PASSWORD '********'" in queries
+    assert secret.encode() not in proc.stdout + proc.stderr
+    del doc["scripts"]  # the script's own lines, as written (-r prints them)
+    assert secret not in json.dumps(doc)
+    for name in ("r.html", "s.sqlite"):
+        assert secret.encode() not in (tmp_path / name).read_bytes(), name
