@@ -25,12 +25,18 @@ misbehaves (signals, a server that hangs, files and other users).
   any session during the run showed the password in the report, the
   JSON, the page and the store. SQL's ``PASSWORD '…'`` is masked now
   (``pgsurge.redact``).
+* ``ab``/``sweep``/``capacity`` killed with SIGKILL (a CI timeout, the OOM
+  killer): the current run, in a process group of its own, went on
+  loading the server for its whole ``-T``, under the next experiment or a
+  ``--resume``. The kernel now sends it SIGTERM when the experiment dies
+  (``PR_SET_PDEATHSIG``): it stops and keeps what it measured.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -228,3 +234,56 @@ def test_server_stats_statements_hold_no_password(pgss_db: str, tmp_path: Path) 
     assert secret not in json.dumps(doc)
     for name in ("r.html", "s.sqlite"):
         assert secret.encode() not in (tmp_path / name).read_bytes(), name
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return status != "Z"
+
+
+@pytest.mark.slow
+def test_a_killed_experiment_takes_its_run_with_it(
+    bench_db: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    own = ["--runs", "1", "--warmup", "0", "--out", str(out)]
+    ab = subprocess.Popen(
+        [*PGSURGE, "ab", *own, "--", "-S", "-c", "1", "-T", "600", "-P", "1", bench_db],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=tool_env(None),
+    )
+    runs: list[int] = []
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        log = out / "run-1-A.log"
+        while not (log.exists() and "progress:" in log.read_text()):
+            assert ab.poll() is None, "ab ended"
+            assert time.monotonic() < deadline, "the run never started"
+            time.sleep(0.2)
+        runs = _children(ab.pid)
+        assert len(runs) == 1
+        ab.kill()  # SIGKILL: no handler of ab's runs
+        ab.wait()
+        while _alive(runs[0]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(runs[0]), "the run went on without its experiment"
+    finally:
+        for pid in runs:  # an orphan's workers die with it
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if ab.poll() is None:
+            ab.kill()
+            ab.wait()
+    # it stopped as on kill: what it measured is kept, marked interrupted
+    doc = json.loads((out / "run-1-A.json").read_text())
+    assert doc["interrupted"]["signal"] == "SIGTERM"
+    assert doc["totals"]["processed"] > 0

@@ -44,6 +44,7 @@ from pgsurge.experiment.ab import (
     Interrupted,
     Plan,
     RunRecord,
+    die_with_us,
     write_private,
 )
 from pgsurge.experiment.grid import Cell, Vary, cells, rounds
@@ -257,6 +258,7 @@ class Sweep(Experiment):
                     stdout=f,
                     stderr=subprocess.STDOUT,
                     env=init_env,
+                    preexec_fn=die_with_us(),  # (ab runs no thread: fork-safe)
                 )
             if rc != 0:
                 raise PgsurgeError(
