@@ -15,7 +15,8 @@ misbehaves (signals, a server that hangs, files and other users).
   and not even the third SIGTERM, which ends the program at once, did
   anything (no signal handler runs while C waits). The monitor now
   waits for an answer at most ``insight.own.ANSWER_WAIT_S``, in steps
-  that let the handlers run.
+  that let the handlers run; so does ``--pooler-admin``'s console (a
+  PgBouncer that hung).
 * ``--server-stats`` lists the server's settings that are not the
   defaults in the --json file: a standby's ``primary_conninfo`` went
   there with its replication password in clear (the HTML page and the
@@ -37,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -47,6 +49,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.fix_pooler import start_pooler
 from tests.fix_run import PGSURGE, UnixRelay, tool_env
 
 pytestmark = pytest.mark.server
@@ -287,3 +290,50 @@ def test_a_killed_experiment_takes_its_run_with_it(
     doc = json.loads((out / "run-1-A.json").read_text())
     assert doc["interrupted"]["signal"] == "SIGTERM"
     assert doc["totals"]["processed"] > 0
+
+
+@pytest.mark.slow
+def test_a_hung_pooler_console_is_given_up(
+    server_dsn: str, bench_db: str, tmp_path: Path
+) -> None:
+    # --pooler-admin's console commands waited in PQexec with no limit: a
+    # PgBouncer that hung (stopped) held the interrupted run's report for
+    # ever, and its signals
+    pooler = start_pooler(server_dsn, "session")
+    try:
+        (tmp_path / "s.sql").write_text("select pg_sleep(0.01);\n")
+        result = tmp_path / "r.json"
+        args = ["-n", "-f", "s.sql", "-c", "2", "-T", "600", "-P", "1"]
+        args += [f"--pooler-admin={pooler.admin_dsn}", f"--json={result}"]
+        proc = subprocess.Popen(
+            [*PGSURGE, *args, pooler.pooled(bench_db)],
+            cwd=tmp_path,
+            env=tool_env(None),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proc.stderr is not None
+            progress = 0
+            while progress < 3:  # the console was read at the first boundaries
+                line = proc.stderr.readline()
+                assert line, proc.communicate()
+                progress += line.startswith("progress: ")
+            pooler.process.send_signal(signal.SIGSTOP)
+            proc.send_signal(signal.SIGTERM)
+            _out, err = proc.communicate(timeout=TIMEOUT)
+        finally:
+            pooler.process.send_signal(signal.SIGCONT)
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    finally:
+        pooler.stop()
+        shutil.rmtree(pooler.directory, ignore_errors=True)
+    assert proc.returncode == -signal.SIGTERM, err
+    assert "did not answer within 15 s" in err, err
+    assert "Traceback" not in err
+    section = json.loads(result.read_text())["pooler_admin"]
+    assert section["reads"] >= 1 and section["xacts"] > 0, section
+    assert section["stopped"], section
