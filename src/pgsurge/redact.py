@@ -35,6 +35,7 @@ from urllib.parse import unquote
 __all__ = [
     "MASK",
     "is_secret_name",
+    "redact_echo",
     "redact_env",
     "redact_text",
     "redact_value",
@@ -133,3 +134,42 @@ def redact_value(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [redact_value(v) for v in value]
     return value
+
+
+# a URI's user information, "user:PW" up to the last "@" before the path
+_URI_AUTHORITY = re.compile(r"[a-z][a-z0-9+.-]*://([^/?#]*)@", re.I)
+_SECRET_KEY = re.compile(r"(?<![\w%])([A-Za-z_]\w*)\s*=", re.S)
+_QUOTED = re.compile(r'"([^"]*)"')
+
+
+def _secret_spans(source: str) -> list[str]:
+    """The parts of a conninfo string or URI that may hold its password:
+    a URI's user information after the ``:``, and everything from the
+    first secret keyword (``password=``, ``?password=``) on: a value the
+    parser could not read (``password=my secret``) has no known end."""
+    spans = []
+    m = _URI_AUTHORITY.match(source)
+    if m is not None and ":" in m.group(1):
+        spans.append(m.group(1).split(":", 1)[1])
+    for key in _SECRET_KEY.finditer(source):
+        if is_secret_name(unquote(key.group(1))):
+            spans.append(source[key.end() :])
+            break
+    return spans
+
+
+def redact_echo(message: str, source: str) -> str:
+    """libpq's message about ``source``, a conninfo string or URI it could
+    not parse (``invalid percent-encoded token: "…"``, ``missing "=" after
+    "…"``): a quoted token taken from the password is masked, as every
+    password form in the rest of the message (``redact_text``). The
+    token may be half a password: ``password=my secret`` is read as the
+    keyword ``secret`` missing its ``=``."""
+    spans = _secret_spans(source)
+
+    def token(m: re.Match[str]) -> str:
+        if m.group(1) and any(m.group(1) in span for span in spans):
+            return f'"{MASK}"'
+        return m.group(0)
+
+    return redact_text(_QUOTED.sub(token, message)) if spans else redact_text(message)

@@ -6,6 +6,14 @@ plant things (no server needed; root acts for the other user).
   through a symbolic link another user planted beside the page (into any
   directory), or into another user's directory. Both are refused now, as
   a link at the output file itself is.
+* libpq's message about a connection string it cannot parse quotes the
+  piece it stumbled on, often the password: ``invalid percent-encoded
+  token: "PW"`` (a ``%`` not encoded in a URI's password), ``missing "="
+  after "cret"`` (``password=my secret``, unquoted). ``--monitor``,
+  ``--pooler-admin`` and the results store (``--store URI``, or
+  ``PGSURGE_STORE`` from the environment, never on the command line)
+  printed it; the piece is masked now (``redact.redact_echo``). The run's
+  own target keeps pgbench's message.
 """
 
 from __future__ import annotations
@@ -77,3 +85,46 @@ def test_history_page_writes_into_its_own_runs_directory(tmp_path: Path) -> None
         assert r.status == 0, r.stderr
         assert [p.name for p in (tmp_path / "page-runs").iterdir()] == ["run-1.html"]
     assert "page-runs/run-1.html" in page.read_text()
+
+
+SECRET = "Hostile5Echo"
+
+
+@pytest.mark.parametrize(
+    ("option", "dsn"),
+    [
+        ("--monitor", f"postgresql://u:{SECRET}%zz@h/db"),
+        ("--monitor", f"postgresql://h/db?password={SECRET}%zz"),
+        ("--monitor", f"host=h password=my {SECRET}"),
+        ("--pooler-admin", f"host=h password=my {SECRET}"),
+    ],
+)
+def test_an_unparsable_dsn_option_shows_no_password(option: str, dsn: str) -> None:
+    r = run_cli(["-t", "1", "--waits", f"{option}={dsn}", "host=h"])
+    assert r.status == 1
+    assert r.stderr.startswith(
+        f"pgsurge: error: invalid connection string for option {option}: "
+    ), r.stderr
+    assert '"********"' in r.stderr
+    assert SECRET not in r.stderr
+
+
+def test_a_harmless_token_is_still_named() -> None:
+    r = run_cli(["-t", "1", "--waits", "--monitor=host=h foo", "host=h"])
+    assert 'missing "=" after "foo"' in r.stderr
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_an_unparsable_store_uri_shows_no_password(tmp_path: Path, how: str) -> None:
+    uri = f"postgresql://u:{SECRET}%zz@127.0.0.1:1/db"
+    result = write_result(tmp_path / "r.json", 1.0)
+    if how == "option":
+        r = run_cli(["store", "import", result, f"--store={uri}"])
+    else:
+        r = run_cli(["store", "import", result], env={"PGSURGE_STORE": uri})
+    assert r.status == 1
+    assert r.stderr == (
+        "pgsurge: error: could not connect to results store "
+        'postgresql://u:********@127.0.0.1:1/db: invalid percent-encoded token: "'
+        '********"\n'
+    )
