@@ -63,6 +63,10 @@ _SQL_STRING = re.compile(
     r"([Ee]'(?:[^'\\]|''|\\.)*'?|'(?:[^']|'')*'?|(\$\w*\$)(?:.*?\3|.*))",
     re.S,
 )
+# in a conninfo word: a (masked) value, then words that are no key=value
+_CONNINFO_TAIL = re.compile(
+    r"(?<![\w?&%])([A-Za-z_]\w*)(\s*=\s*)(\S*(?:\s+[^\s=]+(?=\s|$))+)"
+)
 # one argument word that is NAME=VALUE, possibly as an option's value
 _WORD_ASSIGN = re.compile(r"((?:--?[\w-]+=)?([A-Za-z_]\w*)\s*=).*", re.S)
 
@@ -102,14 +106,18 @@ def redact_text(text: str) -> str:
 
 def redact_words(words: Iterable[str]) -> list[str]:
     """Each argument word masked; a word ``[--opt=]NAME=VALUE`` with a
-    secret NAME loses all of VALUE (a shell word may hold spaces)."""
+    secret NAME loses all of VALUE (a shell word may hold spaces). In a
+    conninfo word, an unquoted secret value takes the words after it that
+    are no ``key=value`` along: ``password=my secret`` (libpq reads
+    ``secret`` as a keyword without its ``=``, and it is half the
+    password)."""
     out = []
     for word in words:
         m = _WORD_ASSIGN.fullmatch(word)
         if m is not None and is_secret_name(m.group(2)):
             out.append(m.group(1) + MASK)
         else:
-            out.append(redact_text(word))
+            out.append(_CONNINFO_TAIL.sub(_assign, redact_text(word)))
     return out
 
 
@@ -142,30 +150,31 @@ _SECRET_KEY = re.compile(r"(?<![\w%])([A-Za-z_]\w*)\s*=", re.S)
 _QUOTED = re.compile(r'"([^"]*)"')
 
 
-def _secret_spans(source: str) -> list[str]:
-    """The parts of a conninfo string or URI that may hold its password:
-    a URI's user information after the ``:``, and everything from the
-    first secret keyword (``password=``, ``?password=``) on: a value the
-    parser could not read (``password=my secret``) has no known end."""
+def _secret_spans(sources: Iterable[str]) -> list[str]:
+    """The parts of conninfo strings or URIs that may hold a password: a
+    URI's user information after the ``:``, and everything from the first
+    secret keyword (``password=``, ``?password=``) on: a value the parser
+    could not read (``password=my secret``) has no known end."""
     spans = []
-    m = _URI_AUTHORITY.match(source)
-    if m is not None and ":" in m.group(1):
-        spans.append(m.group(1).split(":", 1)[1])
-    for key in _SECRET_KEY.finditer(source):
-        if is_secret_name(unquote(key.group(1))):
-            spans.append(source[key.end() :])
-            break
+    for source in sources:
+        m = _URI_AUTHORITY.search(source)
+        if m is not None and ":" in m.group(1):
+            spans.append(m.group(1).split(":", 1)[1])
+        for key in _SECRET_KEY.finditer(source):
+            if is_secret_name(unquote(key.group(1))):
+                spans.append(source[key.end() :])
+                break
     return spans
 
 
-def redact_echo(message: str, source: str) -> str:
+def redact_echo(message: str, source: str | Iterable[str]) -> str:
     """libpq's message about ``source``, a conninfo string or URI it could
     not parse (``invalid percent-encoded token: "…"``, ``missing "=" after
     "…"``): a quoted token taken from the password is masked, as every
     password form in the rest of the message (``redact_text``). The
     token may be half a password: ``password=my secret`` is read as the
     keyword ``secret`` missing its ``=``."""
-    spans = _secret_spans(source)
+    spans = _secret_spans([source] if isinstance(source, str) else source)
 
     def token(m: re.Match[str]) -> str:
         if m.group(1) and any(m.group(1) in span for span in spans):

@@ -12,8 +12,10 @@ plant things (no server needed; root acts for the other user).
   after "cret"`` (``password=my secret``, unquoted). ``--monitor``,
   ``--pooler-admin`` and the results store (``--store URI``, or
   ``PGSURGE_STORE`` from the environment, never on the command line)
-  printed it; the piece is masked now (``redact.redact_echo``). The run's
-  own target keeps pgbench's message.
+  printed it; so did ``ab`` and ``sweep`` for a run that failed so, and
+  their header showed the half of an unquoted ``password=my secret``
+  after the masked one. The pieces are masked now (``redact.redact_echo``,
+  ``redact_words``). A plain run keeps pgbench's message.
 """
 
 from __future__ import annotations
@@ -128,3 +130,29 @@ def test_an_unparsable_store_uri_shows_no_password(tmp_path: Path, how: str) -> 
         'postgresql://u:********@127.0.0.1:1/db: invalid percent-encoded token: "'
         '********"\n'
     )
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        f"postgresql://u:{SECRET}%zz@127.0.0.1:1/db",
+        f"host=127.0.0.1 password=my {SECRET}",
+    ],
+)
+@pytest.mark.parametrize("command", ["ab", "sweep"])
+def test_an_experiment_shows_no_piece_of_a_password(
+    tmp_path: Path, command: str, target: str
+) -> None:
+    # the header masked "password=my" and showed the rest of the unquoted
+    # password; the failed run's libpq message quoted a piece of it
+    out = tmp_path / "out"
+    own = ["--runs", "1", "--warmup", "0", "--out", str(out)]
+    if command == "sweep":
+        own += ["--vary", "-c 1,2"]
+    r = run_cli([command, *own, "--", "-t", "1", target])
+    assert r.status == 1, r.stderr
+    assert "failed with exit status 1: " in r.stderr
+    assert '"********"' in r.stderr
+    assert SECRET not in r.stdout + r.stderr
+    manifest = (out / "manifest.json").read_text()
+    assert SECRET not in manifest

@@ -51,7 +51,7 @@ from pgsurge.config import ConnParams
 from pgsurge.errors import PROG, ExitStatus, PgsurgeError
 from pgsurge.experiment.render import run_line
 from pgsurge.experiment.results import RunSummary, load_result
-from pgsurge.redact import redact_env, redact_text, redact_words
+from pgsurge.redact import redact_echo, redact_env, redact_text, redact_words
 
 __all__ = ["Arm", "Experiment", "Plan", "RunRecord", "die_with_us", "schedule"]
 
@@ -440,7 +440,11 @@ class Experiment:
         if rc != 0:
             record.status = "aborted" if rc == ExitStatus.RUN_ABORTED else "failed"
             self.write_manifest()
-            last = self._last_error(out_dir / record.log)
+            # (libpq's message may quote a piece of a password it could
+            # not parse: "invalid percent-encoded token")
+            last = redact_echo(
+                self._last_error(out_dir / record.log), [*self.plan.common, *arm.args]
+            )
             what = f"run {record.seq} (arm {record.arm})"
             if rc == ExitStatus.RUN_ABORTED:
                 raise RunAborted(f"{what} was aborted: {last}")

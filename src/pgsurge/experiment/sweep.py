@@ -49,7 +49,7 @@ from pgsurge.experiment.ab import (
 )
 from pgsurge.experiment.grid import Cell, Vary, cells, rounds
 from pgsurge.experiment.results import RunSummary, load_result, workload_differences
-from pgsurge.redact import MASK, redact_env, redact_text, redact_words
+from pgsurge.redact import MASK, redact_echo, redact_env, redact_text, redact_words
 
 __all__ = ["Sweep", "SweepPlan", "SweepRecord", "load_manifest"]
 
@@ -263,7 +263,7 @@ class Sweep(Experiment):
             if rc != 0:
                 raise PgsurgeError(
                     f"initializing scale {scale} failed with exit status {rc}: "
-                    f"{redact_text(self._last_error(log))}"
+                    f"{redact_echo(self._last_error(log), where)}"
                 )
             done.add(key)
 
