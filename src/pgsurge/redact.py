@@ -35,6 +35,7 @@ from urllib.parse import unquote
 __all__ = [
     "MASK",
     "is_secret_name",
+    "printable",
     "redact_echo",
     "redact_env",
     "redact_text",
@@ -182,3 +183,18 @@ def redact_echo(message: str, source: str | Iterable[str]) -> str:
         return m.group(0)
 
     return redact_text(_QUOTED.sub(token, message)) if spans else redact_text(message)
+
+
+# C0 controls but tab and newline, DEL, C1 controls (a terminal acts on them)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` for a terminal: a control character shown as ``\\xNN``.
+
+    Not a secret, but the same rule of what may reach the screen: what a
+    results store or a result file holds (labels, the environment) is
+    whatever its writer put there, a team's shared store included, and an
+    escape sequence printed as it is clears the screen, retitles the
+    window or worse (OSC 52 writes the clipboard)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)

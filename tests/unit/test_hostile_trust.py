@@ -16,6 +16,11 @@ plant things (no server needed; root acts for the other user).
   their header showed the half of an unquoted ``password=my secret``
   after the masked one. The pieces are masked now (``redact.redact_echo``,
   ``redact_words``). A plain run keeps pgbench's message.
+* ``history`` printed a stored run's labels as they were, ``compare`` a
+  result file's environment: the escape sequences a writer of a shared
+  store (or of a result file) put there reached the terminal (clear the
+  screen, retitle it, OSC 52: write the clipboard). Control characters
+  are shown as ``\\xNN`` now (``redact.printable``).
 """
 
 from __future__ import annotations
@@ -156,3 +161,39 @@ def test_an_experiment_shows_no_piece_of_a_password(
     assert SECRET not in r.stdout + r.stderr
     manifest = (out / "manifest.json").read_text()
     assert SECRET not in manifest
+
+
+def test_history_shows_no_escape_sequence_of_a_stored_label(tmp_path: Path) -> None:
+    # a shared store's labels are whatever its writers put there: printed
+    # as they were, an escape sequence cleared the screen, retitled the
+    # terminal (or, OSC 52, wrote the clipboard)
+    tmp_path.chmod(0o700)
+    store = tmp_path / "s.sqlite"
+    evil = "c\x1b[2J\x1b]52;c;cHduZWQ=\x07\x9b"
+    result = write_result(tmp_path / "r.json", 1.0, edit={"labels": {"commit": evil}})
+    assert run_cli(["store", "import", result, f"--store={store}"]).status == 0
+    r = run_cli(["history", f"--store={store}"])
+    assert r.status == 0, r.stderr
+    assert "commit=c\\x1b[2J\\x1b]52;c;cHduZWQ=\\x07\\x9b" in r.stdout
+    assert not any(ch in r.stdout + r.stderr for ch in "\x1b\x07\x9b")
+
+
+def test_compare_shows_no_escape_sequence_of_a_result(tmp_path: Path) -> None:
+    evil = "Evil\x1b]0;pwned\x07CPU"
+    plain = {"environment": {"client": {"cpu_model": "Plain CPU"}}}
+    base = [
+        write_result(tmp_path / f"a{i}.json", 1000.0, seq=i, edit=plain)
+        for i in range(3)
+    ]
+    new = [
+        write_result(
+            tmp_path / f"b{i}.json",
+            1000.0,
+            seq=10 + i,
+            edit={"environment": {"client": {"cpu_model": evil}}},
+        )
+        for i in range(3)
+    ]
+    r = run_cli(["compare", *base, "--vs", *new])
+    assert "Evil\\x1b]0;pwned\\x07CPU" in r.stderr, r.stderr
+    assert not any(ch in r.stdout + r.stderr for ch in "\x1b\x07")
