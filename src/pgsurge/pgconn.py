@@ -38,7 +38,7 @@ import importlib.util
 import os
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
 from typing import Any, LiteralString, Self, TextIO
 
@@ -430,6 +430,129 @@ class PgConn:
 
     def finish(self) -> None:
         self._pgconn.finish()
+
+
+#: how often a bounded wait (:func:`exec_bounded`) lets the main thread's
+#: signal handlers run
+_WAIT_STEP_S = 0.2
+
+
+def exec_bounded(conn: PgConn, send: Callable[[Any], object], timeout_s: float) -> Any:
+    """What ``PQexec`` does, at most ``timeout_s`` long: ``send(raw)`` (a
+    ``PQsend*`` call on the libpq connection), then the results, the last
+    one returned (libpq's error result for a connection lost on the way).
+
+    ``PQexec`` waits for the answer in C with no time limit: a server that
+    hangs held the caller for ever, and in the main thread no signal
+    handler ran meanwhile (the program's third Ctrl-C or SIGTERM, which
+    ends it at once, did nothing). Here the wait is in steps of
+    :data:`_WAIT_STEP_S`; an exception a handler raises meanwhile
+    (``KeyboardInterrupt``) is held until the answer came, as it was
+    around ``PQexec``. No answer by ``timeout_s`` raises :data:`LibpqError`
+    (the held exception instead, if any) and leaves the connection with
+    the statement in flight: the caller closes it."""
+    import select
+    import time
+
+    pg = conn._pgconn
+    deadline = time.monotonic() + timeout_s
+    send(pg)
+    held: BaseException | None = None
+    last = None
+    lost = False
+    while True:
+        while not lost and pg.is_busy():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                if held is not None:
+                    raise held
+                raise LibpqError(f"the server did not answer within {timeout_s:g} s")
+            poller = select.poll()
+            poller.register(pg.socket, select.POLLIN)
+            try:
+                poller.poll(min(left, _WAIT_STEP_S) * 1000.0)
+            except BaseException as exc:  # a signal handler's: after the answer
+                held = held or exc
+            try:
+                pg.consume_input()
+            except LibpqError:
+                lost = True  # the next result is libpq's error
+        res = pg.get_result()
+        if res is None:
+            break
+        last = res
+    if held is not None:
+        raise held
+    if last is None:
+        raise LibpqError(f"executing query failed: {conn.error_message()}")
+    return last
+
+
+#: cancel requests :func:`cancel_all` keeps open at once (file descriptors)
+_CANCEL_WINDOW = 64
+
+
+def cancel_all(conns: Sequence[PgConn], timeout_s: float) -> int:
+    """Ask the server to cancel what each connection runs, given up after
+    ``timeout_s``; how many requests the server took.
+
+    ``PQcancel`` blocks until the server closes the cancel connection, with
+    no time limit: a server that hangs (a stopped postmaster, a host gone
+    without a reset) held an interrupted run's worker in it until the
+    parent killed the worker, and what the worker had measured was lost.
+    Here the requests go out without blocking (``PQcancelStart``/
+    ``PQcancelPoll``), :data:`_CANCEL_WINDOW` at a time, and whatever has
+    not been answered at the deadline is dropped (the caller closes the
+    connections next anyway)."""
+    import select
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    todo = list(conns)
+    # cancel connection -> what its last poll asked for
+    pending: dict[Any, int] = {}
+    answered = 0
+    while todo or pending:
+        while todo and len(pending) < _CANCEL_WINDOW:
+            try:
+                cc = todo.pop()._pgconn.cancel_conn()
+                cc.start()
+            except Exception:  # a connection already lost: nothing to cancel
+                continue
+            pending[cc] = POLL_WRITING  # as after PQconnectStart
+        left = deadline - time.monotonic()
+        if left <= 0 or not pending:
+            break
+        poller = select.poll()
+        by_fd: dict[int, Any] = {}
+        for cc, want in pending.items():
+            try:
+                fd = cc.socket
+            except Exception:
+                fd = -1
+            if fd < 0:
+                continue
+            by_fd[fd] = cc
+            poller.register(
+                fd, select.POLLIN if want == POLL_READING else select.POLLOUT
+            )
+        for fd, _ in poller.poll(left * 1000.0) if by_fd else ():
+            cc = by_fd[fd]
+            try:
+                status = int(cc.poll())
+            except Exception:
+                status = POLL_FAILED
+            if status in (POLL_OK, POLL_FAILED):
+                answered += status == POLL_OK
+                cc.finish()
+                del pending[cc]
+            else:
+                pending[cc] = status
+        if not by_fd:
+            break  # no socket to wait on: none will be answered
+    for cc in pending:
+        cc.finish()
+    return answered
 
 
 def conninfo(items: dict[str, str], password: str | None = None) -> str:

@@ -22,6 +22,13 @@ CASES = [
     ("PGPASSWORD=envpw pgsurge -S", "envpw", "pgsurge -S"),
     ("sslpassword=keypw", "keypw", "sslpassword="),
     ("MY_TOKEN=tok", "tok", "MY_TOKEN="),
+    # SQL (pg_stat_statements keeps a utility statement's literals)
+    ("ALTER ROLE r PASSWORD 'sq l@x' LOGIN", "sq l@x", "' LOGIN"),
+    ("CREATE ROLE r ENCRYPTED PASSWORD 'it''s'", "it''s", "ENCRYPTED PASSWORD '"),
+    ("OPTIONS (user 'bob', password 'um')", "um'", "(user 'bob', password '"),
+    ("alter user u password E'e\\'sc'", "sc", "alter user u password '"),
+    ("alter role r password $q$dol$q$ login", "dol", "' login"),
+    ("ALTER ROLE r PASSWORD 'cut sho", "cut sho", "ALTER ROLE r PASSWORD '"),
 ]
 
 
@@ -40,6 +47,9 @@ def test_every_password_form_is_masked(text: str, secret: str, kept: str) -> Non
         "passfile=/home/u/.pgpass PGPASSFILE=/x",
         "host=h port=5 dbname=bench",
         "-c 4 -j 2 -T 10",
+        "SELECT 'password' FROM t WHERE user = 'x'",
+        "ALTER ROLE r PASSWORD NULL",
+        'FATAL:  password authentication failed for user "bob"',
     ],
 )
 def test_nothing_else_changes(text: str) -> None:

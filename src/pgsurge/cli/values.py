@@ -91,7 +91,7 @@ def parse_monitor_dsn(value: str, option: str = "--monitor") -> str:
     or URI (checked here, so that a bad one is an option error before
     anything connects)."""
     from pgsurge import pgconn
-    from pgsurge.redact import redact_text
+    from pgsurge.redact import redact_echo
 
     if not value.strip():
         raise UsageError(f'invalid value "" for option {option}')
@@ -101,7 +101,7 @@ def parse_monitor_dsn(value: str, option: str = "--monitor") -> str:
         # the value is not echoed: it may hold a password
         raise UsageError(
             f"invalid connection string for option {option}: "
-            + redact_text(pgconn.strip_newline(str(exc)))
+            + redact_echo(pgconn.strip_newline(str(exc)), value)
         ) from None
     return value
 

@@ -13,8 +13,9 @@ keeps what ran (the issue "never lose a measurement"):
 * after :data:`GRACE_S` the parent sends :class:`~.protocol.Stop` on the
   pipes of the workers still running (a client in a long ``\\sleep``, a
   slow statement): the worker's pipe is its loop's control descriptor, so
-  the loop returns, the worker cancels what its clients still run
-  (``PQcancel``), closes their connections and sends its result;
+  the loop returns, the worker cancels what its clients still run (cancel
+  requests given up after :data:`CANCEL_S`: a hung server answers none),
+  closes their connections and sends its result;
 * a worker that has still not answered :data:`GRACE_S` later is killed
   and counted as dead;
 * a **second** SIGINT or SIGTERM skips the grace: the Stop goes out at
@@ -53,12 +54,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pgsurge import pgconn
 from pgsurge.engine import state as C
 from pgsurge.engine.forked import PipeEnd
 from pgsurge.engine.protocol import Stop
 from pgsurge.engine.state import Client, WorkerState
 
 __all__ = [
+    "CANCEL_S",
     "GRACE_S",
     "INTERRUPTING_SIGNALS",
     "STOP_SIGNAL",
@@ -76,6 +79,9 @@ __all__ = [
 #: how long the transactions in flight may take to finish once interrupted
 #: (and, after the Stop message, how long a worker may take to answer)
 GRACE_S = 2.0
+#: how long a stopped worker's cancel requests may take, all together (well
+#: within GRACE_S, after which the parent kills the worker)
+CANCEL_S = GRACE_S / 4
 #: parent -> worker: finish the transactions in flight, then report
 STOP_SIGNAL = signal.SIGUSR1
 #: the signals that interrupt a run gracefully the first time
@@ -191,14 +197,17 @@ def take_stop(pipe: PipeEnd) -> bool:
 
 
 def cancel_in_flight(clients: Sequence[Client]) -> None:
-    """Cancel what the clients still run (``PQcancel``), close their
-    connections and count them as finished: the interrupted transactions
-    are neither successes nor failures, they are not counted."""
-    for st in clients:
-        if st.state == C.FINISHED or st.state == C.ABORTED:
-            continue
+    """Cancel what the clients still run, close their connections and count
+    them as finished: the interrupted transactions are neither successes
+    nor failures, they are not counted.
+
+    The cancel requests take at most :data:`CANCEL_S` together, so that
+    the worker sends its result before the parent's grace ends and it is
+    killed, its figures lost: a server that hangs never answers them."""
+    running = [st for st in clients if st.state != C.FINISHED and st.state != C.ABORTED]
+    pgconn.cancel_all([st.conn for st in running if st.conn is not None], CANCEL_S)
+    for st in running:
         if st.conn is not None:
-            st.conn.cancel()
             st.conn.finish()
             st.conn = None
             st.raw = None

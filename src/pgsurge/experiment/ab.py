@@ -51,9 +51,9 @@ from pgsurge.config import ConnParams
 from pgsurge.errors import PROG, ExitStatus, PgsurgeError
 from pgsurge.experiment.render import run_line
 from pgsurge.experiment.results import RunSummary, load_result
-from pgsurge.redact import redact_env, redact_text, redact_words
+from pgsurge.redact import redact_echo, redact_env, redact_text, redact_words
 
-__all__ = ["Arm", "Experiment", "Plan", "RunRecord", "schedule"]
+__all__ = ["Arm", "Experiment", "Plan", "RunRecord", "die_with_us", "schedule"]
 
 MANIFEST = "manifest.json"
 #: the experiment directory and its files: the owner's only
@@ -72,6 +72,31 @@ _CHECKPOINT_CODE = (
     "with psycopg.connect(base, **items, autocommit=True, connect_timeout=30) as c:\n"
     "    c.execute('CHECKPOINT')\n"
 )
+
+
+def die_with_us() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the kernel send the child SIGTERM when this
+    process dies, even of SIGKILL (a CI job's timeout, the OOM killer,
+    ``kill -9``): the run, in a process group of its own, went on loading
+    the server for its whole ``-T`` behind an experiment that was gone (a
+    new one, or a ``--resume``, measured the server under its load). On
+    SIGTERM the run stops as it does on ``kill``. None off Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # it died before the request: too late
+            os._exit(1)
+
+    return preexec
 
 
 def write_private(path: Path, text: str) -> None:
@@ -346,6 +371,7 @@ class Experiment:
             capture_output=True,
             text=True,
             check=False,
+            preexec_fn=die_with_us(),  # (ab runs no thread: fork-safe)
         )
         if proc.returncode != 0:
             last = (proc.stderr.strip().splitlines() or ["?"])[-1]
@@ -395,6 +421,7 @@ class Experiment:
                 process_group=0,
                 # the run's --json file: the owner's only, like the rest
                 umask=0o077,
+                preexec_fn=die_with_us(),  # (ab runs no thread: fork-safe)
             )
             try:
                 rc = self._proc.wait()
@@ -413,7 +440,11 @@ class Experiment:
         if rc != 0:
             record.status = "aborted" if rc == ExitStatus.RUN_ABORTED else "failed"
             self.write_manifest()
-            last = self._last_error(out_dir / record.log)
+            # (libpq's message may quote a piece of a password it could
+            # not parse: "invalid percent-encoded token")
+            last = redact_echo(
+                self._last_error(out_dir / record.log), [*self.plan.common, *arm.args]
+            )
             what = f"run {record.seq} (arm {record.arm})"
             if rc == ExitStatus.RUN_ABORTED:
                 raise RunAborted(f"{what} was aborted: {last}")

@@ -51,7 +51,7 @@ from pgsurge.experiment.render import (
     repeat_json,
 )
 from pgsurge.experiment.results import RunSummary, check_distinct, load_results
-from pgsurge.redact import redact_words
+from pgsurge.redact import printable, redact_words
 
 __all__ = ["RunArgsCheck", "ab_main", "compare_main"]
 
@@ -276,7 +276,8 @@ def _compare(args: list[str], out: TextIO, err: TextIO) -> int:
         primary=ns.metric,
         force=ns.force,
     )
-    _emit(render_text(c), render_json(c, ns.fail_on), ns.json, out, err)
+    # (a result file's labels and environment are whatever its writer put)
+    _emit(printable(render_text(c)), render_json(c, ns.fail_on), ns.json, out, err)
     _environment_warnings([*base, *new], err)
     return c.exit_status(ns.fail_on)
 
@@ -290,7 +291,7 @@ def _environment_warnings(runs: Sequence[RunSummary], err: TextIO) -> None:
         if diff:
             err.write(
                 f"{PROG}: warning: {run.name} ran in another environment than "
-                f"{first.name}: {'; '.join(diff)}\n"
+                f"{first.name}: {printable('; '.join(diff))}\n"
             )
     err.flush()
 

@@ -44,11 +44,12 @@ from pgsurge.experiment.ab import (
     Interrupted,
     Plan,
     RunRecord,
+    die_with_us,
     write_private,
 )
 from pgsurge.experiment.grid import Cell, Vary, cells, rounds
 from pgsurge.experiment.results import RunSummary, load_result, workload_differences
-from pgsurge.redact import MASK, redact_env, redact_text, redact_words
+from pgsurge.redact import MASK, redact_echo, redact_env, redact_text, redact_words
 
 __all__ = ["Sweep", "SweepPlan", "SweepRecord", "load_manifest"]
 
@@ -257,11 +258,12 @@ class Sweep(Experiment):
                     stdout=f,
                     stderr=subprocess.STDOUT,
                     env=init_env,
+                    preexec_fn=die_with_us(),  # (ab runs no thread: fork-safe)
                 )
             if rc != 0:
                 raise PgsurgeError(
                     f"initializing scale {scale} failed with exit status {rc}: "
-                    f"{redact_text(self._last_error(log))}"
+                    f"{redact_echo(self._last_error(log), where)}"
                 )
             done.add(key)
 

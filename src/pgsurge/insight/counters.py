@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pgsurge import pgconn
+from pgsurge.redact import redact_text
 
 __all__ = [
     "SOURCES",
@@ -332,7 +333,9 @@ def _top_statements(rows: Sequence[Row]) -> list[Row]:
         out.append(
             {
                 "queryid": r.get("queryid"),
-                "query": str(r.get("query") or "")[:300],
+                # another session's ALTER ROLE … PASSWORD '…' is kept
+                # with its literal by pg_stat_statements
+                "query": redact_text(str(r.get("query") or ""))[:300],
                 "calls": calls,
                 "total_exec_time_ms": total,
                 "mean_exec_time_ms": total / calls if calls else None,

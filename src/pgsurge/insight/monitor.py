@@ -59,6 +59,7 @@ from pgsurge.insight.sampling import (
     pg_array,
 )
 from pgsurge.insight.waits import WaitProfile, label_text
+from pgsurge.redact import MASK, is_secret_name, redact_text
 
 __all__ = ["IDENTITY_SQL", "Monitor"]
 
@@ -110,6 +111,14 @@ def _typed_for(
     if password is None or pgconn.endpoint(run) == pgconn.endpoint(other):
         return password
     return None
+
+
+def _shown_setting(name: str, value: str) -> str:
+    """A setting's value as the result shows it: a standby's
+    ``primary_conninfo`` holds the replication password, which went into
+    the --json file in clear; a setting named for a secret
+    (``ssl_passphrase_command``) is masked whole."""
+    return MASK if is_secret_name(name) else redact_text(value)
 
 
 def _clock() -> int:
@@ -320,7 +329,9 @@ class Monitor:
             self.settings = [
                 {
                     "name": pgconn.value_text(res, r, 0),
-                    "setting": pgconn.value_text(res, r, 1),
+                    "setting": _shown_setting(
+                        pgconn.value_text(res, r, 0), pgconn.value_text(res, r, 1)
+                    ),
                     "unit": pgconn.value_text(res, r, 2),
                     "source": pgconn.value_text(res, r, 3),
                 }

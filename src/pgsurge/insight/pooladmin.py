@@ -44,6 +44,9 @@ POOL_SUMS: tuple[tuple[str, str], ...] = (
 #: SHOW STATS totals whose differences make an interval's figures
 STAT_TOTALS = ("total_xact_count", "total_query_count", "total_wait_time")
 
+#: how long a console command may take to answer (they take milliseconds)
+ANSWER_WAIT_S = 15.0
+
 
 class PoolAdminError(Exception):
     """A console command failed; the text is the pooler's message."""
@@ -129,7 +132,15 @@ class PoolAdmin:
         return admin
 
     def _rows(self, command: str) -> list[Row]:
-        status, res = self.conn.exec_status(command)
+        # at most ANSWER_WAIT_S: a PgBouncer that hangs (stopped) held the
+        # end of the run, its report and its signals (pgconn.exec_bounded)
+        try:
+            res = pgconn.exec_bounded(
+                self.conn, lambda raw: raw.send_query(command.encode()), ANSWER_WAIT_S
+            )
+        except pgconn.LibpqError as exc:
+            raise PoolAdminError(pgconn.strip_newline(str(exc))) from None
+        status = int(res.status)
         if status != pgconn.TUPLES_OK:
             raise PoolAdminError(pgconn.strip_newline(self.conn.error_message()))
         names = [pgconn.field_name(res, c) for c in range(res.nfields)]

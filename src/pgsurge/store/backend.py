@@ -407,15 +407,16 @@ def _connect_sqlite(location: Location) -> Any:
 def _connect_postgresql(location: Location) -> Any:
     import psycopg
 
-    from pgsurge.redact import redact_text
+    from pgsurge.redact import redact_echo
 
     try:
         return psycopg.connect(location.target, connect_timeout=10, autocommit=True)
     except (psycopg.Error, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc) else ""
+        # (libpq's message may quote a piece of the URI it could not parse)
         raise StoreError(
             f"could not connect to results store {location.shown}: "
-            f"{redact_text(first) or exc.__class__.__name__}"
+            f"{redact_echo(first, location.target) or exc.__class__.__name__}"
         ) from None
 
 

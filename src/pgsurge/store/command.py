@@ -27,6 +27,7 @@ from typing import Any, NoReturn, TextIO
 from pgsurge.errors import PROG, PgsurgeError, UsageError
 from pgsurge.experiment.command import _percent
 from pgsurge.experiment.compare import METRIC_KEYS
+from pgsurge.redact import printable
 from pgsurge.store.backend import open_store
 from pgsurge.store.history import (
     History,
@@ -223,7 +224,8 @@ def _trend(args: list[str], out: TextIO, err: TextIO) -> int:
 def _history(args: list[str], out: TextIO, err: TextIO) -> int:
     ns = _history_parser().parse_args(args)
     h = _select(ns)
-    text = render_history(h)
+    # (the store's labels are whatever its writers put there)
+    text = printable(render_history(h))
     if ns.json is not None:
         doc = json.dumps(history_json(h, ns.threshold), indent=2) + "\n"
         if ns.json == "-":

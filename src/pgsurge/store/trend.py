@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
@@ -127,6 +128,43 @@ def render_trend(
     )
 
 
+def _runs_folder(folder: Path) -> None:
+    """The folder of the runs' pages: made 0700, or an existing directory
+    of ours. The page may go into a directory another user can write to:
+    a symbolic link of theirs planted at ``<page>-runs`` (or a directory
+    of theirs there) had root's pages written wherever they liked, as a
+    link at an output file would (``report.output`` refuses that one)."""
+    try:
+        folder.mkdir(mode=0o700)
+        return
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise PgsurgeError(
+            f'could not create "{folder}": {exc.strerror or exc}'
+        ) from None
+    from pgsurge.server.safedir import user_name
+
+    try:
+        link = os.lstat(folder)
+        st = os.stat(folder)
+    except OSError as exc:
+        raise PgsurgeError(f'could not use "{folder}": {exc.strerror or exc}') from None
+    mine = {0, os.geteuid()}
+    if stat.S_ISLNK(link.st_mode) and link.st_uid not in mine:
+        raise PgsurgeError(
+            f'refusing to write the runs\' reports into "{folder}": it is a '
+            f'symbolic link owned by "{user_name(link.st_uid)}"'
+        )
+    if not stat.S_ISDIR(st.st_mode):
+        raise PgsurgeError(f'could not use "{folder}": it is not a directory')
+    if st.st_uid != os.geteuid():
+        raise PgsurgeError(
+            f'refusing to write the runs\' reports into "{folder}": it is '
+            f'owned by "{user_name(st.st_uid)}"'
+        )
+
+
 def write_trend(
     h: History, output: str, warnings: Sequence[str], stdout: TextIO
 ) -> None:
@@ -135,12 +173,7 @@ def write_trend(
     if output != "-":
         page = Path(output)
         folder = page.with_name(page.stem + "-runs")
-        try:
-            folder.mkdir(mode=0o700, exist_ok=True)
-        except OSError as exc:
-            raise PgsurgeError(
-                f'could not create "{folder}": {exc.strerror or exc}'
-            ) from None
+        _runs_folder(folder)
         for i, row in enumerate(h.rows):
             name = f"run-{row.run.id}.html"
             label = f"run {row.run.id}"
