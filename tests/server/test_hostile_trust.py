@@ -166,6 +166,21 @@ def test_the_monitor_of_a_run_on_a_hung_server_gives_up(
     assert doc["totals"]["processed"] >= 20
 
 
+def _run_with_outputs(
+    args: list[str], dsn: str, cwd: Path
+) -> subprocess.CompletedProcess[bytes]:
+    """pgsurge ``args`` with every output a secret could reach: an HTML
+    page and a store beside the test's --json, in ``cwd``."""
+    return subprocess.run(
+        [*PGSURGE, *args, "--html", "r.html", "--store=s.sqlite", dsn],
+        capture_output=True,
+        cwd=cwd,
+        env=tool_env(None),
+        timeout=TIMEOUT,
+        check=False,
+    )
+
+
 def test_server_stats_settings_hold_no_password(
     pgss_server: str, tmp_path: Path
 ) -> None:
@@ -183,14 +198,7 @@ def test_server_stats_settings_hold_no_password(
     args = ["-n", "-f", "one.sql", "-t", "5", "--server-stats", "--json", "r.json"]
     deadline = time.monotonic() + TIMEOUT
     while True:  # the reload reaches new sessions at once, but not in order
-        proc = subprocess.run(
-            [*PGSURGE, *args, "--html", "r.html", "--store=s.sqlite", pgss_server],
-            capture_output=True,
-            cwd=tmp_path,
-            env=tool_env(None),
-            timeout=TIMEOUT,
-            check=False,
-        )
+        proc = _run_with_outputs(args, pgss_server, tmp_path)
         assert proc.returncode == 0, proc.stderr.decode()
         doc = json.loads((tmp_path / "r.json").read_text())
         shown = {s["name"]: s["setting"] for s in doc["server_stats"]["settings"]}
@@ -217,14 +225,7 @@ def test_server_stats_statements_hold_no_password(pgss_db: str, tmp_path: Path) 
     (tmp_path / "pw.sql").write_text(f"ALTER ROLE {role} PASSWORD '{secret}';\n")
     args = ["-n", "-f", "pw.sql", "-t", "3", "--server-stats", "--json", "r.json"]
     try:
-        proc = subprocess.run(
-            [*PGSURGE, *args, "--html", "r.html", "--store=s.sqlite", pgss_db],
-            capture_output=True,
-            cwd=tmp_path,
-            env=tool_env(None),
-            timeout=TIMEOUT,
-            check=False,
-        )
+        proc = _run_with_outputs(args, pgss_db, tmp_path)
     finally:
         with psycopg.connect(pgss_db, autocommit=True) as conn:
             conn.execute(f"DROP ROLE IF EXISTS {role}")

@@ -47,6 +47,16 @@ def _store(tmp_path: Path) -> Path:
     return store
 
 
+def _refused(store: Path, page: Path, runs: Path, why: str) -> None:
+    """``report --history -o PAGE`` refuses the runs' folder, nobody's."""
+    r = run_cli(["report", "--history", f"--store={store}", "-o", str(page)])
+    assert r.stderr == (
+        f'pgsurge: error: refusing to write the runs\' reports into "{runs}": '
+        f'it is {why} "nobody"\n'
+    )
+    assert r.status == 1
+
+
 @needs_root
 def test_history_page_refuses_another_users_runs_link(tmp_path: Path) -> None:
     store = _store(tmp_path)
@@ -58,13 +68,7 @@ def test_history_page_refuses_another_users_runs_link(tmp_path: Path) -> None:
     link = shared / "page-runs"
     link.symlink_to(victim)
     os.lchown(link, NOBODY, NOBODY)
-    page = shared / "page.html"
-    r = run_cli(["report", "--history", f"--store={store}", "-o", str(page)])
-    assert r.stderr == (
-        f'pgsurge: error: refusing to write the runs\' reports into "{link}": '
-        'it is a symbolic link owned by "nobody"\n'
-    )
-    assert r.status == 1
+    _refused(store, shared / "page.html", link, "a symbolic link owned by")
     assert list(victim.iterdir()) == []
 
 
@@ -74,13 +78,7 @@ def test_history_page_refuses_another_users_runs_directory(tmp_path: Path) -> No
     runs = tmp_path / "page-runs"
     runs.mkdir()
     os.chown(runs, NOBODY, NOBODY)
-    page = tmp_path / "page.html"
-    r = run_cli(["report", "--history", f"--store={store}", "-o", str(page)])
-    assert r.stderr == (
-        f'pgsurge: error: refusing to write the runs\' reports into "{runs}": '
-        'it is owned by "nobody"\n'
-    )
-    assert r.status == 1
+    _refused(store, tmp_path / "page.html", runs, "owned by")
     assert list(runs.iterdir()) == []
 
 
