@@ -42,6 +42,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -82,6 +83,61 @@ class FreezingRelay(UnixRelay):
                 if self.frozen.is_set():
                     return  # dropped: the bytes stop here, the socket stays open
                 dst.sendall(data)
+
+
+class QueryFreezingRelay(FreezingRelay):
+    """A :class:`FreezingRelay` that freezes by itself at the first query a
+    client sends: the connection opens, the answer never comes."""
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                if data[:1] == b"Q":  # a simple query (the server sends none)
+                    self.freeze()
+                if self.frozen.is_set():
+                    return
+                dst.sendall(data)
+
+
+#: reads the counter after the run as the runner does, in a process of its
+#: own (libpq's blocking connect holds the GIL: in the test's process the
+#: relay's threads could not forward it)
+READ_AFTER = """
+import sys
+from pgsurge.cli.options import parse_command_line
+from pgsurge.runner import setup
+setup.AFTER_RUN_WAIT_S = 5  # libpq's connect_timeout is at least 2
+cfg = parse_command_line(["-n", "-S", sys.argv[1]], environ={})
+print(setup.read_counter_after(cfg, None, "SELECT 42"))
+"""
+
+
+@pytest.mark.parametrize("hangs", ["", "connecting", "answering"])
+def test_the_counter_read_after_the_run_gives_up_on_a_hung_server(
+    fresh_db: str, tmp_path: Path, hangs: str
+) -> None:
+    # a bundled workload (tpcc-like) reads its counter again after the run
+    # on a new connection: connecting and its query waited with no limit,
+    # so on a server that hung at the end the report's figures never came
+    relay = (QueryFreezingRelay if hangs == "answering" else FreezingRelay)(
+        fresh_db, tmp_path
+    )
+    if hangs == "connecting":
+        relay.freeze()
+    env = {k: v for k, v in tool_env(None).items() if k != "PGCONNECT_TIMEOUT"}
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", READ_AFTER, relay.dsn],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=TIMEOUT,  # it never came back before
+            check=False,
+        )
+    finally:
+        relay.close()
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ("None\n" if hangs else "42\n"), proc.stderr
 
 
 def _run_until_frozen(

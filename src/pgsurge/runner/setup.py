@@ -359,10 +359,19 @@ def workload_figures_of(cfg: RunConfig) -> tuple[str, tuple[str, ...], str] | No
     return kind, names, getattr(parsed[0], "counter_query", None) or ""
 
 
+#: how long the counter's read after the run may wait to connect and then
+#: for its answer: a server that hangs must not hold the report
+AFTER_RUN_WAIT_S = 15
+
+
 def read_counter(conn: pgconn.PgConn, query: str) -> int | None:
     """The one value of ``query`` (None when it fails or is NULL: the
     figure that needs it is then left out)."""
     status, res = conn.exec_status(query)
+    return _counter(status, res)
+
+
+def _counter(status: int, res: Any) -> int | None:
     if status != pgconn.TUPLES_OK:
         return None
     text = pgconn.value_text(res, 0, 0) if res.ntuples else None
@@ -371,14 +380,24 @@ def read_counter(conn: pgconn.PgConn, query: str) -> int | None:
 
 def read_counter_after(cfg: RunConfig, password: str | None, query: str) -> int | None:
     """``read_counter`` on a new connection, after the run (None when it
-    cannot connect)."""
-    conn, _message, _needs = _connect(cfg.conn.conninfo_items(), password)
+    cannot connect, or the server does not answer within
+    :data:`AFTER_RUN_WAIT_S`: connecting, unless the target sets its own
+    ``connect_timeout``, and then the query)."""
+    items = cfg.conn.conninfo_items()
+    if "connect_timeout" not in items and not os.environ.get("PGCONNECT_TIMEOUT"):
+        items = {**items, "connect_timeout": str(AFTER_RUN_WAIT_S)}
+    conn, _message, _needs = _connect(items, password)
     if conn is None:
         return None
     try:
-        return read_counter(conn, query)
+        res = pgconn.exec_bounded(
+            conn, lambda raw: raw.send_query(query.encode()), AFTER_RUN_WAIT_S
+        )
+    except pgconn.LibpqError:
+        return None
     finally:
         conn.finish()
+    return _counter(int(res.status), res)
 
 
 def worker_specs(
