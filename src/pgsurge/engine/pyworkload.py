@@ -498,7 +498,7 @@ def make_py(s: Settings, sup: Support) -> Callable[[Client, Op], int]:
         unless the run's end interrupted that code (``UserCodeStopped``):
         then the client ends there and its transaction is not counted."""
         if type(e) is not UserCodeStopped:
-            return raised(st, prog, e)
+            return fail(st, prog, user_traceback(e, prog.spec.user_files))
         info(
             f"client {st.id}: the Python code of its transaction was still "
             f"running (at {e}) {GRACE_S:g} s after the run's end: interrupted, "
