@@ -34,6 +34,7 @@ import os
 import re
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,7 +45,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _suite_cases import ASYNC_COMMIT, JSON_OUT, SELECT_ONLY, TPCB_LIKE
-from _suite_proc import SuiteServer, pg_bindir, pgsurge_argv
+from _suite_proc import (
+    SuiteServer,
+    parse_pin,
+    pg_bindir,
+    pgsurge_argv,
+    pin_tree,
+    postmaster_of,
+)
 
 #: the counters, short name -> perf event
 EVENTS = {
@@ -95,6 +103,15 @@ CASES = (
         high=800,
     ),
     Case("conn", ("-C", "-b", "select-only", "-c", "8", "-j", "2"), low=50, high=300),
+    # the same clients on one worker and on one worker each: with --pin, how
+    # much of conn's cost is the workers' sharing one CPU (processes switch
+    # address spaces where pgbench's threads do not)
+    Case(
+        "conn-j1", ("-C", "-b", "select-only", "-c", "8", "-j", "1"), low=50, high=300
+    ),
+    Case(
+        "conn-j8", ("-C", "-b", "select-only", "-c", "8", "-j", "8"), low=50, high=300
+    ),
     # issue 25: a thousand clients (the server's max_connections must allow them)
     Case(
         "c1000",
@@ -149,56 +166,122 @@ def per_tx(
     return out
 
 
+def pin(dsn: str, spec: str) -> None:
+    """--pin CLIENT,SERVER: the server's processes (and the backends it
+    forks later) on one CPU, this process and the tools it starts on the
+    other (as bench/suite.py's --pin), so that the tools' processes share
+    one CPU as they do in the suite."""
+    import psycopg
+
+    try:
+        client, cpu = parse_pin(spec, os.cpu_count())
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        pin_tree(postmaster_of(int(row[0])), {cpu})
+    except (ValueError, OSError, psycopg.Error) as exc:
+        sys.exit(f"--pin: {exc}")
+    os.sched_setaffinity(0, {client})
+    print(f"pinned: tools on CPU {client}, the server on CPU {cpu}", flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
         "--cases", help="comma-separated: " + ",".join(c.name for c in CASES)
     )
     ap.add_argument("--dsn", help="a database pgbench -i initialized (scale >= 10)")
-    ap.add_argument("--rounds", type=int, default=1, help="low/high pairs per case")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="low/high pairs per case and tool, the tools' order alternating "
+        "from round to round; with more than one, the medians are printed too",
+    )
     ap.add_argument("--pgsurge", metavar="CMD", help="command that starts pgsurge")
+    ap.add_argument(
+        "--also",
+        metavar="NAME=CMD",
+        action="append",
+        default=[],
+        help="one more pgsurge command to measure as the tool NAME (a branch's "
+        "tree, an environment variable); repeatable",
+    )
     ap.add_argument("--tools", default="pgbench,pgsurge", help="which tools, in order")
+    ap.add_argument(
+        "--pin",
+        metavar="CLIENT,SERVER",
+        help="the tools on one CPU, the server on another",
+    )
     o = ap.parse_args(argv)
     if shutil.which("perf") is None:
         ap.error("perf is not installed")
-    cases = CASES
+    cases: tuple[Case, ...] = CASES
     if o.cases:
         wanted = o.cases.split(",")
         cases = tuple(c for c in CASES if c.name in wanted)
         if len(cases) != len(wanted):
             ap.error(f"unknown case in {o.cases}")
     pgbench = [str(pg_bindir() / "pgbench")]
-    pgsurge = shlex.split(o.pgsurge) if o.pgsurge else pgsurge_argv()
+    commands = {"pgsurge": shlex.split(o.pgsurge) if o.pgsurge else pgsurge_argv()}
+    for spec in o.also:
+        name, sep, cmd = spec.partition("=")
+        if not sep or not name or not cmd:
+            ap.error(f"--also wants NAME=CMD, not {spec!r}")
+        commands[name] = shlex.split(cmd)
+    tools = o.tools.split(",") + [n for n in commands if n != "pgsurge"]
     server = None
     dsn = o.dsn
     if dsn is None:
         server = SuiteServer(None)
         dsn = server.recreate_db("pgsurge_sysc")
         subprocess.run([*pgbench, "-i", "-q", "-s", "10", dsn], check=True)
+    if o.pin:
+        pin(dsn, o.pin)
     shown = [k for k in EVENTS if k not in ("task_ms",)]
-    print(
-        f"{'case':8} {'tool':8} "
-        + " ".join(f"{k:>9.9}" for k in shown)
-        + "  cpu µs  fixed ms"
-    )
+    header = " ".join(f"{k:>9.9}" for k in shown)
+    print(f"{'case':8} {'tool':8} {header}  cpu µs  fixed ms")
+
+    def line(case: str, tool: str, r: dict[str, float]) -> str:
+        return (
+            f"{case:8} {tool:8} "
+            + " ".join(f"{r[k]:9.3f}" for k in shown)
+            + f"  {r['task_ms'] * 1000:6.2f}  {r['fixed_ms']:8.1f}"
+        )
+
     try:
         for case in cases:
-            for tool in o.tools.split(","):
-                env = dict(os.environ)
-                env.update(case.env)
-                if tool == "pgbench":
-                    run_argv = [*pgbench, *case.args]
-                else:
-                    # a run the C loop does not take fails instead of being measured
-                    env["PGSURGE_FASTLOOP"] = "require"
-                    run_argv = [*pgsurge, *case.args, *case.extra]
-                r = per_tx(run_argv, env, dsn, case, o.rounds)
-                print(
-                    f"{case.name:8} {tool:8} "
-                    + " ".join(f"{r[k]:9.3f}" for k in shown)
-                    + f"  {r['task_ms'] * 1000:6.2f}  {r['fixed_ms']:8.1f}",
-                    flush=True,
-                )
+            results: dict[str, list[dict[str, float]]] = {t: [] for t in tools}
+            for rnd in range(o.rounds):
+                for tool in tools if rnd % 2 == 0 else tools[::-1]:
+                    env = dict(os.environ)
+                    env.update(case.env)
+                    if tool == "pgbench":
+                        run_argv = [*pgbench, *case.args]
+                    else:
+                        # a run the C loop does not take fails instead of being measured
+                        env["PGSURGE_FASTLOOP"] = "require"
+                        run_argv = [*commands[tool], *case.args, *case.extra]
+                    r = per_tx(run_argv, env, dsn, case, 1)
+                    results[tool].append(r)
+                    print(line(case.name, tool, r), flush=True)
+            if o.rounds > 1:
+                for tool in tools:
+                    med = {
+                        k: statistics.median(r[k] for r in results[tool])
+                        for k in results[tool][0]
+                    }
+                    print(line(case.name, f"{tool[:6]}~", med), flush=True)
+                if "pgbench" in results:
+                    base = statistics.median(r["task_ms"] for r in results["pgbench"])
+                    for tool in tools:
+                        if tool != "pgbench":
+                            m = statistics.median(r["task_ms"] for r in results[tool])
+                            print(
+                                f"{case.name:8} {tool}: median cpu per transaction "
+                                f"{m / base:.3f}x pgbench's (indicative: timing)",
+                                flush=True,
+                            )
     finally:
         if server is not None:
             server.close()
