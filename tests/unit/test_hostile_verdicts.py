@@ -622,3 +622,33 @@ def test_the_permutation_test_gives_the_same_answer_every_time() -> None:
     values[20:] = [v * 0.9 for v in values[20:]]
     first = find_changes(values)
     assert all(find_changes(values) == first for _ in range(3))
+
+
+def _p50_files(tmp_path: Path, prefix: str, p50s: list[float], first: int) -> list[str]:
+    return [
+        write_result(
+            tmp_path / f"{prefix}{i}.json",
+            1000.0,
+            seq=first + i,
+            edit={"totals.latency_ms.percentiles.50": v},
+        )
+        for i, v in enumerate(p50s)
+    ]
+
+
+def test_a_percentile_one_measuring_step_apart_gets_no_verdict(tmp_path: Path) -> None:
+    # hostile finding (left open at stop 36): p50s of 20 and 21 µs, a
+    # microsecond apart in every run, were "slower" by 5 % with an interval
+    # of 3.5-6.5 %; a latency is counted in whole microseconds, so the runs'
+    # true p50s may differ by anything from 0 to 10 %
+    a = _p50_files(tmp_path, "a", [0.020] * 9 + [0.021], 0)
+    b = _p50_files(tmp_path, "b", [0.021] * 9 + [0.022], 10)
+    r = run_cli(["compare", *a, "--vs", *b, "--metric", "p50", "--fail-on", "slower"])
+    assert r.status == 0, r.stdout + r.stderr
+    (line,) = [s for s in r.stdout.splitlines() if s.startswith("p50 ")]
+    assert "slower" not in line and "inconclusive" in line, line
+    # the same relative change at 2 ms, where a step is 0.05 %, is a verdict
+    a = _p50_files(tmp_path, "c", [2.000] * 9 + [2.002], 0)
+    b = _p50_files(tmp_path, "d", [2.100] * 9 + [2.102], 10)
+    r = run_cli(["compare", *a, "--vs", *b, "--metric", "p50", "--fail-on", "slower"])
+    assert r.status == 3, r.stdout + r.stderr
