@@ -229,3 +229,91 @@ def test_a_typed_password_goes_to_the_same_server_again(
     got = _no_terminal([*PGSURGE, *args, scram_dsn], (PASSWORD + "\n").encode())
     assert got.status == 0, got.stderr
     assert got.number("number of transactions actually processed:") == "5/5"
+
+
+def _on_a_terminal(argv: Sequence[str], answer: bytes, limit_s: float) -> Outcome:
+    """``argv`` in a new session whose controlling terminal is a pty: the
+    first ``Password: `` it shows is answered with ``answer``; killed
+    (status -9) when it has not ended within ``limit_s``."""
+    import os
+    import pty
+    import select
+    import signal
+    import time
+
+    env = tool_env(None)
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: exec at once (nothing of pytest runs here)
+        try:
+            os.execvpe(argv[0], list(argv), env)
+        finally:
+            os._exit(127)
+    out = b""
+    answered = False
+    deadline = time.monotonic() + limit_s
+    status = None
+    while status is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            os.killpg(pid, signal.SIGKILL)  # its runs are in groups of their own
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            status = -9
+            break
+        ready, _, _ = select.select([fd], [], [], min(left, 0.5))
+        if ready:
+            try:
+                data = os.read(fd, 4096)
+            except OSError:  # the pty closed: the child is gone
+                data = b""
+            out += data
+            if b"Password: " in out and not answered:
+                os.write(fd, answer + b"\n")
+                answered = True
+        done, wstatus = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = os.waitstatus_to_exitcode(wstatus)
+    os.close(fd)
+    return Outcome(status, out.decode(errors="replace"), "")
+
+
+@pytest.mark.parametrize("password", ["right", "wrong"])
+def test_ab_asks_once_on_the_terminal_and_its_runs_never_stop_to_ask(
+    scram_dsn: str, tmp_path: Path, password: str
+) -> None:
+    # hostile finding: `pgsurge ab` on a terminal, against a server that
+    # wants a password none was given for: each run, in a process group of
+    # its own, asked on the terminal, was stopped there (SIGTTIN), and ab
+    # waited for it for ever. Now ab asks once, as pgbench asks, and its
+    # runs get the answer; a wrong one fails the run with libpq's message
+    answer = PASSWORD if password == "right" else "nope"
+    out = tmp_path / "ab"
+    got = _on_a_terminal(
+        [
+            *PGSURGE,
+            "ab",
+            "--runs",
+            "1",
+            "--out",
+            str(out),
+            "--",
+            "-n",
+            "-S",
+            "-t",
+            "20",
+            scram_dsn,
+        ],
+        answer.encode(),
+        limit_s=240,
+    )
+    assert got.status != -9, f"ab did not end:\n{got.stdout}"
+    assert got.stdout.count("Password: ") == 1, got.stdout
+    if password == "right":
+        assert got.status == 0, got.stdout
+        assert "run 1/1  A" in got.stdout, got.stdout
+        # the answer is in no file the experiment wrote
+        for path in out.iterdir():
+            assert answer.encode() not in path.read_bytes(), path
+    else:
+        assert got.status == 1, got.stdout
+        assert "password authentication failed" in got.stdout, got.stdout

@@ -74,6 +74,23 @@ _CHECKPOINT_CODE = (
 )
 
 
+#: in a child with the arm's environment: does the arm's server want a
+#: password that nothing given (the connection string, PGPASSWORD, the
+#: password file) holds? Exit status 3 if so; any other failure is left to
+#: the runs, which report it as pgbench would
+_NEEDS_PASSWORD_CODE = (
+    "import json, sys\n"
+    "from pgsurge import pgconn\n"
+    "conn, _, needs = pgconn.connect(json.loads(sys.stdin.read()))\n"
+    "if conn is not None:\n"
+    "    conn.finish()\n"
+    "sys.exit(3 if needs else 0)\n"
+)
+_NEEDS_PASSWORD = 3
+#: how long that check may take (a server that hangs at connect)
+_ASK_CHECK_S = 60
+
+
 def die_with_us() -> Callable[[], None] | None:
     """A ``preexec_fn`` that has the kernel send the child SIGTERM when this
     process dies, even of SIGKILL (a CI job's timeout, the OOM killer,
@@ -213,6 +230,12 @@ class Interrupted(Exception):
     """The experiment was stopped by Ctrl-C or SIGTERM."""
 
 
+def _server_key(target: ConnParams) -> tuple[tuple[str, str], ...]:
+    """Which server (and role) a password is for: a password typed for one
+    goes to no other."""
+    return tuple(sorted(target.conninfo_items().items()))
+
+
 class Experiment:
     """Runs a ``Plan``; ``records`` are all runs so far, in order."""
 
@@ -243,6 +266,8 @@ class Experiment:
         self._proc: subprocess.Popen[bytes] | None = None
         #: each arm's resolved target for --checkpoint (in memory only)
         self._targets: dict[str, ConnParams] = {}
+        #: the passwords asked for (_ask_passwords), by server
+        self._passwords: dict[tuple[tuple[str, str], ...], str] = {}
 
     # -- signals --------------------------------------------------------------
 
@@ -358,8 +383,64 @@ class Experiment:
             )
         return self._targets.get(arm.name)
 
-    def _checkpoint(self, arm: Arm) -> None:
+    def _env(self, arm: Arm) -> dict[str, str]:
+        """The environment of the arm's runs: the experiment's, the arm's,
+        and the password asked for its server, if one was."""
         env = os.environ | dict(arm.env)
+        if self._passwords and "PGPASSWORD" not in env:
+            target = self._target(arm, env)
+            if target is not None:
+                password = self._passwords.get(_server_key(target))
+                if password is not None:
+                    env["PGPASSWORD"] = password
+        return env
+
+    def _ask_passwords(self) -> None:
+        """Ask for the password of each arm's server that wants one none was
+        given for, once per server, before the first run, as pgbench asks
+        (``Password: `` on the terminal, else on stderr with the answer
+        read from stdin), and give it to the runs in their environment
+        (``PGPASSWORD``: never in argv, the manifest or a log).
+
+        The runs cannot ask: each runs in a process group of its own (so
+        that a terminal's Ctrl-C reaches the experiment only), where
+        reading the terminal stops a process (SIGTTIN), and the experiment
+        waited for the stopped run for ever (hostile finding)."""
+        for arm in self.plan.arms:
+            env = os.environ | dict(arm.env)
+            if "PGPASSWORD" in env:
+                continue
+            target = self._target(arm, env)
+            if target is None or _server_key(target) in self._passwords:
+                continue
+            try:
+                proc = subprocess.run(
+                    [self.python, "-c", _NEEDS_PASSWORD_CODE],
+                    input=json.dumps(target.conninfo_items()),
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                    preexec_fn=die_with_us(),  # (ab runs no thread: fork-safe)
+                    timeout=_ASK_CHECK_S,
+                )
+            except subprocess.TimeoutExpired:
+                continue  # a server that does not answer: the runs say so
+            if proc.returncode != _NEEDS_PASSWORD:
+                continue
+            from pgsurge.pgconn import ask_password
+
+            try:
+                password = ask_password(self.err)
+            except KeyboardInterrupt:
+                self.err.write("\n")
+                raise Interrupted() from None
+            except EOFError:
+                password = ""
+            self._passwords[_server_key(target)] = password
+
+    def _checkpoint(self, arm: Arm) -> None:
+        env = self._env(arm)
         target = self._target(arm, env)
         if target is None:
             return  # arguments not validated (an in-process caller)
@@ -400,7 +481,7 @@ class Experiment:
             "--json",
             str(json_path),
         ]
-        env = os.environ | dict(arm.env)
+        env = self._env(arm)
         record.started = _now()
         self.records.append(record)
         self.write_manifest()
@@ -503,6 +584,7 @@ class Experiment:
         state kept as they go: finished, interrupted (Ctrl-C/SIGTERM) or
         failed (a run went wrong, or an unexpected exception); the pending
         output and the manifest are written whatever happened."""
+        self._ask_passwords()
         restore = self._install()
         finished = False
         stopped_by = ""

@@ -215,7 +215,7 @@ class Sweep(Experiment):
     def _init_scale(self, scale: int, done: set[tuple[tuple[str, str], ...]]) -> None:
         """``pgsurge -i -s SCALE`` on each arm's server (once per server)."""
         for arm in self.sweep.arms:
-            env = os.environ | dict(arm.env)
+            env = self._env(arm)
             target = self._target(arm, env)
             if target is None:
                 raise PgsurgeError("--vary -s: the arms' servers are not known")
