@@ -240,3 +240,33 @@ def test_an_unwritable_stderr_leaves_init_alone(fresh_db: str) -> None:
     with psycopg.connect(fresh_db) as conn:
         row = conn.execute("SELECT count(*) FROM pgbench_branches").fetchone()
     assert row == (1,)
+
+
+def test_a_closed_stdin_fails_to_read_as_pgbench_says(
+    bench_db: str, pgbench_bin: Path
+) -> None:
+    """``-f - <&-`` (a job runner that closes stdin): pgbench's read of
+    the closed descriptor fails with ``could not read file "-": Bad file
+    descriptor``; pgsurge, which puts /dev/null there so that no socket
+    takes descriptor 0, read an empty script and said ``empty command
+    list``. A run that reads no stdin is untouched."""
+
+    def closed_stdin(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["/bin/sh", "-c", 'exec "$@" <&-', "sh", *argv, bench_db],
+            capture_output=True,
+            text=True,
+            env=tool_env(),
+            timeout=120,
+            check=False,
+        )
+
+    theirs = closed_stdin([str(pgbench_bin), "-n", "-t", "1", "-f", "-"])
+    ours = closed_stdin([*PGSURGE, "-n", "-t", "1", "-f", "-"])
+    assert theirs.returncode == ours.returncode == 1
+    said = 'error: could not read file "-": Bad file descriptor\n'
+    assert theirs.stderr == f"pgbench: {said}"
+    assert ours.stderr == theirs.stderr.replace("pgbench: ", "pgsurge: ")
+    ours = closed_stdin([*PGSURGE, "-n", "-S", "-t", "2"])
+    assert ours.returncode == 0, ours.stderr
+    assert benchwarmer_trans(ours.stdout) == 2

@@ -525,6 +525,19 @@ class _ForgivingStderr(io.TextIOWrapper):
             pass
 
 
+class _ClosedStdin(io.RawIOBase):
+    """``sys.stdin``'s source when the program started with descriptor 0
+    closed (``<&-``): every read fails with EBADF, so ``-f -`` says
+    ``could not read file "-": Bad file descriptor`` as pgbench does,
+    not that the script is empty."""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: object) -> int:
+        raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+
+
 def _own_standard_streams() -> None:
     """Descriptors 0 to 2, when closed at start, taken by /dev/null.
 
@@ -545,7 +558,9 @@ def _own_standard_streams() -> None:
                 os.dup2(null, fd)
                 os.close(null)
     if sys.stdin is None:
-        sys.stdin = open(os.devnull)  # noqa: SIM115 (lives until exit)
+        # descriptor 0 is /dev/null now (above), but reading stdin (``-f -``)
+        # must fail as pgbench's read of a closed descriptor does
+        sys.stdin = io.TextIOWrapper(io.BufferedReader(_ClosedStdin()))
     if sys.stdout is None:
         sys.stdout = _ClosedStdout()
     elif isinstance(sys.stdout, io.TextIOWrapper):
