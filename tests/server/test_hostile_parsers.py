@@ -88,15 +88,16 @@ def benchwarmer_trans(stdout: str) -> int:
     return int(lines[0].split(":")[1].split("/")[0])
 
 
-def log_rows(directory: Path, prefix: str, width: int) -> list[list[int]]:
+def log_rows(directory: Path, prefix: str, width: int) -> list[list[str]]:
     """log-to-csv's reading of every ``-l`` file: each line split on single
-    spaces into exactly ``width`` integer fields."""
-    rows: list[list[int]] = []
+    spaces into exactly ``width`` fields (it then reads the latency as a
+    number: only a failed transaction's row has a word there)."""
+    rows: list[list[str]] = []
     for path in sorted(directory.glob(f"{prefix}.*")):
         for line in path.read_text().splitlines():
             fields = line.strip().split(" ")
             assert len(fields) == width, (path.name, line)
-            rows.append([int(f) for f in fields])
+            rows.append(fields)
     return rows
 
 
@@ -162,7 +163,7 @@ def test_pgbench_tools_reads_the_same_log_and_figures(
     assert benchwarmer_trans(ref.stdout) == benchwarmer_trans(ours.stdout) == 30
     assert benchwarmer_tps(ref.stdout) > 0 and benchwarmer_tps(ours.stdout) > 0
     for side in ("a", "b"):
-        rows = log_rows(tmp_path / side, "plog", 6)
+        rows = [[int(f) for f in r] for r in log_rows(tmp_path / side, "plog", 6)]
         assert len(rows) == 30
         assert {r[0] for r in rows} == {0, 1}  # client ids
         assert {r[3] for r in rows} == {0}  # script number
@@ -172,7 +173,33 @@ def test_pgbench_tools_reads_the_same_log_and_figures(
     ref, ours = _both(pgbench_bin, args, bench_db, rated)
     assert (ref.status, ours.status) == (0, 0), ours.stderr
     for side in ("a", "b"):
-        assert len(log_rows(rated / side, "rlog", 7)) == 30
+        rows = [[int(f) for f in r] for r in log_rows(rated / side, "rlog", 7)]
+        assert len(rows) == 30
+
+
+def test_log_rows_are_the_processed_and_the_failed_transactions(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path
+) -> None:
+    """pgbench-tools counts the -l rows as transactions: under -T, with
+    serialization failures and retries, one row per processed or failed
+    transaction (none for the ones the end cut), in both programs."""
+    script = tmp_path / "conflict.sql"
+    script.write_text(
+        "\\set aid random(1, 3)\n"
+        "BEGIN ISOLATION LEVEL REPEATABLE READ;\n"
+        "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = :aid;\n"
+        "END;\n"
+    )
+    args = ["-n", "-T", "1", "-c", "3", "-j", "2", "--max-tries", "2"]
+    args += ["-f", str(script), "-l", "--log-prefix", "tlog"]
+    ref, ours = _both(pgbench_bin, args, bench_db, tmp_path)
+    assert (ref.status, ours.status) == (0, 0), ours.stderr
+    for side, proc in (("a", ref), ("b", ours)):
+        fields = summary_fields(proc.stdout)
+        rows = log_rows(tmp_path / side, "tlog", 7)  # + retries: --max-tries
+        assert len(rows) == fields["processed"] + fields["failed"], side
+        words = {r[2] for r in rows if not r[2].isdigit()}
+        assert words <= {"serialization", "failed"}, words
 
 
 @pytest.mark.parametrize("steps", ["dtgvp", "dtGvp"])
