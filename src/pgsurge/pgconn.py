@@ -713,7 +713,10 @@ def ask_password(err: TextIO) -> str:
     except OSError:
         err.write("Password: ")
         err.flush()
-        line = sys.stdin.readline()
+        try:
+            line = sys.stdin.readline()
+        except OSError:  # stdin closed (``<&-``): nothing read, as fgets
+            line = ""
         err.write("\n")
         err.flush()
         return line.removesuffix("\n").removesuffix("\r")

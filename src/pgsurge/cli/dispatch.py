@@ -500,6 +500,44 @@ class _ClosedStdout(io.TextIOBase):
         pass  # nothing was written
 
 
+class _ForgivingStderr(io.TextIOWrapper):
+    """The program's stderr, whose write failures other than a closed pipe
+    are dropped, as C's ``fprintf(stderr, …)`` drops them: a stderr that
+    cannot be written (``2>/dev/full``, a log on a full disk) costs
+    pgbench its messages, never the run, the report on stdout or the
+    status. A closed pipe still raises (pgbench dies of SIGPIPE there,
+    and so does :func:`main`)."""
+
+    def write(self, s: str) -> int:
+        try:
+            return super().write(s)
+        except BrokenPipeError:
+            raise
+        except OSError:
+            return len(s)
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except BrokenPipeError:
+            raise
+        except OSError:
+            pass
+
+
+class _ClosedStdin(io.RawIOBase):
+    """``sys.stdin``'s source when the program started with descriptor 0
+    closed (``<&-``): every read fails with EBADF, so ``-f -`` says
+    ``could not read file "-": Bad file descriptor`` as pgbench does,
+    not that the script is empty."""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: object) -> int:
+        raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+
+
 def _own_standard_streams() -> None:
     """Descriptors 0 to 2, when closed at start, taken by /dev/null.
 
@@ -520,7 +558,9 @@ def _own_standard_streams() -> None:
                 os.dup2(null, fd)
                 os.close(null)
     if sys.stdin is None:
-        sys.stdin = open(os.devnull)  # noqa: SIM115 (lives until exit)
+        # descriptor 0 is /dev/null now (above), but reading stdin (``-f -``)
+        # must fail as pgbench's read of a closed descriptor does
+        sys.stdin = io.TextIOWrapper(io.BufferedReader(_ClosedStdin()))
     if sys.stdout is None:
         sys.stdout = _ClosedStdout()
     elif isinstance(sys.stdout, io.TextIOWrapper):
@@ -536,4 +576,12 @@ def _own_standard_streams() -> None:
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (lives until exit)
     elif isinstance(sys.stderr, io.TextIOWrapper):
-        sys.stderr.reconfigure(errors=_RAW_OR_ESCAPED)
+        err = sys.stderr
+        err.flush()
+        sys.stderr = _ForgivingStderr(
+            err.buffer,
+            encoding=err.encoding,
+            errors=_RAW_OR_ESCAPED,
+            line_buffering=err.line_buffering,
+            write_through=err.write_through,
+        )

@@ -179,7 +179,12 @@ def _stderr(text: str) -> None:
     except UnicodeEncodeError:  # a lone surrogate of another origin
         data = text.encode("utf-8", "replace")
     while data:
-        n = os.write(2, data)
+        try:
+            n = os.write(2, data)
+        except BrokenPipeError:
+            raise
+        except OSError:  # ENOSPC, EIO: lost, as C's fprintf loses it
+            return
         data = data[n:]
 
 
