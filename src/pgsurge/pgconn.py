@@ -700,16 +700,6 @@ def ask_password(err: TextIO) -> str:
     pgbench reads it; an empty one at its end)."""
     try:
         tty = open("/dev/tty", "r+b", buffering=0)  # noqa: SIM115 - closed below
-        try:
-            # a process outside the terminal's foreground process group (an
-            # experiment's run, in a group of its own) would be stopped by
-            # SIGTTIN when it read the terminal, and wait for ever: as
-            # without a terminal
-            if os.tcgetpgrp(tty.fileno()) != os.getpgrp():
-                raise OSError("not the terminal's foreground process group")
-        except OSError:
-            tty.close()
-            raise
     except OSError:
         err.write("Password: ")
         err.flush()

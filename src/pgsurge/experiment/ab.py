@@ -402,10 +402,10 @@ class Experiment:
         read from stdin), and give it to the runs in their environment
         (``PGPASSWORD``: never in argv, the manifest or a log).
 
-        The runs cannot ask: each runs in a process group of its own (so
-        that a terminal's Ctrl-C reaches the experiment only), where
-        reading the terminal stops a process (SIGTTIN), and the experiment
-        waited for the stopped run for ever (hostile finding)."""
+        The runs cannot ask: each runs off the terminal (so that its Ctrl-C
+        reaches the experiment only). In a process group of its own, as
+        they were, reading the terminal stopped a run (SIGTTIN), and the
+        experiment waited for it for ever (hostile finding)."""
         for arm in self.plan.arms:
             env = os.environ | dict(arm.env)
             if "PGPASSWORD" in env:
@@ -498,8 +498,12 @@ class Experiment:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
-                # a terminal's Ctrl-C reaches ab only: the run finishes
-                process_group=0,
+                # a session of its own, without the terminal: its Ctrl-C
+                # reaches ab only (the run finishes), and a run never
+                # reads it (a process group of its own that asked for a
+                # password there was stopped by SIGTTIN, and ab waited for
+                # ever; ab asks, _ask_passwords)
+                start_new_session=True,
                 # the run's --json file: the owner's only, like the rest
                 umask=0o077,
                 preexec_fn=die_with_us(),  # (ab runs no thread: fork-safe)
