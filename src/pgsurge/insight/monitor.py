@@ -207,6 +207,8 @@ class Monitor:
     #: the server the monitor connection reached (``PQhost:PQport``)
     server: str = ""
     _thread: threading.Thread | None = None
+    #: --pooler-admin reads on their own thread (see :meth:`_run_admin`)
+    _admin_thread: threading.Thread | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -419,10 +421,14 @@ class Monitor:
         if cfg.waits_ms is not None and self.conn is not None:
             self.profile = WaitProfile(anchor_us=start_us, interval_us=interval_us)
             self.sampler = self._make_sampler(interval_us, warn)
+        if self.pool_admin is not None:
+            self._admin_thread = threading.Thread(
+                target=self._run_admin, name="pgsurge-pooler-admin", daemon=True
+            )
+            self._admin_thread.start()
         if (
             self.sampler is None
             and not (self._per_interval and cfg.progress_s)
-            and self.pool_admin is None
             and not (window_us and cfg.server_stats)
         ):
             return
@@ -520,13 +526,9 @@ class Monitor:
         step_us = 1_000_000 * cfg.progress_s if self._per_interval else 0
         next_boundary = self.start_us + step_us if step_us else None
         next_sample = _clock() if self.sampler is not None else None
-        admin_us = self._admin_step_us()
-        next_admin = self.start_us + admin_us if self.pool_admin is not None else None
         next_window = self.window_us or None
         while True:
-            dues = [
-                t for t in (next_sample, next_boundary, next_admin, next_window) if t
-            ]
+            dues = [t for t in (next_sample, next_boundary, next_window) if t]
             if not dues:
                 return
             delay = max(0, min(dues) - _clock()) / 1e6
@@ -547,14 +549,40 @@ class Monitor:
                 if next_window is not None and now >= next_window:
                     self._open_window()
                     next_window = None
-                if next_admin is not None and now >= next_admin:
-                    if not self._admin_read(next_admin - admin_us):
-                        next_admin = None
-                    else:
-                        while next_admin <= now:
-                            next_admin += admin_us
             except Exception as exc:  # keep the run going without the monitor
                 self.warnings.append(_warning("monitor", f"stopped: {exc}"))
+                return
+
+    def _run_admin(self) -> None:
+        """The console's thread: a read per interval (and the window's
+        restart), until :meth:`finish`.
+
+        Not on the monitor's thread: the sampler's and the counters'
+        queries go through the pooler (without --monitor) and wait with
+        the clients when it holds them (PAUSE, a full pool), which is when
+        the console's waiting clients matter; behind them its reads came
+        only after the stall, and said no client ever waited."""
+        admin = self.pool_admin
+        assert admin is not None
+        step = self._admin_step_us()
+        next_read = self.start_us + step
+        next_window = self.window_us or None
+        while not admin.stopped:
+            due = min(t for t in (next_read, next_window) if t)
+            if self._stop.wait(max(0, due - _clock()) / 1e6):
+                return
+            now = _clock()
+            try:
+                if next_window is not None and now >= next_window:
+                    self._admin_window()
+                    next_window = None
+                if now >= next_read and not admin.stopped:
+                    if not self._admin_read(next_read - step):
+                        return
+                    while next_read <= now:
+                        next_read += step
+            except Exception as exc:  # keep the run going without the console
+                self.warnings.append(_warning("--pooler-admin", f"stopped: {exc}"))
                 return
 
     def _open_window(self) -> None:
@@ -576,9 +604,12 @@ class Monitor:
         if self.profile is not None:
             with self._lock:
                 self.profile.restart(self.window_us)
+
+    def _admin_window(self) -> None:
+        """--warmup's window opens: the console's run figures count from
+        here too (as the run's own); on the console's thread."""
         admin = self.pool_admin
         if admin is not None and not admin.stopped:
-            # the console's run figures too (as the run's own)
             try:
                 admin.restart()
             except PoolAdminError as exc:
@@ -791,6 +822,9 @@ class Monitor:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        if self._admin_thread is not None:
+            self._admin_thread.join()
+            self._admin_thread = None
 
     def _wait_for_exit(self) -> None:
         """Until the run's backends are gone (they flush their counters as

@@ -1,0 +1,101 @@
+"""Hostile runs behind a real PgBouncer, second pass (issue 25): what the
+pooler does mid-run (PAUSE, a full pool, another version's console) and
+what the insight says about it.
+
+* a PgBouncer that holds the clients (``PAUSE``) is seen by
+  ``--pooler-admin``: its reads have their own thread, never queued
+  behind the sampler's query that waits for the pooler with the clients.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from pgsurge.report.json import load_schema
+from tests.fix_pooler import start_pooler
+from tests.fix_run import PGSURGE, tool_env
+
+pytestmark = pytest.mark.server
+
+VALIDATOR = jsonschema.Draft202012Validator(load_schema())
+#: generous: a loaded 2-core box
+PATIENCE_S = 120.0
+
+
+def _load(path: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(path.read_text())
+    VALIDATOR.validate(doc)
+    return doc
+
+
+def _spawn(args: list[str], dsn: str, cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*PGSURGE, *args, dsn],
+        cwd=cwd,
+        env=tool_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def _progress_lines(proc: subprocess.Popen[str], count: int) -> None:
+    """Read stderr until ``count`` more ``progress:`` lines came."""
+    assert proc.stderr is not None
+    seen = 0
+    while seen < count:
+        line = proc.stderr.readline()
+        assert line, proc.communicate()
+        seen += line.startswith("progress: ")
+
+
+def test_pooler_admin_sees_the_clients_a_paused_pooler_holds(
+    server_dsn: str, bench_db: str, tmp_path: Path
+) -> None:
+    """PAUSE mid-run: the clients wait for a server connection, and so
+    does the --waits sampler's query through the pooler. The console's
+    reads went on the same thread, after the sampler's: none came during
+    the pause, and the report said no client ever waited."""
+    pooler = start_pooler(server_dsn, "transaction")
+    paused = False
+    try:
+        result = tmp_path / "r.json"
+        args = ["-n", "-S", "-c", "3", "-j", "1", "-T", "2", "-P", "1", "--waits"]
+        args += [f"--pooler-admin={pooler.admin_dsn}", f"--json={result}"]
+        proc = _spawn(args, pooler.pooled(bench_db), tmp_path)
+        try:
+            _progress_lines(proc, 1)
+            pooler.admin("PAUSE")
+            paused = True
+            # the -P lines go on (0 tps): three intervals, three reads due
+            _progress_lines(proc, 3)
+            pooler.admin("RESUME")
+            paused = False
+            out, err = proc.communicate(timeout=PATIENCE_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    finally:
+        if paused:
+            pooler.admin("RESUME")
+        pooler.stop()
+        shutil.rmtree(pooler.directory, ignore_errors=True)
+    assert proc.returncode == 0, err
+    doc = _load(result)
+    section = doc["pooler_admin"]
+    # the run's 3 clients (and the sampler) waited during the pause
+    assert section["max_cl_waiting"] >= 3, (section, err)
+    assert section["max_wait_ms"] > 0, section
+    waiting = [iv["pooler"]["cl_waiting"] for iv in doc["intervals"] if "pooler" in iv]
+    assert max(waiting) >= 3, waiting
+    assert "up to 0 clients waiting" not in out, out
