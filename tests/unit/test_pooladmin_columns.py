@@ -1,0 +1,90 @@
+"""--pooler-admin against a console that answers with other columns
+(issue 25): PgBouncer before 1.8 (``total_requests`` for the
+transactions), or another pooler's console. Its figures read as zeros
+that looked measured ("0 transactions passed on, up to 0 clients
+waiting"); now the answer is refused with the missing columns named."""
+
+from __future__ import annotations
+
+import pytest
+
+from pgsurge.insight.pooladmin import PoolAdminError, check_columns
+
+#: PgBouncer 1.7's SHOW STATS and SHOW POOLS
+STATS_17 = [
+    "database",
+    "total_requests",
+    "total_received",
+    "total_sent",
+    "total_query_time",
+    "avg_req",
+    "avg_recv",
+    "avg_sent",
+    "avg_query",
+]
+POOLS_17 = [
+    "database",
+    "user",
+    "cl_active",
+    "cl_waiting",
+    "sv_active",
+    "sv_idle",
+    "sv_used",
+    "sv_tested",
+    "sv_login",
+    "maxwait",
+    "pool_mode",
+]
+#: PgBouncer 1.18's (Debian 12)
+STATS_118 = [
+    "database",
+    "total_xact_count",
+    "total_query_count",
+    "total_received",
+    "total_sent",
+    "total_xact_time",
+    "total_query_time",
+    "total_wait_time",
+    "avg_xact_count",
+    "avg_query_count",
+    "avg_recv",
+    "avg_sent",
+    "avg_xact_time",
+    "avg_query_time",
+    "avg_wait_time",
+]
+POOLS_118 = [
+    "database",
+    "user",
+    "cl_active",
+    "cl_waiting",
+    "cl_cancel_req",
+    "sv_active",
+    "sv_idle",
+    "sv_used",
+    "sv_tested",
+    "sv_login",
+    "maxwait",
+    "maxwait_us",
+    "pool_mode",
+]
+
+
+def test_an_old_consoles_stats_are_refused_with_the_missing_columns() -> None:
+    with pytest.raises(PoolAdminError) as exc:
+        check_columns("SHOW STATS", STATS_17)
+    text = str(exc.value)
+    assert text.startswith("SHOW STATS has no column total_xact_count"), text
+    assert "total_wait_time" in text and "1.8" in text
+
+
+def test_a_console_without_the_pool_columns_is_refused() -> None:
+    with pytest.raises(PoolAdminError, match="SHOW POOLS has no column sv_used"):
+        check_columns("SHOW POOLS", [c for c in POOLS_118 if c != "sv_used"])
+
+
+def test_the_columns_of_17_pools_and_118_are_read() -> None:
+    # maxwait_us is optional (1.8 added it); 1.7's SHOW POOLS is enough
+    check_columns("SHOW POOLS", POOLS_17)
+    check_columns("SHOW POOLS", POOLS_118)
+    check_columns("SHOW STATS", STATS_118)
