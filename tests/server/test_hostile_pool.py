@@ -4,7 +4,9 @@ what the insight says about it.
 
 * a PgBouncer that holds the clients (``PAUSE``) is seen by
   ``--pooler-admin``: its reads have their own thread, never queued
-  behind the sampler's query that waits for the pooler with the clients.
+  behind the sampler's query that waits for the pooler with the clients;
+* a ``--monitor`` that goes through a pooler (the run's or another) is
+  refused: through a transaction pooler its sampler got 0 samples.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import jsonschema
 import pytest
 
 from pgsurge.report.json import load_schema
-from tests.fix_pooler import start_pooler
-from tests.fix_run import PGSURGE, tool_env
+from tests.fix_pooler import Pooler, start_pooler
+from tests.fix_run import PGSURGE, run_pgsurge, tool_env
 
 pytestmark = pytest.mark.server
 
@@ -99,3 +101,42 @@ def test_pooler_admin_sees_the_clients_a_paused_pooler_holds(
     waiting = [iv["pooler"]["cl_waiting"] for iv in doc["intervals"] if "pooler" in iv]
     assert max(waiting) >= 3, waiting
     assert "up to 0 clients waiting" not in out, out
+
+
+def test_monitor_through_a_pooler_is_refused(
+    pgbouncer_transaction: Pooler,
+    pgbouncer_session: Pooler,
+    bench_db: str,
+    tmp_path: Path,
+) -> None:
+    """--monitor given the pooler's address: before, through the
+    transaction pooler 'sampling stopped: prepared statement
+    "pgsurge_waits" does not exist', 0 samples under a heading about -C,
+    exit 0; now one error naming --monitor, exit 1, from either pooler,
+    whether the run goes through a pooler or not."""
+    args = ["-n", "-S", "-c", "2", "-t", "20", "--waits=50"]
+    for pooler in (pgbouncer_transaction, pgbouncer_session):
+        monitor = pooler.pooled(bench_db)
+        for target in (pgbouncer_transaction.pooled(bench_db), bench_db):
+            out = run_pgsurge([*args, f"--monitor={monitor}"], target, cwd=tmp_path)
+            assert out.status == 1, out.stderr
+            errors = [ln for ln in out.stderr.splitlines() if "error" in ln]
+            assert len(errors) == 1, out.stderr
+            assert errors[0].startswith(
+                "pgsurge: error: --monitor: it reaches the server through a "
+                "connection pooler (libpq's backend pid "
+            ), out.stderr
+            assert "Traceback" not in out.stderr
+    # idle sessions alone through it: refused too (they would pin the pool)
+    idle = ["-n", "-S", "-c", "1", "-t", "5", "--idle-sessions=1:xact"]
+    monitor = pgbouncer_transaction.pooled(bench_db)
+    out = run_pgsurge([*idle, f"--monitor={monitor}"], bench_db, cwd=tmp_path)
+    assert out.status == 1, out.stderr
+    assert "--monitor: it reaches the server through a connection pooler" in (
+        out.stderr
+    )
+    # the server itself: accepted, pid-attributed samples
+    target = pgbouncer_transaction.pooled(bench_db)
+    ok = run_pgsurge([*args, f"--monitor={bench_db}"], target, cwd=tmp_path)
+    assert ok.status == 0, ok.stderr
+    assert "wait events" in ok.stdout

@@ -146,7 +146,19 @@ def _check_target(conn: pgconn.PgConn, target: tuple[str, str]) -> None:
         return
     mine = (pgconn.value_text(res, 0, 0), pgconn.value_text(res, 0, 1))
     if mine == target:
-        return
+        server_pid = _one(conn, "SELECT pg_catalog.pg_backend_pid()")
+        if server_pid is None or server_pid == str(conn.backend_pid):
+            return
+        # a pooler's cancel key: the monitor waits for a server connection
+        # with the clients (and takes one of theirs), and through a
+        # transaction pooler the sampler's prepared statement is gone at
+        # its first use (0 samples, under a heading about -C)
+        raise ConnectError(
+            "--monitor: it reaches the server through a connection pooler "
+            f"(libpq's backend pid {conn.backend_pid}, the server's "
+            f"{server_pid}): give --monitor the server itself (its host and "
+            "port, the run's database), or leave it out"
+        )
     raise ConnectError(
         f'--monitor: it reaches database "{mine[0]}" of the server started '
         f'at {mine[1]}, the run\'s database "{target[0]}" of the server '
