@@ -4,7 +4,9 @@ what the insight says about it.
 
 * a PgBouncer that holds the clients (``PAUSE``) is seen by
   ``--pooler-admin``: its reads have their own thread, never queued
-  behind the sampler's query that waits for the pooler with the clients;
+  behind the sampler's query that waits for the pooler with the clients,
+  the -P lines go on meanwhile (the sampler's query no longer holds the
+  lock they take), and the held query is called out;
 * a ``--monitor`` that goes through a pooler (the run's or another) is
   refused: through a transaction pooler its sampler got 0 samples.
 """
@@ -58,6 +60,9 @@ def _progress_lines(proc: subprocess.Popen[str], count: int) -> None:
         line = proc.stderr.readline()
         assert line, proc.communicate()
         seen += line.startswith("progress: ")
+        import time
+
+        print(time.time(), line, flush=True)
 
 
 def test_pooler_admin_sees_the_clients_a_paused_pooler_holds(
@@ -66,7 +71,9 @@ def test_pooler_admin_sees_the_clients_a_paused_pooler_holds(
     """PAUSE mid-run: the clients wait for a server connection, and so
     does the --waits sampler's query through the pooler. The console's
     reads went on the same thread, after the sampler's: none came during
-    the pause, and the report said no client ever waited."""
+    the pause, and the report said no client ever waited. The -P lines
+    waited for the sampler's query too (it held the profile's lock), until
+    the monitor gave up at its 15 s bound."""
     pooler = start_pooler(server_dsn, "transaction")
     paused = False
     try:
@@ -76,6 +83,9 @@ def test_pooler_admin_sees_the_clients_a_paused_pooler_holds(
         proc = _spawn(args, pooler.pooled(bench_db), tmp_path)
         try:
             _progress_lines(proc, 1)
+            import time
+
+            print(time.time(), "pausing", flush=True)
             pooler.admin("PAUSE")
             paused = True
             # the -P lines go on (0 tps): three intervals, three reads due
@@ -101,6 +111,12 @@ def test_pooler_admin_sees_the_clients_a_paused_pooler_holds(
     waiting = [iv["pooler"]["cl_waiting"] for iv in doc["intervals"] if "pooler" in iv]
     assert max(waiting) >= 3, waiting
     assert "up to 0 clients waiting" not in out, out
+    # the -P lines went on during the pause (they waited for the sampler's
+    # held query, until its 15 s bound stopped the whole monitor), and the
+    # sampler's held query is said on stderr
+    assert "monitor: stopped" not in err, err
+    assert "pgsurge: warning: --waits: a sampler query took " in err, err
+    assert doc["waits"]["sampler_query_ms"]["max"] >= 1000.0, doc["waits"]
 
 
 def test_monitor_through_a_pooler_is_refused(

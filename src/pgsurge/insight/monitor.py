@@ -631,8 +631,9 @@ class Monitor:
     def _sample(self) -> None:
         assert self.sampler is not None and self.profile is not None
         try:
-            with self._lock:
-                self.sampler.sample(self.profile)
+            # the lock only around the profile's update: the -P lines take
+            # it, and the query may wait long behind a pooler (PAUSE)
+            self.sampler.sample(self.profile, self._lock)
         except SamplerError as exc:
             self.warnings.append(_warning("--waits", f"sampling stopped: {exc}"))
             self.sampler = None

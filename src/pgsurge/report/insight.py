@@ -192,12 +192,37 @@ def render_insight(doc: Mapping[str, Any]) -> str:
     return out
 
 
+#: a sampler query that took this long (and ten periods) left a gap
+SAMPLER_STALL_MS = 1000.0
+
+
+def _sampler_stall(w: Mapping[str, Any], prog: str) -> str:
+    """--waits whose sampler query was held (behind a pooler it waits for
+    a server connection as the clients do: PAUSE, a full pool): nothing
+    was sampled meanwhile, and the shares said nothing of it."""
+    if w.get("source") != "pg_stat_activity":
+        return ""  # a profile extension samples on the server meanwhile
+    q = w.get("sampler_query_ms") or {}
+    worst = q.get("max") or 0.0
+    period = w.get("period_ms") or 0.0
+    if worst < max(SAMPLER_STALL_MS, 10 * period):
+        return ""
+    return (
+        f"{prog}: warning: --waits: a sampler query took {worst / 1000:.1f} s "
+        f"(one is due every {period:.0f} ms): nothing was sampled meanwhile "
+        "(behind a pooler it waits for a server connection as the clients "
+        "do; --monitor DSN goes straight to the server)\n"
+    )
+
+
 def insight_warnings(doc: Mapping[str, Any], prog: str) -> str:
-    """Warnings for stderr: a checkpoint or a stats reset during the run."""
+    """Warnings for stderr: a --waits sampler held up, a checkpoint or a
+    stats reset during the run."""
+    w = doc.get("waits")
+    out = _sampler_stall(w, prog) if isinstance(w, Mapping) else ""
     s = doc.get("server_stats")
     if not isinstance(s, Mapping):
-        return ""
-    out = ""
+        return out
     if s.get("checkpoint_during_run"):
         out += (
             f"{prog}: warning: a checkpoint ran during the measurement: its "

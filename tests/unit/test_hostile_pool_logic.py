@@ -1,14 +1,22 @@
-"""--pooler-admin against a console that answers with other columns
-(issue 25): PgBouncer before 1.8 (``total_requests`` for the
-transactions), or another pooler's console. Its figures read as zeros
-that looked measured ("0 transactions passed on, up to 0 clients
-waiting"); now the answer is refused with the missing columns named."""
+"""Hostile pooler findings in pure logic (issue 25).
+
+* --pooler-admin against a console that answers with other columns
+  (PgBouncer before 1.8: ``total_requests`` for the transactions, or
+  another pooler's console): its figures read as zeros that looked
+  measured ("0 transactions passed on, up to 0 clients waiting"); now the
+  answer is refused with the missing columns named.
+* --waits whose sampler query was held (a paused or full pooler): the
+  shares were printed with no word of the seconds left unsampled.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
 from pgsurge.insight.pooladmin import PoolAdminError, check_columns
+from pgsurge.report.insight import insight_warnings
 
 #: PgBouncer 1.7's SHOW STATS and SHOW POOLS
 STATS_17 = [
@@ -88,3 +96,33 @@ def test_the_columns_of_17_pools_and_118_are_read() -> None:
     check_columns("SHOW POOLS", POOLS_17)
     check_columns("SHOW POOLS", POOLS_118)
     check_columns("SHOW STATS", STATS_118)
+
+
+def _waits(
+    max_ms: float, period_ms: float = 100.0, source: str = "pg_stat_activity"
+) -> dict[str, Any]:
+    return {
+        "waits": {
+            "source": source,
+            "period_ms": period_ms,
+            "sampler_query_ms": {"count": 20, "avg": 250.0, "max": max_ms},
+        }
+    }
+
+
+def test_a_held_sampler_query_is_called_out() -> None:
+    text = insight_warnings(_waits(5089.0), "pgsurge")
+    assert text == (
+        "pgsurge: warning: --waits: a sampler query took 5.1 s (one is due "
+        "every 100 ms): nothing was sampled meanwhile (behind a pooler it "
+        "waits for a server connection as the clients do; --monitor DSN goes "
+        "straight to the server)\n"
+    )
+
+
+def test_a_slow_but_regular_sampler_is_not() -> None:
+    assert insight_warnings(_waits(120.0), "pgsurge") == ""
+    # a long period: ten of them before a query counts as held
+    assert insight_warnings(_waits(4000.0, period_ms=1000.0), "pgsurge") == ""
+    # pg_wait_sampling samples on the server while its read waits
+    assert insight_warnings(_waits(5000.0, source="pg_wait_sampling"), "p") == ""
