@@ -8,7 +8,11 @@ what the insight says about it.
   the -P lines go on meanwhile (the sampler's query no longer holds the
   lock they take), and the held query is called out;
 * a ``--monitor`` that goes through a pooler (the run's or another) is
-  refused: through a transaction pooler its sampler got 0 samples.
+  refused: through a transaction pooler its sampler got 0 samples;
+* ``host=server,pooler`` with ``load_balance_hosts=random``: the set-up's
+  connection (pooler found or not), the pooling mode's probe and the
+  monitor each reach either host; --waits never follows pids that are
+  the pooler's, and never loses its prepared statement.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import psycopg
 import pytest
 
 from pgsurge.report.json import load_schema
@@ -156,3 +161,46 @@ def test_monitor_through_a_pooler_is_refused(
     ok = run_pgsurge([*args, f"--monitor={bench_db}"], target, cwd=tmp_path)
     assert ok.status == 0, ok.stderr
     assert "wait events" in ok.stdout
+
+
+def test_waits_on_a_target_of_a_server_and_its_pooler(
+    pgbouncer_transaction: Pooler, bench_db: str, tmp_path: Path
+) -> None:
+    """host=server,pooler, load_balance_hosts=random: when the set-up's
+    connection went straight to the server, the clients that went through
+    the pooler had pids that are its cancel keys: 'wait events of 6
+    backends', of which only the direct ones were ever sampled, no word;
+    when the probe for the pooling mode reached the server it said
+    "session" and the monitor, on the transaction pooler, lost its
+    prepared statement ('sampling stopped', 0 samples). Each run is
+    random: tried until one had the set-up direct and clients on both."""
+    info = psycopg.conninfo.conninfo_to_dict(bench_db)
+    both = psycopg.conninfo.make_conninfo(
+        bench_db,
+        host=f"{info.get('host') or '/tmp'},127.0.0.1",
+        port=f"{info.get('port') or 5432},{pgbouncer_transaction.port}",
+        load_balance_hosts="random",
+    )
+    pooler_target = f"127.0.0.1:{pgbouncer_transaction.port}"
+    args = ["-n", "-S", "-c", "6", "-j", "2", "-t", "200", "--waits=20"]
+    direct_and_mixed = 0
+    for attempt in range(12):
+        result = tmp_path / f"r{attempt}.json"
+        out = run_pgsurge([*args, f"--json={result}"], both, cwd=tmp_path)
+        assert out.status == 0, out.stderr
+        assert "sampling stopped" not in out.stderr, out.stderr
+        doc = _load(result)
+        targets = {t["target"]: t["clients"] for t in doc.get("targets", [])}
+        if not targets.get(pooler_target):
+            continue  # every client went straight to the server
+        # some clients went through the pooler: never followed by pid
+        assert doc["waits"]["attribution"] == "application_name", out.stderr
+        assert doc["waits"]["samples"] > 0, doc["waits"]
+        if "pooler" not in doc and len(targets) == 2:
+            direct_and_mixed += 1
+            assert " of the 6 clients' backend pids are no session of this " in (
+                out.stderr
+            ), out.stderr
+            if direct_and_mixed >= 2:
+                break
+    assert direct_and_mixed >= 1, "no run had the set-up direct (12 tries)"

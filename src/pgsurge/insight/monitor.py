@@ -218,6 +218,13 @@ class Monitor:
     host: HostWatch | None = None
     #: the server the monitor connection reached (``PQhost:PQport``)
     server: str = ""
+    #: the monitor connection itself goes through a pooler (its backend
+    #: pid is not its session's): a host=a,b target may send it to the
+    #: pooler when the set-up's connection went straight to the server
+    monitor_pooled: bool = False
+    #: the run's target names several hosts (host=a,b): its clients'
+    #: sessions may be on other servers, or behind a pooler on one of them
+    several_hosts: bool = False
     _thread: threading.Thread | None = None
     #: --pooler-admin reads on their own thread (see :meth:`_run_admin`)
     _admin_thread: threading.Thread | None = None
@@ -252,6 +259,8 @@ class Monitor:
             items = {"dbname": cfg.monitor_dsn, "fallback_application_name": PROG}
             password = _typed_for(password, cfg.conn.conninfo_items(), items)
         mon.via_pooler = pooler_mode is not None and cfg.monitor_dsn is None
+        # (the set-up gives no target identity to a host=a,b run's --monitor)
+        mon.several_hosts = cfg.monitor_dsn is not None and target is None
         try:
             mon._open(items, password, scripts, warn, database, target)
         except ConnectError as exc:
@@ -319,6 +328,8 @@ class Monitor:
         self.conn = conn
         self.server = conn.target
         self.server_version_num = conn.server_version
+        session_pid = _one(conn, "SELECT pg_catalog.pg_backend_pid()")
+        self.monitor_pooled = session_pid not in (None, str(conn.backend_pid))
         # the workers' name (they connect with the same items; behind a
         # pooler the set-up read it), then ours
         if not self.app_name:
@@ -456,13 +467,26 @@ class Monitor:
         assert conn is not None and self.cfg.waits_ms is not None
         exclude = tuple(self.companions.pids) if self.companions else ()
         by_app = not self.pids or self.pooler_mode is not None
+        absent = 0
+        if not by_app and (self.several_hosts or conn.several_hosts()):
+            # the set-up's connection reached one host of host=a,b: clients
+            # on another (or behind a pooler there) have pids that are no
+            # session here, never sampled ("wait events of 6 backends" when
+            # 2 were seen)
+            absent = self._absent_pids()
+            by_app = absent > 0
         if by_app:
             self.attribution = "application_name"
-            why = (
-                "a connection pooler hides the backends' pids"
-                if self.pooler_mode is not None
-                else "-C gives no backend pids to follow"
-            )
+            if self.pooler_mode is not None:
+                why = "a connection pooler hides the backends' pids"
+            elif absent:
+                why = (
+                    f"{absent} of the {len(self.pids)} clients' backend pids "
+                    "are no session of this server (clients on another host "
+                    "of the target, or behind a pooler)"
+                )
+            else:
+                why = "-C gives no backend pids to follow"
             if self.via_pooler:
                 why += (
                     " (and the sampler waits for a server connection as the "
@@ -475,7 +499,7 @@ class Monitor:
                     f'"{self.app_name}" in this database',
                 )
             )
-        if not by_app and self._has_wait_sampling():
+        if not by_app and not self.monitor_pooled and self._has_wait_sampling():
             profiler = ProfileSampler(
                 conn, self.pids, self.privileged, self._profile_period_ms()
             )
@@ -498,7 +522,9 @@ class Monitor:
             self.privileged,
             # a transaction pooler runs each statement on any server session:
             # one that never saw a prepared statement's PREPARE
-            prepared=not (self.via_pooler and self.pooler_mode == "transaction"),
+            # (the set-up's connection may have reached another host of a
+            # host=a,b target than the monitor's, or misjudged the mode)
+            prepared=not self.monitor_pooled,
         )
         try:
             sampler.prepare()
@@ -507,6 +533,20 @@ class Monitor:
             return None
         self.sample_every_us = self.cfg.waits_ms * 1000
         return sampler
+
+    def _absent_pids(self) -> int:
+        """How many of the clients' backend pids are no session of the
+        monitor's server (0 when it cannot tell)."""
+        conn = self.conn
+        assert conn is not None
+        status, res = conn.exec_params(
+            "SELECT count(*) FROM pg_catalog.pg_stat_activity"
+            " WHERE pid = ANY($1::int[])",
+            [pg_array(self.pids)],
+        )
+        if status != pgconn.TUPLES_OK or res.ntuples == 0:
+            return 0
+        return len(set(self.pids)) - int(pgconn.value_text(res, 0, 0))
 
     def _has_wait_sampling(self) -> bool:
         conn = self.conn
