@@ -12,7 +12,10 @@ what the insight says about it.
 * ``host=server,pooler`` with ``load_balance_hosts=random``: the set-up's
   connection (pooler found or not), the pooling mode's probe and the
   monitor each reach either host; --waits never follows pids that are
-  the pooler's, and never loses its prepared statement.
+  the pooler's, and never loses its prepared statement;
+* a statement pooler closes a connection that opens a transaction:
+  --server-stats (a traceback) and --idle-sessions xact (libpq's lines
+  about the lost connection) end with one error line that says why.
 """
 
 from __future__ import annotations
@@ -204,3 +207,38 @@ def test_waits_on_a_target_of_a_server_and_its_pooler(
             if direct_and_mixed >= 2:
                 break
     assert direct_and_mixed >= 1, "no run had the set-up direct (12 tries)"
+
+
+def test_statement_pooler_refuses_the_monitors_transactions(
+    server_dsn: str, bench_db: str, tmp_path: Path
+) -> None:
+    """Statement pooling: --server-stats' snapshot opens a transaction,
+    the pooler closes the connection, and the next query raised out of
+    the set-up (a traceback, exit 1). --idle-sessions xact said it in four
+    lines. Now one error line each, with the reason and the way out."""
+    pooler = start_pooler(server_dsn, "statement")
+    try:
+        target = pooler.pooled(bench_db)
+        base = ["-n", "-S", "-c", "2", "-t", "20"]
+        stats = run_pgsurge([*base, "--server-stats"], target, cwd=tmp_path)
+        idle = run_pgsurge([*base, "--idle-sessions=1:xact"], target, cwd=tmp_path)
+        # the run itself (no transaction block in -S): fine through it
+        plain = run_pgsurge([*base, "--waits=50"], target, cwd=tmp_path)
+    finally:
+        pooler.stop()
+        shutil.rmtree(pooler.directory, ignore_errors=True)
+    for out, start in (
+        (stats, "pgsurge: error: --server-stats: FATAL:  transaction blocks "),
+        (idle, "pgsurge: error: could not start an idle session: FATAL:  "),
+    ):
+        assert out.status == 1, out.stderr
+        assert "Traceback" not in out.stderr, out.stderr
+        lines = out.stderr.splitlines()
+        errors = [ln for ln in lines if "error" in ln]
+        assert len(errors) == 1 and errors[0].startswith(start), out.stderr
+        assert errors[0].endswith("straight to the server)") or errors[0].endswith(
+            "opens them on the server)"
+        ), out.stderr
+        assert "server closed the connection" not in out.stderr, out.stderr
+    assert plain.status == 0, plain.stderr
+    assert "wait events" in plain.stdout

@@ -269,6 +269,18 @@ class Monitor:
                 # which connection failed: the run's target was reached
                 raise ConnectError(f"--monitor: {exc}") from None
             raise
+        except pgconn.LibpqError as exc:
+            # a connection that broke while setting up (a statement pooler
+            # closes one that opens a transaction): one error, not a trace
+            mon.close()
+            which = "--monitor" if cfg.monitor_dsn is not None else "--server-stats"
+            hint = (
+                " (a statement pooler allows no transaction block: --monitor "
+                "DSN goes straight to the server)"
+                if "statement pooling" in str(exc)
+                else ""
+            )
+            raise ConnectError(f"{which}: {exc}{hint}") from None
         except BaseException:
             mon.close()
             raise
