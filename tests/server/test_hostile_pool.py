@@ -15,7 +15,9 @@ what the insight says about it.
   the pooler's, and never loses its prepared statement;
 * a statement pooler closes a connection that opens a transaction:
   --server-stats (a traceback) and --idle-sessions xact (libpq's lines
-  about the lost connection) end with one error line that says why.
+  about the lost connection) end with one error line that says why;
+* the server waiting for its client behind a pooler whose clients queue
+  for a server connection: the pooler is named, not pgsurge.
 """
 
 from __future__ import annotations
@@ -242,3 +244,28 @@ def test_statement_pooler_refuses_the_monitors_transactions(
         assert "server closed the connection" not in out.stderr, out.stderr
     assert plain.status == 0, plain.stderr
     assert "wait events" in plain.stdout
+
+
+def test_clients_queued_at_the_pooler_are_not_called_client_bound(
+    server_dsn: str, bench_db: str, tmp_path: Path
+) -> None:
+    """8 clients, a pool of 2 server connections: the server sessions wait
+    for PgBouncer between transactions while the clients queue there. The
+    report said "the client may be the bottleneck"; it names the pooler."""
+    pooler = start_pooler(server_dsn, "transaction", "default_pool_size = 2\n")
+    try:
+        result = tmp_path / "r.json"
+        args = ["-n", "-S", "-c", "8", "-j", "2", "-T", "3", "--waits=20"]
+        args += [f"--pooler-admin={pooler.admin_dsn}", f"--json={result}"]
+        out = run_pgsurge(args, pooler.pooled(bench_db), cwd=tmp_path)
+    finally:
+        pooler.stop()
+        shutil.rmtree(pooler.directory, ignore_errors=True)
+    assert out.status == 0, out.stderr
+    doc = _load(result)
+    assert doc["pooler_admin"]["max_cl_waiting"] >= 1, doc["pooler_admin"]
+    assert (doc["waits"]["client_wait_share"] or 0) > 0.5, (doc["waits"], out.stderr)
+    assert "the client may be the bottleneck" not in out.stdout, out.stdout
+    assert "clients waited for a server connection (the pooler's console): " in (
+        out.stdout
+    ), out.stdout

@@ -5,6 +5,8 @@
   another pooler's console): its figures read as zeros that looked
   measured ("0 transactions passed on, up to 0 clients waiting"); now the
   answer is refused with the missing columns named.
+* --waits behind a pooler: "the client may be the bottleneck" pointed at
+  pgsurge while clients queued at the pooler; now the line names it.
 * --waits whose sampler query was held (a paused or full pooler): the
   shares were printed with no word of the seconds left unsampled.
 """
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 
 from pgsurge.insight.pooladmin import PoolAdminError, check_columns
-from pgsurge.report.insight import insight_warnings
+from pgsurge.report.insight import insight_warnings, render_insight
 
 #: PgBouncer 1.7's SHOW STATS and SHOW POOLS
 STATS_17 = [
@@ -126,3 +128,41 @@ def test_a_slow_but_regular_sampler_is_not() -> None:
     assert insight_warnings(_waits(4000.0, period_ms=1000.0), "pgsurge") == ""
     # pg_wait_sampling samples on the server while its read waits
     assert insight_warnings(_waits(5000.0, source="pg_wait_sampling"), "p") == ""
+
+
+def _client_bound_doc(**extra: Any) -> dict[str, Any]:
+    waits = {
+        "source": "pg_stat_activity",
+        "period_ms": 20.0,
+        "attribution": "application_name",
+        "server_backends_seen": 1,
+        "samples": 100,
+        "events": [{"type": "Client", "event": "ClientRead", "share": 0.9}],
+        "client_wait_share": 0.9,
+        "sampler_query_ms": {"count": 100, "avg": 1.0, "max": 2.0},
+    }
+    return {"waits": waits, **extra}
+
+
+def test_client_bound_line_names_the_pooler_behind_one() -> None:
+    direct = render_insight(_client_bound_doc())
+    assert (
+        "the server waited for the client in 90% of the samples: the client "
+        "may be the bottleneck\n" in direct
+    )
+    pooler = {"mode": "transaction", "application_name": "pgsurge"}
+    behind = render_insight(_client_bound_doc(pooler=pooler))
+    assert "the client may be the bottleneck" not in behind
+    assert "behind a connection pooler that client is the pooler" in behind
+    admin = {"database": "db", "xacts": 10, "max_cl_waiting": 7, "reads": 2}
+    queued = render_insight(_client_bound_doc(pooler=pooler, pooler_admin=admin))
+    assert (
+        "the server waited for the client in 90% of the samples, while up to 7 "
+        "clients waited for a server connection (the pooler's console): the "
+        "pooler may be the bottleneck, not the clients\n" in queued
+    )
+    # nobody waited at the pooler: the pooler or the clients
+    idle_pool = render_insight(
+        _client_bound_doc(pooler=pooler, pooler_admin={**admin, "max_cl_waiting": 0})
+    )
+    assert "that client is the pooler" in idle_pool
