@@ -16,6 +16,10 @@ what the insight says about it.
 * a statement pooler closes a connection that opens a transaction:
   --server-stats (a traceback) and --idle-sessions xact (libpq's lines
   about the lost connection) end with one error line that says why;
+* a pause longer than the monitor's answer bound (15 s) lost the wait
+  samples and the console's figures with the counters; only the
+  counters (which need the end snapshot) are lost now, and the warning
+  says the pooler held the query;
 * the server waiting for its client behind a pooler whose clients queue
   for a server connection: the pooler is named, not pgsurge.
 """
@@ -26,6 +30,7 @@ import json
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -269,3 +274,53 @@ def test_clients_queued_at_the_pooler_are_not_called_client_bound(
     assert "clients waited for a server connection (the pooler's console): " in (
         out.stdout
     ), out.stdout
+
+
+#: longer than the monitor's bound on an answer (insight.own.ANSWER_WAIT_S)
+LONG_PAUSE_S = 17.0
+
+
+def test_a_long_pause_loses_only_the_counters(
+    server_dsn: str, bench_db: str, tmp_path: Path
+) -> None:
+    """PAUSE held past the monitor's 15 s bound: its connection is given
+    up, the end snapshot cannot be read. Before, 'server statistics and
+    waits left out' and no pooler console either: the samples and console
+    reads taken until then were thrown away with the counters."""
+    pooler = start_pooler(server_dsn, "transaction")
+    paused = False
+    try:
+        result = tmp_path / "r.json"
+        args = ["-n", "-S", "-c", "2", "-j", "1", "-T", "2", "-P", "1"]
+        args += ["--waits", "--server-stats", f"--pooler-admin={pooler.admin_dsn}"]
+        proc = _spawn([*args, f"--json={result}"], pooler.pooled(bench_db), tmp_path)
+        try:
+            _progress_lines(proc, 1)
+            pooler.admin("PAUSE")
+            paused = True
+            time.sleep(LONG_PAUSE_S)  # a minimum: longer only helps
+            pooler.admin("RESUME")
+            paused = False
+            out, err = proc.communicate(timeout=PATIENCE_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    finally:
+        if paused:
+            pooler.admin("RESUME")
+        pooler.stop()
+        shutil.rmtree(pooler.directory, ignore_errors=True)
+    assert proc.returncode == 0, err
+    assert "waits left out" not in err, err
+    assert (
+        "pgsurge: warning: --server-stats: left out: the monitor's connection "
+        "failed at the end of the run: the server did not answer within 15 s "
+        "(behind the pooler: a PAUSE or a full pool holds the monitor's queries"
+    ) in err, err
+    doc = _load(result)
+    assert doc["waits"]["samples"] > 0, doc["waits"]
+    assert "server_stats" not in doc
+    assert doc["pooler_admin"]["reads"] >= 1 and doc["pooler_admin"]["xacts"] > 0
+    assert "wait events of the run's server sessions" in out, out
+    assert "pooler console (database " in out, out

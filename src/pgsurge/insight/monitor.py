@@ -614,8 +614,19 @@ class Monitor:
                     self._open_window()
                     next_window = None
             except Exception as exc:  # keep the run going without the monitor
-                self.warnings.append(_warning("monitor", f"stopped: {exc}"))
+                self.warnings.append(
+                    _warning("monitor", f"stopped: {exc}{self._held_hint(exc)}")
+                )
                 return
+
+    def _held_hint(self, exc: BaseException) -> str:
+        """Why the server "did not answer" when it is behind the pooler."""
+        if not (self.via_pooler and "did not answer" in str(exc)):
+            return ""
+        return (
+            " (behind the pooler: a PAUSE or a full pool holds the monitor's "
+            "queries; --monitor DSN goes straight to the server)"
+        )
 
     def _run_admin(self) -> None:
         """The console's thread: a read per interval (and the window's
@@ -796,44 +807,20 @@ class Monitor:
             for start, shares in self.profile.interval_points():
                 intervals.setdefault(start, {"start_us": start})["waits"] = shares
         if self.cfg.server_stats and self.start_snap is not None and self.conn:
-            flush_warning = ""
-            if interrupted and self.pooler_mode is not None:
-                # (straight to the server the run's backends exit at once,
-                # and the wait for them is kept)
-                flush_warning = _warning(
-                    "--server-stats",
-                    "the run was interrupted: its end counters were read at "
-                    "once, without waiting for the pooler's server sessions "
-                    "to report their last work (the totals may miss some of it)",
-                )
-                self.warnings.append(flush_warning)
-            elif self.pooler_mode is not None:
-                self.flush_wait_s, flush_warning = pooled.wait_for_flush(self.conn)
-                if flush_warning:
-                    self.warnings.append(flush_warning)
-            else:
-                self._wait_for_exit()
-            end = self._snapshot(self.warnings.append)
-            if self.last_snap is not None and self.cfg.progress_s:
-                last_start = max(self.interval_stats, default=None)
-                tail = (
-                    self.start_us
-                    if last_start is None
-                    else last_start + 1_000_000 * self.cfg.progress_s
-                )
-                self.interval_stats[tail] = counters.interval_figures(
-                    self.last_snap, end, self.sources
-                )
-            out["server_stats"] = self._server_stats(end, transactions)
-            # (not when the counters were reset, or the wait said why)
-            reset = "database" in out["server_stats"]["stats_reset_during_run"]
-            if self.pooler_mode is not None and not reset and not flush_warning:
-                warning = pooled.commits_warning(out["server_stats"], transactions)
-                if warning:
-                    self.warnings.append(warning)
-            for start, figures in self.interval_stats.items():
-                intervals.setdefault(start, {"start_us": start})["server_stats"] = (
-                    figures
+            try:
+                self._finish_server_stats(transactions, interrupted, out, intervals)
+            except pgconn.LibpqError as exc:
+                # the rest (wait samples, the console's figures) is measured
+                # already: only the counters, which need the end snapshot,
+                # are lost
+                reason = pgconn.strip_newline(str(exc)).splitlines()[0]
+                reason += self._held_hint(exc)
+                self.warnings.append(
+                    _warning(
+                        "--server-stats",
+                        "left out: the monitor's connection failed at the end "
+                        f"of the run: {reason}",
+                    )
                 )
         if self.pool_admin is not None and not self.pool_admin.stopped:
             # the tail: from the last read to the end
@@ -983,6 +970,55 @@ class Monitor:
             f"{r.get('schemaname')}.{r.get('relname')}"
             for r in end.rows.get("tables", [])
         )
+
+    def _finish_server_stats(
+        self,
+        transactions: int,
+        interrupted: bool,
+        out: dict[str, Any],
+        intervals: dict[int, dict[str, Any]],
+    ) -> None:
+        """--server-stats' end: the wait for the counters, the end snapshot,
+        the run's and the intervals' figures into ``out``/``intervals``.
+        Raises :data:`pgconn.LibpqError` when the connection fails."""
+        assert self.conn is not None
+        flush_warning = ""
+        if interrupted and self.pooler_mode is not None:
+            # (straight to the server the run's backends exit at once,
+            # and the wait for them is kept)
+            flush_warning = _warning(
+                "--server-stats",
+                "the run was interrupted: its end counters were read at "
+                "once, without waiting for the pooler's server sessions "
+                "to report their last work (the totals may miss some of it)",
+            )
+            self.warnings.append(flush_warning)
+        elif self.pooler_mode is not None:
+            self.flush_wait_s, flush_warning = pooled.wait_for_flush(self.conn)
+            if flush_warning:
+                self.warnings.append(flush_warning)
+        else:
+            self._wait_for_exit()
+        end = self._snapshot(self.warnings.append)
+        if self.last_snap is not None and self.cfg.progress_s:
+            last_start = max(self.interval_stats, default=None)
+            tail = (
+                self.start_us
+                if last_start is None
+                else last_start + 1_000_000 * self.cfg.progress_s
+            )
+            self.interval_stats[tail] = counters.interval_figures(
+                self.last_snap, end, self.sources
+            )
+        out["server_stats"] = self._server_stats(end, transactions)
+        # (not when the counters were reset, or the wait said why)
+        reset = "database" in out["server_stats"]["stats_reset_during_run"]
+        if self.pooler_mode is not None and not reset and not flush_warning:
+            warning = pooled.commits_warning(out["server_stats"], transactions)
+            if warning:
+                self.warnings.append(warning)
+        for start, figures in self.interval_stats.items():
+            intervals.setdefault(start, {"start_us": start})["server_stats"] = figures
 
     # -- 5. always ------------------------------------------------------------
 
