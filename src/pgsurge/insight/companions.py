@@ -86,9 +86,18 @@ def open_companions(
             for sql in _START[mode]:
                 status, _res = conn.exec_status(sql)
                 if status not in (pgconn.COMMAND_OK, pgconn.TUPLES_OK):
+                    # the first line: a statement pooler closes the
+                    # connection, and libpq adds its lines about that
+                    message = conn.error_message().strip()
                     raise ConnectError(
                         "could not start an idle session: "
-                        + pgconn.strip_newline(conn.error_message())
+                        + (message.splitlines()[0] if message else "failed")
+                        + (
+                            " (a statement pooler allows no transaction "
+                            "block: --monitor DSN opens them on the server)"
+                            if "statement pooling" in message
+                            else ""
+                        )
                     )
     except BaseException:
         comp.close()

@@ -177,7 +177,11 @@ def take_snapshot(
     """Read ``sources`` in one transaction. On a failure, returns the
     source that failed and the message (the caller drops it and retries)."""
     snap = Snapshot(now_us)
-    conn.exec_status("BEGIN")
+    status, _res = conn.exec_status("BEGIN")
+    if status != pgconn.COMMAND_OK:
+        # no source's fault: the connection refused the transaction (a
+        # statement pooler closes it: "transaction blocks not allowed")
+        raise pgconn.LibpqError(_first_line(conn.error_message()))
     if consistent:
         conn.exec_status("SET LOCAL stats_fetch_consistency = 'snapshot'")
     array = "{" + ",".join('"' + t.replace('"', '\\"') + '"' for t in tables) + "}"
@@ -195,6 +199,11 @@ def take_snapshot(
         ]
     conn.exec_status("COMMIT")
     return snap, None, ""
+
+
+def _first_line(message: str) -> str:
+    """libpq's message without what it adds after a lost connection."""
+    return message.strip().splitlines()[0] if message.strip() else "failed"
 
 
 def _number(v: Any) -> bool:

@@ -146,7 +146,19 @@ def _check_target(conn: pgconn.PgConn, target: tuple[str, str]) -> None:
         return
     mine = (pgconn.value_text(res, 0, 0), pgconn.value_text(res, 0, 1))
     if mine == target:
-        return
+        server_pid = _one(conn, "SELECT pg_catalog.pg_backend_pid()")
+        if server_pid is None or server_pid == str(conn.backend_pid):
+            return
+        # a pooler's cancel key: the monitor waits for a server connection
+        # with the clients (and takes one of theirs), and through a
+        # transaction pooler the sampler's prepared statement is gone at
+        # its first use (0 samples, under a heading about -C)
+        raise ConnectError(
+            "--monitor: it reaches the server through a connection pooler "
+            f"(libpq's backend pid {conn.backend_pid}, the server's "
+            f"{server_pid}): give --monitor the server itself (its host and "
+            "port, the run's database), or leave it out"
+        )
     raise ConnectError(
         f'--monitor: it reaches database "{mine[0]}" of the server started '
         f'at {mine[1]}, the run\'s database "{target[0]}" of the server '
@@ -206,7 +218,16 @@ class Monitor:
     host: HostWatch | None = None
     #: the server the monitor connection reached (``PQhost:PQport``)
     server: str = ""
+    #: the monitor connection itself goes through a pooler (its backend
+    #: pid is not its session's): a host=a,b target may send it to the
+    #: pooler when the set-up's connection went straight to the server
+    monitor_pooled: bool = False
+    #: the run's target names several hosts (host=a,b): its clients'
+    #: sessions may be on other servers, or behind a pooler on one of them
+    several_hosts: bool = False
     _thread: threading.Thread | None = None
+    #: --pooler-admin reads on their own thread (see :meth:`_run_admin`)
+    _admin_thread: threading.Thread | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -238,6 +259,8 @@ class Monitor:
             items = {"dbname": cfg.monitor_dsn, "fallback_application_name": PROG}
             password = _typed_for(password, cfg.conn.conninfo_items(), items)
         mon.via_pooler = pooler_mode is not None and cfg.monitor_dsn is None
+        # (the set-up gives no target identity to a host=a,b run's --monitor)
+        mon.several_hosts = cfg.monitor_dsn is not None and target is None
         try:
             mon._open(items, password, scripts, warn, database, target)
         except ConnectError as exc:
@@ -246,6 +269,18 @@ class Monitor:
                 # which connection failed: the run's target was reached
                 raise ConnectError(f"--monitor: {exc}") from None
             raise
+        except pgconn.LibpqError as exc:
+            # a connection that broke while setting up (a statement pooler
+            # closes one that opens a transaction): one error, not a trace
+            mon.close()
+            which = "--monitor" if cfg.monitor_dsn is not None else "--server-stats"
+            hint = (
+                " (a statement pooler allows no transaction block: --monitor "
+                "DSN goes straight to the server)"
+                if "statement pooling" in str(exc)
+                else ""
+            )
+            raise ConnectError(f"{which}: {exc}{hint}") from None
         except BaseException:
             mon.close()
             raise
@@ -305,6 +340,8 @@ class Monitor:
         self.conn = conn
         self.server = conn.target
         self.server_version_num = conn.server_version
+        session_pid = _one(conn, "SELECT pg_catalog.pg_backend_pid()")
+        self.monitor_pooled = session_pid not in (None, str(conn.backend_pid))
         # the workers' name (they connect with the same items; behind a
         # pooler the set-up read it), then ours
         if not self.app_name:
@@ -419,10 +456,14 @@ class Monitor:
         if cfg.waits_ms is not None and self.conn is not None:
             self.profile = WaitProfile(anchor_us=start_us, interval_us=interval_us)
             self.sampler = self._make_sampler(interval_us, warn)
+        if self.pool_admin is not None:
+            self._admin_thread = threading.Thread(
+                target=self._run_admin, name="pgsurge-pooler-admin", daemon=True
+            )
+            self._admin_thread.start()
         if (
             self.sampler is None
             and not (self._per_interval and cfg.progress_s)
-            and self.pool_admin is None
             and not (window_us and cfg.server_stats)
         ):
             return
@@ -438,13 +479,26 @@ class Monitor:
         assert conn is not None and self.cfg.waits_ms is not None
         exclude = tuple(self.companions.pids) if self.companions else ()
         by_app = not self.pids or self.pooler_mode is not None
+        absent = 0
+        if not by_app and (self.several_hosts or conn.several_hosts()):
+            # the set-up's connection reached one host of host=a,b: clients
+            # on another (or behind a pooler there) have pids that are no
+            # session here, never sampled ("wait events of 6 backends" when
+            # 2 were seen)
+            absent = self._absent_pids()
+            by_app = absent > 0
         if by_app:
             self.attribution = "application_name"
-            why = (
-                "a connection pooler hides the backends' pids"
-                if self.pooler_mode is not None
-                else "-C gives no backend pids to follow"
-            )
+            if self.pooler_mode is not None:
+                why = "a connection pooler hides the backends' pids"
+            elif absent:
+                why = (
+                    f"{absent} of the {len(self.pids)} clients' backend pids "
+                    "are no session of this server (clients on another host "
+                    "of the target, or behind a pooler)"
+                )
+            else:
+                why = "-C gives no backend pids to follow"
             if self.via_pooler:
                 why += (
                     " (and the sampler waits for a server connection as the "
@@ -457,7 +511,7 @@ class Monitor:
                     f'"{self.app_name}" in this database',
                 )
             )
-        if not by_app and self._has_wait_sampling():
+        if not by_app and not self.monitor_pooled and self._has_wait_sampling():
             profiler = ProfileSampler(
                 conn, self.pids, self.privileged, self._profile_period_ms()
             )
@@ -480,7 +534,9 @@ class Monitor:
             self.privileged,
             # a transaction pooler runs each statement on any server session:
             # one that never saw a prepared statement's PREPARE
-            prepared=not (self.via_pooler and self.pooler_mode == "transaction"),
+            # (the set-up's connection may have reached another host of a
+            # host=a,b target than the monitor's, or misjudged the mode)
+            prepared=not self.monitor_pooled,
         )
         try:
             sampler.prepare()
@@ -489,6 +545,20 @@ class Monitor:
             return None
         self.sample_every_us = self.cfg.waits_ms * 1000
         return sampler
+
+    def _absent_pids(self) -> int:
+        """How many of the clients' backend pids are no session of the
+        monitor's server (0 when it cannot tell)."""
+        conn = self.conn
+        assert conn is not None
+        status, res = conn.exec_params(
+            "SELECT count(*) FROM pg_catalog.pg_stat_activity"
+            " WHERE pid = ANY($1::int[])",
+            [pg_array(self.pids)],
+        )
+        if status != pgconn.TUPLES_OK or res.ntuples == 0:
+            return 0
+        return len(set(self.pids)) - int(pgconn.value_text(res, 0, 0))
 
     def _has_wait_sampling(self) -> bool:
         conn = self.conn
@@ -520,13 +590,9 @@ class Monitor:
         step_us = 1_000_000 * cfg.progress_s if self._per_interval else 0
         next_boundary = self.start_us + step_us if step_us else None
         next_sample = _clock() if self.sampler is not None else None
-        admin_us = self._admin_step_us()
-        next_admin = self.start_us + admin_us if self.pool_admin is not None else None
         next_window = self.window_us or None
         while True:
-            dues = [
-                t for t in (next_sample, next_boundary, next_admin, next_window) if t
-            ]
+            dues = [t for t in (next_sample, next_boundary, next_window) if t]
             if not dues:
                 return
             delay = max(0, min(dues) - _clock()) / 1e6
@@ -547,14 +613,51 @@ class Monitor:
                 if next_window is not None and now >= next_window:
                     self._open_window()
                     next_window = None
-                if next_admin is not None and now >= next_admin:
-                    if not self._admin_read(next_admin - admin_us):
-                        next_admin = None
-                    else:
-                        while next_admin <= now:
-                            next_admin += admin_us
             except Exception as exc:  # keep the run going without the monitor
-                self.warnings.append(_warning("monitor", f"stopped: {exc}"))
+                self.warnings.append(
+                    _warning("monitor", f"stopped: {exc}{self._held_hint(exc)}")
+                )
+                return
+
+    def _held_hint(self, exc: BaseException) -> str:
+        """Why the server "did not answer" when it is behind the pooler."""
+        if not (self.via_pooler and "did not answer" in str(exc)):
+            return ""
+        return (
+            " (behind the pooler: a PAUSE or a full pool holds the monitor's "
+            "queries; --monitor DSN goes straight to the server)"
+        )
+
+    def _run_admin(self) -> None:
+        """The console's thread: a read per interval (and the window's
+        restart), until :meth:`finish`.
+
+        Not on the monitor's thread: the sampler's and the counters'
+        queries go through the pooler (without --monitor) and wait with
+        the clients when it holds them (PAUSE, a full pool), which is when
+        the console's waiting clients matter; behind them its reads came
+        only after the stall, and said no client ever waited."""
+        admin = self.pool_admin
+        assert admin is not None
+        step = self._admin_step_us()
+        next_read = self.start_us + step
+        next_window = self.window_us or None
+        while not admin.stopped:
+            due = min(t for t in (next_read, next_window) if t)
+            if self._stop.wait(max(0, due - _clock()) / 1e6):
+                return
+            now = _clock()
+            try:
+                if next_window is not None and now >= next_window:
+                    self._admin_window()
+                    next_window = None
+                if now >= next_read and not admin.stopped:
+                    if not self._admin_read(next_read - step):
+                        return
+                    while next_read <= now:
+                        next_read += step
+            except Exception as exc:  # keep the run going without the console
+                self.warnings.append(_warning("--pooler-admin", f"stopped: {exc}"))
                 return
 
     def _open_window(self) -> None:
@@ -576,9 +679,12 @@ class Monitor:
         if self.profile is not None:
             with self._lock:
                 self.profile.restart(self.window_us)
+
+    def _admin_window(self) -> None:
+        """--warmup's window opens: the console's run figures count from
+        here too (as the run's own); on the console's thread."""
         admin = self.pool_admin
         if admin is not None and not admin.stopped:
-            # the console's run figures too (as the run's own)
             try:
                 admin.restart()
             except PoolAdminError as exc:
@@ -588,8 +694,9 @@ class Monitor:
     def _sample(self) -> None:
         assert self.sampler is not None and self.profile is not None
         try:
-            with self._lock:
-                self.sampler.sample(self.profile)
+            # the lock only around the profile's update: the -P lines take
+            # it, and the query may wait long behind a pooler (PAUSE)
+            self.sampler.sample(self.profile, self._lock)
         except SamplerError as exc:
             self.warnings.append(_warning("--waits", f"sampling stopped: {exc}"))
             self.sampler = None
@@ -700,44 +807,20 @@ class Monitor:
             for start, shares in self.profile.interval_points():
                 intervals.setdefault(start, {"start_us": start})["waits"] = shares
         if self.cfg.server_stats and self.start_snap is not None and self.conn:
-            flush_warning = ""
-            if interrupted and self.pooler_mode is not None:
-                # (straight to the server the run's backends exit at once,
-                # and the wait for them is kept)
-                flush_warning = _warning(
-                    "--server-stats",
-                    "the run was interrupted: its end counters were read at "
-                    "once, without waiting for the pooler's server sessions "
-                    "to report their last work (the totals may miss some of it)",
-                )
-                self.warnings.append(flush_warning)
-            elif self.pooler_mode is not None:
-                self.flush_wait_s, flush_warning = pooled.wait_for_flush(self.conn)
-                if flush_warning:
-                    self.warnings.append(flush_warning)
-            else:
-                self._wait_for_exit()
-            end = self._snapshot(self.warnings.append)
-            if self.last_snap is not None and self.cfg.progress_s:
-                last_start = max(self.interval_stats, default=None)
-                tail = (
-                    self.start_us
-                    if last_start is None
-                    else last_start + 1_000_000 * self.cfg.progress_s
-                )
-                self.interval_stats[tail] = counters.interval_figures(
-                    self.last_snap, end, self.sources
-                )
-            out["server_stats"] = self._server_stats(end, transactions)
-            # (not when the counters were reset, or the wait said why)
-            reset = "database" in out["server_stats"]["stats_reset_during_run"]
-            if self.pooler_mode is not None and not reset and not flush_warning:
-                warning = pooled.commits_warning(out["server_stats"], transactions)
-                if warning:
-                    self.warnings.append(warning)
-            for start, figures in self.interval_stats.items():
-                intervals.setdefault(start, {"start_us": start})["server_stats"] = (
-                    figures
+            try:
+                self._finish_server_stats(transactions, interrupted, out, intervals)
+            except pgconn.LibpqError as exc:
+                # the rest (wait samples, the console's figures) is measured
+                # already: only the counters, which need the end snapshot,
+                # are lost
+                reason = pgconn.strip_newline(str(exc)).splitlines()[0]
+                reason += self._held_hint(exc)
+                self.warnings.append(
+                    _warning(
+                        "--server-stats",
+                        "left out: the monitor's connection failed at the end "
+                        f"of the run: {reason}",
+                    )
                 )
         if self.pool_admin is not None and not self.pool_admin.stopped:
             # the tail: from the last read to the end
@@ -791,6 +874,9 @@ class Monitor:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        if self._admin_thread is not None:
+            self._admin_thread.join()
+            self._admin_thread = None
 
     def _wait_for_exit(self) -> None:
         """Until the run's backends are gone (they flush their counters as
@@ -884,6 +970,55 @@ class Monitor:
             f"{r.get('schemaname')}.{r.get('relname')}"
             for r in end.rows.get("tables", [])
         )
+
+    def _finish_server_stats(
+        self,
+        transactions: int,
+        interrupted: bool,
+        out: dict[str, Any],
+        intervals: dict[int, dict[str, Any]],
+    ) -> None:
+        """--server-stats' end: the wait for the counters, the end snapshot,
+        the run's and the intervals' figures into ``out``/``intervals``.
+        Raises :data:`pgconn.LibpqError` when the connection fails."""
+        assert self.conn is not None
+        flush_warning = ""
+        if interrupted and self.pooler_mode is not None:
+            # (straight to the server the run's backends exit at once,
+            # and the wait for them is kept)
+            flush_warning = _warning(
+                "--server-stats",
+                "the run was interrupted: its end counters were read at "
+                "once, without waiting for the pooler's server sessions "
+                "to report their last work (the totals may miss some of it)",
+            )
+            self.warnings.append(flush_warning)
+        elif self.pooler_mode is not None:
+            self.flush_wait_s, flush_warning = pooled.wait_for_flush(self.conn)
+            if flush_warning:
+                self.warnings.append(flush_warning)
+        else:
+            self._wait_for_exit()
+        end = self._snapshot(self.warnings.append)
+        if self.last_snap is not None and self.cfg.progress_s:
+            last_start = max(self.interval_stats, default=None)
+            tail = (
+                self.start_us
+                if last_start is None
+                else last_start + 1_000_000 * self.cfg.progress_s
+            )
+            self.interval_stats[tail] = counters.interval_figures(
+                self.last_snap, end, self.sources
+            )
+        out["server_stats"] = self._server_stats(end, transactions)
+        # (not when the counters were reset, or the wait said why)
+        reset = "database" in out["server_stats"]["stats_reset_during_run"]
+        if self.pooler_mode is not None and not reset and not flush_warning:
+            warning = pooled.commits_warning(out["server_stats"], transactions)
+            if warning:
+                self.warnings.append(warning)
+        for start, figures in self.interval_stats.items():
+            intervals.setdefault(start, {"start_us": start})["server_stats"] = figures
 
     # -- 5. always ------------------------------------------------------------
 

@@ -29,7 +29,13 @@ from typing import Any
 from pgsurge import pgconn
 from pgsurge.errors import ConnectError
 
-__all__ = ["PoolAdmin", "PoolAdminError", "pool_point", "stats_point"]
+__all__ = [
+    "PoolAdmin",
+    "PoolAdminError",
+    "check_columns",
+    "pool_point",
+    "stats_point",
+]
 
 Row = dict[str, str]
 
@@ -44,6 +50,13 @@ POOL_SUMS: tuple[tuple[str, str], ...] = (
 #: SHOW STATS totals whose differences make an interval's figures
 STAT_TOTALS = ("total_xact_count", "total_query_count", "total_wait_time")
 
+#: the columns each command must answer: without one the figures read
+#: as 0 (PgBouncer before 1.8 named SHOW STATS's totals otherwise)
+NEEDED: dict[str, tuple[str, ...]] = {
+    "SHOW POOLS": ("database", *(col for _, col in POOL_SUMS), "maxwait"),
+    "SHOW STATS": ("database", *STAT_TOTALS),
+}
+
 #: how long a console command may take to answer (they take milliseconds)
 ANSWER_WAIT_S = 15.0
 
@@ -57,6 +70,18 @@ def _int(value: str | None) -> int:
         return int(value or 0)
     except ValueError:
         return 0
+
+
+def check_columns(command: str, names: Sequence[str]) -> None:
+    """Raise :class:`PoolAdminError` when the answer to ``command`` lacks
+    a column the figures come from: another version's or another pooler's
+    console, whose figures would otherwise be zeros that look measured."""
+    missing = [c for c in NEEDED.get(command, ()) if c not in names]
+    if missing:
+        raise PoolAdminError(
+            f"{command} has no column {', '.join(missing)} (PgBouncer 1.8 or "
+            "later answers with them): not a console pgsurge can read"
+        )
 
 
 def pool_point(rows: Sequence[Mapping[str, str]], database: str) -> dict[str, float]:
@@ -121,12 +146,17 @@ class PoolAdmin:
         except ConnectError as exc:  # say which connection failed
             raise ConnectError(f"--pooler-admin: {exc}") from None
         admin = cls(conn, database)
+        command = "SHOW STATS"
         try:
-            admin.first = admin.last = _totals(admin._rows("SHOW STATS"), database)
-            pools = admin._rows("SHOW POOLS")
+            admin.first = admin.last = _totals(admin._rows(command), database)
+            command = "SHOW POOLS"
+            pools = admin._rows(command)
         except PoolAdminError as exc:
             conn.finish()
-            raise ConnectError(f"--pooler-admin: SHOW STATS: {exc}") from None
+            text = str(exc)
+            if not text.startswith(command):
+                text = f"{command}: {text}"
+            raise ConnectError(f"--pooler-admin: {text}") from None
         modes = {r.get("pool_mode", "") for r in pools if r.get("database") == database}
         admin.pool_mode = ",".join(sorted(m for m in modes if m))
         return admin
@@ -144,6 +174,7 @@ class PoolAdmin:
         if status != pgconn.TUPLES_OK:
             raise PoolAdminError(pgconn.strip_newline(self.conn.error_message()))
         names = [pgconn.field_name(res, c) for c in range(res.nfields)]
+        check_columns(command, names)
         return [
             {n: pgconn.value_text(res, r, c) for c, n in enumerate(names)}
             for r in range(res.ntuples)

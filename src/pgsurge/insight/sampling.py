@@ -29,7 +29,9 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from typing import Any
 
 from pgsurge import pgconn
 from pgsurge.insight.waits import BgLabel, Label, WaitProfile
@@ -81,6 +83,10 @@ def _clock() -> int:
     return time.monotonic_ns() // 1000
 
 
+#: a sampler used alone (tests) needs no lock around its profile
+_NO_LOCK: AbstractContextManager[Any] = nullcontext()
+
+
 def _fail(conn: pgconn.PgConn) -> SamplerError:
     return SamplerError(pgconn.strip_newline(conn.error_message()))
 
@@ -129,7 +135,12 @@ class ActivitySampler:
         ]
         self.own_pids = frozenset(self.pids)
 
-    def sample(self, profile: WaitProfile) -> None:
+    def sample(
+        self, profile: WaitProfile, lock: AbstractContextManager[Any] = _NO_LOCK
+    ) -> None:
+        """One sample into ``profile``, changed under ``lock`` only: the
+        query may wait (behind a pooler that holds the clients, up to the
+        answer bound), and the -P lines read the profile meanwhile."""
         t0 = _clock()
         if self.prepared:
             status, res = self.conn.exec_prepared(self.name, self.params)
@@ -138,7 +149,6 @@ class ActivitySampler:
         now = _clock()
         if status != pgconn.TUPLES_OK:
             raise _fail(self.conn)
-        profile.record_query(now - t0)
         own: list[Label] = []
         bg: list[BgLabel] = []
         text = pgconn.value_text
@@ -152,7 +162,9 @@ class ActivitySampler:
                     self.seen.add(pid)
             elif (label := _bg(btype, wtype, wevent)) is not None:
                 bg.append(label)
-        profile.add_rows(now, own, bg)
+        with lock:
+            profile.record_query(now - t0)
+            profile.add_rows(now, own, bg)
 
 
 @dataclass(slots=True)
@@ -194,11 +206,13 @@ class ProfileSampler:
             out[key] = int(text(res, row, 4))
         return out
 
-    def sample(self, profile: WaitProfile) -> None:
+    def sample(
+        self, profile: WaitProfile, lock: AbstractContextManager[Any] = _NO_LOCK
+    ) -> None:
+        """As :meth:`ActivitySampler.sample`."""
         t0 = _clock()
         current = self._read()
         now = _clock()
-        profile.record_query(now - t0)
         own: Counter[Label] = Counter()
         bg: Counter[BgLabel] = Counter()
         pids = frozenset(self.pids)
@@ -216,4 +230,6 @@ class ProfileSampler:
                 bg[label] += delta
         ticks = (now - self.last_us) / (self.period_ms * 1000.0)
         self.last, self.last_us = current, now
-        profile.add(now, own, bg, ticks)
+        with lock:
+            profile.record_query(now - t0)
+            profile.add(now, own, bg, ticks)

@@ -40,7 +40,30 @@ def _bytes(n: float) -> str:
     return f"{n:.1f} GB"  # pragma: no cover
 
 
-def render_waits(w: Mapping[str, Any]) -> str:
+def _client_bound(share: float, pooler: Any = None, admin: Any = None) -> str:
+    """The line saying the server mostly waited for its client. Behind a
+    pooler that client is the pooler: "the client may be the bottleneck"
+    pointed at pgsurge while clients queued for a server connection."""
+    head = f"the server waited for the client in {100 * share:.0f}% of the samples"
+    if not isinstance(pooler, Mapping):
+        return f"{head}: the client may be the bottleneck"
+    waiting = admin.get("max_cl_waiting") if isinstance(admin, Mapping) else None
+    if isinstance(waiting, int | float) and waiting > 0:
+        return (
+            f"{head}, while up to {int(waiting)} clients waited for a server "
+            "connection (the pooler's console): the pooler may be the "
+            "bottleneck, not the clients"
+        )
+    return (
+        f"{head}: behind a connection pooler that client is the pooler: it, "
+        "or the clients behind it, may be the bottleneck (--pooler-admin "
+        "tells whether clients wait for a server connection)"
+    )
+
+
+def render_waits(w: Mapping[str, Any], pooler: Any = None, admin: Any = None) -> str:
+    """The --waits block; ``pooler``/``admin``: the run's ``pooler`` and
+    ``pooler_admin`` sections (the client-bound line names the pooler)."""
     q = w.get("sampler_query_ms") or {}
     how = (
         f"{w.get('source')} every {_num(w.get('period_ms'), 0)} ms"
@@ -70,10 +93,7 @@ def render_waits(w: Mapping[str, Any]) -> str:
     # only the idle share: a wait inside a transaction is its round trips
     client = w.get("client_wait_share")
     if client is not None and client > CLIENT_BOUND_SHARE:
-        lines.append(
-            f"the server waited for the client in {100 * client:.0f}% of the "
-            "samples: the client may be the bottleneck"
-        )
+        lines.append(_client_bound(client, pooler, admin))
     bg = w.get("background") or []
     if bg:
         parts = [
@@ -184,7 +204,7 @@ def render_insight(doc: Mapping[str, Any]) -> str:
     """The text blocks of the sections present in ``doc``."""
     out = ""
     if isinstance(doc.get("waits"), Mapping):
-        out += render_waits(doc["waits"])
+        out += render_waits(doc["waits"], doc.get("pooler"), doc.get("pooler_admin"))
     if isinstance(doc.get("server_stats"), Mapping):
         out += render_server_stats(doc["server_stats"])
     if isinstance(doc.get("pooler_admin"), Mapping):
@@ -192,12 +212,37 @@ def render_insight(doc: Mapping[str, Any]) -> str:
     return out
 
 
+#: a sampler query that took this long (and ten periods) left a gap
+SAMPLER_STALL_MS = 1000.0
+
+
+def _sampler_stall(w: Mapping[str, Any], prog: str) -> str:
+    """--waits whose sampler query was held (behind a pooler it waits for
+    a server connection as the clients do: PAUSE, a full pool): nothing
+    was sampled meanwhile, and the shares said nothing of it."""
+    if w.get("source") != "pg_stat_activity":
+        return ""  # a profile extension samples on the server meanwhile
+    q = w.get("sampler_query_ms") or {}
+    worst = q.get("max") or 0.0
+    period = w.get("period_ms") or 0.0
+    if worst < max(SAMPLER_STALL_MS, 10 * period):
+        return ""
+    return (
+        f"{prog}: warning: --waits: a sampler query took {worst / 1000:.1f} s "
+        f"(one is due every {period:.0f} ms): nothing was sampled meanwhile "
+        "(behind a pooler it waits for a server connection as the clients "
+        "do; --monitor DSN goes straight to the server)\n"
+    )
+
+
 def insight_warnings(doc: Mapping[str, Any], prog: str) -> str:
-    """Warnings for stderr: a checkpoint or a stats reset during the run."""
+    """Warnings for stderr: a --waits sampler held up, a checkpoint or a
+    stats reset during the run."""
+    w = doc.get("waits")
+    out = _sampler_stall(w, prog) if isinstance(w, Mapping) else ""
     s = doc.get("server_stats")
     if not isinstance(s, Mapping):
-        return ""
-    out = ""
+        return out
     if s.get("checkpoint_during_run"):
         out += (
             f"{prog}: warning: a checkpoint ran during the measurement: its "

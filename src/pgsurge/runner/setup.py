@@ -268,6 +268,8 @@ def _target_identity(conn: pgconn.PgConn) -> tuple[str, str] | None:
 
 #: what PgBouncer's ``application_name_add_host`` appends to the name
 _ADDED_HOST = re.compile(r" - \S+:\d+$")
+#: connections tried for the pooling mode's probe, to reach the same host
+_MODE_TRIES = 8
 
 
 def detect_pooler(
@@ -300,11 +302,19 @@ def detect_pooler(
     # the server session that ran the last query, just released (or not)
     last = _one(conn, "SELECT pg_catalog.pg_backend_pid()")
     mode = "session"
-    other, _message, _needs = _connect(items, password)
-    if other is not None:
+    # a host=a,b target may send the second connection elsewhere (the
+    # server itself, another pooler): only one to the same host and port
+    # tells this pooler's mode (a few tries, then "session")
+    for _try in range(_MODE_TRIES):
+        other, _message, _needs = _connect(items, password)
+        if other is None:
+            break
         try:
+            if other.target != conn.target:
+                continue
             if _one(other, "SELECT pg_catalog.pg_backend_pid()") == last:
                 mode = "transaction"
+            break
         finally:
             other.finish()
     return PoolerInfo(conn.backend_pid, server_pid, mode, app, conn.dbname, found_at)
