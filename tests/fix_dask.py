@@ -121,7 +121,13 @@ class Cluster:
     """``dask scheduler`` and ``dask worker --nthreads 1 --resources
     pgsurge=1`` processes on loopback, each in its own process group."""
 
-    def __init__(self, tmp: Path, nworkers: int, tls: TlsFiles | None = None) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        nworkers: int,
+        tls: TlsFiles | None = None,
+        worker_args: dict[int, list[str]] | None = None,
+    ) -> None:
         scheme = "tcp" if tls is None else "tls"
         self.address = f"{scheme}://127.0.0.1:{free_port()}"
         self.tls = tls
@@ -150,6 +156,7 @@ class Cluster:
                         *("--host", "127.0.0.1", "--no-dashboard"),
                         *("--name", f"load{i}"),
                         *([] if tls is None else tls.dask_args()),
+                        *(worker_args or {}).get(i, []),
                     ],
                     cwd,
                 )

@@ -109,18 +109,45 @@ def names(run_id: str) -> dict[str, str]:
     }
 
 
+def build() -> str:
+    """This pgsurge's version and a fingerprint of what a host unpickles
+    (the fields of a worker's spec and of the run's options): a host whose
+    build differs would run the coordinator's specs with other code."""
+    import dataclasses
+    import hashlib
+
+    from pgsurge import __version__
+    from pgsurge.config import RunConfig
+
+    shape = [f.name for t in (WorkerSpec, RunConfig) for f in dataclasses.fields(t)]
+    digest = hashlib.sha256(" ".join(shape).encode()).hexdigest()[:8]
+    return f"{__version__} (specs {digest})"
+
+
 class Sealed:
     """A host's worker specs in the task's arguments. Dask may print a
     task's arguments (a failed task's log line); the specs hold the
-    connection parameters, passwords included, so they never show."""
+    connection parameters, passwords included, so they never show. They
+    travel pickled with the coordinator's :func:`build`, and a host
+    unpickles them only once it has found its own build the same."""
 
-    __slots__ = ("specs",)
+    __slots__ = ("blob", "build")
 
     def __init__(self, specs: Sequence[WorkerSpec]) -> None:
-        self.specs = tuple(specs)
+        import pickle
+
+        self.build = build()
+        self.blob = pickle.dumps(tuple(specs), protocol=pickle.HIGHEST_PROTOCOL)
+
+    @property
+    def specs(self) -> tuple[WorkerSpec, ...]:
+        import pickle
+
+        specs: tuple[WorkerSpec, ...] = pickle.loads(self.blob)
+        return specs
 
     def __repr__(self) -> str:
-        return f"<{len(self.specs)} pgsurge worker specs>"
+        return "<pgsurge worker specs>"
 
     __str__ = __repr__
 
@@ -132,7 +159,8 @@ class HostOutcome:
     ``status``: ``done`` (``results`` holds every worker's, a dead one's
     made up from its last snapshot), ``stopped`` (the coordinator said
     stop: ``results`` holds what was measured until then, or nothing
-    before the start), ``fatal`` (pgbench's ``pg_fatal`` in a worker:
+    before the start), ``fatal`` (pgbench's ``pg_fatal`` in a worker, or
+    this host's pgsurge is not the coordinator's build:
     ``text`` to print, the run ends with status 1), ``aborted``
     (``--exit-on-abort``, a crash: status 2), ``orphaned`` (the
     coordinator fell silent: the host stopped on its own), ``stale`` (the
@@ -520,6 +548,13 @@ def host_task(
     worker = get_worker()
     n = names(run_id)
     topic = n["topic"]
+    mine = build()
+    if sealed.build != mine:  # (before its specs are unpickled)
+        return HostOutcome(
+            "fatal",
+            text=f"{PROG}: error: this host runs pgsurge {mine}, the coordinator "
+            f"{sealed.build}: install the same pgsurge on every load host\n",
+        )
     start_ev, go_ev, stop_ev = Event(n["start"]), Event(n["go"]), Event(n["stop"])
     if start_ev.is_set() or stop_ev.is_set():
         return HostOutcome("stale")

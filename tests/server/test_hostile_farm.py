@@ -1,0 +1,154 @@
+"""Hostile-tester regressions on a load farm (``--dask``, issue 24).
+
+A performance engineer's farm, attacked: a load host frozen (SIGSTOP of
+its whole process group) for longer than the loss grace, a host on
+another pgsurge version, the server restarted under the farm, a host
+killed while its clients connect; the totals of the report, the JSON and
+the hosts' own figures must add up whatever happened.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from pgsurge.distributed.watch import COORDINATOR_GRACE_S
+from tests.fix_dask import (
+    SLACK_S,
+    Cluster,
+    Run,
+    assert_kept,
+    count_clients,
+    processed,
+    start_run,
+    wait_no_load,
+)
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+
+def _args(cluster: Cluster, dsn: str, *more: str) -> list[str]:
+    return [
+        *("--dask", cluster.address, "-n", "-S", "-T", "60", "-c", "4", "-j", "2"),
+        *("-P", "1", *more, dsn),
+    ]
+
+
+def _hosts_add_up(doc: dict) -> None:
+    """The hosts' own figures add up to the run's."""
+    hosts = doc["hosts"]
+    assert sum(h["transactions"] for h in hosts) == doc["totals"]["processed"], hosts
+    assert sum(h["failed"] for h in hosts) == doc["totals"]["failed"], hosts
+    assert sum(h["clients"] for h in hosts) == doc["config"]["clients"], hosts
+
+
+def test_a_frozen_host_is_lost_and_stops_when_it_thaws(
+    bench_db: str, cluster: Cluster, tmp_path: Path
+) -> None:
+    out_json = tmp_path / "run.json"
+    before = cluster.load_processes()
+    run = start_run(_args(cluster, bench_db, "--json", str(out_json)), tmp_path)
+    try:
+        run.wait_for("progress: 2.0 s")
+        load = cluster.load_processes() - before
+        cluster.signal_host(1, signal.SIGSTOP)
+        frozen = time.monotonic()
+        status = run.wait(60)
+        ended = time.monotonic()
+        cluster.signal_host(1, signal.SIGCONT)
+        thawed = time.monotonic()
+    finally:
+        cluster.signal_host(1, signal.SIGCONT)
+        run.kill()
+    assert status == 2, run.stderr
+    assert ended - frozen < 5 + 8 + SLACK_S
+    assert re.search(r"error: host 1 \(load1, tcp://[^)]+\) lost", run.stderr)
+    doc = json.loads(out_json.read_text())
+    assert_kept(run.stdout, run.stderr, doc)
+    _hosts_add_up(doc)
+    # thawed, the host finds its coordinator silent and stops its load
+    wait_no_load(bench_db, load, thawed, COORDINATOR_GRACE_S + SLACK_S)
+
+
+def test_the_server_restarted_under_the_farm(
+    bench_db: str, cluster: Cluster, tmp_path: Path, server_dsn: str
+) -> None:
+    import psycopg
+
+    out_json = tmp_path / "run.json"
+    run = start_run(_args(cluster, bench_db, "--json", str(out_json)), tmp_path)
+    try:
+        run.wait_for("progress: 2.0 s")
+        with psycopg.connect(bench_db, autocommit=True) as conn:
+            conn.execute(
+                "select pg_terminate_backend(pid) from pg_stat_activity"
+                " where application_name = 'pgsurge'"
+            )
+        status = run.wait(60)
+    finally:
+        run.kill()
+    print(run.stderr)
+    print(run.stdout)
+    assert status == 2, run.stderr
+    doc = json.loads(out_json.read_text())
+    assert_kept(run.stdout, run.stderr, doc)
+    _hosts_add_up(doc)
+    assert count_clients(bench_db) == 0
+
+
+def test_totals_add_up(bench_db: str, cluster: Cluster, tmp_path: Path) -> None:
+    out_json = tmp_path / "run.json"
+    run = Run(
+        [
+            *("--dask", cluster.address, "-n", "-S", "-T", "4", "-c", "3", "-j", "3"),
+            *("-P", "1", "--json", str(out_json), "-r", bench_db),
+        ],
+        tmp_path,
+    )
+    status = run.wait(90)
+    print(run.stderr, run.stdout)
+    assert status == 0, run.stderr
+    doc = json.loads(out_json.read_text())
+    _hosts_add_up(doc)
+    assert processed(run.stdout) == doc["totals"]["processed"]
+
+
+def test_a_host_on_another_pgsurge_version_is_refused(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """A load host whose pgsurge is another version (a farm upgraded by
+    halves) ran the coordinator's specs with its own code, silently:
+    now the run stops before any load with one line naming the host."""
+    preload = tmp_path / "other_version.py"
+    preload.write_text("import pgsurge\npgsurge.__version__ = '0.0.9'\n")
+    cluster = Cluster(tmp_path, 2, worker_args={1: ["--preload", str(preload)]})
+    try:
+        run = Run(
+            [
+                *("--dask", cluster.address, "-n", "-S", "-T", "30"),
+                *("-c", "2", "-j", "2", bench_db),
+            ],
+            tmp_path,
+        )
+        status = run.wait(90)
+        logs = [log.read_text(errors="replace") for log in cluster.logs]
+    finally:
+        cluster.close()
+    print(run.stderr, run.stdout, logs[2])
+    assert status == 1, run.stderr
+    assert "Traceback" not in run.stderr
+    errors = [ln for ln in run.stderr.splitlines() if "error" in ln]
+    assert len(errors) == 1, run.stderr
+    assert re.fullmatch(
+        r"pgsurge: host \d \(load1\): error: this host runs pgsurge 0\.0\.9 "
+        r"\(specs [0-9a-f]{8}\), the coordinator 0\.1\.0 \(specs [0-9a-f]{8}\): "
+        r"install the same pgsurge on every load host",
+        errors[0],
+    ), errors
+    assert "processed" not in run.stdout  # no report: no run
+    assert count_clients(bench_db) == 0
