@@ -152,3 +152,58 @@ def test_a_host_on_another_pgsurge_version_is_refused(
     ), errors
     assert "processed" not in run.stdout  # no report: no run
     assert count_clients(bench_db) == 0
+
+
+#: a Dask worker preload: the host dies (its nanny and its worker, killed)
+#: when asked for its first -l file after the run
+_DIES_WHEN_COLLECTED = """\
+import os, signal
+import pgsurge.distributed.logs as logs
+
+def file_id(path):
+    os.kill(os.getppid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+logs.file_id = file_id
+"""
+
+
+def test_a_host_that_dies_while_its_logs_are_collected(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """-l --dask-collect-logs: a host that died once the run was over, as
+    its files were asked for, hung the coordinator for ever (the copy's
+    task waited for a worker that would never come back): now that host's
+    files are said to stay on it, the others' are collected, and the
+    report of the whole run follows."""
+    preload = tmp_path / "dies.py"
+    preload.write_text(_DIES_WHEN_COLLECTED)
+    out_dir = tmp_path / "collected"
+    out_dir.mkdir()
+    out_json = tmp_path / "run.json"
+    cluster = Cluster(tmp_path, 2, worker_args={1: ["--preload", str(preload)]})
+    try:
+        run = Run(
+            [
+                *("--dask", cluster.address, "-n", "-S", "-t", "50", "-c", "2"),
+                *("-j", "2", "-l", "--log-prefix", str(tmp_path / "txlog")),
+                *("--dask-collect-logs", str(out_dir), "--json", str(out_json)),
+                bench_db,
+            ],
+            tmp_path,
+        )
+        status = run.wait(120)
+    finally:
+        cluster.close()
+    assert "Traceback" not in run.stderr, run.stderr
+    assert processed(run.stdout) == 100, run.stderr
+    doc = json.loads(out_json.read_text())
+    _hosts_add_up(doc)
+    assert re.search(
+        r'pgsurge: error: could not collect "[^"]*txlog\.\d+(\.1)?" from host '
+        r"tcp://[^:]+:\d+: its Dask worker left the cluster",
+        run.stderr,
+    ), run.stderr
+    assert "dask: 1 -l files in" in run.stderr, run.stderr
+    assert len(list(out_dir.iterdir())) == 1
+    assert status == 0, run.stderr  # (the run itself went well)

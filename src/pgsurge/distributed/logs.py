@@ -15,14 +15,18 @@ of :data:`CHUNK` bytes and return them as their results (no other channel
 than Dask's, and never more than a chunk or two in memory). A file that
 is already the destination (a host on this machine writing into DIR) is
 left as it is. The lines are the workers' own: pgbench's format, byte for
-byte.
+byte. A host that leaves the cluster while its files are copied (or that
+does not answer for :data:`TASK_TIMEOUT_S`) is given up: its files are
+said to stay on it, and the other hosts' are collected.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -35,6 +39,39 @@ __all__ = ["CHUNK", "FileId", "collect_logs", "file_id", "read_chunk"]
 
 #: bytes read by one task
 CHUNK = 8 << 20
+#: the longest one task may take (a frozen host's never ends: Dask waits
+#: minutes before it gives a silent worker up)
+TASK_TIMEOUT_S = 120.0
+#: how often a task's host is looked for while the task runs
+_LOOK_S = 1.0
+
+
+class HostGone(Exception):
+    """The host of a task left the cluster or stopped answering: its
+    other files are not asked for."""
+
+
+def _result(client: Any, future: Any, address: str) -> Any:
+    """``future``'s result; ``HostGone`` when its host (``address``)
+    leaves the cluster meanwhile (a task pinned to it would wait for it
+    for ever) or the task takes longer than :data:`TASK_TIMEOUT_S`."""
+    deadline = time.monotonic() + TASK_TIMEOUT_S
+    while True:
+        try:
+            return future.result(timeout=_LOOK_S)
+        except TimeoutError:
+            pass
+        try:
+            info = client.sync(
+                client.scheduler.identity, n_workers=-1, callback_timeout=5
+            )
+            present = address in info["workers"]
+        except Exception:
+            present = True  # (the scheduler is slow: the deadline decides)
+        if not present:
+            raise HostGone("its Dask worker left the cluster")
+        if time.monotonic() > deadline:
+            raise HostGone(f"it did not answer in {TASK_TIMEOUT_S:.0f} s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +116,13 @@ def _on(client: Any, address: str, func: Any, *args: Any) -> Any:
         func, *args, workers=[address], allow_other_workers=False, pure=False
     )
     try:
-        return future.result()
-    finally:
-        future.release()
+        result = _result(client, future, address)
+    except BaseException:
+        with suppress(Exception):  # (not left waiting in the scheduler)
+            client.cancel([future])
+        raise
+    future.release()
+    return result
 
 
 def _copy(client: Any, address: str, source: str, target: Path) -> int:
@@ -114,7 +155,7 @@ def _copy(client: Any, address: str, source: str, target: Path) -> int:
         future = submit(0)
         try:
             while True:
-                data: bytes = future.result()
+                data: bytes = _result(client, future, address)
                 future.release()
                 if not data:
                     return copied
@@ -122,7 +163,8 @@ def _copy(client: Any, address: str, source: str, target: Path) -> int:
                 future = submit(copied)
                 out.write(data)
         except BaseException:
-            future.release()
+            with suppress(Exception):
+                client.cancel([future])
             target.unlink()  # a part of it would pass for all of it
             raise
 
@@ -139,10 +181,13 @@ def collect_logs(
     files = copied = 0
     here = _machine()
     for address, specs in hosts:
+        gone: HostGone | None = None
         for spec in specs:
             source = log_path(spec.config.log_prefix, spec.parent_pid, spec.worker_id)
             target = Path(dest) / os.path.basename(source)
             try:
+                if gone is not None:
+                    raise gone
                 where: FileId | None = _on(client, address, file_id, source)
                 if where is None:
                     raise FileNotFoundError("no such file")
@@ -152,6 +197,8 @@ def collect_logs(
                 copied += _copy(client, address, source, target)
                 files += 1
             except Exception as e:
+                if isinstance(e, HostGone):
+                    gone = e
                 ok = False
                 err.write(
                     f'{PROG}: error: could not collect "{source}" from host '
