@@ -127,6 +127,7 @@ class Cluster:
         nworkers: int,
         tls: TlsFiles | None = None,
         worker_args: dict[int, list[str]] | None = None,
+        worker_prefix: dict[int, list[str]] | None = None,
     ) -> None:
         scheme = "tcp" if tls is None else "tls"
         self.address = f"{scheme}://127.0.0.1:{free_port()}"
@@ -159,6 +160,7 @@ class Cluster:
                         *(worker_args or {}).get(i, []),
                     ],
                     cwd,
+                    (worker_prefix or {}).get(i, []),
                 )
             )
         self.logs = [
@@ -168,11 +170,15 @@ class Cluster:
         self._wait(nworkers)
 
     def _start(
-        self, log: Path, args: list[str], cwd: Path | None = None
+        self,
+        log: Path,
+        args: list[str],
+        cwd: Path | None = None,
+        prefix: list[str] | None = None,
     ) -> subprocess.Popen[bytes]:
         with open(log, "wb") as f:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "dask", *args],
+                [*(prefix or []), sys.executable, "-m", "dask", *args],
                 stdout=f,
                 stderr=subprocess.STDOUT,
                 env=base_env(),

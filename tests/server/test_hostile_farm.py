@@ -23,6 +23,7 @@ from tests.fix_dask import (
     Cluster,
     Run,
     assert_kept,
+    assert_progress_honest,
     count_clients,
     processed,
     start_run,
@@ -45,6 +46,13 @@ def _hosts_add_up(doc: dict) -> None:
     assert sum(h["transactions"] for h in hosts) == doc["totals"]["processed"], hosts
     assert sum(h["failed"] for h in hosts) == doc["totals"]["failed"], hosts
     assert sum(h["clients"] for h in hosts) == doc["config"]["clients"], hosts
+    if doc.get("intervals"):
+        # the series, the run's histogram and each host's: the same count
+        processed = doc["totals"]["processed"]
+        assert sum(iv["transactions"] for iv in doc["intervals"]) == processed
+        assert doc["histograms"]["latency"]["count"] == processed
+        for h in hosts:
+            assert h["latency_histogram"]["count"] == h["transactions"], h
 
 
 def test_a_frozen_host_is_lost_and_stops_when_it_thaws(
@@ -67,7 +75,7 @@ def test_a_frozen_host_is_lost_and_stops_when_it_thaws(
         run.kill()
     assert status == 2, run.stderr
     assert ended - frozen < 5 + 8 + SLACK_S
-    assert re.search(r"error: host 1 \(load1, tcp://[^)]+\) lost", run.stderr)
+    assert re.search(r"error: host \d \(load1, tcp://[^)]+\) lost", run.stderr)
     doc = json.loads(out_json.read_text())
     assert_kept(run.stdout, run.stderr, doc)
     _hosts_add_up(doc)
@@ -92,8 +100,6 @@ def test_the_server_restarted_under_the_farm(
         status = run.wait(60)
     finally:
         run.kill()
-    print(run.stderr)
-    print(run.stdout)
     assert status == 2, run.stderr
     doc = json.loads(out_json.read_text())
     assert_kept(run.stdout, run.stderr, doc)
@@ -111,7 +117,6 @@ def test_totals_add_up(bench_db: str, cluster: Cluster, tmp_path: Path) -> None:
         tmp_path,
     )
     status = run.wait(90)
-    print(run.stderr, run.stdout)
     assert status == 0, run.stderr
     doc = json.loads(out_json.read_text())
     _hosts_add_up(doc)
@@ -136,10 +141,8 @@ def test_a_host_on_another_pgsurge_version_is_refused(
             tmp_path,
         )
         status = run.wait(90)
-        logs = [log.read_text(errors="replace") for log in cluster.logs]
     finally:
         cluster.close()
-    print(run.stderr, run.stdout, logs[2])
     assert status == 1, run.stderr
     assert "Traceback" not in run.stderr
     errors = [ln for ln in run.stderr.splitlines() if "error" in ln]
@@ -207,3 +210,91 @@ def test_a_host_that_dies_while_its_logs_are_collected(
     assert "dask: 1 -l files in" in run.stderr, run.stderr
     assert len(list(out_dir.iterdir())) == 1
     assert status == 0, run.stderr  # (the run itself went well)
+
+
+def test_a_host_whose_clock_is_far_off(bench_db: str, tmp_path: Path) -> None:
+    """Host 1's monotonic clock 100000 s ahead (a time namespace): its
+    offset is measured, the common start and the series line up."""
+    out_json = tmp_path / "run.json"
+    ahead = ["unshare", "--time", "--monotonic", "100000", "--fork"]
+    cluster = Cluster(tmp_path, 2, worker_prefix={1: ahead})
+    try:
+        run = Run(
+            [
+                *("--dask", cluster.address, "-n", "-S", "-T", "4", "-c", "4"),
+                *("-j", "2", "-P", "1", "--json", str(out_json), bench_db),
+            ],
+            tmp_path,
+        )
+        status = run.wait(90)
+    finally:
+        cluster.close()
+    assert status == 0, run.stderr
+    doc = json.loads(out_json.read_text())
+    offsets = {h["name"]: h["clock_offset_us"] for h in doc["hosts"]}
+    assert abs(offsets["load0"]) < 1_000_000, offsets
+    assert abs(offsets["load1"] - 100_000 * 1_000_000) < 1_000_000, offsets
+    _hosts_add_up(doc)
+    lines = assert_progress_honest(run.stderr)
+    assert len(lines) >= 3 and "hosts 1/2" not in run.stderr, run.stderr
+    # the merged series: one interval a second, from both hosts
+    assert 4 <= len(doc["intervals"]) <= 5, doc["intervals"]
+    assert (
+        sum(iv["transactions"] for iv in doc["intervals"])
+        == (doc["totals"]["processed"])
+    )
+
+
+def test_two_interrupts_stop_every_host_at_once(
+    bench_db: str, cluster: Cluster, tmp_path: Path
+) -> None:
+    out_json = tmp_path / "run.json"
+    before = cluster.load_processes()
+    run = start_run(_args(cluster, bench_db, "--json", str(out_json)), tmp_path)
+    try:
+        run.wait_for("progress: 2.0 s")
+        load = cluster.load_processes() - before
+        run.proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        run.proc.send_signal(signal.SIGINT)
+        signalled = time.monotonic()
+        status = run.wait(60)
+    finally:
+        run.kill()
+    assert status == -signal.SIGINT, run.stderr
+    assert "run interrupted by SIGINT after" in run.stderr
+    assert "Traceback" not in run.stderr and "lost" not in run.stderr, run.stderr
+    doc = json.loads(out_json.read_text())
+    assert_kept(run.stdout, run.stderr, doc)
+    _hosts_add_up(doc)
+    wait_no_load(bench_db, load, signalled, SLACK_S)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=str)
+def test_a_host_lost_before_the_start_leaves_no_load(
+    sig: signal.Signals, bench_db: str, cluster: Cluster, tmp_path: Path
+) -> None:
+    """Killed or frozen while its clients connect (the common start is 2 s
+    ahead of the ``dask:`` line): the run ends, status 2, and no host
+    starts its load, not even the frozen one once it thaws."""
+    run = start_run(_args(cluster, bench_db), tmp_path)
+    try:
+        cluster.signal_host(1, sig)
+        status = run.wait(60)
+        cluster.signal_host(1, signal.SIGCONT)
+        thawed = time.monotonic()
+    finally:
+        cluster.signal_host(1, signal.SIGCONT)
+        run.kill()
+    assert status == 2, run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
+    assert re.search(r"error: host \d \(load1, tcp://[^)]+\) lost", run.stderr)
+    deadline = thawed + COORDINATOR_GRACE_S + SLACK_S
+    while time.monotonic() < deadline:
+        if count_clients(bench_db) == 0 and not cluster.load_processes():
+            break
+        time.sleep(0.3)
+    # and none comes back
+    time.sleep(2)
+    assert count_clients(bench_db) == 0
+    assert cluster.load_processes() == set()
