@@ -298,3 +298,56 @@ def test_a_host_lost_before_the_start_leaves_no_load(
     time.sleep(2)
     assert count_clients(bench_db) == 0
     assert cluster.load_processes() == set()
+
+
+#: a Dask worker preload: the host hangs when asked for its -l files
+_HANGS_WHEN_COLLECTED = """\
+import time
+import pgsurge.distributed.logs as logs
+
+def file_id(path):
+    time.sleep(3600)
+
+logs.file_id = file_id
+"""
+
+
+def test_an_interrupt_while_the_logs_are_collected_keeps_the_report(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """Ctrl-C while -l files are copied from a slow or hung host (the run
+    is over): the program died with a KeyboardInterrupt and the report of
+    the whole run, measured, was never printed nor the --json written.
+    Now the copy stops, says so, and the report follows."""
+    preload = tmp_path / "hangs.py"
+    preload.write_text(_HANGS_WHEN_COLLECTED)
+    out_dir = tmp_path / "collected"
+    out_dir.mkdir()
+    out_json = tmp_path / "run.json"
+    cluster = Cluster(tmp_path, 2, worker_args={1: ["--preload", str(preload)]})
+    try:
+        run = start_run(
+            [
+                *("--dask", cluster.address, "-n", "-S", "-t", "50", "-c", "2"),
+                *("-j", "2", "-l", "--log-prefix", str(tmp_path / "txlog")),
+                *("--dask-collect-logs", str(out_dir), "--json", str(out_json)),
+                bench_db,
+            ],
+            tmp_path,
+        )
+        time.sleep(8)
+        assert run.proc.poll() is None, run.stderr
+        run.proc.send_signal(signal.SIGINT)
+        status = run.wait(60)
+    finally:
+        cluster.close()
+    assert "Traceback" not in run.stderr, run.stderr
+    assert processed(run.stdout) == 100, run.stderr
+    assert (
+        "pgsurge: error: collecting the -l files was interrupted by SIGINT: "
+        "those not yet collected stay on the hosts\n"
+    ) in run.stderr
+    doc = json.loads(out_json.read_text())
+    assert doc["totals"]["processed"] == 100
+    _hosts_add_up(doc)
+    assert status == 0, run.stderr  # (the run itself went well)

@@ -22,6 +22,7 @@ from typing import Any, TextIO
 from pgsurge.distributed.host import monotonic_us
 from pgsurge.distributed.logs import collect_logs
 from pgsurge.distributed.plan import ClockProbe, HostInfo, best_offset
+from pgsurge.distributed.signals import Signals
 from pgsurge.engine.worker import WorkerSpec
 from pgsurge.errors import PROG, PgsurgeError
 
@@ -347,7 +348,13 @@ def logs_after_run(
         if not h.lost
     ]
     if dest is not None:
-        collect_logs(client, kept, dest, err)
+        # a signal stops the copy (a slow link, a host that hangs): the
+        # run's report, which follows, must not wait for the files
+        with Signals() as signals:
+            received = signals.received
+            collect_logs(
+                client, kept, dest, err, lambda: received[0] if received else None
+            )
     elif not address.startswith("local:"):
         err.write(
             f"{PROG}: dask: the -l files are on the hosts, in each Dask worker's "

@@ -23,9 +23,10 @@ said to stay on it, and the other hosts' are collected.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,16 +52,32 @@ class HostGone(Exception):
     other files are not asked for."""
 
 
-def _result(client: Any, future: Any, address: str) -> Any:
+class Interrupted(Exception):
+    """A signal came (Ctrl-C on a slow copy): no more files are asked for."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+#: the signal received since the collection began, if any
+Stopped = Callable[[], int | None]
+
+
+def _result(client: Any, future: Any, address: str, stopped: Stopped) -> Any:
     """``future``'s result; ``HostGone`` when its host (``address``)
     leaves the cluster meanwhile (a task pinned to it would wait for it
-    for ever) or the task takes longer than :data:`TASK_TIMEOUT_S`."""
+    for ever) or the task takes longer than :data:`TASK_TIMEOUT_S`;
+    ``Interrupted`` when a signal came meanwhile."""
     deadline = time.monotonic() + TASK_TIMEOUT_S
     while True:
         try:
             return future.result(timeout=_LOOK_S)
         except TimeoutError:
             pass
+        signum = stopped()
+        if signum is not None:
+            raise Interrupted(signum)
         try:
             info = client.sync(
                 client.scheduler.identity, n_workers=-1, callback_timeout=5
@@ -110,13 +127,13 @@ def read_chunk(path: str, offset: int, size: int) -> bytes:
         return f.read(size)
 
 
-def _on(client: Any, address: str, func: Any, *args: Any) -> Any:
+def _on(client: Any, address: str, stopped: Stopped, func: Any, *args: Any) -> Any:
     """``func(*args)`` as a task on the Dask worker at ``address`` only."""
     future = client.submit(
         func, *args, workers=[address], allow_other_workers=False, pure=False
     )
     try:
-        result = _result(client, future, address)
+        result = _result(client, future, address, stopped)
     except BaseException:
         with suppress(Exception):  # (not left waiting in the scheduler)
             client.cancel([future])
@@ -125,7 +142,9 @@ def _on(client: Any, address: str, func: Any, *args: Any) -> Any:
     return result
 
 
-def _copy(client: Any, address: str, source: str, target: Path) -> int:
+def _copy(
+    client: Any, address: str, source: str, target: Path, stopped: Stopped
+) -> int:
     """Copy ``source`` on the host into ``target``; the bytes copied.
 
     The next chunk's task is submitted before the current one is written,
@@ -155,7 +174,7 @@ def _copy(client: Any, address: str, source: str, target: Path) -> int:
         future = submit(0)
         try:
             while True:
-                data: bytes = _result(client, future, address)
+                data: bytes = _result(client, future, address, stopped)
                 future.release()
                 if not data:
                     return copied
@@ -174,9 +193,31 @@ def collect_logs(
     hosts: Sequence[tuple[str, Sequence[WorkerSpec]]],
     dest: str,
     err: TextIO,
+    stopped: Stopped = lambda: None,
 ) -> bool:
     """Copy the -l files of every host ((its address, its workers' specs))
-    into ``dest``; False when some could not be (said on ``err``)."""
+    into ``dest``; False when some could not be (said on ``err``), or when
+    ``stopped`` says a signal came: the files not yet copied stay on the
+    hosts (the report of the run must not wait for them)."""
+    try:
+        return _collect(client, hosts, dest, err, stopped)
+    except Interrupted as e:
+        err.write(
+            f"{PROG}: error: collecting the -l files was interrupted by "
+            f"{signal.Signals(e.signum).name}: those not yet collected stay "
+            "on the hosts\n"
+        )
+        err.flush()
+        return False
+
+
+def _collect(
+    client: Any,
+    hosts: Sequence[tuple[str, Sequence[WorkerSpec]]],
+    dest: str,
+    err: TextIO,
+    stopped: Stopped,
+) -> bool:
     ok = True
     files = copied = 0
     here = _machine()
@@ -188,14 +229,16 @@ def collect_logs(
             try:
                 if gone is not None:
                     raise gone
-                where: FileId | None = _on(client, address, file_id, source)
+                where: FileId | None = _on(client, address, stopped, file_id, source)
                 if where is None:
                     raise FileNotFoundError("no such file")
                 if where.machine == here and _same_file(target, where):
                     files += 1  # the host wrote it here
                     continue
-                copied += _copy(client, address, source, target)
+                copied += _copy(client, address, source, target, stopped)
                 files += 1
+            except Interrupted:
+                raise
             except Exception as e:
                 if isinstance(e, HostGone):
                     gone = e
