@@ -351,3 +351,33 @@ def test_an_interrupt_while_the_logs_are_collected_keeps_the_report(
     assert doc["totals"]["processed"] == 100
     _hosts_add_up(doc)
     assert status == 0, run.stderr  # (the run itself went well)
+
+
+def test_a_password_in_the_target_shows_nowhere_when_a_host_dies(
+    bench_db: str, cluster: Cluster, tmp_path: Path
+) -> None:
+    """The password written in the target (the test server trusts it,
+    but the hosts carry it): a host killed mid-run makes Dask log its
+    lost task and worker; neither the coordinator's output nor the
+    scheduler's and workers' logs nor the run's events show it."""
+    from distributed import Client
+
+    password = "Farm-s3cret-pw"
+    target = f"{bench_db} password={password}"
+    out_json = tmp_path / "run.json"
+    run = start_run(_args(cluster, target, "--json", str(out_json)), tmp_path)
+    try:
+        run.wait_for("progress: 2.0 s")
+        with Client(cluster.address, timeout="30s") as client:
+            events = client.sync(client.scheduler.events)
+        cluster.kill_worker(1)
+        status = run.wait(60)
+    finally:
+        run.kill()
+    assert status == 2, run.stderr
+    assert events and any(k.startswith("pgsurge-") for k in events), list(events)
+    assert password not in repr(events)
+    for text in (run.stdout, run.stderr, out_json.read_text()):
+        assert password not in text
+    for log in cluster.logs:
+        assert password not in log.read_text(errors="replace"), log
