@@ -381,3 +381,45 @@ def test_a_password_in_the_target_shows_nowhere_when_a_host_dies(
         assert password not in text
     for log in cluster.logs:
         assert password not in log.read_text(errors="replace"), log
+
+
+#: a Dask worker preload: the host dies once its workers are done, before
+#: it returns their results
+_DIES_WITH_ITS_RESULTS = """\
+import os, signal
+from pgsurge.engine.pool import WorkerPool
+
+def join(self, *args, **kwargs):
+    os.kill(os.getppid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+WorkerPool.join = join
+"""
+
+
+def test_a_host_that_dies_with_its_results_counts_what_it_streamed(
+    bench_db: str, tmp_path: Path
+) -> None:
+    preload = tmp_path / "dies.py"
+    preload.write_text(_DIES_WITH_ITS_RESULTS)
+    out_json = tmp_path / "run.json"
+    cluster = Cluster(tmp_path, 2, worker_args={1: ["--preload", str(preload)]})
+    try:
+        run = Run(
+            [
+                *("--dask", cluster.address, "-n", "-S", "-T", "4", "-c", "4"),
+                *("-j", "2", "-P", "1", "--json", str(out_json), bench_db),
+            ],
+            tmp_path,
+        )
+        status = run.wait(90)
+    finally:
+        cluster.close()
+    assert status == 2, run.stderr
+    assert re.search(r"error: host \d \(load1, tcp://[^)]+\) lost", run.stderr)
+    doc = json.loads(out_json.read_text())
+    assert_kept(run.stdout, run.stderr, doc)
+    _hosts_add_up(doc)
+    lost = [h for h in doc["hosts"] if h["lost"]]
+    assert [h["name"] for h in lost] == ["load1"]
+    assert lost[0]["transactions"] > 0
