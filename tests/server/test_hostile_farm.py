@@ -423,3 +423,44 @@ def test_a_host_that_dies_with_its_results_counts_what_it_streamed(
     lost = [h for h in doc["hosts"] if h["lost"]]
     assert [h["name"] for h in lost] == ["load1"]
     assert lost[0]["transactions"] > 0
+
+
+def test_the_scheduler_lost_while_the_logs_are_collected(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """The scheduler killed while a host's -l file is asked for: every
+    file not yet collected was one error of two lines, the second Dask's
+    own ("Client lost the connection to the scheduler. Please check your
+    connection and re-run your work."); now one line says it, and the
+    report follows."""
+    preload = tmp_path / "hangs.py"
+    preload.write_text(_HANGS_WHEN_COLLECTED)
+    out_dir = tmp_path / "collected"
+    out_dir.mkdir()
+    out_json = tmp_path / "run.json"
+    cluster = Cluster(tmp_path, 2, worker_args={1: ["--preload", str(preload)]})
+    try:
+        run = start_run(
+            [
+                *("--dask", cluster.address, "-n", "-S", "-t", "50", "-c", "2"),
+                *("-j", "2", "-l", "--log-prefix", str(tmp_path / "txlog")),
+                *("--dask-collect-logs", str(out_dir), "--json", str(out_json)),
+                bench_db,
+            ],
+            tmp_path,
+        )
+        time.sleep(8)
+        assert run.proc.poll() is None, run.stderr
+        cluster.kill_scheduler()
+        status = run.wait(90)
+    finally:
+        cluster.close()
+    assert processed(run.stdout) == 100, run.stderr
+    lines = run.stderr.splitlines()
+    assert all(ln.startswith("pgsurge: ") for ln in lines), run.stderr
+    assert [ln for ln in lines if ": error: " in ln] == [
+        "pgsurge: error: collecting the -l files lost the Dask scheduler: "
+        "those not yet collected stay on the hosts"
+    ], run.stderr
+    assert json.loads(out_json.read_text())["totals"]["processed"] == 100
+    assert status == 0, run.stderr

@@ -60,6 +60,14 @@ class Interrupted(Exception):
         self.signum = signum
 
 
+class SchedulerGone(Exception):
+    """The client lost the scheduler: no more files can be asked for."""
+
+
+def _lost_scheduler(client: Any) -> bool:
+    return client.status not in ("running", "newly-created")
+
+
 #: the signal received since the collection began, if any
 Stopped = Callable[[], int | None]
 
@@ -68,13 +76,20 @@ def _result(client: Any, future: Any, address: str, stopped: Stopped) -> Any:
     """``future``'s result; ``HostGone`` when its host (``address``)
     leaves the cluster meanwhile (a task pinned to it would wait for it
     for ever) or the task takes longer than :data:`TASK_TIMEOUT_S`;
-    ``Interrupted`` when a signal came meanwhile."""
+    ``Interrupted`` when a signal came meanwhile; ``SchedulerGone`` when
+    the scheduler did (Dask then cancels every future)."""
     deadline = time.monotonic() + TASK_TIMEOUT_S
     while True:
         try:
             return future.result(timeout=_LOOK_S)
         except TimeoutError:
             pass
+        except Exception:
+            if _lost_scheduler(client):
+                raise SchedulerGone from None
+            raise
+        if _lost_scheduler(client):
+            raise SchedulerGone
         signum = stopped()
         if signum is not None:
             raise Interrupted(signum)
@@ -201,11 +216,15 @@ def collect_logs(
     hosts (the report of the run must not wait for them)."""
     try:
         return _collect(client, hosts, dest, err, stopped)
-    except Interrupted as e:
+    except (Interrupted, SchedulerGone) as e:
+        why = (
+            f"was interrupted by {signal.Signals(e.signum).name}"
+            if isinstance(e, Interrupted)
+            else "lost the Dask scheduler"
+        )
         err.write(
-            f"{PROG}: error: collecting the -l files was interrupted by "
-            f"{signal.Signals(e.signum).name}: those not yet collected stay "
-            "on the hosts\n"
+            f"{PROG}: error: collecting the -l files {why}: those not yet "
+            "collected stay on the hosts\n"
         )
         err.flush()
         return False
@@ -237,15 +256,16 @@ def _collect(
                     continue
                 copied += _copy(client, address, source, target, stopped)
                 files += 1
-            except Interrupted:
+            except (Interrupted, SchedulerGone):
                 raise
             except Exception as e:
                 if isinstance(e, HostGone):
                     gone = e
                 ok = False
+                why = (str(e) or type(e).__name__).splitlines()[0]
                 err.write(
                     f'{PROG}: error: could not collect "{source}" from host '
-                    f"{address}: {e}\n"
+                    f"{address}: {why}\n"
                 )
     err.write(
         f'{PROG}: dask: {files} -l files in "{dest}" ({copied} bytes copied '
