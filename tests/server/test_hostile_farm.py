@@ -464,3 +464,39 @@ def test_the_scheduler_lost_while_the_logs_are_collected(
     ], run.stderr
     assert json.loads(out_json.read_text())["totals"]["processed"] == 100
     assert status == 0, run.stderr
+
+
+def test_a_second_run_takes_the_free_host_rather_than_wait(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """Three hosts, a first run holding two of them: a second run that
+    needs one host waited for a busy one (the hosts were taken in the
+    order of their addresses) while the third stood idle."""
+    cluster = Cluster(tmp_path, 3)
+    first = second = None
+    try:
+        first = start_run(
+            [
+                *("--dask", cluster.address, "-n", "-S", "-T", "60", "-c", "2"),
+                *("-j", "2", "-P", "1", bench_db),
+            ],
+            tmp_path,
+        )
+        first.wait_for("progress: 1.0 s")
+        second = Run(
+            [
+                *("--dask", cluster.address, "-n", "-S", "-t", "100", "-c", "1"),
+                *("-j", "1", bench_db),
+            ],
+            tmp_path,
+        )
+        # it ends while the first still runs (60 s)
+        assert second.wait(45) == 0, second.stderr
+        assert first.proc.poll() is None, first.stderr
+    finally:
+        for run in (first, second):
+            if run is not None:
+                run.kill()
+        cluster.close()
+    assert "waiting for" not in second.stderr, second.stderr
+    assert "processed: 100/100" in second.stdout

@@ -302,7 +302,8 @@ def quiet_dask_logs() -> Callable[[], None]:
 
 
 def load_hosts(client: Any) -> list[tuple[str, str]]:
-    """(address, name) of every Dask worker offering the pgsurge resource."""
+    """(address, name) of every Dask worker offering the pgsurge resource,
+    those not busy with another run's host task first."""
     workers = client.scheduler_info(n_workers=-1)["workers"]
     hosts = [
         (addr, str(info.get("name", addr)))
@@ -314,7 +315,18 @@ def load_hosts(client: Any) -> list[tuple[str, str]]:
             f"no Dask worker offers the pgsurge resource ({len(workers)} workers)",
             hint=WORKER_HINT,
         )
-    return sorted(hosts)
+    # the hosts another run holds last: a run that needs fewer hosts than
+    # there are takes free ones rather than wait for busy ones
+    try:
+        processing = client.processing()
+    except Exception:
+        processing = {}
+    busy = {
+        addr
+        for addr, keys in processing.items()
+        if any(str(k).startswith("pgsurge-") for k in keys)
+    }
+    return sorted(hosts, key=lambda h: (h[0] in busy, h))
 
 
 def probe(client: Any, address: str) -> ClockProbe:
