@@ -10,6 +10,7 @@ the hosts' own figures must add up whatever happened.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import time
@@ -500,3 +501,44 @@ def test_a_second_run_takes_the_free_host_rather_than_wait(
         cluster.close()
     assert "waiting for" not in second.stderr, second.stderr
     assert "processed: 100/100" in second.stdout
+
+
+@pytest.mark.parametrize("when", ["ramp", "run"])
+def test_a_dask_worker_restarted_by_its_nanny_on_the_same_address(
+    when: str, bench_db: str, tmp_path: Path
+) -> None:
+    """Host 1's Dask worker (not its nanny) killed, with a fixed worker
+    port: the nanny starts a new one at the same address, where Dask may
+    run the host's task again. The run ends (status 2), the host is lost,
+    and the restarted worker starts no load."""
+    from tests.fix_dask import children, free_port
+
+    port = free_port()
+    cluster = Cluster(tmp_path, 2, worker_args={1: ["--worker-port", str(port)]})
+    run = None
+    try:
+        run = start_run(_args(cluster, bench_db), tmp_path)
+        if when == "run":
+            run.wait_for("progress: 2.0 s")
+        (worker,) = [
+            pid
+            for pid in children(cluster.workers[1].pid)
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
+        os.kill(worker, signal.SIGKILL)
+        killed = time.monotonic()
+        status = run.wait(60)
+        assert status == 2, run.stderr
+        assert "Traceback" not in run.stderr, run.stderr
+        assert re.search(r"error: host \d \(load1, tcp://[^)]+\) lost", run.stderr)
+        deadline = killed + COORDINATOR_GRACE_S + SLACK_S
+        while count_clients(bench_db) or cluster.load_processes():
+            assert time.monotonic() < deadline, run.stderr
+            time.sleep(0.3)
+        time.sleep(3)  # and none comes back
+        assert count_clients(bench_db) == 0
+        assert cluster.load_processes() == set()
+    finally:
+        if run is not None:
+            run.kill()
+        cluster.close()
