@@ -542,3 +542,30 @@ def test_a_dask_worker_restarted_by_its_nanny_on_the_same_address(
         if run is not None:
             run.kill()
         cluster.close()
+
+
+def test_a_suspended_coordinator_leaves_no_load_and_reports_when_resumed(
+    bench_db: str, cluster: Cluster, tmp_path: Path
+) -> None:
+    """Ctrl-Z on the coordinator (SIGSTOP here: SIGTSTP's effect): the
+    hosts, their coordinator silent, stop their load; resumed, the
+    coordinator reports what the hosts streamed, and says they were lost."""
+    out_json = tmp_path / "run.json"
+    before = cluster.load_processes()
+    run = start_run(_args(cluster, bench_db, "--json", str(out_json)), tmp_path)
+    try:
+        run.wait_for("progress: 2.0 s")
+        load = cluster.load_processes() - before
+        run.proc.send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        wait_no_load(bench_db, load, stopped, COORDINATOR_GRACE_S + SLACK_S)
+        run.proc.send_signal(signal.SIGCONT)
+        status = run.wait(60)
+    finally:
+        run.proc.send_signal(signal.SIGCONT)
+        run.kill()
+    assert status == 2, run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
+    doc = json.loads(out_json.read_text())
+    assert_kept(run.stdout, run.stderr, doc)
+    _hosts_add_up(doc)
