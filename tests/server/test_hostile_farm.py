@@ -569,3 +569,43 @@ def test_a_suspended_coordinator_leaves_no_load_and_reports_when_resumed(
     doc = json.loads(out_json.read_text())
     assert_kept(run.stdout, run.stderr, doc)
     _hosts_add_up(doc)
+
+
+#: a Dask worker preload: the host cannot fork (out of memory)
+_CANNOT_FORK = """\
+import errno, os
+
+def fork():
+    raise OSError(errno.ENOMEM, os.strerror(errno.ENOMEM))
+
+os.fork = fork
+"""
+
+
+def test_a_host_that_cannot_start_its_workers_says_why(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """A host out of memory (its fork fails): the run ended with
+    ``error: OSError``, the name of the exception and nothing else."""
+    preload = tmp_path / "nofork.py"
+    preload.write_text(_CANNOT_FORK)
+    cluster = Cluster(tmp_path, 2, worker_args={1: ["--preload", str(preload)]})
+    try:
+        run = Run(
+            [
+                *("--dask", cluster.address, "-n", "-S", "-T", "30"),
+                *("-c", "2", "-j", "2", bench_db),
+            ],
+            tmp_path,
+        )
+        status = run.wait(90)
+    finally:
+        cluster.close()
+    assert status == 2, run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
+    assert re.search(
+        r"pgsurge: host \d \(load1\): error: could not start the workers: "
+        r"\[Errno 12\] Cannot allocate memory",
+        run.stderr,
+    ), run.stderr
+    assert count_clients(bench_db) == 0

@@ -606,7 +606,12 @@ def _host(
 ) -> HostOutcome:
     from distributed import Variable
 
-    pool = WorkerPool(specs, relay_stderr=True)
+    try:
+        pool = WorkerPool(specs, relay_stderr=True)
+    except OSError as e:  # (out of memory, of processes: say which)
+        return HostOutcome(
+            "aborted", text=f"{PROG}: error: could not start the workers: {e}\n"
+        )
     relay = _Relay(host, pool, emit, watch, [s.worker_id for s in specs])
     steady_us = connected_us = 0
     try:
