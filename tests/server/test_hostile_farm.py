@@ -122,6 +122,14 @@ def test_totals_add_up(bench_db: str, cluster: Cluster, tmp_path: Path) -> None:
     doc = json.loads(out_json.read_text())
     _hosts_add_up(doc)
     assert processed(run.stdout) == doc["totals"]["processed"]
+    # the run's average latency is the hosts' weighted by their counts; its
+    # tps, the hosts' added up (each over its own span: close, not equal)
+    hosts, totals = doc["hosts"], doc["totals"]
+    weighted = sum(h["latency_avg_ms"] * h["transactions"] for h in hosts)
+    assert weighted / totals["processed"] == pytest.approx(
+        totals["latency_ms"]["avg"], rel=1e-9
+    )
+    assert sum(h["tps"] for h in hosts) == pytest.approx(totals["tps"], rel=0.05)
 
 
 def test_a_host_on_another_pgsurge_version_is_refused(
