@@ -617,3 +617,35 @@ def test_a_host_that_cannot_start_its_workers_says_why(
         run.stderr,
     ), run.stderr
     assert count_clients(bench_db) == 0
+
+
+def test_a_killed_coordinator_of_a_local_cluster_leaves_no_process(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """``--dask local:2`` and SIGKILL on the coordinator: its local
+    cluster's processes (nannies, Dask workers, pgsurge workers) must not
+    outlive it, nor their load."""
+    from tests.fix_dask import children
+
+    run = start_run(
+        [
+            *("--dask", "local:2", "-n", "-S", "-T", "60", "-c", "2", "-j", "2"),
+            *("-P", "1", bench_db),
+        ],
+        tmp_path,
+    )
+    try:
+        run.wait_for("progress: 1.0 s")
+        tree: set[int] = set()
+        todo = [run.proc.pid]
+        while todo:
+            kids = children(todo.pop())
+            tree |= kids
+            todo.extend(kids)
+        assert len(tree) >= 4, tree  # 2 Dask workers, 2 pgsurge workers
+        run.proc.kill()
+        killed = time.monotonic()
+        run.wait(30)
+    finally:
+        run.kill()
+    wait_no_load(bench_db, tree, killed, COORDINATOR_GRACE_S + SLACK_S)
