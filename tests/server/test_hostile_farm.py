@@ -649,3 +649,22 @@ def test_a_killed_coordinator_of_a_local_cluster_leaves_no_process(
     finally:
         run.kill()
     wait_no_load(bench_db, tree, killed, COORDINATOR_GRACE_S + SLACK_S)
+
+
+def test_the_scheduler_killed_before_the_start_leaves_no_load(
+    bench_db: str, cluster: Cluster, tmp_path: Path
+) -> None:
+    run = start_run(_args(cluster, bench_db), tmp_path)
+    try:
+        cluster.kill_scheduler()
+        killed = time.monotonic()
+        status = run.wait(60)
+    finally:
+        run.kill()
+    assert status == 2, run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
+    assert "error: the Dask scheduler tcp://127.0.0.1:" in run.stderr
+    deadline = killed + COORDINATOR_GRACE_S + SLACK_S
+    while count_clients(bench_db) or cluster.load_processes():
+        assert time.monotonic() < deadline
+        time.sleep(0.3)
