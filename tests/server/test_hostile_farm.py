@@ -668,3 +668,35 @@ def test_the_scheduler_killed_before_the_start_leaves_no_load(
     while count_clients(bench_db) or cluster.load_processes():
         assert time.monotonic() < deadline
         time.sleep(0.3)
+
+
+def test_a_host_without_pgsurge_says_so(bench_db: str, tmp_path: Path) -> None:
+    """A load host where pgsurge cannot be imported: Dask cannot unpickle
+    the task there and logs its pickled bytes, in which the password of
+    the target stood in clear (now masked, its pad sent apart)."""
+    preload = tmp_path / "nopgsurge.py"
+    preload.write_text("import sys\nsys.modules['pgsurge'] = None\n")
+    password = "Farm-s3cret-pw"
+    cluster = Cluster(tmp_path, 2, worker_args={1: ["--preload", str(preload)]})
+    try:
+        run = Run(
+            [
+                *("--dask", cluster.address, "-n", "-S", "-T", "30"),
+                *("-c", "2", "-j", "2", f"{bench_db} password={password}"),
+            ],
+            tmp_path,
+        )
+        status = run.wait(90)
+        logs = [log.read_text(errors="replace") for log in cluster.logs]
+    finally:
+        cluster.close()
+    # Dask did log the task it could not read: without the password
+    assert "Failed to deserialize" in logs[2], logs[2][-2000:]
+    for text in (run.stdout, run.stderr, *logs):
+        assert password not in text
+    # (Dask's worker drops its connection over the message it cannot
+    # read: the host is lost, and the run ends before any load)
+    assert status == 2, run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
+    assert re.search(r"error: host \d \(load1, tcp://[^)]+\) lost", run.stderr)
+    assert count_clients(bench_db) == 0

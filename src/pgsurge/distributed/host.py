@@ -88,6 +88,8 @@ __all__ = ["HostOutcome", "Sealed", "host_task", "monotonic_us", "names"]
 HEARTBEAT_S = 1.0
 #: the most bytes of the workers' stderr relayed in one event
 TEXT_CHUNK = 16384
+#: how long a host waits for the pad of its specs (set before its task)
+PAD_TIMEOUT_S = 30
 
 
 def monotonic_us() -> int:
@@ -106,6 +108,7 @@ def names(run_id: str) -> dict[str, str]:
         "stop": f"{base}-stop",
         "beat": f"{base}-beat",
         "beats": f"{base}-beats",
+        "pad": f"{base}-pad",
     }
 
 
@@ -125,31 +128,51 @@ def build() -> str:
 
 
 class Sealed:
-    """A host's worker specs in the task's arguments. Dask may print a
-    task's arguments (a failed task's log line); the specs hold the
-    connection parameters, passwords included, so they never show. They
-    travel pickled with the coordinator's :func:`build`, and a host
-    unpickles them only once it has found its own build the same."""
+    """A host's worker specs in the task's arguments. The specs hold the
+    connection parameters, passwords included, and Dask may show a task's
+    arguments (a failed task's log line, its repr) or, when a host cannot
+    unpickle the task (pgsurge missing there), log the pickled bytes
+    themselves. So they travel pickled and masked by a one-time pad of
+    random bytes (``pad``), which is not pickled with them: the
+    coordinator hands it over apart, in the run's ``pad`` variable
+    (:func:`names`), and a host opens the specs with it only once it has
+    found its own :func:`build` the coordinator's."""
 
-    __slots__ = ("blob", "build")
+    __slots__ = ("blob", "build", "pad")
 
     def __init__(self, specs: Sequence[WorkerSpec]) -> None:
         import pickle
 
         self.build = build()
-        self.blob = pickle.dumps(tuple(specs), protocol=pickle.HIGHEST_PROTOCOL)
+        plain = pickle.dumps(tuple(specs), protocol=pickle.HIGHEST_PROTOCOL)
+        self.pad = os.urandom(len(plain))
+        self.blob = _xor(plain, self.pad)
 
-    @property
-    def specs(self) -> tuple[WorkerSpec, ...]:
+    def __getstate__(self) -> tuple[str, bytes]:
+        return self.build, self.blob  # (never the pad)
+
+    def __setstate__(self, state: tuple[str, bytes]) -> None:
+        self.build, self.blob = state
+        self.pad = b""
+
+    def open(self, pad: bytes) -> tuple[WorkerSpec, ...]:
+        """The specs, with the pad the coordinator handed over."""
         import pickle
 
-        specs: tuple[WorkerSpec, ...] = pickle.loads(self.blob)
+        if len(pad) != len(self.blob):
+            raise ValueError("not the pad of these specs")
+        specs: tuple[WorkerSpec, ...] = pickle.loads(_xor(self.blob, pad))
         return specs
 
     def __repr__(self) -> str:
         return "<pgsurge worker specs>"
 
     __str__ = __repr__
+
+
+def _xor(data: bytes, pad: bytes) -> bytes:
+    n = len(data)
+    return (int.from_bytes(data, "big") ^ int.from_bytes(pad, "big")).to_bytes(n, "big")
 
 
 @dataclass(slots=True)
@@ -566,6 +589,15 @@ def host_task(
     # -l timestamps: Unix time on this host's clock; a -P tick every second
     # at least, so that a stopped host can tell what it measured
     shift = time.time_ns() // 1000 - monotonic_us()
+    try:
+        pads: dict[str, bytes] = Variable(n["pad"]).get(timeout=PAD_TIMEOUT_S)
+        opened = sealed.open(pads[str(host)])
+    except Exception:
+        return HostOutcome(
+            "aborted",
+            text=f"{PROG}: error: the coordinator's key to this host's share "
+            "of the run did not come\n",
+        )
     specs = [
         replace(
             s,
@@ -573,7 +605,7 @@ def host_task(
             snapshot_s=s.snapshot_s or 1,
             stream_intervals=True,
         )
-        for s in sealed.specs
+        for s in opened
     ]
     _allow_children()
     resume = _pause_profiler(worker)
