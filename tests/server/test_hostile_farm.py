@@ -1,10 +1,28 @@
 """Hostile-tester regressions on a load farm (``--dask``, issue 24).
 
-A performance engineer's farm, attacked: a load host frozen (SIGSTOP of
-its whole process group) for longer than the loss grace, a host on
-another pgsurge version, the server restarted under the farm, a host
-killed while its clients connect; the totals of the report, the JSON and
-the hosts' own figures must add up whatever happened.
+A performance engineer's farm, attacked with real ``dask scheduler`` and
+``dask worker`` processes (``tests.fix_dask``; a worker's ``--preload``
+injects a host's fault at an exact phase, ``unshare --time`` moves a
+host's clock). Findings fixed, each test failing without its fix:
+
+* a host on another pgsurge build ran the coordinator's specs with its
+  own code: now refused before any load, one line;
+* a host that died while its ``-l`` files were collected hung the
+  coordinator for ever; Ctrl-C during the collection lost the report and
+  the JSON; the scheduler lost then gave two-line errors per file;
+* a second run needing one host of three waited for a busy host while
+  one stood idle;
+* a host that cannot fork said only ``OSError``;
+* a host that cannot read its task (pgsurge missing) had Dask log the
+  task's pickled bytes, the target's password in clear.
+
+The rest held and stays as regression tests: a host frozen past the
+loss grace, killed or frozen before the start, dead with its results, its
+Dask worker restarted at the same address; backends terminated under the
+farm; a host's clock 100000 s off; two interrupts; a suspended
+coordinator; a local cluster's coordinator killed; the scheduler killed
+before the start; the hosts' figures, the series and the histograms add
+up to the totals.
 """
 
 from __future__ import annotations
