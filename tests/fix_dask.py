@@ -37,6 +37,7 @@ __all__ = [
     "SLACK_S",
     "Cluster",
     "TlsFiles",
+    "assert_hosts_add_up",
     "assert_kept",
     "assert_progress_honest",
     "base_env",
@@ -382,6 +383,21 @@ def assert_kept(stdout: str, stderr: str, doc: dict) -> None:
     assert total > 0
     conn = re.search(r"initial connection time = ([0-9.]+) ms", stdout)
     assert conn is not None and float(conn.group(1)) > 0, stdout
+
+
+def assert_hosts_add_up(doc: dict) -> None:
+    """The hosts' own figures add up to the run's."""
+    hosts = doc["hosts"]
+    assert sum(h["transactions"] for h in hosts) == doc["totals"]["processed"], hosts
+    assert sum(h["failed"] for h in hosts) == doc["totals"]["failed"], hosts
+    assert sum(h["clients"] for h in hosts) == doc["config"]["clients"], hosts
+    if doc.get("intervals"):
+        # the series, the run's histogram and each host's: the same count
+        processed = doc["totals"]["processed"]
+        assert sum(iv["transactions"] for iv in doc["intervals"]) == processed
+        assert doc["histograms"]["latency"]["count"] == processed
+        for h in hosts:
+            assert h["latency_histogram"]["count"] == h["transactions"], h
 
 
 def wait_no_load(dsn: str, procs: set[int], since: float, bound_s: float) -> None:

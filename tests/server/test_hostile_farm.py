@@ -7,9 +7,7 @@ host's clock). Findings fixed, each test failing without its fix:
 
 * a host on another pgsurge build ran the coordinator's specs with its
   own code: now refused before any load, one line;
-* a host that died while its ``-l`` files were collected hung the
-  coordinator for ever; Ctrl-C during the collection lost the report and
-  the JSON; the scheduler lost then gave two-line errors per file;
+* the ``-l`` files' collection: see ``test_hostile_farm_logs``;
 * a second run needing one host of three waited for a busy host while
   one stood idle;
 * a host that cannot fork said only ``OSError``;
@@ -41,6 +39,7 @@ from tests.fix_dask import (
     SLACK_S,
     Cluster,
     Run,
+    assert_hosts_add_up,
     assert_kept,
     assert_progress_honest,
     count_clients,
@@ -57,21 +56,6 @@ def _args(cluster: Cluster, dsn: str, *more: str) -> list[str]:
         *("--dask", cluster.address, "-n", "-S", "-T", "60", "-c", "4", "-j", "2"),
         *("-P", "1", *more, dsn),
     ]
-
-
-def _hosts_add_up(doc: dict) -> None:
-    """The hosts' own figures add up to the run's."""
-    hosts = doc["hosts"]
-    assert sum(h["transactions"] for h in hosts) == doc["totals"]["processed"], hosts
-    assert sum(h["failed"] for h in hosts) == doc["totals"]["failed"], hosts
-    assert sum(h["clients"] for h in hosts) == doc["config"]["clients"], hosts
-    if doc.get("intervals"):
-        # the series, the run's histogram and each host's: the same count
-        processed = doc["totals"]["processed"]
-        assert sum(iv["transactions"] for iv in doc["intervals"]) == processed
-        assert doc["histograms"]["latency"]["count"] == processed
-        for h in hosts:
-            assert h["latency_histogram"]["count"] == h["transactions"], h
 
 
 def test_a_frozen_host_is_lost_and_stops_when_it_thaws(
@@ -97,7 +81,7 @@ def test_a_frozen_host_is_lost_and_stops_when_it_thaws(
     assert re.search(r"error: host \d \(load1, tcp://[^)]+\) lost", run.stderr)
     doc = json.loads(out_json.read_text())
     assert_kept(run.stdout, run.stderr, doc)
-    _hosts_add_up(doc)
+    assert_hosts_add_up(doc)
     # thawed, the host finds its coordinator silent and stops its load
     wait_no_load(bench_db, load, thawed, COORDINATOR_GRACE_S + SLACK_S)
 
@@ -122,7 +106,7 @@ def test_the_server_restarted_under_the_farm(
     assert status == 2, run.stderr
     doc = json.loads(out_json.read_text())
     assert_kept(run.stdout, run.stderr, doc)
-    _hosts_add_up(doc)
+    assert_hosts_add_up(doc)
     assert count_clients(bench_db) == 0
 
 
@@ -138,7 +122,7 @@ def test_totals_add_up(bench_db: str, cluster: Cluster, tmp_path: Path) -> None:
     status = run.wait(90)
     assert status == 0, run.stderr
     doc = json.loads(out_json.read_text())
-    _hosts_add_up(doc)
+    assert_hosts_add_up(doc)
     assert processed(run.stdout) == doc["totals"]["processed"]
     # the run's average latency is the hosts' weighted by their counts; its
     # tps, the hosts' added up (each over its own span: close, not equal)
@@ -184,61 +168,6 @@ def test_a_host_on_another_pgsurge_version_is_refused(
     assert count_clients(bench_db) == 0
 
 
-#: a Dask worker preload: the host dies (its nanny and its worker, killed)
-#: when asked for its first -l file after the run
-_DIES_WHEN_COLLECTED = """\
-import os, signal
-import pgsurge.distributed.logs as logs
-
-def file_id(path):
-    os.kill(os.getppid(), signal.SIGKILL)
-    os.kill(os.getpid(), signal.SIGKILL)
-
-logs.file_id = file_id
-"""
-
-
-def test_a_host_that_dies_while_its_logs_are_collected(
-    bench_db: str, tmp_path: Path
-) -> None:
-    """-l --dask-collect-logs: a host that died once the run was over, as
-    its files were asked for, hung the coordinator for ever (the copy's
-    task waited for a worker that would never come back): now that host's
-    files are said to stay on it, the others' are collected, and the
-    report of the whole run follows."""
-    preload = tmp_path / "dies.py"
-    preload.write_text(_DIES_WHEN_COLLECTED)
-    out_dir = tmp_path / "collected"
-    out_dir.mkdir()
-    out_json = tmp_path / "run.json"
-    cluster = Cluster(tmp_path, 2, worker_args={1: ["--preload", str(preload)]})
-    try:
-        run = Run(
-            [
-                *("--dask", cluster.address, "-n", "-S", "-t", "50", "-c", "2"),
-                *("-j", "2", "-l", "--log-prefix", str(tmp_path / "txlog")),
-                *("--dask-collect-logs", str(out_dir), "--json", str(out_json)),
-                bench_db,
-            ],
-            tmp_path,
-        )
-        status = run.wait(120)
-    finally:
-        cluster.close()
-    assert "Traceback" not in run.stderr, run.stderr
-    assert processed(run.stdout) == 100, run.stderr
-    doc = json.loads(out_json.read_text())
-    _hosts_add_up(doc)
-    assert re.search(
-        r'pgsurge: error: could not collect "[^"]*txlog\.\d+(\.1)?" from host '
-        r"tcp://[^:]+:\d+: its Dask worker left the cluster",
-        run.stderr,
-    ), run.stderr
-    assert "dask: 1 -l files in" in run.stderr, run.stderr
-    assert len(list(out_dir.iterdir())) == 1
-    assert status == 0, run.stderr  # (the run itself went well)
-
-
 def test_a_host_whose_clock_is_far_off(bench_db: str, tmp_path: Path) -> None:
     """Host 1's monotonic clock 100000 s ahead (a time namespace): its
     offset is measured, the common start and the series line up."""
@@ -261,7 +190,7 @@ def test_a_host_whose_clock_is_far_off(bench_db: str, tmp_path: Path) -> None:
     offsets = {h["name"]: h["clock_offset_us"] for h in doc["hosts"]}
     assert abs(offsets["load0"]) < 1_000_000, offsets
     assert abs(offsets["load1"] - 100_000 * 1_000_000) < 1_000_000, offsets
-    _hosts_add_up(doc)
+    assert_hosts_add_up(doc)
     lines = assert_progress_honest(run.stderr)
     assert len(lines) >= 3 and "hosts 1/2" not in run.stderr, run.stderr
     # the merged series: one interval a second, from both hosts
@@ -293,7 +222,7 @@ def test_two_interrupts_stop_every_host_at_once(
     assert "Traceback" not in run.stderr and "lost" not in run.stderr, run.stderr
     doc = json.loads(out_json.read_text())
     assert_kept(run.stdout, run.stderr, doc)
-    _hosts_add_up(doc)
+    assert_hosts_add_up(doc)
     wait_no_load(bench_db, load, signalled, SLACK_S)
 
 
@@ -325,59 +254,6 @@ def test_a_host_lost_before_the_start_leaves_no_load(
     time.sleep(2)
     assert count_clients(bench_db) == 0
     assert cluster.load_processes() == set()
-
-
-#: a Dask worker preload: the host hangs when asked for its -l files
-_HANGS_WHEN_COLLECTED = """\
-import time
-import pgsurge.distributed.logs as logs
-
-def file_id(path):
-    time.sleep(3600)
-
-logs.file_id = file_id
-"""
-
-
-def test_an_interrupt_while_the_logs_are_collected_keeps_the_report(
-    bench_db: str, tmp_path: Path
-) -> None:
-    """Ctrl-C while -l files are copied from a slow or hung host (the run
-    is over): the program died with a KeyboardInterrupt and the report of
-    the whole run, measured, was never printed nor the --json written.
-    Now the copy stops, says so, and the report follows."""
-    preload = tmp_path / "hangs.py"
-    preload.write_text(_HANGS_WHEN_COLLECTED)
-    out_dir = tmp_path / "collected"
-    out_dir.mkdir()
-    out_json = tmp_path / "run.json"
-    cluster = Cluster(tmp_path, 2, worker_args={1: ["--preload", str(preload)]})
-    try:
-        run = start_run(
-            [
-                *("--dask", cluster.address, "-n", "-S", "-t", "50", "-c", "2"),
-                *("-j", "2", "-l", "--log-prefix", str(tmp_path / "txlog")),
-                *("--dask-collect-logs", str(out_dir), "--json", str(out_json)),
-                bench_db,
-            ],
-            tmp_path,
-        )
-        time.sleep(8)
-        assert run.proc.poll() is None, run.stderr
-        run.proc.send_signal(signal.SIGINT)
-        status = run.wait(60)
-    finally:
-        cluster.close()
-    assert "Traceback" not in run.stderr, run.stderr
-    assert processed(run.stdout) == 100, run.stderr
-    assert (
-        "pgsurge: error: collecting the -l files was interrupted by SIGINT: "
-        "those not yet collected stay on the hosts\n"
-    ) in run.stderr
-    doc = json.loads(out_json.read_text())
-    assert doc["totals"]["processed"] == 100
-    _hosts_add_up(doc)
-    assert status == 0, run.stderr  # (the run itself went well)
 
 
 def test_a_password_in_the_target_shows_nowhere_when_a_host_dies(
@@ -446,51 +322,10 @@ def test_a_host_that_dies_with_its_results_counts_what_it_streamed(
     assert re.search(r"error: host \d \(load1, tcp://[^)]+\) lost", run.stderr)
     doc = json.loads(out_json.read_text())
     assert_kept(run.stdout, run.stderr, doc)
-    _hosts_add_up(doc)
+    assert_hosts_add_up(doc)
     lost = [h for h in doc["hosts"] if h["lost"]]
     assert [h["name"] for h in lost] == ["load1"]
     assert lost[0]["transactions"] > 0
-
-
-def test_the_scheduler_lost_while_the_logs_are_collected(
-    bench_db: str, tmp_path: Path
-) -> None:
-    """The scheduler killed while a host's -l file is asked for: every
-    file not yet collected was one error of two lines, the second Dask's
-    own ("Client lost the connection to the scheduler. Please check your
-    connection and re-run your work."); now one line says it, and the
-    report follows."""
-    preload = tmp_path / "hangs.py"
-    preload.write_text(_HANGS_WHEN_COLLECTED)
-    out_dir = tmp_path / "collected"
-    out_dir.mkdir()
-    out_json = tmp_path / "run.json"
-    cluster = Cluster(tmp_path, 2, worker_args={1: ["--preload", str(preload)]})
-    try:
-        run = start_run(
-            [
-                *("--dask", cluster.address, "-n", "-S", "-t", "50", "-c", "2"),
-                *("-j", "2", "-l", "--log-prefix", str(tmp_path / "txlog")),
-                *("--dask-collect-logs", str(out_dir), "--json", str(out_json)),
-                bench_db,
-            ],
-            tmp_path,
-        )
-        time.sleep(8)
-        assert run.proc.poll() is None, run.stderr
-        cluster.kill_scheduler()
-        status = run.wait(90)
-    finally:
-        cluster.close()
-    assert processed(run.stdout) == 100, run.stderr
-    lines = run.stderr.splitlines()
-    assert all(ln.startswith("pgsurge: ") for ln in lines), run.stderr
-    assert [ln for ln in lines if ": error: " in ln] == [
-        "pgsurge: error: collecting the -l files lost the Dask scheduler: "
-        "those not yet collected stay on the hosts"
-    ], run.stderr
-    assert json.loads(out_json.read_text())["totals"]["processed"] == 100
-    assert status == 0, run.stderr
 
 
 def test_a_second_run_takes_the_free_host_rather_than_wait(
@@ -594,7 +429,7 @@ def test_a_suspended_coordinator_leaves_no_load_and_reports_when_resumed(
     assert "Traceback" not in run.stderr, run.stderr
     doc = json.loads(out_json.read_text())
     assert_kept(run.stdout, run.stderr, doc)
-    _hosts_add_up(doc)
+    assert_hosts_add_up(doc)
 
 
 #: a Dask worker preload: the host cannot fork (out of memory)
