@@ -128,6 +128,7 @@ class Cluster:
         nworkers: int,
         tls: TlsFiles | None = None,
         worker_args: dict[int, list[str]] | None = None,
+        #: a worker's command before ``-m dask`` (its interpreter's)
         worker_prefix: dict[int, list[str]] | None = None,
     ) -> None:
         scheme = "tcp" if tls is None else "tls"
@@ -179,7 +180,7 @@ class Cluster:
     ) -> subprocess.Popen[bytes]:
         with open(log, "wb") as f:
             proc = subprocess.Popen(
-                [*(prefix or []), sys.executable, "-m", "dask", *args],
+                [*(prefix or [sys.executable]), "-m", "dask", *args],
                 stdout=f,
                 stderr=subprocess.STDOUT,
                 env=base_env(),

@@ -11,7 +11,8 @@ host's clock). Findings fixed, each test failing without its fix:
 * a second run needing one host of three waited for a busy host while
   one stood idle;
 * a host that cannot fork said only ``OSError``;
-* a host that cannot read its task (pgsurge missing) had Dask log the
+* a host without pgsurge looked merely lost: now named before the run;
+* a host that cannot read its task (an old pgsurge) had Dask log the
   task's pickled bytes, the target's password in clear.
 
 The rest held and stays as regression tests: a host frozen past the
@@ -29,6 +30,7 @@ import json
 import os
 import re
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -172,7 +174,7 @@ def test_a_host_whose_clock_is_far_off(bench_db: str, tmp_path: Path) -> None:
     """Host 1's monotonic clock 100000 s ahead (a time namespace): its
     offset is measured, the common start and the series line up."""
     out_json = tmp_path / "run.json"
-    ahead = ["unshare", "--time", "--monotonic", "100000", "--fork"]
+    ahead = ["unshare", "--time", "--monotonic", "100000", "--fork", sys.executable]
     cluster = Cluster(tmp_path, 2, worker_prefix={1: ahead})
     try:
         run = Run(
@@ -523,12 +525,15 @@ def test_the_scheduler_killed_before_the_start_leaves_no_load(
         time.sleep(0.3)
 
 
-def test_a_host_without_pgsurge_says_so(bench_db: str, tmp_path: Path) -> None:
-    """A load host where pgsurge cannot be imported: Dask cannot unpickle
-    the task there and logs its pickled bytes, in which the password of
-    the target stood in clear (now masked, its pad sent apart)."""
-    preload = tmp_path / "nopgsurge.py"
-    preload.write_text("import sys\nsys.modules['pgsurge'] = None\n")
+def test_a_host_that_cannot_read_its_task_logs_no_password(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """A load host whose pgsurge has no ``pgsurge.distributed`` (an old
+    one): Dask cannot unpickle the task there and logs its pickled bytes,
+    in which the password of the target stood in clear (now masked, its
+    pad sent apart)."""
+    preload = tmp_path / "old_pgsurge.py"
+    preload.write_text("import sys\nsys.modules['pgsurge.distributed'] = None\n")
     password = "Farm-s3cret-pw"
     cluster = Cluster(tmp_path, 2, worker_args={1: ["--preload", str(preload)]})
     try:
@@ -552,4 +557,39 @@ def test_a_host_without_pgsurge_says_so(bench_db: str, tmp_path: Path) -> None:
     assert status == 2, run.stderr
     assert "Traceback" not in run.stderr, run.stderr
     assert re.search(r"error: host \d \(load1, tcp://[^)]+\) lost", run.stderr)
+    assert count_clients(bench_db) == 0
+
+
+def test_a_host_where_pgsurge_is_not_installed_is_named(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """A load host whose Python has Dask but no pgsurge (its site-packages
+    without pgsurge's own path): the host's Dask worker dropped its
+    connection over the task it could not read, and the run said only that
+    the host was lost ("its Dask worker left the cluster"). Now the hosts
+    are asked first, and the run stops there with one line naming it."""
+    import sysconfig
+
+    site = sysconfig.get_paths()["purelib"]
+    bare = ["env", f"PYTHONPATH={site}", sys.executable, "-S"]
+    cluster = Cluster(tmp_path, 2, worker_prefix={1: bare})
+    try:
+        run = Run(
+            [
+                *("--dask", cluster.address, "-n", "-S", "-T", "30"),
+                *("-c", "2", "-j", "2", bench_db),
+            ],
+            tmp_path,
+        )
+        status = run.wait(90)
+    finally:
+        cluster.close()
+    assert status == 1, run.stderr
+    assert re.fullmatch(
+        r"pgsurge: error: pgsurge cannot be imported on the Dask worker "
+        r"load1 \(tcp://[^)]+\)\n"
+        r"pgsurge: hint: Install it there, the same version on every load "
+        r"host: pip install 'pgsurge\[dask\]'\n",
+        run.stderr,
+    ), run.stderr
     assert count_clients(bench_db) == 0

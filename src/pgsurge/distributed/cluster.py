@@ -58,6 +58,9 @@ WORKER_HINT = (
     "Start each load host with: dask worker tcp://SCHEDULER:8786 "
     "--nthreads 1 --resources pgsurge=1"
 )
+INSTALL_COMMAND = "pip install 'pgsurge[dask]'"
+#: how long the hosts may take to say whether they have pgsurge
+CHECK_TIMEOUT_S = 10.0
 
 
 @contextmanager
@@ -327,6 +330,40 @@ def load_hosts(client: Any) -> list[tuple[str, str]]:
         if any(str(k).startswith("pgsurge-") for k in keys)
     }
     return sorted(hosts, key=lambda h: (h[0] in busy, h))
+
+
+def check_pgsurge(client: Any, hosts: Sequence[tuple[str, str]]) -> None:
+    """Fail (status 1) when pgsurge cannot be imported on one of ``hosts``
+    ((address, name)): its Dask worker could not even read its task (Dask
+    drops the worker's connection over it, and the host would only look
+    lost). Asked with the standard library's own ``find_spec``, which every
+    worker can run; a host that does not answer in time is left to the
+    run's own watch."""
+    import importlib.util
+
+    try:
+        found = client.run(
+            importlib.util.find_spec,
+            "pgsurge",
+            workers=[address for address, _ in hosts],
+            on_error="return",
+            callback_timeout=CHECK_TIMEOUT_S,
+        )
+    except Exception:
+        return
+    missing = [
+        f"{name} ({address})"
+        for address, name in hosts
+        if address in found
+        and (found[address] is None or isinstance(found[address], BaseException))
+    ]
+    if missing:
+        raise PgsurgeError(
+            f"pgsurge cannot be imported on the Dask worker"
+            f"{'s' if len(missing) > 1 else ''} {', '.join(missing)}",
+            hint="Install it there, the same version on every load host: "
+            + INSTALL_COMMAND,
+        )
 
 
 def probe(client: Any, address: str) -> ClockProbe:

@@ -65,6 +65,7 @@ from typing import Any, TextIO
 
 from pgsurge.distributed.clock import ClockServer
 from pgsurge.distributed.cluster import (
+    check_pgsurge,
     check_reachable,
     clear_text_peers,
     client_of,
@@ -596,6 +597,7 @@ def _drive(
     with client_of(address) as client:
         hosts = load_hosts(client)
         groups = deal_specs(specs, len(hosts))
+        check_pgsurge(client, hosts[: len(groups)])
         if len(groups) < len(hosts):
             err.write(
                 f"{PROG}: note: {len(specs)} workers (-j) use {len(groups)} of "
