@@ -131,7 +131,7 @@ class Sealed:
     """A host's worker specs in the task's arguments. The specs hold the
     connection parameters, passwords included, and Dask may show a task's
     arguments (a failed task's log line, its repr) or, when a host cannot
-    unpickle the task (pgsurge missing there), log the pickled bytes
+    unpickle the task (an old pgsurge there), log the pickled bytes
     themselves. So they travel pickled and masked by a one-time pad of
     random bytes (``pad``), which is not pickled with them: the
     coordinator hands it over apart, in the run's ``pad`` variable
@@ -591,12 +591,20 @@ def host_task(
     shift = time.time_ns() // 1000 - monotonic_us()
     try:
         pads: dict[str, bytes] = Variable(n["pad"]).get(timeout=PAD_TIMEOUT_S)
-        opened = sealed.open(pads[str(host)])
+        pad = pads[str(host)]
     except Exception:
         return HostOutcome(
             "aborted",
             text=f"{PROG}: error: the coordinator's key to this host's share "
             "of the run did not come\n",
+        )
+    try:
+        opened = sealed.open(pad)
+    except Exception as e:  # (its message might quote what it read)
+        return HostOutcome(
+            "aborted",
+            text=f"{PROG}: error: could not read this host's share of the run: "
+            f"{type(e).__name__}\n",
         )
     specs = [
         replace(
