@@ -37,6 +37,7 @@ __all__ = [
     "SLACK_S",
     "Cluster",
     "TlsFiles",
+    "assert_hosts_add_up",
     "assert_kept",
     "assert_progress_honest",
     "base_env",
@@ -121,7 +122,15 @@ class Cluster:
     """``dask scheduler`` and ``dask worker --nthreads 1 --resources
     pgsurge=1`` processes on loopback, each in its own process group."""
 
-    def __init__(self, tmp: Path, nworkers: int, tls: TlsFiles | None = None) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        nworkers: int,
+        tls: TlsFiles | None = None,
+        worker_args: dict[int, list[str]] | None = None,
+        #: a worker's command before ``-m dask`` (its interpreter's)
+        worker_prefix: dict[int, list[str]] | None = None,
+    ) -> None:
         scheme = "tcp" if tls is None else "tls"
         self.address = f"{scheme}://127.0.0.1:{free_port()}"
         self.tls = tls
@@ -150,8 +159,10 @@ class Cluster:
                         *("--host", "127.0.0.1", "--no-dashboard"),
                         *("--name", f"load{i}"),
                         *([] if tls is None else tls.dask_args()),
+                        *(worker_args or {}).get(i, []),
                     ],
                     cwd,
+                    (worker_prefix or {}).get(i, []),
                 )
             )
         self.logs = [
@@ -161,11 +172,15 @@ class Cluster:
         self._wait(nworkers)
 
     def _start(
-        self, log: Path, args: list[str], cwd: Path | None = None
+        self,
+        log: Path,
+        args: list[str],
+        cwd: Path | None = None,
+        prefix: list[str] | None = None,
     ) -> subprocess.Popen[bytes]:
         with open(log, "wb") as f:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "dask", *args],
+                [*(prefix or [sys.executable]), "-m", "dask", *args],
                 stdout=f,
                 stderr=subprocess.STDOUT,
                 env=base_env(),
@@ -369,6 +384,21 @@ def assert_kept(stdout: str, stderr: str, doc: dict) -> None:
     assert total > 0
     conn = re.search(r"initial connection time = ([0-9.]+) ms", stdout)
     assert conn is not None and float(conn.group(1)) > 0, stdout
+
+
+def assert_hosts_add_up(doc: dict) -> None:
+    """The hosts' own figures add up to the run's."""
+    hosts = doc["hosts"]
+    assert sum(h["transactions"] for h in hosts) == doc["totals"]["processed"], hosts
+    assert sum(h["failed"] for h in hosts) == doc["totals"]["failed"], hosts
+    assert sum(h["clients"] for h in hosts) == doc["config"]["clients"], hosts
+    if doc.get("intervals"):
+        # the series, the run's histogram and each host's: the same count
+        processed = doc["totals"]["processed"]
+        assert sum(iv["transactions"] for iv in doc["intervals"]) == processed
+        assert doc["histograms"]["latency"]["count"] == processed
+        for h in hosts:
+            assert h["latency_histogram"]["count"] == h["transactions"], h
 
 
 def wait_no_load(dsn: str, procs: set[int], since: float, bound_s: float) -> None:

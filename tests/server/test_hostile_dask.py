@@ -165,7 +165,7 @@ def test_a_local_cluster_says_nothing_of_a_busy_dashboard_port(
     assert proc.stderr.count("(1 client, clock") == 2, proc.stderr
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL], ids=lambda s: s.name)
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=lambda s: s.name)
 def test_a_coordinator_that_dies_waiting_for_busy_hosts_leaves_no_load(
     sig: signal.Signals, bench_db: str, cluster: Cluster, tmp_path: Path
 ) -> None:

@@ -22,6 +22,7 @@ from typing import Any, TextIO
 from pgsurge.distributed.host import monotonic_us
 from pgsurge.distributed.logs import collect_logs
 from pgsurge.distributed.plan import ClockProbe, HostInfo, best_offset
+from pgsurge.distributed.signals import Signals
 from pgsurge.engine.worker import WorkerSpec
 from pgsurge.errors import PROG, PgsurgeError
 
@@ -57,6 +58,9 @@ WORKER_HINT = (
     "Start each load host with: dask worker tcp://SCHEDULER:8786 "
     "--nthreads 1 --resources pgsurge=1"
 )
+INSTALL_COMMAND = "pip install 'pgsurge[dask]'"
+#: how long the hosts may take to say whether they have pgsurge
+CHECK_TIMEOUT_S = 10.0
 
 
 @contextmanager
@@ -301,7 +305,8 @@ def quiet_dask_logs() -> Callable[[], None]:
 
 
 def load_hosts(client: Any) -> list[tuple[str, str]]:
-    """(address, name) of every Dask worker offering the pgsurge resource."""
+    """(address, name) of every Dask worker offering the pgsurge resource,
+    those not busy with another run's host task first."""
     workers = client.scheduler_info(n_workers=-1)["workers"]
     hosts = [
         (addr, str(info.get("name", addr)))
@@ -313,7 +318,52 @@ def load_hosts(client: Any) -> list[tuple[str, str]]:
             f"no Dask worker offers the pgsurge resource ({len(workers)} workers)",
             hint=WORKER_HINT,
         )
-    return sorted(hosts)
+    # the hosts another run holds last: a run that needs fewer hosts than
+    # there are takes free ones rather than wait for busy ones
+    try:
+        processing = client.processing()
+    except Exception:
+        processing = {}
+    busy = {
+        addr
+        for addr, keys in processing.items()
+        if any(str(k).startswith("pgsurge-") for k in keys)
+    }
+    return sorted(hosts, key=lambda h: (h[0] in busy, h))
+
+
+def check_pgsurge(client: Any, hosts: Sequence[tuple[str, str]]) -> None:
+    """Fail (status 1) when pgsurge cannot be imported on one of ``hosts``
+    ((address, name)): its Dask worker could not even read its task (Dask
+    drops the worker's connection over it, and the host would only look
+    lost). Asked with the standard library's own ``find_spec``, which every
+    worker can run; a host that does not answer in time is left to the
+    run's own watch."""
+    import importlib.util
+
+    try:
+        found = client.run(
+            importlib.util.find_spec,
+            "pgsurge",
+            workers=[address for address, _ in hosts],
+            on_error="return",
+            callback_timeout=CHECK_TIMEOUT_S,
+        )
+    except Exception:
+        return
+    missing = [
+        f"{name} ({address})"
+        for address, name in hosts
+        if address in found
+        and (found[address] is None or isinstance(found[address], BaseException))
+    ]
+    if missing:
+        raise PgsurgeError(
+            f"pgsurge cannot be imported on the Dask worker"
+            f"{'s' if len(missing) > 1 else ''} {', '.join(missing)}",
+            hint="Install it there, the same version on every load host: "
+            + INSTALL_COMMAND,
+        )
 
 
 def probe(client: Any, address: str) -> ClockProbe:
@@ -347,7 +397,13 @@ def logs_after_run(
         if not h.lost
     ]
     if dest is not None:
-        collect_logs(client, kept, dest, err)
+        # a signal stops the copy (a slow link, a host that hangs): the
+        # run's report, which follows, must not wait for the files
+        with Signals() as signals:
+            received = signals.received
+            collect_logs(
+                client, kept, dest, err, lambda: received[0] if received else None
+            )
     elif not address.startswith("local:"):
         err.write(
             f"{PROG}: dask: the -l files are on the hosts, in each Dask worker's "

@@ -65,6 +65,7 @@ from typing import Any, TextIO
 
 from pgsurge.distributed.clock import ClockServer
 from pgsurge.distributed.cluster import (
+    check_pgsurge,
     check_reachable,
     clear_text_peers,
     client_of,
@@ -596,6 +597,7 @@ def _drive(
     with client_of(address) as client:
         hosts = load_hosts(client)
         groups = deal_specs(specs, len(hosts))
+        check_pgsurge(client, hosts[: len(groups)])
         if len(groups) < len(hosts):
             err.write(
                 f"{PROG}: note: {len(specs)} workers (-j) use {len(groups)} of "
@@ -617,7 +619,11 @@ def _drive(
         )
         coord.beat.start()
         clocks = _clock_server(client, address)
+        # the specs travel masked, their pads apart (host.Sealed)
+        sealed = [Sealed(group) for group in groups]
+        pads = Variable(coord.names["pad"], client=client)
         try:
+            pads.set({str(i): s.pad for i, s in enumerate(sealed)})
             with coord.signals:
                 for index, ((address_, name), group) in enumerate(
                     zip(hosts, groups, strict=False)
@@ -626,7 +632,7 @@ def _drive(
                         host_task,
                         run_id,
                         index,
-                        Sealed(group),
+                        sealed[index],
                         None if clocks is None else clocks.address,
                         key=f"pgsurge-{run_id}-host-{index}",
                         workers=[address_],
@@ -664,6 +670,8 @@ def _drive(
                 clocks.close()
             coord.beat.close()
             if not coord.scheduler_lost:
+                with suppress(Exception):
+                    pads.delete()
                 with suppress(Exception):
                     client.unsubscribe_topic(coord.names["topic"])
                 with suppress(Exception):

@@ -88,6 +88,8 @@ __all__ = ["HostOutcome", "Sealed", "host_task", "monotonic_us", "names"]
 HEARTBEAT_S = 1.0
 #: the most bytes of the workers' stderr relayed in one event
 TEXT_CHUNK = 16384
+#: how long a host waits for the pad of its specs (set before its task)
+PAD_TIMEOUT_S = 30
 
 
 def monotonic_us() -> int:
@@ -106,23 +108,71 @@ def names(run_id: str) -> dict[str, str]:
         "stop": f"{base}-stop",
         "beat": f"{base}-beat",
         "beats": f"{base}-beats",
+        "pad": f"{base}-pad",
     }
 
 
-class Sealed:
-    """A host's worker specs in the task's arguments. Dask may print a
-    task's arguments (a failed task's log line); the specs hold the
-    connection parameters, passwords included, so they never show."""
+def build() -> str:
+    """This pgsurge's version and a fingerprint of what a host unpickles
+    (the fields of a worker's spec and of the run's options): a host whose
+    build differs would run the coordinator's specs with other code."""
+    import dataclasses
+    import hashlib
 
-    __slots__ = ("specs",)
+    from pgsurge import __version__
+    from pgsurge.config import RunConfig
+
+    shape = [f.name for t in (WorkerSpec, RunConfig) for f in dataclasses.fields(t)]
+    digest = hashlib.sha256(" ".join(shape).encode()).hexdigest()[:8]
+    return f"{__version__} (specs {digest})"
+
+
+class Sealed:
+    """A host's worker specs in the task's arguments. The specs hold the
+    connection parameters, passwords included, and Dask may show a task's
+    arguments (a failed task's log line, its repr) or, when a host cannot
+    unpickle the task (an old pgsurge there), log the pickled bytes
+    themselves. So they travel pickled and masked by a one-time pad of
+    random bytes (``pad``), which is not pickled with them: the
+    coordinator hands it over apart, in the run's ``pad`` variable
+    (:func:`names`), and a host opens the specs with it only once it has
+    found its own :func:`build` the coordinator's."""
+
+    __slots__ = ("blob", "build", "pad")
 
     def __init__(self, specs: Sequence[WorkerSpec]) -> None:
-        self.specs = tuple(specs)
+        import pickle
+
+        self.build = build()
+        plain = pickle.dumps(tuple(specs), protocol=pickle.HIGHEST_PROTOCOL)
+        self.pad = os.urandom(len(plain))
+        self.blob = _xor(plain, self.pad)
+
+    def __getstate__(self) -> tuple[str, bytes]:
+        return self.build, self.blob  # (never the pad)
+
+    def __setstate__(self, state: tuple[str, bytes]) -> None:
+        self.build, self.blob = state
+        self.pad = b""
+
+    def open(self, pad: bytes) -> tuple[WorkerSpec, ...]:
+        """The specs, with the pad the coordinator handed over."""
+        import pickle
+
+        if len(pad) != len(self.blob):
+            raise ValueError("not the pad of these specs")
+        specs: tuple[WorkerSpec, ...] = pickle.loads(_xor(self.blob, pad))
+        return specs
 
     def __repr__(self) -> str:
-        return f"<{len(self.specs)} pgsurge worker specs>"
+        return "<pgsurge worker specs>"
 
     __str__ = __repr__
+
+
+def _xor(data: bytes, pad: bytes) -> bytes:
+    n = len(data)
+    return (int.from_bytes(data, "big") ^ int.from_bytes(pad, "big")).to_bytes(n, "big")
 
 
 @dataclass(slots=True)
@@ -132,7 +182,8 @@ class HostOutcome:
     ``status``: ``done`` (``results`` holds every worker's, a dead one's
     made up from its last snapshot), ``stopped`` (the coordinator said
     stop: ``results`` holds what was measured until then, or nothing
-    before the start), ``fatal`` (pgbench's ``pg_fatal`` in a worker:
+    before the start), ``fatal`` (pgbench's ``pg_fatal`` in a worker, or
+    this host's pgsurge is not the coordinator's build:
     ``text`` to print, the run ends with status 1), ``aborted``
     (``--exit-on-abort``, a crash: status 2), ``orphaned`` (the
     coordinator fell silent: the host stopped on its own), ``stale`` (the
@@ -520,6 +571,13 @@ def host_task(
     worker = get_worker()
     n = names(run_id)
     topic = n["topic"]
+    mine = build()
+    if sealed.build != mine:  # (before its specs are unpickled)
+        return HostOutcome(
+            "fatal",
+            text=f"{PROG}: error: this host runs pgsurge {mine}, the coordinator "
+            f"{sealed.build}: install the same pgsurge on every load host\n",
+        )
     start_ev, go_ev, stop_ev = Event(n["start"]), Event(n["go"]), Event(n["stop"])
     if start_ev.is_set() or stop_ev.is_set():
         return HostOutcome("stale")
@@ -531,6 +589,23 @@ def host_task(
     # -l timestamps: Unix time on this host's clock; a -P tick every second
     # at least, so that a stopped host can tell what it measured
     shift = time.time_ns() // 1000 - monotonic_us()
+    try:
+        pads: dict[str, bytes] = Variable(n["pad"]).get(timeout=PAD_TIMEOUT_S)
+        pad = pads[str(host)]
+    except Exception:
+        return HostOutcome(
+            "aborted",
+            text=f"{PROG}: error: the coordinator's key to this host's share "
+            "of the run did not come\n",
+        )
+    try:
+        opened = sealed.open(pad)
+    except Exception as e:  # (its message might quote what it read)
+        return HostOutcome(
+            "aborted",
+            text=f"{PROG}: error: could not read this host's share of the run: "
+            f"{type(e).__name__}\n",
+        )
     specs = [
         replace(
             s,
@@ -538,7 +613,7 @@ def host_task(
             snapshot_s=s.snapshot_s or 1,
             stream_intervals=True,
         )
-        for s in sealed.specs
+        for s in opened
     ]
     _allow_children()
     resume = _pause_profiler(worker)
@@ -571,7 +646,12 @@ def _host(
 ) -> HostOutcome:
     from distributed import Variable
 
-    pool = WorkerPool(specs, relay_stderr=True)
+    try:
+        pool = WorkerPool(specs, relay_stderr=True)
+    except OSError as e:  # (out of memory, of processes: say which)
+        return HostOutcome(
+            "aborted", text=f"{PROG}: error: could not start the workers: {e}\n"
+        )
     relay = _Relay(host, pool, emit, watch, [s.worker_id for s in specs])
     steady_us = connected_us = 0
     try:
