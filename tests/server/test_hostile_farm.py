@@ -60,6 +60,26 @@ def _args(cluster: Cluster, dsn: str, *more: str) -> list[str]:
     ]
 
 
+def _on_two_hosts(
+    tmp_path: Path,
+    argv: list[str],
+    *,
+    worker_args: dict[int, list[str]] | None = None,
+    worker_prefix: dict[int, list[str]] | None = None,
+) -> tuple[Run, int, list[str]]:
+    """``pgsurge --dask ADDRESS ARGV`` on a cluster of two hosts of its own
+    (host 1 started with ``worker_args``/``worker_prefix``), waited for
+    (90 s at most): the run, its status and the cluster's logs."""
+    cluster = Cluster(tmp_path, 2, worker_args=worker_args, worker_prefix=worker_prefix)
+    try:
+        run = Run(["--dask", cluster.address, *argv], tmp_path)
+        status = run.wait(90)
+        logs = [log.read_text(errors="replace") for log in cluster.logs]
+    finally:
+        cluster.close()
+    return run, status, logs
+
+
 def test_a_frozen_host_is_lost_and_stops_when_it_thaws(
     bench_db: str, cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -144,18 +164,14 @@ def test_a_host_on_another_pgsurge_version_is_refused(
     now the run stops before any load with one line naming the host."""
     preload = tmp_path / "other_version.py"
     preload.write_text("import pgsurge\npgsurge.__version__ = '0.0.9'\n")
-    cluster = Cluster(tmp_path, 2, worker_args={1: ["--preload", str(preload)]})
-    try:
-        run = Run(
-            [
-                *("--dask", cluster.address, "-n", "-S", "-T", "30"),
-                *("-c", "2", "-j", "2", bench_db),
-            ],
-            tmp_path,
-        )
-        status = run.wait(90)
-    finally:
-        cluster.close()
+    run, status, _logs = _on_two_hosts(
+        tmp_path,
+        [
+            *("-n", "-S", "-T", "30"),
+            *("-c", "2", "-j", "2", bench_db),
+        ],
+        worker_args={1: ["--preload", str(preload)]},
+    )
     assert status == 1, run.stderr
     assert "Traceback" not in run.stderr
     errors = [ln for ln in run.stderr.splitlines() if "error" in ln]
@@ -175,18 +191,14 @@ def test_a_host_whose_clock_is_far_off(bench_db: str, tmp_path: Path) -> None:
     offset is measured, the common start and the series line up."""
     out_json = tmp_path / "run.json"
     ahead = ["unshare", "--time", "--monotonic", "100000", "--fork", sys.executable]
-    cluster = Cluster(tmp_path, 2, worker_prefix={1: ahead})
-    try:
-        run = Run(
-            [
-                *("--dask", cluster.address, "-n", "-S", "-T", "4", "-c", "4"),
-                *("-j", "2", "-P", "1", "--json", str(out_json), bench_db),
-            ],
-            tmp_path,
-        )
-        status = run.wait(90)
-    finally:
-        cluster.close()
+    run, status, _logs = _on_two_hosts(
+        tmp_path,
+        [
+            *("-n", "-S", "-T", "4", "-c", "4"),
+            *("-j", "2", "-P", "1", "--json", str(out_json), bench_db),
+        ],
+        worker_prefix={1: ahead},
+    )
     assert status == 0, run.stderr
     doc = json.loads(out_json.read_text())
     offsets = {h["name"]: h["clock_offset_us"] for h in doc["hosts"]}
@@ -308,18 +320,14 @@ def test_a_host_that_dies_with_its_results_counts_what_it_streamed(
     preload = tmp_path / "dies.py"
     preload.write_text(_DIES_WITH_ITS_RESULTS)
     out_json = tmp_path / "run.json"
-    cluster = Cluster(tmp_path, 2, worker_args={1: ["--preload", str(preload)]})
-    try:
-        run = Run(
-            [
-                *("--dask", cluster.address, "-n", "-S", "-T", "4", "-c", "4"),
-                *("-j", "2", "-P", "1", "--json", str(out_json), bench_db),
-            ],
-            tmp_path,
-        )
-        status = run.wait(90)
-    finally:
-        cluster.close()
+    run, status, _logs = _on_two_hosts(
+        tmp_path,
+        [
+            *("-n", "-S", "-T", "4", "-c", "4"),
+            *("-j", "2", "-P", "1", "--json", str(out_json), bench_db),
+        ],
+        worker_args={1: ["--preload", str(preload)]},
+    )
     assert status == 2, run.stderr
     assert re.search(r"error: host \d \(load1, tcp://[^)]+\) lost", run.stderr)
     doc = json.loads(out_json.read_text())
@@ -452,18 +460,14 @@ def test_a_host_that_cannot_start_its_workers_says_why(
     ``error: OSError``, the name of the exception and nothing else."""
     preload = tmp_path / "nofork.py"
     preload.write_text(_CANNOT_FORK)
-    cluster = Cluster(tmp_path, 2, worker_args={1: ["--preload", str(preload)]})
-    try:
-        run = Run(
-            [
-                *("--dask", cluster.address, "-n", "-S", "-T", "30"),
-                *("-c", "2", "-j", "2", bench_db),
-            ],
-            tmp_path,
-        )
-        status = run.wait(90)
-    finally:
-        cluster.close()
+    run, status, _logs = _on_two_hosts(
+        tmp_path,
+        [
+            *("-n", "-S", "-T", "30"),
+            *("-c", "2", "-j", "2", bench_db),
+        ],
+        worker_args={1: ["--preload", str(preload)]},
+    )
     assert status == 2, run.stderr
     assert "Traceback" not in run.stderr, run.stderr
     assert re.search(
@@ -535,19 +539,14 @@ def test_a_host_that_cannot_read_its_task_logs_no_password(
     preload = tmp_path / "old_pgsurge.py"
     preload.write_text("import sys\nsys.modules['pgsurge.distributed'] = None\n")
     password = "Farm-s3cret-pw"
-    cluster = Cluster(tmp_path, 2, worker_args={1: ["--preload", str(preload)]})
-    try:
-        run = Run(
-            [
-                *("--dask", cluster.address, "-n", "-S", "-T", "30"),
-                *("-c", "2", "-j", "2", f"{bench_db} password={password}"),
-            ],
-            tmp_path,
-        )
-        status = run.wait(90)
-        logs = [log.read_text(errors="replace") for log in cluster.logs]
-    finally:
-        cluster.close()
+    run, status, logs = _on_two_hosts(
+        tmp_path,
+        [
+            *("-n", "-S", "-T", "30"),
+            *("-c", "2", "-j", "2", f"{bench_db} password={password}"),
+        ],
+        worker_args={1: ["--preload", str(preload)]},
+    )
     # Dask did log the task it could not read: without the password
     assert "Failed to deserialize" in logs[2], logs[2][-2000:]
     for text in (run.stdout, run.stderr, *logs):
@@ -572,18 +571,14 @@ def test_a_host_where_pgsurge_is_not_installed_is_named(
 
     site = sysconfig.get_paths()["purelib"]
     bare = ["env", f"PYTHONPATH={site}", sys.executable, "-S"]
-    cluster = Cluster(tmp_path, 2, worker_prefix={1: bare})
-    try:
-        run = Run(
-            [
-                *("--dask", cluster.address, "-n", "-S", "-T", "30"),
-                *("-c", "2", "-j", "2", bench_db),
-            ],
-            tmp_path,
-        )
-        status = run.wait(90)
-    finally:
-        cluster.close()
+    run, status, _logs = _on_two_hosts(
+        tmp_path,
+        [
+            *("-n", "-S", "-T", "30"),
+            *("-c", "2", "-j", "2", bench_db),
+        ],
+        worker_prefix={1: bare},
+    )
     assert status == 1, run.stderr
     assert re.fullmatch(
         r"pgsurge: error: pgsurge cannot be imported on the Dask worker "
