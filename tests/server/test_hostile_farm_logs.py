@@ -16,6 +16,7 @@ import json
 import re
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -80,16 +81,52 @@ def test_a_host_that_dies_while_its_logs_are_collected(
     assert status == 0, run.stderr  # (the run itself went well)
 
 
-#: a Dask worker preload: the host hangs when asked for its -l files
+#: a Dask worker preload: the host hangs when asked for its -l files,
+#: once it has said so in the file MARKER
 _HANGS_WHEN_COLLECTED = """\
 import time
 import pgsurge.distributed.logs as logs
 
 def file_id(path):
+    open(MARKER, "w").close()
     time.sleep(3600)
 
 logs.file_id = file_id
 """
+
+
+def _while_collecting(
+    tmp_path: Path, bench_db: str, act: Callable[[Cluster, Run], None]
+) -> tuple[Run, int]:
+    """A -t run of two hosts whose second hangs when its -l files are
+    asked for: ``act`` is done once the copy reached that host (whatever
+    the machine's load made the run take), then the run is waited for."""
+    marker = tmp_path / "collecting"
+    preload = tmp_path / "hangs.py"
+    preload.write_text(f"MARKER = {str(marker)!r}\n" + _HANGS_WHEN_COLLECTED)
+    out_dir = tmp_path / "collected"
+    out_dir.mkdir()
+    cluster = Cluster(tmp_path, 2, worker_args={1: ["--preload", str(preload)]})
+    try:
+        run = start_run(
+            [
+                *("--dask", cluster.address, "-n", "-S", "-t", "50", "-c", "2"),
+                *("-j", "2", "-l", "--log-prefix", str(tmp_path / "txlog")),
+                *("--dask-collect-logs", str(out_dir)),
+                *("--json", str(tmp_path / "run.json"), bench_db),
+            ],
+            tmp_path,
+        )
+        deadline = time.monotonic() + 180
+        while not marker.exists():
+            assert run.proc.poll() is None, run.stderr
+            assert time.monotonic() < deadline, "the copy never reached the host"
+            time.sleep(0.2)
+        act(cluster, run)
+        status = run.wait(90)
+    finally:
+        cluster.close()
+    return run, status
 
 
 def test_an_interrupt_while_the_logs_are_collected_keeps_the_report(
@@ -99,28 +136,10 @@ def test_an_interrupt_while_the_logs_are_collected_keeps_the_report(
     is over): the program died with a KeyboardInterrupt and the report of
     the whole run, measured, was never printed nor the --json written.
     Now the copy stops, says so, and the report follows."""
-    preload = tmp_path / "hangs.py"
-    preload.write_text(_HANGS_WHEN_COLLECTED)
-    out_dir = tmp_path / "collected"
-    out_dir.mkdir()
+    run, status = _while_collecting(
+        tmp_path, bench_db, lambda _cluster, run: run.proc.send_signal(signal.SIGINT)
+    )
     out_json = tmp_path / "run.json"
-    cluster = Cluster(tmp_path, 2, worker_args={1: ["--preload", str(preload)]})
-    try:
-        run = start_run(
-            [
-                *("--dask", cluster.address, "-n", "-S", "-t", "50", "-c", "2"),
-                *("-j", "2", "-l", "--log-prefix", str(tmp_path / "txlog")),
-                *("--dask-collect-logs", str(out_dir), "--json", str(out_json)),
-                bench_db,
-            ],
-            tmp_path,
-        )
-        time.sleep(8)
-        assert run.proc.poll() is None, run.stderr
-        run.proc.send_signal(signal.SIGINT)
-        status = run.wait(60)
-    finally:
-        cluster.close()
     assert "Traceback" not in run.stderr, run.stderr
     assert processed(run.stdout) == 100, run.stderr
     assert (
@@ -141,28 +160,10 @@ def test_the_scheduler_lost_while_the_logs_are_collected(
     own ("Client lost the connection to the scheduler. Please check your
     connection and re-run your work."); now one line says it, and the
     report follows."""
-    preload = tmp_path / "hangs.py"
-    preload.write_text(_HANGS_WHEN_COLLECTED)
-    out_dir = tmp_path / "collected"
-    out_dir.mkdir()
+    run, status = _while_collecting(
+        tmp_path, bench_db, lambda cluster, _run: cluster.kill_scheduler()
+    )
     out_json = tmp_path / "run.json"
-    cluster = Cluster(tmp_path, 2, worker_args={1: ["--preload", str(preload)]})
-    try:
-        run = start_run(
-            [
-                *("--dask", cluster.address, "-n", "-S", "-t", "50", "-c", "2"),
-                *("-j", "2", "-l", "--log-prefix", str(tmp_path / "txlog")),
-                *("--dask-collect-logs", str(out_dir), "--json", str(out_json)),
-                bench_db,
-            ],
-            tmp_path,
-        )
-        time.sleep(8)
-        assert run.proc.poll() is None, run.stderr
-        cluster.kill_scheduler()
-        status = run.wait(90)
-    finally:
-        cluster.close()
     assert processed(run.stdout) == 100, run.stderr
     lines = run.stderr.splitlines()
     assert all(ln.startswith("pgsurge: ") for ln in lines), run.stderr
