@@ -83,7 +83,10 @@ def test_tpcc_nopm_counts_the_orders_inserted(fresh_db: str, tmp_path: Path) -> 
     assert figures["new_order_rollbacks"] == rollbacks
     rows = doc["scripts"][0]["commands"]
     (rollback_row,) = [c for c in rows if c["line"] == "ROLLBACK"]
-    assert rollback_row["latency_ms"]["count"] == rollbacks, rollback_row
+    # (a run without a rollback, about 1 in 15 at TPC-C's 1 %, has no
+    # latency figures on that row: nothing was measured there; CI found it)
+    measured = rollback_row["latency_ms"]
+    assert (measured["count"] if measured else 0) == rollbacks, rollback_row
     # the text report says the same after pgbench's
     nopm = re.search(r"^NOPM \(New-Orders committed per minute\): ([\d.]+)$",
                      proc.stdout, re.M)  # fmt: skip
