@@ -476,7 +476,8 @@ def _step(value_ms: float) -> float:
     two the value lies in), so a percentile read 0.020 ms may be anything
     from 20 to 21 µs."""
     us = max(1, round(value_ms * 1000))
-    low, high = Histogram(DEFAULT_DIGITS).bounds(Histogram(DEFAULT_DIGITS).index_of(us))
+    layout = Histogram(DEFAULT_DIGITS)
+    low, high = layout.bounds(layout.index_of(us))
     return (high - low + 1) / us
 
 
