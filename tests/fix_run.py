@@ -20,12 +20,13 @@ import contextlib
 import importlib.util
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -33,6 +34,8 @@ from typing import Literal
 
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from pgsurge.report.json import load_schema
 
 Loop = Literal["auto", "c", "python"]
 
@@ -399,3 +402,65 @@ class HangingRelay(UnixRelay):
             port=f"5432,{params.get('port') or 5432}",
             connect_timeout="2",
         )
+
+
+def start_in_session(
+    args: list[str], cwd: Path, prog: list[str] | None = None, **env: str
+) -> subprocess.Popen[str]:
+    """Start pgsurge (or ``prog``) with ``args`` in its own process group."""
+    return subprocess.Popen(
+        [*(prog or [sys.executable, "-m", "pgsurge"]), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env={**plain_env(), **env},
+        start_new_session=True,  # its own process group, as a terminal's job
+    )
+
+
+def communicate_or_kill(
+    proc: subprocess.Popen[str], timeout: float = 30
+) -> tuple[str, str]:
+    """``proc.communicate``; on a timeout its whole process group is killed
+    first (a leaked process would fail later tests), then the test fails."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        _out, err = proc.communicate()
+        pytest.fail(f"no exit within {timeout} s; stderr: {err!r}")
+
+
+@contextlib.contextmanager
+def killed_on_failure(proc: subprocess.Popen[str]) -> Iterator[None]:
+    """Within the block, a failure (or a pytest timeout) kills ``proc``'s
+    process group before it propagates."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+
+
+def worker_pids(pid: int) -> list[int]:
+    """The worker processes of pgsurge ``pid`` (its children)."""
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()]
+
+
+def valid_json(doc: dict[str, object]) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(doc, load_schema())
+
+
+def log_lines(tmp_path: Path) -> list[str]:
+    lines: list[str] = []
+    for path in sorted(tmp_path.glob("pgbench_log.*")):
+        text = path.read_text()
+        assert text == "" or text.endswith("\n"), f"cut line in {path}"
+        lines += text.splitlines()
+    return lines

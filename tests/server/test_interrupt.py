@@ -19,14 +19,18 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from pgsurge.report.json import load_schema
+from tests.fix_run import communicate_or_kill as _communicate
+from tests.fix_run import killed_on_failure as _killed_on_failure
+from tests.fix_run import log_lines as _log_lines
 from tests.fix_run import plain_env, pump, stop_listening
+from tests.fix_run import start_in_session as _start
+from tests.fix_run import valid_json as _valid
+from tests.fix_run import worker_pids as _workers
 
 pytestmark = pytest.mark.server
 
@@ -43,52 +47,6 @@ def bench_db(fresh_db: str, pgbench_bin: Path) -> str:
     return fresh_db
 
 
-def _start(
-    args: list[str], cwd: Path, prog: list[str] | None = None, **env: str
-) -> subprocess.Popen[str]:
-    """Start pgsurge (or ``prog``) with ``args`` in its own process group."""
-    return subprocess.Popen(
-        [*(prog or [sys.executable, "-m", "pgsurge"]), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=cwd,
-        env={**plain_env(), **env},
-        start_new_session=True,  # its own process group, as a terminal's job
-    )
-
-
-def _communicate(proc: subprocess.Popen[str], timeout: float = 30) -> tuple[str, str]:
-    """``proc.communicate``; on a timeout its whole process group is killed
-    first (a leaked process would fail later tests), then the test fails."""
-    try:
-        return proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        _out, err = proc.communicate()
-        pytest.fail(f"no exit within {timeout} s; stderr: {err!r}")
-
-
-@contextlib.contextmanager
-def _killed_on_failure(proc: subprocess.Popen[str]) -> Iterator[None]:
-    """Within the block, a failure (or a pytest timeout) kills ``proc``'s
-    process group before it propagates."""
-    try:
-        yield
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise
-
-
-def _workers(pid: int) -> list[int]:
-    """The worker processes of pgsurge ``pid`` (its children)."""
-    path = Path(f"/proc/{pid}/task/{pid}/children")
-    return [int(p) for p in path.read_text().split()]
-
-
 def _wait_running(proc: subprocess.Popen[str], nworkers: int, delay: float) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -96,20 +54,6 @@ def _wait_running(proc: subprocess.Popen[str], nworkers: int, delay: float) -> N
             break
         time.sleep(0.05)
     time.sleep(delay)
-
-
-def _valid(doc: dict[str, object]) -> None:
-    jsonschema = pytest.importorskip("jsonschema")
-    jsonschema.validate(doc, load_schema())
-
-
-def _log_lines(tmp_path: Path) -> list[str]:
-    lines: list[str] = []
-    for path in sorted(tmp_path.glob("pgbench_log.*")):
-        text = path.read_text()
-        assert text == "" or text.endswith("\n"), f"cut line in {path}"
-        lines += text.splitlines()
-    return lines
 
 
 @pytest.mark.parametrize(

@@ -119,6 +119,7 @@ __all__ = [
     "disabled",
     "flags_for",
     "plan_for",
+    "refusal",
     "run_excluded",
 ]
 
@@ -262,15 +263,10 @@ def plan_for(
     return None if isinstance(plan, str) else plan
 
 
-def decide(
-    cfg: RunConfig,
-    parsed: Sequence[ParsedScript],
-    compiled: Sequence[Sequence[Op]],
-    variables: Sequence[tuple[str, Any]],
-    set_client_id: bool,
-) -> FastPlan | str:
-    """The C loop's plan when this run is eligible (module docstring), else
-    why it is not (a phrase: "the C loop is not taken: <reason>")."""
+def refusal(cfg: RunConfig, parsed: Sequence[ParsedScript]) -> str | None:
+    """Why the C loop cannot run this run at all (the part of
+    :func:`decide` that needs no compiled script: the parent asks it
+    before it starts the workers, ``engine.threaded``), or None."""
     if _module is None:
         return _unusable
     if disabled():
@@ -280,20 +276,43 @@ def decide(
         return f"{excluded} is not supported by the C loop"
     if not EventLoop.uses_epoll():
         return "epoll is not available"
+    for k, script in enumerate(parsed):
+        for i, cmd in enumerate(script.commands):
+            if not isinstance(
+                cmd,
+                SetCommand
+                | SqlCommand
+                | SleepCommand
+                | IfCommand
+                | ElseCommand
+                | EndifCommand
+                | PipelineCommand,
+            ):
+                return f"{_where(k, script, i)}: {_kind(cmd)}"
+    return None
+
+
+def decide(
+    cfg: RunConfig,
+    parsed: Sequence[ParsedScript],
+    compiled: Sequence[Sequence[Op]],
+    variables: Sequence[tuple[str, Any]],
+    set_client_id: bool,
+) -> FastPlan | str:
+    """The C loop's plan when this run is eligible (module docstring), else
+    why it is not (a phrase: "the C loop is not taken: <reason>")."""
+    refused = refusal(cfg, parsed)
+    if refused is not None:
+        return refused
     base = dict(variables)
     assigned: set[str] = set()
     any_gset = False
-    for k, script in enumerate(parsed):
-        for i, cmd in enumerate(script.commands):
+    for script in parsed:
+        for cmd in script.commands:
             if isinstance(cmd, SetCommand):
                 assigned.add(cmd.var)
             elif isinstance(cmd, SqlCommand):
                 any_gset = any_gset or cmd.gset is not GsetKind.NONE
-            elif not isinstance(
-                cmd,
-                SleepCommand | IfCommand | ElseCommand | EndifCommand | PipelineCommand,
-            ):
-                return f"{_where(k, script, i)}: {_kind(cmd)}"
     set_names = sorted(assigned)
     other_names: list[str] = []
     slots = {name: i for i, name in enumerate(set_names)}
@@ -438,6 +457,9 @@ class FastEventLoop(EventLoop):
     #: ``PGSURGE_PY_CONNECT=1`` has Python open each one instead:
     #: engine/ramp.py, ``pgconn.start_raw`` under -C)
     raw_connect = False
+    #: on a thread (engine.threaded): the read end of the pipe that a stop
+    #: or -T's end writes to, watched as a process's signal wake-up pipe
+    wake_fd = -1
 
     def use_c(
         self,
@@ -533,6 +555,12 @@ class FastEventLoop(EventLoop):
         fast = self._fast
         if fast is None:
             return super().run()
+        if self.wake_fd >= 0:
+            fast.set_signal_fd(self.wake_fd)
+            try:
+                return self._run_c(fast)
+            finally:
+                fast.set_signal_fd(-1)
         with _signal_wakeup(fast):
             return self._run_c(fast)
 

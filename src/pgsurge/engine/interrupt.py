@@ -181,6 +181,10 @@ class WorkerStop:
                 signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum: int, frame: object) -> None:
+        self.request()
+
+    def request(self) -> None:
+        """Stop starting transactions (from a handler: sets fields only)."""
         self.requested = True
         self.wstate.timer_exceeded = True
         if self.watch is not None:
@@ -234,7 +238,8 @@ def describe_exit(exitcode: int | None) -> str:
 class ParentStop:
     """The parent's side while its workers run (a context manager).
 
-    ``pids()`` gives the live workers' pids. The handler only records the
+    ``tell()`` asks every live worker to stop starting transactions
+    (:data:`STOP_SIGNAL` to a process). The handler only records the
     signal, tells the workers and wakes the parent's wait through a pipe
     (:attr:`wake_fd`, to pass to ``forked.wait``);
     the parent's loop calls :meth:`due` to know what to do next.
@@ -242,8 +247,8 @@ class ParentStop:
     once: nothing has been measured yet.
     """
 
-    def __init__(self, pids: Callable[[], list[int]], kill_all: Callable[[], None]):
-        self._pids = pids
+    def __init__(self, tell: Callable[[], None], kill_all: Callable[[], None]):
+        self._tell = tell
         self._kill_all = kill_all
         self.signum: int | None = None
         #: monotonic µs of the first signal (or of the first dead worker)
@@ -313,11 +318,7 @@ class ParentStop:
         self._phase = 1
         self.at_us = now_us
         self._deadline = time.monotonic() + GRACE_S
-        for pid in self._pids():
-            try:
-                os.kill(pid, STOP_SIGNAL)
-            except ProcessLookupError:
-                pass
+        self._tell()
         self._wake()
 
     def _wake(self) -> None:

@@ -1,12 +1,14 @@
 """The worker processes of one machine: start them, talk to them, stop them.
 
-pgbench's threads are pgsurge's worker processes (``engine.worker``). This
-module starts them with their :class:`~pgsurge.engine.worker.WorkerSpec`,
-holds the parent end of each one's pipe and stops them; it is shared by
-the parent of a local run (``runner``) and by the host task of a
-multi-host run (``distributed``), which both drive the same barriers over
-these pipes. It also holds pgbench's rule for dealing clients over
-threads, used to deal clients over workers and workers over hosts.
+pgbench's threads are pgsurge's worker processes (``engine.worker``), or
+with ``PGSURGE_WORKERS=threads`` threads of this process
+(``engine.threaded``). This module starts them with their
+:class:`~pgsurge.engine.worker.WorkerSpec`, holds the parent end of each
+one's pipe and stops them; it is shared by the parent of a local run
+(``runner``) and by the host task of a multi-host run (``distributed``),
+which both drive the same barriers over these pipes. It also holds
+pgbench's rule for dealing clients over threads, used to deal clients
+over workers and workers over hosts.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from pgsurge.engine import forked
+from pgsurge.engine import forked, threaded
+from pgsurge.engine.interrupt import STOP_SIGNAL
 from pgsurge.engine.protocol import ParentMessage
-from pgsurge.engine.worker import WorkerSpec, worker_main
+from pgsurge.engine.worker import WorkerSpec, worker_body, worker_main
 from pgsurge.errors import ExitStatus
 from pgsurge.prng import speedups
 
@@ -70,6 +73,15 @@ def mp_context() -> Any:
     import multiprocessing
 
     return multiprocessing.get_context(start_method())
+
+
+def _thread_entry(
+    spec: WorkerSpec, pipe: Any, abort_owner: Any, host: threaded.ThreadWorker
+) -> int | None:
+    try:
+        return worker_body(spec, pipe, abort_owner, host)
+    finally:
+        pipe.close()
 
 
 def _worker_entry(
@@ -191,13 +203,19 @@ class WorkerPool:
     """The worker processes and their pipes, with clean shutdown."""
 
     def __init__(
-        self, specs: Sequence[WorkerSpec], *, relay_stderr: bool = False
+        self,
+        specs: Sequence[WorkerSpec],
+        *,
+        relay_stderr: bool = False,
+        threads: bool = False,
     ) -> None:
         fork = start_method() == "fork"
-        ctx = None if fork else mp_context()
+        ctx = None if fork or threads else mp_context()
+        #: whether the workers are threads of this process (engine.threaded)
+        self.threaded = threads
         #: the workers' stderr, when asked for and the workers are forked
         self.relay: StderrRelay | None = None
-        if relay_stderr and fork:
+        if relay_stderr and fork and not threads:
             self.relay = StderrRelay()
         #: the parent ends of the pipes (``forked.Connection`` or, for
         #: another start method, ``multiprocessing``'s: the same methods)
@@ -210,13 +228,23 @@ class WorkerPool:
         abort_owner = None
         if specs and specs[0].config.exit_on_abort:
             abort_owner = (ctx or mp_context()).Value("i", -1)
-        if fork:
+        if fork and not threads:
             _trim_heap()
         try:
             for spec in specs:
                 args = (os.getpid(), abort_owner, self.relay)
                 name = f"pgsurge-worker-{spec.worker_id}"
                 proc: Any
+                if threads:
+                    parent_end, child_end = forked.pipe()
+                    # the thread closes its end when it is done with it
+                    proc = threaded.ThreadWorker(
+                        _thread_entry, (spec, child_end, abort_owner), name
+                    )
+                    self.pipes.append(parent_end)
+                    proc.start()
+                    self.procs.append(proc)
+                    continue
                 if ctx is None:
                     parent_end, child_end = forked.pipe()
                     # the child closes the parent's ends, its own included
@@ -258,12 +286,34 @@ class WorkerPool:
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs if p.pid is not None and p.is_alive()]
 
+    def request_stop(self) -> None:
+        """Tell every live worker to stop starting transactions (from the
+        main thread's signal handler: it only sends signals or sets fields
+        and writes to pipes)."""
+        for proc in self.procs:
+            if not proc.is_alive():
+                continue
+            if self.threaded:
+                proc.request_stop()
+            else:
+                try:
+                    os.kill(proc.pid, STOP_SIGNAL)
+                except ProcessLookupError:
+                    pass
+
     def stop(self) -> None:
         """Kill the workers (they stop gracefully on SIGTERM, which is for
         an interrupted run: here their work is to be thrown away)."""
         for proc in self.procs:
             if proc.is_alive():
                 proc.kill()
+        if self.threaded:
+            # threads cannot be killed: the end of their pipes makes their
+            # loops return (a STOPPED with no Stop), and they end; a stuck
+            # one is a daemon thread that the interpreter abandons at exit
+            for pipe in self.pipes:
+                pipe.close()
+            return
         for proc in self.procs:
             proc.join(5)
         for pipe in self.pipes:

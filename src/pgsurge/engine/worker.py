@@ -32,7 +32,7 @@ import resource
 import signal
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from pgsurge import pgconn
 from pgsurge.config import QueryMode, RunConfig
@@ -82,9 +82,13 @@ from pgsurge.stats.results import WorkerResult
 from pgsurge.stats.series import WorkerRecorder
 
 if TYPE_CHECKING:
+    from pgsurge.engine.threaded import ThreadWorker
     from pgsurge.stats.txlog import TxLogWriter
 
-__all__ = ["WorkerSpec", "build_settings", "worker_main"]
+__all__ = ["WorkerSpec", "build_settings", "worker_body", "worker_main"]
+
+#: a thread's own CPU (Linux); elsewhere the process's
+_THREAD_USAGE = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
 
 _MODE = {
     QueryMode.SIMPLE: C.MODE_SIMPLE,
@@ -216,18 +220,29 @@ def _workload_files(scripts: tuple[tuple[Op, ...], ...]) -> frozenset[str]:
     return frozenset(files)
 
 
-def _set_alarm(wstate: WorkerState, delay_us: int, watch: UserCodeWatch) -> None:
-    """pgbench's ``setalarm``: flag the end of -T from a SIGALRM handler, so
-    that the clients test a flag instead of reading the clock; the end
-    arms the watch over a Python workload's code."""
+def _set_alarm(
+    wstate: WorkerState,
+    delay_us: int,
+    watch: UserCodeWatch,
+    host: ThreadWorker | None = None,
+) -> None:
+    """pgbench's ``setalarm``: flag the end of -T from a SIGALRM handler
+    (on a thread, ``host``'s timer), so that the clients test a flag
+    instead of reading the clock; the end arms the watch over a Python
+    workload's code."""
+
+    def fire() -> None:
+        wstate.timer_exceeded = True
+        watch.arm()
 
     def on_alarm(signum: int, frame: object) -> None:
-        wstate.timer_exceeded = True
-        watch.arm()
+        fire()
 
     if delay_us <= 0:
-        wstate.timer_exceeded = True
-        watch.arm()
+        fire()
+        return
+    if host is not None:
+        host.set_alarm(delay_us / 1e6, fire)
         return
     signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, delay_us / 1e6)
@@ -267,10 +282,23 @@ def worker_main(spec: WorkerSpec, pipe: PipeEnd, abort_owner: Any = None) -> Non
     ``abort_owner`` (under --exit-on-abort): a shared ``multiprocessing``
     int, -1 until a worker claims the abort report (see ``_claim_abort``).
     """
+    code = worker_body(spec, pipe, abort_owner)
+    if code:
+        os._exit(code)
+
+
+def worker_body(
+    spec: WorkerSpec,
+    pipe: PipeEnd,
+    abort_owner: Any = None,
+    host: ThreadWorker | None = None,
+) -> int | None:
+    """The worker, in a process or (``host``) on a thread of the parent's
+    (``engine.threaded``); returns its exit status (None: 0)."""
     try:
-        _run(spec, pipe, abort_owner)
+        _run(spec, pipe, abort_owner, host)
     except KeyboardInterrupt:
-        os._exit(1)
+        return 1
     except RecursionError:
         # an expression deeper than the recursion limit allows (cli raises
         # it to what pgbench handles; pgbench itself dies of SIGSEGV a
@@ -284,12 +312,12 @@ def worker_main(spec: WorkerSpec, pipe: PipeEnd, abort_owner: Any = None) -> Non
             )
         except Exception:
             pass
-        os._exit(3)
+        return 3
     except OSError as exc:
         # the open-file limit reached after the clients connected (the
         # loop's wake-up pipe, a -l file): pgbench's pg_fatal, not a crash
         if exc.errno not in (errno.EMFILE, errno.ENFILE):
-            _crash(pipe)
+            return _crash(pipe)
         try:
             pipe.send(
                 Fatal(
@@ -300,13 +328,15 @@ def worker_main(spec: WorkerSpec, pipe: PipeEnd, abort_owner: Any = None) -> Non
             )
         except Exception:
             pass
-        os._exit(3)
+        return 3
     except BaseException:
-        _crash(pipe)
+        return _crash(pipe)
+    return None
 
 
-def _crash(pipe: PipeEnd) -> NoReturn:
-    """The exception being handled, as a traceback for the parent; exits."""
+def _crash(pipe: PipeEnd) -> int:
+    """The exception being handled, as a traceback for the parent; the
+    exit status."""
     import traceback  # only for a crash: a run does not load it
 
     text = traceback.format_exc()
@@ -314,7 +344,7 @@ def _crash(pipe: PipeEnd) -> NoReturn:
         pipe.send(Crash(text))
     except Exception:
         _stderr(text)
-    os._exit(3)
+    return 3
 
 
 #: how long a worker that aborted without reporting waits for the reporting
@@ -365,6 +395,7 @@ class _Run:
         "clients",
         "conn_start",
         "end_us",
+        "host",
         "loop",
         "pipe",
         "recorder",
@@ -408,6 +439,8 @@ class _Run:
     targets: list[str]
     #: interrupts a Python workload's code that outlives the run
     watch: UserCodeWatch
+    #: the thread this worker runs on (None: its own process)
+    host: ThreadWorker | None
 
     def __init__(
         self,
@@ -443,14 +476,27 @@ class _Run:
         self.window_cnts = []
         self.usage0 = None
         self.watch = UserCodeWatch(_workload_files(scripts))
+        self.host = None
+
+    def usage(self) -> resource.struct_rusage:
+        """The CPU this worker has used: its process's, or on a thread its
+        thread's (``RUSAGE_THREAD``, Linux)."""
+        if self.host is not None:
+            return resource.getrusage(_THREAD_USAGE)
+        return resource.getrusage(resource.RUSAGE_SELF)
 
 
-def _run(spec: WorkerSpec, pipe: PipeEnd, abort_owner: Any = None) -> None:
+def _run(
+    spec: WorkerSpec,
+    pipe: PipeEnd,
+    abort_owner: Any = None,
+    host: ThreadWorker | None = None,
+) -> None:
     """The worker from start to result, one phase per barrier: READY (set
     up), STEADY (connect), GO (run), then the result. Any phase may end it
     (a fatal error, an abort under --exit-on-abort): it returns None then,
     having told the parent."""
-    run = _setup(spec, pipe, abort_owner)
+    run = _setup(spec, pipe, abort_owner, host)
     if run is None:
         return
     try:
@@ -483,7 +529,9 @@ def _phases(run: _Run) -> None:
     pipe.send(Done(_result(run)))
 
 
-def _setup(spec: WorkerSpec, pipe: PipeEnd, abort_owner: Any) -> _Run | None:
+def _setup(
+    spec: WorkerSpec, pipe: PipeEnd, abort_owner: Any, host: ThreadWorker | None
+) -> _Run | None:
     """Before READY: compile the scripts, make the clients, open the -l
     file (pgbench opens it before its barriers too)."""
     cfg = spec.config
@@ -499,9 +547,15 @@ def _setup(spec: WorkerSpec, pipe: PipeEnd, abort_owner: Any) -> _Run | None:
         throttle_rng=spec.streams.throttle,
     )
     run = _Run(spec, pipe, abort_owner, scripts, clients, wstate)
+    run.host = host
     # from now on a first Ctrl-C stops the run gracefully (the parent
-    # decides what to do before GO)
-    WorkerStop(wstate, run.watch).install()
+    # decides what to do before GO); on a thread, the parent's handler
+    # calls the same stop (only a process's main thread has handlers)
+    stop = WorkerStop(wstate, run.watch)
+    if host is None:
+        stop.install()
+    else:
+        host.on_stop(stop.request)
     if cfg.log and not cfg.aggregate_interval:
         run.txlog = _open_log(spec, None, pipe)
         if run.txlog is None:
@@ -573,6 +627,10 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
     )
     run.loop = loop
     wstate.control_fd = pipe.fileno()
+    if run.host is not None and isinstance(loop, fastloop.FastEventLoop):
+        # a stop or -T's end wakes the C loop through this pipe, as a
+        # signal wakes a worker process's (see engine.threaded)
+        loop.wake_fd = run.host.wake_r
     if run.window_us:
         loop.set_window(run.window_us, lambda now: _window_starts(run))
     log: Callable[[str], None] = _stderr
@@ -729,7 +787,7 @@ def _start(run: _Run) -> bool:
         if isinstance(run.loop, fastloop.FastEventLoop):
             run.loop.set_txlog(run.txlog)
     if run.end_us and cfg.duration:
-        _set_alarm(wstate, run.end_us - bench_start, run.watch)
+        _set_alarm(wstate, run.end_us - bench_start, run.watch, run.host)
     return True
 
 
@@ -768,7 +826,7 @@ def _open_window(run: _Run) -> None:
     # the clients' own counts go on (C wrote its clients' back at the
     # tick): the per-server figures subtract these
     run.window_cnts = [_processed(st) for st in run.clients]
-    run.usage0 = resource.getrusage(resource.RUSAGE_SELF)
+    run.usage0 = run.usage()
     run.window_open = True
 
 
@@ -776,7 +834,7 @@ def _bench(run: _Run) -> int:
     """The measured part: the event loop until every client is done."""
     spec, loop = run.spec, run.loop
     assert loop is not None
-    run.usage0 = resource.getrusage(resource.RUSAGE_SELF)
+    run.usage0 = run.usage()
     # Everything built so far lives until the end: keep the cyclic collector
     # off it, and let it run rarely (the hot path creates no cycles; results,
     # parameter lists and event lists are freed by reference counting).
@@ -853,7 +911,7 @@ def _result(run: _Run) -> WorkerResult:
     )
     assert loop is not None
     end = _measured_end(run)
-    usage1 = resource.getrusage(resource.RUSAGE_SELF)
+    usage1 = run.usage()
     usage0 = run.usage0
     assert usage0 is not None
     loop.close()

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TextIO
 
 from pgsurge.config import RunConfig
 from pgsurge.deferred import in_main_thread
+from pgsurge.engine import threaded
 from pgsurge.engine.forked import PipeEnd, wait
 from pgsurge.engine.interrupt import ParentStop, describe_exit, inherited_ignore
 from pgsurge.engine.pool import RunFailed, StderrRelay, WorkerPool
@@ -101,7 +102,11 @@ def drive_local(
 ) -> RunResult:
     """The default driver: the workers are this machine's processes."""
     try:
-        workers = WorkerPool(specs, relay_stderr=show_live)
+        workers = WorkerPool(
+            specs,
+            relay_stderr=show_live,
+            threads=threaded.wanted(specs, show_live=show_live),
+        )
     except OSError as exc:  # pgbench: "could not create thread: %m"
         raise PgsurgeError(
             f"could not start worker process: {os.strerror(exc.errno or 0)}",
@@ -629,5 +634,5 @@ def _parent_stop(workers: WorkerPool) -> Iterator[ParentStop | None]:
     if not in_main_thread():
         yield None
         return
-    with ParentStop(workers.pids, workers.stop) as stopper:
+    with ParentStop(workers.request_stop, workers.stop) as stopper:
         yield stopper

@@ -1,0 +1,250 @@
+"""Workers as threads (``PGSURGE_WORKERS=threads``, engine/threaded.py).
+
+Real runs of ``python -m pgsurge`` against the test server with the
+workers as threads of the one process: no worker process is forked, the
+figures are those of the same run with processes, and everything a
+process got from the kernel still works on a thread: the end of ``-T``
+(a timer that wakes the loop), a SIGTERM's graceful stop and a second
+one's cancel, ``--exit-on-abort``, a failed connection. Runs that a
+thread cannot carry (a Python workload, whose stuck code a SIGALRM
+handler interrupts) keep their processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fix_run import communicate_or_kill as _communicate
+from tests.fix_run import killed_on_failure as _killed_on_failure
+from tests.fix_run import log_lines as _log_lines
+from tests.fix_run import plain_env
+from tests.fix_run import start_in_session as _start
+from tests.fix_run import valid_json as _valid
+from tests.fix_run import worker_pids as _workers
+
+pytestmark = pytest.mark.server
+
+THREADS = {"PGSURGE_WORKERS": "threads"}
+
+
+@pytest.fixture
+def bench_db(fresh_db: str, pgbench_bin: Path) -> str:
+    """The fresh database, initialized by the real pgbench at scale 1."""
+    subprocess.run(
+        [str(pgbench_bin), "-i", "-s", "1", "-q", fresh_db],
+        check=True,
+        capture_output=True,
+        env=plain_env(),
+    )
+    return fresh_db
+
+
+def _tasks(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def _wait_threads(proc: subprocess.Popen[str], nworkers: int) -> None:
+    """Until pgsurge ``proc`` has its main thread and ``nworkers`` more."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"ended early: {proc.communicate()}")
+        if _tasks(proc.pid) >= nworkers + 1:
+            return
+        time.sleep(0.05)
+    pytest.fail("the worker threads never started")
+
+
+def _processed(out: str) -> int:
+    match = re.search(r"actually processed: (\d+)", out)
+    assert match is not None, out
+    return int(match.group(1))
+
+
+def _run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pgsurge", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**plain_env(), **env},
+        timeout=120,
+    )
+
+
+def test_threads_fork_no_worker_and_a_stop_keeps_the_report(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """-j 2 as threads: no child process while it runs; SIGTERM stops it
+    gracefully with the report, the JSON and a complete -l log."""
+    proc = _start(
+        ["-nS", "-c4", "-j2", "-T60", "-l", "--json", "r.json", bench_db],
+        tmp_path,
+        **THREADS,
+    )
+    with _killed_on_failure(proc):
+        _wait_threads(proc, 2)
+        time.sleep(1.5)
+        assert _workers(proc.pid) == [], "a worker process was forked"
+        proc.send_signal(signal.SIGTERM)
+        out, err = _communicate(proc)
+    assert proc.returncode == -signal.SIGTERM, err
+    assert "pgsurge: run interrupted by SIGTERM after " in err, err
+    assert "Traceback" not in err
+    processed = _processed(out)
+    assert processed > 0
+    doc = json.loads((tmp_path / "r.json").read_text())
+    _valid(doc)
+    assert doc["totals"]["transactions"] == processed
+    assert len(_log_lines(tmp_path)) == processed
+    workers = doc["client_cpu"]["workers"]
+    assert [w["implementation"] for w in workers] == ["C event loop"] * 2
+    # each thread's own CPU (RUSAGE_THREAD), not the process's twice
+    assert all(w["user_s"] + w["sys_s"] > 0 for w in workers)
+
+
+def test_a_python_workload_keeps_its_processes(tmp_path: Path, fresh_db: str) -> None:
+    """A Python workload under PGSURGE_WORKERS=threads still forks (its
+    stuck code is interrupted by a process's SIGALRM handler)."""
+    path = tmp_path / "w.py"
+    path.write_text(
+        "import time\n"
+        "from pgsurge.workloads import sql, transaction\n"
+        "one = sql('SELECT 1')\n"
+        "@transaction\n"
+        "def tx(ctx):\n"
+        "    time.sleep(0.01)\n"
+        "    yield one()\n"
+    )
+    proc = _start(
+        ["-n", "-f", str(path), "-c", "2", "-j", "2", "-T", "60", fresh_db],
+        tmp_path,
+        **THREADS,
+    )
+    with _killed_on_failure(proc):
+        deadline = time.monotonic() + 30
+        while len(_workers(proc.pid)) < 2 and time.monotonic() < deadline:
+            if proc.poll() is not None:
+                pytest.fail(f"ended early: {proc.communicate()}")
+            time.sleep(0.05)
+        assert len(_workers(proc.pid)) == 2
+        proc.send_signal(signal.SIGTERM)
+        _out, err = _communicate(proc)
+    assert proc.returncode == -signal.SIGTERM, err
+
+
+@pytest.mark.parametrize("engine", ["c", "python"])
+def test_threads_count_what_processes_count(
+    bench_db: str, tmp_path: Path, engine: str
+) -> None:
+    """The same -t run, with -r, as threads and as processes: the same
+    transactions, the same per-command lines, no failure (on the C loop
+    and on the Python engine)."""
+    script = tmp_path / "s.sql"
+    script.write_text(
+        "\\set aid random_gaussian(1, 100000, 2.5)\n"
+        "\\set r random(1, 1000) * 0.5\n"
+        "SELECT abalance FROM pgbench_accounts WHERE aid = :aid;\n"
+        "SELECT :r::float8;\n"
+    )
+    args = ["-n", "-f", str(script), "-c", "4", "-j", "2", "-t", "300", "-r", bench_db]
+    env = {"PGSURGE_NO_FASTLOOP": "1"} if engine == "python" else {}
+    got = {}
+    for model in ("threads", "processes"):
+        done = _run(args, tmp_path, PGSURGE_WORKERS=model, **env)
+        assert done.returncode == 0, done.stderr
+        assert "Traceback" not in done.stderr
+        out = done.stdout
+        assert "number of transactions actually processed: 1200/1200" in out
+        assert "number of failed transactions: 0 (0.000%)" in out
+        commands = [
+            line.split(None, 2)[2]
+            for line in out.splitlines()
+            if re.match(r"\s+\d+\.\d+\s+\d+\s+\S", line)
+        ]
+        got[model] = commands
+    assert got["threads"] == got["processes"]
+    assert len(got["threads"]) == 4
+
+
+def test_threads_end_at_T_with_clients_asleep(bench_db: str, tmp_path: Path) -> None:
+    """-T's end reaches a thread by a timer that wakes its loop: clients
+    that sleep between statements (the loop waits on timers) end on time."""
+    script = tmp_path / "s.sql"
+    script.write_text("\\sleep 20 ms\nSELECT 1;\n")
+    t0 = time.monotonic()
+    done = _run(
+        ["-n", "-f", str(script), "-c", "4", "-j", "2", "-T", "2", bench_db],
+        tmp_path,
+        **THREADS,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "duration: 2 s" in done.stdout
+    assert _processed(done.stdout) > 0
+    # generous: a loaded box; without the wake the run would never end
+    assert time.monotonic() - t0 < 60
+
+
+def test_threads_cancel_a_long_statement_at_the_second_signal(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """Clients in a 60 s statement: the second SIGTERM cancels them at once
+    and the report of what ran still comes."""
+    path = tmp_path / "slow.sql"
+    path.write_text("select pg_sleep(60);\n")
+    proc = _start(
+        ["-n", "-f", str(path), "-c", "2", "-j", "2", "-T", "120", bench_db],
+        tmp_path,
+        **THREADS,
+    )
+    with _killed_on_failure(proc):
+        _wait_threads(proc, 2)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        out, err = _communicate(proc)
+    assert time.monotonic() - t0 < 15
+    assert proc.returncode == -signal.SIGTERM, err
+    assert "actually processed: 0" in out, err
+    assert "interrupted by SIGTERM" in err
+    assert "Traceback" not in err
+
+
+def test_threads_exit_on_abort_reports_once(bench_db: str, tmp_path: Path) -> None:
+    """--exit-on-abort with both worker threads failing: one report, status 2."""
+    path = tmp_path / "bad.sql"
+    path.write_text("SELECT 1/0;\n")
+    done = _run(
+        ["-n", "-f", str(path), "-c4", "-j2", "-T10", "--exit-on-abort", bench_db],
+        tmp_path,
+        **THREADS,
+    )
+    assert done.returncode == 2, done.stderr
+    reports = done.stderr.count("Run was aborted due to an error in thread")
+    assert reports == 1, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_threads_a_failed_connection_is_pgbenchs_error(
+    fresh_db: str, tmp_path: Path
+) -> None:
+    """A client that cannot connect: pgbench's message and status 1."""
+    done = _run(
+        ["-n", "-S", "-c", "4", "-j", "2", "-T", "5", f"{fresh_db} dbname=no_such_db"],
+        tmp_path,
+        **THREADS,
+    )
+    assert done.returncode == 1, done.stderr
+    assert 'database "no_such_db" does not exist' in done.stderr
+    assert "Traceback" not in done.stderr
