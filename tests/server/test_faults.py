@@ -161,7 +161,8 @@ def test_dead_worker_keeps_the_connection_time(bench_db: str, tmp_path: Path) ->
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
-        env=plain_env(),
+        # worker processes, one to kill (threads are not killed apart)
+        env={**plain_env(), "PGSURGE_WORKERS": "processes"},
         start_new_session=True,
     )
     try:

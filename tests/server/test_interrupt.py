@@ -48,12 +48,26 @@ def bench_db(fresh_db: str, pgbench_bin: Path) -> str:
 
 
 def _wait_running(proc: subprocess.Popen[str], nworkers: int, delay: float) -> None:
+    """Until pgsurge ``proc`` has its workers: as processes (its children)
+    or as threads (engine/threaded.py: its tasks besides the main one)."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if len(_workers(proc.pid)) >= nworkers:
+        if len(_workers(proc.pid)) >= nworkers or _threads(proc.pid) > nworkers:
             break
         time.sleep(0.05)
     time.sleep(delay)
+
+
+def _threads(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except FileNotFoundError:  # it ended
+        return 0
+
+
+#: the tests of what happens to worker *processes* (killed, their pipes):
+#: not threads, which a run of the C loop has by default
+PROCESSES = {"PGSURGE_WORKERS": "processes"}
 
 
 @pytest.mark.parametrize(
@@ -226,7 +240,9 @@ def test_dead_worker_is_named(bench_db: str, tmp_path: Path, progress: bool) -> 
     the report of what the parent received, status 2."""
     extra = ["-P", "1"] if progress else []
     proc = _start(
-        ["-n", "-S", "-c", "4", "-j", "2", "-T", "60", *extra, bench_db], tmp_path
+        ["-n", "-S", "-c", "4", "-j", "2", "-T", "60", *extra, bench_db],
+        tmp_path,
+        **PROCESSES,
     )
     _wait_running(proc, 2, 2.5)
     victim = _workers(proc.pid)[1]
@@ -602,7 +618,9 @@ def test_a_worker_holds_no_end_of_the_parents_pipes(
     script = tmp_path / "s.sql"
     script.write_text("\\sleep 50 ms\n")
     proc = _start(
-        ["-n", "-f", str(script), "-c", "3", "-j", "3", "-T", "60", bench_db], tmp_path
+        ["-n", "-f", str(script), "-c", "3", "-j", "3", "-T", "60", bench_db],
+        tmp_path,
+        **PROCESSES,
     )
     with _killed_on_failure(proc):
         _wait_running(proc, 3, 0.5)
