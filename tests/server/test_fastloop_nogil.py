@@ -26,7 +26,7 @@ import pytest
 
 from pgsurge.cli.options import parse_command_line
 from pgsurge.config import RunConfig
-from pgsurge.engine import fastloop, protocol, worker
+from pgsurge.engine import fastloop, interrupt, protocol, worker
 from pgsurge.prng import derive_streams
 from pgsurge.runner import parse_scripts
 from pgsurge.stats.results import WorkerResult
@@ -163,6 +163,7 @@ def _worker_thread(spec: worker.WorkerSpec, out: dict[int, Any]) -> threading.Th
     cfg = spec.config
 
     def drive() -> None:
+        # (an EOFError once the worker failed: its end is closed)
         assert isinstance(parent.recv(), protocol.Ready)
         start = time.monotonic_ns() // 1000
         end = start + cfg.duration * 1_000_000 if cfg.duration else 0
@@ -179,6 +180,7 @@ def _worker_thread(spec: worker.WorkerSpec, out: dict[int, Any]) -> threading.Th
         except BaseException as exc:  # reported by the test
             out[-1 - spec.worker_id] = exc
         finally:
+            child.close()
             driver.join(60)
 
     return threading.Thread(target=body, name=f"worker-{spec.worker_id}")
@@ -190,7 +192,10 @@ def thread_loops(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     ``PGSURGE_FASTLOOP=require``. Each is given a wakeup descriptor of its
     own (``set_signal_fd``: the pipe a threaded worker's stop is written
     to), as a worker run as a thread must have: without one the loop looks
-    at ``timer_exceeded`` after every wait, taking the GIL each time."""
+    at ``timer_exceeded`` after every wait, taking the GIL each time. The
+    workers' signal handlers are not installed (only the main thread may;
+    a threaded run's stop is the main thread's business)."""
+    monkeypatch.setattr(interrupt.WorkerStop, "install", lambda self: None)
     loops: list[Any] = []
     pipes: list[int] = []
     use_c = fastloop.FastEventLoop.use_c
