@@ -14,9 +14,11 @@ Python thread counting beside them.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
+from collections.abc import Iterator
 from multiprocessing import Pipe
 from pathlib import Path
 from typing import Any
@@ -187,7 +189,7 @@ def _worker_thread(spec: worker.WorkerSpec, out: dict[int, Any]) -> threading.Th
 
 
 @pytest.fixture
-def thread_loops(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+def thread_loops(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
     """The C loops of the workers run in threads, under
     ``PGSURGE_FASTLOOP=require``. Each is given a wakeup descriptor of its
     own (``set_signal_fd``: the pipe a threaded worker's stop is written
@@ -293,5 +295,5 @@ def test_two_loops_run_at_once(
         cids = [r[0] for r in conn.execute("SELECT cid FROM t ORDER BY id")]
     assert len(cids) == 3000
     assert sorted(set(cids)) == [0, 1]
-    switches = sum(1 for a, b in zip(cids, cids[1:], strict=False) if a != b)
+    switches = sum(1 for a, b in itertools.pairwise(cids) if a != b)
     assert switches > 50, switches
