@@ -54,6 +54,7 @@ _PIPELINE = (
     "\\set a random(1, 1000)\n"
     "\\startpipeline\nSELECT :a;\nSELECT :a + 1;\n\\endpipeline\n"
 )
+_NOTICE = "DO $$ BEGIN RAISE NOTICE 'n'; END $$;\n"
 _SLEEP = "\\set a random(1, 1000)\n\\sleep 0 us\nSELECT :a;\n"
 
 # (id, script text or None for -b tpcb-like, extra arguments, clients, tx)
@@ -67,6 +68,8 @@ _CASES = [
     ("connect-each", _PLAIN, ["-C", "-M", "prepared"], 2, 1000),
     ("log", _PLAIN, ["-l"], 2, TX),
     ("aggregate-log", _PLAIN, ["-l", "--aggregate-interval", "1"], 2, TX),
+    # psycopg's notice receiver takes the GIL itself (PyGILState_Ensure)
+    ("notice", _NOTICE, ["-M", "extended"], 2, 200),
 ]
 
 
