@@ -46,7 +46,8 @@
 #define FL_HIDDEN
 #endif
 
-#define FASTLOOP_API 9
+/* 10: run() gives the GIL up while a script's loop runs (gil_takes) */
+#define FASTLOOP_API 10
 
 /* setup.py's digest of the sources this was built from (see there) */
 #ifndef PGSURGE_SOURCE_HASH

@@ -1114,6 +1114,8 @@ gset_failed(FastLoop *fl, int index)
     return r;
 }
 
+/* runs without the GIL while the results go into variables C holds; a
+ * failure, an error result or a column C has no slot for takes it */
 int
 fl_wait_gset(FastLoop *fl, int index, fl_op *op)
 {
