@@ -262,7 +262,7 @@ FastLoop_dealloc(FastLoop *fl)
     PyMem_Free(fl->clients);
     if (fl->varstore != NULL)
         for (i = 0; i < fl->nclients * fl->nvars; i++)
-            PyMem_Free(fl->varstore[i].s);
+            PyMem_RawFree(fl->varstore[i].s); /* fl_var_set_text's */
     PyMem_Free(fl->varstore);
     PyMem_Free(fl->prepstore);
     for (k = 0; k < fl->nscripts && fl->scripts != NULL; k++) {
@@ -286,7 +286,7 @@ FastLoop_dealloc(FastLoop *fl)
     PyMem_Free(fl->scripts);
     PyMem_Free(fl->per_script);
     PyMem_Free(fl->weights);
-    PyMem_Free(fl->by_fd);
+    PyMem_RawFree(fl->by_fd); /* map_fd's, grown without the GIL */
     PyMem_Free(fl->runq);
     PyMem_Free(fl->batch);
     PyMem_Free(fl->events);
@@ -1024,6 +1024,13 @@ FastLoop_get_py_calls(FastLoop *fl, void *closure)
     return PyLong_FromLongLong(fl->py_calls);
 }
 
+static PyObject *
+FastLoop_get_gil_takes(FastLoop *fl, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLongLong(fl->gil_takes);
+}
+
 static PyGetSetDef FastLoop_getset[] = {
     {"handbacks", (getter)FastLoop_get_handbacks, NULL,
      "how many times a C-owned client was handed to Python", NULL},
@@ -1031,6 +1038,10 @@ static PyGetSetDef FastLoop_getset[] = {
      "-C: connections C opened from the conninfo without Python", NULL},
     {"py_calls", (getter)FastLoop_get_py_calls, NULL,
      "how many times the loop called Python's advance, resume or absorb", NULL},
+    {"gil_takes", (getter)FastLoop_get_gil_takes, NULL,
+     "how many times run() took the GIL back after giving it up (a run of "
+     "scripts gives it up while its loop runs)",
+     NULL},
     {"gen_steps", (getter)fl_gen_steps, NULL,
      "how many times C stepped a Python workload's generator", NULL},
     {"idle_us", (getter)FastLoop_get_idle, NULL, "µs spent blocked in waits", NULL},
@@ -1102,7 +1113,7 @@ record_into(PyObject *module, PyObject *args)
     for (i = 0; i < PySequence_Fast_GET_SIZE(seq) && r == 0; i++) {
         int64_t v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, i));
 
-        r = (v == -1 && PyErr_Occurred()) ? -1 : fl_hist_record(&h, v);
+        r = (v == -1 && PyErr_Occurred()) ? -1 : fl_hist_record(NULL, &h, v);
     }
     if (r == 0)
         r = fl_hist_flush(&h);
@@ -1222,8 +1233,12 @@ eval_expr(PyObject *module, PyObject *args)
             Py_ssize_t len;
             const char *text = PyUnicode_AsUTF8AndSize(x, &len);
 
-            if (text == NULL || fl_var_set_text(var, text, len) < 0)
+            if (text == NULL)
                 goto done;
+            if (fl_var_set_text(var, text, len) < 0) {
+                PyErr_NoMemory();
+                goto done;
+            }
         }
         if (PyErr_Occurred())
             goto done;
@@ -1258,7 +1273,7 @@ eval_expr(PyObject *module, PyObject *args)
 done:
     PyMem_Free(op.code);
     for (i = 0; i < n; i++)
-        PyMem_Free(c.vars[i].s);
+        PyMem_RawFree(c.vars[i].s);
     PyMem_Free(c.vars);
     return value;
 }

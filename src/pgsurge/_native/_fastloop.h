@@ -46,7 +46,8 @@
 #define FL_HIDDEN
 #endif
 
-#define FASTLOOP_API 9
+/* 10: run() gives the GIL up while a script's loop runs (gil_takes) */
+#define FASTLOOP_API 10
 
 /* setup.py's digest of the sources this was built from (see there) */
 #ifndef PGSURGE_SOURCE_HASH
@@ -393,6 +394,15 @@ typedef struct {
     /* the thread that called run(), and its interpreter */
     PyThreadState *tstate;
     PyInterpreterState *interp;
+    /* The GIL while run() runs (fl_py, fl_nopy): nogil 1 when the loop
+     * gives it up (a script's run; a Python workload's generators keep
+     * it), saved the thread state while it is given up (NULL: this thread
+     * holds the GIL), gil_takes the times the loop took it back (tests
+     * check that a run of scripts takes it O(1) times, not per
+     * transaction) */
+    int nogil;
+    PyThreadState *saved;
+    int64_t gil_takes;
     /* fd -> client index + 1 (0: none) */
     int *by_fd;
     int by_fd_len;
@@ -485,6 +495,59 @@ prng_range(uint64_t *s0, uint64_t *s1, int64_t rmin, int64_t rmax)
 }
 
 /* ---------------------------------------------------------------------- */
+/* The GIL                                                                */
+
+/* Two workers may run as threads of one process, each its C loop: run()
+ * gives the GIL up once its loop starts (fl_nopy), and takes it back only
+ * where the run path must touch CPython (fl_py): a call into Python, an
+ * attribute read or written, an object made or released, an exception
+ * set. Every such point is preceded by fl_py, or is in a function whose
+ * callers hold the GIL (said in its comment); what runs per transaction
+ * of a script (sends, results, \set, \sleep, expressions, accounting,
+ * -C's libpq connects, pipelines) touches no CPython API and runs without
+ * it. errno is kept across the take: PyErr_SetFromErrno follows some. */
+static inline void
+fl_py(FastLoop *fl)
+{
+    if (fl->saved != NULL) {
+        PyThreadState *ts = fl->saved;
+        int err = errno;
+
+        fl->saved = NULL;
+        PyEval_RestoreThread(ts);
+        errno = err;
+        fl->gil_takes++;
+    }
+}
+
+/* give the GIL up again, if this run gives it up at all (fl->nogil) and
+ * holds it; the loop does this at the top of each iteration, so that a
+ * client handed to Python costs one take, whatever it called */
+static inline void
+fl_nopy(FastLoop *fl)
+{
+    if (fl->nogil && fl->saved == NULL)
+        fl->saved = PyEval_SaveThread();
+}
+
+/* errors set from where the GIL may be given up: -1, the GIL held */
+static inline int
+fl_oserror(FastLoop *fl)
+{
+    fl_py(fl);
+    PyErr_SetFromErrno(PyExc_OSError);
+    return -1;
+}
+
+static inline int
+fl_nomem(FastLoop *fl)
+{
+    fl_py(fl);
+    PyErr_NoMemory();
+    return -1;
+}
+
+/* ---------------------------------------------------------------------- */
 /* The timers: pgsurge.engine.loop's heap of (deadline, client id)               */
 
 static inline int
@@ -539,15 +602,20 @@ fl_timer_pop(FastLoop *fl)
 /* ---------------------------------------------------------------------- */
 /* Histograms                                                             */
 
+/* room for bucket idx (PyMem_Raw: no GIL); -1 out of memory, no
+ * exception set (fl_hist_record sets it) */
 FL_HIDDEN int fl_hist_grow(fl_hist *h, Py_ssize_t idx);
 
-/* Histogram.record(v) of a value, into C's counts */
+/* Histogram.record(v) of a value, into C's counts; runs without the GIL
+ * (fl: the loop whose GIL an error takes; NULL: the caller holds it) */
 static inline int
-fl_hist_record(fl_hist *h, int64_t v)
+fl_hist_record(FastLoop *fl, fl_hist *h, int64_t v)
 {
     Py_ssize_t idx;
 
     if (v < 0) {
+        if (fl != NULL)
+            fl_py(fl);
         PyErr_Format(PyExc_ValueError, "cannot record a negative value: %lld",
                      (long long)v);
         return -1;
@@ -558,8 +626,12 @@ fl_hist_record(fl_hist *h, int64_t v)
         idx = ((Py_ssize_t)shift << h->half_bits) + (Py_ssize_t)(v >> shift);
     } else
         idx = (Py_ssize_t)v;
-    if (idx >= h->cap && fl_hist_grow(h, idx) < 0)
+    if (idx >= h->cap && fl_hist_grow(h, idx) < 0) {
+        if (fl != NULL)
+            fl_py(fl);
+        PyErr_NoMemory();
         return -1;
+    }
     h->counts[idx]++;
     if (h->n++ == 0) {
         h->dlo = h->dhi = idx;
@@ -706,7 +778,8 @@ FL_HIDDEN int fl_eval(fl_client *c, const fl_code *code, int n, fl_value *out);
  * (INT_TEXT bytes), or a FV_STR's own text; NULL for FV_NONE */
 FL_HIDDEN const char *fl_value_text(const fl_value *v, char *buf);
 /* a variable takes text (FV_STR; FV_NONE when it holds a NUL): 0, or -1
- * with MemoryError set */
+ * out of memory, no exception set (runs without the GIL: the buffer is
+ * PyMem_Raw's) */
 FL_HIDDEN int fl_var_set_text(fl_value *var, const char *text, Py_ssize_t len);
 /* the op codes and their pops, exported to be compared with fastexpr's */
 FL_HIDDEN int fl_add_expr_codes(PyObject *module);

@@ -6,10 +6,16 @@
  * \sleep, sending SQL with pgsurge._fastpq's libpq functions, reading the
  * results, first-try accounting, and the restart of the next transaction.
  * Anything else hands the client to Python (_fastloop_sync.c).
+ *
+ * All of it runs without the GIL (see fl_py in _fastloop.h) but where a
+ * function says it takes it: a hand-back to Python, an error, -C's
+ * connections Python opens or closes, the -l flushes.
  */
 
 #include "_fastloop.h"
 
+/* runs without the GIL (the text buffer is PyMem_Raw's); -3 with an
+ * exception set (the GIL then held) */
 static int
 send_sql(FastLoop *fl, fl_client *c, const fl_op *op)
 {
@@ -35,16 +41,16 @@ send_sql(FastLoop *fl, fl_client *c, const fl_op *op)
                 char *bigger;
 
                 cap = (len + m + n + 1) * 2;
-                bigger = PyMem_Malloc(cap);
+                bigger = PyMem_RawMalloc(cap);
                 if (bigger == NULL) {
                     if (text != small)
-                        PyMem_Free(text);
-                    PyErr_NoMemory();
+                        PyMem_RawFree(text);
+                    fl_nomem(fl);
                     return -3;
                 }
                 memcpy(bigger, text, len);
                 if (text != small)
-                    PyMem_Free(text);
+                    PyMem_RawFree(text);
                 text = bigger;
             }
             memcpy(text + len, op->lits[i], m);
@@ -57,7 +63,7 @@ send_sql(FastLoop *fl, fl_client *c, const fl_op *op)
         text[len] = '\0';
         ok = pq->sendQuery(c->conn, text);
         if (text != small)
-            PyMem_Free(text);
+            PyMem_RawFree(text);
     } else if (fl->mode == MODE_SIMPLE) {
         ok = pq->sendQuery(c->conn, op->text);
     } else {
@@ -89,16 +95,17 @@ bytes_or_none(const char *s)
 /* The error result ``res`` of query ``q`` to Python (resume() classifies
  * it as read_results would): the client is handed back in WAIT_RESULT with
  * (q, status, sqlstate, message); ``res`` is cleared. The rare path, out
- * of the result loops. */
+ * of the result loops. Takes the GIL. */
 static int
 hand_error(FastLoop *fl, int index, int q, int status, PGresult *res)
 {
-    PyObject *got = Py_BuildValue(
-        "(iiNN)", q, status,
-        bytes_or_none(pq->resultErrorField(res, PG_DIAG_SQLSTATE)),
-        bytes_or_none(pq->resultErrorMessage(res)));
+    PyObject *got;
     int r;
 
+    fl_py(fl);
+    got = Py_BuildValue("(iiNN)", q, status,
+                        bytes_or_none(pq->resultErrorField(res, PG_DIAG_SQLSTATE)),
+                        bytes_or_none(pq->resultErrorMessage(res)));
     pq->clear(res);
     if (got == NULL)
         return -1;
@@ -200,9 +207,9 @@ process_xact(FastLoop *fl, fl_client *c, int64_t now, int skipped)
     }
     if (fl->recording && !skipped) {
         /* the recorder's histograms, as tx.process_xact */
-        if (fl_hist_record(&fl->hlat, latency) < 0 ||
-            (fl->throttled && fl_hist_record(&fl->hlag, lag) < 0) ||
-            (fl->hscript != NULL && fl_hist_record(&fl->hscript[c->script], latency) < 0))
+        if (fl_hist_record(fl, &fl->hlat, latency) < 0 ||
+            (fl->throttled && fl_hist_record(fl, &fl->hlag, lag) < 0) ||
+            (fl->hscript != NULL && fl_hist_record(fl, &fl->hscript[c->script], latency) < 0))
             return -1;
     }
     record(&fl->total, latency, lag, skipped, fl->throttled);
@@ -262,10 +269,12 @@ wait_pipeline(FastLoop *fl, int index)
                 if (!pq->exitPipelineMode(c->conn)) {
                     /* Python logs this and stays in the pipeline, where
                      * the script's end aborts the client */
-                    PyObject *msg = PyUnicode_FromFormat(
-                        "client %lld failed to exit pipeline mode: ", (long long)c->id);
+                    PyObject *msg;
                     int r;
 
+                    fl_py(fl);
+                    msg = PyUnicode_FromFormat("client %lld failed to exit pipeline mode: ",
+                                               (long long)c->id);
                     if (msg == NULL)
                         return -1;
                     c->qrynum = q + 1;
@@ -354,8 +363,10 @@ connect_poll(FastLoop *fl, int index)
     if (r == PGRES_POLLING_OK || r == PGRES_POLLING_FAILED) {
         PyObject *event;
 
+        /* it could not connect: to Python (takes the GIL) */
         if (fl_conn_watch(fl, index, -1, 0) < 0)
             return -1;
+        fl_py(fl);
         if (c->rawconn) {
             /* libpq's message for Python (bytes); C frees the connection */
             event = Py_BuildValue("(iy)", RESUME_CONNECT_FAILED, pq->errorMessage(c->conn));
@@ -400,16 +411,18 @@ connect_start(FastLoop *fl, int index)
         /* libpq's PQconnectStart from C: no Python call, no psycopg
          * object (libpq's own notice processor writes notices to stderr,
          * as pgconn._write_notice does) */
+        /* (the conninfo bytes live as long as the loop: their buffer
+         * is read without the GIL) */
         c->conn = pq->connectStart(PyBytes_AS_STRING(fl->conninfo));
-        if (c->conn == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
+        if (c->conn == NULL)
+            return fl_nomem(fl);
         c->rawconn = 1;
         fl->raw_connects++;
         memset(c->prepared, 0, (size_t)fl->nprep);
         return connect_poll(fl, index);
     }
+    /* Python's start(): takes the GIL per connection */
+    fl_py(fl);
     obj = PyObject_CallOneArg(fl->conn_start, fl->conninfo);
     if (obj == NULL)
         return -1;
@@ -436,7 +449,7 @@ connect_start(FastLoop *fl, int index)
  * fl->connect_deadline to the earliest deadline of those still opening
  * (0: none) for the loop's wait (connect_start lowers it for a new one),
  * so that the loop scans the clients once a deadline passed, not at every
- * wake-up; -1 with an exception */
+ * wake-up; -1 with an exception. Takes the GIL for a client given up. */
 int
 fl_connect_timeouts(FastLoop *fl)
 {
@@ -460,6 +473,7 @@ fl_connect_timeouts(FastLoop *fl)
         }
         if (fl_conn_watch(fl, i, -1, 0) < 0)
             return -1;
+        fl_py(fl);
         if (c->rawconn) {
             /* the object owns (and finishes) the connection from here */
             obj = fl_wrap_raw(fl, c->conn);
@@ -486,37 +500,42 @@ fl_connect_timeouts(FastLoop *fl)
 }
 
 /* END_TX under -C: close the transaction's connection (tx.disconnect),
- * the time it took into the connection time; *now is the clock after */
+ * the time it took into the connection time; *now is the clock after.
+ * Runs without the GIL for a connection C opened itself (set_connect_raw);
+ * takes it to close one of Python's (psycopg's object, or the client's
+ * own first connection). */
 static int
 connect_release(FastLoop *fl, int index, int64_t *now)
 {
     fl_client *c = &fl->clients[index];
     int64_t start = *now ? *now : clock_us();
-    PyObject *r = NULL;
 
     if (c->rawconn) {
         if (fl_conn_forget(fl, index) < 0)
             return -1;
         pq->finish(c->conn);
         c->rawconn = 0;
-        r = Py_NewRef(Py_None);
-    } else if (c->pgobj != NULL) {
-        if (fl_conn_forget(fl, index) < 0)
+    } else if (c->pgobj != NULL || c->conn != NULL) {
+        PyObject *r;
+
+        fl_py(fl);
+        if (c->pgobj != NULL) {
+            if (fl_conn_forget(fl, index) < 0)
+                return -1;
+            r = PyObject_CallMethodNoArgs(c->pgobj, s_finish);
+            Py_CLEAR(c->pgobj);
+        } else {
+            /* Python's (the client's first, or one it had when C took it) */
+            if (fl_fd_publish(fl, index) < 0)
+                return -1;
+            r = PyObject_CallOneArg(fl->conn_release, c->st);
+            if (r != NULL && fl_refresh_fd(fl, index) < 0)
+                Py_CLEAR(r);
+        }
+        if (r == NULL)
             return -1;
-        r = PyObject_CallMethodNoArgs(c->pgobj, s_finish);
-        Py_CLEAR(c->pgobj);
-    } else if (c->conn != NULL) {
-        /* Python's (the client's first, or one it had when C took it) */
-        if (fl_fd_publish(fl, index) < 0)
-            return -1;
-        r = PyObject_CallOneArg(fl->conn_release, c->st);
-        if (r != NULL && fl_refresh_fd(fl, index) < 0)
-            Py_CLEAR(r);
-    } else
-        r = Py_NewRef(Py_None);
-    if (r == NULL)
-        return -1;
-    Py_DECREF(r);
+        Py_DECREF(r);
+    }
     c->conn = NULL;
     memset(c->prepared, 0, (size_t)fl->nprep);
     *now = clock_us();
@@ -527,17 +546,20 @@ connect_release(FastLoop *fl, int index, int64_t *now)
 /* A prepare of C's (under -C) did not go well: hand the client to Python
  * in WAIT_RESULT as if its send_sql had sent it (drain_state PREPARING),
  * with libpq's message when a result failed: finish_prepare (or read_lost)
- * reads the rest, reports it as pgbench does, and sends the query */
+ * reads the rest, reports it as pgbench does, and sends the query.
+ * Takes the GIL. */
 static int
 prepare_to_python(FastLoop *fl, int index, int failed, int flush)
 {
     fl_client *c = &fl->clients[index];
     const char *msg = failed || c->command + 1 != c->preparing ? pq->errorMessage(c->conn)
                                                                : NULL;
-    PyObject *text = PyUnicode_DecodeUTF8(msg ? msg : "", msg ? (Py_ssize_t)strlen(msg) : 0,
-                                          "surrogateescape");
+    PyObject *text;
     int r;
 
+    fl_py(fl);
+    text = PyUnicode_DecodeUTF8(msg ? msg : "", msg ? (Py_ssize_t)strlen(msg) : 0,
+                                "surrogateescape");
     if (text == NULL)
         return -1;
     if (c->command + 1 != c->preparing) {
@@ -618,7 +640,8 @@ c_int(int64_t v)
 /* Advance a C-owned client until it must wait, as client.advance does.
  * On return the client either waits for its socket (WAIT_RESULT) or a
  * deadline (SLEEP, THROTTLE: in the timers), is runnable (CHOOSE_SCRIPT,
- * queued), or belongs to Python (filed). */
+ * queued), or belongs to Python (filed). Runs without the GIL but where
+ * a step hands the client to Python or calls it (those take it). */
 int
 fl_advance(FastLoop *fl, int index)
 {
@@ -639,7 +662,7 @@ fl_advance(FastLoop *fl, int index)
                 now = clock_us();
                 stats_add(&sc->ops[c->command].cmd, now - c->stmt_begin);
                 if (sc->ops[c->command].rec.obj != NULL &&
-                    fl_hist_record(&sc->ops[c->command].rec, now - c->stmt_begin) < 0)
+                    fl_hist_record(fl, &sc->ops[c->command].rec, now - c->stmt_begin) < 0)
                     return -1;
             }
             if (jump >= 0) {
@@ -911,7 +934,7 @@ fl_advance(FastLoop *fl, int index)
                     stats_add(&fl->total.lat, latency);
                     if (fl->latency_limit && latency > fl->latency_limit)
                         fl->latency_late++;
-                    if (fl->recording && fl_hist_record(&fl->hlat, latency) < 0)
+                    if (fl->recording && fl_hist_record(fl, &fl->hlat, latency) < 0)
                         return -1;
                 } else
                     fl->total.lat.count++;
@@ -1027,6 +1050,7 @@ fl_advance(FastLoop *fl, int index)
             state = START_TX;
             continue;
         default:
+            fl_py(fl);
             PyErr_Format(PyExc_AssertionError, "C-owned client in state %d", state);
             return -1;
         }

@@ -30,6 +30,12 @@
  * Errors (an error result goes to Python's resume, which throws SqlError
  * into the generator), retries, batches and -C's first prepares are
  * Python's, as for scripts.
+ *
+ * The GIL: a Python workload is Python by nature (a generator stepped per
+ * transaction), so run() keeps the GIL for it (fl->nogil 0; the waits give
+ * it up while other threads exist, as before). Each entry below still
+ * takes it first (fl_py: nothing when held), so that none of them can run
+ * without it.
  */
 
 #include "_fastloop.h"
@@ -516,6 +522,7 @@ fl_gen_step(FastLoop *fl, int index, int *state)
     PySendResult sent;
     int r = -1;
 
+    fl_py(fl);
     if (py == NULL) {
         /* the client's PyClient (Python's first transaction made it) */
         py = PyObject_GetAttr(c->st, s_py);
@@ -824,6 +831,7 @@ fl_gen_send(FastLoop *fl, int index, const fl_op *op)
     char *freed[16], **floats = freed;
     int nfloats = 0, ok;
 
+    fl_py(fl);
     if (fl->mode == MODE_SIMPLE)
         return send_simple(fl, index, op);
     if (n > 16) {
@@ -893,6 +901,7 @@ fl_gen_wait(FastLoop *fl, int index)
     int fetch = g->scripts[c->script].fetch[c->command], q = c->qrynum, status;
     PGresult *res;
 
+    fl_py(fl);
     if (!pq->consumeInput(c->conn))
         return fl_to_python_code(fl, index, WAIT_RESULT, (long)q * 4 + DRAIN_FAILED);
     for (;;) {
@@ -941,6 +950,7 @@ fl_gen_hand_back(FastLoop *fl, int index)
     PyObject *rng, *r;
     int ok;
 
+    fl_py(fl);
     if (g->res[index] != NULL) {
         PyObject *res = result_object(g->res[index]), *py;
 

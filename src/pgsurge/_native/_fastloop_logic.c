@@ -691,12 +691,11 @@ fl_var_set_text(fl_value *var, const char *text, Py_ssize_t len)
         return 0;
     }
     if (len + 1 > var->cap) {
-        char *s = PyMem_Realloc(var->s, (size_t)len + 1);
+        /* PyMem_Raw: \gset stores text without the GIL */
+        char *s = PyMem_RawRealloc(var->s, (size_t)len + 1);
 
-        if (s == NULL) {
-            PyErr_NoMemory();
+        if (s == NULL)
             return -1;
-        }
         var->s = s;
         var->cap = (int32_t)len + 1;
     }
@@ -933,7 +932,8 @@ fl_canonical_int(const char *s, Py_ssize_t len, int64_t *out)
     return 1;
 }
 
-/* Engine.gset(st, script, command, qrynum, got, context, name, value) */
+/* Engine.gset(st, script, command, qrynum, got, context, name, value);
+ * takes the GIL */
 static int
 call_gset_hook(FastLoop *fl, fl_client *c, int q, int got, const char *context,
                PyObject *name, PyObject *value)
@@ -941,6 +941,7 @@ call_gset_hook(FastLoop *fl, fl_client *c, int q, int got, const char *context,
     PyObject *r;
     int ok;
 
+    fl_py(fl);
     if (fl->gset_hook == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "no gset hook");
         return -1;
@@ -961,14 +962,15 @@ call_gset_hook(FastLoop *fl, fl_client *c, int q, int got, const char *context,
 
 /* a \gset value into a variable C holds: an int written canonically as
  * an int, any other text as text (typed when read, as Python's str). 1
- * stored; 0 the variable is Python's (text with a NUL); -1 error */
+ * stored; 0 the variable is Python's (text with a NUL); -1 error. Runs
+ * without the GIL (but for an error). */
 static int
-store_var(fl_client *c, fl_value *var, const char *text, Py_ssize_t len)
+store_var(FastLoop *fl, fl_client *c, fl_value *var, const char *text, Py_ssize_t len)
 {
     if (fl_canonical_int(text, len, &var->i))
         var->type = FV_INT;
     else if (fl_var_set_text(var, text, len) < 0)
-        return -1;
+        return fl_nomem(fl);
     if (var->type == FV_NONE) {
         var->assigned = 0;
         return 0;
@@ -979,7 +981,8 @@ store_var(fl_client *c, fl_value *var, const char *text, Py_ssize_t len)
 }
 
 /* sql.store_gset of one result: 1 stored, 0 failed (message given),
- * -1 error */
+ * -1 error. Runs without the GIL while each column is one whose slot the
+ * op remembers (the common case); takes it for any other. */
 static int
 store_gset(FastLoop *fl, fl_client *c, fl_op *op, PGresult *res, int is_last, int q)
 {
@@ -1010,13 +1013,14 @@ store_gset(FastLoop *fl, fl_client *c, fl_op *op, PGresult *res, int is_last, in
         if (col < GSET_CACHE && fname != NULL && op->colname[col] != NULL &&
             op->colslot[col] >= 0 && strcmp(op->colname[col], fname) == 0) {
             /* the common case: a known column into its slot */
-            int done = store_var(c, &c->vars[op->colslot[col]], text, len);
+            int done = store_var(fl, c, &c->vars[op->colslot[col]], text, len);
 
             if (done < 0)
                 return -1;
             if (done)
                 continue;
         }
+        fl_py(fl);
         field = PyUnicode_DecodeUTF8(fname ? fname : "", fname ? (Py_ssize_t)strlen(fname) : 0,
                                      "replace");
         if (field == NULL)
@@ -1045,7 +1049,7 @@ store_gset(FastLoop *fl, fl_client *c, fl_op *op, PGresult *res, int is_last, in
             op->colslot[col] = slot == NULL ? -1 : (int)PyLong_AsLong(slot);
         }
         if (slot != NULL) {
-            int done = store_var(c, &c->vars[PyLong_AsLong(slot)], text, len);
+            int done = store_var(fl, c, &c->vars[PyLong_AsLong(slot)], text, len);
 
             if (done != 0) {
                 Py_DECREF(name);
@@ -1070,6 +1074,8 @@ store_gset(FastLoop *fl, fl_client *c, fl_op *op, PGresult *res, int is_last, in
         Py_DECREF(value);
         Py_DECREF(name);
     }
+    /* NULL unless set with the GIL held (then still held): no CPython
+     * call without it */
     Py_XDECREF(vars);
     return r;
 }
@@ -1091,13 +1097,15 @@ drop_pending(fl_client *c)
     }
 }
 
-/* a \gset/\aset failed: Python aborts the client (E_META) */
+/* a \gset/\aset failed: Python aborts the client (E_META); takes the GIL */
 static int
 gset_failed(FastLoop *fl, int index)
 {
-    PyObject *event = PyUnicode_FromString("");
+    PyObject *event;
     int r;
 
+    fl_py(fl);
+    event = PyUnicode_FromString("");
     if (event == NULL)
         return -1;
     fl->clients[index].meta_failed = 0;
@@ -1106,6 +1114,8 @@ gset_failed(FastLoop *fl, int index)
     return r;
 }
 
+/* runs without the GIL while the results go into variables C holds; a
+ * failure, an error result or a column C has no slot for takes it */
 int
 fl_wait_gset(FastLoop *fl, int index, fl_op *op)
 {
@@ -1182,7 +1192,10 @@ fl_wait_gset(FastLoop *fl, int index, fl_op *op)
         }
         {
             /* an error (or an unexpected result): Python's note_error */
-            PyObject *got = Py_BuildValue(
+            PyObject *got;
+
+            fl_py(fl);
+            got = Py_BuildValue(
                 "(iiNN)", q, status,
                 bytes_or_none(pq->resultErrorField(res, PG_DIAG_SQLSTATE)),
                 bytes_or_none(pq->resultErrorMessage(res)));

@@ -3,6 +3,12 @@
  * EventLoop.run: one wait on the worker's epoll instance (Python's Waiter
  * registers the descriptors), then the ready sockets, the due timers, the
  * runnable queue and the progress tick, in that order.
+ *
+ * The GIL: run() gives it up once its loop starts (a script's run: two
+ * workers may be threads of one process) and takes it back only where it
+ * must touch CPython (fl_py, _fastloop.h): a client's hand-back to Python
+ * or a call into it, an error, a signal's look at timer_exceeded, a tick
+ * and the return. It gives it up again at the top of each iteration.
  */
 
 #include "_fastloop.h"
@@ -12,7 +18,8 @@
  * back (Client.cnt >= retake_at), so that a client Python's advance() runs
  * from one transaction straight into the next comes back to C, and one
  * that C hands back at every transaction (a variable C does not hold, ...)
- * costs one hand-back per transaction, not one per wait. 1: C owns it. */
+ * costs one hand-back per transaction, not one per wait. 1: C owns it.
+ * Takes the GIL. */
 static int
 retake(FastLoop *fl, int index, int state)
 {
@@ -20,6 +27,7 @@ retake(FastLoop *fl, int index, int state)
     int64_t cnt;
     int r;
 
+    fl_py(fl);
     if (fl_get_i64(c->st, s_cnt, &cnt) < 0)
         return -1;
     if (cnt < c->retake_at)
@@ -31,7 +39,8 @@ retake(FastLoop *fl, int index, int state)
 }
 
 /* Run a client of the runnable queue, or whose deadline has come
- * (pgsurge.engine.loop: advance, settle). */
+ * (pgsurge.engine.loop: advance, settle). Without the GIL for a C-owned
+ * client; a Python-owned one takes it. */
 static int
 run_client(FastLoop *fl, int index)
 {
@@ -40,6 +49,7 @@ run_client(FastLoop *fl, int index)
     int r;
 
     if (c->owner == OWN_PY) {
+        fl_py(fl);
         if (fl_get_i64(c->st, s_state, &state) < 0)
             return -1;
         r = state == CHOOSE_SCRIPT || state == THROTTLE
@@ -56,24 +66,25 @@ run_client(FastLoop *fl, int index)
     return fl_advance(fl, index);
 }
 
-/* A socket is ready (pgsurge.engine.loop: the events part of run). */
+/* A socket is ready (pgsurge.engine.loop: the events part of run).
+ * Without the GIL for a C-owned client's result or connection; anything
+ * else (a notice, a closed connection, a Python-owned client) takes it. */
 static int
 socket_ready(FastLoop *fl, int index)
 {
     fl_client *c = &fl->clients[index];
     int64_t state;
 
+    if (c->owner == OWN_C && (c->state == WAIT_RESULT || c->state == CONNECTING))
+        return fl_advance(fl, index);
+    fl_py(fl);
     if (c->owner == OWN_C) {
-        if (c->state == WAIT_RESULT || c->state == CONNECTING)
-            return fl_advance(fl, index);
         if (c->pgobj != NULL || c->rawconn) {
             /* -C: a connection C opened, which Python's absorb does not
              * know: out of the set, as absorb does (fl_watch puts it back) */
             if (epoll_ctl(fl->epfd, EPOLL_CTL_DEL, c->fd, NULL) < 0 && errno != ENOENT &&
-                errno != EBADF) {
-                PyErr_SetFromErrno(PyExc_OSError);
-                return -1;
-            }
+                errno != EBADF)
+                return fl_oserror(fl);
             c->unwatched = 1;
             c->conn_events = 0;
             return PyObject_SetAttr(c->st, s_unwatched, Py_True);
@@ -111,8 +122,9 @@ socket_ready(FastLoop *fl, int index)
     return fl_refresh_fd(fl, index);
 }
 
-/* Whether another thread may want the GIL while this one waits: the
- * interpreter has another thread state. A worker has none, and then
+/* Whether another thread may want the GIL while this one waits, holding
+ * it (a Python workload's run: fl->nogil 0): the interpreter has another
+ * thread state. A worker has none, and then
  * giving the GIL up and taking it back around every wait (a few atomic
  * operations and a mutex each) buys nothing. Any other thread of the
  * interpreter has a thread state from its start (threading, or a C thread
@@ -125,7 +137,11 @@ others(const FastLoop *fl)
 }
 
 #ifdef SYS_epoll_pwait2
-/* 0 once the kernel (before 5.11) or a seccomp filter refused epoll_pwait2 */
+/* 0 once the kernel (before 5.11) or a seccomp filter refused epoll_pwait2.
+ * Shared by the loops of all threads, which read and write it without the
+ * GIL: a flag that only ever goes from 1 to 0, accessed atomically
+ * (relaxed); a loop that read 1 late makes one more refused call, then
+ * falls back as the first did. */
 static int have_pwait2 = 1;
 #endif
 
@@ -136,6 +152,9 @@ static int have_pwait2 = 1;
  * missing, ppoll on the epoll descriptor, then a fetch. */
 #define WAIT_EINTR (-2)
 
+/* Runs without the GIL when the loop gave it up (fl->saved); holding it
+ * (a Python workload), it gives it up around a blocking wait when another
+ * thread may want it (others()). */
 static int
 wait_events(FastLoop *fl, int64_t timeout_us)
 {
@@ -145,7 +164,7 @@ wait_events(FastLoop *fl, int64_t timeout_us)
     if (timeout_us == 0)
         n = epoll_wait(fl->epfd, fl->events, max, 0);
     else {
-        if (others(fl))
+        if (fl->saved == NULL && others(fl))
             ts = PyEval_SaveThread();
         if (timeout_us < 0)
             n = epoll_wait(fl->epfd, fl->events, max, -1);
@@ -156,10 +175,10 @@ wait_events(FastLoop *fl, int64_t timeout_us)
             n = -1;
             errno = ENOSYS;
 #ifdef SYS_epoll_pwait2
-            if (have_pwait2) {
+            if (__atomic_load_n(&have_pwait2, __ATOMIC_RELAXED)) {
                 n = (int)syscall(SYS_epoll_pwait2, fl->epfd, fl->events, max, &tv, NULL, 0);
                 if (n < 0 && (errno == ENOSYS || errno == EPERM))
-                    have_pwait2 = 0;
+                    __atomic_store_n(&have_pwait2, 0, __ATOMIC_RELAXED);
             }
 #endif
             if (n < 0 && (errno == ENOSYS || errno == EPERM)) {
@@ -182,10 +201,15 @@ wait_events(FastLoop *fl, int64_t timeout_us)
 }
 
 /* Run Python's signal handlers and read what they set (the -T alarm's
- * timer_exceeded, a stop); -1 with an exception (a KeyboardInterrupt) */
+ * timer_exceeded, a stop); -1 with an exception (a KeyboardInterrupt).
+ * Takes the GIL. In a thread other than the main one PyErr_CheckSignals
+ * runs no handler: there the stop is the main thread's write to the
+ * wakeup descriptor (set_signal_fd) after it set timer_exceeded, which
+ * fl_read_timer reads. */
 static int
 check_signals(FastLoop *fl)
 {
+    fl_py(fl);
     if (PyErr_CheckSignals() < 0)
         return -1;
     return fl_read_timer(fl);
@@ -204,12 +228,14 @@ signalled(FastLoop *fl)
 
 /* write everything back before leaving run(); at a tick also each
  * C-owned client's transaction count (--warmup's window start takes them
- * as its base: the per-server figures count the window's only) */
+ * as its base: the per-server figures count the window's only). Takes the
+ * GIL. */
 static PyObject *
 leave(FastLoop *fl, int outcome)
 {
     int i;
 
+    fl_py(fl);
     if (fl_shared_store(fl) < 0)
         return NULL;
     for (i = 0; i < fl->nclients; i++)
@@ -236,37 +262,20 @@ const char fl_run_doc[] =
     "or the clock reached next_tick (3; 0: no tick): then call again.\n"
     "The shared stats and choose stream are written back on return.";
 
-PyObject *
-fl_run(FastLoop *fl, PyObject *arg)
+/* The loop of run() from its first wait on: entered with the GIL given
+ * up (scripts) or held (a Python workload); returns with it held or not
+ * (fl_run takes it back). Every return of NULL has an exception set with
+ * the GIL held. */
+static PyObject *
+loop(FastLoop *fl, int64_t next_tick)
 {
-    int64_t next_tick = PyLong_AsLongLong(arg);
     int i, n;
 
-    if (next_tick == -1 && PyErr_Occurred())
-        return NULL;
-    /* this thread's state, for the waits (others()) */
-    fl->tstate = PyThreadState_Get();
-    fl->interp = PyThreadState_GetInterpreter(fl->tstate);
-    if (fl_shared_load(fl) < 0)
-        return NULL;
-    if (!fl->started) {
-        fl->started = 1;
-        for (i = 0; i < fl->nclients; i++) {
-            int64_t state;
-
-            if (fl_get_i64(fl->clients[i].st, s_state, &state) < 0 ||
-                fl_refresh_fd(fl, i) < 0)
-                return NULL;
-            if (state != FINISHED && state != ABORTED) {
-                fl->remains++;
-                fl->runq[fl->nrunq++] = i;
-            } else
-                fl->clients[i].owner = OWN_DONE;
-        }
-    }
     while (fl->remains > 0) {
         int *batch, nbatch;
 
+        /* what the last iteration took the GIL for is done */
+        fl_nopy(fl);
         if (fl->nrunq)
             n = wait_events(fl, 0);
         else {
@@ -282,12 +291,15 @@ fl_run(FastLoop *fl, PyObject *arg)
             n = wait_events(fl, deadline ? (deadline > t0 ? deadline - t0 : 0) : -1);
             fl->idle_us += clock_us() - t0;
         }
-        if (n == -1)
-            return PyErr_SetFromErrno(PyExc_OSError);
+        if (n == -1) {
+            fl_oserror(fl);
+            return NULL;
+        }
         /* The alarm of -T (or a Ctrl-C) lands here: Python's handler sets
          * timer_exceeded. With the signal wakeup descriptor (set_signal_fd)
          * C looks when a signal came (its descriptor is among the events,
-         * or it interrupted the wait), else after every wait. */
+         * or it interrupted the wait), else after every wait (which takes
+         * the GIL at every wait). */
         if ((fl->signal_fd < 0 || n == WAIT_EINTR) && check_signals(fl) < 0)
             return NULL;
         for (i = 0; i < n; i++) {
@@ -347,4 +359,48 @@ fl_run(FastLoop *fl, PyObject *arg)
         }
     }
     return leave(fl, OUT_DONE);
+}
+
+PyObject *
+fl_run(FastLoop *fl, PyObject *arg)
+{
+    int64_t next_tick = PyLong_AsLongLong(arg);
+    PyObject *r;
+    int i;
+
+    if (next_tick == -1 && PyErr_Occurred())
+        return NULL;
+    if (fl->saved != NULL) {
+        /* its loop runs in another thread, without the GIL */
+        PyErr_SetString(PyExc_RuntimeError, "this FastLoop runs in another thread");
+        return NULL;
+    }
+    /* this thread's state, for the waits (others()) */
+    fl->tstate = PyThreadState_Get();
+    fl->interp = PyThreadState_GetInterpreter(fl->tstate);
+    if (fl_shared_load(fl) < 0)
+        return NULL;
+    if (!fl->started) {
+        fl->started = 1;
+        for (i = 0; i < fl->nclients; i++) {
+            int64_t state;
+
+            if (fl_get_i64(fl->clients[i].st, s_state, &state) < 0 ||
+                fl_refresh_fd(fl, i) < 0)
+                return NULL;
+            if (state != FINISHED && state != ABORTED) {
+                fl->remains++;
+                fl->runq[fl->nrunq++] = i;
+            } else
+                fl->clients[i].owner = OWN_DONE;
+        }
+    }
+    /* a script's loop gives the GIL up (fl_nopy at each iteration); a
+     * Python workload steps its generators with it */
+    fl->nogil = fl->gen == NULL;
+    r = loop(fl, next_tick);
+    /* every return with the GIL held */
+    fl_py(fl);
+    fl->nogil = 0;
+    return r;
 }

@@ -11,6 +11,11 @@
 
 #include "_fastloop.h"
 
+/* The GIL (see fl_py in _fastloop.h): the functions that take a FastLoop
+ * and touch CPython take it themselves (fl_py first); those that take no
+ * FastLoop (fl_get_i64, fl_set_i64, rng_*, attr_*, the stats and
+ * histogram flushes) are called only by those, with the GIL held. */
+
 int
 fl_get_i64(PyObject *obj, PyObject *name, int64_t *out)
 {
@@ -229,7 +234,7 @@ fl_hist_init(fl_hist *h, PyObject *obj)
 void
 fl_hist_free(fl_hist *h)
 {
-    PyMem_Free(h->counts);
+    PyMem_RawFree(h->counts);
     h->counts = NULL;
     h->cap = 0;
 }
@@ -243,11 +248,10 @@ fl_hist_grow(fl_hist *h, Py_ssize_t idx)
     initial = (Py_ssize_t)(HIST_INITIAL_RANGES + 2) << h->half_bits;
     if (cap < initial)
         cap = initial;
-    c = PyMem_Realloc(h->counts, sizeof(uint64_t) * cap);
-    if (c == NULL) {
-        PyErr_NoMemory();
+    /* PyMem_Raw: grown while a transaction is accounted, without the GIL */
+    c = PyMem_RawRealloc(h->counts, sizeof(uint64_t) * cap);
+    if (c == NULL)
         return -1;
-    }
     memset(c + h->cap, 0, sizeof(uint64_t) * (cap - h->cap));
     h->counts = c;
     h->cap = cap;
@@ -306,6 +310,8 @@ fl_log_flush(FastLoop *fl)
 
     if (fl->loglen == 0)
         return 0;
+    /* takes the GIL: at most once a second or per 64 kB of lines */
+    fl_py(fl);
     text = PyUnicode_DecodeASCII(fl->logbuf, (Py_ssize_t)fl->loglen, NULL);
     if (text == NULL)
         return -1;
@@ -358,6 +364,8 @@ fl_agg_roll(FastLoop *fl, int64_t now)
     PyObject *data;
     int r;
 
+    /* takes the GIL: once an interval */
+    fl_py(fl);
     if (fl->agg.data != NULL && stats_store(&fl->agg, fl->throttled) < 0)
         return -1;
     if (now == INT64_MIN)
@@ -393,12 +401,14 @@ per_command_sync(FastLoop *fl, int (*sync)(fl_simple *))
     return 0;
 }
 
-/* everything shared by the worker's clients: C's copies -> Python */
+/* everything shared by the worker's clients: C's copies -> Python
+ * (takes the GIL) */
 int
 fl_shared_store(FastLoop *fl)
 {
     int i;
 
+    fl_py(fl);
     if (stats_store(&fl->total, fl->throttled) < 0)
         return -1;
     if (fl->per_script != NULL) {
@@ -432,20 +442,24 @@ fl_shared_store(FastLoop *fl)
     return per_command_sync(fl, fl_stats_store);
 }
 
-/* the worker's timer_exceeded, which its SIGALRM handler sets (-T) */
+/* the worker's timer_exceeded, which its SIGALRM handler sets (-T), or
+ * the thread that stops a threaded worker (takes the GIL) */
 int
 fl_read_timer(FastLoop *fl)
 {
+    fl_py(fl);
     fl->timer_exceeded = attr_is_true(fl->wstate, s_timer_exceeded);
     return fl->timer_exceeded < 0 ? -1 : 0;
 }
 
-/* Python -> C's copies (after Python ran: it may have changed them) */
+/* Python -> C's copies (after Python ran: it may have changed them;
+ * takes the GIL) */
 int
 fl_shared_load(FastLoop *fl)
 {
     int i;
 
+    fl_py(fl);
     if (stats_load(&fl->total, fl->throttled) < 0)
         return -1;
     if (fl->per_script != NULL) {
@@ -482,18 +496,18 @@ fl_shared_load(FastLoop *fl)
 /* ---------------------------------------------------------------------- */
 /* Clients: taking over from Python, handing back                         */
 
+/* runs without the GIL (-C maps each new connection's socket):
+ * PyMem_Raw's memory */
 static int
 map_fd(FastLoop *fl, int fd, int index)
 {
     if (fd < 0)
         return 0;
     if (fd >= fl->by_fd_len) {
-        int len = fd * 2 + 16, *m = PyMem_Realloc(fl->by_fd, sizeof(int) * len);
+        int len = fd * 2 + 16, *m = PyMem_RawRealloc(fl->by_fd, sizeof(int) * len);
 
-        if (m == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
+        if (m == NULL)
+            return fl_nomem(fl);
         memset(m + fl->by_fd_len, 0, sizeof(int) * (len - fl->by_fd_len));
         fl->by_fd = m;
         fl->by_fd_len = len;
@@ -502,13 +516,15 @@ map_fd(FastLoop *fl, int fd, int index)
     return 0;
 }
 
-/* after Python ran for a client: follow its descriptor (a detach sets -1) */
+/* after Python ran for a client: follow its descriptor (a detach sets
+ * -1); takes the GIL */
 int
 fl_refresh_fd(FastLoop *fl, int index)
 {
     fl_client *c = &fl->clients[index];
     int64_t fd;
 
+    fl_py(fl);
     if (fl_get_i64(c->st, s_fd, &fd) < 0)
         return -1;
     c->fd_py = (int)fd;
@@ -525,7 +541,8 @@ fl_refresh_fd(FastLoop *fl, int index)
 /* -C: a connection C opened (or is opening) waits for events on fd: the
  * socket into the epoll set (a socket libpq closed since, for the next
  * address, out of it), or out of the set and unmapped (events 0), as
- * EventLoop.wait_connect does; Client.fd follows. */
+ * EventLoop.wait_connect does; Client.fd follows. Runs without the GIL
+ * (but for an error). */
 int
 fl_conn_watch(FastLoop *fl, int index, int fd, uint32_t events)
 {
@@ -535,10 +552,8 @@ fl_conn_watch(FastLoop *fl, int index, int fd, uint32_t events)
     if (c->fd >= 0 && (c->fd != fd || events == 0)) {
         /* a descriptor closed since is out of the set already */
         if (epoll_ctl(fl->epfd, EPOLL_CTL_DEL, c->fd, NULL) < 0 && errno != ENOENT &&
-            errno != EBADF) {
-            PyErr_SetFromErrno(PyExc_OSError);
-            return -1;
-        }
+            errno != EBADF)
+            return fl_oserror(fl);
         if (c->fd < fl->by_fd_len && fl->by_fd[c->fd] == index + 1)
             fl->by_fd[c->fd] = 0;
         c->fd = -1;
@@ -550,10 +565,8 @@ fl_conn_watch(FastLoop *fl, int index, int fd, uint32_t events)
         ev.events = events;
         ev.data.fd = fd;
         if (epoll_ctl(fl->epfd, c->fd == fd ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) < 0 &&
-            (errno != EEXIST || epoll_ctl(fl->epfd, EPOLL_CTL_MOD, fd, &ev) < 0)) {
-            PyErr_SetFromErrno(PyExc_OSError);
-            return -1;
-        }
+            (errno != EEXIST || epoll_ctl(fl->epfd, EPOLL_CTL_MOD, fd, &ev) < 0))
+            return fl_oserror(fl);
         if (map_fd(fl, fd, index) < 0)
             return -1;
         c->fd = fd;
@@ -562,7 +575,8 @@ fl_conn_watch(FastLoop *fl, int index, int fd, uint32_t events)
 }
 
 /* -C: the socket of a connection about to be closed out of the client's
- * map (closing it takes it out of the epoll set: no epoll_ctl) */
+ * map (closing it takes it out of the epoll set: no epoll_ctl); runs
+ * without the GIL */
 int
 fl_conn_forget(FastLoop *fl, int index)
 {
@@ -578,7 +592,8 @@ fl_conn_forget(FastLoop *fl, int index)
 
 /* Client.fd = C's descriptor of the client, if Python's copy is not it:
  * before Python runs for the client, at a hand-back, and before run()
- * returns (fl_conn_watch and fl_conn_forget leave Client.fd behind) */
+ * returns (fl_conn_watch and fl_conn_forget leave Client.fd behind);
+ * takes the GIL when it writes */
 int
 fl_fd_publish(FastLoop *fl, int index)
 {
@@ -586,6 +601,7 @@ fl_fd_publish(FastLoop *fl, int index)
 
     if (c->fd == c->fd_py)
         return 0;
+    fl_py(fl);
     if (fl_set_i64(c->st, s_fd, c->fd) < 0)
         return -1;
     c->fd_py = c->fd;
@@ -595,7 +611,8 @@ fl_fd_publish(FastLoop *fl, int index)
 /* Put a client's socket back into the epoll set, which pgsurge.engine.loop's
  * absorb took it out of (Client.unwatched), now that the client waits on
  * it: EventLoop.watch, for the clients that wait without Python's settle
- * (C-owned ones, and Python's filed by fl_settle_py). */
+ * (C-owned ones, and Python's filed by fl_settle_py). Takes the GIL (a
+ * client absorb had taken out of the set: rare). */
 int
 fl_watch(FastLoop *fl, int index)
 {
@@ -603,6 +620,7 @@ fl_watch(FastLoop *fl, int index)
     struct epoll_event ev;
     int flush;
 
+    fl_py(fl);
     c->unwatched = 0;
     if (PyObject_SetAttr(c->st, s_unwatched, Py_False) < 0)
         return -1;
@@ -685,7 +703,8 @@ load_mid_tx(FastLoop *fl, fl_client *c, int state, int in_pipeline)
  * slot drawn, waiting for it), or within a transaction, waiting in
  * WAIT_RESULT or SLEEP (Python's advance() goes from one transaction
  * straight into the next: C takes the client back at its next wait).
- * 1: done; 0: this client is not for C now (Python keeps it); -1: error. */
+ * 1: done; 0: this client is not for C now (Python keeps it); -1: error.
+ * Takes the GIL. */
 int
 fl_take_over(FastLoop *fl, int index, int state)
 {
@@ -695,6 +714,7 @@ fl_take_over(FastLoop *fl, int index, int state)
     int i, k, r, in_pipeline, mid_tx = state == WAIT_RESULT || state == SLEEP;
     int64_t num_syncs = 0;
 
+    fl_py(fl);
     if (fl_get_i64(st, s_ptr, &ptr) < 0)
         return -1;
     if (ptr == 0) {
@@ -762,6 +782,7 @@ fl_take_over(FastLoop *fl, int index, int state)
                 var->type = FV_INT;
             else if (fl_var_set_text(var, text, len) < 0) {
                 Py_DECREF(vars);
+                PyErr_NoMemory();
                 return -1;
             }
             continue;
@@ -840,13 +861,16 @@ fl_take_over(FastLoop *fl, int index, int state)
 
 /* -C: psycopg's PGconn object for a connection C opened (set_connect_raw
  * found where the type keeps its pointer): a new object of the type, its
- * pointer field set; it finishes the connection when it is freed. */
+ * pointer field set; it finishes the connection when it is freed.
+ * Takes the GIL. */
 PyObject *
 fl_wrap_raw(FastLoop *fl, PGconn *conn)
 {
     PyTypeObject *tp = fl->raw_type;
-    PyObject *args = PyTuple_New(0), *obj;
+    PyObject *args, *obj;
 
+    fl_py(fl);
+    args = PyTuple_New(0);
     if (args == NULL)
         return NULL;
     obj = tp->tp_new(tp, args, NULL);
@@ -858,7 +882,7 @@ fl_wrap_raw(FastLoop *fl, PGconn *conn)
 }
 
 /* Write a C-owned client back into its Client, in ``state``; it is then
- * Python's. */
+ * Python's. Takes the GIL. */
 static int
 hand_back(FastLoop *fl, int index, int state)
 {
@@ -866,6 +890,7 @@ hand_back(FastLoop *fl, int index, int state)
     PyObject *st = c->st, *v, *vars;
     int i, r;
 
+    fl_py(fl);
     if (fl->gen != NULL && fl_gen_hand_back(fl, index) < 0)
         return -1;
     c->owner = OWN_PY;
@@ -989,13 +1014,14 @@ hand_back(FastLoop *fl, int index, int state)
 }
 
 /* A Python-owned client came back from Python: file it as
- * EventLoop.run's settle() does. */
+ * EventLoop.run's settle() does. Takes the GIL. */
 int
 fl_settle_py(FastLoop *fl, int index)
 {
     fl_client *c = &fl->clients[index];
     int64_t state;
 
+    fl_py(fl);
     if (fl_refresh_fd(fl, index) < 0 || fl_get_i64(c->st, s_state, &state) < 0)
         return -1;
     if (state == CHOOSE_SCRIPT) {
@@ -1028,12 +1054,13 @@ fl_settle_py(FastLoop *fl, int index)
 }
 
 /* Call fn(st[, arg]) for a Python-owned client, with the shared state
- * written back before and reloaded after. */
+ * written back before and reloaded after. Takes the GIL. */
 int
 fl_call_python(FastLoop *fl, PyObject *fn, int index, PyObject *arg)
 {
     PyObject *r;
 
+    fl_py(fl);
     fl->py_calls++;
     if (fl_fd_publish(fl, index) < 0 || fl_shared_store(fl) < 0)
         return -1;
@@ -1048,10 +1075,12 @@ fl_call_python(FastLoop *fl, PyObject *fn, int index, PyObject *arg)
 }
 
 /* Hand a C-owned client to Python in ``state``: advance() (event NULL)
- * or resume(event); then file it. */
+ * or resume(event); then file it. Takes the GIL (an event the caller made
+ * was made with it). */
 int
 fl_to_python(FastLoop *fl, int index, int state, PyObject *event)
 {
+    fl_py(fl);
     if (hand_back(fl, index, state) < 0)
         return -1;
     if (fl_call_python(fl, event == NULL ? fl->advance : fl->resume, index, event) < 0)
@@ -1062,9 +1091,11 @@ fl_to_python(FastLoop *fl, int index, int state, PyObject *event)
 int
 fl_to_python_code(FastLoop *fl, int index, int state, long code)
 {
-    PyObject *event = PyLong_FromLong(code);
+    PyObject *event;
     int r;
 
+    fl_py(fl);
+    event = PyLong_FromLong(code);
     if (event == NULL)
         return -1;
     r = fl_to_python(fl, index, state, event);

@@ -123,8 +123,10 @@ __all__ = [
     "run_excluded",
 ]
 
-#: the interface version of pgsurge._fastloop this code expects
-FASTLOOP_API = 9
+#: the interface version of pgsurge._fastloop this code expects (10: run()
+#: gives the GIL up while a script's loop runs, ``FastLoop.gil_takes``; a
+#: worker run as a thread relies on it)
+FASTLOOP_API = 10
 
 
 def disabled() -> bool:
