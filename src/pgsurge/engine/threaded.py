@@ -127,6 +127,11 @@ class ThreadWorker:
         if not self._given_up:
             self._thread.join(timeout)
 
+    def wait_end(self, timeout: float) -> None:
+        """Wait at most ``timeout`` for the thread to end, even one given
+        up on (``WorkerPool.stop``: its connections close as it ends)."""
+        self._thread.join(timeout)
+
     def kill(self) -> None:
         """Give up on the worker: it counts as ended by a signal (as a
         killed process does), and is left to end on its own (the parent
