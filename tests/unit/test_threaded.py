@@ -146,3 +146,27 @@ def test_which_runs_are_threads(monkeypatch, tmp_path) -> None:  # type: ignore[
     monkeypatch.setenv(threaded.ENV, "processes")
     monkeypatch.delenv("PGSURGE_NO_FASTLOOP")
     assert not threaded.wanted(sql, show_live=False)
+
+
+def test_a_late_stop_writes_to_no_reused_descriptor() -> None:
+    """A stop (or -T's alarm) that comes once the thread has ended and
+    closed its wake-up pipe: the pipe's descriptor numbers may be another
+    file's by then (a -C connection of another worker, a log file), which
+    the stop must not write its byte to. The parent gives such a worker up
+    (``kill``) when its result is still in the pipe at the grace's end."""
+    worker = ThreadWorker(lambda host: 0, (), "w")
+    numbers = {worker.wake_r, worker._wake_w}
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive()
+    r, w = os.pipe()  # the lowest free numbers: the closed pipe's
+    try:
+        assert numbers & {r, w}, "the numbers were not reused"
+        worker.kill()
+        worker.request_stop()
+        assert not _readable(r, 0.2)
+        os.write(w, b"!")  # and the descriptors are still this pipe's
+        assert os.read(r, 8) == b"!"
+    finally:
+        os.close(r)
+        os.close(w)

@@ -111,6 +111,12 @@ class ThreadWorker:
         # by the worker's loop (non-blocking both ends: a full pipe already
         # has the loop's attention, and draining must not block)
         self.wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        # held while the pipe is written to or closed: once the thread has
+        # closed it, its descriptor numbers may be another's (a -C
+        # connection of another worker, a log file), which a late stop or
+        # alarm must not write to (see _wake)
+        self._pipe_lock = threading.Lock()
+        self._pipe_open = True
 
     # -- the parent's side -----------------------------------------------------
 
@@ -181,10 +187,19 @@ class ThreadWorker:
             self._timer = None
 
     def _wake(self) -> None:
+        # never waits for the lock: a signal handler of the main thread
+        # may run while the main thread holds it (kill, then a Ctrl-C).
+        # Whoever holds it is waking the loop already, or closing the pipe
+        # of a worker that has ended: nothing to wake either way.
+        if not self._pipe_lock.acquire(blocking=False):
+            return
         try:
-            os.write(self._wake_w, b"x")
-        except OSError:  # full (the loop has been woken) or closed
+            if self._pipe_open:
+                os.write(self._wake_w, b"x")
+        except OSError:  # full: the loop has been woken
             pass
+        finally:
+            self._pipe_lock.release()
 
     def _main(self) -> None:
         code: int | None = 1
@@ -196,8 +211,10 @@ class ThreadWorker:
                 self.exitcode = code or 0
             # the worker is done with its pipe ends: closed here, not by the
             # parent, so that they are never closed under a running loop
-            for fd in (self.wake_r, self._wake_w):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+            with self._pipe_lock:
+                self._pipe_open = False
+                for fd in (self.wake_r, self._wake_w):
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
