@@ -387,3 +387,37 @@ def test_threads_in_process_runs_leave_nothing_behind(
     assert got["backends"] == 0
     assert "Traceback" not in got["stderr"]
     assert got["stderr"].count("Run was aborted due to an error in thread") == 3
+
+
+def _at_60_files() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (60, 60))
+
+
+def test_threads_at_the_open_file_limit_say_what_helps(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """50 clients under a hard limit of 60 files: pgbench's clients + 3
+    fit, and so do -j 2 processes of 25 clients each; threads hold all 50
+    and both workers' pipes in one process, and fail at the limit. The
+    hint must not be "use more -j" (more threads, more files), but the
+    processes that do hold them."""
+    args = [sys.executable, "-m", "pgsurge", "-n", "-S", "-c50", "-j2", "-t5", bench_db]
+    got = {}
+    for model in ("processes", "threads"):
+        got[model] = subprocess.run(
+            args,
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**plain_env(), "PGSURGE_WORKERS": model},
+            preexec_fn=_at_60_files,
+            timeout=120,
+        )
+    assert got["processes"].returncode == 0, got["processes"].stderr
+    failed = got["threads"]
+    assert failed.returncode == 1, failed.stderr
+    assert "limit of 60 open files" in failed.stderr
+    assert "more -j" not in failed.stderr
+    assert "use PGSURGE_WORKERS=processes" in failed.stderr

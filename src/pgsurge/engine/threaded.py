@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import threading
 
-__all__ = ["ThreadWorker", "requested", "wanted"]
+__all__ = ["ThreadWorker", "files_fit", "requested", "wanted"]
 
 #: the environment variable that chooses how workers run: "threads",
 #: "processes", or unset (the default, :data:`AUTO`)
@@ -73,13 +73,49 @@ def wanted(specs: Sequence[Any], *, show_live: bool) -> bool:
     if not all(isinstance(s, ParsedScript) for s in scripts):
         return False
     if choice == "threads":
+        files_fit(specs)  # (asked for: threads even where they do not fit)
         return True
     if not AUTO:
         return False
     from pgsurge.engine import fastloop
 
     cfg = specs[0].config
-    return not cfg.reconnect and fastloop.refusal(cfg, scripts) is None
+    return (
+        not cfg.reconnect
+        and fastloop.refusal(cfg, scripts) is None
+        and files_fit(specs)
+    )
+
+
+#: a worker thread's descriptors besides its clients' sockets: both ends
+#: of its pipe to the parent, both of its wake-up pipe, its epoll instance
+#: and a -l file
+WORKER_FILES = 6
+#: this process's own besides (stdio, the parent's stop pipe, Python's)
+BASE_FILES = 64
+
+
+def files_fit(specs: Sequence[Any]) -> bool:
+    """Whether this process may open what the run's workers need as its
+    threads: every client's socket and each worker's own descriptors in
+    one process, where a worker process holds only its own (the CLI makes
+    room for the clients and a fixed margin, not for -j workers' worth).
+    Raises the soft limit toward that where the hard limit allows."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on POSIX
+        return True
+    need: int = sum(s.nclients for s in specs) + WORKER_FILES * len(specs)
+    need += BASE_FILES
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return True
+    target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (OSError, ValueError):
+        return False
+    return target >= need
 
 
 class ThreadWorker:
