@@ -739,6 +739,15 @@ def connect(
     return PgConn(pgconn), "", False
 
 
+def _on_worker_thread() -> bool:
+    """Whether this runs on a worker thread (``engine.threaded``, whose
+    threads are named ``pgsurge-worker-N``), not in a worker process."""
+    threading = sys.modules.get("threading")
+    return threading is not None and threading.current_thread().name.startswith(
+        "pgsurge-worker-"
+    )
+
+
 def _silent_failure(at_limit: bool | None = None) -> str:
     """What failed when libpq says nothing: at the open-file limit its
     failed ``socket()`` leaves an empty message (pgbench then prints a bare
@@ -753,11 +762,18 @@ def _silent_failure(at_limit: bool | None = None) -> str:
         import resource  # only on this failure
 
         soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        # more -j spreads the clients over more worker processes; worker
+        # threads (engine.threaded) all hold theirs in this one process
+        fewer = (
+            "or use PGSURGE_WORKERS=processes so that each worker process "
+            "holds fewer clients"
+            if _on_worker_thread()
+            else "or use more -j so that each worker holds fewer clients"
+        )
         return (
             f"could not create socket: {os.strerror(exc.errno or 0)} (this "
             f"process has reached its limit of {soft} open files; raise it "
-            '("ulimit -n"), or use more -j so that each worker holds fewer '
-            "clients)\n"
+            f'("ulimit -n"), {fewer})\n'
         )
     return "connection failed, and libpq gave no reason\n"
 

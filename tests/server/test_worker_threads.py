@@ -12,6 +12,7 @@ handler interrupts) keep their processes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -248,3 +249,175 @@ def test_threads_a_failed_connection_is_pgbenchs_error(
     assert done.returncode == 1, done.stderr
     assert 'database "no_such_db" does not exist' in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_threads_a_worker_stuck_in_shell_is_given_up(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """Both worker threads in a 60 s ``\\shell`` command, which no stop
+    reaches: as with processes, they are given up on (counted as killed)
+    after the grace and the Stop's, and the report comes; the parent does
+    not wait for the threads' pipes, which they keep open."""
+    script = tmp_path / "shell.sql"
+    script.write_text("\\shell sleep 60\n")
+    # files, not pipes: the sleep commands hold what they inherited open
+    with (tmp_path / "out").open("w") as out, (tmp_path / "err").open("w") as err:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "pgsurge", "-nf", str(script), "-c2", "-j2"),
+                *("-T120", bench_db),
+            ],
+            stdout=out,
+            stderr=err,
+            cwd=tmp_path,
+            env={**plain_env(), **THREADS},
+            start_new_session=True,
+        )
+    try:
+        _wait_threads(proc, 2)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        # GRACE_S twice (4 s) on a loaded box; without the fix, the 60 s
+        proc.wait(timeout=40)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the sleep commands
+        proc.wait()
+    stdout = (tmp_path / "out").read_text()
+    stderr = (tmp_path / "err").read_text()
+    assert proc.returncode == -signal.SIGTERM, stderr
+    assert "actually processed: 0" in stdout, stderr
+    assert stderr.count("died: killed by signal 9") == 2, stderr
+    assert "interrupted by SIGTERM" in stderr
+    assert "Traceback" not in stderr
+
+
+#: an in-process run (``cli.main``) with threads, then what it left: the
+#: collector's settings, threads, descriptors (the ``multiprocessing``
+#: value of --exit-on-abort's shared memory aside: it stays, as with
+#: processes), and the run's backends on the server
+_IN_PROCESS = r"""
+import contextlib, gc, io, json, os, sys, threading, time
+import psycopg
+from pgsurge.cli import main
+
+dsn, script = sys.argv[1], sys.argv[2]
+db = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+
+def fds():
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if not os.readlink(f"/proc/self/fd/{fd}").startswith("/dev/shm/"):
+                out.add(fd)
+    return out
+
+def run(*args):
+    # the workers write to descriptor 2 itself
+    with open("stderr", "w+") as err:
+        saved = os.dup(2)
+        os.dup2(err.fileno(), 2)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                try:
+                    main(["pgsurge", *args])
+                except SystemExit:
+                    pass
+            sys.stderr.flush()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        err.seek(0)
+        return err.read()
+
+def backends():
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> pg_backend_pid()", (db,)
+        ).fetchone()[0]
+
+gc0 = (gc.get_threshold(), gc.get_freeze_count())
+run("-n", "-c2", "-j2", "-t20", dsn)
+gc1 = (gc.get_threshold(), gc.get_freeze_count())
+fds0 = fds()
+errs = "".join(
+    run("-n", "-f", script, "-c4", "-j2", "-T10", "--exit-on-abort", dsn)
+    for _ in range(3)
+)
+deadline = time.monotonic() + 30
+while (left := backends()) and time.monotonic() < deadline:
+    time.sleep(0.1)
+print(json.dumps({
+    "gc": [gc0, gc1],
+    "threads": [t.name for t in threading.enumerate()],
+    "new_fds": sorted(fds() - fds0),
+    "backends": left,
+    "stderr": errs,
+}))
+"""
+
+
+def test_threads_in_process_runs_leave_nothing_behind(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """pgsurge run in-process with its workers as threads: the collector's
+    settings are the caller's again (a worker thread tunes them for the
+    whole process), and runs ended by --exit-on-abort leave no thread,
+    descriptor or backend and print no traceback (the thread that did not
+    report found its parent gone)."""
+    script = tmp_path / "bad.sql"
+    script.write_text("SELECT 1/0;\n")
+    env = {**plain_env(), **THREADS}
+    got = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", _IN_PROCESS, bench_db, str(script)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            check=True,
+            timeout=120,
+        ).stdout
+    )
+    gc0, gc1 = got["gc"]
+    assert gc1 == gc0
+    assert got["threads"] == ["MainThread"]
+    assert got["new_fds"] == []
+    assert got["backends"] == 0
+    assert "Traceback" not in got["stderr"]
+    assert got["stderr"].count("Run was aborted due to an error in thread") == 3
+
+
+def _at_60_files() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (60, 60))
+
+
+def test_threads_at_the_open_file_limit_say_what_helps(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """50 clients under a hard limit of 60 files: pgbench's clients + 3
+    fit, and so do -j 2 processes of 25 clients each; threads hold all 50
+    and both workers' pipes in one process, and fail at the limit. The
+    hint must not be "use more -j" (more threads, more files), but the
+    processes that do hold them."""
+    args = [sys.executable, "-m", "pgsurge", "-n", "-S", "-c50", "-j2", "-t5", bench_db]
+    got = {}
+    for model in ("processes", "threads"):
+        got[model] = subprocess.run(
+            args,
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**plain_env(), "PGSURGE_WORKERS": model},
+            preexec_fn=_at_60_files,
+            timeout=120,
+        )
+    assert got["processes"].returncode == 0, got["processes"].stderr
+    failed = got["threads"]
+    assert failed.returncode == 1, failed.stderr
+    assert "limit of 60 open files" in failed.stderr
+    assert "more -j" not in failed.stderr
+    assert "use PGSURGE_WORKERS=processes" in failed.stderr

@@ -106,9 +106,12 @@ def test_the_alarm_sets_its_flag_then_wakes_the_loop() -> None:
 
 
 class _Spec:
-    def __init__(self, config: object, scripts: tuple[object, ...]) -> None:
+    def __init__(
+        self, config: object, scripts: tuple[object, ...], nclients: int = 2
+    ) -> None:
         self.config = config
         self.scripts = scripts
+        self.nclients = nclients
 
 
 def _specs(args: list[str], tmp_path, text: str = "SELECT 1;\n"):  # type: ignore[no-untyped-def]
@@ -118,7 +121,7 @@ def _specs(args: list[str], tmp_path, text: str = "SELECT 1;\n"):  # type: ignor
     script = tmp_path / "s.sql"
     script.write_text(text)
     cfg = parse_command_line([*args, "-f", str(script)], environ={})
-    return [_Spec(cfg, tuple(parse_scripts(cfg)))]
+    return [_Spec(cfg, tuple(parse_scripts(cfg)))] * cfg.jobs
 
 
 def test_which_runs_are_threads(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -146,3 +149,59 @@ def test_which_runs_are_threads(monkeypatch, tmp_path) -> None:  # type: ignore[
     monkeypatch.setenv(threaded.ENV, "processes")
     monkeypatch.delenv("PGSURGE_NO_FASTLOOP")
     assert not threaded.wanted(sql, show_live=False)
+
+
+def test_a_late_stop_writes_to_no_reused_descriptor() -> None:
+    """A stop (or -T's alarm) that comes once the thread has ended and
+    closed its wake-up pipe: the pipe's descriptor numbers may be another
+    file's by then (a -C connection of another worker, a log file), which
+    the stop must not write its byte to. The parent gives such a worker up
+    (``kill``) when its result is still in the pipe at the grace's end."""
+    worker = ThreadWorker(lambda host: 0, (), "w")
+    numbers = {worker.wake_r, worker._wake_w}
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive()
+    r, w = os.pipe()  # the lowest free numbers: the closed pipe's
+    try:
+        assert numbers & {r, w}, "the numbers were not reused"
+        worker.kill()
+        worker.request_stop()
+        assert not _readable(r, 0.2)
+        os.write(w, b"!")  # and the descriptors are still this pipe's
+        assert os.read(r, 8) == b"!"
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_threads_only_where_the_open_file_limit_holds_them(
+    monkeypatch, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """Worker threads hold every client's socket and each worker's pipes
+    and epoll in one process, where -j processes share them out: the soft
+    limit is raised for them where the hard limit allows; where it does
+    not, an unasked run keeps its processes (an asked one fails as it
+    must, with the hint to ask for processes)."""
+    import resource
+
+    limits = [100, 100]
+    monkeypatch.setattr(resource, "getrlimit", lambda which: tuple(limits))
+    monkeypatch.setattr(
+        resource, "setrlimit", lambda which, new: limits.__setitem__(0, new[0])
+    )
+    few = _specs(["-c", "4", "-j", "2"], tmp_path)
+    # 60 clients + 2 workers' files + this process's own: 136 files
+    many = [_Spec(few[0].config, few[0].scripts, 30)] * 2
+    assert threaded.files_fit(few)
+    assert not threaded.files_fit(many)
+    monkeypatch.delenv("PGSURGE_NO_FASTLOOP", raising=False)
+    monkeypatch.delenv(threaded.ENV, raising=False)
+    monkeypatch.setattr(threaded, "AUTO", True)
+    assert threaded.wanted(few, show_live=False) is fastloop.available
+    assert not threaded.wanted(many, show_live=False)
+    monkeypatch.setenv(threaded.ENV, "threads")
+    assert threaded.wanted(many, show_live=False)
+    limits[1] = 1000  # a hard limit with room: the soft one is raised
+    assert threaded.files_fit(many)
+    assert limits[0] == 60 + 2 * threaded.WORKER_FILES + threaded.BASE_FILES

@@ -13,9 +13,11 @@ over workers and workers over hosts.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +38,10 @@ class RunFailed(Exception):
     def __init__(self, status: ExitStatus) -> None:
         super().__init__(status)
         self.status = status
+
+
+#: how long :meth:`WorkerPool.stop` waits for its threads to end
+STOP_WAIT_S = 2.0
 
 
 def split_clients(nclients: int, nthreads: int) -> list[tuple[int, int]]:
@@ -230,6 +236,11 @@ class WorkerPool:
             abort_owner = (ctx or mp_context()).Value("i", -1)
         if fork and not threads:
             _trim_heap()
+        #: threads: the collector's thresholds and frozen count before the
+        #: run (see _restore_gc)
+        self._gc: tuple[tuple[int, ...], int] | None = None
+        if threads:
+            self._gc = (gc.get_threshold(), gc.get_freeze_count())
         try:
             for spec in specs:
                 args = (os.getpid(), abort_owner, self.relay)
@@ -301,26 +312,53 @@ class WorkerPool:
                 except ProcessLookupError:
                     pass
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
         """Kill the workers (they stop gracefully on SIGTERM, which is for
-        an interrupted run: here their work is to be thrown away)."""
+        an interrupted run: here their work is to be thrown away). Threads
+        are waited for at most :data:`STOP_WAIT_S` unless ``wait`` is
+        False (from a signal handler, before this process dies)."""
         for proc in self.procs:
             if proc.is_alive():
                 proc.kill()
         if self.threaded:
             # threads cannot be killed: the end of their pipes makes their
-            # loops return (a STOPPED with no Stop), and they end; a stuck
-            # one is a daemon thread that the interpreter abandons at exit
+            # loops return (a STOPPED with no Stop), and they end, closing
+            # their connections (worker._release); waited for a while, so
+            # that a run in this process leaves none behind. A stuck one is
+            # a daemon thread that the interpreter abandons at exit.
             for pipe in self.pipes:
                 pipe.close()
+            if wait:
+                deadline = time.monotonic() + STOP_WAIT_S
+                for proc in self.procs:
+                    proc.wait_end(max(0.0, deadline - time.monotonic()))
+            self._restore_gc()
             return
         for proc in self.procs:
             proc.join(5)
         for pipe in self.pipes:
             pipe.close()
 
+    def abandon(self) -> None:
+        """:meth:`stop` without waiting (this process is about to die)."""
+        self.stop(wait=False)
+
     def join(self) -> None:
         for proc in self.procs:
             proc.join()
         for pipe in self.pipes:
             pipe.close()
+        self._restore_gc()
+
+    def _restore_gc(self) -> None:
+        """Threads: the collector as it was before the run. A worker tunes
+        it for its loop (``worker._bench``: its objects frozen, rare
+        passes), which a process does for itself alone and a thread for
+        the whole process, the caller of an in-process run included."""
+        saved, self._gc = self._gc, None
+        if saved is None:
+            return
+        threshold, frozen = saved
+        gc.set_threshold(*threshold)
+        if not frozen:
+            gc.unfreeze()

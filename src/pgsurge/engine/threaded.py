@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import threading
 
-__all__ = ["ThreadWorker", "requested", "wanted"]
+__all__ = ["ThreadWorker", "files_fit", "requested", "wanted"]
 
 #: the environment variable that chooses how workers run: "threads",
 #: "processes", or unset (the default, :data:`AUTO`)
@@ -73,13 +73,49 @@ def wanted(specs: Sequence[Any], *, show_live: bool) -> bool:
     if not all(isinstance(s, ParsedScript) for s in scripts):
         return False
     if choice == "threads":
+        files_fit(specs)  # (asked for: threads even where they do not fit)
         return True
     if not AUTO:
         return False
     from pgsurge.engine import fastloop
 
     cfg = specs[0].config
-    return not cfg.reconnect and fastloop.refusal(cfg, scripts) is None
+    return (
+        not cfg.reconnect
+        and fastloop.refusal(cfg, scripts) is None
+        and files_fit(specs)
+    )
+
+
+#: a worker thread's descriptors besides its clients' sockets: both ends
+#: of its pipe to the parent, both of its wake-up pipe, its epoll instance
+#: and a -l file
+WORKER_FILES = 6
+#: this process's own besides (stdio, the parent's stop pipe, Python's)
+BASE_FILES = 64
+
+
+def files_fit(specs: Sequence[Any]) -> bool:
+    """Whether this process may open what the run's workers need as its
+    threads: every client's socket and each worker's own descriptors in
+    one process, where a worker process holds only its own (the CLI makes
+    room for the clients and a fixed margin, not for -j workers' worth).
+    Raises the soft limit toward that where the hard limit allows."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on POSIX
+        return True
+    need: int = sum(s.nclients for s in specs) + WORKER_FILES * len(specs)
+    need += BASE_FILES
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return True
+    target = need if hard == resource.RLIM_INFINITY else min(need, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (OSError, ValueError):
+        return False
+    return target >= need
 
 
 class ThreadWorker:
@@ -111,6 +147,12 @@ class ThreadWorker:
         # by the worker's loop (non-blocking both ends: a full pipe already
         # has the loop's attention, and draining must not block)
         self.wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        # held while the pipe is written to or closed: once the thread has
+        # closed it, its descriptor numbers may be another's (a -C
+        # connection of another worker, a log file), which a late stop or
+        # alarm must not write to (see _wake)
+        self._pipe_lock = threading.Lock()
+        self._pipe_open = True
 
     # -- the parent's side -----------------------------------------------------
 
@@ -126,6 +168,11 @@ class ThreadWorker:
         it may never end, and nothing waits for it."""
         if not self._given_up:
             self._thread.join(timeout)
+
+    def wait_end(self, timeout: float) -> None:
+        """Wait at most ``timeout`` for the thread to end, even one given
+        up on (``WorkerPool.stop``: its connections close as it ends)."""
+        self._thread.join(timeout)
 
     def kill(self) -> None:
         """Give up on the worker: it counts as ended by a signal (as a
@@ -176,10 +223,19 @@ class ThreadWorker:
             self._timer = None
 
     def _wake(self) -> None:
+        # never waits for the lock: a signal handler of the main thread
+        # may run while the main thread holds it (kill, then a Ctrl-C).
+        # Whoever holds it is waking the loop already, or closing the pipe
+        # of a worker that has ended: nothing to wake either way.
+        if not self._pipe_lock.acquire(blocking=False):
+            return
         try:
-            os.write(self._wake_w, b"x")
-        except OSError:  # full (the loop has been woken) or closed
+            if self._pipe_open:
+                os.write(self._wake_w, b"x")
+        except OSError:  # full: the loop has been woken
             pass
+        finally:
+            self._pipe_lock.release()
 
     def _main(self) -> None:
         code: int | None = 1
@@ -191,8 +247,10 @@ class ThreadWorker:
                 self.exitcode = code or 0
             # the worker is done with its pipe ends: closed here, not by the
             # parent, so that they are never closed under a running loop
-            for fd in (self.wake_r, self._wake_w):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+            with self._pipe_lock:
+                self._pipe_open = False
+                for fd in (self.wake_r, self._wake_w):
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass

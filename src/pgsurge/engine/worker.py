@@ -317,7 +317,7 @@ def worker_body(
         # the open-file limit reached after the clients connected (the
         # loop's wake-up pipe, a -l file): pgbench's pg_fatal, not a crash
         if exc.errno not in (errno.EMFILE, errno.ENFILE):
-            return _crash(pipe)
+            return _crash(pipe, host)
         try:
             pipe.send(
                 Fatal(
@@ -330,20 +330,25 @@ def worker_body(
             pass
         return 3
     except BaseException:
-        return _crash(pipe)
+        return _crash(pipe, host)
     return None
 
 
-def _crash(pipe: PipeEnd) -> int:
+def _crash(pipe: PipeEnd, host: ThreadWorker | None = None) -> int:
     """The exception being handled, as a traceback for the parent; the
-    exit status."""
+    exit status. A process whose parent is gone prints it; a thread does
+    not: its pipe is closed only by a parent that has given up on it (a
+    run that failed, ``WorkerPool.stop``), and wants nothing more from it
+    (the process may be printing its last lines, or live on after an
+    in-process run)."""
     import traceback  # only for a crash: a run does not load it
 
     text = traceback.format_exc()
     try:
         pipe.send(Crash(text))
     except Exception:
-        _stderr(text)
+        if host is None:
+            _stderr(text)
     return 3
 
 
@@ -507,6 +512,23 @@ def _run(
         if run.txlog is not None:
             run.txlog.close(None)
         raise
+    finally:
+        if host is not None:
+            _release(run)
+
+
+def _release(run: _Run) -> None:
+    """On a thread, whatever way the worker ends: its connections and its
+    loop's descriptors closed (a process's end closes them; a thread's
+    would stay open in the process, and the server's backends with them,
+    after a failed run: an abort, a worker given up)."""
+    for st in run.clients:
+        if st.conn is not None:
+            st.conn.finish()
+            st.conn = None
+            st.raw = None
+    if run.loop is not None:
+        run.loop.close()
 
 
 def _phases(run: _Run) -> None:

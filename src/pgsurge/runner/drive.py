@@ -367,10 +367,12 @@ def _collect(
         # before any message: a worker's lines precede what it sends next
         err.pump()
         if stopper is not None:
-            _escalate(workers, got, stopper, ready)
+            _escalate(workers, got, stopper, ready, err)
         for pipe in ready:
             if pipe in workers.pipes:
-                _receive(workers, workers.pipes.index(pipe), got, err, stopper)
+                index = workers.pipes.index(pipe)
+                if index in got.pending:  # (not one given up on just now)
+                    _receive(workers, index, got, err, stopper)
         tick = min(got.ticks)
         if got.pending and tick > got.shown:
             got.shown = tick
@@ -378,7 +380,11 @@ def _collect(
 
 
 def _escalate(
-    workers: WorkerPool, got: _Received, stopper: ParentStop, ready: list[Any]
+    workers: WorkerPool,
+    got: _Received,
+    stopper: ParentStop,
+    ready: list[Any],
+    err: _Sink,
 ) -> None:
     """The later steps of a graceful stop, when their time has come."""
     if stopper.wake_fd in ready:
@@ -390,6 +396,11 @@ def _escalate(
     elif step == 3:  # no answer: they are dead to us
         for i in sorted(got.pending):
             workers.procs[i].kill()
+            if workers.threaded:
+                # a killed process's pipe ends, and _receive reports its
+                # death; a thread given up on (a \shell command, a stuck
+                # call) keeps its end open, and would be waited for
+                _died(workers, i, got, err, stopper)
 
 
 def _receive(
@@ -408,16 +419,28 @@ def _receive(
             got.snapshots[index] = done.total
             got.ended(index)
         case _Died():
-            _report_death(workers, index, err)
-            got.dead[index] = clock_us()
-            got.ended(index)
-            if stopper is None:
-                raise RunFailed(ExitStatus.RUN_ABORTED)
-            stopper.stop(clock_us())
+            _died(workers, index, got, err, stopper)
         case Fatal() as fatal:
             _fatal(fatal, err)
         case _:  # ExitOnAbort, or a message out of order
             raise RunFailed(ExitStatus.RUN_ABORTED)
+
+
+def _died(
+    workers: WorkerPool,
+    index: int,
+    got: _Received,
+    err: _Sink,
+    stopper: ParentStop | None,
+) -> None:
+    """Worker ``index`` died (or was given up on): say so, count it out,
+    and stop the others (without a stopper, the run fails)."""
+    _report_death(workers, index, err)
+    got.dead[index] = clock_us()
+    got.ended(index)
+    if stopper is None:
+        raise RunFailed(ExitStatus.RUN_ABORTED)
+    stopper.stop(clock_us())
 
 
 def _merge(
@@ -611,7 +634,7 @@ def _stop_workers_on_signal(workers: WorkerPool) -> Iterator[None]:
         return
 
     def die(signum: int, frame: object) -> None:
-        workers.stop()
+        workers.abandon()
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
@@ -634,5 +657,5 @@ def _parent_stop(workers: WorkerPool) -> Iterator[ParentStop | None]:
     if not in_main_thread():
         yield None
         return
-    with ParentStop(workers.request_stop, workers.stop) as stopper:
+    with ParentStop(workers.request_stop, workers.abandon) as stopper:
         yield stopper
