@@ -475,9 +475,19 @@ static int
 ramp_poll(ramp_conn *r, int ep, int index, int first)
 {
     struct epoll_event ev;
-    int p = first ? (pq->status(r->conn) == CONNECTION_BAD ? PGRES_POLLING_FAILED
-                                                           : PGRES_POLLING_WRITING)
-                  : pq->connectPoll(r->conn);
+    int p;
+
+    if (first)
+        p = pq->status(r->conn) == CONNECTION_BAD ? PGRES_POLLING_FAILED
+                                                  : PGRES_POLLING_WRITING;
+    else {
+        /* without the GIL: a step may block (a TLS handshake, the next
+         * address's connect), and the other workers' threads and the
+         * main thread's signal handlers run meanwhile */
+        Py_BEGIN_ALLOW_THREADS
+        p = pq->connectPoll(r->conn);
+        Py_END_ALLOW_THREADS
+    }
 
     if (p == PGRES_POLLING_OK) {
         r->state = RAMP_OK;
@@ -538,7 +548,10 @@ FastLoop_open_all(FastLoop *fl, PyObject *args)
         while (next < count && inflight < window && failed < 0) {
             ramp_conn *r = &rc[next];
 
+            /* without the GIL: the host name is resolved here, blocking */
+            Py_BEGIN_ALLOW_THREADS
             r->conn = pq->connectStart(info);
+            Py_END_ALLOW_THREADS
             if (r->conn == NULL) {
                 PyErr_NoMemory();
                 goto done;
@@ -565,7 +578,19 @@ FastLoop_open_all(FastLoop *fl, PyObject *args)
                           ? 0
                           : (int)((oldest + timeout_us - now) / 1000 + 1);
         }
-        n = epoll_wait(ep, evs, 64, wait_ms);
+        /* the wait without the GIL: the workers are threads of one process
+         * (engine/threaded.py), whose connects go on together and whose
+         * main thread runs the signal handlers (a Ctrl-C while the clients
+         * connect ends the run at once) */
+        {
+            int err;
+
+            Py_BEGIN_ALLOW_THREADS
+            n = epoll_wait(ep, evs, 64, wait_ms);
+            err = errno;
+            Py_END_ALLOW_THREADS
+            errno = err;
+        }
         if (n < 0) {
             if (errno != EINTR) {
                 PyErr_SetFromErrno(PyExc_OSError);

@@ -50,7 +50,7 @@ __all__ = ["ThreadWorker", "files_fit", "requested", "wanted"]
 ENV = "PGSURGE_WORKERS"
 #: whether, unasked, the runs that the C loop carries have their workers
 #: as threads
-AUTO = False
+AUTO = True
 
 
 def requested() -> str:
