@@ -263,7 +263,7 @@ def test_jobs_capped_per_core(bench_db: str) -> None:
     out, err = proc.stdout.decode(), proc.stderr.decode()
     assert proc.returncode == 0, err
     assert err == (
-        "pgsurge: warning: -j 6 capped at 4 worker processes (4 per core of the "
+        "pgsurge: warning: -j 6 capped at 4 workers (4 per core of the "
         "1 this run may use): more would only cost memory and connecting time\n"
     )
     assert "number of clients: 6\n" in out

@@ -205,3 +205,18 @@ def test_threads_only_where_the_open_file_limit_holds_them(
     limits[1] = 1000  # a hard limit with room: the soft one is raised
     assert threaded.files_fit(many)
     assert limits[0] == 60 + 2 * threaded.WORKER_FILES + threaded.BASE_FILES
+
+
+def test_a_misspelt_choice_is_an_error(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``PGSURGE_WORKERS=thread`` silently ignored would measure what the
+    user did not ask for."""
+    import pytest
+
+    from pgsurge.errors import PgsurgeError
+
+    monkeypatch.setenv(threaded.ENV, "thread")
+    with pytest.raises(PgsurgeError, match='must be "threads" or "processes"'):
+        threaded.requested()
+    for choice in ("threads", "processes", ""):
+        monkeypatch.setenv(threaded.ENV, choice)
+        assert threaded.requested() == choice

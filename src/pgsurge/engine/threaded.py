@@ -54,8 +54,15 @@ AUTO = True
 
 
 def requested() -> str:
-    """What the environment asks for: "threads", "processes" or ""."""
-    return os.environ.get(ENV, "")
+    """What the environment asks for: "threads", "processes" or "" (a
+    :class:`~pgsurge.errors.PgsurgeError` for anything else: a misspelt
+    choice silently ignored would measure what the user did not ask)."""
+    choice = os.environ.get(ENV, "")
+    if choice not in ("", "threads", "processes"):
+        from pgsurge.errors import PgsurgeError
+
+        raise PgsurgeError(f'{ENV} must be "threads" or "processes", not "{choice}"')
+    return choice
 
 
 def wanted(specs: Sequence[Any], *, show_live: bool) -> bool:

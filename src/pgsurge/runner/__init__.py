@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from pgsurge import __version__
 from pgsurge.config import RunConfig
+from pgsurge.engine import threaded
 from pgsurge.engine.interrupt import release_held
 from pgsurge.engine.pool import RunFailed, split_clients
 from pgsurge.engine.worker import WorkerSpec
@@ -137,6 +138,7 @@ def run(
     err = sys.stderr if stderr is None else stderr
     if drive is None and cfg.dask is None:
         cfg = _cap_jobs(cfg, err)
+        threaded.requested()  # a misspelt PGSURGE_WORKERS: before connecting
     # what pgbench prints on stdout; stderr when the JSON document takes it
     text_out = err if cfg.json_path == "-" else out
     parsed = parse_scripts(cfg)
@@ -366,7 +368,7 @@ def _lost_prepared(message: str) -> bool:
     return "prepared statement" in message and "does not exist" in message
 
 
-#: the most worker processes per core of this machine (the -j cap): one
+#: the most workers per core of this machine (the -j cap): one
 #: per core is all the CPU a run can use; the rest leave room for what
 #: blocks a worker (-C's connects, \shell). More only cost memory (a few
 #: MB each) and make connecting slower: -j 1000 forked 1000 processes
@@ -384,7 +386,7 @@ def _cap_jobs(cfg: RunConfig, err: TextIO) -> RunConfig:
     from dataclasses import replace
 
     err.write(
-        f"{PROG}: warning: -j {cfg.jobs} capped at {cap} worker processes "
+        f"{PROG}: warning: -j {cfg.jobs} capped at {cap} workers "
         f"({JOBS_PER_CPU} per core of the {_cpus() or 1} this run may use): "
         "more would only cost memory and connecting time\n"
     )
