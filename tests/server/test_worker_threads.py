@@ -37,18 +37,6 @@ pytestmark = pytest.mark.server
 THREADS = {"PGSURGE_WORKERS": "threads"}
 
 
-@pytest.fixture
-def bench_db(fresh_db: str, pgbench_bin: Path) -> str:
-    """The fresh database, initialized by the real pgbench at scale 1."""
-    subprocess.run(
-        [str(pgbench_bin), "-i", "-s", "1", "-q", fresh_db],
-        check=True,
-        capture_output=True,
-        env=plain_env(),
-    )
-    return fresh_db
-
-
 def _tasks(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/task"))
 
