@@ -94,6 +94,10 @@ def wanted(specs: Sequence[Any], *, show_live: bool) -> bool:
     )
 
 
+#: the exit status of a thread given up on (:meth:`ThreadWorker.kill`):
+#: a killed process's, SIGKILL
+GIVEN_UP = -9
+
 #: a worker thread's descriptors besides its clients' sockets: both ends
 #: of its pipe to the parent, both of its wake-up pipe, its epoll instance
 #: and a -l file
@@ -187,7 +191,7 @@ class ThreadWorker:
         closing its pipe's end makes its loop return)."""
         self.request_stop()
         if self.exitcode is None:
-            self.exitcode = -9
+            self.exitcode = GIVEN_UP
             self._given_up = True
 
     def request_stop(self) -> None:

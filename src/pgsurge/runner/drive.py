@@ -533,10 +533,20 @@ def _report_death(workers: WorkerPool, index: int, err: _Sink) -> None:
     """A worker's pipe closed without a result: say which and how it ended."""
     proc = workers.procs[index]
     proc.join(1.0)
-    err.write(
-        f"{PROG}: error: worker {index} (pid {proc.pid}) died: "
-        f"{describe_exit(proc.exitcode)}\n"
-    )
+    if workers.threaded:
+        # a thread is not killed: it was given up on (a \shell command, a
+        # stuck call), or ended without a result (its traceback came)
+        how = (
+            "it did not stop, and was given up on"
+            if proc.exitcode == threaded.GIVEN_UP
+            else describe_exit(proc.exitcode)
+        )
+        err.write(f"{PROG}: error: worker {index} (a thread) died: {how}\n")
+    else:
+        err.write(
+            f"{PROG}: error: worker {index} (pid {proc.pid}) died: "
+            f"{describe_exit(proc.exitcode)}\n"
+        )
     err.flush()
 
 
