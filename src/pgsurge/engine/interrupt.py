@@ -260,6 +260,8 @@ class ParentStop:
         self._previous: dict[int, Any] = {}
         self._r, self._w = os.pipe()
         os.set_blocking(self._w, False)
+        #: the signal wake-up descriptor before ours (None: not ours to undo)
+        self._old_wakeup: int | None = None
 
     @property
     def wake_fd(self) -> int:
@@ -269,6 +271,22 @@ class ParentStop:
         for sig in INTERRUPTING_SIGNALS:
             if not inherited_ignore(sig):
                 self._previous[sig] = signal.signal(sig, self._on_signal)
+        # The kernel gives a signal to any thread of the process that does
+        # not block it: with the workers as threads (engine/threaded.py),
+        # one that comes while the main thread has another pending lands
+        # on a worker's thread, whose wait it interrupts, not the main
+        # thread's, where Python runs the handler. Python's own handler
+        # writes to this descriptor, which the parent's waits watch
+        # (wake_fd), so the main thread wakes to run ours at once.
+        self._old_wakeup = -1
+        try:
+            self._old_wakeup = signal.set_wakeup_fd(self._w, warn_on_full_buffer=False)
+        except ValueError:  # not the main thread
+            self._old_wakeup = None
+        else:
+            if self._old_wakeup != -1:  # someone else's: theirs stays
+                signal.set_wakeup_fd(self._old_wakeup)
+                self._old_wakeup = None
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -281,6 +299,8 @@ class ParentStop:
         else:
             for sig, handler in self._previous.items():
                 signal.signal(sig, handler)
+        if self._old_wakeup is not None:
+            signal.set_wakeup_fd(-1)
         os.close(self._r)
         os.close(self._w)
 

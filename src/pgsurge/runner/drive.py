@@ -181,14 +181,14 @@ def _start(
 ) -> int:
     """The start-up barriers (READY, STEADY, connected, GO); the run's start
     time, the zero of its progress ticks."""
-    _barrier(workers, Ready, err)
+    _barrier(workers, Ready, err, stopper)
     start_us = clock_us()
     # --warmup: the measured window opens at one instant for every worker,
     # and -T counts from there
     window_us = start_us + cfg.warmup * 1000000 if cfg.warmup else 0
     end_us = (window_us or start_us) + cfg.duration * 1000000 if cfg.duration else 0
     workers.send_all(Steady(start_us, end_us, window_us))
-    connected = _barrier(workers, Connected, err)
+    connected = _barrier(workers, Connected, err, stopper)
     if monitor is not None:  # the run's backends, from libpq at connect
         pids = [pid for m in connected if isinstance(m, Connected) for pid in m.pids]
         monitor.go(pids, start_us, writer(err), window_us)
@@ -503,14 +503,21 @@ def _fatal(msg: Fatal, err: _Sink) -> NoReturn:
 
 
 def _barrier(
-    workers: WorkerPool, expected: type[Ready | Connected], err: _Echo
+    workers: WorkerPool,
+    expected: type[Ready | Connected],
+    err: _Echo,
+    stopper: ParentStop | None = None,
 ) -> list[WorkerMessage]:
     """Wait for every worker's ``expected`` message (a fatal one ends the
-    run); the messages, by worker."""
+    run); the messages, by worker. (The stopper's descriptor wakes the
+    wait for a signal's handler, which ends the run before GO.)"""
     got: dict[int, WorkerMessage] = {}
     waiting = set(range(len(workers.pipes)))
+    wake: list[Any] = [] if stopper is None else [stopper.wake_fd]
     while waiting:
-        ready = wait([*(workers.pipes[i] for i in waiting), *err.waitables()])
+        ready = wait([*(workers.pipes[i] for i in waiting), *wake, *err.waitables()])
+        if stopper is not None and stopper.wake_fd in ready:
+            stopper.drain()
         err.pump()
         for pipe in ready:
             if pipe not in workers.pipes:
