@@ -410,3 +410,43 @@ def test_threads_at_the_open_file_limit_say_what_helps(
     assert "limit of 60 open files" in failed.stderr
     assert "more -j" not in failed.stderr
     assert "use PGSURGE_WORKERS=processes" in failed.stderr
+
+
+def _tgkill(pid: int, tid: int, sig: int) -> None:
+    """Send ``sig`` to one thread of process ``pid`` (Linux ``tgkill``)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    sys_tgkill = 234  # x86_64
+    if libc.syscall(sys_tgkill, pid, tid, sig) != 0:
+        raise OSError(ctypes.get_errno(), "tgkill")
+
+
+def test_a_signal_on_a_worker_thread_stops_the_run(
+    bench_db: str, tmp_path: Path
+) -> None:
+    """A SIGTERM the kernel gives to a worker's thread (it does when the
+    main thread has a signal pending) is handled at once by the main
+    thread: the wake-up descriptor wakes its wait. Without it the main
+    thread slept on until -T's end."""
+    if os.uname().machine != "x86_64":
+        pytest.skip("tgkill's number is x86_64's")
+    path = tmp_path / "slow.sql"
+    path.write_text("select pg_sleep(0.2);\n")
+    proc = _start(
+        ["-n", "-f", str(path), "-c", "2", "-j", "2", "-T", "120", bench_db],
+        tmp_path,
+        **THREADS,
+    )
+    with _killed_on_failure(proc):
+        _wait_threads(proc, 2)
+        time.sleep(1.0)
+        tids = sorted(int(t) for t in os.listdir(f"/proc/{proc.pid}/task"))
+        worker = next(t for t in tids if t != proc.pid)
+        t0 = time.monotonic()
+        _tgkill(proc.pid, worker, signal.SIGTERM)
+        out, err = _communicate(proc, 60)
+    assert time.monotonic() - t0 < 30  # the grace is 2 s; -T's end 120 s
+    assert proc.returncode == -signal.SIGTERM, err
+    assert "interrupted by SIGTERM" in err
+    assert _processed(out) > 0
