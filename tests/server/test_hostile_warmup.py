@@ -7,7 +7,6 @@ that what the report counts is the window's and only the window's.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -20,7 +19,7 @@ import psycopg
 import pytest
 
 from pgsurge.report.json import load_schema
-from tests.fix_run import plain_env
+from tests.fix_run import communicate_or_kill, plain_env
 
 pytestmark = pytest.mark.server
 
@@ -46,13 +45,7 @@ def _start(args: list[str], cwd: Path, loop: str) -> subprocess.Popen[str]:
 def _finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[str, str]:
     """Its output; on a timeout its process group is killed and the test
     fails (a leaked run would disturb later tests)."""
-    try:
-        return proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        _out, err = proc.communicate()
-        pytest.fail(f"no exit within {timeout} s; stderr: {err!r}")
+    return communicate_or_kill(proc, timeout)
 
 
 def _wait_sleeping(dsn: str, proc: subprocess.Popen[str], count: int) -> None:

@@ -53,6 +53,20 @@ def _wait_threads(proc: subprocess.Popen[str], nworkers: int) -> None:
     pytest.fail("the worker threads never started")
 
 
+def _start_sleeping(
+    bench_db: str, tmp_path: Path, seconds: float
+) -> subprocess.Popen[str]:
+    """A threads run of ``-c 2 -j 2 -T 120`` whose clients sit in
+    ``pg_sleep(seconds)``."""
+    path = tmp_path / "slow.sql"
+    path.write_text(f"select pg_sleep({seconds});\n")
+    return _start(
+        ["-n", "-f", str(path), "-c", "2", "-j", "2", "-T", "120", bench_db],
+        tmp_path,
+        **THREADS,
+    )
+
+
 def _processed(out: str) -> int:
     match = re.search(r"actually processed: (\d+)", out)
     assert match is not None, out
@@ -188,13 +202,7 @@ def test_threads_cancel_a_long_statement_at_the_second_signal(
 ) -> None:
     """Clients in a 60 s statement: the second SIGTERM cancels them at once
     and the report of what ran still comes."""
-    path = tmp_path / "slow.sql"
-    path.write_text("select pg_sleep(60);\n")
-    proc = _start(
-        ["-n", "-f", str(path), "-c", "2", "-j", "2", "-T", "120", bench_db],
-        tmp_path,
-        **THREADS,
-    )
+    proc = _start_sleeping(bench_db, tmp_path, 60)
     with _killed_on_failure(proc):
         _wait_threads(proc, 2)
         time.sleep(1.0)
@@ -412,12 +420,16 @@ def test_threads_at_the_open_file_limit_say_what_helps(
     assert "use PGSURGE_WORKERS=processes" in failed.stderr
 
 
+#: tgkill's system call number, by machine
+_TGKILL = {"x86_64": 234, "aarch64": 131}
+
+
 def _tgkill(pid: int, tid: int, sig: int) -> None:
     """Send ``sig`` to one thread of process ``pid`` (Linux ``tgkill``)."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    sys_tgkill = 234  # x86_64
+    sys_tgkill = _TGKILL[os.uname().machine]
     if libc.syscall(sys_tgkill, pid, tid, sig) != 0:
         raise OSError(ctypes.get_errno(), "tgkill")
 
@@ -429,15 +441,7 @@ def test_a_signal_on_a_worker_thread_stops_the_run(
     main thread has a signal pending) is handled at once by the main
     thread: the wake-up descriptor wakes its wait. Without it the main
     thread slept on until -T's end."""
-    if os.uname().machine != "x86_64":
-        pytest.skip("tgkill's number is x86_64's")
-    path = tmp_path / "slow.sql"
-    path.write_text("select pg_sleep(0.2);\n")
-    proc = _start(
-        ["-n", "-f", str(path), "-c", "2", "-j", "2", "-T", "120", bench_db],
-        tmp_path,
-        **THREADS,
-    )
+    proc = _start_sleeping(bench_db, tmp_path, 0.2)
     with _killed_on_failure(proc):
         _wait_threads(proc, 2)
         time.sleep(1.0)
