@@ -75,9 +75,6 @@ def _progress_lines(proc: subprocess.Popen[str], count: int) -> None:
         line = proc.stderr.readline()
         assert line, proc.communicate()
         seen += line.startswith("progress: ")
-        import time
-
-        print(time.time(), line, flush=True)
 
 
 def test_pooler_admin_sees_the_clients_a_paused_pooler_holds(
@@ -98,9 +95,6 @@ def test_pooler_admin_sees_the_clients_a_paused_pooler_holds(
         proc = _spawn(args, pooler.pooled(bench_db), tmp_path)
         try:
             _progress_lines(proc, 1)
-            import time
-
-            print(time.time(), "pausing", flush=True)
             pooler.admin("PAUSE")
             paused = True
             # the -P lines go on (0 tps): three intervals, three reads due
@@ -268,12 +262,14 @@ def test_clients_queued_at_the_pooler_are_not_called_client_bound(
         shutil.rmtree(pooler.directory, ignore_errors=True)
     assert out.status == 0, out.stderr
     doc = _load(result)
-    assert doc["pooler_admin"]["max_cl_waiting"] >= 1, doc["pooler_admin"]
+    # summed over the run: a read at an interval's end can find every
+    # client between transactions on a loaded box (CI saw 0 at 4 reads)
+    assert doc["pooler_admin"]["wait_ms_per_xact"] > 0, doc["pooler_admin"]
     assert (doc["waits"]["client_wait_share"] or 0) > 0.5, (doc["waits"], out.stderr)
     assert "the client may be the bottleneck" not in out.stdout, out.stdout
-    assert "clients waited for a server connection (the pooler's console): " in (
-        out.stdout
-    ), out.stdout
+    assert "while clients waited for a server connection (" in out.stdout, out.stdout
+    blamed = "the pooler's console): the pooler may be the bottleneck"
+    assert blamed in out.stdout, out.stdout
 
 
 #: longer than the monitor's bound on an answer (insight.own.ANSWER_WAIT_S)

@@ -157,9 +157,21 @@ def test_client_bound_line_names_the_pooler_behind_one() -> None:
     admin = {"database": "db", "xacts": 10, "max_cl_waiting": 7, "reads": 2}
     queued = render_insight(_client_bound_doc(pooler=pooler, pooler_admin=admin))
     assert (
-        "the server waited for the client in 90% of the samples, while up to 7 "
-        "clients waited for a server connection (the pooler's console): the "
-        "pooler may be the bottleneck, not the clients\n" in queued
+        "the server waited for the client in 90% of the samples, while clients "
+        "waited for a server connection (up to 7 at once; the pooler's "
+        "console): the pooler may be the bottleneck, not the clients\n" in queued
+    )
+    # no read saw a queue, but the console's summed wait did: a loaded
+    # client box whose clients were between transactions at every read
+    summed = render_insight(
+        _client_bound_doc(
+            pooler=pooler,
+            pooler_admin={**admin, "max_cl_waiting": 0, "wait_ms_per_xact": 0.25},
+        )
+    )
+    assert (
+        "while clients waited for a server connection (none at a read, 0.250 ms "
+        "per transaction; the pooler's console): the pooler may be" in summed
     )
     # nobody waited at the pooler: the pooler or the clients
     idle_pool = render_insight(

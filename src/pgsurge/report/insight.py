@@ -47,11 +47,19 @@ def _client_bound(share: float, pooler: Any = None, admin: Any = None) -> str:
     head = f"the server waited for the client in {100 * share:.0f}% of the samples"
     if not isinstance(pooler, Mapping):
         return f"{head}: the client may be the bottleneck"
+    # the count is read at an interval's end only, and is 0 whenever the
+    # clients happen to be between transactions then (a loaded client
+    # box); the console's summed wait counts every wait of the run
     waiting = admin.get("max_cl_waiting") if isinstance(admin, Mapping) else None
-    if isinstance(waiting, int | float) and waiting > 0:
+    per_xact = admin.get("wait_ms_per_xact") if isinstance(admin, Mapping) else None
+    counted = isinstance(waiting, int | float) and waiting > 0
+    summed = isinstance(per_xact, int | float) and per_xact > 0
+    if counted or summed:
+        most = f"up to {int(waiting)} at once" if counted else "none at a read"
+        each = f", {per_xact:.3f} ms per transaction" if summed else ""
         return (
-            f"{head}, while up to {int(waiting)} clients waited for a server "
-            "connection (the pooler's console): the pooler may be the "
+            f"{head}, while clients waited for a server connection ({most}"
+            f"{each}; the pooler's console): the pooler may be the "
             "bottleneck, not the clients"
         )
     return (
