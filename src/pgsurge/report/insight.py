@@ -50,12 +50,13 @@ def _client_bound(share: float, pooler: Any = None, admin: Any = None) -> str:
     # the count is read at an interval's end only, and is 0 whenever the
     # clients happen to be between transactions then (a loaded client
     # box); the console's summed wait counts every wait of the run
-    waiting = admin.get("max_cl_waiting") if isinstance(admin, Mapping) else None
-    per_xact = admin.get("wait_ms_per_xact") if isinstance(admin, Mapping) else None
+    figures = admin if isinstance(admin, Mapping) else {}
+    waiting = figures.get("max_cl_waiting")
+    per_xact = figures.get("wait_ms_per_xact")
     counted = isinstance(waiting, int | float) and waiting > 0
     summed = isinstance(per_xact, int | float) and per_xact > 0
     if counted or summed:
-        most = f"up to {int(waiting)} at once" if counted else "none at a read"
+        most = f"up to {waiting:.0f} at once" if counted else "none at a read"
         each = f", {per_xact:.3f} ms per transaction" if summed else ""
         return (
             f"{head}, while clients waited for a server connection ({most}"
