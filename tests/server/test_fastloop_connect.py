@@ -1,7 +1,8 @@
 """-C on the C loop (issue 22): C against the Python engine and pgbench 18.6.
 
 Under -C the C loop opens every transaction's connection itself, with
-``PQconnectStart``/``PQconnectPoll`` on its event loop, prepares the
+``PQconnectStart``/``PQconnectPoll`` (one at a time per worker, as
+pgbench; side by side on the loop with ``PGSURGE_CONNECT=concurrent``), prepares the
 statements anew on it under ``-M prepared``, and closes it at the
 transaction's end; the connection time goes to pgbench's report lines
 (``average connection time``, ``tps = … (including reconnection times)``).
@@ -328,34 +329,46 @@ class _GateRelay(UnixRelay):
 
 
 @pytest.mark.slow
-def test_a_connecting_client_does_not_stall_the_others(
+def test_connections_open_one_at_a_time_as_pgbench_opens_them(
     draws_db: str, pgbench_bin: Path, tmp_path: Path
 ) -> None:
-    # one worker, two clients, a connection per transaction; one of the
-    # connections is held back until the other client inserted 5 more rows:
-    # on the C loop it goes on meanwhile (PQconnectPoll on the event loop),
-    # where pgbench's thread waits in PQconnectdb (the relay gives up after
-    # its timeout, generous for 5 local transactions)
+    """One worker, two clients, a connection per transaction; one of the
+    connections is held back until the other client inserted 5 more rows.
+    pgbench's thread waits in PQconnectdb meanwhile (the relay gives up
+    after its timeout, generous for 5 local transactions), and so do the C
+    loop and the Python engine by default: a worker opens one connection at
+    a time, so the server sees the connection load pgbench gives it (side
+    by side, the C loop's average connection time was 4x pgbench's, and
+    each transaction cost a second wake-up). PGSURGE_CONNECT=concurrent
+    opens them side by side: the other client goes on."""
     (tmp_path / "i.sql").write_text(
         "INSERT INTO t (cid, s, a, b) VALUES (:client_id, 0, 0, 0);\n"
     )
     args = ["-n", "-f", str(tmp_path / "i.sql"), "-C", "-c", "2", "-j", "1"]
     args += ["-t", "30"]
     released = {}
-    for tool in ("c", "pgbench"):
+    for tool in ("c", "python", "concurrent", "pgbench"):
         relay = _GateRelay(draws_db, tmp_path, rows=5, timeout=8.0)
         try:
             if tool == "pgbench":
                 got = run_pgbench(pgbench_bin, args, relay.dsn, cwd=tmp_path)
+            elif tool == "concurrent":
+                env = {"PGSURGE_CONNECT": "concurrent"}
+                got = run_pgsurge(args, relay.dsn, cwd=tmp_path, loop="c", env=env)
             else:
-                got = run_pgsurge(args, relay.dsn, cwd=tmp_path, loop="c")
+                got = run_pgsurge(args, relay.dsn, cwd=tmp_path, loop=tool)  # type: ignore[arg-type]
         finally:
             relay.close()
         assert got.status == 0, got.stderr
         assert len(take_rows(draws_db)) == 60
         assert len(relay.held) == 1
         released[tool] = relay.held[0]
-    assert released == {"c": True, "pgbench": False}
+    assert released == {
+        "c": False,
+        "python": False,
+        "concurrent": True,
+        "pgbench": False,
+    }
 
 
 @pytest.mark.parametrize("bad", [False, True], ids=["plain", "prepare-fails"])

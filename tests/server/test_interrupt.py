@@ -490,7 +490,8 @@ def test_ctrl_c_while_a_connect_each_transaction_hangs_keeps_what_ran(
     the five: the Python engine's connect watches the worker's pipe, so the
     parent's Stop ends it (libpq's blocking connect retried its poll, the
     worker was killed after the grace and the report said 0 transactions,
-    hostile finding); the C loop opens -C's connections without blocking."""
+    hostile finding); the C loop's wait for a -C connection watches the
+    stop and signal descriptors too."""
     server = _SilentServer(_upstream(bench_db), forward=6)
     target = psycopg.conninfo.make_conninfo(
         bench_db, host="127.0.0.1", port=str(server.port)

@@ -680,14 +680,16 @@ FastLoop_set_connect(FastLoop *fl, PyObject *spec)
 {
     PyObject *info, *start, *adopt, *release, *preparing;
     long long timeout_us = 0;
+    int concurrent = 0;
 
     if (fl->started) {
         PyErr_SetString(PyExc_RuntimeError, "set_connect after run()");
         return NULL;
     }
-    if (!PyArg_ParseTuple(spec, "SOOOO|L", &info, &start, &adopt, &release, &preparing,
-                          &timeout_us))
+    if (!PyArg_ParseTuple(spec, "SOOOO|Lp", &info, &start, &adopt, &release, &preparing,
+                          &timeout_us, &concurrent))
         return NULL;
+    fl->connect_concurrent = concurrent;
     fl->connect_timeout_us = timeout_us > 0 ? timeout_us : 0;
     Py_INCREF(info);
     Py_INCREF(start);

@@ -367,6 +367,11 @@ typedef struct {
      * is given up, as libpq's blocking connect gives it up (pgbench's -C);
      * the earliest deadline of those opening (0: none), the loop's wait */
     int64_t connect_timeout_us, connect_deadline;
+    /* -C: 1 opens the clients' connections side by side on the loop, each
+     * client's on its own (PGSURGE_CONNECT=concurrent); 0 (the default)
+     * opens one at a time, the worker waiting for it as pgbench's
+     * PQconnectdb and the Python engine's tx.connect do (connect_poll) */
+    int connect_concurrent;
     /* -C opened by C from the conninfo, no Python call per connection
      * (set_connect_raw): psycopg's PGconn type and the offset of its PGconn
      * pointer, to wrap a connection for Python at a hand-back (raw_type

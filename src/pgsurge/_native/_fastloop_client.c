@@ -343,15 +343,74 @@ pipeline_command(FastLoop *fl, fl_client *c, const fl_script *sc, const fl_op *o
 /* ---------------------------------------------------------------------- */
 /* -C: a connection per transaction, opened without blocking              */
 
-/* PQconnectPoll until libpq waits for the socket (tx.connect, the way
- * reconnect.py's CONNECTING state opens one): 1 connected; 0 the client
- * waits in CONNECTING, or was handed to Python (it could not connect:
- * resume gives pgbench's messages and aborts it); -1 error */
+/* -C, one connection at a time (fl->connect_concurrent 0): wait for what
+ * libpq asked of the socket, as pgbench's PQconnectdb waits in its
+ * thread, without the GIL. Also woken by what the loop must not miss: the
+ * control descriptor (the parent's stop), the signal wakeup descriptor (a
+ * stop, -T's end on a thread), a signal (EINTR), and connect_timeout.
+ * 1 the socket is ready; 0 not (the loop takes over: the client waits in
+ * CONNECTING, on the epoll set, and the loop sees what woke it). */
+static int
+connect_wait(FastLoop *fl, fl_client *c, int fd, int reading)
+{
+    struct pollfd p[3];
+    int n = 0, timeout_ms = -1, r;
+    int64_t t0;
+
+    p[n].fd = fd;
+    p[n].events = reading ? POLLIN : POLLOUT;
+    p[n++].revents = 0;
+    if (fl->control_fd >= 0) {
+        p[n].fd = fl->control_fd;
+        p[n].events = POLLIN;
+        p[n++].revents = 0;
+    }
+    if (fl->signal_fd >= 0) {
+        p[n].fd = fl->signal_fd;
+        p[n].events = POLLIN;
+        p[n++].revents = 0;
+    }
+    if (fl->connect_timeout_us > 0) {
+        int64_t left = c->conn_begin + fl->connect_timeout_us - clock_us();
+
+        if (left <= 0)
+            return 0;
+        timeout_ms = (int)((left + 999) / 1000);
+    }
+    /* (the worker is idle meanwhile, as in the loop's waits: its busy
+     * share must not count it, or every -C run looks client-bound) */
+    t0 = clock_us();
+    r = poll(p, (nfds_t)n, timeout_ms);
+    fl->idle_us += clock_us() - t0;
+    if (r <= 0)
+        return 0; /* connect_timeout, or a signal: the loop looks */
+    for (r = 1; r < n; r++)
+        if (p[r].revents)
+            return 0;
+    return p[0].revents != 0;
+}
+
+/* PQconnectPoll until the connection is open (tx.connect), waiting for
+ * it in the worker (connect_wait), or, side by side (connect_concurrent)
+ * or when something woke the wait, until libpq waits for the socket:
+ * 1 connected; 0 the client waits in CONNECTING, or was handed to Python
+ * (it could not connect: resume gives pgbench's messages and aborts it);
+ * -1 error */
 static int
 connect_poll(FastLoop *fl, int index)
 {
     fl_client *c = &fl->clients[index];
     int r = pq->connectPoll(c->conn), fd = pq->socket(c->conn);
+
+    /* (only with the GIL given up: a wait holding it would stop every
+     * other thread; a connection of Python's start(), which took it, goes
+     * on on the loop) */
+    while (!fl->connect_concurrent && c->rawconn && fl->saved != NULL && fd >= 0 &&
+           (r == PGRES_POLLING_READING || r == PGRES_POLLING_WRITING) &&
+           connect_wait(fl, c, fd, r == PGRES_POLLING_READING)) {
+        r = pq->connectPoll(c->conn);
+        fd = pq->socket(c->conn);
+    }
 
     if (r == PGRES_POLLING_OK && pq->setnonblocking(c->conn, 1) == 0)
         /* (in the set for reading already, as a local socket usually is

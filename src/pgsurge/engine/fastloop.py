@@ -11,7 +11,7 @@ eligible, which is exactly:
   libpq functions are the C loop's), epoll is there, and neither
   ``PGSURGE_PURE`` nor ``PGSURGE_NO_FASTLOOP`` is set;
 * the run has no --debug; -C (a connection per transaction, opened
-  without blocking by C: :func:`_connect_spec`), -R (the
+  by C: :func:`_connect_spec`), -R (the
   worker's Poisson schedule, from its throttle stream), -L (skipped
   slots, late transactions), -r (each command's latency, timed as
   client.py does), -T/-t, -P, the latency histograms and interval series
@@ -683,8 +683,9 @@ def _log_spec(txlog: TxLogWriter) -> tuple[Any, ...]:
 def _connect_spec(loop: EventLoop, s: Settings) -> tuple[Any, ...]:
     """-C on the C loop (``FastLoop.set_connect``): C opens every
     transaction's connection with ``PQconnectStart`` and drives
-    ``PQconnectPoll`` on the loop (pgbench blocks its thread in
-    ``PQconnectdb``), and closes it at the transaction's end; Python's side
+    ``PQconnectPoll``, one connection at a time per worker as pgbench's
+    ``PQconnectdb`` (``PGSURGE_CONNECT=concurrent``: side by side on the
+    loop), and closes it at the transaction's end; Python's side
     is the conninfo, the psycopg object (:func:`pgsurge.pgconn.start_raw`),
     a connection C opened made the client's when C hands the client back
     (``adopt``: what tx.connect sets up), and the closing of a connection
@@ -713,7 +714,15 @@ def _connect_spec(loop: EventLoop, s: Settings) -> tuple[Any, ...]:
     # connect_timeout as pgbench's blocking PQconnectdb applies it: C gives
     # up a connection still opening then (the words are handback.py's)
     timeout_us = int(pgconn.connect_timeout_s(info) * 1_000_000)
-    return (info, pgconn.start_raw, adopt, release, PREPARING, timeout_us)
+    return (
+        info,
+        pgconn.start_raw,
+        adopt,
+        release,
+        PREPARING,
+        timeout_us,
+        os.environ.get("PGSURGE_CONNECT") == "concurrent",
+    )
 
 
 def _where(number: int, script: ParsedScript, index: int) -> str:
