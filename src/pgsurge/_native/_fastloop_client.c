@@ -380,7 +380,15 @@ connect_wait(FastLoop *fl, fl_client *c, int fd, int reading)
     /* (the worker is idle meanwhile, as in the loop's waits: its busy
      * share must not count it, or every -C run looks client-bound) */
     t0 = clock_us();
-    r = poll(p, (nfds_t)n, timeout_ms);
+    if (fl->saved == NULL) {
+        /* held (a Python workload's loop, or a connection Python's
+         * start() opened): given up while this thread waits */
+        PyThreadState *ts = PyEval_SaveThread();
+
+        r = poll(p, (nfds_t)n, timeout_ms);
+        PyEval_RestoreThread(ts);
+    } else
+        r = poll(p, (nfds_t)n, timeout_ms);
     fl->idle_us += clock_us() - t0;
     if (r <= 0)
         return 0; /* connect_timeout, or a signal: the loop looks */
@@ -402,10 +410,7 @@ connect_poll(FastLoop *fl, int index)
     fl_client *c = &fl->clients[index];
     int r = pq->connectPoll(c->conn), fd = pq->socket(c->conn);
 
-    /* (only with the GIL given up: a wait holding it would stop every
-     * other thread; a connection of Python's start(), which took it, goes
-     * on on the loop) */
-    while (!fl->connect_concurrent && c->rawconn && fl->saved != NULL && fd >= 0 &&
+    while (!fl->connect_concurrent && fd >= 0 &&
            (r == PGRES_POLLING_READING || r == PGRES_POLLING_WRITING) &&
            connect_wait(fl, c, fd, r == PGRES_POLLING_READING)) {
         r = pq->connectPoll(c->conn);
