@@ -696,6 +696,8 @@ def _connect_spec(loop: EventLoop, s: Settings) -> tuple[Any, ...]:
         st.conn = conn
         st.raw = raw
         st.ptr = fastpq.usable_with(conn)
+        # a set of its own: C adds the statements it prepared on the
+        # connection into it (PySet_Add)
         st.prepared = set()
         st.in_pipeline = False
         st.num_syncs = 0

@@ -41,6 +41,7 @@ from pgsurge.engine.state import (
     FAILURE,
     FAILURE_OF,
     FINISHED,
+    NONE_PREPARED,
     RETRY,
     WAIT_ROLLBACK_RESULT,
     Client,
@@ -251,7 +252,7 @@ def make_tx(
         st.conn = conn
         st.raw = conn._pgconn
         st.ptr = usable_with(conn)
-        st.prepared = set()
+        st.prepared = NONE_PREPARED
         st.in_pipeline = False
         st.num_syncs = 0
         io.attach(st)
