@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pgsurge.engine import forked, threaded
+from pgsurge.engine.client import import_engine
 from pgsurge.engine.interrupt import STOP_SIGNAL
 from pgsurge.engine.protocol import ParentMessage
 from pgsurge.engine.worker import WorkerSpec, worker_body, worker_main
@@ -235,6 +236,7 @@ class WorkerPool:
         if specs and specs[0].config.exit_on_abort:
             abort_owner = (ctx or mp_context()).Value("i", -1)
         if fork and not threads:
+            import_engine()
             _trim_heap()
         #: threads: the collector's thresholds and frozen count before the
         #: run (see _restore_gc)
