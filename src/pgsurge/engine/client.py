@@ -305,6 +305,7 @@ def make_engine(
     error = sup.error
     command_failed = sup.command_failed
     store_variable = sup.store_variable
+    eval_context = sup.eval_context
     blocked_since = sup.blocked_since
     sql = make_sql(s, io, sup)
     send_command = sql.send_command
@@ -405,7 +406,7 @@ def make_engine(
                     continue
                 # meta commands
                 if kind == K_SET:
-                    ctx = st.ctx
+                    ctx = st.ctx or eval_context(st)
                     if op.uses_debug:  # always under --debug
                         ctx.script = st.script
                         ctx.command = i

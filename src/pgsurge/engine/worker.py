@@ -75,7 +75,6 @@ from pgsurge.script.ast import (
     ParsedScript,
     Value,
 )
-from pgsurge.script.evaluate import EvalContext
 from pgsurge.stats.counters import StatsData
 from pgsurge.stats.cpu import IMPL_C_LOOP, IMPL_FASTPQ, IMPL_PURE
 from pgsurge.stats.results import WorkerResult
@@ -204,9 +203,8 @@ def _make_clients(spec: WorkerSpec) -> list[Client]:
         variables: dict[str, Value] = dict(base)
         if spec.set_client_id:
             variables["client_id"] = cid
-        rng = spec.client_rngs[i]
-        ctx = EvalContext(variables, rng, debug=_stderr)
-        clients.append(Client(cid, variables, rng, ctx))
+        # (its expression context is made at its first expression)
+        clients.append(Client(cid, variables, spec.client_rngs[i]))
     return clients
 
 
