@@ -58,6 +58,15 @@ ONLY_SOME_RUNS = (
     "pgsurge.experiment",
 )
 
+#: the Python engine's steps (issue 25: memory), which engine.client
+#: imports when it builds the engine: on the C loop only at a hand-back,
+#: and before forking worker processes (engine.pool), not at start-up
+PYTHON_ENGINE_STEPS = (
+    "pgsurge.engine.sql",
+    "pgsurge.engine.meta",
+    "pgsurge.engine.handback",
+)
+
 #: modules only psycopg's ``__init__`` imports, which a run must not load
 PSYCOPG_PACKAGE_ONLY = (
     "psycopg.connection",
@@ -207,6 +216,8 @@ def test_run_of_scripts_imports_only_what_it_needs() -> None:
     )
     assert "pgsurge.engine.worker" in loaded  # the engine's modules are in
     assert sorted(loaded.intersection(ONLY_SOME_RUNS)) == []
+    assert "pgsurge.engine.client" in loaded
+    assert sorted(loaded.intersection(PYTHON_ENGINE_STEPS)) == []
     assert "psycopg.pq" in loaded
     assert sorted(loaded.intersection(PSYCOPG_PACKAGE_ONLY)) == []
     assert sorted(loaded.intersection(PSYCOPG_CONNINFO)) == []
