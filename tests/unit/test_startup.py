@@ -49,6 +49,10 @@ ONLY_SOME_RUNS = (
     "pgsurge.engine.reconnect",
     "pgsurge.stats.txlog",
     "pgsurge.stats.progress",
+    # the latency histograms and interval series (--percentiles, --json,
+    # --html): issue 25, memory of the runs that record none
+    "pgsurge.stats.series",
+    "pgsurge.stats.histogram",
     "pgsurge.report.json",
     "pgsurge.report.html",
     "pgsurge.report.insight",

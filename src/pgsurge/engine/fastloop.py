@@ -102,13 +102,13 @@ from pgsurge.script.ast import (
 from pgsurge.script.evaluate import EvalContext, evaluate
 from pgsurge.script.functions import FUNCTIONS, FuncKind
 from pgsurge.script.sqlvars import valid_variable_name
-from pgsurge.stats.histogram import Histogram
 
 if TYPE_CHECKING:
     from pgsurge.config import RunConfig
     from pgsurge.engine.client import Engine
     from pgsurge.engine.state import Client, Op, Settings, WorkerState
     from pgsurge.script.ast import ParsedScript
+    from pgsurge.stats.histogram import Histogram
     from pgsurge.stats.txlog import TxLogWriter
 
 __all__ = [
@@ -654,6 +654,9 @@ def _per_op_targets(
     """-r's histograms of Python transactions as C records them, one per op
     (a script's commands are its ops): a reported statement's (or sleep's)
     own, one nobody reads for the others (engine.fastgen)."""
+    # (the recorder that gave the targets imported it)
+    from pgsurge.stats.histogram import Histogram
+
     lat, lag, per_script, per_command = targets
     out = []
     for ops, hists in zip(script_ops, per_command, strict=True):

@@ -22,10 +22,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from pgsurge.engine import forked, threaded
-from pgsurge.engine.client import import_engine
 from pgsurge.engine.interrupt import STOP_SIGNAL
 from pgsurge.engine.protocol import ParentMessage
-from pgsurge.engine.worker import WorkerSpec, worker_body, worker_main
+from pgsurge.engine.worker import (
+    WorkerSpec,
+    import_for_workers,
+    worker_body,
+    worker_main,
+)
 from pgsurge.errors import ExitStatus
 from pgsurge.prng import speedups
 
@@ -236,7 +240,8 @@ class WorkerPool:
         if specs and specs[0].config.exit_on_abort:
             abort_owner = (ctx or mp_context()).Value("i", -1)
         if fork and not threads:
-            import_engine()
+            if specs:
+                import_for_workers(specs[0].config)
             _trim_heap()
         #: threads: the collector's thresholds and frozen count before the
         #: run (see _restore_gc)
