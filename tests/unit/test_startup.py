@@ -69,6 +69,8 @@ PYTHON_ENGINE_STEPS = (
     "pgsurge.engine.sql",
     "pgsurge.engine.meta",
     "pgsurge.engine.handback",
+    # the expression evaluator: imported where an expression is evaluated
+    "pgsurge.script.evaluate",
 )
 
 #: modules only psycopg's ``__init__`` imports, which a run must not load

@@ -99,7 +99,6 @@ from pgsurge.script.ast import (
     SqlCommand,
     Var,
 )
-from pgsurge.script.evaluate import EvalContext, evaluate
 from pgsurge.script.functions import FUNCTIONS, FuncKind
 from pgsurge.script.sqlvars import valid_variable_name
 
@@ -206,6 +205,8 @@ def _const_int(expr: Expr) -> int | None:
     another type)."""
     if not _static(expr):
         return None
+    from pgsurge.script.evaluate import EvalContext, evaluate
+
     try:
         value = evaluate(expr, EvalContext())
     except Exception:

@@ -28,11 +28,13 @@ from pgsurge.errors import PROG
 from pgsurge.prng import PgPrng
 from pgsurge.records import record
 from pgsurge.script.ast import Value
-from pgsurge.script.evaluate import EvalContext
 from pgsurge.script.sqlvars import valid_variable_name
 from pgsurge.stats.counters import CommandStats, FailureKind, StatsData
 
 if TYPE_CHECKING:
+    # annotations only: the Python evaluator is imported where an
+    # expression is first evaluated (a plain run of SQL evaluates none)
+    from pgsurge.script.evaluate import EvalContext
     from pgsurge.stats.series import WorkerRecorder
 
 __all__ = [
@@ -432,6 +434,8 @@ class Support:
         never use); ``debug()`` writes its lines to the worker's log."""
         ctx = st.ctx
         if ctx is None:
+            from pgsurge.script.evaluate import EvalContext
+
             ctx = st.ctx = EvalContext(st.variables, st.rng, debug=self._log)
         return ctx
 

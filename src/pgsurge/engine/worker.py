@@ -149,10 +149,12 @@ def wants_histograms(cfg: RunConfig) -> bool:
 
 def import_for_workers(cfg: RunConfig) -> None:
     """Import what workers import only when they need it (the Python
-    engine's steps; the recorder of the runs with histograms) before they
-    are forked: the processes share the modules' pages, and none spends
-    the import."""
+    engine's steps and expression evaluator; the recorder of the runs with
+    histograms) before they are forked: the processes share the modules'
+    pages, and none spends the import."""
     import_engine()
+    from pgsurge.script import evaluate  # noqa: F401
+
     if wants_histograms(cfg):
         from pgsurge.stats import series  # noqa: F401
 
