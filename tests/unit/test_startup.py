@@ -71,6 +71,8 @@ PYTHON_ENGINE_STEPS = (
     "pgsurge.engine.handback",
     # the expression evaluator: imported where an expression is evaluated
     "pgsurge.script.evaluate",
+    # the Python expression parser: for what the C parser does not take
+    "pgsurge.script.parser",
 )
 
 #: modules only psycopg's ``__init__`` imports, which a run must not load
