@@ -49,6 +49,10 @@ ONLY_SOME_RUNS = (
     "pgsurge.engine.reconnect",
     "pgsurge.stats.txlog",
     "pgsurge.stats.progress",
+    # the latency histograms and interval series (--percentiles, --json,
+    # --html): issue 25, memory of the runs that record none
+    "pgsurge.stats.series",
+    "pgsurge.stats.histogram",
     "pgsurge.report.json",
     "pgsurge.report.html",
     "pgsurge.report.insight",
@@ -56,6 +60,19 @@ ONLY_SOME_RUNS = (
     "pgsurge.workloads",
     "pgsurge.distributed",
     "pgsurge.experiment",
+)
+
+#: the Python engine's steps (issue 25: memory), which engine.client
+#: imports when it builds the engine: on the C loop only at a hand-back,
+#: and before forking worker processes (engine.pool), not at start-up
+PYTHON_ENGINE_STEPS = (
+    "pgsurge.engine.sql",
+    "pgsurge.engine.meta",
+    "pgsurge.engine.handback",
+    # the expression evaluator: imported where an expression is evaluated
+    "pgsurge.script.evaluate",
+    # the Python expression parser: for what the C parser does not take
+    "pgsurge.script.parser",
 )
 
 #: modules only psycopg's ``__init__`` imports, which a run must not load
@@ -207,6 +224,8 @@ def test_run_of_scripts_imports_only_what_it_needs() -> None:
     )
     assert "pgsurge.engine.worker" in loaded  # the engine's modules are in
     assert sorted(loaded.intersection(ONLY_SOME_RUNS)) == []
+    assert "pgsurge.engine.client" in loaded
+    assert sorted(loaded.intersection(PYTHON_ENGINE_STEPS)) == []
     assert "psycopg.pq" in loaded
     assert sorted(loaded.intersection(PSYCOPG_PACKAGE_ONLY)) == []
     assert sorted(loaded.intersection(PSYCOPG_CONNINFO)) == []

@@ -99,10 +99,7 @@ from pgsurge.engine.abi import (
     TX_BUDGET,
     run_flags,
 )
-from pgsurge.engine.handback import make_handback
-from pgsurge.engine.meta import make_meta
 from pgsurge.engine.program import python_step
-from pgsurge.engine.sql import make_sql
 from pgsurge.engine.state import (
     ABORTED,
     CHOOSE_SCRIPT,
@@ -155,6 +152,7 @@ __all__ = [
     "OpKind",
     "Settings",
     "WorkerState",
+    "import_engine",
     "make_engine",
     "make_engine_lazily",
 ]
@@ -197,6 +195,14 @@ class Engine:
         self.advance = advance
         self.resume = resume
         self.gset = gset
+
+
+def import_engine() -> None:
+    """Import the modules :func:`make_engine` imports when it runs: before
+    the workers are forked, so that the processes share their pages and
+    none spends the time (a forked worker builds its engine at once on the
+    Python engine, at a hand-back on the C loop)."""
+    from pgsurge.engine import handback, meta, sql  # noqa: F401
 
 
 def make_engine_lazily(
@@ -263,6 +269,13 @@ def make_engine(
     ``log`` receives complete stderr lines (newline included). Settings are
     bound into the closure once, so the hot path reads locals and cells.
     """
+    # imported here: a run on the C loop builds the engine only when it
+    # hands a client back (make_engine_lazily), and most never do (the
+    # three modules' code and functions are some 80 KiB of its memory)
+    from pgsurge.engine.handback import make_handback
+    from pgsurge.engine.meta import make_meta
+    from pgsurge.engine.sql import make_sql
+
     nxacts = s.nxacts
     end_us = s.end_us
     throttle_delay = s.throttle_delay
@@ -292,6 +305,7 @@ def make_engine(
     error = sup.error
     command_failed = sup.command_failed
     store_variable = sup.store_variable
+    eval_context = sup.eval_context
     blocked_since = sup.blocked_since
     sql = make_sql(s, io, sup)
     send_command = sql.send_command
@@ -392,7 +406,7 @@ def make_engine(
                     continue
                 # meta commands
                 if kind == K_SET:
-                    ctx = st.ctx
+                    ctx = st.ctx or eval_context(st)
                     if op.uses_debug:  # always under --debug
                         ctx.script = st.script
                         ctx.command = i

@@ -31,7 +31,6 @@ from collections.abc import Callable
 
 from pgsurge.cnum import INT64_MAX, INT64_MIN
 from pgsurge.script.ast import Call, Const, Expr, Var
-from pgsurge.script.evaluate import EvalContext, evaluate
 from pgsurge.script.functions import FUNCTIONS, FuncKind
 
 __all__ = ["CODES", "MAX_STACK", "POPS", "Unsupported", "compile_expr"]
@@ -220,6 +219,10 @@ class _Emitter:
         if level > _MAX_DEPTH:
             raise Unsupported("an expression nested too deeply")
         if id(node) in self.static:
+            # imported here: a plain run of SQL folds no expression (and
+            # so does without the Python evaluator)
+            from pgsurge.script.evaluate import EvalContext, evaluate
+
             try:
                 value = evaluate(node, EvalContext())
             except Exception:

@@ -99,16 +99,15 @@ from pgsurge.script.ast import (
     SqlCommand,
     Var,
 )
-from pgsurge.script.evaluate import EvalContext, evaluate
 from pgsurge.script.functions import FUNCTIONS, FuncKind
 from pgsurge.script.sqlvars import valid_variable_name
-from pgsurge.stats.histogram import Histogram
 
 if TYPE_CHECKING:
     from pgsurge.config import RunConfig
     from pgsurge.engine.client import Engine
     from pgsurge.engine.state import Client, Op, Settings, WorkerState
     from pgsurge.script.ast import ParsedScript
+    from pgsurge.stats.histogram import Histogram
     from pgsurge.stats.txlog import TxLogWriter
 
 __all__ = [
@@ -206,6 +205,8 @@ def _const_int(expr: Expr) -> int | None:
     another type)."""
     if not _static(expr):
         return None
+    from pgsurge.script.evaluate import EvalContext, evaluate
+
     try:
         value = evaluate(expr, EvalContext())
     except Exception:
@@ -654,6 +655,9 @@ def _per_op_targets(
     """-r's histograms of Python transactions as C records them, one per op
     (a script's commands are its ops): a reported statement's (or sleep's)
     own, one nobody reads for the others (engine.fastgen)."""
+    # (the recorder that gave the targets imported it)
+    from pgsurge.stats.histogram import Histogram
+
     lat, lag, per_script, per_command = targets
     out = []
     for ops, hists in zip(script_ops, per_command, strict=True):
@@ -697,6 +701,8 @@ def _connect_spec(loop: EventLoop, s: Settings) -> tuple[Any, ...]:
         st.conn = conn
         st.raw = raw
         st.ptr = fastpq.usable_with(conn)
+        # a set of its own: C adds the statements it prepared on the
+        # connection into it (PySet_Add)
         st.prepared = set()
         st.in_pipeline = False
         st.num_syncs = 0

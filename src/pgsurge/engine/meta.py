@@ -108,6 +108,7 @@ def make_meta(s: Settings, w: WorkerState, sup: Support, sql: SqlSteps) -> MetaS
     debug = s.debug
     command_failed = sup.command_failed
     store_variable = sup.store_variable
+    eval_context = sup.eval_context
     blocked_since = sup.blocked_since
     flush_sent = sql.flush_sent
     prepare = sql.prepare
@@ -178,7 +179,7 @@ def make_meta(s: Settings, w: WorkerState, sup: Support, sql: SqlSteps) -> MetaS
         return True
 
     def evaluate(st: Client, op: Op) -> tuple[bool, Value]:
-        ctx = st.ctx
+        ctx = st.ctx or eval_context(st)
         if op.uses_debug:
             ctx.script = st.script
             ctx.command = st.command

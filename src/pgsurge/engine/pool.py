@@ -24,7 +24,12 @@ from typing import Any
 from pgsurge.engine import forked, threaded
 from pgsurge.engine.interrupt import STOP_SIGNAL
 from pgsurge.engine.protocol import ParentMessage
-from pgsurge.engine.worker import WorkerSpec, worker_body, worker_main
+from pgsurge.engine.worker import (
+    WorkerSpec,
+    import_for_workers,
+    worker_body,
+    worker_main,
+)
 from pgsurge.errors import ExitStatus
 from pgsurge.prng import speedups
 
@@ -235,6 +240,8 @@ class WorkerPool:
         if specs and specs[0].config.exit_on_abort:
             abort_owner = (ctx or mp_context()).Value("i", -1)
         if fork and not threads:
+            if specs:
+                import_for_workers(specs[0].config)
             _trim_heap()
         #: threads: the collector's thresholds and frozen count before the
         #: run (see _restore_gc)

@@ -44,11 +44,14 @@ from pgsurge.script.ast import (
     SqlCommand,
     Value,
 )
-from pgsurge.script.evaluate import CompiledExpr, EvalContext, compile_expr
 from pgsurge.script.sqlvars import valid_variable_name
 
 if TYPE_CHECKING:
     from pgsurge.engine.pyworkload import PyTransactionSpec
+
+    # annotations only: the Python evaluator is imported where an
+    # expression is first evaluated (a plain run of SQL evaluates none)
+    from pgsurge.script.evaluate import CompiledExpr, EvalContext
 
 __all__ = [
     "ScriptLike",
@@ -245,6 +248,8 @@ def _compiled_on_first_call(op: Op, expr: Expr) -> CompiledExpr:
     """
 
     def first_call(ctx: EvalContext) -> Value:
+        from pgsurge.script.evaluate import compile_expr
+
         fn = compile_expr(expr)
         op.expr = fn
         return fn(ctx)

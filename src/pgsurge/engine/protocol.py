@@ -28,11 +28,15 @@ generated methods at each start. Nothing assigns to a message once built.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pgsurge.stats.counters import CommandStats, StatsData
 from pgsurge.stats.results import WorkerResult
-from pgsurge.stats.series import IntervalStats
+
+if TYPE_CHECKING:
+    # annotations only: the series and histograms are imported where a run
+    # that records them makes them (issue 25: memory of the runs that do not)
+    from pgsurge.stats.series import IntervalStats
 
 __all__ = [
     "Connected",

@@ -51,7 +51,7 @@ from pgsurge.engine import fastpq
 from pgsurge.engine import state as C
 from pgsurge.engine.client import Engine
 from pgsurge.engine.loop import READ, WRITE, EventLoop
-from pgsurge.engine.state import Client, Settings, WorkerState
+from pgsurge.engine.state import NONE_PREPARED, Client, Settings, WorkerState
 from pgsurge.errors import PROG
 from pgsurge.stats.counters import FailureKind
 
@@ -203,7 +203,7 @@ def with_reconnect(
         st.conn = conn
         st.raw = conn._pgconn
         st.ptr = fastpq.usable_with(conn)
-        st.prepared = set()
+        st.prepared = NONE_PREPARED
         st.in_pipeline = False
         st.num_syncs = 0
         loop.attach(st)

@@ -59,6 +59,7 @@ from pgsurge.engine.state import (
     Op,
     Settings,
     Support,
+    mark_prepared,
 )
 from pgsurge.script.ast import Value
 from pgsurge.script.values import to_text
@@ -232,7 +233,7 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
         blocked_since(start, cpu)
         if msg is not None:
             error(strip_nl(msg))
-        st.prepared.add(op.prepname)
+        mark_prepared(st, op.prepname)
 
     def send_sql(st: Client, op: Op) -> bool:
         conn = st.conn
@@ -415,7 +416,7 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
         if st.drain_msg:
             error(strip_nl(st.drain_msg))
             st.drain_msg = ""
-        st.prepared.add(op.prepname)
+        mark_prepared(st, op.prepname)
         if debug:
             trace(f"client {st.id} sending {op.prepname.decode()}")
         try:

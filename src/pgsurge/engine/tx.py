@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from pgsurge import pgconn
 from pgsurge.engine.fastpq import usable_with
 from pgsurge.engine.ramp import open_one
-from pgsurge.engine.sql import SqlSteps
 from pgsurge.engine.state import (
     ABORTED,
     BACKEND_DIED,
@@ -41,6 +41,7 @@ from pgsurge.engine.state import (
     FAILURE,
     FAILURE_OF,
     FINISHED,
+    NONE_PREPARED,
     RETRY,
     WAIT_ROLLBACK_RESULT,
     Client,
@@ -49,6 +50,11 @@ from pgsurge.engine.state import (
     Support,
     WorkerState,
 )
+
+if TYPE_CHECKING:
+    # annotations only: a run on the C loop builds no engine (and so
+    # imports no SqlSteps) until it hands a client back
+    from pgsurge.engine.sql import SqlSteps
 
 __all__ = ["TxSteps", "make_tx"]
 
@@ -251,7 +257,7 @@ def make_tx(
         st.conn = conn
         st.raw = conn._pgconn
         st.ptr = usable_with(conn)
-        st.prepared = set()
+        st.prepared = NONE_PREPARED
         st.in_pipeline = False
         st.num_syncs = 0
         io.attach(st)

@@ -39,7 +39,7 @@ from pgsurge.config import QueryMode, RunConfig
 from pgsurge.engine import fastgen, fastloop, fastpq, ramp
 from pgsurge.engine import state as C
 from pgsurge.engine.abi import run_flags
-from pgsurge.engine.client import make_engine, make_engine_lazily
+from pgsurge.engine.client import import_engine, make_engine, make_engine_lazily
 from pgsurge.engine.forked import PipeEnd
 from pgsurge.engine.interrupt import (
     UserCodeWatch,
@@ -75,17 +75,22 @@ from pgsurge.script.ast import (
     ParsedScript,
     Value,
 )
-from pgsurge.script.evaluate import EvalContext
 from pgsurge.stats.counters import StatsData
 from pgsurge.stats.cpu import IMPL_C_LOOP, IMPL_FASTPQ, IMPL_PURE
 from pgsurge.stats.results import WorkerResult
-from pgsurge.stats.series import WorkerRecorder
 
 if TYPE_CHECKING:
     from pgsurge.engine.threaded import ThreadWorker
+    from pgsurge.stats.series import WorkerRecorder
     from pgsurge.stats.txlog import TxLogWriter
 
-__all__ = ["WorkerSpec", "build_settings", "worker_body", "worker_main"]
+__all__ = [
+    "WorkerSpec",
+    "build_settings",
+    "import_for_workers",
+    "worker_body",
+    "worker_main",
+]
 
 #: a thread's own CPU (Linux); elsewhere the process's
 _THREAD_USAGE = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
@@ -140,6 +145,18 @@ def wants_histograms(cfg: RunConfig) -> bool:
         or bool(cfg.json_path or cfg.html_path)
         or any(s.python and getattr(s.parsed, "figures", None) for s in cfg.scripts)
     )
+
+
+def import_for_workers(cfg: RunConfig) -> None:
+    """Import what workers import only when they need it (the Python
+    engine's steps and expression evaluator; the recorder of the runs with
+    histograms) before they are forked: the processes share the modules'
+    pages, and none spends the import."""
+    import_engine()
+    from pgsurge.script import evaluate  # noqa: F401
+
+    if wants_histograms(cfg):
+        from pgsurge.stats import series  # noqa: F401
 
 
 def build_settings(spec: WorkerSpec, end_us: int) -> Settings:
@@ -204,9 +221,8 @@ def _make_clients(spec: WorkerSpec) -> list[Client]:
         variables: dict[str, Value] = dict(base)
         if spec.set_client_id:
             variables["client_id"] = cid
-        rng = spec.client_rngs[i]
-        ctx = EvalContext(variables, rng, debug=_stderr)
-        clients.append(Client(cid, variables, rng, ctx))
+        # (its expression context is made at its first expression)
+        clients.append(Client(cid, variables, spec.client_rngs[i]))
     return clients
 
 
@@ -594,6 +610,10 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
     run.end_us = end_us
     rec = None
     if wants_histograms(cfg):
+        # imported here: the runs that record no histograms do without the
+        # series and histogram modules (issue 25: memory)
+        from pgsurge.stats.series import WorkerRecorder
+
         # every worker anchors its intervals at the same start_us, so that
         # the parent merges them by start time
         rec = WorkerRecorder(

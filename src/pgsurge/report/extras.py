@@ -29,11 +29,15 @@ All functions are pure functions of a ``RunResult``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pgsurge.stats.cpu import BUSY_THRESHOLD, WorkerCpu
-from pgsurge.stats.histogram import Histogram
 from pgsurge.stats.results import RunResult
+
+if TYPE_CHECKING:
+    # annotations only: the series and histograms are imported where a run
+    # that records them makes them (issue 25: memory of the runs that do not)
+    from pgsurge.stats.histogram import Histogram
 
 __all__ = [
     "DEFAULT_PERCENTILES",

@@ -44,7 +44,6 @@ from pgsurge.script.ast import (
 from pgsurge.script.fastparse import MetaHit, meta_expr
 from pgsurge.script.fatal import PlainScriptError
 from pgsurge.script.lexer import MetaLexer, byte_len
-from pgsurge.script.parser import ExprParser
 from pgsurge.script.splitter import SqlScanner, Stop, skip_sql_comments, sql_first_line
 from pgsurge.script.sqlvars import MAX_SQL_PARAMS, too_many_params
 
@@ -275,6 +274,10 @@ class _ScriptCompiler:
                 # pgbench has no line to show yet at this point
                 self._error(lex, "missing argument", show_line=False)
             var = word[0]
+        # imported here: a script whose expressions the C parser takes
+        # (fastparse), or that has none, does without the Python parser
+        from pgsurge.script.parser import ExprParser
+
         expr = ExprParser(lex).parse()
         line = lex.line_text()
         if meta == "set":

@@ -22,8 +22,7 @@ from typing import TypeAlias
 
 from pgsurge import _native
 from pgsurge.script.ast import Call, Const, Expr, Var
-from pgsurge.script.functions import ARITY
-from pgsurge.script.parser import DEFAULT_SEED, SEEDED_FUNCTIONS
+from pgsurge.script.functions import ARITY, DEFAULT_SEED, SEEDED_FUNCTIONS
 
 __all__ = ["FASTPARSE_API", "MetaExpr", "MetaHit", "meta_expr"]
 

@@ -33,11 +33,13 @@ from pgsurge.errors import EvalError
 from pgsurge.prng import PgPrng, PurePgPrng, speedups
 from pgsurge.records import record
 from pgsurge.script import values as V
-from pgsurge.script.ast import Value
+from pgsurge.script.ast import Value, Var
 
 __all__ = [
     "ARITY",
+    "DEFAULT_SEED",
     "FUNCTIONS",
+    "SEEDED_FUNCTIONS",
     "FuncKind",
     "FuncSpec",
     "hash_fnv1a",
@@ -499,3 +501,9 @@ ARITY: Mapping[str, tuple[int, int | None]] = {
     "random_zipfian": (3, 3),
     "sqrt": (1, 1),
 }
+
+#: the functions whose omitted last argument is pgbench's implicit
+#: ``:default_seed``, which both parsers (``parser``, the C one of
+#: ``fastparse``) add: :data:`DEFAULT_SEED`
+SEEDED_FUNCTIONS = frozenset({"hash", "hash_murmur2", "hash_fnv1a", "permute"})
+DEFAULT_SEED = Var("default_seed")

@@ -49,13 +49,12 @@ from collections.abc import Callable
 
 from pgsurge.cnum import INT64_MIN
 from pgsurge.script.ast import Call, Const, Expr, Var
-from pgsurge.script.functions import ARITY
-from pgsurge.script.lexer import MetaLexer, Tok, Token
 
 # Function names and argument counts come from functions.ARITY (the
-# evaluator's table). These take pgbench's implicit last argument.
-SEEDED_FUNCTIONS = frozenset({"hash", "hash_murmur2", "hash_fnv1a", "permute"})
-DEFAULT_SEED = Var("default_seed")
+# evaluator's table), and so do the functions that take pgbench's implicit
+# last argument (beside the table: the C parser needs them, not this one)
+from pgsurge.script.functions import ARITY, DEFAULT_SEED, SEEDED_FUNCTIONS
+from pgsurge.script.lexer import MetaLexer, Tok, Token
 
 #: bison's default YYMAXDEPTH: a shift that makes the state stack this deep
 #: fails with "memory exhausted" (the stack starts with one state)

@@ -14,13 +14,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pgsurge.config import RunConfig
 from pgsurge.records import record
 from pgsurge.stats.counters import CommandStats, StatsData
 from pgsurge.stats.cpu import WorkerCpu
-from pgsurge.stats.series import IntervalStats, LatencyHistograms
+
+if TYPE_CHECKING:
+    # annotations only: the series and histograms are imported where a run
+    # that records them makes them (issue 25: memory of the runs that do not)
+    from pgsurge.stats.series import IntervalStats, LatencyHistograms
 
 
 def _merge_command_tables(
@@ -601,6 +605,7 @@ class RunResult:
 def _histograms_from(data: dict[str, Any] | None) -> LatencyHistograms | None:
     if data is None:
         return None
+    from pgsurge.stats.series import LatencyHistograms
 
     return LatencyHistograms.from_dict(data)
 
@@ -608,6 +613,7 @@ def _histograms_from(data: dict[str, Any] | None) -> LatencyHistograms | None:
 def _intervals_from(data: list[dict[str, Any]]) -> list[IntervalStats]:
     if not data:
         return []
+    from pgsurge.stats.series import IntervalStats
 
     return [IntervalStats.from_dict(d) for d in data]
 
@@ -617,6 +623,7 @@ def _merge_recordings(result: RunResult, workers: Sequence[WorkerResult]) -> Non
     hists = [w.histograms for w in workers if w.histograms is not None]
     if hists:
         from pgsurge.stats.histogram import Histogram
+        from pgsurge.stats.series import LatencyHistograms
 
         digits = hists[0].digits
         acc = LatencyHistograms(digits, Histogram(digits), Histogram(digits))
