@@ -40,7 +40,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from _suite_proc import Measured, SuiteServer, pg_bindir, pgsurge_argv, run_measured
+from _suite_proc import (
+    Measured,
+    SuiteServer,
+    byte_compile,
+    pg_bindir,
+    pgsurge_argv,
+    pgsurge_package_dir,
+    run_measured,
+)
 
 PGBOUNCER = ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer")
 
@@ -254,20 +262,6 @@ def report(name: str, clients: int, runs: dict[str, list[Figures]]) -> None:
         )
 
 
-def _compiled() -> None:
-    """Byte-compile the pgsurge measured, as ``pip install`` does: an
-    editable install under ``PYTHONDONTWRITEBYTECODE=1`` (or a source tree
-    just edited) has no current ``.pyc``, and each run then compiles its
-    modules from source, which leaves some 1.4 MiB more heap in its peak
-    RSS than an installed pgsurge has."""
-    import compileall
-    import importlib.util
-
-    spec = importlib.util.find_spec("pgsurge")
-    if spec is not None and spec.origin is not None:
-        compileall.compile_dir(str(Path(spec.origin).parent), quiet=1)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dsn", help="a maintenance database of an existing server")
@@ -284,7 +278,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     opts = ap.parse_args(argv)
     _raise_nofile(opts.pooled_clients + 200)
-    _compiled()
+    # start-up as installed: with .pyc files (see byte_compile)
+    package = pgsurge_package_dir()
+    if package is not None:
+        byte_compile(package)
     with (
         SuiteServer(opts.dsn) as server,
         tempfile.TemporaryDirectory(prefix="pgsurge-clients-") as tmp,
