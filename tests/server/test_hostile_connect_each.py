@@ -10,6 +10,7 @@ the same conditions.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from tests.fix_run import (
     PGSURGE,
@@ -183,3 +185,73 @@ def test_a_signal_ends_a_hung_connect_at_once(
     assert f"pgsurge: run interrupted by {name} after " in err, err
     assert "number of transactions actually processed: 5\n" in out, out
     assert elapsed < 1.5, f"{elapsed:.2f} s after the signal"
+
+
+class _StartingUp(UnixRelay):
+    """A server that is starting up: each connection's startup packet is
+    answered with pgbench's FATAL 57P03 ("cannot connect now"), on which
+    libpq goes on to the next host of the conninfo, closing this socket
+    and opening the next one (whose descriptor is usually the same
+    number)."""
+
+    def serve(self, client: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            head = _recv_exactly(client, 4)
+            _recv_exactly(client, int.from_bytes(head, "big") - 4)
+            fields = b"".join(
+                code + text + b"\0"
+                for code, text in (
+                    (b"S", b"FATAL"),
+                    (b"V", b"FATAL"),
+                    (b"C", b"57P03"),
+                    (b"M", b"the database system is starting up"),
+                )
+            )
+            body = fields + b"\0"
+            client.sendall(b"E" + (len(body) + 4).to_bytes(4, "big") + body)
+            client.shutdown(socket.SHUT_RDWR)
+
+
+def _recv_exactly(sock: socket.socket, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        more = sock.recv(count - len(data))
+        if not more:
+            raise OSError("closed")
+        data += more
+    return data
+
+
+@pytest.mark.parametrize("variant", ["c", "c-concurrent", "c-python-opens", "python"])
+def test_connect_each_goes_on_to_the_next_host_of_one_starting_up(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path, variant: str
+) -> None:
+    """-C with ``host=A,B``, A a server starting up (57P03): libpq goes on
+    to B within one PQconnectPoll call, on a new socket that usually has
+    the old one's number. The C loop's epoll set lost the old socket when
+    libpq closed it, and changing its events (EPOLL_CTL_MOD) of a number
+    no longer in the set failed with ENOENT: side by side
+    (PGSURGE_CONNECT=concurrent) the worker died of "No such file or
+    directory" where pgbench runs every transaction."""
+    starting = tmp_path / "a"
+    starting.mkdir()
+    relay = _StartingUp(bench_db, starting)
+    params = conninfo_to_dict(bench_db)
+    dsn = make_conninfo(
+        bench_db,
+        host=f"{starting},{params['host']}",
+        port=f"5432,{params.get('port') or 5432}",
+    )
+    args = ["-n", "-S", "-C", "-c", "2", "-j", "1", "-t", "20"]
+    try:
+        ref = run_pgbench(pgbench_bin, args, dsn, timeout=60)
+        proc = _start(args, dsn, variant)
+        out, err = communicate_or_kill(proc, 60)
+    finally:
+        relay.close()
+    got = Outcome(proc.returncode, out, err)
+    assert ref.status == 0, ref.stderr
+    assert got.status == 0, err
+    assert got.stderr == ref.stderr.replace("pgbench:", "pgsurge:")
+    assert got.number("number of transactions actually processed:") == "40/40"
+    assert got.report == ref.report

@@ -408,19 +408,22 @@ static int
 connect_poll(FastLoop *fl, int index)
 {
     fl_client *c = &fl->clients[index];
-    int r = pq->connectPoll(c->conn), fd = pq->socket(c->conn);
+    int r = pq->connectPoll(c->conn), fd = pq->socket(c->conn), waited = 0;
 
     while (!fl->connect_concurrent && fd >= 0 &&
            (r == PGRES_POLLING_READING || r == PGRES_POLLING_WRITING) &&
            connect_wait(fl, c, fd, r == PGRES_POLLING_READING)) {
         r = pq->connectPoll(c->conn);
         fd = pq->socket(c->conn);
+        waited = 1;
     }
 
     if (r == PGRES_POLLING_OK && pq->setnonblocking(c->conn, 1) == 0)
         /* (in the set for reading already, as a local socket usually is
-         * once libpq waited for the server's answer) */
-        return (fd != c->fd || c->conn_events != EPOLLIN) &&
+         * once libpq waited for the server's answer; not after a wait
+         * here, which may have gone on to another host: its socket may
+         * have the old one's number, which the set no longer has) */
+        return (waited || fd != c->fd || c->conn_events != EPOLLIN) &&
                        fl_conn_watch(fl, index, fd, EPOLLIN) < 0
                    ? -1
                    : 1;
