@@ -756,6 +756,7 @@ FL_HIDDEN PyObject *fl_wrap_raw(FastLoop *fl, PGconn *conn);
 /* _fastloop_client.c */
 FL_HIDDEN int fl_advance(FastLoop *fl, int index);
 FL_HIDDEN int fl_connect_timeouts(FastLoop *fl);
+FL_HIDDEN int fl_connect_give_up(FastLoop *fl);
 /* an error result of query q to Python's resume (res is cleared) */
 FL_HIDDEN int fl_hand_error(FastLoop *fl, int index, int q, int status, PGresult *res);
 

@@ -408,19 +408,22 @@ static int
 connect_poll(FastLoop *fl, int index)
 {
     fl_client *c = &fl->clients[index];
-    int r = pq->connectPoll(c->conn), fd = pq->socket(c->conn);
+    int r = pq->connectPoll(c->conn), fd = pq->socket(c->conn), waited = 0;
 
     while (!fl->connect_concurrent && fd >= 0 &&
            (r == PGRES_POLLING_READING || r == PGRES_POLLING_WRITING) &&
            connect_wait(fl, c, fd, r == PGRES_POLLING_READING)) {
         r = pq->connectPoll(c->conn);
         fd = pq->socket(c->conn);
+        waited = 1;
     }
 
     if (r == PGRES_POLLING_OK && pq->setnonblocking(c->conn, 1) == 0)
         /* (in the set for reading already, as a local socket usually is
-         * once libpq waited for the server's answer) */
-        return (fd != c->fd || c->conn_events != EPOLLIN) &&
+         * once libpq waited for the server's answer; not after a wait
+         * here, which may have gone on to another host: its socket may
+         * have the old one's number, which the set no longer has) */
+        return (waited || fd != c->fd || c->conn_events != EPOLLIN) &&
                        fl_conn_watch(fl, index, fd, EPOLLIN) < 0
                    ? -1
                    : 1;
@@ -560,6 +563,48 @@ fl_connect_timeouts(FastLoop *fl)
             return -1;
     }
     fl->connect_deadline = next;
+    return 0;
+}
+
+/* -T's end (or a stop, which sets the same flag) under -C: each client
+ * whose connection is still opening is given up and finishes without a
+ * transaction, as one in THROTTLE does: its transaction would begin after
+ * the end. pgbench's blocking PQconnectdb waits on, so a server that
+ * accepted and never answered (no connect_timeout) kept pgbench and
+ * pgsurge running forever past -T (hostile finding); the connection time
+ * of an attempt given up is not counted (no connection came of it).
+ * Called once the loop read timer_exceeded (no C client starts a
+ * connection after it: CHOOSE_SCRIPT and THROTTLE finish first); -1 with
+ * an exception. Takes the GIL for a client given up. */
+int
+fl_connect_give_up(FastLoop *fl)
+{
+    int i;
+
+    for (i = 0; i < fl->nclients; i++) {
+        fl_client *c = &fl->clients[i];
+
+        if (c->owner != OWN_C || c->state != CONNECTING)
+            continue;
+        if (fl_conn_watch(fl, i, -1, 0) < 0)
+            return -1;
+        if (c->rawconn) {
+            pq->finish(c->conn);
+            c->rawconn = 0;
+        } else if (c->pgobj != NULL) {
+            PyObject *r;
+
+            fl_py(fl);
+            r = PyObject_CallMethodNoArgs(c->pgobj, s_finish);
+            Py_CLEAR(c->pgobj);
+            if (r == NULL)
+                return -1;
+            Py_DECREF(r);
+        }
+        c->conn = NULL;
+        if (fl_to_python(fl, i, FINISHED, NULL) < 0)
+            return -1;
+    }
     return 0;
 }
 

@@ -318,6 +318,11 @@ loop(FastLoop *fl, int64_t next_tick)
             if (fl->aborted_exit)
                 return leave(fl, OUT_EXIT_ON_ABORT);
         }
+        /* -C: the end came while connections were opening (a server
+         * that never answers would keep the run going forever; the scan
+         * runs only in the run's tail, once the flag is up) */
+        if (fl->timer_exceeded && fl->connect_each && fl_connect_give_up(fl) < 0)
+            return NULL;
         if (fl->ntimers) {
             int64_t now = clock_us();
 

@@ -564,8 +564,17 @@ fl_conn_watch(FastLoop *fl, int index, int fd, uint32_t events)
         memset(&ev, 0, sizeof ev);
         ev.events = events;
         ev.data.fd = fd;
-        if (epoll_ctl(fl->epfd, c->fd == fd ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) < 0 &&
-            (errno != EEXIST || epoll_ctl(fl->epfd, EPOLL_CTL_MOD, fd, &ev) < 0))
+        int op = c->fd == fd ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+
+        /* the same number may be a new socket: libpq closed the old one
+         * (which took it out of the set) and opened the next host's, which
+         * got the lowest free number, the old one's (ENOENT: added, not
+         * modified; a worker died of it, hostile finding); a number the
+         * set still has is modified (EEXIST) */
+        if (epoll_ctl(fl->epfd, op, fd, &ev) < 0 &&
+            (errno == EEXIST   ? epoll_ctl(fl->epfd, EPOLL_CTL_MOD, fd, &ev) < 0
+             : errno == ENOENT ? epoll_ctl(fl->epfd, EPOLL_CTL_ADD, fd, &ev) < 0
+                               : 1))
             return fl_oserror(fl);
         if (map_fd(fl, fd, index) < 0)
             return -1;

@@ -585,8 +585,9 @@ def make_engine(
                     # connect_timeout spent is no busy client)
                     now = blocked_since(start, cpu)
                     if connected is None:
-                        # the parent's Stop came while the server had not
-                        # answered: no transaction began, none is lost
+                        # the parent's Stop, or -T's end, came while the
+                        # server had not answered: no transaction began,
+                        # none is lost (the C loop: fl_connect_give_up)
                         state = FINISHED
                         continue
                     if not connected:

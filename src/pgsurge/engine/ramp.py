@@ -25,7 +25,8 @@ of the hosts given up on. When which host was being tried cannot be told
 connected with libpq's blocking connect, from the first host.
 
 :func:`open_one` is the Python engine's ``-C`` connect, opened the same
-way so that the parent's Stop can end it (see its docstring).
+way so that the parent's Stop, and -T's end, can end it (see its
+docstring).
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ __all__ = ["WINDOW", "open_connections", "open_one"]
 
 #: connections in flight at once per worker
 WINDOW = 32
+
+#: how often :func:`open_one` looks whether the run ended (ms): the most
+#: a -T run outlasts its end while a connection hangs
+ENDED_CHECK_MS = 100
 
 _POLL_IN = select.POLLIN | select.POLLERR | select.POLLHUP
 _POLL_OUT = select.POLLOUT | select.POLLERR | select.POLLHUP
@@ -164,6 +169,7 @@ def open_one(
     password: str | None,
     stop_fd: int,
     rest: tuple[bytes, str] | None = None,
+    ended: Callable[[], bool] | None = None,
 ) -> tuple[pgconn.PgConn | None, str | None]:
     """One connection, as the blocking ``pgconn.connect`` opens it (libpq's
     ``connect_timeout`` and messages), but given up when ``stop_fd`` becomes
@@ -187,6 +193,14 @@ def open_one(
     libpq's blocking connect is called, from the first host. ``rest`` goes
     on from where the C loop gave up (``rest_of_hosts`` and that host's
     message).
+
+    ``ended`` (-T's end, or a stop, flagged in the worker) gives the
+    attempt up too, looked at least every :data:`ENDED_CHECK_MS`: a server
+    that never answers kept a -T run going forever, as it keeps pgbench's
+    (hostile finding; the C loop gives such a connection up at the end
+    too). A signal cannot end the wait instead: Python retries an
+    interrupted ``poll`` once its handler ran, and on a thread no handler
+    runs at all.
     """
     info = pgconn.conninfo(items, password).encode("utf-8", "surrogateescape")
     timeout = pgconn.connect_timeout_s(info)
@@ -211,14 +225,20 @@ def open_one(
         wait_ms = -1
         if timeout:
             wait_ms = max(0, int((since + timeout - time.monotonic()) * 1000) + 1)
+        if ended is not None and (wait_ms < 0 or wait_ms > ENDED_CHECK_MS):
+            wait_ms = ENDED_CHECK_MS
         ready = poller.poll(wait_ms)
         poller.unregister(fd)
-        if any(ready_fd == stop_fd for ready_fd, _ in ready):
+        if any(ready_fd == stop_fd for ready_fd, _ in ready) or (
+            ended is not None and ended()
+        ):
             conn.finish()
             return None, None
         if ready:
             r = conn.poll()
             continue
+        if not timeout or time.monotonic() - since < timeout:
+            continue  # a look at ``ended`` only
         # connect_timeout expired
         if not conn.several_hosts():
             message = conn.timeout_message()

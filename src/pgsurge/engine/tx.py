@@ -12,7 +12,8 @@ errors and retries.
   ``fl_advance``'s END_TX);
 * ``connect``/``disconnect`` of a client's connection (every transaction
   under ``-C``), registered with the event loop; ``connect`` gives None
-  when the parent's Stop ended the attempt (``ramp.open_one``);
+  when the parent's Stop, or -T's end, ended the attempt
+  (``ramp.open_one``);
 * the error states: ``on_error`` (leave an aborted pipeline, roll back an
   open transaction block) and ``on_rollback_result`` (wait for that), both
   ending in ``RETRY``, ``FAILURE``, ``FINISHED`` or ``ABORTED`` — or in
@@ -230,6 +231,10 @@ def make_tx(
             )
         return now
 
+    def ended() -> bool:
+        """-T's end, or a stop: a connection still opening is given up."""
+        return w.timer_exceeded
+
     def connect(st: Client) -> bool | None:
         stop_fd = w.control_fd
         rest = st.connect_rest
@@ -237,9 +242,14 @@ def make_tx(
         if stop_fd is None:
             conn, message, _needs = pgconn.connect(s.conninfo, s.password)
         else:
-            # a worker's: the parent's Stop ends the attempt (ramp.open_one)
+            # a worker's: the parent's Stop, or -T's end, ends the attempt
+            # (ramp.open_one)
             conn, stopped_or_message = open_one(
-                s.conninfo, s.password, stop_fd, None if rest is None else rest[:2]
+                s.conninfo,
+                s.password,
+                stop_fd,
+                None if rest is None else rest[:2],
+                ended,
             )
             if stopped_or_message is None and conn is None:
                 return None

@@ -1,0 +1,257 @@
+"""Hostile cases of -C's one-connection-at-a-time wait (issue 22).
+
+Under -C the C loop now waits for each transaction's connection in its
+worker (``connect_wait`` in ``_fastloop_client.c``), as pgbench's
+``PQconnectdb`` and the Python engine's ``ramp.open_one`` do. Each test is
+a finding of the hostile pass over that wait: what ends it (-T's end, a
+signal, the parent's Stop), what it delays, and what pgbench reports in
+the same conditions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from tests.fix_run import (
+    PGSURGE,
+    Loop,
+    Outcome,
+    UnixRelay,
+    communicate_or_kill,
+    killed_on_failure,
+    run_pgbench,
+    tool_env,
+)
+
+pytestmark = pytest.mark.server
+
+#: how each variant of pgsurge runs: the C loop on threads (the default),
+#: on processes, side by side (the old model), opening its connections
+#: through Python's psycopg object, and the Python engine
+VARIANTS: dict[str, tuple[Loop, dict[str, str]]] = {
+    "c": ("c", {}),
+    "c-processes": ("c", {"PGSURGE_WORKERS": "processes"}),
+    "c-concurrent": ("c", {"PGSURGE_CONNECT": "concurrent"}),
+    "c-python-opens": ("c", {"PGSURGE_PY_CONNECT": "1"}),
+    "python": ("python", {}),
+}
+
+
+class _Silent(UnixRelay):
+    """A relay forwarding its first ``forward`` connections and leaving
+    every later one unanswered, with no ``connect_timeout``: a server that
+    accepts and hangs before its greeting. ``accepted`` counts them all."""
+
+    def __init__(self, dsn: str, directory: Path, forward: int) -> None:
+        self.forward = forward
+        self.accepted = 0
+        self.cond = threading.Condition()
+        super().__init__(dsn, directory)
+
+    def serve(self, client: socket.socket) -> None:
+        with self.cond:
+            self.accepted += 1
+            answer = self.accepted <= self.forward
+            self.cond.notify_all()
+        if answer:
+            super().serve(client)
+
+    def wait_accepted(self, count: int, timeout: float = 60) -> None:
+        with self.cond:
+            assert self.cond.wait_for(lambda: self.accepted >= count, timeout)
+
+
+def _start(args: list[str], dsn: str, variant: str) -> subprocess.Popen[str]:
+    """pgsurge ``args dsn`` in ``variant``, in its own process group (a
+    hung run is killed whole by communicate_or_kill)."""
+    loop, env = VARIANTS[variant]
+    return subprocess.Popen(
+        [*PGSURGE, *args, dsn],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=tool_env(env, loop=loop),
+        start_new_session=True,
+    )
+
+
+@pytest.mark.parametrize("jobs", [1, 2], ids=["j1", "j2"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_T_ends_while_a_connection_hangs(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path, variant: str, jobs: int
+) -> None:
+    """-C -T 2 with no connect_timeout: the setup connection and five
+    transactions' are answered, every later one never is. pgbench's
+    blocking connect waits forever (so did pgsurge, C loop and Python
+    engine alike: nothing looked at -T's end during the wait). Now the run
+    ends at -T: the clients still connecting finish without a transaction,
+    nothing aborted, the report is pgbench's -T report (as a pgbench -T
+    run against the server itself prints it) with the five transactions
+    and their connection time only."""
+    relay = _Silent(bench_db, tmp_path, forward=6)
+    args = ["-n", "-S", "-C", "-c", "2", "-j", str(jobs), "-T", "2"]
+    try:
+        proc = _start(args, relay.dsn, variant)
+        t0 = time.monotonic()
+        out, err = communicate_or_kill(proc, 20)
+        elapsed = time.monotonic() - t0
+    finally:
+        relay.close()
+    got = Outcome(proc.returncode, out, err)
+    assert got.status == 0, err
+    assert err == ""
+    assert elapsed < 6, f"{elapsed:.1f} s for -T 2"
+    assert got.number("number of transactions actually processed:") == "5"
+    # the hung attempts (a second and more) are no connection time
+    assert float(got.number("average connection time =").split()[0]) < 500
+    ref = run_pgbench(pgbench_bin, args, bench_db, timeout=60)
+    assert ref.status == 0, ref.stderr
+    assert got.report == ref.report
+
+
+@pytest.mark.parametrize("variant", ["c", "c-processes", "python"])
+def test_T_ends_a_python_workload_while_a_connection_hangs(
+    bench_db: str, tmp_path: Path, variant: str
+) -> None:
+    """As above with a Python workload (py-tpcb), whose generators the C
+    loop steps holding the GIL (the wait gives it up): the run ends at -T
+    with the five transactions whose connections were answered."""
+    relay = _Silent(bench_db, tmp_path, forward=6)
+    args = ["-n", "-b", "py-tpcb", "-C", "-c", "1", "-j", "1", "-T", "2"]
+    try:
+        proc = _start(args, relay.dsn, variant)
+        t0 = time.monotonic()
+        out, err = communicate_or_kill(proc, 20)
+        elapsed = time.monotonic() - t0
+    finally:
+        relay.close()
+    got = Outcome(proc.returncode, out, err)
+    assert got.status == 0, err
+    assert err == ""
+    assert elapsed < 6, f"{elapsed:.1f} s for -T 2"
+    assert got.number("number of transactions actually processed:") == "5"
+    assert "number of failed transactions: 0 (0.000%)" in out
+
+
+@pytest.mark.parametrize(
+    ("variant", "sig", "group"),
+    [
+        ("c", signal.SIGINT, True),
+        ("c", signal.SIGTERM, False),
+        ("c-processes", signal.SIGINT, True),
+        ("c-processes", signal.SIGTERM, False),
+        ("c-concurrent", signal.SIGINT, True),
+        ("python", signal.SIGINT, True),
+        ("python", signal.SIGTERM, False),
+    ],
+)
+def test_a_signal_ends_a_hung_connect_at_once(
+    bench_db: str, variant: str, sig: int, group: bool, tmp_path: Path
+) -> None:
+    """-C, the sixth transaction's connection never answered: one Ctrl-C
+    (the whole group) or SIGTERM (the parent alone) ends the run at once,
+    with the five transactions' report. The first signal flags the end as
+    -T's does, and the wait for a connection now ends on that flag; before,
+    it ended only at the parent's Stop, sent after the 2 s grace."""
+    relay = _Silent(bench_db, tmp_path, forward=6)
+    args = ["-n", "-S", "-C", "-c", "1", "-j", "1", "-T", "60"]
+    try:
+        proc = _start(args, relay.dsn, variant)
+        with killed_on_failure(proc):
+            relay.wait_accepted(7)
+        time.sleep(0.3)  # into the wait for the answer
+        t0 = time.monotonic()
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+        out, err = communicate_or_kill(proc, 30)
+        elapsed = time.monotonic() - t0
+    finally:
+        relay.close()
+    assert proc.returncode == -sig, err
+    assert "died" not in err and "Traceback" not in err, err
+    name = signal.Signals(sig).name
+    assert f"pgsurge: run interrupted by {name} after " in err, err
+    assert "number of transactions actually processed: 5\n" in out, out
+    assert elapsed < 1.5, f"{elapsed:.2f} s after the signal"
+
+
+class _StartingUp(UnixRelay):
+    """A server that is starting up: each connection's startup packet is
+    answered with pgbench's FATAL 57P03 ("cannot connect now"), on which
+    libpq goes on to the next host of the conninfo, closing this socket
+    and opening the next one (whose descriptor is usually the same
+    number)."""
+
+    def serve(self, client: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            head = _recv_exactly(client, 4)
+            _recv_exactly(client, int.from_bytes(head, "big") - 4)
+            fields = b"".join(
+                code + text + b"\0"
+                for code, text in (
+                    (b"S", b"FATAL"),
+                    (b"V", b"FATAL"),
+                    (b"C", b"57P03"),
+                    (b"M", b"the database system is starting up"),
+                )
+            )
+            body = fields + b"\0"
+            client.sendall(b"E" + (len(body) + 4).to_bytes(4, "big") + body)
+            client.shutdown(socket.SHUT_RDWR)
+
+
+def _recv_exactly(sock: socket.socket, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        more = sock.recv(count - len(data))
+        if not more:
+            raise OSError("closed")
+        data += more
+    return data
+
+
+@pytest.mark.parametrize("variant", ["c", "c-concurrent", "c-python-opens", "python"])
+def test_connect_each_goes_on_to_the_next_host_of_one_starting_up(
+    bench_db: str, pgbench_bin: Path, tmp_path: Path, variant: str
+) -> None:
+    """-C with ``host=A,B``, A a server starting up (57P03): libpq goes on
+    to B within one PQconnectPoll call, on a new socket that usually has
+    the old one's number. The C loop's epoll set lost the old socket when
+    libpq closed it, and changing its events (EPOLL_CTL_MOD) of a number
+    no longer in the set failed with ENOENT: side by side
+    (PGSURGE_CONNECT=concurrent) the worker died of "No such file or
+    directory" where pgbench runs every transaction."""
+    starting = tmp_path / "a"
+    starting.mkdir()
+    relay = _StartingUp(bench_db, starting)
+    params = conninfo_to_dict(bench_db)
+    dsn = make_conninfo(
+        bench_db,
+        host=f"{starting},{params['host']}",
+        port=f"5432,{params.get('port') or 5432}",
+    )
+    args = ["-n", "-S", "-C", "-c", "2", "-j", "1", "-t", "20"]
+    try:
+        ref = run_pgbench(pgbench_bin, args, dsn, timeout=60)
+        proc = _start(args, dsn, variant)
+        out, err = communicate_or_kill(proc, 60)
+    finally:
+        relay.close()
+    got = Outcome(proc.returncode, out, err)
+    assert ref.status == 0, ref.stderr
+    assert got.status == 0, err
+    assert got.stderr == ref.stderr.replace("pgbench:", "pgsurge:")
+    assert got.number("number of transactions actually processed:") == "40/40"
+    assert got.report == ref.report
