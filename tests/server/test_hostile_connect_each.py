@@ -255,3 +255,62 @@ def test_connect_each_goes_on_to_the_next_host_of_one_starting_up(
     assert got.stderr == ref.stderr.replace("pgbench:", "pgsurge:")
     assert got.number("number of transactions actually processed:") == "40/40"
     assert got.report == ref.report
+
+
+class _SlowGreeting(UnixRelay):
+    """A relay whose server answers each new connection ``delay`` seconds
+    late, and which records, per connection, whether the client ended it
+    with a Terminate message (a clean close) rather than cutting it."""
+
+    def __init__(self, dsn: str, directory: Path, delay: float) -> None:
+        self.delay = delay
+        self.lock2 = threading.Lock()
+        self.clean: list[bool] = []
+        super().__init__(dsn, directory)
+
+    def serve(self, client: socket.socket) -> None:
+        server = self.connect()
+
+        def to_client() -> None:
+            time.sleep(self.delay)  # the greeting comes late
+            with contextlib.suppress(OSError):
+                while data := server.recv(65536):
+                    client.sendall(data)
+            with contextlib.suppress(OSError):
+                client.shutdown(socket.SHUT_WR)
+
+        threading.Thread(target=to_client, daemon=True).start()
+        tail = b""
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                tail = (tail + data)[-5:]
+                server.sendall(data)
+        with contextlib.suppress(OSError):
+            server.shutdown(socket.SHUT_WR)
+        with self.lock2:
+            self.clean.append(tail == b"X\x00\x00\x00\x04")
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_the_end_waits_for_a_connection_a_server_answers(
+    bench_db: str, tmp_path: Path, variant: str
+) -> None:
+    """-T's end comes while a connection is opening on a server that
+    answers (150 ms late): the connection is waited for, its transaction
+    runs as pgbench's does after its PQconnectdb, and every connection is
+    closed with a Terminate. Given up at once at the end, each -T run cut
+    one connection a worker mid-start-up, which the server logged as
+    "could not send data to client: Broken pipe" and a FATAL."""
+    relay = _SlowGreeting(bench_db, tmp_path, 0.15)
+    try:
+        proc = _start(
+            ["-n", "-S", "-C", "-c", "2", "-j", "2", "-T", "2"], relay.dsn, variant
+        )
+        with killed_on_failure(proc):
+            out, err = communicate_or_kill(proc, 60)
+    finally:
+        relay.close()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err, err
+    assert "number of failed transactions: 0 (0.000%)" in out, out
+    assert relay.clean and all(relay.clean), relay.clean

@@ -372,6 +372,10 @@ typedef struct {
      * opens one at a time, the worker waiting for it as pgbench's
      * PQconnectdb and the Python engine's tx.connect do (connect_poll) */
     int connect_concurrent;
+    /* -C: when connections still opening at the end are given up
+     * (fl_connect_give_up): END_GRACE_US after the loop first saw
+     * timer_exceeded (0: not yet seen) */
+    int64_t give_up_at;
     /* -C opened by C from the conninfo, no Python call per connection
      * (set_connect_raw): psycopg's PGconn type and the offset of its PGconn
      * pointer, to wrap a connection for Python at a hand-back (raw_type
@@ -757,6 +761,14 @@ FL_HIDDEN PyObject *fl_wrap_raw(FastLoop *fl, PGconn *conn);
 FL_HIDDEN int fl_advance(FastLoop *fl, int index);
 FL_HIDDEN int fl_connect_timeouts(FastLoop *fl);
 FL_HIDDEN int fl_connect_give_up(FastLoop *fl);
+/* -C: how long after the end a connection still opening may take before
+ * it is given up: long enough for a server that answers to answer (its
+ * transaction then runs, as pgbench's does after its PQconnectdb, and
+ * the connection is closed cleanly: given up at once, every -T run left
+ * a "could not send data to client" and a FATAL in the server's log for
+ * each worker), short enough that a server that never answers does not
+ * hold the end. pgsurge.engine.ramp.END_GRACE_S is the Python engine's. */
+#define END_GRACE_US 500000
 /* an error result of query q to Python's resume (res is cleared) */
 FL_HIDDEN int fl_hand_error(FastLoop *fl, int index, int q, int status, PGresult *res);
 

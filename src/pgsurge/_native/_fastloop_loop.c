@@ -284,9 +284,12 @@ loop(FastLoop *fl, int64_t next_tick)
 
             if (next_tick && (!deadline || next_tick < deadline))
                 deadline = next_tick;
-            /* -C: a connection given up at connect_timeout */
+            /* -C: a connection given up at connect_timeout, or after the
+             * end's grace */
             if (fl->connect_deadline && (!deadline || fl->connect_deadline < deadline))
                 deadline = fl->connect_deadline;
+            if (fl->give_up_at && (!deadline || fl->give_up_at < deadline))
+                deadline = fl->give_up_at;
             t0 = clock_us();
             n = wait_events(fl, deadline ? (deadline > t0 ? deadline - t0 : 0) : -1);
             fl->idle_us += clock_us() - t0;
@@ -319,10 +322,17 @@ loop(FastLoop *fl, int64_t next_tick)
                 return leave(fl, OUT_EXIT_ON_ABORT);
         }
         /* -C: the end came while connections were opening (a server
-         * that never answers would keep the run going forever; the scan
-         * runs only in the run's tail, once the flag is up) */
-        if (fl->timer_exceeded && fl->connect_each && fl_connect_give_up(fl) < 0)
-            return NULL;
+         * that never answers would keep the run going forever): those
+         * still opening END_GRACE_US later are given up (the scan runs
+         * only in the run's tail, once the flag is up) */
+        if (fl->timer_exceeded && fl->connect_each) {
+            int64_t now = clock_us();
+
+            if (!fl->give_up_at)
+                fl->give_up_at = now + END_GRACE_US;
+            else if (now >= fl->give_up_at && fl_connect_give_up(fl) < 0)
+                return NULL;
+        }
         if (fl->ntimers) {
             int64_t now = clock_us();
 

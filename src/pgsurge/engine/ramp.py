@@ -42,9 +42,14 @@ __all__ = ["WINDOW", "open_connections", "open_one"]
 #: connections in flight at once per worker
 WINDOW = 32
 
-#: how often :func:`open_one` looks whether the run ended (ms): the most
-#: a -T run outlasts its end while a connection hangs
+#: how often :func:`open_one` looks whether the run ended (ms)
 ENDED_CHECK_MS = 100
+#: how long after the end a connection still opening may take before it
+#: is given up (s): a server that answers gets to answer, and the
+#: connection is closed cleanly (given up at once, every -T run left a
+#: "could not send data to client" and a FATAL in the server's log); the
+#: C loop's END_GRACE_US
+END_GRACE_S = 0.5
 
 _POLL_IN = select.POLLIN | select.POLLERR | select.POLLHUP
 _POLL_OUT = select.POLLOUT | select.POLLERR | select.POLLHUP
@@ -195,7 +200,8 @@ def open_one(
     message).
 
     ``ended`` (-T's end, or a stop, flagged in the worker) gives the
-    attempt up too, looked at least every :data:`ENDED_CHECK_MS`: a server
+    attempt up too, :data:`END_GRACE_S` after it was first seen (looked at
+    every :data:`ENDED_CHECK_MS`): a server
     that never answers kept a -T run going forever, as it keeps pgbench's
     (hostile finding; the C loop gives such a connection up at the end
     too). A signal cannot end the wait instead: Python retries an
@@ -209,6 +215,7 @@ def open_one(
         info, before = rest
     conn = pgconn.connect_start_info(info)
     since = time.monotonic()
+    ended_at: float | None = None  # when ``ended`` was first seen true
     poller = select.poll()
     poller.register(stop_fd, _POLL_IN)
     # libpq: after PQconnectStart, act as if PQconnectPoll said WRITING
@@ -229,8 +236,10 @@ def open_one(
             wait_ms = ENDED_CHECK_MS
         ready = poller.poll(wait_ms)
         poller.unregister(fd)
+        if ended_at is None and ended is not None and ended():
+            ended_at = time.monotonic()
         if any(ready_fd == stop_fd for ready_fd, _ in ready) or (
-            ended is not None and ended()
+            ended_at is not None and time.monotonic() - ended_at >= END_GRACE_S
         ):
             conn.finish()
             return None, None
