@@ -159,10 +159,12 @@ def test_a_signal_ends_a_hung_connect_at_once(
     bench_db: str, variant: str, sig: int, group: bool, tmp_path: Path
 ) -> None:
     """-C, the sixth transaction's connection never answered: one Ctrl-C
-    (the whole group) or SIGTERM (the parent alone) ends the run at once,
-    with the five transactions' report. The first signal flags the end as
-    -T's does, and the wait for a connection now ends on that flag; before,
-    it ended only at the parent's Stop, sent after the 2 s grace."""
+    (the whole group) or SIGTERM (the parent alone) ends the run within
+    the end's 0.5 s grace for a connection still opening, with the five
+    transactions' report. The first signal flags the end as -T's does, and
+    the wait for a connection now ends on that flag; before, it ended only
+    at the parent's Stop, sent after the 2 s grace (so the bound below,
+    loose for a loaded box, still tells the two apart)."""
     relay = _Silent(bench_db, tmp_path, forward=6)
     args = ["-n", "-S", "-C", "-c", "1", "-j", "1", "-T", "60"]
     try:
@@ -184,7 +186,7 @@ def test_a_signal_ends_a_hung_connect_at_once(
     name = signal.Signals(sig).name
     assert f"pgsurge: run interrupted by {name} after " in err, err
     assert "number of transactions actually processed: 5\n" in out, out
-    assert elapsed < 1.5, f"{elapsed:.2f} s after the signal"
+    assert elapsed < 1.9, f"{elapsed:.2f} s after the signal"
 
 
 class _StartingUp(UnixRelay):
