@@ -85,6 +85,26 @@ def _start(args: list[str], dsn: str, variant: str) -> subprocess.Popen[str]:
     )
 
 
+def _ends_at_T(args: list[str], dsn: str, tmp_path: Path, variant: str) -> Outcome:
+    """``args`` (a -C run with -T 2) through a relay that answers the set-up
+    connection and five transactions' and then hangs: the run ends soon
+    after -T, cleanly, with those five."""
+    relay = _Silent(dsn, tmp_path, forward=6)
+    try:
+        proc = _start(args, relay.dsn, variant)
+        t0 = time.monotonic()
+        out, err = communicate_or_kill(proc, 20)
+        elapsed = time.monotonic() - t0
+    finally:
+        relay.close()
+    got = Outcome(proc.returncode, out, err)
+    assert got.status == 0, err
+    assert err == ""
+    assert elapsed < 6, f"{elapsed:.1f} s for -T 2"
+    assert got.number("number of transactions actually processed:") == "5"
+    return got
+
+
 @pytest.mark.parametrize("jobs", [1, 2], ids=["j1", "j2"])
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_T_ends_while_a_connection_hangs(
@@ -98,20 +118,8 @@ def test_T_ends_while_a_connection_hangs(
     nothing aborted, the report is pgbench's -T report (as a pgbench -T
     run against the server itself prints it) with the five transactions
     and their connection time only."""
-    relay = _Silent(bench_db, tmp_path, forward=6)
     args = ["-n", "-S", "-C", "-c", "2", "-j", str(jobs), "-T", "2"]
-    try:
-        proc = _start(args, relay.dsn, variant)
-        t0 = time.monotonic()
-        out, err = communicate_or_kill(proc, 20)
-        elapsed = time.monotonic() - t0
-    finally:
-        relay.close()
-    got = Outcome(proc.returncode, out, err)
-    assert got.status == 0, err
-    assert err == ""
-    assert elapsed < 6, f"{elapsed:.1f} s for -T 2"
-    assert got.number("number of transactions actually processed:") == "5"
+    got = _ends_at_T(args, bench_db, tmp_path, variant)
     # the hung attempts (a second and more) are no connection time
     assert float(got.number("average connection time =").split()[0]) < 500
     ref = run_pgbench(pgbench_bin, args, bench_db, timeout=60)
@@ -126,21 +134,9 @@ def test_T_ends_a_python_workload_while_a_connection_hangs(
     """As above with a Python workload (py-tpcb), whose generators the C
     loop steps holding the GIL (the wait gives it up): the run ends at -T
     with the five transactions whose connections were answered."""
-    relay = _Silent(bench_db, tmp_path, forward=6)
     args = ["-n", "-b", "py-tpcb", "-C", "-c", "1", "-j", "1", "-T", "2"]
-    try:
-        proc = _start(args, relay.dsn, variant)
-        t0 = time.monotonic()
-        out, err = communicate_or_kill(proc, 20)
-        elapsed = time.monotonic() - t0
-    finally:
-        relay.close()
-    got = Outcome(proc.returncode, out, err)
-    assert got.status == 0, err
-    assert err == ""
-    assert elapsed < 6, f"{elapsed:.1f} s for -T 2"
-    assert got.number("number of transactions actually processed:") == "5"
-    assert "number of failed transactions: 0 (0.000%)" in out
+    got = _ends_at_T(args, bench_db, tmp_path, variant)
+    assert "number of failed transactions: 0 (0.000%)" in got.stdout
 
 
 @pytest.mark.parametrize(
