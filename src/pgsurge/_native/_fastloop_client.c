@@ -567,15 +567,17 @@ fl_connect_timeouts(FastLoop *fl)
 }
 
 /* -T's end (or a stop, which sets the same flag) under -C: each client
- * whose connection is still opening is given up and finishes without a
- * transaction, as one in THROTTLE does: its transaction would begin after
- * the end. pgbench's blocking PQconnectdb waits on, so a server that
- * accepted and never answered (no connect_timeout) kept pgbench and
- * pgsurge running forever past -T (hostile finding); the connection time
- * of an attempt given up is not counted (no connection came of it).
- * Called once the loop read timer_exceeded (no C client starts a
- * connection after it: CHOOSE_SCRIPT and THROTTLE finish first); -1 with
- * an exception. Takes the GIL for a client given up. */
+ * whose connection is still opening END_GRACE_US after the end is given
+ * up and finishes without a transaction, as one in THROTTLE does: its
+ * transaction would begin after the end. pgbench's blocking PQconnectdb
+ * waits on, so a server that accepted and never answered (no
+ * connect_timeout) kept pgbench and pgsurge running forever past -T
+ * (hostile finding); the connection time of an attempt given up is not
+ * counted (no connection came of it). Called by the loop at each
+ * iteration from the grace's end on (no C client starts a connection
+ * after timer_exceeded: CHOOSE_SCRIPT and THROTTLE finish first, so the
+ * scans after the first find none); -1 with an exception. Takes the GIL
+ * for a client given up. */
 int
 fl_connect_give_up(FastLoop *fl)
 {
