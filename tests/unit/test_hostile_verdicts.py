@@ -257,6 +257,23 @@ def test_latencies_of_runs_behind_the_schedule_get_no_verdict(tmp_path: Path) ->
     assert v["tps"] == "slower"
 
 
+def test_behind_the_schedule_comes_before_a_side_without_spread(
+    tmp_path: Path,
+) -> None:
+    # CI finding: the base's two runs kept their -R schedule to the
+    # microsecond (identical values), B fell behind; the verdict said "no
+    # spread in the 2 base runs", as if more runs would give one
+    a = _rated(tmp_path, "a", [50.0, 50.0], 0, True)
+    b = _rated(tmp_path, "b", [33.0, 32.5], 10, False)
+    r = run_cli(["compare", *a, "--vs", *b])
+    v = _verdicts(r.stdout)
+    for key in ("latency avg", "p50", "p90", "p99"):
+        assert v[key] == (
+            "no verdict (2 of 4 runs fell behind -R: their latencies measure "
+            "the backlog)"
+        ), r.stdout
+
+
 def test_report_card_gives_no_tps_verdict_to_runs_kept_to_the_schedule(
     tmp_path: Path,
 ) -> None:

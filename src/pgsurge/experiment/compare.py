@@ -551,9 +551,12 @@ def _metric(
     # a within-run interval is shown, but it decides nothing
     within_run = est is not None and est.method is Method.BATCH_MEANS
     withheld = _schedule_reason(metric, [*base, *new])
-    if withheld is not None and est is not None:
+    if withheld is not None and bside.values and nside.values:
         # the noise stays (it is measured); the ratio's interval and the
-        # verdict go
+        # verdict go. The schedule's reason comes before any other (a side
+        # without spread, a single run): more runs would not help (CI
+        # finding: two base runs of 2 ms sleeps under -R 50 kept their
+        # schedule to the microsecond and the verdict said "no spread")
         est, missing = None, withheld
     return MetricResult(
         metric=metric,
