@@ -43,7 +43,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.fix_dask import Cluster, base_env, children
+from tests.fix_dask import Cluster, base_env
 
 __all__ = ["Link", "Namespace", "NetnsCluster", "netns_cluster"]
 
@@ -417,9 +417,38 @@ class NetnsCluster(Cluster):
 
     def namespace_load(self) -> set[int]:
         """The processes in the namespace but its Dask nanny and worker:
-        while a run goes on, the namespaced host's pgsurge workers."""
+        while a run goes on, the namespaced host's pgsurge workers.
+
+        Each process is judged by its own ``stat``, read once: a Dask worker
+        that the nanny restarts (the link cut, it cannot reach the
+        scheduler) may exit between a listing of the namespace and a listing
+        of the nanny's children, and a zombie holds no load (CI finding: a
+        restarted worker counted as load)."""
         nanny = self.workers[1].pid
-        return self.ns.pids() - {nanny} - children(nanny)
+        out = set()
+        for pid in self.ns.pids() - {nanny}:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                continue  # gone
+            fields = stat.rsplit(")", 1)[1].split()
+            if fields[0] in ("Z", "X") or int(fields[1]) == nanny:
+                continue
+            out.add(pid)
+        return out
+
+    def describe(self, pids: set[int]) -> str:
+        """``pids`` with their command lines, for an assertion's message."""
+        lines = []
+        for pid in sorted(pids):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                lines.append(f"{pid}: gone")
+                continue
+            lines.append(f"{pid} ({stat[0]}, parent {stat[1]}): {cmd.decode()[:200]}")
+        return "\n".join(lines)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

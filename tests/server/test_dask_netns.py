@@ -101,8 +101,8 @@ def test_a_host_cut_off_stops_its_own_load(
     assert all(m == {"counted": 1, "of": 2} for m in marks[lost_at:]), marks
     # the host, cut off: its workers stop on their own within the grace
     deadline = cut + COORDINATOR_GRACE_S + SLACK_S
-    while cluster.namespace_load():
-        assert time.monotonic() < deadline, cluster.namespace_load()
+    while left := cluster.namespace_load():
+        assert time.monotonic() < deadline, cluster.describe(left)
         time.sleep(0.2)
     if how == "whole-link":
         # its backends wait for the link: when it is back, they end and no
@@ -112,7 +112,8 @@ def test_a_host_cut_off_stops_its_own_load(
     wait_no_load(bench_db, load, cut, COORDINATOR_GRACE_S + SLACK_S)
     time.sleep(2)
     assert count_clients(bench_db) == 0
-    assert not cluster.namespace_load()
+    left = cluster.namespace_load()
+    assert not left, cluster.describe(left)
 
 
 def test_progress_stays_honest_behind_a_slow_link(
