@@ -103,6 +103,13 @@ CASES = (
         high=800,
     ),
     Case("conn", ("-C", "-b", "select-only", "-c", "8", "-j", "2"), low=50, high=300),
+    Case(
+        "conn-json",
+        ("-C", "-b", "select-only", "-c", "8", "-j", "2"),
+        JSON_OUT,
+        low=50,
+        high=300,
+    ),
     # the same clients on one worker and on one worker each: with --pin, how
     # much of conn's cost is the workers' sharing one CPU (processes switch
     # address spaces where pgbench's threads do not)
@@ -209,6 +216,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--tools", default="pgbench,pgsurge", help="which tools, in order")
     ap.add_argument(
+        "--aa",
+        action="store_true",
+        help="measure pgbench twice in each round (tool pgbench-aa): the A/A "
+        "control of the timed ratio",
+    )
+    ap.add_argument(
         "--pin",
         metavar="CLIENT,SERVER",
         help="the tools on one CPU, the server on another",
@@ -230,6 +243,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ap.error(f"--also wants NAME=CMD, not {spec!r}")
         commands[name] = shlex.split(cmd)
     tools = o.tools.split(",") + [n for n in commands if n != "pgsurge"]
+    if o.aa:
+        tools.append("pgbench-aa")
     server = None
     dsn = o.dsn
     if dsn is None:
@@ -256,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for tool in tools if rnd % 2 == 0 else tools[::-1]:
                     env = dict(os.environ)
                     env.update(case.env)
-                    if tool == "pgbench":
+                    if tool in ("pgbench", "pgbench-aa"):
                         run_argv = [*pgbench, *case.args]
                     else:
                         # a run the C loop does not take fails instead of being measured
