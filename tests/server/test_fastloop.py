@@ -152,7 +152,9 @@ def test_duration_and_progress(draws_db: str, tmp_path: Path) -> None:
     fast = run_pgsurge(args, draws_db, cwd=tmp_path, loop="c")
     assert fast.status == 0, fast.stderr
     ticks = re.findall(r"^progress: (\d+\.\d) s, ([\d.]+) tps", fast.stderr, re.M)
-    assert [t for t, _ in ticks] == ["1.0", "2.0", "3.0"], fast.stderr
+    # a line's label is the time its figures were taken: a loaded box
+    # makes it a little late ("1.1 s"), never early
+    assert [int(float(t)) for t, _ in ticks] == [1, 2, 3], fast.stderr
     assert all(float(tps) > 0 for _, tps in ticks)
     assert "duration: 3 s" in fast.stdout
     processed = re.search(r"actually processed: (\d+)", fast.stdout)

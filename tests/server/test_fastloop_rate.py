@@ -159,9 +159,10 @@ def test_rate_with_duration(draws_db: str, tmp_path: Path) -> None:
         assert 500 < processed < 1100, out.stdout
         assert "duration: 2 s" in out.stdout
         # (the 2.0 tick may not come: the clients finish at their first
-        # slot past the end, which is before it)
-        ticks = re.findall(r"^progress: (\d+\.\d) s.*lag", out.stderr, re.M)
-        assert ticks[:1] == ["1.0"], out.stderr
+        # slot past the end, which is before it; the label is the time of
+        # the figures, a little late on a loaded box: "1.1 s")
+        ticks = re.findall(r"^progress: (\d+)\.\d s.*lag", out.stderr, re.M)
+        assert ticks[:1] == ["1"], out.stderr
 
 
 # -- in-process: the worker's throttle stream and schedule -------------------

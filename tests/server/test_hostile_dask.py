@@ -41,6 +41,7 @@ from tests.fix_dask import (
     count_clients,
     pgsurge_cmd,
     start_run,
+    wait_no_load,
 )
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -171,10 +172,13 @@ def test_a_coordinator_that_dies_waiting_for_busy_hosts_leaves_no_load(
 ) -> None:
     """The second run's host tasks wait in the scheduler for the hosts the
     first one holds; its coordinator dies while they wait: when the first
-    run ends, they must not start a load nobody watches."""
+    run ends, they must not start a load nobody watches. The first run
+    ends when told (a Ctrl-C), not at a -T of its own: a second coordinator
+    slow to start on a loaded box came after a -T 8 run had ended and took
+    the hosts itself."""
     first = start_run(
         [
-            *("--dask", cluster.address, "-n", "-S", "-T", "8", "-c", "2"),
+            *("--dask", cluster.address, "-n", "-S", "-T", "600", "-c", "2"),
             *("-j", "2", "-P", "1", bench_db),
         ],
         tmp_path,
@@ -182,6 +186,7 @@ def test_a_coordinator_that_dies_waiting_for_busy_hosts_leaves_no_load(
     second = None
     try:
         first.wait_for("progress: 1.0 s")
+        first_load = cluster.load_processes()
         second = Run(
             [
                 *("--dask", cluster.address, "-n", "-S", "-T", "60", "-c", "6"),
@@ -192,8 +197,14 @@ def test_a_coordinator_that_dies_waiting_for_busy_hosts_leaves_no_load(
         second.wait_for("waiting for 2 load hosts: busy with another run", 30)
         second.proc.send_signal(sig)
         second.wait(30)
-        assert first.wait(60) == 0, first.stderr
-        # the first run's 2 clients are gone; the second's 6 must never come
+        first.proc.send_signal(signal.SIGINT)  # the hosts are free again
+        assert first.wait(60) == -signal.SIGINT, first.stderr
+        assert "run interrupted by SIGINT after" in first.stderr
+        assert "lost" not in first.stderr, first.stderr
+        # the first run's clients and workers go (a worker may outlive its
+        # coordinator's exit by a moment: a listing on a loaded box found two);
+        # then the second's 6 must never come
+        wait_no_load(bench_db, first_load, time.monotonic(), SLACK_S)
         deadline = time.monotonic() + COORDINATOR_GRACE_S + SLACK_S
         while time.monotonic() < deadline:
             assert count_clients(bench_db) == 0

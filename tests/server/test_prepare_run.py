@@ -54,29 +54,52 @@ def test_connect_each_transaction_prepared(bench_db: str, tmp_path: Path) -> Non
     assert all(line.split()[1] == "0" for line in table)
 
 
+def _lock_waits_and_rows(dsn: str) -> tuple[int, int]:
+    """(sessions waiting for a lock on ``locked``, rows in ``ran``)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM pg_locks WHERE NOT granted"
+            " AND relation = 'locked'::regclass), (SELECT count(*) FROM ran)"
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
 @pytest.mark.slow
 def test_prepare_does_not_block_other_clients(bench_db: str, tmp_path: Path) -> None:
     """Client 0's first prepare waits for a lock held by this test (parsing
-    takes the table's share lock); client 1, on the same worker, runs on."""
+    takes the table's share lock); client 1, on the same worker, runs all
+    its transactions meanwhile (with a blocking prepare none of them could
+    come). The lock is held until they are in, whatever the machine's
+    load: a release at a fixed time (3.5 s, 'past -T 2') came before -T's
+    end when the start-up was slow, and client 0 ran more than its one."""
     with psycopg.connect(bench_db, autocommit=True) as conn:
         conn.execute("create table locked(id int)")
+        conn.execute("create table ran(cid int)")
     path = tmp_path / "s.sql"
     path.write_text(
-        "\\if :client_id = 0\nSELECT * FROM locked;\n\\else\nSELECT 1;\n\\endif\n"
+        "\\if :client_id = 0\nSELECT * FROM locked;\n\\else\n"
+        "INSERT INTO ran VALUES (:client_id);\n\\endif\n"
     )
     holder = psycopg.connect(bench_db)
     try:
         holder.execute("lock table locked in access exclusive mode")
         args = ["-n", "-M", "prepared", "-f", str(path), "-c", "2", "-j", "1"]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pgsurge", *args, "-T", "2", "-l", bench_db],
+            [sys.executable, "-m", "pgsurge", *args, "-t", "30", "-l", bench_db],
             cwd=tmp_path,
             env=tool_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(3.5)  # past -T: with a blocking prepare, nobody ran
+        # client 1's 30 transactions, with client 0 waiting for the lock
+        deadline = time.monotonic() + 60
+        while (seen := _lock_waits_and_rows(bench_db))[1] < 30:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, f"client 1 held up: {seen}"
+            time.sleep(0.05)
+        assert seen[0] == 1, seen  # client 0's prepare, still waiting
     finally:
         holder.rollback()
         holder.close()
@@ -86,5 +109,5 @@ def test_prepare_does_not_block_other_clients(bench_db: str, tmp_path: Path) -> 
     per_client = Counter(
         line.split()[0] for line in (tmp_path / log).read_text().splitlines()
     )
-    assert per_client["0"] == 1  # its one transaction, after the lock
-    assert per_client["1"] > 20, per_client
+    # each its 30: client 0's after the lock
+    assert per_client == {"0": 30, "1": 30}, per_client

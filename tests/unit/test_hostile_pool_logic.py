@@ -113,12 +113,19 @@ def _waits(
 
 
 def test_a_held_sampler_query_is_called_out() -> None:
-    text = insight_warnings(_waits(5089.0), "pgsurge")
+    pooled = {**_waits(5089.0), "pooler": {"mode": "transaction"}}
+    text = insight_warnings(pooled, "pgsurge")
     assert text == (
         "pgsurge: warning: --waits: a sampler query took 5.1 s (one is due "
         "every 100 ms): nothing was sampled meanwhile (behind a pooler it "
         "waits for a server connection as the clients do; --monitor DSN goes "
         "straight to the server)\n"
+    )
+    # a direct run's held query (a machine too busy to answer it: 1 s and
+    # more under load) is told, naming no pooler
+    assert insight_warnings(_waits(1200.0), "pgsurge") == (
+        "pgsurge: warning: --waits: a sampler query took 1.2 s (one is due "
+        "every 100 ms): nothing was sampled meanwhile\n"
     )
 
 

@@ -225,10 +225,12 @@ def render_insight(doc: Mapping[str, Any]) -> str:
 SAMPLER_STALL_MS = 1000.0
 
 
-def _sampler_stall(w: Mapping[str, Any], prog: str) -> str:
+def _sampler_stall(w: Mapping[str, Any], prog: str, pooled: bool) -> str:
     """--waits whose sampler query was held (behind a pooler it waits for
-    a server connection as the clients do: PAUSE, a full pool): nothing
-    was sampled meanwhile, and the shares said nothing of it."""
+    a server connection as the clients do: PAUSE, a full pool; on a direct
+    connection, a machine too busy to answer): nothing was sampled
+    meanwhile, and the shares said nothing of it. ``pooled``: the run went
+    through a pooler (a direct run's warning names none)."""
     if w.get("source") != "pg_stat_activity":
         return ""  # a profile extension samples on the server meanwhile
     q = w.get("sampler_query_ms") or {}
@@ -236,11 +238,16 @@ def _sampler_stall(w: Mapping[str, Any], prog: str) -> str:
     period = w.get("period_ms") or 0.0
     if worst < max(SAMPLER_STALL_MS, 10 * period):
         return ""
+    why = (
+        " (behind a pooler it waits for a server connection as the clients "
+        "do; --monitor DSN goes straight to the server)"
+        if pooled
+        else ""
+    )
     return (
         f"{prog}: warning: --waits: a sampler query took {worst / 1000:.1f} s "
-        f"(one is due every {period:.0f} ms): nothing was sampled meanwhile "
-        "(behind a pooler it waits for a server connection as the clients "
-        "do; --monitor DSN goes straight to the server)\n"
+        f"(one is due every {period:.0f} ms): nothing was sampled meanwhile"
+        f"{why}\n"
     )
 
 
@@ -248,7 +255,8 @@ def insight_warnings(doc: Mapping[str, Any], prog: str) -> str:
     """Warnings for stderr: a --waits sampler held up, a checkpoint or a
     stats reset during the run."""
     w = doc.get("waits")
-    out = _sampler_stall(w, prog) if isinstance(w, Mapping) else ""
+    pooled = isinstance(doc.get("pooler"), Mapping)
+    out = _sampler_stall(w, prog, pooled) if isinstance(w, Mapping) else ""
     s = doc.get("server_stats")
     if not isinstance(s, Mapping):
         return out
