@@ -12,7 +12,8 @@ the rest of pgsurge never imports ``psycopg.pq``:
   ``--reconnect``: the event loop waits on its socket);
 * a :class:`PgConn` exposes libpq's own bound methods as attributes
   (``send_query_prepared``, ``consume_input``, ``is_busy``, ``get_result``,
-  ``flush``, pipeline calls…), so the hot path pays no wrapper call;
+  ``flush``, pipeline calls…); the engine's hot path calls them on the
+  psycopg ``PGconn`` behind it (``Client.raw``), paying no wrapper call;
 * result and status codes are plain ``int`` module constants (comparing
   ints is cheaper than comparing enum members);
 
@@ -290,13 +291,14 @@ class PgConn:
 
     The public attributes named after libpq calls are psycopg's bound
     methods of the underlying ``PGconn`` (bytes in, ``None`` or an ``int``
-    out, :data:`LibpqError` on failure). They are stored, not wrapped,
-    because the engine calls them several times per transaction; each is
-    bound on its first use (:meth:`__getattr__`).
+    out, :data:`LibpqError` on failure), looked up on each use
+    (:meth:`__getattr__`). The engine's steps call them on that ``PGconn``
+    itself (``Client.raw``), with no lookup here.
     """
 
-    # a slot per bound libpq call, filled on first use (one list of them)
-    __slots__ = ("_pgconn", "socket", *sorted(_BOUND))
+    # two slots only: a PgConn per client, and a thousand clients (issue
+    # 25); a slot per bound call, filled on first use, cost 96 bytes each
+    __slots__ = ("_pgconn", "socket")
 
     send_query: Any
     send_query_params: Any
@@ -321,15 +323,13 @@ class PgConn:
             self.socket = -1
 
     def __getattr__(self, name: str) -> Any:
-        """A libpq call's bound method, stored in its slot on first use
-        (later reads find the slot: no call). Bound at once they cost some
-        800 bytes a connection, which a client the C loop runs never uses:
-        at 10,000 clients, 8 MB."""
+        """A libpq call's bound method (psycopg's ``PGconn``'s own). Not
+        kept: bound at once they cost some 800 bytes a connection, and
+        kept in slots on first use 96 bytes, which a client the C loop
+        runs never uses (at 10,000 clients, 8 MB and 1 MB)."""
         if name not in _BOUND:
             raise AttributeError(name)
-        method = getattr(self._pgconn, name)
-        object.__setattr__(self, name, method)
-        return method
+        return getattr(self._pgconn, name)
 
     # -- state ------------------------------------------------------------
 

@@ -7,11 +7,15 @@ evaluates its expressions itself): a client starts with the shared empty
 ``NONE_PREPARED`` and no context, and the engine makes them when it needs
 them (``mark_prepared``, ``Support.eval_context``). Nor does it need a
 dict of variables of its own: the clients of a C loop run share the
-worker's initial ones until one is written (``own_variables``).
+worker's initial ones until one is written (``own_variables``), and its
+connection's wrapper keeps none of libpq's calls bound (``pgconn.PgConn``).
 """
 
 from __future__ import annotations
 
+import sys
+
+from pgsurge import pgconn
 from pgsurge.engine.state import (
     NONE_PREPARED,
     Client,
@@ -119,3 +123,18 @@ def test_a_client_with_a_dict_of_its_own_keeps_it() -> None:
     assert own_variables(st, w) is mine
     assert mine == {"scale": 1}
 
+
+def test_a_connection_wrapper_keeps_no_bound_calls() -> None:
+    # a PgConn per client: its libpq calls are looked up on use (the
+    # engine's steps call them on Client.raw), none kept in a slot
+    probe = pgconn.raw_probe()
+    try:
+        conn = pgconn.PgConn(probe)
+        size = sys.getsizeof(conn)
+        assert conn.is_busy.__self__ is probe
+        assert conn.send_query.__name__ == "send_query"
+        assert sys.getsizeof(conn) == size
+        assert not hasattr(conn, "__dict__")
+        assert set(pgconn.PgConn.__slots__) == {"_pgconn", "socket"}
+    finally:
+        probe.finish()
