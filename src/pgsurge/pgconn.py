@@ -25,7 +25,8 @@ Passwords never appear in anything this module prints or raises.
 Importing psycopg's package costs a run's start-up more than all of
 pgsurge's own modules (connections, cursors, copy, the type adapters, some
 200M instructions), and a run only needs ``psycopg.pq`` (with
-``psycopg.errors``). :func:`_import_psycopg_pq`
+``psycopg.errors``, whose SQLSTATE classes are made on first need:
+``pgsurge.deferred_errors``). :func:`_import_psycopg_pq`
 imports just those when nothing has imported psycopg yet, and leaves the
 package to complete itself, exactly as ``import psycopg`` would, on the
 first use of anything else it has (see there).
@@ -44,6 +45,7 @@ from types import ModuleType
 from typing import Any, LiteralString, Self, TextIO
 
 from pgsurge.deferred import deferred_run_imports, in_main_thread, standing_in
+from pgsurge.deferred_errors import sqlstate_classes_deferred
 
 #: the parts of psycopg pgsurge's runs use
 PSYCOPG_PARTS = ("psycopg.pq", "psycopg.errors")
@@ -74,8 +76,9 @@ def _import_psycopg_pq() -> None:
         importlib.import_module("psycopg")
         return
     _preset_binary_version()
-    # asyncio and ssl: imported by psycopg's parts for (next to) nothing
-    with deferred_run_imports():
+    # asyncio and ssl: imported by psycopg's parts for (next to) nothing;
+    # psycopg.errors' SQLSTATE classes: made when one is needed
+    with deferred_run_imports(), sqlstate_classes_deferred():
         package, complete = _import_parts()
     if package is None:
         return  # imported whole
