@@ -88,16 +88,36 @@ class _Finder:
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.origin is None or spec.loader is None:
             return None
-        get_source = getattr(spec.loader, "get_source", None)
-        try:
-            source = get_source(fullname) if get_source is not None else None
-        except ImportError:
-            source = None
+        source = _source(spec.loader, spec.origin)
         parts = _split(source) if source else None
         if parts is None:
             return spec  # as found: the plain import
         spec.loader = cast("Loader", _Loader(*parts, spec.origin))
         return spec
+
+
+def _source(loader: object, origin: str) -> str | None:
+    """The module's source as UTF-8 text, or None (then the plain import).
+
+    Not the loader's ``get_source``: it decodes with ``tokenize`` (to find
+    a coding cookie), a module a run does not import otherwise; a source
+    that declares a coding is imported as usual instead."""
+    get_data = getattr(loader, "get_data", None)
+    if get_data is None:
+        return None
+    try:
+        data = get_data(origin)
+    except OSError:
+        return None
+    if not isinstance(data, bytes):
+        return None
+    head = data.split(b"\n", 2)[:2]
+    if any(b"coding" in line and line.lstrip().startswith(b"#") for line in head):
+        return None
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError:
+        return None
 
 
 def _split(source: str) -> tuple[str, str] | None:

@@ -17,7 +17,7 @@ import os
 
 import pytest
 
-from pgsurge.deferred_errors import END, START, _split
+from pgsurge.deferred_errors import END, START, _source, _split
 from tests.fix_run import python_c
 
 # what a process reports about psycopg.errors once it is complete
@@ -140,3 +140,29 @@ def test_the_parts_keep_the_files_line_numbers() -> None:
 )
 def test_another_layout_is_imported_whole(source: str) -> None:
     assert _split(source) is None
+
+
+class _Loader:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def get_data(self, path: str) -> bytes:
+        return self.data
+
+
+@pytest.mark.parametrize(
+    ("data", "text"),
+    [
+        (b"a = 1\n", "a = 1\n"),
+        (b"\xef\xbb\xbfa = '\xc3\xa9'\n", "a = '\u00e9'\n"),
+        # a declared coding, or bytes that are not UTF-8: the plain import
+        (b"# -*- coding: latin-1 -*-\na = 1\n", None),
+        (b"#!/usr/bin/python\n# vim: set fileencoding=utf-8 :\n", None),
+        (b"a = '\xe9'\n", None),
+    ],
+)
+def test_the_source_is_read_as_utf8_without_tokenize(
+    data: bytes, text: str | None
+) -> None:
+    # (the loader's get_source would import tokenize to decode it)
+    assert _source(_Loader(data), "errors.py") == text
