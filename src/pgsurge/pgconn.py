@@ -12,7 +12,8 @@ the rest of pgsurge never imports ``psycopg.pq``:
   ``--reconnect``: the event loop waits on its socket);
 * a :class:`PgConn` exposes libpq's own bound methods as attributes
   (``send_query_prepared``, ``consume_input``, ``is_busy``, ``get_result``,
-  ``flush``, pipeline calls…), so the hot path pays no wrapper call;
+  ``flush``, pipeline calls…); the engine's hot path calls them on the
+  psycopg ``PGconn`` behind it (``Client.raw``), paying no wrapper call;
 * result and status codes are plain ``int`` module constants (comparing
   ints is cheaper than comparing enum members);
 
@@ -24,7 +25,8 @@ Passwords never appear in anything this module prints or raises.
 Importing psycopg's package costs a run's start-up more than all of
 pgsurge's own modules (connections, cursors, copy, the type adapters, some
 200M instructions), and a run only needs ``psycopg.pq`` (with
-``psycopg.errors``). :func:`_import_psycopg_pq`
+``psycopg.errors``, whose SQLSTATE classes are made on first need:
+``pgsurge.deferred_errors``). :func:`_import_psycopg_pq`
 imports just those when nothing has imported psycopg yet, and leaves the
 package to complete itself, exactly as ``import psycopg`` would, on the
 first use of anything else it has (see there).
@@ -43,6 +45,7 @@ from types import ModuleType
 from typing import Any, LiteralString, Self, TextIO
 
 from pgsurge.deferred import deferred_run_imports, in_main_thread, standing_in
+from pgsurge.deferred_errors import sqlstate_classes_deferred
 
 #: the parts of psycopg pgsurge's runs use
 PSYCOPG_PARTS = ("psycopg.pq", "psycopg.errors")
@@ -73,8 +76,9 @@ def _import_psycopg_pq() -> None:
         importlib.import_module("psycopg")
         return
     _preset_binary_version()
-    # asyncio and ssl: imported by psycopg's parts for (next to) nothing
-    with deferred_run_imports():
+    # asyncio and ssl: imported by psycopg's parts for (next to) nothing;
+    # psycopg.errors' SQLSTATE classes: made when one is needed
+    with deferred_run_imports(), sqlstate_classes_deferred():
         package, complete = _import_parts()
     if package is None:
         return  # imported whole
@@ -290,13 +294,14 @@ class PgConn:
 
     The public attributes named after libpq calls are psycopg's bound
     methods of the underlying ``PGconn`` (bytes in, ``None`` or an ``int``
-    out, :data:`LibpqError` on failure). They are stored, not wrapped,
-    because the engine calls them several times per transaction; each is
-    bound on its first use (:meth:`__getattr__`).
+    out, :data:`LibpqError` on failure), looked up on each use
+    (:meth:`__getattr__`). The engine's steps call them on that ``PGconn``
+    itself (``Client.raw``), with no lookup here.
     """
 
-    # a slot per bound libpq call, filled on first use (one list of them)
-    __slots__ = ("_pgconn", "socket", *sorted(_BOUND))
+    # two slots only: a PgConn per client, and a thousand clients (issue
+    # 25); a slot per bound call, filled on first use, cost 96 bytes each
+    __slots__ = ("_pgconn", "socket")
 
     send_query: Any
     send_query_params: Any
@@ -321,15 +326,13 @@ class PgConn:
             self.socket = -1
 
     def __getattr__(self, name: str) -> Any:
-        """A libpq call's bound method, stored in its slot on first use
-        (later reads find the slot: no call). Bound at once they cost some
-        800 bytes a connection, which a client the C loop runs never uses:
-        at 10,000 clients, 8 MB."""
+        """A libpq call's bound method (psycopg's ``PGconn``'s own). Not
+        kept: bound at once they cost some 800 bytes a connection, and
+        kept in slots on first use 96 bytes, which a client the C loop
+        runs never uses (at 10,000 clients, 8 MB and 1 MB)."""
         if name not in _BOUND:
             raise AttributeError(name)
-        method = getattr(self._pgconn, name)
-        object.__setattr__(self, name, method)
-        return method
+        return getattr(self._pgconn, name)
 
     # -- state ------------------------------------------------------------
 

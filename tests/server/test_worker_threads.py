@@ -118,8 +118,9 @@ def test_threads_fork_no_worker_and_a_stop_keeps_the_report(
 def test_a_c_loop_run_builds_no_python_engine(bench_db: str, tmp_path: Path) -> None:
     """A run the C loop carries on threads hands no client back: the
     Python engine's step modules are never imported (engine.client imports
-    them when it builds the engine) and no client got an expression
-    context or a prepared set of its own (issue 25: memory per client)."""
+    them when it builds the engine), no client got an expression context
+    or a prepared set of its own, and psycopg.errors' SQLSTATE classes
+    were never needed (issue 25: memory)."""
     script = tmp_path / "set.sql"
     script.write_text("\\set x random(1, 10)\nSELECT :x;\n")
     code = (
@@ -128,19 +129,21 @@ def test_a_c_loop_run_builds_no_python_engine(bench_db: str, tmp_path: Path) -> 
         "from pgsurge.engine import worker\n"
         "seen = []\n"
         "make = worker._make_clients\n"
-        "def spy(spec):\n"
-        "    clients = make(spec)\n"
+        "def spy(*args):\n"
+        "    clients = make(*args)\n"
         "    seen.extend(clients)\n"
         "    return clients\n"
         "worker._make_clients = spy\n"
         f"status = main(['pgsurge', '-n', '-f', {str(script)!r},"
         f" '-c', '4', '-j', '2', '-t', '20', {bench_db!r}])\n"
         "from pgsurge.engine.state import NONE_PREPARED\n"
+        "from pgsurge.deferred_errors import is_deferred\n"
         "steps = [m for m in ('pgsurge.engine.sql', 'pgsurge.engine.meta',"
         " 'pgsurge.engine.handback') if m in sys.modules]\n"
         "print(status, len(seen), steps,"
         " [st.ctx for st in seen if st.ctx is not None],"
-        " [st.id for st in seen if st.prepared is not NONE_PREPARED])\n"
+        " [st.id for st in seen if st.prepared is not NONE_PREPARED],"
+        " is_deferred(sys.modules['psycopg.errors']))\n"
     )
     env = {**plain_env(), **THREADS, "PGSURGE_FASTLOOP": "require"}
     done = subprocess.run(
@@ -152,7 +155,8 @@ def test_a_c_loop_run_builds_no_python_engine(bench_db: str, tmp_path: Path) -> 
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[-1] == "0 4 [] [] []", done.stdout
+    # (nor were psycopg.errors' SQLSTATE classes made: pgsurge.deferred_errors)
+    assert done.stdout.splitlines()[-1] == "0 4 [] [] [] True", done.stdout
 
 
 def test_a_python_workload_keeps_its_processes(tmp_path: Path, fresh_db: str) -> None:

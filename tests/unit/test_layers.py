@@ -30,6 +30,7 @@ LAYERS: tuple[frozenset[str], ...] = (
             "cnum",
             "redact",
             "deferred",
+            "deferred_errors",
             "records",
             "_native",
         }

@@ -93,7 +93,8 @@ PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s_cnt,
     *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched, *s_layout,
     *s_add_counts, *s_eval_elif, *s_meta_failed, *s_id, *s_write_chunk, *s_current,
     *s_roll_to, *s_start_us, *s_pending, *s_num_syncs, *s_conn, *s_drain_msg,
-    *s_conn_total_us, *s_pgconn_ptr, *s_finish;
+    *s_conn_total_us, *s_pgconn_ptr, *s_finish, *s_shared_variables,
+    *s_set_client_id, *s_client_id;
 
 /* ---------------------------------------------------------------------- */
 /* Construction                                                           */
@@ -178,6 +179,7 @@ FastLoop_traverse(FastLoop *fl, visitproc visit, void *arg)
     Py_VISIT(fl->absorb);
     Py_VISIT(fl->gset_hook);
     Py_VISIT(fl->slot_of);
+    Py_VISIT(fl->shared_vars);
     Py_VISIT(fl->txlog);
     Py_VISIT(fl->sample_rng);
     Py_VISIT(fl->agg.data);
@@ -240,6 +242,7 @@ FastLoop_clear(FastLoop *fl)
     Py_CLEAR(fl->absorb);
     Py_CLEAR(fl->gset_hook);
     Py_CLEAR(fl->slot_of);
+    Py_CLEAR(fl->shared_vars);
     Py_CLEAR(fl->txlog);
     Py_CLEAR(fl->sample_rng);
     Py_CLEAR(fl->agg.data);
@@ -770,6 +773,41 @@ bad:
     return -1;
 }
 
+/* The variables the clients share until they write one
+ * (WorkerState.shared_variables, None when each has its own), and the slot
+ * of client_id, which a client sharing them takes from its id */
+static int
+shared_vars_init(FastLoop *fl, PyObject *wstate)
+{
+    PyObject *shared, *flag, *slot;
+
+    fl->client_id_slot = -1;
+    shared = PyObject_GetAttr(wstate, s_shared_variables);
+    if (shared == NULL)
+        return -1;
+    if (shared == Py_None) {
+        Py_DECREF(shared);
+        return 0;
+    }
+    if (!PyDict_CheckExact(shared)) {
+        Py_DECREF(shared);
+        PyErr_SetString(PyExc_TypeError, "shared_variables must be a dict or None");
+        return -1;
+    }
+    fl->shared_vars = shared;
+    flag = PyObject_GetAttr(wstate, s_set_client_id);
+    if (flag == NULL)
+        return -1;
+    fl->set_client_id = PyObject_IsTrue(flag);
+    Py_DECREF(flag);
+    if (fl->set_client_id <= 0)
+        return fl->set_client_id;
+    slot = PyDict_GetItemWithError(fl->slot_of, s_client_id);
+    if (slot != NULL)
+        fl->client_id_slot = (int)PyLong_AsLong(slot);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
 static PyObject *
 FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
@@ -973,6 +1011,8 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         if (fl->throttle_rng == NULL)
             goto fail;
     }
+    if (shared_vars_init(fl, wstate) < 0)
+        goto fail;
 
     fl->clients = PyMem_Calloc(PyList_GET_SIZE(clients) + 1, sizeof(fl_client));
     if (fl->clients == NULL) {
@@ -1400,6 +1440,8 @@ static const struct {
     {"WorkerState", "throttle_rng", &s_throttle_rng},
     {"WorkerState", "throttle_trigger", &s_throttle_trigger},
     {"WorkerState", "latency_late", &s_latency_late},
+    {"WorkerState", "shared_variables", &s_shared_variables},
+    {"WorkerState", "set_client_id", &s_set_client_id},
     {"Op", "stats", &s_stats},
     {"CommandStats", "latency", &s_latency},
     {"PgPrng", "getstate", &s_getstate},
@@ -1462,7 +1504,9 @@ PyInit__fastloop(void)
     /* psycopg's PGconn, under -C */
     if ((s_pgconn_ptr == NULL &&
          (s_pgconn_ptr = PyUnicode_InternFromString("pgconn_ptr")) == NULL) ||
-        (s_finish == NULL && (s_finish = PyUnicode_InternFromString("finish")) == NULL))
+        (s_finish == NULL && (s_finish = PyUnicode_InternFromString("finish")) == NULL) ||
+        (s_client_id == NULL &&
+         (s_client_id = PyUnicode_InternFromString("client_id")) == NULL))
         return NULL;
     if (PyType_Ready(&FastLoop_Type) < 0)
         return NULL;

@@ -46,8 +46,9 @@
 #define FL_HIDDEN
 #endif
 
-/* 10: run() gives the GIL up while a script's loop runs (gil_takes) */
-#define FASTLOOP_API 10
+/* 10: run() gives the GIL up while a script's loop runs (gil_takes);
+ * 11: a client may share WorkerState.shared_variables until it writes one */
+#define FASTLOOP_API 11
 
 /* setup.py's digest of the sources this was built from (see there) */
 #ifndef PGSURGE_SOURCE_HASH
@@ -355,6 +356,13 @@ typedef struct {
     PyObject *wstate, *choose_rng, *throttle_rng, *advance, *resume, *absorb;
     /* Engine.gset, and {variable name: slot} for \gset */
     PyObject *gset_hook, *slot_of;
+    /* WorkerState.shared_variables (NULL: None), the dict the clients
+     * hold until they write a variable (pgsurge.engine.state.
+     * own_variables); WorkerState.set_client_id, whether a client's own
+     * copy gets its client_id; and then client_id's slot, which a client
+     * sharing the dict takes from its id (-1: none) */
+    PyObject *shared_vars;
+    int set_client_id, client_id_slot;
     /* -C (set_connect): a connection per transaction, opened by C without
      * blocking; the conninfo (bytes), start(conninfo) -> psycopg PGconn,
      * adopt(client, pgconn) and release(client) (Python's side of a
@@ -460,7 +468,8 @@ FL_HIDDEN extern PyObject *s_state, *s_script, *s_ops, *s_command, *s_qrynum, *s
     *s_skipped, *s_lag, *s_sleep_until, *s_stmt_begin, *s_unwatched, *s_layout,
     *s_add_counts, *s_eval_elif, *s_meta_failed, *s_id, *s_write_chunk, *s_current,
     *s_roll_to, *s_start_us, *s_pending, *s_num_syncs, *s_conn, *s_drain_msg,
-    *s_conn_total_us, *s_pgconn_ptr, *s_finish;
+    *s_conn_total_us, *s_pgconn_ptr, *s_finish, *s_shared_variables,
+    *s_set_client_id, *s_client_id;
 
 static inline int64_t
 clock_us(void)
@@ -756,6 +765,7 @@ FL_HIDDEN int fl_conn_watch(FastLoop *fl, int index, int fd, uint32_t events);
 FL_HIDDEN int fl_conn_forget(FastLoop *fl, int index);
 FL_HIDDEN int fl_fd_publish(FastLoop *fl, int index);
 FL_HIDDEN PyObject *fl_wrap_raw(FastLoop *fl, PGconn *conn);
+FL_HIDDEN PyObject *fl_own_vars(FastLoop *fl, fl_client *c);
 
 /* _fastloop_client.c */
 FL_HIDDEN int fl_advance(FastLoop *fl, int index);

@@ -1065,7 +1065,7 @@ store_gset(FastLoop *fl, fl_client *c, fl_op *op, PGresult *res, int is_last, in
         }
         if (slot != NULL) {
             /* a name C planned for is a valid one: store it as Python does */
-            if (vars == NULL && (vars = PyObject_GetAttr(c->st, s_variables)) == NULL)
+            if (vars == NULL && (vars = fl_own_vars(fl, c)) == NULL)
                 r = -1;
             else if (PyDict_SetItem(vars, name, value) < 0)
                 r = -1;

@@ -774,6 +774,12 @@ fl_take_over(FastLoop *fl, int index, int state)
                 Py_DECREF(vars);
                 return -1;
             }
+            if (i == fl->client_id_slot && vars == fl->shared_vars) {
+                /* the worker's shared variables: client_id is what the
+                 * client's own copy would hold (own_variables), its id */
+                var->i = c->id;
+                var->type = FV_INT;
+            }
             continue;
         }
         if (PyUnicode_CheckExact(v)) {
@@ -890,6 +896,37 @@ fl_wrap_raw(FastLoop *fl, PGconn *conn)
     return obj;
 }
 
+/* The client's variables (a new reference) in a dict of its own: while it
+ * holds the worker's shared one, a copy with its client_id is made its
+ * own first -- pgsurge.engine.state.own_variables, which this mirrors.
+ * Before any write. The GIL held. */
+PyObject *
+fl_own_vars(FastLoop *fl, fl_client *c)
+{
+    PyObject *vars = PyObject_GetAttr(c->st, s_variables), *id;
+    int r;
+
+    if (vars == NULL || vars != fl->shared_vars)
+        return vars;
+    Py_SETREF(vars, PyDict_Copy(vars));
+    if (vars == NULL)
+        return NULL;
+    if (fl->set_client_id) {
+        id = PyLong_FromLongLong(c->id);
+        r = id == NULL ? -1 : PyDict_SetItem(vars, s_client_id, id);
+        Py_XDECREF(id);
+        if (r < 0) {
+            Py_DECREF(vars);
+            return NULL;
+        }
+    }
+    if (PyObject_SetAttr(c->st, s_variables, vars) < 0) {
+        Py_DECREF(vars);
+        return NULL;
+    }
+    return vars;
+}
+
 /* Write a C-owned client back into its Client, in ``state``; it is then
  * Python's. Takes the GIL. */
 static int
@@ -983,7 +1020,7 @@ hand_back(FastLoop *fl, int index, int state)
     if (r < 0)
         return -1;
     if (c->assigned) {
-        vars = PyObject_GetAttr(st, s_variables);
+        vars = fl_own_vars(fl, c);
         if (vars == NULL)
             return -1;
         for (i = 0; i < fl->nvars; i++) {

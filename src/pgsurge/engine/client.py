@@ -135,6 +135,7 @@ from pgsurge.engine.state import (
     Settings,
     Support,
     WorkerState,
+    own_variables,
 )
 from pgsurge.engine.throttle import is_late, poisson_delay
 from pgsurge.engine.tx import close_client, make_tx
@@ -225,6 +226,10 @@ def make_engine_lazily(
     600 KiB of a ``-c 2 -j 2`` run's memory. What the builder reads of
     ``w`` (its stats, recorder, random states) is set before this and only
     changed in place after.
+
+    A client handed back gets its own variables first
+    (:func:`pgsurge.engine.state.own_variables`): the engine's steps read
+    and write ``st.variables`` as the client's own.
     """
     built: list[Engine] = []
 
@@ -237,9 +242,11 @@ def make_engine_lazily(
         if not built and st.state == FINISHED:
             close_client(io, st)  # what advance does with a finished client
             return
+        own_variables(st, w)
         engine().advance(st)
 
     def resume(st: Client, event: object) -> None:
+        own_variables(st, w)
         engine().resume(st, event)
 
     def gset(
@@ -252,6 +259,7 @@ def make_engine_lazily(
         name: str | None,
         value: str,
     ) -> bool:
+        own_variables(st, w)
         return engine().gset(st, script, command, qrynum, got, context, name, value)
 
     return Engine(advance, resume, gset)

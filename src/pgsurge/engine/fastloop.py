@@ -124,8 +124,9 @@ __all__ = [
 
 #: the interface version of pgsurge._fastloop this code expects (10: run()
 #: gives the GIL up while a script's loop runs, ``FastLoop.gil_takes``; a
-#: worker run as a thread relies on it)
-FASTLOOP_API = 10
+#: worker run as a thread relies on it; 11: clients share
+#: ``WorkerState.shared_variables`` until they write one)
+FASTLOOP_API = 11
 
 
 def disabled() -> bool:

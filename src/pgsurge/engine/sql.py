@@ -236,7 +236,8 @@ def make_sql(s: Settings, io: IoHooks, sup: Support) -> SqlSteps:
         mark_prepared(st, op.prepname)
 
     def send_sql(st: Client, op: Op) -> bool:
-        conn = st.conn
+        # psycopg's PGconn itself: its calls need no lookup in the PgConn
+        conn = st.raw
         assert conn is not None
         try:
             if query_mode == MODE_PREPARED:

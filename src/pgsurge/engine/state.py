@@ -48,6 +48,7 @@ __all__ = [
     "Support",
     "WorkerState",
     "mark_prepared",
+    "own_variables",
 ]
 
 
@@ -237,6 +238,8 @@ class Client:
     """pgbench's ``CState``: one client's connection, variables and progress."""
 
     id: int
+    #: its variables; in a C loop run the worker's shared initial ones
+    #: until it writes one (:func:`own_variables`)
     variables: dict[str, Value]
     rng: PgPrng
     #: the context its \set and \if expressions run in, made at the first
@@ -315,6 +318,27 @@ def mark_prepared(st: Client, name: bytes) -> None:
         st.prepared = {name}
 
 
+def own_variables(st: Client, w: WorkerState) -> dict[str, Value]:
+    """``st``'s variables in a dict of its own: a copy of the worker's
+    shared initial ones (``WorkerState.shared_variables``) with its
+    ``client_id``, made on the first call, which every writer (and the
+    Python engine, before it runs the client) makes first.
+
+    A dict of four variables is some 200 bytes, 200 KiB of a thousand
+    clients' memory (issue 25) that a client the C loop runs never needs:
+    C reads the shared values (and the client's id as ``client_id``) when
+    it takes the client over, and makes the copy itself when it writes
+    (``own_vars`` in _native/_fastloop_sync.c, this function's mirror).
+    """
+    variables = st.variables
+    if variables is w.shared_variables:
+        variables = dict(variables)
+        if w.set_client_id:
+            variables["client_id"] = st.id
+        st.variables = variables
+    return variables
+
+
 @record(slots=True, eq=False)
 class WorkerState:
     """pgbench's ``TState``: what a worker's clients share and accumulate."""
@@ -344,6 +368,12 @@ class WorkerState:
     #: the worker's pipe from the parent (its loop's control descriptor),
     #: which a blocking connect under -C also watches; None outside a worker
     control_fd: int | None = None
+    #: the initial variables (-D, scale, seeds) that every client of a C
+    #: loop run holds until it writes one (:func:`own_variables`), None
+    #: when each client has its own dict from the start; and whether a
+    #: client's own dict gets ``client_id`` (not when -D gave it)
+    shared_variables: dict[str, Value] | None = None
+    set_client_id: bool = False
 
 
 class IoHooks(Protocol):

@@ -66,7 +66,7 @@ from pgsurge.engine.protocol import (
     Ready,
     Steady,
 )
-from pgsurge.engine.state import Client, Op, Settings, WorkerState
+from pgsurge.engine.state import Client, Op, Settings, WorkerState, own_variables
 from pgsurge.engine.throttle import worker_delay_us
 from pgsurge.errors import PROG, PgsurgeError
 from pgsurge.prng import PgPrng, ThreadStreams
@@ -213,17 +213,17 @@ def _clock() -> int:
     return time.monotonic_ns() // 1000
 
 
-def _make_clients(spec: WorkerSpec) -> list[Client]:
-    base = dict(spec.variables)
-    clients = []
-    for i in range(spec.nclients):
-        cid = spec.first_client + i
-        variables: dict[str, Value] = dict(base)
-        if spec.set_client_id:
-            variables["client_id"] = cid
-        # (its expression context is made at its first expression)
-        clients.append(Client(cid, variables, spec.client_rngs[i]))
-    return clients
+def _make_clients(spec: WorkerSpec, w: WorkerState) -> list[Client]:
+    """The worker's clients, each holding the worker's initial variables
+    (``w.shared_variables``) until it needs a dict of its own
+    (:func:`pgsurge.engine.state.own_variables`; :func:`_connect` gives
+    every client one at once when the Python engine runs them). Its
+    expression context is made at its first expression."""
+    shared: dict[str, Value] = dict(spec.variables)
+    w.shared_variables = shared
+    w.set_client_id = spec.set_client_id
+    first, rngs = spec.first_client, spec.client_rngs
+    return [Client(first + i, shared, rngs[i]) for i in range(spec.nclients)]
 
 
 def _workload_files(scripts: tuple[tuple[Op, ...], ...]) -> frozenset[str]:
@@ -574,9 +574,6 @@ def _setup(
     file (pgbench opens it before its barriers too)."""
     cfg = spec.config
     scripts = compile_scripts(spec.scripts, cfg.query_mode, debug=cfg.debug)
-    clients = _make_clients(spec)
-    for st in clients:
-        st.ops = scripts[0]  # CHOOSE_SCRIPT only switches with several scripts
     nscripts = len(scripts)
     wstate = WorkerState(
         stats=StatsData(),
@@ -584,6 +581,9 @@ def _setup(
         choose_rng=spec.streams.choose,
         throttle_rng=spec.streams.throttle,
     )
+    clients = _make_clients(spec, wstate)
+    for st in clients:
+        st.ops = scripts[0]  # CHOOSE_SCRIPT only switches with several scripts
     run = _Run(spec, pipe, abort_owner, scripts, clients, wstate)
     run.host = host
     # from now on a first Ctrl-C stops the run gracefully (the parent
@@ -683,6 +683,11 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
         engine = make_engine_lazily(settings, wstate, scripts, loop, log)
     else:
         engine = make_engine(settings, wstate, scripts, loop, log)
+    if plan is None or fastgen.is_python(scripts):
+        # the Python engine's steps (and a Python transaction's context)
+        # take st.variables for the client's own
+        for st in run.clients:
+            own_variables(st, wstate)
     if cfg.reconnect:
         from pgsurge.engine.reconnect import with_reconnect  # only --reconnect
 
