@@ -91,8 +91,11 @@ def with_reconnect(
     loop: EventLoop,
     log: Callable[[str], None],
     attempts: int,
+    reconnected: Callable[[Client, pgconn.PgConn], None] | None = None,
 ) -> Engine:
-    """``engine`` whose clients reconnect after a lost connection."""
+    """``engine`` whose clients reconnect after a lost connection;
+    ``reconnected(client, conn)`` is told of each new connection (a
+    multi-host connection string's may reach another server)."""
     lost: set[int] = set()
     reconnecting: dict[int, _Attempts] = {}
     detach = loop.detach
@@ -199,6 +202,8 @@ def with_reconnect(
                 give_up(st, att, failed)
                 return
         del reconnecting[st.id]
+        if reconnected is not None:
+            reconnected(st, conn)
         conn.set_nonblocking()
         st.conn = conn
         st.raw = conn._pgconn

@@ -1,0 +1,127 @@
+"""Hostile runs of issue 25's multi-host and pooler insight, third pass.
+
+* ``host=primary,standby --reconnect`` through a failover: the first
+  host goes away mid-run (its connections cut, its socket gone), every
+  client reconnects to the second. Before, each client's transactions
+  were all counted on the server it first connected to: every client had
+  started on the first host, so the run "reached one server" and had no
+  per-server figures, though most of its transactions ran on the second.
+  Now each server counts the transactions that ran on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from pgsurge.report.json import load_schema
+from tests.fix_run import (
+    UnixRelay,
+    run_pgsurge,
+)
+
+pytestmark = pytest.mark.server
+
+VALIDATOR = jsonschema.Draft202012Validator(load_schema())
+
+
+class _FailsOver(UnixRelay):
+    """A relay that forwards until its clients have sent ``limit`` bytes,
+    then fails as a primary does: every connection cut and, unless
+    ``hang``, its socket removed (a reconnection goes on to the next
+    host); with ``hang`` it goes on accepting connections and never
+    answers them (a host that went silent). The cut comes from the
+    traffic itself, not from a timer."""
+
+    def __init__(
+        self, dsn: str, directory: Path, limit: int, *, hang: bool = False
+    ) -> None:
+        self.limit = limit
+        self.hang = hang
+        self.sent = 0
+        self.gone = threading.Event()
+        super().__init__(dsn, directory)
+
+    def serve(self, client: socket.socket) -> None:
+        if self.gone.is_set():
+            return  # hung: accepted, never answered (closed by close())
+        server = self.connect()
+        threading.Thread(target=self._back, args=(server, client), daemon=True).start()
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                server.sendall(data)
+                with self.lock:
+                    self.sent += len(data)
+                    cut = self.sent >= self.limit and not self.gone.is_set()
+                    if cut:
+                        self.gone.set()
+                if cut:
+                    self._cut()
+                    return
+
+    def _cut(self) -> None:
+        if not self.hang:
+            self.close()
+            return
+        with self.lock:
+            socks = list(self.socks)
+        for sock in socks:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    @staticmethod
+    def _back(server: socket.socket, client: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := server.recv(65536):
+                client.sendall(data)
+
+    def then_server(self, dsn: str) -> str:
+        """``dsn`` with two hosts: this relay first, then the server."""
+        params = conninfo_to_dict(dsn)
+        return make_conninfo(
+            dsn,
+            host=f"{self.path.parent},{params['host']}",
+            port=f"5432,{params.get('port') or 5432}",
+        )
+
+
+def test_reconnect_to_another_host_counts_there(bench_db: str, tmp_path: Path) -> None:
+    relay = _FailsOver(bench_db, tmp_path, limit=8000)
+    dsn = relay.then_server(bench_db)
+    path = tmp_path / "result.json"
+    args = ["-n", "-S", "-c", "4", "-j", "2", "-t", "300", "--reconnect"]
+    try:
+        # (--reconnect runs on the Python engine)
+        out = run_pgsurge([*args, f"--json={path}"], dsn, cwd=tmp_path)
+    finally:
+        relay.close()
+    assert relay.gone.is_set()  # the first host went away mid-run
+    assert out.status == 0, out.stderr
+    assert out.stderr.count("reconnected after") == 4, out.stderr
+    doc: dict[str, Any] = json.loads(path.read_text())
+    VALIDATOR.validate(doc)
+    processed = doc["totals"]["processed"]
+    assert processed > 0
+    by = {t["target"].split(":")[0]: t for t in doc.get("targets", [])}
+    first, second = str(tmp_path), str(conninfo_to_dict(bench_db)["host"])
+    assert sorted(by) == sorted([first, second]), doc.get("targets")
+    # the transactions where they ran: some on the first before it went,
+    # the rest on the second; the clients where they ended
+    assert by[first]["transactions"] > 0, by
+    assert by[second]["transactions"] > 0, by
+    assert by[first]["transactions"] + by[second]["transactions"] == processed
+    assert (by[first]["clients"], by[second]["clients"]) == (0, 4), by
+    line = next(ln for ln in out.stderr.splitlines() if "reached 2 servers" in ln)
+    assert "4 reconnections went to another server" in line, line
+
+
+#: pgsurge's command line in a fresh interpreter, with one of its bounds
+#: made short (argv[1]: module, argv[2]: name, argv[3]: value)
