@@ -7,6 +7,10 @@
   started on the first host, so the run "reached one server" and had no
   per-server figures, though most of its transactions ran on the second.
   Now each server counts the transactions that ran on it.
+* ``--reconnect`` without ``connect_timeout``, the server gone silent
+  after a cut (it accepts connections and never answers): the run never
+  ended, its clients waiting in CONNECTING for an answer past -T. Now
+  -T's end gives the attempt up and the client finishes.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -24,8 +29,11 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgsurge.report.json import load_schema
 from tests.fix_run import (
+    PGSURGE,
     UnixRelay,
+    communicate_or_kill,
     run_pgsurge,
+    tool_env,
 )
 
 pytestmark = pytest.mark.server
@@ -121,6 +129,36 @@ def test_reconnect_to_another_host_counts_there(bench_db: str, tmp_path: Path) -
     assert (by[first]["clients"], by[second]["clients"]) == (0, 4), by
     line = next(ln for ln in out.stderr.splitlines() if "reached 2 servers" in ln)
     assert "4 reconnections went to another server" in line, line
+
+
+def test_T_ends_while_a_reconnection_hangs(bench_db: str, tmp_path: Path) -> None:
+    """--reconnect, no connect_timeout: the server's connections are cut
+    mid-run and it then accepts connections without ever answering (a
+    host gone silent). The run must end at -T, the clients still
+    reconnecting finished (pgbench's FINISHED at -T's end), not wait for
+    an answer that never comes."""
+    relay = _FailsOver(bench_db, tmp_path, limit=4000, hang=True)
+    args = ["-n", "-S", "-c", "2", "-j", "1", "-T", "3", "--reconnect"]
+    proc = subprocess.Popen(
+        [*PGSURGE, *args, relay.dsn],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=tool_env(),
+        start_new_session=True,  # a hung run is killed whole
+    )
+    try:
+        # generous for -T 3 on a loaded box; a hang never ends
+        out, err = communicate_or_kill(proc, 60)
+    finally:
+        relay.close()
+    assert relay.gone.is_set()
+    assert proc.returncode == 0, err
+    assert err.count("lost its connection") == 2, err
+    assert "reconnected" not in err, err
+    assert "aborted" not in err, err
+    assert "number of transactions actually processed: " in out, out
 
 
 #: pgsurge's command line in a fresh interpreter, with one of its bounds
