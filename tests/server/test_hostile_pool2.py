@@ -11,6 +11,11 @@
   after a cut (it accepts connections and never answers): the run never
   ended, its clients waiting in CONNECTING for an answer past -T. Now
   -T's end gives the attempt up and the client finishes.
+* ``-C`` with ``host=a,b load_balance_hosts=random`` and ``--server-stats``
+  (or ``--waits``): the clients' servers are not followed under -C, and
+  the monitor, one connection to one of the hosts, divided that server's
+  counters by every server's transactions without a word (the same run
+  without -C says so). Now a warning names the server it watched.
 """
 
 from __future__ import annotations
@@ -129,6 +134,38 @@ def test_reconnect_to_another_host_counts_there(bench_db: str, tmp_path: Path) -
     assert (by[first]["clients"], by[second]["clients"]) == (0, 4), by
     line = next(ln for ln in out.stderr.splitlines() if "reached 2 servers" in ln)
     assert "4 reconnections went to another server" in line, line
+
+
+def _both(dsn: str, directory: Path) -> tuple[UnixRelay, str]:
+    """A relay in ``directory`` and a conninfo of it and the server, the
+    clients spread over the two at random."""
+    relay = UnixRelay(dsn, directory)
+    params = conninfo_to_dict(dsn)
+    return relay, make_conninfo(
+        dsn,
+        host=f"{directory},{params['host']}",
+        port=f"5432,{params.get('port') or 5432}",
+        load_balance_hosts="random",
+    )
+
+
+def test_monitor_of_connect_each_over_several_hosts_says_it_sees_one(
+    bench_db: str, tmp_path: Path
+) -> None:
+    relay, dsn = _both(bench_db, tmp_path)
+    args = ["-n", "-S", "-C", "-c", "2", "-t", "20", "--server-stats", "--waits=50"]
+    try:
+        out = run_pgsurge(args, dsn, cwd=tmp_path)
+        single = run_pgsurge(args, bench_db, cwd=tmp_path)
+    finally:
+        relay.close()
+    assert out.status == 0, out.stderr
+    said = [ln for ln in out.stderr.splitlines() if "names several hosts" in ln]
+    assert len(said) == 1, out.stderr
+    assert "the monitor watches one (" in said[0], said
+    # one host: nothing of the kind
+    assert single.status == 0, single.stderr
+    assert "several hosts" not in single.stderr
 
 
 def test_T_ends_while_a_reconnection_hangs(bench_db: str, tmp_path: Path) -> None:

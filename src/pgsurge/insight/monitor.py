@@ -776,6 +776,24 @@ class Monitor:
                     "divide them by every server's transactions)",
                 )
             )
+        elif (
+            self.cfg.connect_each_tx
+            and self.conn is not None
+            and (self.several_hosts or self.conn.several_hosts())
+        ):
+            # -C's connections are not followed to their servers (no
+            # ``servers``): they may have reached any host of host=a,b,
+            # which went unsaid
+            self.warnings.append(
+                _warning(
+                    "--waits/--server-stats",
+                    "the run's connection string names several hosts, whose "
+                    "servers -C's connections are not followed to; the "
+                    f"monitor watches one ({self.server}): its wait events "
+                    "and counters are that server's only (the per-transaction "
+                    "figures divide them by every server's transactions)",
+                )
+            )
         self._stop_thread()
         out: dict[str, Any] = {}
         intervals: dict[int, dict[str, Any]] = {}
