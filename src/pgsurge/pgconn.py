@@ -372,6 +372,34 @@ class PgConn:
             for opt in self._pgconn.info
         )
 
+    def each_host(self) -> list[dict[str, str]]:
+        """Its conninfo once per host of ``host=a,b`` (with that host's
+        address and port), as libpq resolved it (the environment and the
+        defaults applied): to reach each server of a multi-host target in
+        turn. Whatever chooses among the hosts (``load_balance_hosts``,
+        ``target_session_attrs``) is left out."""
+        resolved = {
+            opt.keyword.decode(): _text(opt.val)
+            for opt in self._pgconn.info
+            if opt.val  # (an empty value is libpq's unset)
+        }
+        lists = {
+            key: resolved.pop(key).split(",")
+            for key in ("host", "hostaddr", "port")
+            if key in resolved
+        }
+        for key in ("load_balance_hosts", "target_session_attrs"):
+            resolved.pop(key, None)
+        count = max(len(lists.get("host", ())), len(lists.get("hostaddr", ())))
+        out: list[dict[str, str]] = []
+        for i in range(count):
+            items = dict(resolved)
+            for key, values in lists.items():
+                # libpq: one port for every host, else one each
+                items[key] = values[0] if len(values) == 1 else values[i]
+            out.append(items)
+        return out
+
     @property
     def target(self) -> str:
         """``host:port`` of the server this connection reached (``PQhost``,

@@ -16,6 +16,11 @@
   the monitor, one connection to one of the hosts, divided that server's
   counters by every server's transactions without a word (the same run
   without -C says so). Now a warning names the server it watched.
+* ``--monitor`` of a run on several hosts was not checked at all (the
+  check that it reaches the run's database on the run's server was for
+  one host): a monitor on another database, or on a server that is none
+  of the run's, was taken, its samples and counters reported as the
+  run's. Now it must reach the run's database on one of its servers.
 """
 
 from __future__ import annotations
@@ -196,6 +201,29 @@ def test_T_ends_while_a_reconnection_hangs(bench_db: str, tmp_path: Path) -> Non
     assert "reconnected" not in err, err
     assert "aborted" not in err, err
     assert "number of transactions actually processed: " in out, out
+
+
+def test_monitor_of_a_multi_host_run_elsewhere_is_refused(
+    bench_db: str, server_dsn: str, tmp_path: Path
+) -> None:
+    relay, dsn = _both(bench_db, tmp_path)
+    args = ["-n", "-S", "-c", "2", "-t", "10", "--server-stats"]
+    elsewhere = make_conninfo(server_dsn, dbname="postgres")
+    try:
+        out = run_pgsurge([*args, f"--monitor={elsewhere}"], dsn, cwd=tmp_path)
+        # the run's database on the server, one of its hosts: taken
+        fine = run_pgsurge([*args, f"--monitor={bench_db}"], dsn, cwd=tmp_path)
+    finally:
+        relay.close()
+    assert out.status == 1, out.stderr
+    name = conninfo_to_dict(bench_db)["dbname"]
+    assert (
+        '--monitor: it reaches database "postgres" of the server started at '
+    ) in out.stderr, out.stderr
+    assert f'the run\'s database "{name}" of the server started at ' in out.stderr
+    assert "transactions actually processed" not in out.stdout
+    assert fine.status == 0, fine.stderr
+    assert "--monitor:" not in fine.stderr
 
 
 #: pgsurge's command line in a fresh interpreter, with one of its bounds

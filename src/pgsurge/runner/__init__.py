@@ -437,6 +437,7 @@ def _start_monitor(
             app_name=pooler.application_name if pooler else None,
             database=pooler.database if pooler else None,
             target=setup.target,
+            host_targets=setup.host_targets,
             pooler_found_at=pooler.found_at if pooler else 0.0,
         )
     except ConnectError as exc:
