@@ -999,6 +999,21 @@ def connect_timeout_s(info: bytes) -> float:
     return float(seconds if pq.version() >= 170000 else max(seconds, 2))
 
 
+def bounded(items: dict[str, str], seconds: int) -> dict[str, str]:
+    """``items`` with ``connect_timeout`` set to ``seconds`` where neither
+    the conninfo nor ``PGCONNECT_TIMEOUT`` sets one: for a connection of
+    pgsurge's own (--monitor, --pooler-admin) to a server that accepts
+    and never answers (a wrong port, a host gone silent), whose blocking
+    connect would otherwise hold the run forever."""
+    try:
+        info = conninfo(items).encode("utf-8", "surrogateescape")
+    except Error:
+        return items  # libpq says why when it connects
+    if connect_timeout_s(info) > 0:
+        return items
+    return {**items, "connect_timeout": str(seconds)}
+
+
 def timeout_text(pgconn: Any) -> str:
     """What libpq's blocking connect says when ``connect_timeout`` expires,
     for psycopg's ``PGconn`` ``pgconn`` (still connecting): the server it

@@ -21,6 +21,10 @@
   one host): a monitor on another database, or on a server that is none
   of the run's, was taken, its samples and counters reported as the
   run's. Now it must reach the run's database on one of its servers.
+* ``--monitor DSN`` or ``--pooler-admin DSN`` naming a server that
+  accepts and never answers (a wrong port, a host gone silent), with no
+  ``connect_timeout``: the run waited before its start, forever. Their
+  connections now give up after a bound (15 s; 1 s in the tests).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import contextlib
 import json
 import socket
 import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -38,6 +43,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pgsurge.report.json import load_schema
+from tests.fix_pooler import Pooler
 from tests.fix_run import (
     PGSURGE,
     UnixRelay,
@@ -226,5 +232,74 @@ def test_monitor_of_a_multi_host_run_elsewhere_is_refused(
     assert "--monitor:" not in fine.stderr
 
 
+class _Silent(UnixRelay):
+    """A server that accepts connections and never answers them."""
+
+    def serve(self, client: socket.socket) -> None:
+        pass  # (the socket stays open in self.socks until close())
+
+
 #: pgsurge's command line in a fresh interpreter, with one of its bounds
 #: made short (argv[1]: module, argv[2]: name, argv[3]: value)
+_WITH_BOUND = (
+    "import importlib, sys\n"
+    "setattr(importlib.import_module(sys.argv[1]), sys.argv[2], int(sys.argv[3]))\n"
+    "from pgsurge.cli import main\n"
+    "sys.exit(main(['pgsurge', *sys.argv[4:]]))\n"
+)
+
+
+def _with_bound(
+    module: str, name: str, args: list[str], cwd: Path
+) -> tuple[int, str, str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WITH_BOUND, module, name, "1", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env=tool_env(),
+        start_new_session=True,  # a hung run is killed whole
+    )
+    # generous for a 1 s bound on a loaded box; a hang never ends
+    out, err = communicate_or_kill(proc, 60)
+    return proc.returncode, out, err
+
+
+def test_a_monitor_that_never_answers_is_given_up(
+    bench_db: str, tmp_path: Path
+) -> None:
+    silent = _Silent(bench_db, tmp_path)
+    args = ["-n", "-S", "-c", "1", "-t", "5", "--waits=50"]
+    try:
+        status, out, err = _with_bound(
+            "pgsurge.insight.monitor",
+            "CONNECT_WAIT_S",
+            [*args, f"--monitor={silent.dsn}", bench_db],
+            tmp_path,
+        )
+    finally:
+        silent.close()
+    assert status == 1, err
+    assert "pgsurge: error: --monitor: connection to server on socket" in err, err
+    assert "timeout expired" in err, err
+    assert "transactions actually processed" not in out
+
+
+def test_a_pooler_console_that_never_answers_is_given_up(
+    pgbouncer_transaction: Pooler, bench_db: str, tmp_path: Path
+) -> None:
+    silent = _Silent(bench_db, tmp_path)
+    args = ["-n", "-S", "-c", "1", "-t", "5", f"--pooler-admin={silent.dsn}"]
+    try:
+        status, _out, err = _with_bound(
+            "pgsurge.insight.pooladmin",
+            "CONNECT_WAIT_S",
+            [*args, pgbouncer_transaction.pooled(bench_db)],
+            tmp_path,
+        )
+    finally:
+        silent.close()
+    assert status == 1, err
+    assert "pgsurge: error: --pooler-admin: connection to server on socket" in err
+    assert "timeout expired" in err, err

@@ -67,6 +67,9 @@ Warn = Callable[[str], None]
 
 #: how long the end snapshot waits for the run's backends to exit
 EXIT_WAIT_S = 5.0
+#: how long a --monitor DSN's connection may take when it sets no
+#: ``connect_timeout`` (pgconn.bounded)
+CONNECT_WAIT_S = 15
 _PRIVILEGED_SQL = (
     "SELECT rolsuper OR pg_catalog.pg_has_role(current_user, 'pg_read_all_stats',"
     " 'MEMBER') FROM pg_catalog.pg_roles WHERE rolname = current_user"
@@ -270,6 +273,9 @@ class Monitor:
         if cfg.monitor_dsn is not None:
             items = {"dbname": cfg.monitor_dsn, "fallback_application_name": PROG}
             password = _typed_for(password, cfg.conn.conninfo_items(), items)
+            # a server that accepts and never answers (a wrong port) held
+            # the run before its start, forever
+            items = pgconn.bounded(items, CONNECT_WAIT_S)
         mon.via_pooler = pooler_mode is not None and cfg.monitor_dsn is None
         # (the set-up gives no target identity to a host=a,b run's --monitor)
         mon.several_hosts = cfg.monitor_dsn is not None and target is None
