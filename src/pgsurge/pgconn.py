@@ -375,6 +375,34 @@ class PgConn:
             for opt in self._pgconn.info
         )
 
+    def each_host(self) -> list[dict[str, str]]:
+        """Its conninfo once per host of ``host=a,b`` (with that host's
+        address and port), as libpq resolved it (the environment and the
+        defaults applied): to reach each server of a multi-host target in
+        turn. Whatever chooses among the hosts (``load_balance_hosts``,
+        ``target_session_attrs``) is left out."""
+        resolved = {
+            opt.keyword.decode(): _text(opt.val)
+            for opt in self._pgconn.info
+            if opt.val  # (an empty value is libpq's unset)
+        }
+        lists = {
+            key: resolved.pop(key).split(",")
+            for key in ("host", "hostaddr", "port")
+            if key in resolved
+        }
+        for key in ("load_balance_hosts", "target_session_attrs"):
+            resolved.pop(key, None)
+        count = max(len(lists.get("host", ())), len(lists.get("hostaddr", ())))
+        out: list[dict[str, str]] = []
+        for i in range(count):
+            items = dict(resolved)
+            for key, values in lists.items():
+                # libpq: one port for every host, else one each
+                items[key] = values[0] if len(values) == 1 else values[i]
+            out.append(items)
+        return out
+
     @property
     def target(self) -> str:
         """``host:port`` of the server this connection reached (``PQhost``,
@@ -972,6 +1000,21 @@ def connect_timeout_s(info: bytes) -> float:
     if seconds <= 0:
         return 0.0
     return float(seconds if pq.version() >= 170000 else max(seconds, 2))
+
+
+def bounded(items: dict[str, str], seconds: int) -> dict[str, str]:
+    """``items`` with ``connect_timeout`` set to ``seconds`` where neither
+    the conninfo nor ``PGCONNECT_TIMEOUT`` sets one: for a connection of
+    pgsurge's own (--monitor, --pooler-admin) to a server that accepts
+    and never answers (a wrong port, a host gone silent), whose blocking
+    connect would otherwise hold the run forever."""
+    try:
+        info = conninfo(items).encode("utf-8", "surrogateescape")
+    except Error:
+        return items  # libpq says why when it connects
+    if connect_timeout_s(info) > 0:
+        return items
+    return {**items, "connect_timeout": str(seconds)}
 
 
 def timeout_text(pgconn: Any) -> str:

@@ -115,6 +115,7 @@ __all__ = [
     "FastEventLoop",
     "FastPlan",
     "available",
+    "concurrent_connect",
     "disabled",
     "flags_for",
     "plan_for",
@@ -138,6 +139,28 @@ def required() -> bool:
     """True when ``PGSURGE_FASTLOOP=require``: a run the C loop does not
     take fails (with the reason) instead of running on the Python loop."""
     return os.environ.get("PGSURGE_FASTLOOP", "") == "require"
+
+
+#: the environment variable that chooses how the C loop opens -C's
+#: connections: "concurrent" (side by side on the loop) or unset/"" (one
+#: at a time per worker, as pgbench's blocking PQconnectdb)
+CONNECT_ENV = "PGSURGE_CONNECT"
+
+
+def concurrent_connect() -> bool:
+    """Whether ``PGSURGE_CONNECT`` asks for -C's connections side by side
+    (a :class:`~pgsurge.errors.PgsurgeError` for anything but "" or
+    "concurrent": a misspelt choice silently ignored would measure the
+    connection pattern the user did not ask for; the runner calls this
+    before connecting, as it calls ``threaded.requested``)."""
+    choice = os.environ.get(CONNECT_ENV, "")
+    if choice not in ("", "concurrent"):
+        from pgsurge.errors import PgsurgeError
+
+        raise PgsurgeError(
+            f'{CONNECT_ENV} must be "concurrent" or empty, not "{choice}"'
+        )
+    return choice == "concurrent"
 
 
 #: why the extension cannot be used in this process ("" when it can)
@@ -728,7 +751,7 @@ def _connect_spec(loop: EventLoop, s: Settings) -> tuple[Any, ...]:
         release,
         PREPARING,
         timeout_us,
-        os.environ.get("PGSURGE_CONNECT") == "concurrent",
+        concurrent_connect(),
     )
 
 

@@ -371,7 +371,12 @@ class EventLoop:
                 if st.unwatched:
                     watch(st)
             elif state == CONNECTING:
-                pass  # its socket is watched (wait_connect)
+                # its socket is watched (wait_connect); with a deadline
+                # too (-T's end): a server that accepted and went silent
+                # never makes it ready. The client may leave the state
+                # before, by its socket: the timer then goes off stale
+                if st.sleep_until:
+                    heappush(timers, (st.sleep_until, st.id, st))
             else:
                 raise AssertionError(f"client stopped in state {state}")
 
@@ -421,6 +426,14 @@ class EventLoop:
                 now = clock()
                 while timers and timers[0][0] <= now:
                     st = heappop(timers)[2]
+                    state = st.state
+                    if (
+                        state != SLEEP
+                        and state != THROTTLE
+                        and state != RECONNECT_WAIT
+                        and state != CONNECTING
+                    ):
+                        continue  # a CONNECTING deadline gone stale
                     advance(st)
                     settle(st)
                     if aborted_exit:

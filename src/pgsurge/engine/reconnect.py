@@ -91,8 +91,11 @@ def with_reconnect(
     loop: EventLoop,
     log: Callable[[str], None],
     attempts: int,
+    reconnected: Callable[[Client, pgconn.PgConn], None] | None = None,
 ) -> Engine:
-    """``engine`` whose clients reconnect after a lost connection."""
+    """``engine`` whose clients reconnect after a lost connection;
+    ``reconnected(client, conn)`` is told of each new connection (a
+    multi-host connection string's may reach another server)."""
     lost: set[int] = set()
     reconnecting: dict[int, _Attempts] = {}
     detach = loop.detach
@@ -157,7 +160,10 @@ def with_reconnect(
         att = reconnecting[st.id]
         att.made += 1
         att.pending = pgconn.connect_start(settings.conninfo, settings.password)
-        # libpq: after PQconnectStart, act as if PQconnectPoll said WRITING
+        # libpq: after PQconnectStart, act as if PQconnectPoll said WRITING;
+        # the loop also wakes it at -T's end (a server that accepted and
+        # went silent answers never)
+        st.sleep_until = end_us
         st.state = _CONNECTING
         loop.wait_connect(st, att.pending.socket, WRITE)
         if att.pending.socket < 0:
@@ -168,6 +174,15 @@ def with_reconnect(
         att = reconnecting[st.id]
         pending = att.pending
         assert pending is not None
+        if run_over(_clock()):
+            # the run ended while the server had not answered: the attempt
+            # is given up, the client finishes (pgbench's FINISHED at -T's
+            # end; no transaction began, none is lost)
+            detach(st)
+            att.pending = None
+            pending.finish()
+            finish(st)
+            return
         status = pending.poll() if pending.socket >= 0 else pgconn.POLL_FAILED
         if status == pgconn.POLL_READING or status == pgconn.POLL_WRITING:
             mask = READ if status == pgconn.POLL_READING else WRITE
@@ -199,6 +214,8 @@ def with_reconnect(
                 give_up(st, att, failed)
                 return
         del reconnecting[st.id]
+        if reconnected is not None:
+            reconnected(st, conn)
         conn.set_nonblocking()
         st.conn = conn
         st.raw = conn._pgconn

@@ -418,6 +418,7 @@ class _Run:
         "end_us",
         "host",
         "loop",
+        "moves",
         "pipe",
         "recorder",
         "scripts",
@@ -456,8 +457,12 @@ class _Run:
     usage0: resource.struct_rusage | None
     conn_start: int
     bench_start: int
-    #: each client's server (``host:port``) at connect, not under -C
+    #: each client's server (``host:port``), not under -C: where it
+    #: connected, or where --reconnect last took it
     targets: list[str]
+    #: --reconnect: per client (its index), the servers it left for
+    #: another, each with its processed count then (``_processed``)
+    moves: dict[int, list[tuple[str, int]]]
     #: interrupts a Python workload's code that outlives the run
     watch: UserCodeWatch
     #: the thread this worker runs on (None: its own process)
@@ -484,6 +489,7 @@ class _Run:
         self.scripts = scripts
         self.clients = clients
         self.targets = []
+        self.moves = {}
         self.wstate = wstate
         self.txlog = txlog
         self.recorder = recorder
@@ -691,7 +697,9 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
     if cfg.reconnect:
         from pgsurge.engine.reconnect import with_reconnect  # only --reconnect
 
-        engine = with_reconnect(engine, settings, wstate, loop, log, cfg.reconnect)
+        engine = with_reconnect(
+            engine, settings, wstate, loop, log, cfg.reconnect, _on_reconnect(run)
+        )
     loop.advance = engine.advance
     if plan is not None:
         assert isinstance(loop, fastloop.FastEventLoop)
@@ -985,10 +993,7 @@ def _result(run: _Run) -> WorkerResult:
     result.clients_finished = sum(1 for st in clients if st.state == C.FINISHED)
     result.cpu_user_s = usage1.ru_utime - usage0.ru_utime
     result.cpu_sys_s = usage1.ru_stime - usage0.ru_stime
-    base = run.window_cnts or [0] * len(clients)
-    result.client_tx_counts = [
-        _processed(st) - b for st, b in zip(clients, base, strict=True)
-    ]
+    result.client_tx_counts, result.moved_tx = _target_counts(run)
     result.client_targets = list(run.targets)
     # waiting in blocking calls (-C connections, shell commands) is idle too
     result.idle_us = loop.idle_us + wstate.blocked_us
@@ -998,6 +1003,42 @@ def _result(run: _Run) -> WorkerResult:
     if run.recorder is not None:
         result.histograms, result.intervals = run.recorder.finish(end)
     return result
+
+
+def _on_reconnect(run: _Run) -> Callable[[Client, pgconn.PgConn], None]:
+    """--reconnect's hook for a client connected again: a new connection
+    of a multi-host connection string may reach another server (the one
+    that failed over), whose transactions are then that server's."""
+    index = {st.id: i for i, st in enumerate(run.clients)}
+
+    def reconnected(st: Client, conn: pgconn.PgConn) -> None:
+        if not run.targets:  # -C: no per-server figures
+            return
+        i = index[st.id]
+        old, new = run.targets[i], conn.target
+        if new != old:
+            run.moves.setdefault(i, []).append((old, _processed(st)))
+            run.targets[i] = new
+
+    return reconnected
+
+
+def _target_counts(run: _Run) -> tuple[list[int], list[tuple[str, int]]]:
+    """Each client's processed transactions on the server it ended on, and
+    (one per move of --reconnect) those a client counted on a server
+    before it moved to another: together they split the measured ones
+    (from the --warmup window's start) by server."""
+    base = run.window_cnts or [0] * len(run.clients)
+    counts: list[int] = []
+    moved: list[tuple[str, int]] = []
+    for i, st in enumerate(run.clients):
+        start = base[i]
+        for old, at in run.moves.get(i, ()):
+            # a move during the warm-up leaves nothing measured behind
+            moved.append((old, max(0, at - start)))
+            start = max(start, at)
+        counts.append(_processed(st) - start)
+    return counts, moved
 
 
 def _processed(st: Client) -> int:

@@ -67,6 +67,9 @@ Warn = Callable[[str], None]
 
 #: how long the end snapshot waits for the run's backends to exit
 EXIT_WAIT_S = 5.0
+#: how long a --monitor DSN's connection may take when it sets no
+#: ``connect_timeout`` (pgconn.bounded)
+CONNECT_WAIT_S = 15
 _PRIVILEGED_SQL = (
     "SELECT rolsuper OR pg_catalog.pg_has_role(current_user, 'pg_read_all_stats',"
     " 'MEMBER') FROM pg_catalog.pg_roles WHERE rolname = current_user"
@@ -136,16 +139,17 @@ def _one(conn: pgconn.PgConn, sql: str) -> str | None:
     return pgconn.value_text(res, 0, 0)
 
 
-def _check_target(conn: pgconn.PgConn, target: tuple[str, str]) -> None:
-    """--monitor must reach the run's database on the run's server
-    (``target``: its name and the server's start time, read by the
-    set-up; ``conn``: one of the monitor's sessions): elsewhere its
-    samples and counters would be another's, with nothing to tell."""
+def _check_target(conn: pgconn.PgConn, targets: Sequence[tuple[str, str]]) -> None:
+    """--monitor must reach the run's database on the run's server, or one
+    of them (``targets``: its name and the server's start time, read by
+    the set-up, on each host of a multi-host target that answered;
+    ``conn``: one of the monitor's sessions): elsewhere its samples and
+    counters would be another's, with nothing to tell."""
     status, res = conn.exec_status(IDENTITY_SQL)
     if status != pgconn.TUPLES_OK or res.ntuples == 0:
         return
     mine = (pgconn.value_text(res, 0, 0), pgconn.value_text(res, 0, 1))
-    if mine == target:
+    if mine in targets:
         server_pid = _one(conn, "SELECT pg_catalog.pg_backend_pid()")
         if server_pid is None or server_pid == str(conn.backend_pid):
             return
@@ -159,10 +163,19 @@ def _check_target(conn: pgconn.PgConn, target: tuple[str, str]) -> None:
             f"{server_pid}): give --monitor the server itself (its host and "
             "port, the run's database), or leave it out"
         )
+    if len(targets) == 1:
+        theirs = f'the run\'s database "{targets[0][0]}" of the server started at '
+        theirs += targets[0][1]
+    else:
+        # host=a,b: the run's servers (the same database name on each)
+        started = ", ".join(sorted({t[1] for t in targets}))
+        theirs = (
+            f'the run\'s database "{targets[0][0]}" of its servers (started '
+            f"at {started})"
+        )
     raise ConnectError(
         f'--monitor: it reaches database "{mine[0]}" of the server started '
-        f'at {mine[1]}, the run\'s database "{target[0]}" of the server '
-        f"started at {target[1]}: its wait samples, counters and idle "
+        f"at {mine[1]}, {theirs}: its wait samples, counters and idle "
         "sessions would not be the run's (give --monitor the run's server "
         "and database)"
     )
@@ -245,24 +258,30 @@ class Monitor:
         app_name: str | None = None,
         database: str | None = None,
         target: tuple[str, str] | None = None,
+        host_targets: Sequence[tuple[str, str]] = (),
         pooler_found_at: float = 0.0,
     ) -> Monitor:
         """Open the sessions and the monitor connection (see the module
         doc); raises :class:`ConnectError` when one cannot connect.
         ``pooler_mode``/``app_name``: the pooler found at set-up;
         ``target``: the run's database and server (``IDENTITY_SQL``) when
-        --monitor is given, which must reach them."""
+        --monitor is given, which must reach them; ``host_targets``: those
+        of each host of a multi-host target, one of which it must reach."""
         mon = cls(cfg, pooler_mode=pooler_mode, pooler_found_at=pooler_found_at)
         mon.app_name = app_name or ""
         items = cfg.conn.conninfo_items()
         if cfg.monitor_dsn is not None:
             items = {"dbname": cfg.monitor_dsn, "fallback_application_name": PROG}
             password = _typed_for(password, cfg.conn.conninfo_items(), items)
+            # a server that accepts and never answers (a wrong port) held
+            # the run before its start, forever
+            items = pgconn.bounded(items, CONNECT_WAIT_S)
         mon.via_pooler = pooler_mode is not None and cfg.monitor_dsn is None
         # (the set-up gives no target identity to a host=a,b run's --monitor)
         mon.several_hosts = cfg.monitor_dsn is not None and target is None
+        targets = (target,) if target is not None else tuple(host_targets)
         try:
-            mon._open(items, password, scripts, warn, database, target)
+            mon._open(items, password, scripts, warn, database, targets)
         except ConnectError as exc:
             mon.close()
             if cfg.monitor_dsn is not None and not str(exc).startswith("--"):
@@ -293,7 +312,7 @@ class Monitor:
         scripts: Sequence[str],
         warn: Warn,
         database: str | None,
-        target: tuple[str, str] | None,
+        targets: tuple[tuple[str, str], ...],
     ) -> None:
         """The sessions of :meth:`start`, in its order."""
         mon, cfg, pooler_mode = self, self.cfg, self.pooler_mode
@@ -319,13 +338,13 @@ class Monitor:
             )
             if mon.via_pooler and pooler_mode == "transaction":
                 warn(pooled.idle_sessions_warning(cfg.idle_mode.value))
-            if target is not None and mon.companions.conns:
+            if targets and mon.companions.conns:
                 # on another server they would load it, not the run's
-                _check_target(mon.companions.conns[0], target)
+                _check_target(mon.companions.conns[0], targets)
         if cfg.waits_ms is not None or cfg.server_stats:
             mon._connect(items, password, warn)
-            if target is not None and mon.conn is not None:
-                _check_target(mon.conn, target)
+            if targets and mon.conn is not None:
+                _check_target(mon.conn, targets)
             if cfg.server_stats:
                 if pooler_mode is not None:
                     warn(pooled.SERVER_STATS_WARNING)
@@ -774,6 +793,24 @@ class Monitor:
                     f"watches one ({self.server}): its wait events and counters "
                     "are that server's only (the per-transaction figures "
                     "divide them by every server's transactions)",
+                )
+            )
+        elif (
+            self.cfg.connect_each_tx
+            and self.conn is not None
+            and (self.several_hosts or self.conn.several_hosts())
+        ):
+            # -C's connections are not followed to their servers (no
+            # ``servers``): they may have reached any host of host=a,b,
+            # which went unsaid
+            self.warnings.append(
+                _warning(
+                    "--waits/--server-stats",
+                    "the run's connection string names several hosts, whose "
+                    "servers -C's connections are not followed to; the "
+                    f"monitor watches one ({self.server}): its wait events "
+                    "and counters are that server's only (the per-transaction "
+                    "figures divide them by every server's transactions)",
                 )
             )
         self._stop_thread()

@@ -59,6 +59,9 @@ NEEDED: dict[str, tuple[str, ...]] = {
 
 #: how long a console command may take to answer (they take milliseconds)
 ANSWER_WAIT_S = 15.0
+#: ... and the connection, when the DSN sets no ``connect_timeout``: a
+#: console that accepts and never answers held the run before its start
+CONNECT_WAIT_S = 15
 
 
 class PoolAdminError(Exception):
@@ -140,8 +143,9 @@ class PoolAdmin:
     def connect(cls, dsn: str, database: str, password: str | None) -> PoolAdmin:
         """Connect to the console; raises :class:`ConnectError`."""
         try:
+            items = {"dbname": dsn, "fallback_application_name": "pgsurge"}
             conn = pgconn.connect_or_raise(
-                {"dbname": dsn, "fallback_application_name": "pgsurge"}, password
+                pgconn.bounded(items, CONNECT_WAIT_S), password
             )
         except ConnectError as exc:  # say which connection failed
             raise ConnectError(f"--pooler-admin: {exc}") from None

@@ -127,9 +127,11 @@ def busy_workers(workers: Sequence[WorkerCpu]) -> list[WorkerCpu]:
 def target_figures(result: RunResult) -> list[dict[str, Any]]:
     """Per server of a multi-host connection string the clients reached
     (``host:port``, by libpq's ``PQhost``/``PQport`` at connect): its
-    clients, transactions and tps over the run's duration (they sum to
-    the run's), and its latency average (:func:`_server_latency_ms`).
-    Empty unless the clients reached two or more."""
+    clients (where they ended: --reconnect may move one to another
+    server), transactions (where they ran) and tps over the run's duration
+    (they sum to the run's), and its latency average
+    (:func:`_server_latency_ms`). Empty unless the clients reached two or
+    more."""
     seconds = result.total_duration_us / 1e6
     return [
         {
@@ -152,10 +154,13 @@ def _server_latency_ms(
     one transaction after the other for the whole of a ``-T`` run, so this
     is their mean latency; not under ``-R`` (a client waits for its slot
     between transactions), ``-t`` (a client that finished early is idle to
-    the end) or when a client aborted (it stopped early): None then."""
+    the end), when a client aborted (it stopped early) or moved to
+    another server (--reconnect: its time was split between them): None
+    then."""
     facts = result.facts
     if (
-        facts.duration_s is None
+        result.target_moves
+        or facts.duration_s is None
         or facts.rate is not None
         or result.aborted_clients
         or tx <= 0
@@ -181,7 +186,17 @@ def targets_line(result: RunResult, prog: str) -> str:
         + (")" if f["tps"] is not None else "")
         for f in figures
     ]
-    return f"{prog}: the clients reached {len(figures)} servers: {'; '.join(parts)}\n"
+    moves = result.target_moves
+    moved = (
+        f" ({moves} reconnection{'s' if moves > 1 else ''} went to another "
+        "server: clients counted where they ended, transactions where they ran)"
+        if moves
+        else ""
+    )
+    return (
+        f"{prog}: the clients reached {len(figures)} servers: "
+        f"{'; '.join(parts)}{moved}\n"
+    )
 
 
 def client_limited_warning(

@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from pgsurge import __version__
 from pgsurge.config import RunConfig
-from pgsurge.engine import threaded
+from pgsurge.engine import fastloop, threaded
 from pgsurge.engine.interrupt import release_held
 from pgsurge.engine.pool import RunFailed, split_clients
 from pgsurge.engine.worker import WorkerSpec
@@ -138,7 +138,9 @@ def run(
     err = sys.stderr if stderr is None else stderr
     if drive is None and cfg.dask is None:
         cfg = _cap_jobs(cfg, err)
-        threaded.requested()  # a misspelt PGSURGE_WORKERS: before connecting
+        # a misspelt PGSURGE_WORKERS or PGSURGE_CONNECT: before connecting
+        threaded.requested()
+        fastloop.concurrent_connect()
     # what pgbench prints on stdout; stderr when the JSON document takes it
     text_out = err if cfg.json_path == "-" else out
     parsed = parse_scripts(cfg)
@@ -435,6 +437,7 @@ def _start_monitor(
             app_name=pooler.application_name if pooler else None,
             database=pooler.database if pooler else None,
             target=setup.target,
+            host_targets=setup.host_targets,
             pooler_found_at=pooler.found_at if pooler else 0.0,
         )
     except ConnectError as exc:

@@ -130,6 +130,9 @@ class Setup:
     #: --monitor: the run's database and its server's start time, which
     #: the monitor's must be (``insight.monitor.IDENTITY_SQL``)
     target: tuple[str, str] | None = None
+    #: --monitor of a run on several hosts (host=a,b): the same of each
+    #: host's server that answered, one of which the monitor's must be
+    host_targets: tuple[tuple[str, str], ...] = ()
     #: the server's settings that differ from the defaults (name → value as
     #: SHOW gives it) and the database's size: the run's environment
     server_settings: dict[str, str] = field(default_factory=dict)
@@ -202,11 +205,12 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
             err.write(pooler.notice())
             err.flush()
         # (with several hosts the run spans servers the monitor may be one of)
-        target = (
-            _target_identity(conn)
-            if cfg.monitor_dsn is not None and not conn.several_hosts()
-            else None
-        )
+        target: tuple[str, str] | None = None
+        host_targets: tuple[tuple[str, str], ...] = ()
+        if cfg.monitor_dsn is not None and not conn.several_hosts():
+            target = _target_identity(conn)
+        elif cfg.monitor_dsn is not None:
+            host_targets = _host_identities(conn, password)
         settings, data_bytes = _server_facts(conn)
         info = TableInfo(cfg.scale or 1)
         if any(s.builtin for s in cfg.scripts):
@@ -243,6 +247,7 @@ def set_up(cfg: RunConfig, text_out: TextIO, err: TextIO) -> Setup:
         counter_before=counter_before,
         pooler=pooler,
         target=target,
+        host_targets=host_targets,
         server_settings=settings,
         data_bytes=data_bytes,
         resolved=resolved,
@@ -264,6 +269,34 @@ def _target_identity(conn: pgconn.PgConn) -> tuple[str, str] | None:
     if status != pgconn.TUPLES_OK or res.ntuples == 0:
         return None
     return pgconn.value_text(res, 0, 0), pgconn.value_text(res, 0, 1)
+
+
+#: how long a host of a multi-host target may take to answer the identity
+#: probe when its conninfo sets no ``connect_timeout`` (a host gone silent
+#: would hold the run's start forever)
+PROBE_TIMEOUT_S = "10"
+
+
+def _host_identities(
+    conn: pgconn.PgConn, password: str | None
+) -> tuple[tuple[str, str], ...]:
+    """The run's database and server on each host of a multi-host target
+    that answers (a host that is down is none of the run's servers): a
+    --monitor must reach one of them. A connection to each, closed at
+    once."""
+    found: list[tuple[str, str]] = []
+    for items in conn.each_host():
+        items.setdefault("connect_timeout", PROBE_TIMEOUT_S)
+        other, _message, _needs = _connect(items, password)
+        if other is None:
+            continue
+        try:
+            identity = _target_identity(other)
+        finally:
+            other.finish()
+        if identity is not None and identity not in found:
+            found.append(identity)
+    return tuple(found)
 
 
 #: what PgBouncer's ``application_name_add_host`` appends to the name

@@ -77,8 +77,13 @@ class WorkerResult:
     cpu_sys_s: float = 0.0
     #: transactions processed per client (pgbench ``CState.cnt``), client order
     client_tx_counts: list[int] = field(default_factory=list)
-    #: each client's server (``host:port``), client order; empty under -C
+    #: each client's server (``host:port``), client order; empty under -C.
+    #: Where the client ended: --reconnect may have moved it, and then
+    #: its count in ``client_tx_counts`` is what it processed there
     client_targets: list[str] = field(default_factory=list)
+    #: --reconnect: one per client that reconnected to another server, the
+    #: server it left and the transactions it processed there (measured)
+    moved_tx: list[tuple[str, int]] = field(default_factory=list)
     #: latency histograms (stats.series.WorkerRecorder.finish), when recorded
     histograms: LatencyHistograms | None = None
     #: per-interval series (WorkerRecorder.finish), when recorded
@@ -125,6 +130,7 @@ class WorkerResult:
             "cpu_sys_s": self.cpu_sys_s,
             "client_tx_counts": list(self.client_tx_counts),
             "client_targets": list(self.client_targets),
+            "moved_tx": [[t, n] for t, n in self.moved_tx],
             "histograms": (
                 None if self.histograms is None else self.histograms.to_dict()
             ),
@@ -156,6 +162,7 @@ class WorkerResult:
             cpu_sys_s=float(data["cpu_sys_s"]),
             client_tx_counts=[int(n) for n in data["client_tx_counts"]],
             client_targets=[str(t) for t in data.get("client_targets", [])],
+            moved_tx=[(str(t), int(n)) for t, n in data.get("moved_tx", [])],
             histograms=_histograms_from(data.get("histograms")),
             intervals=_intervals_from(data.get("intervals", [])),
             abort_messages=[str(m) for m in data.get("abort_messages", [])],
@@ -430,8 +437,12 @@ class RunResult:
     environment: dict[str, Any] = field(default_factory=dict)
     #: per server a multi-host connection string reached (``host:port``):
     #: [clients, transactions]; empty when the clients' servers are unknown
-    #: (-C) or every client reached the same one
+    #: (-C) or every client reached the same one. The clients are counted
+    #: where they ended, the transactions where they ran
     targets: dict[str, list[int]] = field(default_factory=dict)
+    #: --reconnect: how many times a client reconnected to another server
+    #: than its last (its busy time is then split between servers)
+    target_moves: int = 0
 
     @property
     def measured_start_us(self) -> int:
@@ -477,6 +488,10 @@ class RunResult:
         result = cls(
             facts=facts, total=total, per_script=per_script, per_command=per_command
         )
+        # a worker that counted transactions without their servers (one
+        # that died: its last progress snapshot) leaves the per-server
+        # figures short of the totals they must sum to
+        unplaced = False
         for w in workers:
             total.merge(w.total)
             if w.per_script:
@@ -511,8 +526,14 @@ class RunResult:
                     slot = result.targets.setdefault(target, [0, 0])
                     slot[0] += 1
                     slot[1] += cnt
-        if len(result.targets) < 2:
+                for target, cnt in w.moved_tx:
+                    result.targets.setdefault(target, [0, 0])[1] += cnt
+                    result.target_moves += 1
+            elif w.total.cnt:
+                unplaced = True
+        if len(result.targets) < 2 or unplaced:
             result.targets = {}
+            result.target_moves = 0
         _merge_recordings(result, workers)
         bench_start = min(w.bench_start_us for w in workers)
         end = end_us if end_us is not None else max(w.end_us for w in workers)
@@ -562,6 +583,7 @@ class RunResult:
             "insight": self.insight,
             "hosts": [dict(h) for h in self.hosts],
             "targets": {k: list(v) for k, v in self.targets.items()},
+            "target_moves": self.target_moves,
         }
 
     @classmethod
@@ -599,6 +621,7 @@ class RunResult:
                 str(k): [int(x) for x in v]
                 for k, v in (data.get("targets") or {}).items()
             },
+            target_moves=int(data.get("target_moves", 0)),
         )
 
 
