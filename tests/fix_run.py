@@ -155,6 +155,14 @@ def python_c(code: str, *args: str, env: Mapping[str, str] | None = None) -> str
     ).stdout
 
 
+def psycopg_env(**env: str) -> dict[str, str]:
+    """This environment without ``PGSURGE_PSYCOPG`` (how pgsurge imports
+    psycopg: each test says), with ``env`` on top."""
+    out = {k: v for k, v in os.environ.items() if k != "PGSURGE_PSYCOPG"}
+    out.update(env)
+    return out
+
+
 def tool_env(
     env: Mapping[str, str] | None = None, *, loop: Loop = "auto"
 ) -> dict[str, str]:

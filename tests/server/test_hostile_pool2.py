@@ -187,22 +187,12 @@ def test_T_ends_while_a_reconnection_hangs(bench_db: str, tmp_path: Path) -> Non
     an answer that never comes."""
     relay = _FailsOver(bench_db, tmp_path, limit=4000, hang=True)
     args = ["-n", "-S", "-c", "2", "-j", "1", "-T", "3", "--reconnect"]
-    proc = subprocess.Popen(
-        [*PGSURGE, *args, relay.dsn],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-        env=tool_env(),
-        start_new_session=True,  # a hung run is killed whole
-    )
     try:
-        # generous for -T 3 on a loaded box; a hang never ends
-        out, err = communicate_or_kill(proc, 60)
+        status, out, err = _run_killable([*PGSURGE, *args, relay.dsn], tmp_path)
     finally:
         relay.close()
     assert relay.gone.is_set()
-    assert proc.returncode == 0, err
+    assert status == 0, err
     assert err.count("lost its connection") == 2, err
     assert "reconnected" not in err, err
     assert "aborted" not in err, err
@@ -252,16 +242,24 @@ _WITH_BOUND = (
 def _with_bound(
     module: str, name: str, args: list[str], cwd: Path
 ) -> tuple[int, str, str]:
+    return _run_killable(
+        [sys.executable, "-c", _WITH_BOUND, module, name, "1", *args], cwd
+    )
+
+
+def _run_killable(argv: list[str], cwd: Path) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of ``argv`` in a session of its own,
+    killed whole when it has not ended in 60 s: generous for the runs of
+    a few seconds here on a loaded box; a hang never ends."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", _WITH_BOUND, module, name, "1", *args],
+        argv,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=cwd,
         env=tool_env(),
-        start_new_session=True,  # a hung run is killed whole
+        start_new_session=True,
     )
-    # generous for a 1 s bound on a loaded box; a hang never ends
     out, err = communicate_or_kill(proc, 60)
     return proc.returncode, out, err
 

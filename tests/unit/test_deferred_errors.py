@@ -13,12 +13,11 @@ same classes.
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from pgsurge.deferred_errors import END, START, _source, _split
-from tests.fix_run import python_c
+from tests.fix_run import psycopg_env, python_c
 
 # what a process reports about psycopg.errors once it is complete
 _DESCRIBE = (
@@ -35,9 +34,7 @@ _DESCRIBE = (
 
 
 def _run(code: str, **env: str) -> str:
-    full_env = {k: v for k, v in os.environ.items() if k != "PGSURGE_PSYCOPG"}
-    full_env.update(env)
-    return python_c(code, env=full_env).splitlines()[-1]
+    return python_c(code, env=psycopg_env(**env)).splitlines()[-1]
 
 
 def test_a_run_imports_the_module_without_its_generated_classes() -> None:

@@ -15,7 +15,6 @@ The same with a server, and a whole run: tests/server/test_psycopg_parts.py.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +24,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fix_run import python_c
+from tests.fix_run import psycopg_env, python_c
 
 #: modules only psycopg's ``__init__`` imports (connections, cursors,
 #: the adapters): a plain pgconn import must not load them
@@ -67,9 +66,7 @@ _DESCRIBE = (
 
 
 def _run(code: str, **env: str) -> str:
-    full_env = {k: v for k, v in os.environ.items() if k != "PGSURGE_PSYCOPG"}
-    full_env.update(env)
-    return python_c("import json, sys\n" + code, env=full_env)
+    return python_c("import json, sys\n" + code, env=psycopg_env(**env))
 
 
 def _describe(before: str = "", **env: str) -> dict[str, object]:
