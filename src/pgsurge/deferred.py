@@ -60,19 +60,28 @@ the submodule before the package, whose circular imports fail
 while the first executes the module found neither the name nor the hook.
 ``PGSURGE_PSYCOPG=full`` (psycopg imported whole) uses none of this, nor
 does a process that imported the module already.
+
+While the block runs, ``typing``'s forward references are compiled by
+pgsurge's C extension rather than the builtin ``compile``, whose first
+call makes all of the ``ast`` module's node types
+(:func:`_forward_refs_compiled_natively`).
 """
 
 from __future__ import annotations
 
 import _thread
+import builtins
 import contextlib
 import importlib
 import importlib.util
 import sys
+import typing
 from collections.abc import Iterator
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
+
+from pgsurge._native import compile_source
 
 if TYPE_CHECKING:
     from importlib.abc import Loader
@@ -110,12 +119,49 @@ def deferred_run_imports() -> Iterator[None]:
                 # another layout of the package: no stand-in, the usual import
                 _release(module)
     try:
-        yield
+        with _forward_refs_compiled_natively():
+            yield
     finally:
         # submodules first: a package's release keeps its submodules for
         # the real package, and a stand-in must not be kept
         for module in reversed(stand_ins):
             _release(module)
+
+
+@contextlib.contextmanager
+def _forward_refs_compiled_natively() -> Iterator[None]:
+    """``typing.ForwardRef`` compiles through ``_native.compile_source``
+    while the block runs.
+
+    ``psycopg.pq.misc``'s named tuples (``PGnotify``, ``ConninfoOption``,
+    ``PGresAttDesc``) have string annotations (``from __future__ import
+    annotations``), and ``typing.NamedTuple`` makes a ``ForwardRef`` of
+    each, which calls ``compile(arg, "<string>", "eval")``; the first
+    builtin ``compile`` of a process makes all of the ``ast`` module's
+    node types, some 200 KiB of every run that nothing else asks for.
+    ``compile`` is found in typing's globals before the builtins: a name
+    ``compile`` there, for the block, is the C compiler's twin (the same
+    code object for a str; anything else goes to the builtin)."""
+    namespace = vars(typing)
+    if "compile" in namespace:
+        yield  # someone else's: left alone
+        return
+    namespace["compile"] = _compile
+    try:
+        yield
+    finally:
+        if namespace.get("compile") is _compile:
+            del namespace["compile"]
+
+
+def _compile(source: Any, filename: Any, mode: str, *args: Any, **kwargs: Any) -> Any:
+    """The builtin ``compile`` as typing calls it, a str in mode "eval" (or
+    "exec") compiled by ``_native.compile_source``: typing has no
+    ``__future__`` flags to inherit, so this is the builtin's code."""
+    plain = type(source) is str and type(filename) is str and not (args or kwargs)
+    if plain and mode in ("eval", "exec"):
+        return compile_source(source, filename, mode)
+    return builtins.compile(source, filename, mode, *args, **kwargs)
 
 
 def in_main_thread() -> bool:

@@ -16,6 +16,8 @@ structural causes of past regressions instead of timing anything:
   of the start-up): ``pgconn`` imports only ``psycopg.pq`` and its
   neighbours, not even ``psycopg.conninfo`` (tests/unit/test_psycopg_parts.py
   has the details);
+* a run must not make the ``ast`` module's node types (the first builtin
+  ``compile()`` of a process does: some 200 KiB of each run);
 * no module-level pattern may spell a character class with a range up to
   a wide code point (``\\x80-\\U0010ffff``): ``re`` folds such a range into
   a bitmap at compile time, milliseconds per pattern at every start-up.
@@ -30,6 +32,9 @@ import re
 import subprocess
 import sys
 
+import pytest
+
+from pgsurge import _native
 from pgsurge.script.lexer import ASCII_IDENT_CHARS, ASCII_LETTERS, wide_class
 from tests.fix_run import python_c
 
@@ -233,6 +238,25 @@ def test_run_of_scripts_imports_only_what_it_needs() -> None:
     assert sorted(loaded.intersection(STDLIB_ONLY_SOME_RUNS)) == []
     assert sorted(loaded.intersection(STDLIB_NOT_FORKED)) == []
     assert sorted(loaded.intersection(STDLIB_ONLY_SOME_PATHS)) == []
+
+
+def test_a_run_makes_no_ast_node_types() -> None:
+    # the first builtin compile() of a process makes all of the ast module's
+    # node types (some 200 KiB, issue 25): a run compiles psycopg.errors'
+    # source and psycopg's string annotations without it
+    # (pgsurge._native.compile_source), and its own named tuples have none
+    if _native.load("_speedups", _native.SPEEDUPS_API) is None:
+        pytest.skip("pgsurge._speedups not usable: the builtin compiles")
+    code = (
+        "import tracemalloc\n"
+        "from pgsurge.cli import main\n"
+        "main(['pgsurge', '-h', '/nonexistent/pgsurge-startup', '-n', '-S',"
+        " '-t', '1', 'bench'])\n"
+        "tracemalloc.start()\n"
+        "compile('1', '<s>', 'eval')\n"
+        "print(tracemalloc.get_traced_memory()[0])\n"
+    )
+    assert int(python_c(code)) > 100 * 1024
 
 
 def test_deferred_modules_complete_on_first_use() -> None:
