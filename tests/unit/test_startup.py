@@ -17,7 +17,8 @@ structural causes of past regressions instead of timing anything:
   neighbours, not even ``psycopg.conninfo`` (tests/unit/test_psycopg_parts.py
   has the details);
 * a run must not make the ``ast`` module's node types (the first builtin
-  ``compile()`` of a process does: some 200 KiB of each run);
+  ``compile()`` of a process does: some 200 KiB of each run), nor import
+  what only the Python event loop (``heapq``) or the live panel uses;
 * no module-level pattern may spell a character class with a range up to
   a wide code point (``\\x80-\\U0010ffff``): ``re`` folds such a range into
   a bitmap at compile time, milliseconds per pattern at every start-up.
@@ -65,6 +66,8 @@ ONLY_SOME_RUNS = (
     "pgsurge.workloads",
     "pgsurge.distributed",
     "pgsurge.experiment",
+    # the live panel: only a run that shows it (issue 25: memory)
+    "pgsurge.report.live_panel",
 )
 
 #: the Python engine's steps (issue 25: memory), which engine.client
@@ -163,6 +166,8 @@ STDLIB_ONLY_SOME_PATHS = (
     "zlib",
     "pickle",
     "threading",
+    # the Python event loop's timers (engine.loop imports it in its run)
+    "heapq",
 )
 
 #: patterns compiled on first use (``functools.cache`` accessors): a run
