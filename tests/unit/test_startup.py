@@ -146,6 +146,14 @@ STDLIB_NOT_FORKED = (
     "locale",
 )
 
+#: what only the end of a run uses (its report, the host's facts): imported
+#: then, when the run's clients have given their memory back (issue 25)
+AFTER_THE_RUN = (
+    "pgsurge.report.extras",
+    "pgsurge.report.rate",
+    "pgsurge.stats.host",
+)
+
 #: standard modules only some values need (--percentiles, tiny or
 #: hexadecimal doubles in scripts), imported where they are used
 STDLIB_ONLY_SOME_RUNS = ("decimal", "_decimal", "fractions")
@@ -240,6 +248,7 @@ def test_run_of_scripts_imports_only_what_it_needs() -> None:
     assert sorted(loaded.intersection(PSYCOPG_PACKAGE_ONLY)) == []
     assert sorted(loaded.intersection(PSYCOPG_CONNINFO)) == []
     assert sorted(loaded.intersection(DEFERRED)) == []
+    assert sorted(loaded.intersection(AFTER_THE_RUN)) == []
     assert sorted(loaded.intersection(STDLIB_ONLY_SOME_RUNS)) == []
     assert sorted(loaded.intersection(STDLIB_NOT_FORKED)) == []
     assert sorted(loaded.intersection(STDLIB_ONLY_SOME_PATHS)) == []
