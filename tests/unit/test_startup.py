@@ -125,6 +125,9 @@ DEFERRED = (
     "tokenize",
     "typing_extensions",
     "psycopg._compat",
+    # copy (with weakref), which dataclasses uses only in asdict/astuple
+    "copy",
+    "weakref",
 )
 
 #: what ``multiprocessing`` and ``ctypes.util`` import, which a run does
@@ -292,6 +295,27 @@ def test_deferred_modules_complete_on_first_use() -> None:
         "assert ssl.create_default_context().check_hostname\n"
         "import psycopg\n"
         "assert psycopg.connect\n"
+        "print('ok')\n"
+    )
+    assert python_c(code) == "ok\n"
+
+
+def test_dataclasses_copy_is_the_real_one_when_used() -> None:
+    # a stand-in while dataclasses imports (pgsurge/__init__.py): asdict's
+    # deepcopy is the real module's, which a later import gives as usual
+    code = (
+        "import sys\n"
+        "import pgsurge, dataclasses\n"
+        "assert 'copy' not in sys.modules\n"
+        "@dataclasses.dataclass\n"
+        "class P:\n"
+        "    x: list\n"
+        "p = P([[1]])\n"
+        "d = dataclasses.asdict(p)\n"
+        "assert d == {'x': [[1]]} and d['x'][0] is not p.x[0]\n"
+        "import copy\n"
+        "assert dataclasses.copy.deepcopy is copy.deepcopy\n"
+        "assert sys.modules['copy'] is copy and copy.copy([1]) == [1]\n"
         "print('ok')\n"
     )
     assert python_c(code) == "ok\n"
