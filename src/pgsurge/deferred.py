@@ -23,6 +23,10 @@ through psycopg, for next to nothing:
   ``ctypes`` package itself (its classes and ``_ctypes``, some 200 KiB in
   each process of a run) is not needed either: pgsurge's own two calls
   into libc (``engine.pool``) are in its C extension;
+* ``psycopg._encodings`` does ``import string`` for three of its
+  constants (``ascii_lowercase``, ``ascii_uppercase``, ``digits``), and
+  ``string`` makes its ``Template`` and ``Formatter`` classes (a regex
+  among them: some 30 KiB in each process of a run);
 * ``psycopg.pq`` and ``psycopg.pq.misc`` do ``import logging`` and keep
   ``logging.getLogger(...)``, which only that libpq finder uses (on an
   error), and ``misc`` does ``from pathlib import Path`` for the same
@@ -33,10 +37,11 @@ through psycopg, for next to nothing:
 :func:`deferred_run_imports` is a context manager: while its block runs
 (``pgconn`` imports psycopg's parts in it) ``asyncio``, ``ssl``,
 ``ctypes``, ``ctypes.util`` (also the stand-in ``ctypes``' attribute
-``util``), ``logging`` and ``pathlib`` are stand-ins, modules created
-from their specs but not executed, holding only
+``util``), ``logging``, ``pathlib`` and ``string`` are stand-ins, modules
+created from their specs but not executed, holding only
 ``asyncio.CancelledError`` (from ``asyncio.exceptions``, which imports
-nothing), ``logging.getLogger`` and ``pathlib.Path``. The last two are
+nothing), ``logging.getLogger``, ``pathlib.Path`` and ``string``'s three
+constants. The last two are
 shims that do their work with the real module on first use (a
 :class:`DeferredLogger` forwards everything to ``logging.getLogger(name)``
 of the real ``logging``; ``Path(...)`` returns the real
@@ -99,15 +104,17 @@ _STAND_IN = "__pgsurge_stand_in__"
 
 @contextlib.contextmanager
 def deferred_run_imports() -> Iterator[None]:
-    """``asyncio``, ``ssl``, ``ctypes``, ``ctypes.util``, ``logging`` and
-    ``pathlib`` as stand-ins while the block runs (see the module's
-    docstring)."""
+    """``asyncio``, ``ssl``, ``ctypes``, ``ctypes.util``, ``logging``,
+    ``pathlib`` and ``string`` as stand-ins while the block runs (see the
+    module's docstring)."""
     # ctypes before ctypes.util, whose spec is then found through the
     # stand-in package (else finding it would import the real ctypes)
-    names = ("asyncio", "ssl", "ctypes", "ctypes.util", "logging", "pathlib")
+    names = ("asyncio", "ssl", "ctypes", "ctypes.util", "logging", "pathlib", "string")
     stand_ins = [m for m in map(_stand_in, names) if m is not None]
     for module in stand_ins:
-        if module.__name__ == "logging":
+        if module.__name__ == "string":
+            vars(module).update(_STRING_CONSTANTS)
+        elif module.__name__ == "logging":
             module.getLogger = DeferredLogger  # type: ignore[attr-defined]
         elif module.__name__ == "pathlib":
             module.Path = _path  # type: ignore[attr-defined]
@@ -162,6 +169,15 @@ def _compile(source: Any, filename: Any, mode: str, *args: Any, **kwargs: Any) -
     if plain and mode in ("eval", "exec"):
         return compile_source(source, filename, mode)
     return builtins.compile(source, filename, mode, *args, **kwargs)
+
+
+#: what ``psycopg._encodings`` reads of ``string`` (for a pattern), as the
+#: module defines them
+_STRING_CONSTANTS = {
+    "ascii_lowercase": "abcdefghijklmnopqrstuvwxyz",
+    "ascii_uppercase": "ABCDEFGHIJKLMNOPQRSTUVWXYZ",
+    "digits": "0123456789",
+}
 
 
 def in_main_thread() -> bool:

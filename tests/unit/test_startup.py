@@ -105,7 +105,7 @@ PSYCOPG_CONNINFO = (
 #: ``pgsurge.deferred`` until first used: asyncio's event loops, Python's
 #: OpenSSL, ctypes, logging (with traceback) and pathlib (with urllib.parse
 #: and ipaddress, which a run that fails to connect loads to redact its
-#: message); inspect (with ast, dis, tokenize), which dataclasses imports,
+#: message), string; inspect (with ast, dis, tokenize), which dataclasses imports,
 #: and psycopg._compat (with typing_extensions): each process of a run
 #: would hold them
 DEFERRED = (
@@ -128,6 +128,8 @@ DEFERRED = (
     # copy (with weakref), which dataclasses uses only in asdict/astuple
     "copy",
     "weakref",
+    # string, of which psycopg._encodings reads three constants
+    "string",
 )
 
 #: what ``multiprocessing`` and ``ctypes.util`` import, which a run does
