@@ -15,7 +15,9 @@ if "dataclasses" not in __import__("sys").modules:
     # has none, which records.record writes itself: a stand-in while
     # dataclasses imports, completed by the first class that needs it
     # (pgsurge.deferred.standing_in). Every command imports dataclasses.
+    # Likewise copy (with weakref, some 100 KiB), which dataclasses uses
+    # only in asdict() and astuple(), which a run never calls.
     from pgsurge.deferred import standing_in as _standing_in
 
-    with _standing_in("inspect"):
+    with _standing_in("inspect"), _standing_in("copy"):
         import dataclasses as _dataclasses  # noqa: F401

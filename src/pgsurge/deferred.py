@@ -23,6 +23,10 @@ through psycopg, for next to nothing:
   ``ctypes`` package itself (its classes and ``_ctypes``, some 200 KiB in
   each process of a run) is not needed either: pgsurge's own two calls
   into libc (``engine.pool``) are in its C extension;
+* ``psycopg._encodings`` does ``import string`` for three of its
+  constants (``ascii_lowercase``, ``ascii_uppercase``, ``digits``), and
+  ``string`` makes its ``Template`` and ``Formatter`` classes (a regex
+  among them: some 30 KiB in each process of a run);
 * ``psycopg.pq`` and ``psycopg.pq.misc`` do ``import logging`` and keep
   ``logging.getLogger(...)``, which only that libpq finder uses (on an
   error), and ``misc`` does ``from pathlib import Path`` for the same
@@ -33,10 +37,11 @@ through psycopg, for next to nothing:
 :func:`deferred_run_imports` is a context manager: while its block runs
 (``pgconn`` imports psycopg's parts in it) ``asyncio``, ``ssl``,
 ``ctypes``, ``ctypes.util`` (also the stand-in ``ctypes``' attribute
-``util``), ``logging`` and ``pathlib`` are stand-ins, modules created
-from their specs but not executed, holding only
+``util``), ``logging``, ``pathlib`` and ``string`` are stand-ins, modules
+created from their specs but not executed, holding only
 ``asyncio.CancelledError`` (from ``asyncio.exceptions``, which imports
-nothing), ``logging.getLogger`` and ``pathlib.Path``. The last two are
+nothing), ``logging.getLogger``, ``pathlib.Path`` and ``string``'s three
+constants. The last two are
 shims that do their work with the real module on first use (a
 :class:`DeferredLogger` forwards everything to ``logging.getLogger(name)``
 of the real ``logging``; ``Path(...)`` returns the real
@@ -60,19 +65,28 @@ the submodule before the package, whose circular imports fail
 while the first executes the module found neither the name nor the hook.
 ``PGSURGE_PSYCOPG=full`` (psycopg imported whole) uses none of this, nor
 does a process that imported the module already.
+
+While the block runs, ``typing``'s forward references are compiled by
+pgsurge's C extension rather than the builtin ``compile``, whose first
+call makes all of the ``ast`` module's node types
+(:func:`_forward_refs_compiled_natively`).
 """
 
 from __future__ import annotations
 
 import _thread
+import builtins
 import contextlib
 import importlib
 import importlib.util
 import sys
+import typing
 from collections.abc import Iterator
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
+
+from pgsurge._native import compile_source
 
 if TYPE_CHECKING:
     from importlib.abc import Loader
@@ -90,15 +104,17 @@ _STAND_IN = "__pgsurge_stand_in__"
 
 @contextlib.contextmanager
 def deferred_run_imports() -> Iterator[None]:
-    """``asyncio``, ``ssl``, ``ctypes``, ``ctypes.util``, ``logging`` and
-    ``pathlib`` as stand-ins while the block runs (see the module's
-    docstring)."""
+    """``asyncio``, ``ssl``, ``ctypes``, ``ctypes.util``, ``logging``,
+    ``pathlib`` and ``string`` as stand-ins while the block runs (see the
+    module's docstring)."""
     # ctypes before ctypes.util, whose spec is then found through the
     # stand-in package (else finding it would import the real ctypes)
-    names = ("asyncio", "ssl", "ctypes", "ctypes.util", "logging", "pathlib")
+    names = ("asyncio", "ssl", "ctypes", "ctypes.util", "logging", "pathlib", "string")
     stand_ins = [m for m in map(_stand_in, names) if m is not None]
     for module in stand_ins:
-        if module.__name__ == "logging":
+        if module.__name__ == "string":
+            vars(module).update(_STRING_CONSTANTS)
+        elif module.__name__ == "logging":
             module.getLogger = DeferredLogger  # type: ignore[attr-defined]
         elif module.__name__ == "pathlib":
             module.Path = _path  # type: ignore[attr-defined]
@@ -110,12 +126,58 @@ def deferred_run_imports() -> Iterator[None]:
                 # another layout of the package: no stand-in, the usual import
                 _release(module)
     try:
-        yield
+        with _forward_refs_compiled_natively():
+            yield
     finally:
         # submodules first: a package's release keeps its submodules for
         # the real package, and a stand-in must not be kept
         for module in reversed(stand_ins):
             _release(module)
+
+
+@contextlib.contextmanager
+def _forward_refs_compiled_natively() -> Iterator[None]:
+    """``typing.ForwardRef`` compiles through ``_native.compile_source``
+    while the block runs.
+
+    ``psycopg.pq.misc``'s named tuples (``PGnotify``, ``ConninfoOption``,
+    ``PGresAttDesc``) have string annotations (``from __future__ import
+    annotations``), and ``typing.NamedTuple`` makes a ``ForwardRef`` of
+    each, which calls ``compile(arg, "<string>", "eval")``; the first
+    builtin ``compile`` of a process makes all of the ``ast`` module's
+    node types, some 200 KiB of every run that nothing else asks for.
+    ``compile`` is found in typing's globals before the builtins: a name
+    ``compile`` there, for the block, is the C compiler's twin (the same
+    code object for a str; anything else goes to the builtin)."""
+    namespace = vars(typing)
+    if "compile" in namespace:
+        yield  # someone else's: left alone
+        return
+    namespace["compile"] = _compile
+    try:
+        yield
+    finally:
+        if namespace.get("compile") is _compile:
+            del namespace["compile"]
+
+
+def _compile(source: Any, filename: Any, mode: str, *args: Any, **kwargs: Any) -> Any:
+    """The builtin ``compile`` as typing calls it, a str in mode "eval" (or
+    "exec") compiled by ``_native.compile_source``: typing has no
+    ``__future__`` flags to inherit, so this is the builtin's code."""
+    plain = type(source) is str and type(filename) is str and not (args or kwargs)
+    if plain and mode in ("eval", "exec"):
+        return compile_source(source, filename, mode)
+    return builtins.compile(source, filename, mode, *args, **kwargs)
+
+
+#: what ``psycopg._encodings`` reads of ``string`` (for a pattern), as the
+#: module defines them
+_STRING_CONSTANTS = {
+    "ascii_lowercase": "abcdefghijklmnopqrstuvwxyz",
+    "ascii_uppercase": "ABCDEFGHIJKLMNOPQRSTUVWXYZ",
+    "digits": "0123456789",
+}
 
 
 def in_main_thread() -> bool:

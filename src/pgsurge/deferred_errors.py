@@ -14,7 +14,9 @@ thousand clients is mostly such fixed costs) and 1.5 ms of its start-up.
 :func:`sqlstate_classes_deferred` is a context manager: an import of
 ``psycopg.errors`` while its block runs executes the module's source
 without the generated part (compiled from the source: 3.3 ms against
-4.8 for executing the whole module's cached bytecode), and the generated
+4.8 for executing the whole module's cached bytecode; by
+``pgsurge._native.compile_source``, which spares the process the ``ast``
+module's node types that the builtin ``compile`` makes), and the generated
 part is executed into the same module, as it would have been, on the
 first need of it:
 
@@ -43,6 +45,8 @@ from collections.abc import Iterator
 from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
+
+from pgsurge._native import compile_source
 
 if TYPE_CHECKING:
     from importlib.abc import Loader
@@ -149,7 +153,8 @@ class _Loader:
 
     def exec_module(self, module: ModuleType) -> None:
         namespace = module.__dict__
-        exec(compile(self.rest, self.origin, "exec", dont_inherit=True), namespace)
+        exec(compile_source(self.rest, self.origin, "exec"), namespace)
+        self.rest = ""  # (kept by the module's spec: 30 KiB of text)
         completion = _Completion(module, self.generated, self.origin)
         if type(namespace.get("_sqlcodes")) is not dict or namespace["_sqlcodes"]:
             # not the layout this was written for: the whole module now
@@ -179,7 +184,7 @@ class _Completion:
                 # the table the classes register in as they are made (the
                 # module's own functions read it by name from now on)
                 namespace["_sqlcodes"] = {}
-                code = compile(self.generated, self.origin, "exec", dont_inherit=True)
+                code = compile_source(self.generated, self.origin, "exec")
                 exec(code, namespace)
                 # (kept until now: another thread's read of a generated
                 # name waits for the lock instead of failing)

@@ -49,9 +49,9 @@ __all__ = [
     "to_int64",
 ]
 
-#: the interface version of pgsurge._speedups this code expects; a build of
-#: another version (a stale .so) is ignored
-SPEEDUPS_API = 3
+#: the interface version of pgsurge._speedups this code expects (the one
+#: constant, in pgsurge._native: deferred_errors loads the module too)
+SPEEDUPS_API = _native.SPEEDUPS_API
 
 
 def _load_speedups() -> ModuleType | None:

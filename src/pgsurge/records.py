@@ -35,7 +35,7 @@ with ``dataclass``'s.
 from __future__ import annotations
 
 import dataclasses
-import reprlib
+from _thread import get_ident
 from collections.abc import Callable
 from dataclasses import MISSING, FrozenInstanceError
 from typing import Any, TypeVar, dataclass_transform, overload
@@ -113,9 +113,10 @@ def _process(cls: _T, *, frozen: bool, slots: bool, eq: bool, repr: bool) -> _T:
             else:
                 cls.__hash__ = None  # type: ignore[assignment]
     if frozen:
-        frozen_names = frozenset(names)
-        cls.__setattr__ = _make_setattr(written, frozen_names)  # type: ignore[assignment, method-assign]
-        cls.__delattr__ = _make_delattr(written, frozen_names)  # type: ignore[assignment, method-assign]
+        # (the names' tuple, not a set of them: a few names, and a
+        # frozenset is some 700 bytes of each frozen class, issue 25)
+        cls.__setattr__ = _make_setattr(written, names)  # type: ignore[assignment, method-assign]
+        cls.__delattr__ = _make_delattr(written, names)  # type: ignore[assignment, method-assign]
         if slots:
             setattr(cls, "__getstate__", _make_getstate(names))  # noqa: B010
             setattr(cls, "__setstate__", _make_setstate(names))  # noqa: B010
@@ -164,11 +165,24 @@ def _make_init(cls: type, fields: tuple[Any, ...], frozen: bool) -> Any:
     return init
 
 
+#: the records' reprs running, as ``reprlib.recursive_repr`` keeps them for
+#: ``dataclass``: an object's repr inside itself is "...". One set for all
+#: records (a key is the object and the thread, whatever its class), not a
+#: wrapper and a set per class (some 1 KiB of each, issue 25)
+_repr_running: set[tuple[int, int]] = set()
+
+
 def _make_repr(shown: tuple[str, ...]) -> Callable[[Any], str]:
-    @reprlib.recursive_repr()
     def __repr__(self: Any) -> str:
-        inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in shown)
-        return f"{self.__class__.__qualname__}({inner})"
+        key = id(self), get_ident()
+        if key in _repr_running:
+            return "..."
+        _repr_running.add(key)
+        try:
+            inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in shown)
+            return f"{self.__class__.__qualname__}({inner})"
+        finally:
+            _repr_running.discard(key)
 
     return __repr__
 
@@ -192,7 +206,7 @@ def _make_hash(hashed: tuple[str, ...]) -> Callable[[Any], int]:
 
 
 def _make_setattr(
-    cls: type[Any], names: frozenset[str]
+    cls: type[Any], names: tuple[str, ...]
 ) -> Callable[[Any, str, Any], None]:
     def __setattr__(self: Any, name: str, value: Any) -> None:
         if type(self) is cls or name in names:
@@ -202,7 +216,7 @@ def _make_setattr(
     return __setattr__
 
 
-def _make_delattr(cls: type[Any], names: frozenset[str]) -> Callable[[Any, str], None]:
+def _make_delattr(cls: type[Any], names: tuple[str, ...]) -> Callable[[Any, str], None]:
     def __delattr__(self: Any, name: str) -> None:
         if type(self) is cls or name in names:
             raise FrozenInstanceError(f"cannot delete field {name!r}")

@@ -218,6 +218,24 @@ def test_logging_and_pathlib_after_the_parts() -> None:
     assert python_c(code) == "Logger\n"
 
 
+def test_string_after_the_parts() -> None:
+    # psycopg._encodings reads three constants of string (issue 25): the
+    # stand-in's are string's, and string imported afterwards is the real
+    # module, which the stand-in psycopg keeps hands everything else over to
+    code = (
+        "import sys\n"
+        "import pgsurge.pgconn\n"
+        "import psycopg._encodings as enc\n"
+        "assert 'string' not in sys.modules\n"
+        "import string\n"
+        "names = ('ascii_lowercase', 'ascii_uppercase', 'digits')\n"
+        "assert all(getattr(enc.string, n) == getattr(string, n) for n in names)\n"
+        "assert enc.string.Template is string.Template\n"
+        "print(string.Template('$a').substitute(a=1), enc._re_clean.sub('_', 'a-b'))\n"
+    )
+    assert python_c(code) == "1 a_b\n"
+
+
 def test_a_module_stand_in_is_no_package() -> None:
     # ``from pathlib import Path`` asks the stand-in for __path__ (the
     # import system's test for a package): answered without the module

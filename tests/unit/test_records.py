@@ -141,6 +141,31 @@ def test_class_methods_of_its_own_are_kept() -> None:
         assert m == Mutable(2)
 
 
+@pytest.mark.parametrize("slots", [False, True])
+def test_a_recursive_repr_as_dataclass_writes_it(slots: bool) -> None:
+    # an object inside itself is "..." (reprlib.recursive_repr's guard, one
+    # for all records), also through another record, and once it is done
+    # its repr is whole again
+    got = []
+    for decorate in (record, dataclasses.dataclass):
+
+        @decorate(slots=slots)
+        class Node:
+            items: list[Any]
+
+        @decorate(slots=slots)
+        class Pair:
+            left: Any
+            right: Any
+
+        outer = Node([])
+        outer.items.append(outer)
+        outer.items.append(Pair(outer, Node([1])))
+        got.append((repr(outer), repr(outer), repr(Pair(outer, outer))))
+    assert got[0] == got[1]
+    assert got[0][0].count("...") == 2
+
+
 def test_unsupported_fields_are_refused() -> None:
     with pytest.raises(TypeError, match="__post_init__"):
 

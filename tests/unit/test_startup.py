@@ -16,6 +16,9 @@ structural causes of past regressions instead of timing anything:
   of the start-up): ``pgconn`` imports only ``psycopg.pq`` and its
   neighbours, not even ``psycopg.conninfo`` (tests/unit/test_psycopg_parts.py
   has the details);
+* a run must not make the ``ast`` module's node types (the first builtin
+  ``compile()`` of a process does: some 200 KiB of each run), nor import
+  what only the Python event loop (``heapq``) or the live panel uses;
 * no module-level pattern may spell a character class with a range up to
   a wide code point (``\\x80-\\U0010ffff``): ``re`` folds such a range into
   a bitmap at compile time, milliseconds per pattern at every start-up.
@@ -30,6 +33,9 @@ import re
 import subprocess
 import sys
 
+import pytest
+
+from pgsurge import _native
 from pgsurge.script.lexer import ASCII_IDENT_CHARS, ASCII_LETTERS, wide_class
 from tests.fix_run import python_c
 
@@ -60,6 +66,8 @@ ONLY_SOME_RUNS = (
     "pgsurge.workloads",
     "pgsurge.distributed",
     "pgsurge.experiment",
+    # the live panel: only a run that shows it (issue 25: memory)
+    "pgsurge.report.live_panel",
 )
 
 #: the Python engine's steps (issue 25: memory), which engine.client
@@ -97,7 +105,7 @@ PSYCOPG_CONNINFO = (
 #: ``pgsurge.deferred`` until first used: asyncio's event loops, Python's
 #: OpenSSL, ctypes, logging (with traceback) and pathlib (with urllib.parse
 #: and ipaddress, which a run that fails to connect loads to redact its
-#: message); inspect (with ast, dis, tokenize), which dataclasses imports,
+#: message), string; inspect (with ast, dis, tokenize), which dataclasses imports,
 #: and psycopg._compat (with typing_extensions): each process of a run
 #: would hold them
 DEFERRED = (
@@ -117,6 +125,11 @@ DEFERRED = (
     "tokenize",
     "typing_extensions",
     "psycopg._compat",
+    # copy (with weakref), which dataclasses uses only in asdict/astuple
+    "copy",
+    "weakref",
+    # string, of which psycopg._encodings reads three constants
+    "string",
 )
 
 #: what ``multiprocessing`` and ``ctypes.util`` import, which a run does
@@ -136,6 +149,14 @@ STDLIB_NOT_FORKED = (
     "lzma",
     "subprocess",
     "locale",
+)
+
+#: what only the end of a run uses (its report, the host's facts): imported
+#: then, when the run's clients have given their memory back (issue 25)
+AFTER_THE_RUN = (
+    "pgsurge.report.extras",
+    "pgsurge.report.rate",
+    "pgsurge.stats.host",
 )
 
 #: standard modules only some values need (--percentiles, tiny or
@@ -158,6 +179,8 @@ STDLIB_ONLY_SOME_PATHS = (
     "zlib",
     "pickle",
     "threading",
+    # the Python event loop's timers (engine.loop imports it in its run)
+    "heapq",
 )
 
 #: patterns compiled on first use (``functools.cache`` accessors): a run
@@ -230,9 +253,29 @@ def test_run_of_scripts_imports_only_what_it_needs() -> None:
     assert sorted(loaded.intersection(PSYCOPG_PACKAGE_ONLY)) == []
     assert sorted(loaded.intersection(PSYCOPG_CONNINFO)) == []
     assert sorted(loaded.intersection(DEFERRED)) == []
+    assert sorted(loaded.intersection(AFTER_THE_RUN)) == []
     assert sorted(loaded.intersection(STDLIB_ONLY_SOME_RUNS)) == []
     assert sorted(loaded.intersection(STDLIB_NOT_FORKED)) == []
     assert sorted(loaded.intersection(STDLIB_ONLY_SOME_PATHS)) == []
+
+
+def test_a_run_makes_no_ast_node_types() -> None:
+    # the first builtin compile() of a process makes all of the ast module's
+    # node types (some 200 KiB, issue 25): a run compiles psycopg.errors'
+    # source and psycopg's string annotations without it
+    # (pgsurge._native.compile_source), and its own named tuples have none
+    if _native.load("_speedups", _native.SPEEDUPS_API) is None:
+        pytest.skip("pgsurge._speedups not usable: the builtin compiles")
+    code = (
+        "import tracemalloc\n"
+        "from pgsurge.cli import main\n"
+        "main(['pgsurge', '-h', '/nonexistent/pgsurge-startup', '-n', '-S',"
+        " '-t', '1', 'bench'])\n"
+        "tracemalloc.start()\n"
+        "compile('1', '<s>', 'eval')\n"
+        "print(tracemalloc.get_traced_memory()[0])\n"
+    )
+    assert int(python_c(code)) > 100 * 1024
 
 
 def test_deferred_modules_complete_on_first_use() -> None:
@@ -254,6 +297,27 @@ def test_deferred_modules_complete_on_first_use() -> None:
         "assert ssl.create_default_context().check_hostname\n"
         "import psycopg\n"
         "assert psycopg.connect\n"
+        "print('ok')\n"
+    )
+    assert python_c(code) == "ok\n"
+
+
+def test_dataclasses_copy_is_the_real_one_when_used() -> None:
+    # a stand-in while dataclasses imports (pgsurge/__init__.py): asdict's
+    # deepcopy is the real module's, which a later import gives as usual
+    code = (
+        "import sys\n"
+        "import pgsurge, dataclasses\n"
+        "assert 'copy' not in sys.modules\n"
+        "@dataclasses.dataclass\n"
+        "class P:\n"
+        "    x: list\n"
+        "p = P([[1]])\n"
+        "d = dataclasses.asdict(p)\n"
+        "assert d == {'x': [[1]]} and d['x'][0] is not p.x[0]\n"
+        "import copy\n"
+        "assert dataclasses.copy.deepcopy is copy.deepcopy\n"
+        "assert sys.modules['copy'] is copy and copy.copy([1]) == [1]\n"
         "print('ok')\n"
     )
     assert python_c(code) == "ok\n"

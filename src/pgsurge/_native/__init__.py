@@ -18,9 +18,13 @@ from __future__ import annotations
 
 import importlib
 import os
-from types import ModuleType
+from types import CodeType, ModuleType
 
-__all__ = ["load", "pure_requested", "unavailable"]
+__all__ = ["SPEEDUPS_API", "compile_source", "load", "pure_requested", "unavailable"]
+
+#: the interface version of pgsurge._speedups this code expects; a build of
+#: another version (a stale .so) is ignored
+SPEEDUPS_API = 4
 
 #: extensions that were wanted (no PGSURGE_PURE) but could not be used,
 #: with why: the run then says so once (pgsurge.runner)
@@ -52,3 +56,18 @@ def load(name: str, api: int) -> ModuleType | None:
         _unavailable[name] = "built for another version of pgsurge"
         return None
     return module
+
+
+def compile_source(source: str, filename: str, mode: str = "exec") -> CodeType:
+    """``compile(source, filename, mode, dont_inherit=True)`` of a str in
+    mode "exec" or "eval", by ``pgsurge._speedups`` when it is built: the
+    builtin's first call in a process makes all of the ``ast`` module's
+    node types (some 200 KiB of every process, issue 25), which the C
+    twin's compiling does without. A run compiles psycopg.errors' source
+    (``pgsurge.deferred_errors``) and the string annotations of psycopg's
+    named tuples (``pgsurge.deferred``)."""
+    speedups = load("_speedups", SPEEDUPS_API)
+    if speedups is None:
+        return compile(source, filename, mode, dont_inherit=True)
+    code: CodeType = speedups.compile_source(source, filename, mode)
+    return code

@@ -25,6 +25,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 #ifdef __linux__
 #include <sys/prctl.h>
 #endif
@@ -32,7 +33,7 @@
 #include <malloc.h>
 #endif
 
-#define SPEEDUPS_API 3
+#define SPEEDUPS_API 4
 
 /* splitmix64 constants (seeding) */
 #define GOLDEN UINT64_C(0x9E3779B97F4A7C15)
@@ -633,6 +634,50 @@ trim_heap(PyObject *module, PyObject *unused)
 #endif
 }
 
+/* compile_source(source, filename, mode): what compile(source, filename,
+ * mode, dont_inherit=True) gives for a str source and mode "exec" or
+ * "eval", for pgsurge._native.compile_source. The builtin first asks
+ * whether source is an ast object (PyAST_Check), and the first such
+ * question in a process makes all of the ast module's node types: some
+ * 200 KiB of every run (issue 25), which never sees an ast object. The
+ * compiler itself does without them. */
+static PyObject *
+compile_source(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyCompilerFlags flags = {.cf_flags = PyCF_SOURCE_IS_UTF8 | PyCF_IGNORE_COOKIE,
+                             .cf_feature_version = PY_MINOR_VERSION};
+    const char *text, *mode;
+    Py_ssize_t size;
+    int start;
+
+    if (nargs != 3 || !PyUnicode_Check(args[0]) || !PyUnicode_Check(args[1]) ||
+        !PyUnicode_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "compile_source(source: str, filename: str, mode: str)");
+        return NULL;
+    }
+    mode = PyUnicode_AsUTF8(args[2]);
+    if (mode == NULL)
+        return NULL;
+    if (strcmp(mode, "exec") == 0)
+        start = Py_file_input;
+    else if (strcmp(mode, "eval") == 0)
+        start = Py_eval_input;
+    else {
+        PyErr_SetString(PyExc_ValueError, "compile_source() mode must be 'exec' or 'eval'");
+        return NULL;
+    }
+    text = PyUnicode_AsUTF8AndSize(args[0], &size);
+    if (text == NULL)
+        return NULL;
+    if (strlen(text) != (size_t)size) {
+        /* the builtin's error for the same source */
+        PyErr_SetString(PyExc_ValueError, "source code string cannot contain null bytes");
+        return NULL;
+    }
+    return Py_CompileStringObject(text, args[1], start, &flags, -1);
+}
+
 static PyMethodDef module_methods[] = {
     {"die_with_parent", (PyCFunction)die_with_parent, METH_O,
      "die_with_parent(signum): the kernel sends signum to this process when "
@@ -640,6 +685,10 @@ static PyMethodDef module_methods[] = {
     {"trim_heap", (PyCFunction)trim_heap, METH_NOARGS,
      "trim_heap(): hand malloc's free memory back to the kernel (glibc's "
      "malloc_trim); False where malloc is not glibc's."},
+    {"compile_source", (PyCFunction)(void (*)(void))compile_source, METH_FASTCALL,
+     "compile_source(source, filename, mode): compile(source, filename, mode, "
+     "dont_inherit=True) of a str in mode 'exec' or 'eval', without making "
+     "the ast module's node types."},
     {"hash_fnv1a", (PyCFunction)(void (*)(void))hash_fnv1a, METH_FASTCALL,
      "hash_fnv1a(val, seed): FNV-1a over the 8 bytes of val."},
     {"hash_murmur2", (PyCFunction)(void (*)(void))hash_murmur2, METH_FASTCALL,

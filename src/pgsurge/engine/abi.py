@@ -23,8 +23,10 @@ sides must agree on is here, once:
 See ENGINE.md beside this file for who owns a client when.
 """
 
-from __future__ import annotations
-
+# (no ``from __future__ import annotations``: typing.NamedTuple makes a
+# ForwardRef of each string annotation, compiling it, and the first
+# builtin compile() of a process makes all of the ast module's node types,
+# some 200 KiB of every run: issue 25)
 from types import ModuleType
 from typing import NamedTuple
 
@@ -162,7 +164,7 @@ class SetConst(NamedTuple):
     value: int
 
     @classmethod
-    def of(cls, slot: int, value: int) -> SetConst:
+    def of(cls, slot: int, value: int) -> "SetConst":
         return cls(OP_SET_CONST, slot, value)
 
 
@@ -175,7 +177,7 @@ class SetRandom(NamedTuple):
     hi: int
 
     @classmethod
-    def of(cls, slot: int, lo: int, hi: int) -> SetRandom:
+    def of(cls, slot: int, lo: int, hi: int) -> "SetRandom":
         return cls(OP_SET_RANDOM, slot, lo, hi)
 
 
@@ -205,7 +207,7 @@ class Sql(NamedTuple):
         gset: int = 0,
         prefix: str = "",
         sql: bytes = b"",
-    ) -> Sql:
+    ) -> "Sql":
         return cls(OP_SQL, text, params, lits, gset, prefix, sql)
 
 
@@ -218,7 +220,7 @@ class SetExpr(NamedTuple):
     code: tuple[int, ...]
 
     @classmethod
-    def of(cls, slot: int, code: tuple[int, ...]) -> SetExpr:
+    def of(cls, slot: int, code: tuple[int, ...]) -> "SetExpr":
         return cls(OP_SET_EXPR, slot, code)
 
 
@@ -241,7 +243,7 @@ class If(NamedTuple):
         false_to_elif: bool,
         end_next: int,
         is_elif: bool,
-    ) -> If:
+    ) -> "If":
         return cls(OP_IF, code, false_next, int(false_to_elif), end_next, int(is_elif))
 
 
@@ -252,7 +254,7 @@ class Else(NamedTuple):
     end_next: int
 
     @classmethod
-    def of(cls, end_next: int) -> Else:
+    def of(cls, end_next: int) -> "Else":
         return cls(OP_ELSE, end_next)
 
 
@@ -277,7 +279,7 @@ class SleepConst(NamedTuple):
     usec: int
 
     @classmethod
-    def of(cls, usec: int) -> SleepConst:
+    def of(cls, usec: int) -> "SleepConst":
         return cls(OP_SLEEP_CONST, usec)
 
 
@@ -289,7 +291,7 @@ class SleepVar(NamedTuple):
     unit_us: int
 
     @classmethod
-    def of(cls, slot: int, unit_us: int) -> SleepVar:
+    def of(cls, slot: int, unit_us: int) -> "SleepVar":
         return cls(OP_SLEEP_VAR, slot, unit_us)
 
 

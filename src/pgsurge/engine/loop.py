@@ -26,7 +26,6 @@ as pgbench prefers ``ppoll`` over ``poll`` for the same reason.
 
 from __future__ import annotations
 
-import heapq
 import select
 import time
 from collections.abc import Callable, Sequence
@@ -313,6 +312,10 @@ class EventLoop:
 
     def run(self) -> int:
         """Advance the clients until all are done; returns a LoopOutcome."""
+        # imported here: a run on the C loop (FastEventLoop.run) never gets
+        # here, and every module is memory in each process (issue 25)
+        from heapq import heappop, heappush
+
         advance = self.advance
         assert advance is not None
         by_fd = self._by_fd
@@ -325,8 +328,6 @@ class EventLoop:
         # window's start), 0: none
         next_tick = self._next_tick(next_report)
         idle = 0
-        heappush = heapq.heappush
-        heappop = heapq.heappop
         clock = _clock
         WAIT_RESULT = C.WAIT_RESULT
         WAIT_ROLLBACK_RESULT = C.WAIT_ROLLBACK_RESULT

@@ -69,13 +69,6 @@ from pgsurge.errors import (
     RunInterrupted,
 )
 from pgsurge.report import live
-from pgsurge.report.extras import (
-    client_limited_warning,
-    nothing_processed_warning,
-    render_extras,
-    targets_line,
-)
-from pgsurge.report.rate import rate_warning
 from pgsurge.report.text import (
     render_abort_notice,
     render_interrupt_notice,
@@ -93,7 +86,6 @@ from pgsurge.runner.setup import (
     worker_specs,
     workload_figures_of,
 )
-from pgsurge.stats.host import host_facts
 from pgsurge.stats.results import RunFacts, RunResult
 
 if TYPE_CHECKING:
@@ -198,6 +190,11 @@ def run(
     result.epoch_shift_us = shift_us
     if setup.pooler is not None:  # the JSON says so (schema 1, optional)
         result.insight = {"pooler": setup.pooler.to_dict(), **result.insight}
+    # imported once the run is over (as the report's modules below): a
+    # module imported then takes memory the run's clients have given back,
+    # not more of the run's peak (issue 25)
+    from pgsurge.stats.host import host_facts
+
     result.environment = {
         "client": host_facts(),
         "server": {"settings": setup.server_settings, "data_bytes": setup.data_bytes},
@@ -260,6 +257,13 @@ def _report(
     that fails (``>/dev/full``, closed) or a --json file on a full disk
     loses nothing the other outputs can still keep; the first failure is
     raised once all were tried (the others' messages printed before)."""
+    from pgsurge.report.extras import (
+        client_limited_warning,
+        nothing_processed_warning,
+        targets_line,
+    )
+    from pgsurge.report.rate import rate_warning
+
     failures: list[Exception] = []
     try:
         _report_text(result, cfg, text_out, err)
@@ -318,6 +322,8 @@ def _report_text(
     result: RunResult, cfg: RunConfig, text_out: TextIO, err: TextIO
 ) -> None:
     """pgbench's report and pgsurge's extras on ``text_out``."""
+    from pgsurge.report.extras import render_extras
+
     text_out.write(render_text(result, banner=False))
     text_out.write(
         render_extras(result, percentiles=cfg.percentiles, client_cpu=cfg.client_cpu)

@@ -57,13 +57,14 @@ from pgsurge.engine.protocol import (
 )
 from pgsurge.engine.worker import WorkerSpec, wants_histograms
 from pgsurge.errors import PROG, ExitStatus, PgsurgeError
-from pgsurge.report import live
+from pgsurge.report.live import proc_cpu_seconds
 from pgsurge.runner.setup import clock_us, epoch_shift_us
 from pgsurge.stats.counters import StatsData
 from pgsurge.stats.results import RunFacts, RunResult, WorkerResult
 
 if TYPE_CHECKING:
     from pgsurge.insight import Monitor
+    from pgsurge.report.live_panel import LivePanel
     from pgsurge.stats.progress import ProgressReporter
 
 __all__ = ["drive", "drive_local", "writer"]
@@ -288,7 +289,7 @@ class _Display:
         err: _Sink,
         workers: WorkerPool,
         reporter: ProgressReporter | None,
-        panel: live.LivePanel | None,
+        panel: LivePanel | None,
         monitor: Monitor | None,
     ) -> None:
         self._err = err
@@ -298,7 +299,7 @@ class _Display:
         self._monitor = monitor
 
     @property
-    def panel(self) -> live.LivePanel | None:
+    def panel(self) -> LivePanel | None:
         return self._panel
 
     @classmethod
@@ -320,7 +321,10 @@ class _Display:
             reporter = ProgressReporter.for_run(facts, start_us, epoch_shift_us=shift)
         panel = None
         if show_live:
-            panel = live.LivePanel(
+            # imported here: a run without the panel does without it
+            from pgsurge.report.live_panel import LivePanel
+
+            panel = LivePanel(
                 err.stream,
                 start_us=start_us,
                 duration_s=cfg.duration,
@@ -342,7 +346,7 @@ class _Display:
             self._err.write(line + "\n")
             self._err.flush()
         elif self._panel is not None:
-            cpu = [live.proc_cpu_seconds(p.pid) for p in self._workers.procs]
+            cpu = [proc_cpu_seconds(p.pid) for p in self._workers.procs]
             self._panel.update(merged, now, cpu, tick)
 
     def close(self) -> None:
@@ -570,7 +574,7 @@ class _Echo:
     def __init__(self, relay: StderrRelay | None, stream: TextIO) -> None:
         self.relay = relay
         self.stream = stream
-        self.panel: live.LivePanel | None = None
+        self.panel: LivePanel | None = None
         self._partial = b""
 
     def waitables(self) -> list[Any]:

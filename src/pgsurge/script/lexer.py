@@ -17,8 +17,10 @@ the command line (to print it whole), and a lexing error met on the way
 replaces the first one. :meth:`MetaLexer.fail` reproduces that.
 """
 
-from __future__ import annotations
-
+# (no ``from __future__ import annotations``: typing.NamedTuple makes a
+# ForwardRef of each string annotation, compiling it, and the first
+# builtin compile() of a process makes all of the ast module's node types,
+# some 200 KiB of every run: issue 25)
 import bisect
 import enum
 import math

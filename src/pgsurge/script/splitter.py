@@ -28,8 +28,10 @@ CREATE; ``_PLAIN_RUN`` before that), so a 4 MB line or 20,000 statements
 cost a few passes of its loop per statement, not one per token.
 """
 
-from __future__ import annotations
-
+# (no ``from __future__ import annotations``: typing.NamedTuple makes a
+# ForwardRef of each string annotation, compiling it, and the first
+# builtin compile() of a process makes all of the ast module's node types,
+# some 200 KiB of every run: issue 25)
 import enum
 import re
 from collections.abc import Callable

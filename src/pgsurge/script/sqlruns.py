@@ -35,8 +35,10 @@ reads every text as the possessive one does
 a long run (re keeps a point to go back to per iteration).
 """
 
-from __future__ import annotations
-
+# (no ``from __future__ import annotations``: typing.NamedTuple makes a
+# ForwardRef of each string annotation, compiling it, and the first
+# builtin compile() of a process makes all of the ast module's node types,
+# some 200 KiB of every run: issue 25)
 import re
 import sys
 from typing import NamedTuple
