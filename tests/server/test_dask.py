@@ -44,6 +44,7 @@ from tests.fix_dask import (
     count_clients,
     pgsurge_cmd,
     run_cli,
+    wait_running_clients,
 )
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -495,7 +496,9 @@ def test_interrupt_stops_every_host(
             assert proc.poll() is None, err_path.read_text()
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        time.sleep(3)
+        # every client under way (a fixed 3 s did not always cover the
+        # hosts' start on a loaded box)
+        wait_running_clients(bench_db, 4, proc)
         assert count_clients(bench_db) == 4
         proc.send_signal(signal.SIGINT)  # the coordinator only, as a Ctrl-C
         proc.wait(20)
