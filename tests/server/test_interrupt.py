@@ -242,14 +242,17 @@ def test_second_signal_cancels_at_once(bench_db: str, tmp_path: Path) -> None:
     now) but keeps the report of what ran; a third ends it with none."""
     path = tmp_path / "slow.sql"
     path.write_text("select pg_sleep(60);\n")
-    proc = _start(["-n", "-f", str(path), "-c", "2", "-T", "120", bench_db], tmp_path)
-    _wait_running(proc, 1, 1.0)
-    os.killpg(proc.pid, signal.SIGINT)
-    time.sleep(0.3)
+    args = ["-n", "-f", str(path), "-c", "2", "-T", "120", bench_db]
+    proc = _start(args, tmp_path, LONG_GRACE)
+    with _killed_on_failure(proc):
+        _wait_until(proc, bench_db, _running("select pg_sleep(60)%", 2))
+        os.killpg(proc.pid, signal.SIGINT)
+        _wait_stopping(proc, tmp_path)
     t0 = time.monotonic()
     os.killpg(proc.pid, signal.SIGINT)
-    out, err = _communicate(proc)
-    assert time.monotonic() - t0 < 1.5
+    out, err = _communicate(proc, 90)
+    # not at the end of the grace (60 s here) nor of the statements'
+    assert time.monotonic() - t0 < 20, "the second signal did not skip the grace"
     assert proc.returncode == -signal.SIGINT, err
     assert "actually processed: 0" in out, err
     assert "pgsurge: run interrupted by SIGINT after " in err
@@ -259,17 +262,19 @@ def test_second_signal_cancels_at_once(bench_db: str, tmp_path: Path) -> None:
 def test_third_signal_ends_at_once(bench_db: str, tmp_path: Path) -> None:
     path = tmp_path / "slow.sql"
     path.write_text("select pg_sleep(60);\n")
-    proc = _start(["-n", "-f", str(path), "-c", "2", "-T", "120", bench_db], tmp_path)
-    _wait_running(proc, 1, 1.0)
-    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the run stops gracefully
-    time.sleep(0.3)
+    args = ["-n", "-f", str(path), "-c", "2", "-T", "120", bench_db]
+    proc = _start(args, tmp_path, LONG_GRACE)
+    with _killed_on_failure(proc):
+        _wait_until(proc, bench_db, _running("select pg_sleep(60)%", 2))
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the run stops gracefully
+        _wait_stopping(proc, tmp_path)
     # two more, both pending at once (two SIGTERMs would make one): the
     # second's Stop cannot have brought the report before the third
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     proc.send_signal(signal.SIGINT)
-    out, err = _communicate(proc)
-    assert time.monotonic() - t0 < 1.5
+    out, err = _communicate(proc, 90)
+    assert time.monotonic() - t0 < 20, "not at once (the grace is 60 s here)"
     # of the third, whichever of the two was handled last
     assert proc.returncode in (-signal.SIGINT, -signal.SIGTERM), err
     assert "actually processed" not in out
