@@ -393,7 +393,9 @@ def test_log_write_failure_keeps_the_run(
     back to whole lines."""
     proc = subprocess.run(
         [
-            *(sys.executable, "-m", "pgsurge", "-n", "-S", "-T", "2"),
+            # -t: each client logs 5000 lines (well over 64 KiB) however
+            # slow the box (2 s of -T were not always enough under load)
+            *(sys.executable, "-m", "pgsurge", "-n", "-S", "-t", "5000"),
             *("-c", "2", "-j", "2", "-l", "--log-prefix", "full", bench_db),
         ],
         capture_output=True,
@@ -409,7 +411,7 @@ def test_log_write_failure_keeps_the_run(
     logs = sorted(tmp_path.glob("full.*"))
     assert len(logs) == 2
     warnings = [ln for ln in proc.stderr.splitlines() if "could not write" in ln]
-    # each file hit the limit (2 s of select-only is far more than 64 KiB)
+    # each file hit the limit (5000 lines of select-only are over 64 KiB)
     assert sorted(warnings) == sorted(
         f'pgsurge: warning: could not write log file "{p.name}": '
         "File too large; the log is incomplete"
