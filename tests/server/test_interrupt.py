@@ -542,8 +542,8 @@ def _interrupt_connecting(
 @pytest.mark.parametrize(
     "args",
     [
-        ["-c", "1", "-T", "5"],  # the parent's setup connection
-        ["-c", "2", "-j", "2", "-T", "5"],
+        ["-c", "1", "-T", "60"],  # the parent's setup connection
+        ["-c", "2", "-j", "2", "-T", "60"],
         ["-i", "-s", "1"],  # init's connection
     ],
     ids=["setup", "setup-j2", "init"],
@@ -563,7 +563,9 @@ def test_ctrl_c_while_connecting_to_a_silent_server(
     finally:
         server.close()
     assert proc.returncode == -signal.SIGINT, err
-    assert elapsed < 1.0, f"{elapsed:.2f} s after the signal"
+    # at once: a connection never answered waits forever (no
+    # connect_timeout); the bound leaves a loaded box its stalls
+    assert elapsed < 10, f"{elapsed:.2f} s after the signal"
     assert "Traceback" not in err
 
 
@@ -577,12 +579,12 @@ def test_ctrl_c_while_workers_connect(fresh_db: str, tmp_path: Path) -> None:
         fresh_db, host="127.0.0.1", port=str(server.port)
     )
     try:
-        args = ["-n", "-f", str(script), "-c", "2", "-j", "2", "-T", "5", target]
+        args = ["-n", "-f", str(script), "-c", "2", "-j", "2", "-T", "60", target]
         elapsed, proc, err = _interrupt_connecting(args, tmp_path, server, 3)
     finally:
         server.close()
     assert proc.returncode == -signal.SIGINT, err
-    assert elapsed < 1.0, f"{elapsed:.2f} s after the signal"
+    assert elapsed < 10, f"{elapsed:.2f} s after the signal (a hang is forever)"
     assert "Traceback" not in err
 
 
