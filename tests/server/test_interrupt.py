@@ -47,17 +47,6 @@ def bench_db(fresh_db: str, pgbench_bin: Path) -> str:
     return fresh_db
 
 
-def _wait_running(proc: subprocess.Popen[str], nworkers: int, delay: float) -> None:
-    """Until pgsurge ``proc`` has its workers: as processes (its children)
-    or as threads (engine/threaded.py: its tasks besides the main one)."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if len(_workers(proc.pid)) >= nworkers or _threads(proc.pid) > nworkers:
-            break
-        time.sleep(0.05)
-    time.sleep(delay)
-
-
 def _wait_until(proc: subprocess.Popen[str], dsn: str, query: str) -> None:
     """Until ``query`` (one boolean) is true on ``dsn``, polled, while
     ``proc`` runs: a run's clients are seen running on the server, which
@@ -131,13 +120,6 @@ def _wait_stopping(proc: subprocess.Popen[str], tmp_path: Path) -> None:
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the first signal was not handled"
         time.sleep(0.02)
-
-
-def _threads(pid: int) -> int:
-    try:
-        return len(os.listdir(f"/proc/{pid}/task"))
-    except FileNotFoundError:  # it ended
-        return 0
 
 
 #: the tests of what happens to worker *processes* (killed, their pipes):
