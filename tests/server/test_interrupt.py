@@ -24,10 +24,21 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.fix_run import (
+    COMMITTED,
+    LONG_GRACE,
+    SELECT_ONLY,
+    plain_env,
+    pump,
+    running_like,
+    stop_listening,
+    wait_logged,
+    wait_on_server,
+    wait_stopping,
+)
 from tests.fix_run import communicate_or_kill as _communicate
 from tests.fix_run import killed_on_failure as _killed_on_failure
 from tests.fix_run import log_lines as _log_lines
-from tests.fix_run import plain_env, pump, stop_listening
 from tests.fix_run import start_in_session as _start
 from tests.fix_run import valid_json as _valid
 from tests.fix_run import worker_pids as _workers
@@ -45,81 +56,6 @@ def bench_db(fresh_db: str, pgbench_bin: Path) -> str:
         env=plain_env(),
     )
     return fresh_db
-
-
-def _wait_until(proc: subprocess.Popen[str], dsn: str, query: str) -> None:
-    """Until ``query`` (one boolean) is true on ``dsn``, polled, while
-    ``proc`` runs: a run's clients are seen running on the server, which
-    also says that the run has started (its workers were sent GO: a signal
-    now stops it gracefully, where one before the start ends it at once).
-    A fixed time after the workers appear did not always cover their
-    connections and barriers on a loaded box."""
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, proc.communicate()
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            row = conn.execute(query).fetchone()
-        if row is not None and row[0]:
-            return
-        assert time.monotonic() < deadline, f"not seen within 60 s: {query}"
-        time.sleep(0.05)
-
-
-def _running(like: str, count: int) -> str:
-    """The query that is true once ``count`` sessions of the run's database
-    run (or last ran) a statement like ``like``."""
-    return (
-        f"select count(*) >= {count} from pg_stat_activity"
-        " where datname = current_database() and pid <> pg_backend_pid()"
-        f" and query like '{like}'"
-    )
-
-
-#: a select-only run's clients
-SELECT_ONLY = "%pgbench_accounts%"
-#: a tpcb-like run: it committed a transaction
-COMMITTED = "select exists (select from pgbench_history)"
-
-
-def _wait_logged(proc: subprocess.Popen[str], tmp_path: Path) -> None:
-    """Until the run's -l files have a line (a transaction finished)."""
-    deadline = time.monotonic() + 60
-    while not any(p.stat().st_size for p in tmp_path.glob("pgbench_log.*")):
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "no -l line within 60 s"
-        time.sleep(0.05)
-
-
-#: pgsurge with a 60 s grace (engine/interrupt.py's GRACE_S, 2 s) and a
-#: file ``stopping`` made in its directory once the parent has handled the
-#: first signal: a test of what a second signal skips sends it after that
-#: file (two signals sent too close are one), and an end "at once" is then
-#: told from the end of the grace by a margin no loaded box eats
-LONG_GRACE = [
-    sys.executable,
-    "-c",
-    """
-import os, runpy, sys
-from pgsurge.engine import interrupt
-interrupt.GRACE_S = 60.0
-_stop = interrupt.ParentStop.stop
-def stop(self, now_us):
-    _stop(self, now_us)
-    os.close(os.open("stopping", os.O_CREAT | os.O_WRONLY, 0o644))
-interrupt.ParentStop.stop = stop
-sys.argv[0] = "pgsurge"
-runpy.run_module("pgsurge", run_name="__main__")
-""",
-]
-
-
-def _wait_stopping(proc: subprocess.Popen[str], tmp_path: Path) -> None:
-    """Until a LONG_GRACE pgsurge has handled the first signal."""
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "stopping").exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the first signal was not handled"
-        time.sleep(0.02)
 
 
 #: the tests of what happens to worker *processes* (killed, their pipes):
@@ -148,7 +84,7 @@ def test_interrupt_keeps_report_json_log(
         PGSURGE_NO_FASTLOOP=fastloop,
     )
     with _killed_on_failure(proc):
-        _wait_logged(proc, tmp_path)
+        wait_logged(proc, tmp_path)
     # the run started before its first line: it is over 1.5 s old at the
     # signal, whatever the box's load
     time.sleep(1.5)
@@ -184,7 +120,7 @@ def test_interrupt_fast_path_t(bench_db: str, tmp_path: Path) -> None:
         ["-n", "-S", "-c", "2", "-j", "1", "-t", "100000000", bench_db], tmp_path
     )
     with _killed_on_failure(proc):
-        _wait_until(proc, bench_db, _running(SELECT_ONLY, 2))
+        wait_on_server(proc, bench_db, running_like(SELECT_ONLY, 2))
     os.killpg(proc.pid, signal.SIGINT)
     out, err = _communicate(proc)
     assert proc.returncode == -signal.SIGINT, err
@@ -199,7 +135,7 @@ def test_interrupt_grace_cancels_long_statement(bench_db: str, tmp_path: Path) -
     path.write_text("select pg_sleep(60);\n")
     proc = _start(["-n", "-f", str(path), "-c", "2", "-T", "120", bench_db], tmp_path)
     with _killed_on_failure(proc):
-        _wait_until(proc, bench_db, _running("select pg_sleep(60)%", 2))
+        wait_on_server(proc, bench_db, running_like("select pg_sleep(60)%", 2))
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     out, err = _communicate(proc)
@@ -229,9 +165,9 @@ def test_second_signal_cancels_at_once(bench_db: str, tmp_path: Path) -> None:
     args = ["-n", "-f", str(path), "-c", "2", "-T", "120", bench_db]
     proc = _start(args, tmp_path, LONG_GRACE)
     with _killed_on_failure(proc):
-        _wait_until(proc, bench_db, _running("select pg_sleep(60)%", 2))
+        wait_on_server(proc, bench_db, running_like("select pg_sleep(60)%", 2))
         os.killpg(proc.pid, signal.SIGINT)
-        _wait_stopping(proc, tmp_path)
+        wait_stopping(proc, tmp_path)
     t0 = time.monotonic()
     os.killpg(proc.pid, signal.SIGINT)
     out, err = _communicate(proc, 90)
@@ -249,9 +185,9 @@ def test_third_signal_ends_at_once(bench_db: str, tmp_path: Path) -> None:
     args = ["-n", "-f", str(path), "-c", "2", "-T", "120", bench_db]
     proc = _start(args, tmp_path, LONG_GRACE)
     with _killed_on_failure(proc):
-        _wait_until(proc, bench_db, _running("select pg_sleep(60)%", 2))
+        wait_on_server(proc, bench_db, running_like("select pg_sleep(60)%", 2))
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the run stops gracefully
-        _wait_stopping(proc, tmp_path)
+        wait_stopping(proc, tmp_path)
     # two more, both pending at once (two SIGTERMs would make one): the
     # second's Stop cannot have brought the report before the third
     t0 = time.monotonic()
@@ -288,7 +224,7 @@ def test_two_quick_ctrl_c_keep_note_and_json(
         tmp_path,
     )
     with _killed_on_failure(proc):
-        _wait_until(proc, bench_db, COMMITTED)
+        wait_on_server(proc, bench_db, COMMITTED)
     if first == signal.SIGINT:
         os.killpg(proc.pid, first)
     else:
@@ -319,7 +255,7 @@ def test_dead_worker_is_named(bench_db: str, tmp_path: Path, progress: bool) -> 
         **PROCESSES,
     )
     with _killed_on_failure(proc):
-        _wait_until(proc, bench_db, _running(SELECT_ONLY, 4))
+        wait_on_server(proc, bench_db, running_like(SELECT_ONLY, 4))
     victim = _workers(proc.pid)[1]
     os.kill(victim, signal.SIGKILL)
     out, err = _communicate(proc)
@@ -339,7 +275,7 @@ def test_rate_log_reaches_file_within_2s(bench_db: str, tmp_path: Path) -> None:
     it grows, a few lines at a time, while the run goes on."""
     proc = _start(["-n", "-S", "-R", "10", "-T", "120", "-l", bench_db], tmp_path)
     try:
-        _wait_logged(proc, tmp_path)
+        wait_logged(proc, tmp_path)
         first = sum(p.stat().st_size for p in tmp_path.glob("pgbench_log.*"))
         assert 0 < first < 8192, first
         _log_lines(tmp_path)  # whole lines only
@@ -612,7 +548,7 @@ def test_interrupted_run_with_store_says_it_was_not_stored(
         tmp_path,
     )
     with _killed_on_failure(proc):
-        _wait_until(proc, bench_db, _running(SELECT_ONLY, 1))
+        wait_on_server(proc, bench_db, running_like(SELECT_ONLY, 1))
         os.killpg(proc.pid, signal.SIGINT)
         out, err = _communicate(proc)
     assert proc.returncode == -signal.SIGINT, err
@@ -716,7 +652,7 @@ def test_a_worker_holds_no_end_of_the_parents_pipes(
         # every worker's client connected and the run started (a fixed
         # 0.5 s after the workers appeared could find a client still
         # connecting on a loaded box: one socket, and no report)
-        _wait_until(proc, bench_db, _running("select pg_sleep(0.05)%", 3))
+        wait_on_server(proc, bench_db, running_like("select pg_sleep(0.05)%", 3))
         workers = _workers(proc.pid)
         assert len(workers) == 3
         parent = _sockets(proc.pid)
