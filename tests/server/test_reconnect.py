@@ -27,7 +27,7 @@ import psycopg
 import pytest
 
 from pgsurge.server import EmbeddedServer
-from tests.fix_run import plain_env, run_pgsurge
+from tests.fix_run import COMMITTED, plain_env, run_pgsurge, wait_on_server
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -66,7 +66,11 @@ def _run_across_restart(
         cwd=cwd,
         env=plain_env(),
     )
-    time.sleep(3.5)
+    # the run under way (a transaction committed), then some intervals of
+    # it before the restart; a fixed 3.5 s from the program's start could
+    # restart the server before a loaded box's run had connected
+    wait_on_server(proc, dsn, COMMITTED)
+    time.sleep(2)
     assert server.stop()
     server.ensure_running()
     out, err = proc.communicate(timeout=120)
