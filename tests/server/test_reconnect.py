@@ -343,12 +343,14 @@ def test_terminated_backend_reconnects_without_aborting(
                     for row in conn.execute(
                         "SELECT pid FROM pg_stat_activity WHERE datname = %s"
                         " AND pid <> pg_backend_pid()"
-                        " AND backend_type = 'client backend'",
+                        " AND query LIKE 'SELECT pg_sleep(0.05)%%'",
                         (dbname,),
                     )
                 ]
-            assert len(pids) == 2, "pgsurge's clients did not connect"
-            time.sleep(0.5)
+            # both clients seen running their script (the run started: not
+            # the set-up connection, nor a client before its first
+            # transaction, as 0.5 s after two connections could be)
+            assert len(pids) == 2, "pgsurge's clients did not run"
             conn.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
         out, err = proc.communicate(timeout=120)
     finally:
