@@ -323,11 +323,12 @@ def _idle_sessions(dsn: str) -> int:
 
 
 def _wait_gone(dsn: str) -> int:
-    for _ in range(200):
-        n = _idle_sessions(dsn)
-        if n == 0:
-            return 0
-        time.sleep(0.01)
+    """The idle sessions left, once none are or after 60 s (their backends
+    end after pgsurge's close, later on a loaded box: 200 polls of 10 ms
+    were some 2 s)."""
+    deadline = time.monotonic() + 60
+    while (n := _idle_sessions(dsn)) and time.monotonic() < deadline:
+        time.sleep(0.05)
     return n
 
 
@@ -372,10 +373,10 @@ def test_idle_sessions_closed_on_ctrl_c(bench_db: str, tmp_path: Path) -> None:
         start_new_session=True,
     )
     try:
-        for _ in range(500):
-            if _idle_sessions(bench_db) == 2:
-                break
-            time.sleep(0.01)
+        deadline = time.monotonic() + 60  # 500 polls of 10 ms: a slow start
+        while _idle_sessions(bench_db) != 2 and time.monotonic() < deadline:
+            assert proc.poll() is None
+            time.sleep(0.05)
         assert _idle_sessions(bench_db) == 2
         time.sleep(0.5)
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the whole process group
