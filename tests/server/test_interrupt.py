@@ -189,10 +189,15 @@ def test_third_signal_ends_at_once(bench_db: str, tmp_path: Path) -> None:
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the run stops gracefully
         wait_stopping(proc, tmp_path)
     # two more, both pending at once (two SIGTERMs would make one): the
-    # second's Stop cannot have brought the report before the third
+    # second's Stop cannot have brought the report before the third. Sent
+    # to the stopped process: sent back to back to a running one, the
+    # first was at times handled, and its report out, before the second
+    # came (a loaded box's stall between the two sends)
     t0 = time.monotonic()
+    os.kill(proc.pid, signal.SIGSTOP)
     proc.send_signal(signal.SIGTERM)
     proc.send_signal(signal.SIGINT)
+    os.kill(proc.pid, signal.SIGCONT)
     out, err = _communicate(proc, 90)
     assert time.monotonic() - t0 < 20, "not at once (the grace is 60 s here)"
     # of the third, whichever of the two was handled last
