@@ -58,6 +58,10 @@ def _run_across_restart(
     server: EmbeddedServer, dsn: str, cwd: Path, extra: list[str]
 ) -> tuple[subprocess.CompletedProcess[str], str, str]:
     args = ["-c", "4", "-j", "2", "-T", "8", "-P", "1", *extra, dsn]
+    # (the server's history holds the module's earlier runs: emptied, so
+    # that COMMITTED below is this run's)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("truncate pgbench_history")
     proc = subprocess.Popen(
         [sys.executable, "-m", "pgsurge", *args],
         stdout=subprocess.PIPE,
