@@ -539,6 +539,7 @@ LONG_GRACE = [
     """
 import os, runpy, sys
 from pgsurge.engine import interrupt
+assert interrupt.GRACE_S < 60.0  # (renamed: an AttributeError, not a silent no-op)
 interrupt.GRACE_S = 60.0
 _stop = interrupt.ParentStop.stop
 def stop(self, now_us):
