@@ -272,6 +272,44 @@ def count_clients(dsn: str) -> int:
     return int(row[0])
 
 
+def wait_running_clients(
+    dsn: str, count: int, proc: subprocess.Popen[Any], timeout: float = 60.0
+) -> None:
+    """Until ``count`` pgsurge sessions on ``dsn`` have each run a statement
+    on ``pgbench_accounts`` (the run's clients are under way, the setup
+    connection is not counted): the moment the hosts start, which a loaded
+    box puts off well past the common start 2 s ahead of the ``dask:``
+    line. ``proc`` (the coordinator) must not end meanwhile."""
+    deadline = time.monotonic() + timeout
+    running = -1
+    while running != count:
+        assert proc.poll() is None, f"the run ended with {running} clients under way"
+        assert time.monotonic() < deadline, f"{running} clients under way"
+        time.sleep(0.1)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "select count(*) from pg_stat_activity"
+                " where datname = current_database() and pid <> pg_backend_pid()"
+                " and application_name = 'pgsurge'"
+                " and query like '%pgbench_accounts%'"
+            ).fetchone()
+        assert row is not None
+        running = int(row[0])
+
+
+def committed(dsn: str) -> int:
+    """The transactions committed in ``dsn``'s database so far, as the
+    server's statistics show them (a backend reports at most once a second)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("select pg_stat_clear_snapshot()")
+        row = conn.execute(
+            "select xact_commit from pg_stat_database"
+            " where datname = current_database()"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def children(pid: int) -> set[int]:
     """The live (not zombie) processes whose parent is ``pid``."""
     out = set()

@@ -10,6 +10,11 @@
 * :func:`mask_numbers` (pgbench against pgsurge: every number masked);
   :func:`mask_timing` (one program against itself, e.g. the C loop against
   the Python loop: only what depends on timing is masked).
+* :func:`wait_on_server` waits until a background run is seen under way
+  on the server (``running_like``, ``COMMITTED``), :func:`wait_logged`
+  until its ``-l`` files have a line: a signal then meets a started run,
+  whatever the box's load; :data:`LONG_GRACE` runs pgsurge with a 60 s
+  grace and says when the first signal was handled (:func:`wait_stopping`).
 
 The databases these run against are ``tests/fix_db.py``'s.
 """
@@ -25,6 +30,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -472,3 +478,84 @@ def log_lines(tmp_path: Path) -> list[str]:
         assert text == "" or text.endswith("\n"), f"cut line in {path}"
         lines += text.splitlines()
     return lines
+
+
+# -- a run seen under way, a run with a long grace ---------------------------
+
+
+def wait_on_server(proc: subprocess.Popen[str], dsn: str, query: str) -> None:
+    """Until ``query`` (one boolean) is true on ``dsn``, polled, while
+    ``proc`` runs: a run's clients are seen running on the server, which
+    also says that the run has started (its workers were sent GO: a signal
+    now stops it gracefully, where one before the start ends it at once).
+    A fixed time after the workers appear did not always cover their
+    connections and barriers on a loaded box."""
+    import psycopg  # here: the system Python's tests import this module too
+
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, proc.communicate()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute(query).fetchone()
+        if row is not None and row[0]:
+            return
+        assert time.monotonic() < deadline, f"not seen within 60 s: {query}"
+        time.sleep(0.05)
+
+
+def running_like(like: str, count: int) -> str:
+    """The query that is true once ``count`` sessions of the run's database
+    run (or last ran) a statement like ``like``."""
+    return (
+        f"select count(*) >= {count} from pg_stat_activity"
+        " where datname = current_database() and pid <> pg_backend_pid()"
+        f" and query like '{like}'"
+    )
+
+
+#: a select-only run's clients
+SELECT_ONLY = "%pgbench_accounts%"
+#: a tpcb-like run: it committed a transaction
+COMMITTED = "select exists (select from pgbench_history)"
+
+
+def wait_logged(proc: subprocess.Popen[str], tmp_path: Path) -> None:
+    """Until the run's -l files have a line (a transaction finished)."""
+    deadline = time.monotonic() + 60
+    while not any(p.stat().st_size for p in tmp_path.glob("pgbench_log.*")):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no -l line within 60 s"
+        time.sleep(0.05)
+
+
+#: pgsurge with a 60 s grace (engine/interrupt.py's GRACE_S, 2 s) and a
+#: file ``stopping`` made in its directory once the parent has handled the
+#: first signal: a test of what a second signal skips sends it after that
+#: file (two signals sent too close are one), and an end "at once" is then
+#: told from the end of the grace by a margin no loaded box eats
+LONG_GRACE = [
+    sys.executable,
+    "-c",
+    """
+import os, runpy, sys
+from pgsurge.engine import interrupt
+assert interrupt.GRACE_S < 60.0  # (renamed: an AttributeError, not a silent no-op)
+interrupt.GRACE_S = 60.0
+_stop = interrupt.ParentStop.stop
+def stop(self, now_us):
+    _stop(self, now_us)
+    os.close(os.open("stopping", os.O_CREAT | os.O_WRONLY, 0o644))
+interrupt.ParentStop.stop = stop
+sys.argv[0] = "pgsurge"
+runpy.run_module("pgsurge", run_name="__main__")
+""",
+]
+
+
+def wait_stopping(proc: subprocess.Popen[str], tmp_path: Path) -> None:
+    """Until a LONG_GRACE pgsurge has handled the first signal."""
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "stopping").exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the first signal was not handled"
+        time.sleep(0.02)

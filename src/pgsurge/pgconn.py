@@ -430,8 +430,17 @@ class PgConn:
         return None
 
     def exec_status(self, sql: str) -> tuple[int, Any]:
-        """``PQexec`` (blocking); returns the result status and result."""
-        res = self._pgconn.exec_(sql.encode())
+        """``PQexec`` (blocking); returns the result status and result.
+
+        A connection that is gone (the server restarted) gives a
+        ``PGRES_FATAL_ERROR`` result with the connection's message ("no
+        connection to the server"), as pgbench's ``PQresultStatus`` of
+        PQexec's NULL does; psycopg raises on that NULL instead, which
+        ended the set-up's ``tryExecuteStatement`` steps with a traceback."""
+        try:
+            res = self._pgconn.exec_(sql.encode())
+        except OperationalError:
+            res = self._pgconn.make_empty_result(pq.ExecStatus.FATAL_ERROR)
         return int(res.status), res
 
     def cancel(self) -> None:

@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import psycopg
 import pytest
@@ -192,12 +192,14 @@ def _wait_for(out: Path, started: int, proc: subprocess.Popen[str]) -> None:
     raise AssertionError("the experiment did not get there")
 
 
-def _start_ab(out: Path, db: str, tmp_path: Path) -> subprocess.Popen[str]:
+def _start_ab(
+    out: Path, db: str, tmp_path: Path, stderr: IO[str] | None = None
+) -> subprocess.Popen[str]:
     own = ["--runs", "5", "--warmup", "0", "--a", "", "--b", "", "--out", str(out)]
     return subprocess.Popen(
         [*AB, *own, "--", *COMMON, db],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=stderr or subprocess.PIPE,
         text=True,
         cwd=tmp_path,
         env=_env(),
@@ -227,13 +229,21 @@ def test_ctrl_c_stops_after_the_current_run(db1: str, tmp_path: Path) -> None:
 
 def test_second_ctrl_c_discards_the_current_run(db1: str, tmp_path: Path) -> None:
     out = tmp_path / "int2"
-    proc = _start_ab(out, db1, tmp_path)
+    err_path = tmp_path / "stderr"
+    with err_path.open("w") as err:
+        proc = _start_ab(out, db1, tmp_path, err)
     _wait_for(out, 3, proc)
     time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
-    time.sleep(0.3)
+    # the second once the first was handled (its notice is out): two sent
+    # too close are one, and the run then finished as after one Ctrl-C
+    deadline = time.monotonic() + 60
+    while "stopping after the current run" not in err_path.read_text():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
     proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=60)
+    stdout, _ = proc.communicate(timeout=60)
+    stderr = err_path.read_text()
     assert proc.returncode == 130, stderr
     runs = _check_runs(out)
     assert [(x["arm"], x["status"]) for x in runs] == [

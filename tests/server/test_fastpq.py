@@ -354,3 +354,20 @@ def test_send_query_parts_matches_substitute(
         assert got[0].fname(0) == want[0].fname(0)
     else:
         assert got[0].error_message == want[0].error_message
+
+
+def test_exec_status_on_a_lost_connection_is_a_fatal_result(server_dsn: str) -> None:
+    # the set-up's pgbench steps (tryExecuteStatement) on a connection the
+    # server closed: the status and message pgbench gets from PQexec's
+    # NULL, not psycopg's OperationalError (a traceback after a server
+    # restart during "starting vacuum...")
+    c = pgconn.connect_or_raise(dict(_parse(server_dsn)))
+    try:
+        c.exec_status("select pg_terminate_backend(pg_backend_pid())")
+        for _ in range(2):
+            status, res = c.exec_status("vacuum pgbench_tellers")
+            assert status == pgconn.FATAL_ERROR
+            assert res.ntuples == 0
+            assert "no connection to the server" in c.error_message()
+    finally:
+        c.finish()

@@ -21,7 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.fix_run import UnixRelay, plain_env, tool_env
+from tests.fix_run import (
+    SELECT_ONLY,
+    UnixRelay,
+    plain_env,
+    running_like,
+    tool_env,
+    wait_on_server,
+)
 
 pytestmark = pytest.mark.server
 
@@ -169,7 +176,9 @@ def test_dead_worker_keeps_the_connection_time(bench_db: str, tmp_path: Path) ->
         deadline = time.monotonic() + 60
         while len(_workers(proc.pid)) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(2.5)  # connected and running (no timing asserted)
+        # every client running (a fixed 2.5 s did not cover a loaded box's
+        # connections: a kill before the run's start leaves no tps)
+        wait_on_server(proc, bench_db, running_like(SELECT_ONLY, 4))
         os.kill(_workers(proc.pid)[1], signal.SIGKILL)
         out, err = proc.communicate(timeout=60)
     finally:

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from pgsurge.report.json import load_schema
-from tests.fix_run import communicate_or_kill, plain_env
+from tests.fix_run import LONG_GRACE, communicate_or_kill, plain_env
 
 pytestmark = pytest.mark.server
 
@@ -29,10 +29,12 @@ _LOOP_ENV = {
 }
 
 
-def _start(args: list[str], cwd: Path, loop: str) -> subprocess.Popen[str]:
-    """pgsurge in its own process group (as a terminal's job)."""
+def _start(
+    args: list[str], cwd: Path, loop: str, prog: list[str] | None = None
+) -> subprocess.Popen[str]:
+    """pgsurge (or ``prog``) in its own process group (as a terminal's job)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "pgsurge", *args],
+        [*(prog or [sys.executable, "-m", "pgsurge"]), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -68,8 +70,11 @@ def _wait_sleeping(dsn: str, proc: subprocess.Popen[str], count: int) -> None:
 def test_ctrl_c_in_warmup_counts_nothing_that_ends_after_it(
     bench_db: str, tmp_path: Path, loop: str
 ) -> None:
-    # A Ctrl-C at about 0.5 s of a 2 s warm-up, while each client's first
-    # transaction (2.2 s) is under way: it ends in the grace, past the
+    # A Ctrl-C early in a 2 s warm-up, while each client's first
+    # transaction (2.2 s) is under way: it ends in the grace (60 s here,
+    # LONG_GRACE: with the 2 s one, a Ctrl-C before 0.2 s cancelled it, one
+    # after 2 s came past the warm-up, and a loaded box's stall could put
+    # a fixed 0.5 s after the sleeps were seen at either), past the
     # window's start. The run was stopped in its warm-up, so it measured
     # nothing (docs/running.md): 0 transactions, no duration, no series,
     # an empty -l file. It used to open the window during the grace and
@@ -78,9 +83,8 @@ def test_ctrl_c_in_warmup_counts_nothing_that_ends_after_it(
     (tmp_path / "s.sql").write_text("SELECT pg_sleep(2.2);\n")
     args = ["-f", "s.sql", "-c", "2", "-j", "2", "--warmup", "2", "-T", "10"]
     args += ["-l", "--json", "r.json", "-P", "1", bench_db]
-    proc = _start(args, tmp_path, loop)
+    proc = _start(args, tmp_path, loop, LONG_GRACE)
     _wait_sleeping(bench_db, proc, 2)
-    time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGINT)
     out, err = _finish(proc)
     assert proc.returncode == -signal.SIGINT, err

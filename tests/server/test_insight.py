@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -170,25 +170,75 @@ def test_no_option_no_insight_output(bench_db: str, tmp_path: Path) -> None:
 # -- --server-stats -------------------------------------------------------------
 
 
-def test_server_stats_wal_per_transaction(bench_db: str, tmp_path: Path) -> None:
+def _server_wal(dsn: str) -> int:
+    """The server's WAL bytes so far (pg_stat_wal, a fresh snapshot)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("select wal_bytes from pg_stat_wal").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _wal_run(
+    args: list[str], dsn: str, tmp_path: Path, quiet: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    """A --server-stats run whose WAL per transaction ``quiet`` accepts.
+
+    pg_stat_wal is server-wide: what another session writes during the
+    run's window (a shared server's other tests, a checkpoint, autovacuum)
+    counts in the run's figure, and a 2 s window catches such a burst at
+    times. So a run is taken again, up to three times, while ``quiet``
+    rejects it; a run that writes too much WAL of its own is rejected every
+    time. Each run's figure must be a delta within the server's own count
+    around the run (a delta, divided by the run's transactions)."""
+    for _ in range(3):
+        before = _server_wal(dsn)
+        doc = json_run(args, dsn, tmp_path)
+        around = _server_wal(dsn) - before
+        stats = doc["server_stats"]
+        per, n = stats["per_transaction"], stats["transactions"]
+        assert n == doc["totals"]["processed"] > 0, stats
+        assert per["wal_bytes"] is not None, per
+        assert 0 <= per["wal_bytes"] * n <= around + 1, (per, n, around)
+        if quiet(per):
+            break
+    return doc
+
+
+def test_server_stats_wal_per_transaction(pgss_db: str, tmp_path: Path) -> None:
+    # on a cluster of its own (fix_pgss: autovacuum off, no other
+    # session): on the shared test server, other sessions' WAL (a CREATE
+    # DATABASE ... TEMPLATE copies a whole database into it) made three
+    # select-only runs in a row show 3 kB a transaction
+    bench_db = pgss_db
     # select-only first, on the freshly loaded (vacuumed, frozen) tables
-    sel = json_run(
-        ["-n", "-S", "-c", "2", "-T", "2", "--server-stats"], bench_db, tmp_path
+    sel = _wal_run(
+        ["-n", "-S", "-c", "2", "-T", "2", "--server-stats"],
+        bench_db,
+        tmp_path,
+        lambda per: per["wal_bytes"] < 100,
     )
     per = sel["server_stats"]["per_transaction"]
-    assert per["wal_bytes"] is not None and per["wal_bytes"] < 100, per
+    assert per["wal_bytes"] < 100, per
     # a warm-up touches the pages (their full-page images after the last
     # checkpoint), then the measured tpcb-like run
     pgsurge(["-n", "-c", "2", "-T", "1"], bench_db, tmp_path)
-    doc = json_run(
+
+    # 3 updates, 1 insert and a commit: ~10 records, 500-800 bytes, plus
+    # any full-page image (8 kB) of a page first touched since a checkpoint
+    def tpcb_quiet(per: dict[str, float]) -> bool:
+        return (
+            5 <= per["wal_records"] <= 20
+            and 300 <= per["wal_bytes"] <= 1500 + 8300 * per["wal_fpi"]
+        )
+
+    doc = _wal_run(
         ["-n", "-c", "2", "-j", "2", "-T", "2", "-P", "1", "--server-stats"],
         bench_db,
         tmp_path,
+        tpcb_quiet,
     )
     stats = doc["server_stats"]
     per = stats["per_transaction"]
-    # 3 updates, 1 insert and a commit: ~10 records, 500-800 bytes, plus
-    # any full-page image (8 kB) of a page first touched since a checkpoint
     assert 5 <= per["wal_records"] <= 20, per
     assert 300 <= per["wal_bytes"] <= 1500 + 8300 * per["wal_fpi"], per
     assert stats["server_version_num"] >= 130000
@@ -278,11 +328,12 @@ def _idle_sessions(dsn: str) -> int:
 
 
 def _wait_gone(dsn: str) -> int:
-    for _ in range(200):
-        n = _idle_sessions(dsn)
-        if n == 0:
-            return 0
-        time.sleep(0.01)
+    """The idle sessions left, once none are or after 60 s (their backends
+    end after pgsurge's close, later on a loaded box: 200 polls of 10 ms
+    were some 2 s)."""
+    deadline = time.monotonic() + 60
+    while (n := _idle_sessions(dsn)) and time.monotonic() < deadline:
+        time.sleep(0.05)
     return n
 
 
@@ -327,10 +378,10 @@ def test_idle_sessions_closed_on_ctrl_c(bench_db: str, tmp_path: Path) -> None:
         start_new_session=True,
     )
     try:
-        for _ in range(500):
-            if _idle_sessions(bench_db) == 2:
-                break
-            time.sleep(0.01)
+        deadline = time.monotonic() + 60  # 500 polls of 10 ms: a slow start
+        while _idle_sessions(bench_db) != 2 and time.monotonic() < deadline:
+            assert proc.poll() is None
+            time.sleep(0.05)
         assert _idle_sessions(bench_db) == 2
         time.sleep(0.5)
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the whole process group

@@ -27,7 +27,7 @@ import psycopg
 import pytest
 
 from pgsurge.server import EmbeddedServer
-from tests.fix_run import plain_env, run_pgsurge
+from tests.fix_run import COMMITTED, plain_env, run_pgsurge, wait_on_server
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -58,6 +58,10 @@ def _run_across_restart(
     server: EmbeddedServer, dsn: str, cwd: Path, extra: list[str]
 ) -> tuple[subprocess.CompletedProcess[str], str, str]:
     args = ["-c", "4", "-j", "2", "-T", "8", "-P", "1", *extra, dsn]
+    # (the server's history holds the module's earlier runs: emptied, so
+    # that COMMITTED below is this run's)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("truncate pgbench_history")
     proc = subprocess.Popen(
         [sys.executable, "-m", "pgsurge", *args],
         stdout=subprocess.PIPE,
@@ -66,7 +70,11 @@ def _run_across_restart(
         cwd=cwd,
         env=plain_env(),
     )
-    time.sleep(3.5)
+    # the run under way (a transaction committed), then some intervals of
+    # it before the restart; a fixed 3.5 s from the program's start could
+    # restart the server before a loaded box's run had connected
+    wait_on_server(proc, dsn, COMMITTED)
+    time.sleep(2)
     assert server.stop()
     server.ensure_running()
     out, err = proc.communicate(timeout=120)
@@ -339,12 +347,14 @@ def test_terminated_backend_reconnects_without_aborting(
                     for row in conn.execute(
                         "SELECT pid FROM pg_stat_activity WHERE datname = %s"
                         " AND pid <> pg_backend_pid()"
-                        " AND backend_type = 'client backend'",
+                        " AND query LIKE 'SELECT pg_sleep(0.05)%%'",
                         (dbname,),
                     )
                 ]
-            assert len(pids) == 2, "pgsurge's clients did not connect"
-            time.sleep(0.5)
+            # both clients seen running their script (the run started: not
+            # the set-up connection, nor a client before its first
+            # transaction, as 0.5 s after two connections could be)
+            assert len(pids) == 2, "pgsurge's clients did not run"
             conn.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
         out, err = proc.communicate(timeout=120)
     finally:

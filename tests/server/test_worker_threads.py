@@ -24,10 +24,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.fix_run import (
+    LONG_GRACE,
+    SELECT_ONLY,
+    plain_env,
+    running_like,
+    wait_on_server,
+    wait_stopping,
+)
 from tests.fix_run import communicate_or_kill as _communicate
 from tests.fix_run import killed_on_failure as _killed_on_failure
 from tests.fix_run import log_lines as _log_lines
-from tests.fix_run import plain_env
 from tests.fix_run import start_in_session as _start
 from tests.fix_run import valid_json as _valid
 from tests.fix_run import worker_pids as _workers
@@ -54,17 +61,30 @@ def _wait_threads(proc: subprocess.Popen[str], nworkers: int) -> None:
 
 
 def _start_sleeping(
-    bench_db: str, tmp_path: Path, seconds: float
+    bench_db: str, tmp_path: Path, seconds: float, prog: list[str] | None = None
 ) -> subprocess.Popen[str]:
     """A threads run of ``-c 2 -j 2 -T 120`` whose clients sit in
-    ``pg_sleep(seconds)``."""
+    ``pg_sleep(seconds)``, once both are seen in it (the run started)."""
     path = tmp_path / "slow.sql"
     path.write_text(f"select pg_sleep({seconds});\n")
-    return _start(
+    proc = _start(
         ["-n", "-f", str(path), "-c", "2", "-j", "2", "-T", "120", bench_db],
         tmp_path,
+        prog,
         **THREADS,
     )
+    with _killed_on_failure(proc):
+        wait_on_server(proc, bench_db, running_like(f"select pg_sleep({seconds})%", 2))
+    return proc
+
+
+def _task_children(pid: int) -> list[int]:
+    """The child processes of any thread of process ``pid``."""
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            children += map(int, (task / "children").read_text().split())
+    return children
 
 
 def _processed(out: str) -> int:
@@ -96,7 +116,9 @@ def test_threads_fork_no_worker_and_a_stop_keeps_the_report(
     )
     with _killed_on_failure(proc):
         _wait_threads(proc, 2)
-        time.sleep(1.5)
+        # all four clients under way (the run started: a signal before
+        # ends it with no report; a fixed 1.5 s did not cover a loaded box)
+        wait_on_server(proc, bench_db, running_like(SELECT_ONLY, 4))
         assert _workers(proc.pid) == [], "a worker process was forked"
         proc.send_signal(signal.SIGTERM)
         out, err = _communicate(proc)
@@ -245,17 +267,17 @@ def test_threads_cancel_a_long_statement_at_the_second_signal(
     bench_db: str, tmp_path: Path
 ) -> None:
     """Clients in a 60 s statement: the second SIGTERM cancels them at once
-    and the report of what ran still comes."""
-    proc = _start_sleeping(bench_db, tmp_path, 60)
+    and the report of what ran still comes. (A 60 s grace, LONG_GRACE: the
+    2 s one ended the run as soon, and two signals sent too close are one:
+    the second goes out once the first was handled.)"""
+    proc = _start_sleeping(bench_db, tmp_path, 60, LONG_GRACE)
     with _killed_on_failure(proc):
-        _wait_threads(proc, 2)
-        time.sleep(1.0)
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.2)
+        wait_stopping(proc, tmp_path)
         proc.send_signal(signal.SIGTERM)
         t0 = time.monotonic()
-        out, err = _communicate(proc)
-    assert time.monotonic() - t0 < 15
+        out, err = _communicate(proc, 90)
+    assert time.monotonic() - t0 < 20, "the second signal did not skip the grace"
     assert proc.returncode == -signal.SIGTERM, err
     assert "actually processed: 0" in out, err
     assert "interrupted by SIGTERM" in err
@@ -314,8 +336,13 @@ def test_threads_a_worker_stuck_in_shell_is_given_up(
             start_new_session=True,
         )
     try:
-        _wait_threads(proc, 2)
-        time.sleep(1.0)
+        # both clients in their command (the run started: a signal before
+        # ends it with no report; a fixed 1 s did not cover a loaded box)
+        deadline = time.monotonic() + 60
+        while len(_task_children(proc.pid)) < 2:
+            assert proc.poll() is None, (tmp_path / "err").read_text()
+            assert time.monotonic() < deadline, "no \\shell command started"
+            time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         # GRACE_S twice (4 s) on a loaded box; without the fix, the 60 s
         proc.wait(timeout=40)
@@ -487,8 +514,6 @@ def test_a_signal_on_a_worker_thread_stops_the_run(
     thread slept on until -T's end."""
     proc = _start_sleeping(bench_db, tmp_path, 0.2)
     with _killed_on_failure(proc):
-        _wait_threads(proc, 2)
-        time.sleep(1.0)
         tids = sorted(int(t) for t in os.listdir(f"/proc/{proc.pid}/task"))
         worker = next(t for t in tids if t != proc.pid)
         t0 = time.monotonic()
