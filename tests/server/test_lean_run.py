@@ -12,6 +12,7 @@ fails to connect, without a server.
 
 from __future__ import annotations
 
+import compileall
 import json
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import pgsurge
 from pgsurge import _native
 from tests.fix_run import plain_env
 
@@ -52,6 +54,10 @@ print(json.dumps([status, modules, tracemalloc.get_traced_memory()[0]]))
 
 
 def _run(dsn: str, tmp_path: Path) -> tuple[int, set[str], int]:
+    # an installed pgsurge has its bytecode (pip writes it); a module whose
+    # .pyc is stale (a checkout just edited) is compiled from its source at
+    # import, by the builtin compile() this test is about
+    assert compileall.compile_dir(Path(pgsurge.__file__).parent, quiet=1)
     env = {**plain_env(), "PGSURGE_FASTLOOP": "require", "PGSURGE_WORKERS": "threads"}
     done = subprocess.run(
         [sys.executable, "-c", _CODE, dsn],

@@ -193,9 +193,13 @@ def _start(
     if monitor is not None:  # the run's backends, from libpq at connect
         pids = [pid for m in connected if isinstance(m, Connected) for pid in m.pids]
         monitor.go(pids, start_us, writer(err), window_us)
-    workers.send_all(Go())
+    # the parent counts the run as started before the first worker can
+    # start it: a signal in between stops the run with its report, never
+    # kills it without one (the workers stop gracefully from READY on, and
+    # GO is on every pipe before any Stop the parent may send next)
     if stopper is not None:
         stopper.start_run()
+    workers.send_all(Go())
     return start_us
 
 
