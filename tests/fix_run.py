@@ -21,6 +21,7 @@ The databases these run against are ``tests/fix_db.py``'s.
 
 from __future__ import annotations
 
+import compileall
 import contextlib
 import importlib.util
 import os
@@ -41,6 +42,7 @@ from typing import Literal
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+import pgsurge
 from pgsurge.report.json import load_schema
 
 Loop = Literal["auto", "c", "python"]
@@ -159,6 +161,15 @@ def python_c(code: str, *args: str, env: Mapping[str, str] | None = None) -> str
         check=True,
         timeout=60,
     ).stdout
+
+
+def byte_compile_pgsurge() -> None:
+    """pgsurge's modules byte-compiled, as ``pip install`` leaves them: a
+    module without a current ``.pyc`` (a checkout just edited, a fresh
+    clone) is compiled from its source at import, by the builtin
+    ``compile()``, whose first call in a process makes the ``ast`` node
+    types the tests of what a run makes look for."""
+    assert compileall.compile_dir(Path(pgsurge.__file__).parent, quiet=1)
 
 
 def psycopg_env(**env: str) -> dict[str, str]:

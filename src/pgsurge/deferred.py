@@ -83,7 +83,7 @@ import sys
 import typing
 from collections.abc import Iterator
 from importlib.machinery import ModuleSpec
-from types import ModuleType
+from types import BuiltinFunctionType, FunctionType, ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 from pgsurge._native import compile_source
@@ -255,6 +255,10 @@ def _real(name: str) -> ModuleType:
     return importlib.import_module(name)
 
 
+#: what a stand-in keeps of its real module once read (see _stand_in)
+_KEPT_TYPES = (FunctionType, BuiltinFunctionType, type, ModuleType)
+
+
 def _stand_in(name: str) -> ModuleType | None:
     """Module ``name``, created from its spec and registered but not
     executed (None when it is imported already or cannot be found)."""
@@ -274,7 +278,16 @@ def _stand_in(name: str) -> ModuleType | None:
             raise AttributeError(attr)
         # (also inside the block: the stand-in gives way to the module)
         _release(module)
-        return getattr(importlib.import_module(name), attr)
+        value = getattr(importlib.import_module(name), attr)
+        if isinstance(value, _KEPT_TYPES):
+            # kept in the stand-in, whose holders (``dataclasses.copy``)
+            # then read it without this call: ``asdict`` looks up
+            # ``copy.deepcopy`` for every value it copies, 2.3 times its
+            # time through here. A function, class or module is not
+            # rebound in its module; a plain value may be, so it is read
+            # from the real module each time.
+            setattr(module, attr, value)
+        return value
 
     module.__getattr__ = from_real_module  # type: ignore[method-assign]
     module.__dict__[_STAND_IN] = True

@@ -12,7 +12,6 @@ fails to connect, without a server.
 
 from __future__ import annotations
 
-import compileall
 import json
 import subprocess
 import sys
@@ -20,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
-import pgsurge
 from pgsurge import _native
-from tests.fix_run import plain_env
+from tests.fix_run import byte_compile_pgsurge, plain_env
 
 pytestmark = pytest.mark.server
 
@@ -54,10 +52,7 @@ print(json.dumps([status, modules, tracemalloc.get_traced_memory()[0]]))
 
 
 def _run(dsn: str, tmp_path: Path) -> tuple[int, set[str], int]:
-    # an installed pgsurge has its bytecode (pip writes it); a module whose
-    # .pyc is stale (a checkout just edited) is compiled from its source at
-    # import, by the builtin compile() this test is about
-    assert compileall.compile_dir(Path(pgsurge.__file__).parent, quiet=1)
+    byte_compile_pgsurge()
     env = {**plain_env(), "PGSURGE_FASTLOOP": "require", "PGSURGE_WORKERS": "threads"}
     done = subprocess.run(
         [sys.executable, "-c", _CODE, dsn],

@@ -289,6 +289,29 @@ def test_dataclasses_without_inspect() -> None:
     assert python_c(code) == "Point(x: int, y: int = 0) (x: int, y: int = 0) -> None\n"
 
 
+def test_a_stand_in_keeps_what_it_handed_over() -> None:
+    # dataclasses keeps the stand-in copy as its ``copy``: once read, a
+    # function stays in it (``asdict`` reads ``copy.deepcopy`` for every
+    # value, 2.3 times its time through the stand-in's __getattr__); a
+    # plain value is read from the real module every time (it may be
+    # rebound there)
+    code = (
+        "import pgsurge, dataclasses\n"
+        "assert dataclasses.copy.__dict__.get('__pgsurge_stand_in__')\n"
+        "assert 'deepcopy' not in vars(dataclasses.copy)\n"
+        "@dataclasses.dataclass\n"
+        "class P:\n"
+        "    x: list\n"
+        "print(dataclasses.asdict(P([1, [2]])))\n"
+        "import copy\n"
+        "assert vars(dataclasses.copy)['deepcopy'] is copy.deepcopy\n"
+        "copy._deepcopy_dispatch = {}\n"
+        "assert dataclasses.copy._deepcopy_dispatch == {}\n"
+        "assert '_deepcopy_dispatch' not in vars(dataclasses.copy)\n"
+    )
+    assert python_c(code) == "{'x': [1, [2]]}\n"
+
+
 def test_psycopg_compat_after_the_parts() -> None:
     # the parts read Self from a stand-in psycopg._compat (typing's): the
     # package, completed later, has the real module (typing_extensions'

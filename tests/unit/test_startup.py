@@ -37,7 +37,7 @@ import pytest
 
 from pgsurge import _native
 from pgsurge.script.lexer import ASCII_IDENT_CHARS, ASCII_LETTERS, wide_class
-from tests.fix_run import python_c
+from tests.fix_run import byte_compile_pgsurge, python_c
 
 #: modules a run against an explicit server must not load
 EMBEDDED_ONLY = (
@@ -266,6 +266,7 @@ def test_a_run_makes_no_ast_node_types() -> None:
     # (pgsurge._native.compile_source), and its own named tuples have none
     if _native.load("_speedups", _native.SPEEDUPS_API) is None:
         pytest.skip("pgsurge._speedups not usable: the builtin compiles")
+    byte_compile_pgsurge()
     code = (
         "import tracemalloc\n"
         "from pgsurge.cli import main\n"
