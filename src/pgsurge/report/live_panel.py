@@ -19,9 +19,8 @@ __all__ = ["LivePanel"]
 class _Figures:
     """What the panel shows, updated by :meth:`LivePanel.update`.
 
-    A plain class, not a dataclass: every run imports it, and generated
-    methods would cost start-up time and buy nothing for this
-    working state (never compared, copied or printed).
+    Slots rather than a dataclass: the panel rewrites these figures at
+    every snapshot and never compares, copies or prints them.
     """
 
     __slots__ = (
