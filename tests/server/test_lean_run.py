@@ -13,14 +13,11 @@ fails to connect, without a server.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from pgsurge import _native
-from tests.fix_run import byte_compile_pgsurge, plain_env
+from tests.fix_run import byte_compile_pgsurge, plain_env, python_c
 
 pytestmark = pytest.mark.server
 
@@ -51,38 +48,26 @@ print(json.dumps([status, modules, tracemalloc.get_traced_memory()[0]]))
 """
 
 
-def _run(dsn: str, tmp_path: Path) -> tuple[int, set[str], int]:
+def _run(dsn: str) -> tuple[int, set[str], int]:
     byte_compile_pgsurge()
     env = {**plain_env(), "PGSURGE_FASTLOOP": "require", "PGSURGE_WORKERS": "threads"}
-    done = subprocess.run(
-        [sys.executable, "-c", _CODE, dsn],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    status, modules, cost = json.loads(done.stdout.splitlines()[-1])
+    out = python_c(_CODE, dsn, env=env)
+    status, modules, cost = json.loads(out.splitlines()[-1])
     return status, set(modules), cost
 
 
-def test_a_c_loop_run_on_threads_imports_only_what_it_uses(
-    bench_db: str, tmp_path: Path
-) -> None:
-    status, modules, _ = _run(bench_db, tmp_path)
+def test_a_c_loop_run_on_threads_imports_only_what_it_uses(bench_db: str) -> None:
+    status, modules, _ = _run(bench_db)
     assert status == 0
     assert "pgsurge._fastloop" in modules
     assert sorted(modules.intersection(NOT_IMPORTED)) == []
     assert set(AFTER_THE_RUN) <= modules
 
 
-def test_a_c_loop_run_on_threads_makes_no_ast_node_types(
-    bench_db: str, tmp_path: Path
-) -> None:
+def test_a_c_loop_run_on_threads_makes_no_ast_node_types(bench_db: str) -> None:
     if _native.load("_speedups", _native.SPEEDUPS_API) is None:
         pytest.skip("pgsurge._speedups not usable: the builtin compiles")
-    status, _, cost = _run(bench_db, tmp_path)
+    status, _, cost = _run(bench_db)
     assert status == 0
     # the node types are made by this compile, not before it (~200 KiB)
     assert cost > 100 * 1024
