@@ -813,3 +813,51 @@ def test_a_signal_as_the_workers_are_sent_go_keeps_the_run(
     doc = json.loads((tmp_path / "r.json").read_text())
     _valid(doc)
     assert doc["interrupted"]["signal"] == "SIGINT"
+
+
+#: pgsurge that gets ``SIG`` (an environment variable) as its report of a
+#: finished run starts, as a Ctrl-C reaches a report blocked on a pager
+SIGNAL_AT_REPORT = [
+    sys.executable,
+    "-c",
+    """
+import os, runpy, signal, sys
+import pgsurge.runner as runner
+_report = runner._report
+def report(*args, **kwargs):
+    os.kill(os.getpid(), getattr(signal, os.environ["SIG"]))
+    return _report(*args, **kwargs)
+runner._report = report
+sys.argv[0] = "pgsurge"
+runpy.run_module("pgsurge", run_name="__main__")
+""",
+]
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_during_a_finished_runs_report_keeps_it_whole(
+    bench_db: str, tmp_path: Path, sig: str
+) -> None:
+    """The report of a run that ended by -t is written whole (text, --json,
+    --html) when a signal comes while it is written; the program then dies
+    of that signal, as pgbench, which has no report files to lose, does."""
+    proc = _start(
+        [
+            *("-n", "-S", "-c", "2", "-j", "2", "-t", "50", "-r", "--percentiles"),
+            *("--json", "r.json", "--html", "r.html", bench_db),
+        ],
+        tmp_path,
+        SIGNAL_AT_REPORT,
+        SIG=sig,
+    )
+    out, err = _communicate(proc)
+    assert proc.returncode == -getattr(signal, sig), err
+    assert "number of transactions actually processed: 100/100" in out, err
+    assert "statement latencies in milliseconds" in out, out
+    assert "Traceback" not in err
+    assert "interrupted" not in err
+    doc = json.loads((tmp_path / "r.json").read_text())
+    _valid(doc)
+    assert doc["totals"]["transactions"] == 100
+    assert "interrupted" not in doc or not doc["interrupted"]
+    assert (tmp_path / "r.html").read_text().rstrip().endswith("</html>")

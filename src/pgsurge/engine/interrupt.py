@@ -31,7 +31,11 @@ run was interrupted and after how long, the ``--json`` document marked
 :class:`~pgsurge.errors.RunInterrupted`). While it does, the signals stay
 counted (:meth:`ParentStop.__exit__` leaves them held until
 :func:`release_held`): one more does not cut the report short, the third
-ends the program at once (a report blocked on a full pipe).
+ends the program at once (a report blocked on a full pipe). So are they
+while a finished run is reported: a Ctrl-C then (a report blocked on a
+pager) leaves the report, ``--json``, ``--html`` and ``--store`` whole, and
+is delivered once they are out, the program dying of it as pgbench would
+have.
 
 The handlers only set fields, send signals and write a byte to a pipe:
 a Python handler runs between two bytecodes of the main thread, which may
@@ -93,6 +97,8 @@ USER_CODE_POLL_S = 0.25
 _LAST_SIGNAL = 3
 #: the handlers that :func:`release_held` puts back (by signal)
 _HELD: dict[int, Any] = {}
+#: the first signal held during a finished run's report (release_held)
+_PENDING: list[int] = []
 
 
 def inherited_ignore(signum: int) -> bool:
@@ -219,11 +225,14 @@ def cancel_in_flight(clients: Sequence[Client]) -> None:
 
 
 def release_held() -> None:
-    """The interrupted run's report is out: the handlers from before the run
-    again (see :meth:`ParentStop.__exit__`)."""
+    """The run's report is out: the handlers from before the run again (see
+    :meth:`ParentStop.__exit__`), and a signal held during a finished run's
+    report delivered to them now (an interrupted run dies of its own)."""
     for sig, handler in _HELD.items():
         signal.signal(sig, handler)
     _HELD.clear()
+    if _PENDING:
+        signal.raise_signal(_PENDING.pop())
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -290,9 +299,11 @@ class ParentStop:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.signum is not None:
-            # the report of the interrupted run is next: hold the signals
-            # until it is out (release_held), counting on from the run's
+        if self.signum is not None or (self.running and exc[0] is None):
+            # the report of the run is next: hold the signals until it is
+            # out (release_held), counting on from the run's; a finished
+            # run's report is what was measured as much as an interrupted
+            # one's (its --json, --html and --store written whole)
             _HELD.update(self._previous)
             for held in self._previous:
                 signal.signal(held, self._on_held_signal)
@@ -308,6 +319,9 @@ class ParentStop:
         self._count += 1
         if self._count >= _LAST_SIGNAL:
             _die_of(signum)
+        if self.signum is None and not _PENDING:
+            # a finished run's: delivered once the report is out
+            _PENDING.append(signum)
 
     def start_run(self) -> None:
         """The workers were sent GO: a signal stops them gracefully now."""
