@@ -9,14 +9,18 @@ from before the clients connect, in both tools):
   transaction pooling (Debian's ``pgbouncer``, started here with
   ``max_client_conn`` above the clients and the open-file limit to match).
 
-For each run: the peak of the summed VmRSS and Pss of the tool's process
-tree (sampled every 0.1 s, bench/_suite_proc.py), divided by the clients;
-the same minus a ``-c 2`` run's peak (the *marginal* cost of a client,
-without the fixed cost of the process itself: the Python interpreter,
-its modules and libraries); ``initial connection time`` from the report;
-and the CPU of the process tree (user + system, start-up included) per
-transaction. pgsurge's modules are byte-compiled first, as an installed
-pgsurge's are.
+Each pair runs every tool twice. A *memory* run gives the peak of the
+summed VmRSS and Pss of the tool's process tree (sampled every 0.1 s,
+bench/_suite_proc.py), divided by the clients, and the same minus a
+``-c 2`` run's peak (the *marginal* cost of a client, without the fixed
+cost of the process itself: the Python interpreter, its modules and
+libraries). A *CPU* run, without the sampler (reading smaps costs the
+machine CPU the server would have had, more for pgsurge's larger process),
+gives ``initial connection time`` from the report, the transactions, and
+the CPU of the process tree (user + system, start-up included) per
+transaction; pgbench runs a second CPU run in each pair, the A/A control
+(``pgbench-aa``): how far two runs of the same tool differ.
+pgsurge's modules are byte-compiled first, as an installed pgsurge's are.
 Medians over the pairs, pgsurge / pgbench ratios.
 
     .venv/bin/python bench/clients_bench.py                # both cases, 2 pairs
@@ -95,7 +99,9 @@ def _figures(tool: str, clients: int, m: Measured) -> Figures:
 
 
 def _argv(tool: str) -> list[str]:
-    return [str(pg_bindir() / "pgbench")] if tool == "pgbench" else pgsurge_argv()
+    if tool.startswith("pgbench"):
+        return [str(pg_bindir() / "pgbench")]
+    return pgsurge_argv()
 
 
 def _raise_nofile(limit: int) -> None:
@@ -184,9 +190,17 @@ class Bouncer:
 def run_case(
     name: str, dsn: str, clients: int, seconds: int, pairs: int, script: Path
 ) -> dict[str, list[Figures]]:
-    """ABBA pairs of ``-c clients``, and one ``-c 2`` run of each tool."""
+    """ABBA pairs of ``-c clients`` (memory runs, then CPU runs with the
+    A/A control), and one ``-c 2`` run of each tool."""
     base = ["-n", "-f", str(script), "-j", "2", "-T"]
-    out: dict[str, list[Figures]] = {"pgbench": [], "pgsurge": [], "base": []}
+    out: dict[str, list[Figures]] = {
+        "pgbench": [],
+        "pgsurge": [],
+        "base": [],
+        "cpu-pgbench": [],
+        "cpu-pgsurge": [],
+        "cpu-pgbench-aa": [],
+    }
     for tool in ("pgbench", "pgsurge"):
         m = run_measured(
             [*_argv(tool), *base, "2", "-c", "2", dsn],
@@ -205,10 +219,23 @@ def run_case(
             f = _figures(tool, clients, m)
             out[tool].append(f)
             print(
-                f"  {name} pair {pair} {tool}: rc {m.returncode}, "
-                f"conn {f.conn_ms:.0f} ms, {f.transactions} tx, cpu {f.cpu_s:.2f} s, "
+                f"  {name} pair {pair} {tool} (memory): rc {m.returncode}, "
                 f"peak RSS {f.peak_rss_kib / 1024:.1f} MiB, "
                 f"PSS {f.peak_pss_kib / 1024:.1f} MiB {f.error}",
+                flush=True,
+            )
+        cpu_order = ("pgbench", "pgsurge", "pgbench-aa")
+        for tool in cpu_order if pair % 2 == 0 else cpu_order[::-1]:
+            m = run_measured(
+                [*_argv(tool), *base, str(seconds), "-c", str(clients), dsn],
+                timeout=seconds + 300,
+            )
+            f = _figures(tool, clients, m)
+            out[f"cpu-{tool}"].append(f)
+            print(
+                f"  {name} pair {pair} {tool} (CPU): rc {m.returncode}, "
+                f"conn {f.conn_ms:.0f} ms, {f.transactions} tx, cpu {f.cpu_s:.2f} s "
+                f"{f.error}",
                 flush=True,
             )
     return out
@@ -218,7 +245,9 @@ def _median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def report(name: str, clients: int, runs: dict[str, list[Figures]]) -> None:
+def report(
+    name: str, clients: int, seconds: int, runs: dict[str, list[Figures]]
+) -> None:
     base = {f.tool: f for f in runs["base"]}
     rows: list[tuple[str, float, float, str]] = []
 
@@ -226,6 +255,7 @@ def report(name: str, clients: int, runs: dict[str, list[Figures]]) -> None:
         vals = {}
         for tool in ("pgsurge", "pgbench"):
             figs = [f for f in runs[tool] if f.ok]
+            cpu_figs = [f for f in runs[f"cpu-{tool}"] if f.ok]
             b = base[tool]
             per = {
                 "rss": [f.peak_rss_kib / clients for f in figs],
@@ -236,8 +266,11 @@ def report(name: str, clients: int, runs: dict[str, list[Figures]]) -> None:
                 "pss_marginal": [
                     (f.peak_pss_kib - b.peak_pss_kib) / (clients - 2) for f in figs
                 ],
-                "conn": [f.conn_ms for f in figs],
-                "cpu": [1e6 * f.cpu_s / f.transactions for f in figs if f.transactions],
+                "conn": [f.conn_ms for f in cpu_figs],
+                "cpu": [
+                    1e6 * f.cpu_s / f.transactions for f in cpu_figs if f.transactions
+                ],
+                "tps": [f.transactions / seconds for f in cpu_figs],
             }[key]
             vals[tool] = _median(per)
         rows.append((label, vals["pgsurge"], vals["pgbench"], fmt))
@@ -247,18 +280,35 @@ def report(name: str, clients: int, runs: dict[str, list[Figures]]) -> None:
     add("marginal RSS per client (KiB)", "rss_marginal", ".1f")
     add("marginal PSS per client (KiB)", "pss_marginal", ".1f")
     add("initial connection time (ms)", "conn", ".0f")
-    add("client CPU per transaction (µs)", "cpu", ".1f")
+    add("client CPU per transaction (µs)", "cpu", ".2f")
+    add("transactions per second", "tps", ".0f")
     print(f"\n{name}: -c {clients} -j 2")
     print(f"| {'figure':<34} | pgsurge | pgbench | ratio |")
     print(f"|{'-' * 36}|---------|---------|-------|")
     for label, a, b, fmt in rows:
         ratio = a / b if b else float("nan")
         print(f"| {label:<34} | {a:{fmt}} | {b:{fmt}} | {ratio:.2f} |")
+    # the A/A control: pgbench against itself, run by run in each pair
+    for what, per in (
+        ("client CPU per transaction", lambda f: f.cpu_s / f.transactions),
+        ("transactions", lambda f: float(f.transactions)),
+    ):
+        for tool in ("pgsurge", "pgbench-aa"):
+            pairs = [
+                per(x) / per(y)
+                for x, y in zip(runs[f"cpu-{tool}"], runs["cpu-pgbench"], strict=True)
+                if x.ok and y.ok and x.transactions and y.transactions
+            ]
+            print(
+                f"  {what}, {tool} / pgbench by pair: "
+                + ", ".join(f"{r:.3f}" for r in pairs)
+                + f" (median {_median(pairs):.3f})"
+            )
     for tool in ("pgsurge", "pgbench"):
-        b = base[tool]
+        two = base[tool]
         print(
-            f"  -c 2 base of {tool}: RSS {b.peak_rss_kib / 1024:.1f} MiB, "
-            f"PSS {b.peak_pss_kib / 1024:.1f} MiB"
+            f"  -c 2 base of {tool}: RSS {two.peak_rss_kib / 1024:.1f} MiB, "
+            f"PSS {two.peak_pss_kib / 1024:.1f} MiB"
         )
 
 
@@ -292,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if opts.case in ("direct", "both"):
             n = opts.direct_clients
             runs = run_case("direct", dsn, n, opts.time, opts.pairs, script)
-            report("direct", n, runs)
+            report("direct", n, opts.time, runs)
         if opts.case in ("pooled", "both"):
             n = opts.pooled_clients
             bouncer = Bouncer(dsn, n)
@@ -307,7 +357,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             finally:
                 bouncer.stop()
-            report("pooled (PgBouncer 1.18, transaction pooling)", n, runs)
+            report(
+                "pooled (PgBouncer 1.18, transaction pooling)",
+                n,
+                opts.pooled_time,
+                runs,
+            )
     return 0
 
 

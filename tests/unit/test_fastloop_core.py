@@ -52,7 +52,7 @@ def _plan(nrefs: int = 1) -> fastloop.FastPlan:
 
 
 def _flags(mode: int = C.MODE_EXTENDED) -> tuple[int | float, ...]:
-    return fastloop.flags_for(mode, 1, 0, False, False, 1, 1, False)
+    return fastloop.flags_for(mode, 1, 0, False, False, 1, False)
 
 
 class _Hooks:

@@ -242,12 +242,10 @@ def test_plan_of_sleeps(tmp_path) -> None:
 
 
 def test_flags() -> None:
-    flags = fastloop.flags_for(2, 0, 123, True, True, 1, 1, False, 5000, 250.0)
-    assert flags == (2, 0, 123, 1, 1, 0, 0, 0, 5000, 250.0, 0)
-    per_command = fastloop.flags_for(0, 10, 0, False, False, 1, 1, False, 0, 0.0, True)
+    flags = fastloop.flags_for(2, 0, 123, True, True, 1, False, 5000, 250.0)
+    assert flags == (2, 0, 123, 1, 1, 0, 0, 5000, 250.0, 0)
+    per_command = fastloop.flags_for(0, 10, 0, False, False, 1, False, 0, 0.0, True)
     assert per_command[-1] == 1
-    # unthrottled, one script: transactions restart inline
-    assert fastloop.flags_for(0, 10, 0, False, False, 1, 1, False)[6] == 1
 
 
 def test_scripts_of_any_length_are_planned(tmp_path) -> None:

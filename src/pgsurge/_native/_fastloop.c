@@ -722,7 +722,7 @@ FastLoop_set_log(FastLoop *fl, PyObject *log)
  *
  * plan: (var_names, nset, weights, scripts) -- see pgsurge.engine.fastloop;
  * hooks: (advance, resume, absorb[, gset]); flags: (mode, nxacts, end_us,
- * detailed, tx_clock, save_rng, restart_inline, exit_on_abort,
+ * detailed, tx_clock, save_rng, exit_on_abort,
  * latency_limit_us, throttle_delay, per_command) -- throttle_delay a float
  * (pgsurge.engine.abi.RunFlags); hists: None, or the recorder's histograms
  * (latency, lag, per-script tuple, per-command tuple of tuples) --
@@ -815,7 +815,7 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
              *log = NULL;
     PyObject *scripts, *weights, *per_script, *total;
     int epfd, control_fd, nprep = 0, per_command;
-    long long f[9];
+    long long f[8];
     double delay;
     Py_ssize_t i, k;
     FastLoop *fl;
@@ -835,8 +835,8 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     if ((PyTuple_GET_SIZE(hooks) != 3 && PyTuple_GET_SIZE(hooks) != 4) ||
         PyTuple_GET_SIZE(plan) != 4 ||
-        !PyArg_ParseTuple(flags, "LLLLLLLLLdi", &f[0], &f[1], &f[2], &f[3], &f[4],
-                          &f[5], &f[6], &f[7], &f[8], &delay, &per_command)) {
+        !PyArg_ParseTuple(flags, "LLLLLLLLdi", &f[0], &f[1], &f[2], &f[3], &f[4],
+                          &f[5], &f[6], &f[7], &delay, &per_command)) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "malformed fast loop arguments");
         return NULL;
@@ -851,9 +851,8 @@ FastLoop_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     fl->detailed = (int)f[3];
     fl->tx_clock = (int)f[4];
     fl->save_rng = (int)f[5];
-    fl->restart_inline = (int)f[6];
-    fl->exit_on_abort = (int)f[7];
-    fl->latency_limit = f[8];
+    fl->exit_on_abort = (int)f[6];
+    fl->latency_limit = f[7];
     fl->throttle_delay = delay;
     fl->throttled = delay > 0.0;
     fl->per_command = per_command;
@@ -1541,7 +1540,7 @@ PyInit__fastloop(void)
         add_int(m, "OP_PSTART", OP_PSTART) < 0 || add_int(m, "OP_PSYNC", OP_PSYNC) < 0 ||
         add_int(m, "OP_PEND", OP_PEND) < 0 || add_int(m, "OP_PY", OP_PY) < 0 ||
         add_int(m, "OP_PYONLY", OP_PYONLY) < 0 ||
-        PyModule_AddIntConstant(m, "TX_BUDGET", TX_BUDGET) < 0 ||
+        PyModule_AddIntConstant(m, "LOOK_US", LOOK_US) < 0 ||
         add_int(m, "OP_END", OP_END) < 0 || add_int(m, "OP_SET_CONST", OP_SET_CONST) < 0 ||
         add_int(m, "OP_SET_RANDOM", OP_SET_RANDOM) < 0 || add_int(m, "OP_SQL", OP_SQL) < 0 ||
         add_int(m, "OP_SLEEP_CONST", OP_SLEEP_CONST) < 0 ||

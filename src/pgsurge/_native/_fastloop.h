@@ -115,8 +115,10 @@
 #define PQTRANS_IDLE 0
 #define PG_DIAG_SQLSTATE 'C'
 
-/* pgsurge.engine.client.TX_BUDGET */
-#define TX_BUDGET 4
+/* pgsurge.engine.loop.LOOK_US */
+#define LOOK_US 1000
+
+
 /* pg_prng_double's scale: 2**-52 */
 #define TWO_M52 (1.0 / 4503599627370496.0)
 /* room for a value's text (fl_value_text): an int64 in decimal, a
@@ -347,7 +349,7 @@ typedef struct {
     int64_t total_weight;
     /* flags of the run */
     int64_t nxacts, end_us, latency_limit;
-    int use_end, detailed, tx_clock, save_rng, restart_inline, exit_on_abort;
+    int use_end, detailed, tx_clock, save_rng, exit_on_abort;
     /* -r: each command's latency into its working copy (fl_op.cmd) */
     int per_command;
     /* --rate: the worker's mean Poisson delay (µs); 0.0 when not throttled */
@@ -428,6 +430,8 @@ typedef struct {
     int nrunq;
     int remains, aborted_exit, started;
     int64_t idle_us, now_us;
+    /* when the loop last looked at its descriptors (LOOK_US) */
+    int64_t looked_us;
     /* clients handed to Python, and calls into Python's advance, resume
      * and absorb (tests check that C ran the run) */
     int64_t handbacks, py_calls;

@@ -759,7 +759,7 @@ fl_advance(FastLoop *fl, int index)
     fl_client *c = &fl->clients[index];
     const fl_script *sc = &fl->scripts[c->script];
     int64_t now = 0;
-    int io_done = 0, budget = TX_BUDGET, state = c->state, jump = -1;
+    int state = c->state, jump = -1;
     /* the query after C's prepare: the same command, its clock kept */
     int resend = 0, r_conn;
 
@@ -966,7 +966,6 @@ fl_advance(FastLoop *fl, int index)
 
                 if (r <= 0)
                     return r;
-                io_done = 1;
                 state = END_COMMAND;
                 continue;
             }
@@ -975,7 +974,6 @@ fl_advance(FastLoop *fl, int index)
 
                 if (r <= 0)
                     return r;
-                io_done = 1;
                 state = END_COMMAND;
                 continue;
             }
@@ -984,7 +982,6 @@ fl_advance(FastLoop *fl, int index)
 
                 if (r <= 0)
                     return r;
-                io_done = 1;
                 state = END_COMMAND;
                 continue;
             }
@@ -1013,7 +1010,6 @@ fl_advance(FastLoop *fl, int index)
             c->qrynum = q;
             if (!q)
                 return fl_to_python_code(fl, index, WAIT_RESULT, DRAIN_DONE);
-            io_done = 1;
             state = END_COMMAND;
             continue;
         }
@@ -1055,29 +1051,12 @@ fl_advance(FastLoop *fl, int index)
                 return -1;
             if (fl->use_end ? fl->timer_exceeded : c->cnt >= fl->nxacts)
                 return fl_to_python(fl, index, FINISHED, NULL);
-            if (!io_done || !budget) {
-                c->state = CHOOSE_SCRIPT;
-                fl->runq[fl->nrunq++] = index;
-                return 0;
-            }
-            io_done = 0;
-            budget--;
-            now = 0;
-            if (!fl->restart_inline) {
-                state = CHOOSE_SCRIPT;
-                continue;
-            }
-            if (fl->tx_clock) {
-                now = clock_us();
-                c->txn_begin = c->txn_scheduled = now;
-            }
-            if (fl->save_rng) {
-                c->saved0 = c->s0;
-                c->saved1 = c->s1;
-            }
-            c->command = 0;
-            state = START_COMMAND;
-            continue;
+            /* as pgbench, back to the loop after every transaction: the
+             * next one starts in the loop's next round (the loop's
+             * comment says why that matters) */
+            c->state = CHOOSE_SCRIPT;
+            fl->runq[fl->nrunq++] = index;
+            return 0;
         }
         case CHOOSE_SCRIPT:
             if (fl->nscripts != 1) {

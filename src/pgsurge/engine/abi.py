@@ -32,10 +32,11 @@ from typing import NamedTuple
 
 from pgsurge.engine import fastexpr, fastpq
 from pgsurge.engine import state as C
-from pgsurge.engine.loop import LoopOutcome
+from pgsurge.engine.loop import LOOK_US, LoopOutcome
 from pgsurge.engine.state import Settings
 
 __all__ = [
+    "LOOK_US",
     "MAX_PARAMS",
     "MIRRORED",
     "NEXT_STATE",
@@ -65,7 +66,6 @@ __all__ = [
     "R_ERROR",
     "R_READ_ON",
     "R_WAIT",
-    "TX_BUDGET",
     "Else",
     "End",
     "Endif",
@@ -104,10 +104,6 @@ NEXT_STATE: tuple[int, int, int, int] = (
     C.ERROR,
     C.ABORTED,
 )
-
-#: transactions a client may run in one ``advance`` call when each of them
-#: found its results without waiting (see ``advance``)
-TX_BUDGET = 4
 
 #: what ``resume`` is told besides a result of ``fastpq.drain`` (>= 0):
 #: the send left data to flush; the send (or its flush) failed
@@ -343,10 +339,6 @@ class RunFlags(NamedTuple):
     tx_clock: int
     #: remember the PRNG state at each transaction start (retries)
     save_rng: int
-    #: END_TX may start the next transaction itself (CHOOSE_SCRIPT and
-    #: START_TX of the common case, inline in fl_advance; client.advance
-    #: goes through the two states)
-    restart_inline: int
     exit_on_abort: int
     latency_limit_us: int
     #: the worker's mean Poisson delay in µs (0.0 without -R)
@@ -355,9 +347,8 @@ class RunFlags(NamedTuple):
     per_command: int
 
 
-def run_flags(s: Settings, nscripts: int, exit_on_abort: bool = False) -> RunFlags:
+def run_flags(s: Settings, exit_on_abort: bool = False) -> RunFlags:
     """The flags of a worker's run (``make_engine`` and the C loop)."""
-    throttled = s.throttle_delay > 0.0
     return RunFlags(
         query_mode=s.query_mode,
         nxacts=s.nxacts,
@@ -365,9 +356,6 @@ def run_flags(s: Settings, nscripts: int, exit_on_abort: bool = False) -> RunFla
         detailed=int(s.detailed),
         tx_clock=int(s.detailed or s.latency_limit_us > 0 or s.verbose_errors),
         save_rng=int(s.max_tries != 1),
-        restart_inline=int(
-            not (nscripts != 1 or throttled or s.connect_each_tx or s.debug)
-        ),
         exit_on_abort=int(exit_on_abort),
         latency_limit_us=s.latency_limit_us,
         throttle_delay=float(s.throttle_delay),
@@ -437,8 +425,8 @@ MIRRORED: dict[str, int] = {
     "DRAIN_BUSY": fastpq.DRAIN_BUSY,
     "DRAIN_DONE": fastpq.DRAIN_DONE,
     "DRAIN_FAILED": fastpq.DRAIN_FAILED,
-    # transactions per advance() call when none waited
-    "TX_BUDGET": TX_BUDGET,
+    # the loop's looks at its control descriptor while clients run
+    "LOOK_US": LOOK_US,
     # the plan's limit: parameters per command
     "MAX_PARAMS": MAX_PARAMS,
 }

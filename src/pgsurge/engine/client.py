@@ -92,11 +92,9 @@ from collections.abc import Callable
 from pgsurge import pgconn
 from pgsurge.engine.abi import (
     NEXT_STATE,
-    R_DONE,
     R_WAIT,
     RESUME_FLUSH,
     RESUME_SEND_FAILED,
-    TX_BUDGET,
     run_flags,
 )
 from pgsurge.engine.program import python_step
@@ -294,7 +292,7 @@ def make_engine(
     nscripts = len(scripts)
     throttle_rng = w.throttle_rng
     throttled = throttle_delay > 0.0
-    flags = run_flags(s, nscripts)
+    flags = run_flags(s)
     #: whether START_TX must read the clock (latency, lag, -L retry limits)
     tx_clock = flags.tx_clock
     save_rng = flags.save_rng
@@ -341,13 +339,6 @@ def make_engine(
     def advance(st: Client) -> None:
         now = 0
         jump = -1
-        # After a transaction that talked to the server, go straight on with
-        # the next one instead of round the loop (a few times at most, for
-        # fairness); pgbench returns after every transaction so that a script
-        # of meta commands only cannot monopolize the thread, and so do we
-        # for those.
-        io_done = False
-        budget = TX_BUDGET
         state = st.state
         while True:
             if state == END_COMMAND:
@@ -486,8 +477,6 @@ def make_engine(
                 if r == R_WAIT:
                     st.state = WAIT_RESULT
                     return
-                if r == R_DONE:
-                    io_done = True
                 state = NEXT_STATE[r]
                 continue
 
@@ -527,16 +516,10 @@ def make_engine(
                 elif st.cnt >= nxacts:
                     state = FINISHED
                     continue
-                if not io_done or not budget:
-                    st.state = CHOOSE_SCRIPT
-                    return
-                # start the next transaction right away (the C loop's
-                # restart_inline does CHOOSE_SCRIPT and START_TX of the
-                # common case in one step)
-                io_done = False
-                budget -= 1
-                now = 0
-                state = CHOOSE_SCRIPT  # falls through
+                # as pgbench, back to the loop after every transaction: the
+                # next one starts in its next round (EventLoop.run says why)
+                st.state = CHOOSE_SCRIPT
+                return
 
             if state == CHOOSE_SCRIPT:
                 if nscripts != 1:

@@ -703,7 +703,7 @@ def _connect(run: _Run, start_us: int, end_us: int) -> bool:
     loop.advance = engine.advance
     if plan is not None:
         assert isinstance(loop, fastloop.FastEventLoop)
-        flags = run_flags(settings, len(scripts), cfg.exit_on_abort)
+        flags = run_flags(settings, cfg.exit_on_abort)
         connect = settings if cfg.connect_each_tx else None
         loop.use_c(plan, engine, wstate, scripts, flags, connect)
         if fastgen.is_python(scripts):
