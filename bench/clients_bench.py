@@ -9,7 +9,8 @@ from before the clients connect, in both tools):
   transaction pooling (Debian's ``pgbouncer``, started here with
   ``max_client_conn`` above the clients and the open-file limit to match).
 
-Each pair runs every tool twice. A *memory* run gives the peak of the
+Before each run the bench waits until the previous run's backends have
+left the server. Each pair runs every tool twice. A *memory* run gives the peak of the
 summed VmRSS and Pss of the tool's process tree (sampled every 0.1 s,
 bench/_suite_proc.py), divided by the clients, and the same minus a
 ``-c 2`` run's peak (the *marginal* cost of a client, without the fixed
@@ -51,6 +52,8 @@ from _suite_proc import (
     pg_bindir,
     pgsurge_argv,
     pgsurge_package_dir,
+    postmaster_of,
+    process_tree,
     run_measured,
 )
 
@@ -187,8 +190,44 @@ class Bouncer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class Settle:
+    """Waits, before each run, until the previous run's backends have left
+    the server: a thousand backends still exiting as the next run connects
+    take its CPU (a pgbench run right after a pgbench run read 0.91x the
+    transactions of one after a pgsurge run, which takes longer to exit)."""
+
+    def __init__(self, server_dsn: str) -> None:
+        import psycopg
+
+        with psycopg.connect(server_dsn) as conn:
+            row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        self.postmaster = postmaster_of(int(row[0]))
+        self.base = len(process_tree(self.postmaster))
+
+    def __call__(self) -> None:
+        """Until the server has no more processes than before the first
+        run, or their number held for a second (a pooler keeps its server
+        connections); 120 s at most."""
+        deadline = time.monotonic() + 120
+        last = -1
+        while time.monotonic() < deadline:
+            now = len(process_tree(self.postmaster))
+            if now <= self.base or now == last:
+                return
+            last = now
+            time.sleep(1.0)
+        print("  (the server's processes did not settle in 120 s)", flush=True)
+
+
 def run_case(
-    name: str, dsn: str, clients: int, seconds: int, pairs: int, script: Path
+    name: str,
+    dsn: str,
+    clients: int,
+    seconds: int,
+    pairs: int,
+    script: Path,
+    settle: Settle,
 ) -> dict[str, list[Figures]]:
     """ABBA pairs of ``-c clients`` (memory runs, then CPU runs with the
     A/A control), and one ``-c 2`` run of each tool."""
@@ -211,6 +250,7 @@ def run_case(
     for pair in range(pairs):
         order = ("pgbench", "pgsurge") if pair % 2 == 0 else ("pgsurge", "pgbench")
         for tool in order:
+            settle()
             m = run_measured(
                 [*_argv(tool), *base, str(seconds), "-c", str(clients), dsn],
                 sample_memory=True,
@@ -226,6 +266,7 @@ def run_case(
             )
         cpu_order = ("pgbench", "pgsurge", "pgbench-aa")
         for tool in cpu_order if pair % 2 == 0 else cpu_order[::-1]:
+            settle()
             m = run_measured(
                 [*_argv(tool), *base, str(seconds), "-c", str(clients), dsn],
                 timeout=seconds + 300,
@@ -339,9 +380,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         script = Path(tmp) / "select1.sql"
         script.write_text("SELECT 1;\n")
         dsn = server.dsn("postgres")
+        settle = Settle(dsn)
         if opts.case in ("direct", "both"):
             n = opts.direct_clients
-            runs = run_case("direct", dsn, n, opts.time, opts.pairs, script)
+            runs = run_case("direct", dsn, n, opts.time, opts.pairs, script, settle)
             report("direct", n, opts.time, runs)
         if opts.case in ("pooled", "both"):
             n = opts.pooled_clients
@@ -354,6 +396,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     opts.pooled_time,
                     opts.pairs,
                     script,
+                    settle,
                 )
             finally:
                 bouncer.stop()
