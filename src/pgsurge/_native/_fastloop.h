@@ -48,7 +48,7 @@
 
 /* 10: run() gives the GIL up while a script's loop runs (gil_takes);
  * 11: a client may share WorkerState.shared_variables until it writes one */
-#define FASTLOOP_API 11
+#define FASTLOOP_API 12
 
 /* setup.py's digest of the sources this was built from (see there) */
 #ifndef PGSURGE_SOURCE_HASH

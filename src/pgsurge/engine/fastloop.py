@@ -127,7 +127,7 @@ __all__ = [
 #: gives the GIL up while a script's loop runs, ``FastLoop.gil_takes``; a
 #: worker run as a thread relies on it; 11: clients share
 #: ``WorkerState.shared_variables`` until they write one)
-FASTLOOP_API = 11
+FASTLOOP_API = 12
 
 
 def disabled() -> bool:
