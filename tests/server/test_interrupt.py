@@ -768,27 +768,35 @@ def test_stuck_workload_code_sigterm_keeps_report(
     assert "died" not in err
 
 
+def _patched(patch: str) -> list[str]:
+    """A command line running pgsurge after ``patch`` (Python code, with
+    ``os``, ``signal`` and ``sys`` imported) has replaced one of its
+    functions."""
+    return [
+        sys.executable,
+        "-c",
+        "import os, runpy, signal, sys\n"
+        + patch
+        + 'sys.argv[0] = "pgsurge"\n'
+        + 'runpy.run_module("pgsurge", run_name="__main__")\n',
+    ]
+
+
 #: pgsurge whose parent gets a SIGINT the moment it has sent its workers
 #: GO: the handler runs at the next bytecode boundary after ``send_all``
 #: returns, the instant between the workers starting and the parent
 #: knowing it (runner/drive.py ``_start``), a window too narrow for a
 #: signal from outside to be aimed at
-SIGNAL_AT_GO = [
-    sys.executable,
-    "-c",
-    """
-import os, runpy, signal, sys
-from pgsurge.engine import pool, protocol
+SIGNAL_AT_GO = _patched(
+    """from pgsurge.engine import pool, protocol
 _send_all = pool.WorkerPool.send_all
 def send_all(self, msg):
     _send_all(self, msg)
     if isinstance(msg, protocol.Go):
         os.kill(os.getpid(), signal.SIGINT)
 pool.WorkerPool.send_all = send_all
-sys.argv[0] = "pgsurge"
-runpy.run_module("pgsurge", run_name="__main__")
-""",
-]
+"""
+)
 
 
 @pytest.mark.parametrize("workers", ["threads", "processes"])
@@ -817,21 +825,15 @@ def test_a_signal_as_the_workers_are_sent_go_keeps_the_run(
 
 #: pgsurge that gets ``SIG`` (an environment variable) as its report of a
 #: finished run starts, as a Ctrl-C reaches a report blocked on a pager
-SIGNAL_AT_REPORT = [
-    sys.executable,
-    "-c",
-    """
-import os, runpy, signal, sys
-import pgsurge.runner as runner
+SIGNAL_AT_REPORT = _patched(
+    """import pgsurge.runner as runner
 _report = runner._report
 def report(*args, **kwargs):
     os.kill(os.getpid(), getattr(signal, os.environ["SIG"]))
     return _report(*args, **kwargs)
 runner._report = report
-sys.argv[0] = "pgsurge"
-runpy.run_module("pgsurge", run_name="__main__")
-""",
-]
+"""
+)
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
