@@ -28,10 +28,15 @@ from tests.fix_run import (
     tool_env,
 )
 
-pytestmark = [pytest.mark.server]
-
 LOOPS = ("c", "python")
 WORKERS = ("threads", "processes")
+
+#: every test runs on both loops, with workers as threads and as processes
+pytestmark = [
+    pytest.mark.server,
+    pytest.mark.parametrize("workers", WORKERS),
+    pytest.mark.parametrize("loop", LOOPS),
+]
 
 
 def _meta_only(tmp_path: Path) -> Path:
@@ -40,8 +45,6 @@ def _meta_only(tmp_path: Path) -> Path:
     return script
 
 
-@pytest.mark.parametrize("workers", WORKERS)
-@pytest.mark.parametrize("loop", LOOPS)
 def test_clients_that_never_wait_end_at_T(
     server_dsn: str, tmp_path: Path, loop: str, workers: str
 ) -> None:
@@ -64,8 +67,6 @@ def test_clients_that_never_wait_end_at_T(
     assert processed and int(processed[0].split()[-1]) > 0, out.stdout
 
 
-@pytest.mark.parametrize("workers", WORKERS)
-@pytest.mark.parametrize("loop", LOOPS)
 def test_clients_that_never_wait_stop_on_ctrl_c(
     server_dsn: str, tmp_path: Path, loop: str, workers: str
 ) -> None:
