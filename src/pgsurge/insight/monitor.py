@@ -928,8 +928,8 @@ class Monitor:
         ]
         deadline = time.monotonic() + EXIT_WAIT_S
         try:
-            # a SIGTERM too: it killed the finished run's report here
-            with pooled.sigterm_interrupts():
+            # a Ctrl-C or SIGTERM cuts it short (not the report)
+            with pooled.signals_interrupt():
                 while time.monotonic() < deadline:
                     status, res = conn.exec_params(_ALIVE_SQL, params)
                     if (

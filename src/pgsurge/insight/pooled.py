@@ -37,7 +37,7 @@ __all__ = [
     "SERVER_STATS_WARNING",
     "commits_warning",
     "idle_sessions_warning",
-    "sigterm_interrupts",
+    "signals_interrupt",
     "wait_before_start",
     "wait_for_flush",
 ]
@@ -148,7 +148,7 @@ def wait_for_flush(conn: pgconn.PgConn) -> tuple[float, str]:
     and a warning (empty when they were)."""
     t0 = time.monotonic()
     try:
-        with sigterm_interrupts():
+        with signals_interrupt():
             return _wait(conn, t0)
     except KeyboardInterrupt:
         # the run is over: Ctrl-C cuts the wait short, not the report
@@ -161,23 +161,27 @@ def wait_for_flush(conn: pgconn.PgConn) -> tuple[float, str]:
 
 
 @contextmanager
-def sigterm_interrupts() -> Iterator[None]:
-    """Within the block, SIGTERM raises ``KeyboardInterrupt`` as Ctrl-C
-    does: the waits after the run (for the counters of the run's sessions)
-    catch it and cut the wait short, not the report. Only where SIGTERM
-    would otherwise end the program (its default action, in the main
-    thread)."""
-    installed = (
-        signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-        and threading.current_thread() is threading.main_thread()
-    )
-    if installed:
-        signal.signal(signal.SIGTERM, _interrupt)
+def signals_interrupt() -> Iterator[None]:
+    """Within the block, Ctrl-C and SIGTERM raise ``KeyboardInterrupt``:
+    the waits after the run (for the counters of the run's sessions) catch
+    it and cut the wait short, not the report, and the signal is spent on
+    that. Outside such a wait the parent holds a signal that comes while a
+    finished run is reported and delivers it once the report is out (the
+    program dies of it, engine/interrupt.py); SIGTERM's default action
+    would end the program at once. In the main thread only, and never for
+    a signal the program inherited ignored (nohup)."""
+    previous: dict[signal.Signals, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            handler = signal.getsignal(sig)
+            if handler is not signal.SIG_IGN:
+                previous[sig] = handler
+                signal.signal(sig, _interrupt)
     try:
         yield
     finally:
-        if installed:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _interrupt(signum: int, frame: object) -> None:
